@@ -1,0 +1,49 @@
+# Thin wrapper over CMake. `make run` and `make test` install missing Debian packages first.
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+WERROR     := $(if $(CI),ON,OFF)
+CMAKE_ARGS ?=
+
+.PHONY: all build run test test-asan test-tsan bench deps clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+$(BUILD)/Makefile:
+	cmake -S . -B $(BUILD) -DTT_WERROR=$(WERROR) $(CMAKE_ARGS)
+
+build: $(BUILD)/Makefile
+	cmake --build $(BUILD) -j $(JOBS)
+
+# The default training run: every tier the build has, falling loss, a final report.
+run: deps build
+	$(BUILD)/tiertrain train --log $(BUILD)/run.jsonl
+
+test: deps build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# AddressSanitizer + UBSan in its own folder. OpenBLAS/OpenMP internals leak by design;
+# the suppression file names them.
+test-asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DTT_SANITIZE=ON -DTT_CUDA=OFF -DTT_WERROR=$(WERROR) $(CMAKE_ARGS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && TT_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j $(JOBS) -LE gpu
+
+test-tsan: deps
+	cmake -S . -B $(TSAN_BUILD) -DTT_TSAN=ON -DTT_CUDA=OFF -DTT_WERROR=$(WERROR) $(CMAKE_ARGS)
+	cmake --build $(TSAN_BUILD) -j $(JOBS)
+	cd $(TSAN_BUILD) && TT_SANITIZED=1 TSAN_OPTIONS=halt_on_error=1:suppressions=$(CURDIR)/tests/tsan.supp \
+	  ctest --output-on-failure -j $(JOBS) -R 'test_io|test_hostmem'
+
+bench: build
+	$(BUILD)/tiertrain bench gemm
+	$(BUILD)/tiertrain bench io --size 1G
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

@@ -1,0 +1,111 @@
+// kernels.h — the numeric ops of one transformer step, CPU versions (kernels/cpu/*.c).
+// Every op here gets a CUDA twin (kernels/cuda/*.cu) with the same contract.
+//
+// Conventions
+//  - Tensors are row-major float32 arrays; the shape is in the comment next to each.
+//  - Weights follow PyTorch nn.Linear: w (OC, IC), y = x · wᵀ.
+//  - BF16 mode: the caller stores activations rounded to BF16 (bf16_round_n after the op)
+//    and converts BF16 weights to float before the op; the ops compute in FP32.
+//  - "=" outputs are overwritten; "+=" outputs accumulate (parameter gradients always
+//    accumulate in FP32, so micro-batches and tied weights sum into one buffer).
+//  - OpenMP only over independent outputs: no two threads write one element, and every
+//    reduction has a fixed order, so results do not depend on the thread count.
+//  - No op allocates memory.
+// Does not know about shards, tiers or files.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+// ---------------------------------------------------------------- BF16
+// Round-to-nearest-even; NaN stays NaN (quiet), ±Inf stays ±Inf.
+uint16_t bf16_from_f32(float x);
+float bf16_to_f32(uint16_t h);
+void bf16_from_f32_n(uint16_t *dst, const float *src, size_t n);
+void bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);
+void bf16_round_n(float *x, size_t n); // x[i] = bf16_to_f32(bf16_from_f32(x[i]))
+
+// ---------------------------------------------------------------- elementwise, reductions
+void add_inplace(float *x, const float *y, size_t n);      // x += y
+// Σ x[i]², in double, over fixed chunks of 4096 summed in chunk order: the same bits for
+// any thread count.
+double sumsq(const float *x, size_t n);
+
+// ---------------------------------------------------------------- matmul (OpenBLAS sgemm)
+// out (N, OC) = inp (N, IC) · w (OC, IC)ᵀ
+void matmul_forward(float *out, const float *inp, const float *w, int N, int IC, int OC);
+// dinp (N, IC) = dout (N, OC) · w (OC, IC)        when accumulate == 0
+// dinp (N, IC) += dout · w                         when accumulate == 1
+void matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int accumulate);
+// dw (OC, IC) += dout (N, OC)ᵀ · inp (N, IC)
+void matmul_backward_weight(float *dw, const float *dout, const float *inp, int N, int IC, int OC);
+
+// ---------------------------------------------------------------- RMSNorm
+// out (N, C) = x / sqrt(mean(x²) + eps) * w (C);  rstd (N) = 1 / sqrt(mean(x²) + eps)
+void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
+// dx (N, C) += ∂L/∂x;  dw (C) += ∂L/∂w  (dw summed over rows in row order)
+void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                      const float *rstd, int N, int C);
+
+// ---------------------------------------------------------------- RoPE (Hugging Face rotate_half)
+// Table for positions 0..T-1: cos/sin (T, HS/2), angle = t · theta^(-2i/HS), computed in double.
+void rope_table(float *cos_t, float *sin_t, int T, int HS, double theta);
+// In place on x (B, T, NX, HS), NX heads, position of row t is t. For i < HS/2:
+//   x'[i] = x[i]·cos − x[i+HS/2]·sin;  x'[i+HS/2] = x[i+HS/2]·cos + x[i]·sin
+void rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
+// In place on dx (B, T, NX, HS): the transpose (inverse) rotation.
+void rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
+
+// ---------------------------------------------------------------- attention (causal, GQA)
+// q (B, T, NH, HS); k, v (B, T, NKV, HS); query head h reads kv head h / (NH/NKV).
+// out (B, T, NH, HS) = softmax(q·kᵀ/sqrt(HS), causal) · v;  lse (B, NH, T) = log-sum-exp of
+// each row's scaled scores. Online softmax per query row: no (T, T) buffer anywhere.
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                       int B, int T, int NH, int NKV, int HS);
+// dq (B, T, NH, HS) =, dk and dv (B, T, NKV, HS) =; probabilities recomputed from lse.
+// dq is computed per query row, dk/dv per key row (each loops over its queries and the
+// query heads of its group), so no two threads write one element.
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                        const float *k, const float *v, const float *out, const float *lse,
+                        int B, int T, int NH, int NKV, int HS);
+
+// ---------------------------------------------------------------- SwiGLU
+// out (n) = silu(gate) · up,  silu(x) = x / (1 + exp(−x))
+void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
+// dgate (n) =, dup (n) =
+void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
+
+// ---------------------------------------------------------------- embedding
+// out (N, C) = wte (V, C)[tokens[n]]
+void embedding_forward(float *out, const int *tokens, const float *wte, int N, int C);
+// dwte (V, C) += scatter of dout (N, C) by tokens; parallel over columns, rows in order.
+void embedding_backward(float *dwte, const float *dout, const int *tokens, int N, int C);
+
+// ---------------------------------------------------------------- fused softmax + cross-entropy
+// losses (N) = −log softmax(logits[n])[targets[n]], in FP32 with max subtraction.
+// dlogits (N, V) = (softmax(logits[n]) − onehot(targets[n])) · dscale. dlogits may alias logits.
+void crossentropy_forward_backward(float *dlogits, float *losses, const float *logits,
+                                   const int *targets, int N, int V, float dscale);
+// Forward only (evaluation): losses (N).
+void crossentropy_forward(float *losses, const float *logits, const int *targets, int N, int V);
+
+// ---------------------------------------------------------------- AdamW
+typedef struct {
+    float lr;           // learning rate of this step
+    float beta1, beta2; // moment decays
+    float eps;
+    float wd;           // decoupled weight decay for this tensor (0 for norms)
+    float grad_scale;   // gradient multiplier (global-norm clip factor, 1 when not clipping)
+    float bc1, bc2;     // bias corrections 1 − beta1^t, 1 − beta2^t (computed by the caller)
+} adamw_params_t;
+
+// One fused pass over n elements. Reads g, master, m, v; writes master, m, v and the compute
+// copy of the parameters: p16 (BF16) when non-NULL, p32 (FP32) when non-NULL. Exact sequence
+// (every path — scalar, AVX2, AVX-512, CUDA — performs these IEEE ops, fmaf where written):
+//   g  = g_raw · grad_scale
+//   m  = fmaf(beta1, m, (1 − beta1) · g)
+//   v  = fmaf(beta2, v, ((1 − beta2) · g) · g)
+//   mh = m / bc1;  vh = v / bc2
+//   u  = mh / (sqrtf(vh) + eps)
+//   master = master − lr · fmaf(wd, master, u)
+void adamw_update_scalar(float *master, float *m, float *v, uint16_t *p16, float *p32,
+                         const float *g, size_t n, const adamw_params_t *hp);

@@ -1,0 +1,72 @@
+// config.h — the resolved run configuration: every flag lands in one field here.
+// cli.c fills it from the flag table (defaults, preset, then explicit flags) and
+// validates it; everything downstream only reads it. Nothing here allocates.
+#pragma once
+#include <stdint.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#define TT_PATH_MAX 4096
+
+typedef enum { CMD_NONE = 0, CMD_TRAIN, CMD_PLAN, CMD_BENCH, CMD_TOKENIZE } command_t;
+typedef enum { PREC_BF16 = 0, PREC_FP32 } precision_t;
+typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } device_kind_t;
+typedef enum { IO_ENGINE_AUTO = 0, IO_ENGINE_URING, IO_ENGINE_PSYNC } io_engine_kind_t;
+
+typedef struct {
+    command_t command;
+    // ---- model (preset first, then explicit flags override any dimension)
+    char preset[16];         // --model
+    int L;                   // --layers
+    int C;                   // --dim
+    int NH;                  // --heads
+    int NKV;                 // --kv-heads
+    int F;                   // --ffn
+    int V;                   // --vocab
+    int T;                   // --seq
+    int tie;                 // --tie: LM head shares the embedding
+    double rope_theta;       // --rope-theta (10000)
+    double norm_eps;         // --norm-eps (1e-5)
+    precision_t precision;   // --precision bf16|fp32
+    uint64_t seed;           // --seed
+    // ---- data
+    char data[TT_PATH_MAX];  // --data synthetic|FILE.txt|FILE.bin
+    int B;                   // --batch (sequences per micro-batch)
+    int accum;               // --accum (micro-batches per step)
+    int steps;               // --steps
+    int eval_every;          // --eval-every (0 = never)
+    int eval_batches;        // --eval-batches
+    // ---- optimizer
+    double lr, min_lr, wd, clip, beta1, beta2, eps;
+    int warmup;
+    // ---- run
+    device_kind_t device;    // --device
+    int threads;             // --threads (0 = all cores)
+    uint64_t hbm_budget;     // --hbm-budget bytes (0 = no cap)
+    uint64_t host_budget;    // --host-budget bytes (0 = no cap)
+    // ---- io / host tier
+    char nvme_path[TT_PATH_MAX]; // --nvme-path DIR[,DIR...]
+    int nvme_qd;             // --nvme-qd (32)
+    uint64_t io_block;       // --io-block bytes (1 MiB)
+    io_engine_kind_t io_engine; // --io-engine
+    int io_sqpoll;           // --io-sqpoll
+    int io_verify;           // --io-verify
+    int keep_nvme;           // --keep-nvme
+    int numa_node;           // --numa-node (-1 = auto)
+    // ---- output
+    char log_path[TT_PATH_MAX]; // --log FILE.jsonl ("" = none)
+    int quiet;               // --quiet
+    // ---- bench
+    char bench_name[32];     // tiertrain bench NAME
+    uint64_t bench_size;     // --size (bench io)
+    // ---- tokenize
+    char tok_in[TT_PATH_MAX];  // tiertrain tokenize IN.txt
+    char tok_out[TT_PATH_MAX]; // -o OUT.bin
+} config_t;
+
+// Parses argv into cfg (defaults, preset, flags), validates every value and the shape.
+// On bad input prints one line "tiertrain: ..." to stderr and exits 2; --help/--version
+// print and exit 0. Returns only with a valid configuration.
+void cli_parse(int argc, char **argv, config_t *cfg);
+// Prints the resolved configuration (the first thing every run prints).
+void config_print(const config_t *cfg, FILE *f);

@@ -1,0 +1,24 @@
+// main.c — entry point: parse the command line, dispatch the subcommand.
+#include <stdio.h>
+#include <string.h>
+#include "bench.h"
+#include "config.h"
+#include "data.h"
+#include "train.h"
+#include "util.h"
+
+int main(int argc, char **argv) {
+    config_t cfg;
+    cli_parse(argc, argv, &cfg); // exits on bad input, --help and --version
+    switch (cfg.command) {
+    case CMD_TRAIN: return train_run(&cfg);
+    case CMD_PLAN: return plan_run(&cfg);
+    case CMD_TOKENIZE: return data_tokenize(cfg.tok_in, cfg.tok_out);
+    case CMD_BENCH:
+        if (strcmp(cfg.bench_name, "gemm") == 0) return bench_gemm(&cfg);
+        if (strcmp(cfg.bench_name, "io") == 0) return bench_io(&cfg);
+        usage_error("bench %s: unknown benchmark (accepted: gemm, io)", cfg.bench_name);
+    case CMD_NONE: break;
+    }
+    usage_error("no subcommand (accepted: train, plan, bench, tokenize; see tiertrain --help)");
+}

@@ -1,0 +1,38 @@
+// util.h — small shared helpers: fatal setup checks, usage errors, sizes, time, hashing.
+// Runtime paths (io, scheduler, optimizer) never call the die helpers; they return -errno.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+#define ALIGN_UP(a, b) (CEIL_DIV((a), (b)) * (b))
+
+// Setup/programmer errors: print file:line and exit 1 (llm.c style).
+void *malloc_check(size_t size, const char *file, int line);
+void *aligned_alloc_check(size_t align, size_t size, const char *file, int line);
+#define mallocCheck(size) malloc_check((size), __FILE__, __LINE__)
+#define alignedAllocCheck(align, size) aligned_alloc_check((align), (size), __FILE__, __LINE__)
+
+// Bad user input: one line "tiertrain: <msg>" on stderr, exit 2.
+void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+// Runtime failure after work began: one line, exit 1.
+void runtime_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+// One informational line "tiertrain: <msg>" on stderr.
+void notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// "512M", "4G", "1.5GiB", "4096", "64k" -> bytes. K/M/G/T and KiB/MiB/GiB/TiB are powers
+// of 1024 (as memory sizes are); "KB/MB/GB/TB" powers of 1000. Returns 0 or -EINVAL.
+int parse_size(const char *s, uint64_t *out);
+// 1536 -> "1.5 KiB"; writes into buf, returns buf.
+char *format_bytes(char *buf, size_t len, uint64_t bytes);
+
+double now_ms(void); // CLOCK_MONOTONIC in milliseconds
+
+// FNV-1a 64 over bytes, continuing from h (start with FNV64_INIT).
+#define FNV64_INIT 0xcbf29ce484222325ULL
+uint64_t fnv1a64(uint64_t h, const void *data, size_t n);
+
+// Deterministic, order-independent random numbers: splitmix64 streams.
+uint64_t splitmix64(uint64_t *state);
+uint64_t mix64(uint64_t a, uint64_t b); // a hash of two words, for per-tensor seeds

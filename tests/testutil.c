@@ -1,0 +1,98 @@
+// testutil.c — see testutil.h.
+#define _GNU_SOURCE
+#include "testutil.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int close_impl(const char *what, const float *out, const double *refd, const float *reff,
+                      size_t n, double atol, double rtol) {
+    size_t bad = n, worst_i = 0;
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double r = refd ? refd[i] : (double)reff[i];
+        double o = out[i];
+        double err = fabs(o - r);
+        int ok = !isnan(o) && !isnan(r) && err <= atol + rtol * fabs(r);
+        if (isnan(o) || isnan(r)) err = INFINITY;
+        if (!ok && bad == n) bad = i;
+        if (err > worst) { worst = err; worst_i = i; }
+    }
+    if (bad == n) return 1;
+    double rb = refd ? refd[bad] : reff[bad];
+    double rw = refd ? refd[worst_i] : reff[worst_i];
+    fprintf(stderr, "%s: mismatch at [%zu]: got %.9g want %.9g (atol %g rtol %g); worst |err| %.3g at [%zu] (got %.9g want %.9g)\n",
+            what, bad, out[bad], rb, atol, rtol, worst, worst_i, out[worst_i], rw);
+    return 0;
+}
+
+int tu_close(const char *what, const float *out, const double *ref, size_t n, double atol, double rtol) {
+    return close_impl(what, out, ref, NULL, n, atol, rtol);
+}
+
+int tu_close_f(const char *what, const float *out, const float *ref, size_t n, double atol, double rtol) {
+    return close_impl(what, out, NULL, ref, n, atol, rtol);
+}
+
+static char *slurp_fd(int fd) {
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap + 1);
+    lseek(fd, 0, SEEK_SET);
+    for (;;) {
+        if (len == cap) { cap *= 2; buf = realloc(buf, cap + 1); }
+        ssize_t r = read(fd, buf + len, cap - len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        len += (size_t)r;
+    }
+    buf[len] = 0;
+    return buf;
+}
+
+int tu_run(char *const argv[], char *const env[], char **out, char **err) {
+    char tmpl_o[] = "/tmp/tt_out_XXXXXX", tmpl_e[] = "/tmp/tt_err_XXXXXX";
+    int fo = mkstemp(tmpl_o), fe = mkstemp(tmpl_e);
+    if (fo < 0 || fe < 0) return -1;
+    unlink(tmpl_o);
+    unlink(tmpl_e);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_RDONLY);
+        dup2(devnull, 0);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        for (int i = 0; env && env[i]; i++) putenv(env[i]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    if (out) *out = slurp_fd(fo);
+    if (err) *err = slurp_fd(fe);
+    close(fo);
+    close(fe);
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return -1;
+}
+
+const char *tu_binary(void) {
+    const char *b = getenv("TT_BINARY");
+    return b ? b : TT_BINARY;
+}
+
+char *tu_tmpdir(const char *tag) {
+    const char *base = getenv("TMPDIR");
+    char *path = NULL;
+    if (asprintf(&path, "%s/tt_%s_XXXXXX", base ? base : "/tmp", tag) < 0) return NULL;
+    if (!mkdtemp(path)) { free(path); return NULL; }
+    return path;
+}
+
+int tu_sanitized(void) { return getenv("TT_SANITIZED") != NULL; }

@@ -1,0 +1,20 @@
+// testutil.h — helpers shared by the Check suites: number comparison, running the binary.
+#pragma once
+#include <stddef.h>
+
+// |out − ref| ≤ atol + rtol·|ref| for every element; NaN never passes. On failure prints
+// what, the first failing index, both values and the worst error to stderr; returns 0.
+int tu_close(const char *what, const float *out, const double *ref, size_t n, double atol, double rtol);
+int tu_close_f(const char *what, const float *out, const float *ref, size_t n, double atol, double rtol);
+
+// Runs argv (argv[0] is a path) with stdin from /dev/null; captures stdout and stderr
+// (each cut at cap bytes, NUL-terminated, malloc'd; free them). Returns the exit code,
+// or 128+signal. env may be NULL or "NAME=VALUE" strings added to the environment.
+int tu_run(char *const argv[], char *const env[], char **out, char **err);
+
+// Path of the built tiertrain binary.
+const char *tu_binary(void);
+// A fresh temporary directory under $TMPDIR (or /tmp); the caller removes it.
+char *tu_tmpdir(const char *tag);
+// Returns 1 when running under a sanitizer build (TT_SANITIZED set): long tests shrink.
+int tu_sanitized(void);
