@@ -1,4 +1,155 @@
-// train.c — STUB.
+// train.c — `tiertrain train` and `tiertrain plan`: print the resolved configuration,
+// build the trainer, run the steps (one line each, optional JSONL), evaluate on the
+// held-out split, and end with the summary and the tier report.
 #include "train.h"
-int train_run(const config_t *cfg) { (void)cfg; return 2; }
-int plan_run(const config_t *cfg) { (void)cfg; return 2; }
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "data.h"
+#include "model.h"
+#include "step.h"
+#include "util.h"
+
+// ---------------------------------------------------------------- shared
+
+static void print_model(const model_t *m, const config_t *cfg, FILE *f) {
+    char a[32];
+    fprintf(f, "model: %s%s — %.2fM parameters in %d shards (largest %s as BF16), L=%d C=%d NH=%d NKV=%d HS=%d F=%d V=%d T=%d%s\n",
+            cfg->preset, cfg->preset[0] ? "" : "custom", m->num_params / 1e6, m->nshards,
+            format_bytes(a, sizeof a, m->max_shard_numel * 2), m->L, m->C, m->NH, m->NKV, m->HS, m->F, m->V, m->T,
+            m->tie ? " tied" : "");
+}
+
+static double eval_loss(trainer_t *tr, data_t *d, int *inputs, int *targets) {
+    data_rewind(d, DATA_VAL);
+    double sum = 0;
+    for (int i = 0; i < tr->cfg->eval_batches; i++) {
+        data_next(d, DATA_VAL, inputs, targets);
+        sum += trainer_forward(tr, inputs, targets);
+    }
+    return sum / tr->cfg->eval_batches;
+}
+
+// ---------------------------------------------------------------- train
+
+int train_run(const config_t *cfg) {
+    FILE *out = stdout;
+    config_print(cfg, out);
+
+    char err[512] = "";
+    data_t *data = NULL;
+    if (data_open(&data, cfg, err, sizeof err) != 0) usage_error("%s", err);
+
+    FILE *log = NULL;
+    if (cfg->log_path[0]) {
+        log = fopen(cfg->log_path, "w");
+        if (!log) usage_error("--log %s: %s (give a writable path)", cfg->log_path, strerror(errno));
+    }
+
+    trainer_t tr;
+    int rc = trainer_init(&tr, cfg, err, sizeof err);
+    if (rc == -ENOMEM && strstr(err, "--hbm-budget")) usage_error("%s", err);
+    if (rc != 0) runtime_error("%s", err);
+    print_model(&tr.model, cfg, out);
+    fprintf(out, "data: %s\n", data_describe(data));
+    fflush(out);
+
+    const int N = tr.N;
+    int *inputs = mallocCheck((size_t)N * sizeof(int));
+    int *targets = mallocCheck((size_t)N * sizeof(int));
+    const float dscale = 1.0f / ((float)N * (float)cfg->accum);
+    double first_loss = NAN, last_loss = NAN, total_ms = 0, last_val = NAN;
+    int timed_steps = 0;
+
+    for (int step = 1; step <= cfg->steps; step++) {
+        double t0 = now_ms();
+        trainer_zero_grads(&tr);
+        double loss = 0;
+        for (int mb = 0; mb < cfg->accum; mb++) {
+            data_next(data, DATA_TRAIN, inputs, targets);
+            loss += trainer_forward_backward(&tr, inputs, targets, dscale);
+        }
+        loss /= cfg->accum;
+        double norm = trainer_grad_norm(&tr);
+        float scale = 1.0f;
+        if (cfg->clip > 0 && norm > cfg->clip) scale = (float)(cfg->clip / (norm + 1e-6));
+        float lr = lr_schedule(cfg, step);
+        trainer_optimizer_step(&tr, step, lr, scale);
+        double ms = now_ms() - t0;
+        if (!isfinite(loss)) runtime_error("step %d: loss is %g (lower --lr or check the data)", step, loss);
+        if (step == 1) first_loss = loss;
+        last_loss = loss;
+        if (step > 1 || cfg->steps == 1) { total_ms += ms; timed_steps++; }
+        double tok_s = (double)N * cfg->accum / (ms / 1e3);
+        if (!cfg->quiet)
+            fprintf(out, "step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %8.1f ms | %8.0f tok/s\n",
+                    step, cfg->steps, loss, lr, norm, ms, tok_s);
+        if (log)
+            fprintf(log, "{\"event\":\"step\",\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6f,\"step_ms\":%.3f,\"tok_per_s\":%.1f}\n",
+                    step, loss, lr, norm, ms, tok_s);
+        if (cfg->eval_every > 0 && (step % cfg->eval_every == 0 || step == cfg->steps)) {
+            last_val = eval_loss(&tr, data, inputs, targets);
+            fprintf(out, "eval  %5d | val loss %.4f\n", step, last_val);
+            if (log) fprintf(log, "{\"event\":\"eval\",\"step\":%d,\"val_loss\":%.6f}\n", step, last_val);
+        }
+        fflush(out);
+    }
+
+    double step_ms = timed_steps ? total_ms / timed_steps : 0;
+    double tok_s = step_ms > 0 ? (double)N * cfg->accum / (step_ms / 1e3) : 0;
+    uint64_t hash = trainer_params_hash(&tr);
+    char a[32], b[32], c[32];
+    fprintf(out, "done: %d steps, loss %.4f -> %.4f, %.1f ms/step, %.0f tok/s, params_hash %016llx\n",
+            cfg->steps, first_loss, last_loss, step_ms, tok_s, (unsigned long long)hash);
+    if (log) {
+        fprintf(log, "{\"event\":\"summary\",\"params\":%zu,\"steps\":%d,\"first_loss\":%.6f,\"final_loss\":%.6f,"
+                     "\"val_loss\":%.6f,\"tok_per_s\":%.1f,\"step_ms\":%.3f,\"peak_device_bytes\":%llu,"
+                     "\"peak_host_bytes\":%llu,\"params_hash\":\"%016llx\"}\n",
+                tr.model.num_params, cfg->steps, first_loss, last_loss, isfinite(last_val) ? last_val : -1.0, tok_s,
+                step_ms, (unsigned long long)tr.be.peak, (unsigned long long)tr.host_bytes, (unsigned long long)hash);
+        if (fclose(log) != 0) runtime_error("--log %s: %s", cfg->log_path, strerror(errno));
+    }
+    // The tier report, last.
+    fprintf(out, "tiers (backend %s, %d threads):\n", tr.be.name, tr.be.threads);
+    fprintf(out, "  device  peak %10s  budget %s  (compute copy, gradients, activations)\n",
+            format_bytes(a, sizeof a, tr.be.peak), cfg->hbm_budget ? format_bytes(b, sizeof b, cfg->hbm_budget) : "none");
+    fprintf(out, "  host    peak %10s  budget %s  (FP32 master, Adam m and v)\n",
+            format_bytes(c, sizeof c, tr.host_bytes), cfg->host_budget ? format_bytes(b, sizeof b, cfg->host_budget) : "none");
+    free(inputs);
+    free(targets);
+    trainer_free(&tr);
+    data_free(data);
+    return 0;
+}
+
+// ---------------------------------------------------------------- plan
+
+int plan_run(const config_t *cfg) {
+    config_print(cfg, stdout);
+    model_t m;
+    model_init(&m, cfg);
+    print_model(&m, cfg, stdout);
+    const double P = (double)m.numel_padded;
+    const double N = (double)cfg->B * cfg->T, C = m.C, F = m.F, V = m.V, KVD = (double)m.NKV * m.HS;
+    const int pbytes = cfg->precision == PREC_BF16 ? 2 : 4;
+    double acts = 4.0 * ((m.L + 1) * N * C + N * (9 * C + 4 * KVD + 6 * F + V + m.NH + 4));
+    char a[32];
+    printf("state                bytes\n");
+    printf("  parameters (%s)  %12s\n", pbytes == 2 ? "bf16" : "fp32", format_bytes(a, sizeof a, (uint64_t)(P * pbytes)));
+    printf("  gradients (fp32)   %12s\n", format_bytes(a, sizeof a, (uint64_t)(P * 4)));
+    printf("  master+m+v (fp32)  %12s\n", format_bytes(a, sizeof a, (uint64_t)(P * 12)));
+    printf("  activations        %12s  (checkpoints of %d blocks + one block's recompute)\n",
+           format_bytes(a, sizeof a, (uint64_t)acts), m.L);
+    double device = P * (pbytes + 4) + acts + (pbytes == 2 ? 8.0 * m.max_shard_numel : 0);
+    printf("  device total       %12s  (--hbm-budget %s)\n", format_bytes(a, sizeof a, (uint64_t)device),
+           cfg->hbm_budget ? format_bytes(a + 16, 16, cfg->hbm_budget) : "none");
+    printf("  host total         %12s\n", format_bytes(a, sizeof a, (uint64_t)(P * 12)));
+    double flops = 6.0 * m.num_params * N * cfg->accum + 2.0 * m.num_params * N * cfg->accum; // fwd+bwd+recompute
+    printf("  compute per step   %.1f GFLOP (6·P·tokens + 2·P·tokens recompute, attention excluded)\n", flops / 1e9);
+    int feasible = !cfg->hbm_budget || device <= (double)cfg->hbm_budget;
+    printf("feasible: %s\n", feasible ? "yes (all states resident)" : "no: the device states exceed --hbm-budget (raise it; tier offload comes with the tiers work)");
+    model_free(&m);
+    return feasible ? 0 : 2;
+}

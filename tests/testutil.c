@@ -1,5 +1,4 @@
 // testutil.c — see testutil.h.
-#define _GNU_SOURCE
 #include "testutil.h"
 #include <errno.h>
 #include <fcntl.h>

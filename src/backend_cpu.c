@@ -1,0 +1,111 @@
+// backend_cpu.c — the CPU backend: OpenBLAS + OpenMP kernels over a capped arena in RAM.
+// Also backend_init's device choice (auto/cpu/cuda), since it decides which backend runs.
+#include "backend.h"
+#include <cblas.h>
+#include <errno.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "util.h"
+#ifdef TT_HAVE_CUDA
+#include "cuda_probe.h"
+#endif
+
+static const backend_ops_t cpu_ops = {
+    .bf16_to_f32_n = bf16_to_f32_n,
+    .bf16_round_n = bf16_round_n,
+    .add_inplace = add_inplace,
+    .sumsq = sumsq,
+    .matmul_forward = matmul_forward,
+    .matmul_backward_input = matmul_backward_input,
+    .matmul_backward_weight = matmul_backward_weight,
+    .rmsnorm_forward = rmsnorm_forward,
+    .rmsnorm_backward = rmsnorm_backward,
+    .rope_forward = rope_forward,
+    .rope_backward = rope_backward,
+    .attention_forward = attention_forward,
+    .attention_backward = attention_backward,
+    .swiglu_forward = swiglu_forward,
+    .swiglu_backward = swiglu_backward,
+    .embedding_forward = embedding_forward,
+    .embedding_backward = embedding_backward,
+    .crossentropy_forward_backward = crossentropy_forward_backward,
+    .crossentropy_forward = crossentropy_forward,
+    .adamw_update = adamw_update_scalar,
+};
+
+// Which device runs: exits 2 on an impossible explicit choice (before any work).
+static void choose_device(const config_t *cfg) {
+#ifdef TT_HAVE_CUDA
+    char why[256] = "";
+    int ngpu = cuda_probe_devices(why, sizeof why);
+    if (cfg->device == DEVICE_CUDA) {
+        if (ngpu == 0) usage_error("--device cuda: no usable GPU (%s); use --device cpu or auto", why);
+        usage_error("--device cuda: %d GPU(s) found, but this build's CUDA backend is not written yet; use --device cpu or auto", ngpu);
+    }
+    if (cfg->device == DEVICE_AUTO && ngpu > 0 && !cfg->quiet)
+        notice("--device auto: %d GPU(s) found, but the CUDA backend is not written yet; running on the CPU", ngpu);
+#else
+    if (cfg->device == DEVICE_CUDA)
+        usage_error("--device cuda: this build has no CUDA support (rebuild where nvcc is found, or with -DTT_CUDA=ON); use --device cpu or auto");
+#endif
+}
+
+void backend_init(backend_t *be, const config_t *cfg) {
+    choose_device(cfg);
+    memset(be, 0, sizeof *be);
+    be->name = "cpu";
+    be->kind = DEVICE_CPU;
+    be->ops = &cpu_ops;
+    be->budget = cfg->hbm_budget;
+    be->threads = cfg->threads > 0 ? cfg->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (be->threads < 1) be->threads = 1;
+    // One thread count for both pools: OpenMP for our loops, OpenBLAS for sgemm. They never
+    // run at the same time (sgemm is not called inside an OpenMP region).
+    omp_set_num_threads(be->threads);
+    openblas_set_num_threads(be->threads);
+}
+
+void backend_free(backend_t *be) {
+    if (!be) return;
+    for (int i = 0; i < be->nallocs; i++) free(be->allocs[i]);
+    free(be->allocs);
+    be->allocs = NULL;
+    be->nallocs = be->cap_allocs = 0;
+    be->used = 0;
+}
+
+int backend_alloc(backend_t *be, size_t bytes, const char *what, void **out, char *err, size_t errlen) {
+    size_t sz = ALIGN_UP(bytes ? bytes : 1, (size_t)4096);
+    if (be->budget && be->used + sz > be->budget) {
+        char a[32], b[32], c[32];
+        snprintf(err, errlen, "%s: needs %s on the device, --hbm-budget %s with %s in use (raise --hbm-budget)",
+                 what, format_bytes(a, sizeof a, sz), format_bytes(b, sizeof b, be->budget),
+                 format_bytes(c, sizeof c, be->used));
+        return -ENOMEM;
+    }
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, sz) != 0) {
+        char a[32];
+        snprintf(err, errlen, "%s: out of memory allocating %s", what, format_bytes(a, sizeof a, sz));
+        return -ENOMEM;
+    }
+    memset(p, 0, sz);
+    if (be->nallocs == be->cap_allocs) {
+        int cap = be->cap_allocs ? 2 * be->cap_allocs : 64;
+        void **na = realloc(be->allocs, (size_t)cap * sizeof *na);
+        if (!na) { free(p); snprintf(err, errlen, "%s: out of memory", what); return -ENOMEM; }
+        be->allocs = na;
+        be->cap_allocs = cap;
+    }
+    be->allocs[be->nallocs++] = p;
+    be->used += sz;
+    if (be->used > be->peak) be->peak = be->used;
+    *out = p;
+    return 0;
+}
+
+void backend_copy_h2d(backend_t *be, void *d_dst, const void *h_src, size_t n) { (void)be; memcpy(d_dst, h_src, n); }
+void backend_copy_d2h(backend_t *be, void *h_dst, const void *d_src, size_t n) { (void)be; memcpy(h_dst, d_src, n); }
+void backend_sync(backend_t *be) { (void)be; }

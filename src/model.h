@@ -1,0 +1,74 @@
+// model.h — the Llama-style model's shapes and its parameter layout.
+// The layout is a table of shards (embedding, one per block, final norm + head), each a
+// list of named tensors at element offsets, each shard padded to 4 KiB in every dtype it
+// is stored in. A shard is the unit the tiers move; nothing here assumes shards share a
+// buffer — callers hold one pointer per shard and per state.
+// Does not allocate parameter memory (the backend and the tiers do) or know where it lives.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "config.h"
+
+#define SHARD_ALIGN_BYTES 4096
+// Elements per padding unit: 2048 BF16 = 4 KiB, so a shard is 4 KiB-aligned as BF16 and FP32.
+#define SHARD_ALIGN_ELEMS 2048
+
+enum { TENSOR_MAX = 10, SHARD_NAME_MAX = 32 };
+
+typedef enum { SHARD_EMBED = 0, SHARD_BLOCK, SHARD_HEAD } shard_kind_t;
+
+// Block tensor indices (in storage order inside a block shard).
+enum { BW_ATTN_NORM = 0, BW_Q, BW_K, BW_V, BW_O, BW_MLP_NORM, BW_GATE, BW_UP, BW_DOWN, BW_COUNT };
+// Head shard tensors: final norm, then the LM head when untied.
+enum { HW_NORM = 0, HW_LM_HEAD, HW_COUNT };
+
+typedef struct {
+    char name[48];     // e.g. "attn.wq"; export names are derived from kind/layer + this
+    int rows, cols;    // (rows, cols); a vector has rows = 1
+    size_t offset;     // element offset inside the shard
+    size_t numel;
+    int decay;         // weight decay applies (matrices only)
+    float init_std;    // 0 → ones (norm weights)
+} tensor_t;
+
+typedef struct {
+    char name[SHARD_NAME_MAX]; // "embed", "block.3", "head"
+    shard_kind_t kind;
+    int layer;                 // block index, -1 otherwise
+    int ntensors;
+    tensor_t tensors[TENSOR_MAX];
+    size_t numel;              // sum of tensor sizes
+    size_t numel_padded;       // rounded up to SHARD_ALIGN_ELEMS
+} shard_t;
+
+typedef struct {
+    int L, C, NH, NKV, HS, F, V, T, tie;
+    float norm_eps;
+    double rope_theta;
+    int nshards;               // L + 2: embed, blocks 0..L-1, head
+    shard_t *shards;           // (nshards)
+    size_t num_params;         // real parameters (tied head not counted twice)
+    size_t numel_padded;       // Σ shard numel_padded
+    size_t max_shard_numel;    // largest numel_padded
+} model_t;
+
+// Sets the model dimensions of cfg from a preset name (tiny, small, 125m, ... 70b).
+// Returns 0, or -1 when the name is unknown.
+int model_preset(const char *name, config_t *cfg);
+// Comma-separated preset names, for messages and --help.
+const char *model_preset_names(void);
+
+// Builds the layout from a validated configuration. Never fails on a valid config.
+void model_init(model_t *m, const config_t *cfg);
+void model_free(model_t *m); // NULL-safe
+
+static inline int model_block_shard(int layer) { return 1 + layer; }
+static inline int model_head_shard(const model_t *m) { return m->L + 1; }
+
+// Deterministic init of one shard's FP32 master weights from seed: each tensor has its own
+// splitmix64 stream seeded from (seed, shard, tensor), so a shard can be initialized alone,
+// in any order, on any tier. Writes numel_padded floats (padding zeroed).
+void model_init_shard(const model_t *m, int shard, uint64_t seed, float *master);
+
+// Hugging Face Llama name of a tensor, e.g. "model.layers.3.self_attn.q_proj.weight".
+void model_tensor_hf_name(const model_t *m, int shard, int tensor, char *buf, size_t len);

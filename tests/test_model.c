@@ -1,0 +1,165 @@
+// test_model.c — the whole model against an independent PyTorch reference.
+// Fixtures (tests/ref/model_*.bin) come from tests/ref/make_ref.py: a float64 PyTorch Llama
+// with the same weights and tokens. Checked: loss, logits and every parameter gradient, in
+// fp32 mode (tight) and bf16 mode (BF16 tolerances).
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "step.h"
+#include "testutil.h"
+
+typedef struct {
+    int L, C, NH, NKV, F, V, B, T, tie;
+    double theta, eps, loss;
+    int *tokens, *targets;
+    float *logits;
+    float *raw;   // weight then gradient of each tensor, in shard order
+    size_t nparam;
+} fixture_t;
+
+static void fixture_load(fixture_t *fx, const char *name) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/ref/%s", TT_TESTS_DIR, name);
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s (regenerate with /usr/bin/python3 tests/ref/make_ref.py)", path);
+    uint32_t hdr[2];
+    int32_t dims[10];
+    double d[3];
+    ck_assert(fread(hdr, sizeof hdr, 1, f) == 1);
+    ck_assert_msg(hdr[0] == 0x46525454u && hdr[1] == 1, "%s: bad magic/version", path);
+    ck_assert(fread(dims, sizeof dims, 1, f) == 1);
+    ck_assert(fread(d, sizeof d, 1, f) == 1);
+    fx->L = dims[0]; fx->C = dims[1]; fx->NH = dims[2]; fx->NKV = dims[3]; fx->F = dims[4];
+    fx->V = dims[5]; fx->B = dims[6]; fx->T = dims[7]; fx->tie = dims[8];
+    fx->theta = d[0]; fx->eps = d[1]; fx->loss = d[2];
+    size_t N = (size_t)fx->B * fx->T;
+    fx->tokens = malloc(N * sizeof(int));
+    fx->targets = malloc(N * sizeof(int));
+    fx->logits = malloc(N * fx->V * sizeof(float));
+    ck_assert(fread(fx->tokens, sizeof(int), N, f) == N);
+    ck_assert(fread(fx->targets, sizeof(int), N, f) == N);
+    ck_assert(fread(fx->logits, sizeof(float), N * fx->V, f) == N * fx->V);
+    long pos = ftell(f);
+    fseek(f, 0, SEEK_END);
+    size_t rest = (size_t)(ftell(f) - pos);
+    fseek(f, pos, SEEK_SET);
+    fx->nparam = rest / (2 * sizeof(float));
+    fx->raw = malloc(rest); // (weight, grad) per tensor in shard order
+    ck_assert(fread(fx->raw, 1, rest, f) == rest);
+    fclose(f);
+}
+
+static void fixture_free(fixture_t *fx) {
+    free(fx->tokens); free(fx->targets); free(fx->logits); free(fx->raw);
+}
+
+static void config_for(config_t *cfg, const fixture_t *fx, precision_t prec) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->command = CMD_TRAIN;
+    snprintf(cfg->preset, sizeof cfg->preset, "ref");
+    cfg->L = fx->L; cfg->C = fx->C; cfg->NH = fx->NH; cfg->NKV = fx->NKV; cfg->F = fx->F;
+    cfg->V = fx->V; cfg->T = fx->T; cfg->B = fx->B; cfg->tie = fx->tie;
+    cfg->rope_theta = fx->theta; cfg->norm_eps = fx->eps;
+    cfg->precision = prec; cfg->seed = 1; cfg->accum = 1; cfg->steps = 1;
+    cfg->lr = 1e-3; cfg->beta1 = 0.9; cfg->beta2 = 0.95; cfg->eps = 1e-8;
+    cfg->device = DEVICE_CPU;
+}
+
+// Tolerances. fp32 mode: the C model computes in float32 against a float64 reference;
+// errors are accumulated rounding of O(1e-7) relative per op over two blocks, so 1e-4
+// relative plus a small absolute floor (gradients near zero) is tight enough to catch any
+// wrong term (a missing term is O(1) relative) and loose enough for sgemm's summation order.
+static const double FP32_LOGITS_ATOL = 1e-5, FP32_LOGITS_RTOL = 1e-4;
+static const double FP32_GRAD_ATOL = 1e-6, FP32_GRAD_RTOL = 1e-3;
+static const double FP32_LOSS_TOL = 1e-5;
+// bf16 mode: weights and every stored activation are rounded to 8 mantissa bits (relative
+// step 2^-8 ≈ 0.4%); through ~25 rounded ops the error grows to a few percent of a
+// tensor's scale. The absolute floor is a fraction of the tensor's largest magnitude.
+static const double BF16_LOGITS_ATOL_FRAC = 0.03, BF16_RTOL = 0.05;
+static const double BF16_GRAD_ATOL_FRAC = 0.08;
+static const double BF16_LOSS_TOL = 0.02;
+
+static double max_abs(const float *x, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) if (fabs(x[i]) > m) m = fabs(x[i]);
+    return m;
+}
+
+static void run_reference(const char *fixture, precision_t prec) {
+    fixture_t fx;
+    fixture_load(&fx, fixture);
+    config_t cfg;
+    config_for(&cfg, &fx, prec);
+    trainer_t tr;
+    char err[256];
+    ck_assert_msg(trainer_init(&tr, &cfg, err, sizeof err) == 0, "%s", err);
+    ck_assert_uint_eq(tr.model.num_params, fx.nparam);
+
+    const float *raw = fx.raw;
+    size_t off = 0;
+    for (int s = 0; s < tr.model.nshards; s++) {
+        const shard_t *sh = &tr.model.shards[s];
+        for (int t = 0; t < sh->ntensors; t++) {
+            memcpy(tr.master[s] + sh->tensors[t].offset, raw + off, sh->tensors[t].numel * sizeof(float));
+            off += 2 * sh->tensors[t].numel;
+        }
+    }
+    ck_assert_uint_eq(off, 2 * fx.nparam);
+    trainer_sync_params(&tr);
+
+    const size_t N = (size_t)fx.B * fx.T;
+    double loss = trainer_forward(&tr, fx.tokens, fx.targets);
+    int bf = prec == PREC_BF16;
+    double lt = bf ? BF16_LOSS_TOL : FP32_LOSS_TOL;
+    ck_assert_msg(fabs(loss - fx.loss) <= lt * fabs(fx.loss), "loss %.8f vs reference %.8f", loss, fx.loss);
+    double la = bf ? BF16_LOGITS_ATOL_FRAC * max_abs(fx.logits, N * fx.V) : FP32_LOGITS_ATOL;
+    ck_assert(tu_close_f("logits", tr.a.logits, fx.logits, N * fx.V, la, bf ? BF16_RTOL : FP32_LOGITS_RTOL));
+
+    trainer_zero_grads(&tr);
+    double loss2 = trainer_forward_backward(&tr, fx.tokens, fx.targets, 1.0f / (float)N);
+    ck_assert_msg(loss2 == loss, "forward_backward loss %.9g != forward loss %.9g", loss2, loss);
+    off = 0;
+    int ok = 1;
+    for (int s = 0; s < tr.model.nshards; s++) {
+        const shard_t *sh = &tr.model.shards[s];
+        for (int t = 0; t < sh->ntensors; t++) {
+            const tensor_t *te = &sh->tensors[t];
+            const float *ref = raw + off + te->numel;
+            char what[96];
+            snprintf(what, sizeof what, "%s %s grad (%s)", sh->name, te->name, bf ? "bf16" : "fp32");
+            double ga = bf ? BF16_GRAD_ATOL_FRAC * max_abs(ref, te->numel) : FP32_GRAD_ATOL;
+            ok &= tu_close_f(what, tr.g[s] + te->offset, ref, te->numel, ga, bf ? BF16_RTOL : FP32_GRAD_RTOL);
+            off += 2 * te->numel;
+        }
+    }
+    ck_assert_msg(ok, "gradients differ from the PyTorch reference (see above)");
+    trainer_free(&tr);
+    fixture_free(&fx);
+}
+
+START_TEST(untied_fp32) { run_reference("model_untied.bin", PREC_FP32); }
+END_TEST
+START_TEST(tied_fp32) { run_reference("model_tied.bin", PREC_FP32); }
+END_TEST
+START_TEST(untied_bf16) { run_reference("model_untied.bin", PREC_BF16); }
+END_TEST
+START_TEST(tied_bf16) { run_reference("model_tied.bin", PREC_BF16); }
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("model");
+    TCase *tc = tcase_create("pytorch_reference");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, untied_fp32);
+    tcase_add_test(tc, tied_fp32);
+    tcase_add_test(tc, untied_bf16);
+    tcase_add_test(tc, tied_bf16);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
