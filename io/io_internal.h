@@ -1,0 +1,100 @@
+// io_internal.h — what store.c shares with the two engines (engine_uring.c,
+// engine_psync.c). Not for callers outside io/.
+//
+// The request queue: submit appends a ticket (under s->mu) to a FIFO of tickets that
+// still have undispatched bytes. An engine thread takes pieces from its head with
+// io_queue_take (under s->mu): each piece is the next ≤ block bytes of the head ticket,
+// cut at stripe boundaries, with its file, file offset, sequence numbers and any fault
+// armed for it. The engine performs the piece and calls io_piece_done exactly once per
+// piece (outside s->mu); the piece that brings the ticket's `left` to zero finalizes it.
+#pragma once
+#include <pthread.h>
+#include "io.h"
+
+#define IO_MAX_FAULTS 8
+
+typedef enum { FAULT_NONE = 0, FAULT_ERRNO, FAULT_SHORT, FAULT_EAGAIN } io_fault_kind_t;
+
+typedef struct {
+    io_fault_kind_t kind;
+    int err;                 // FAULT_ERRNO: positive errno
+    int op;                  // -1 any, else io_op_t
+    uint64_t k;              // fires on the k-th piece (of op, or of all) since arming
+    int fired;
+} io_fault_t;
+
+typedef struct {
+    io_ticket_t *t;
+    io_op_t op;
+    int file;
+    uint64_t foff;           // offset in the file
+    char *buf;
+    uint32_t len;
+    int skip;                // the ticket already failed: complete without I/O
+    io_fault_kind_t fault;   // injected into this piece's first completion
+    int fault_err;
+} io_piece_t;
+
+// The engine interface. start runs in nvme_store_init after the files exist; on failure
+// it returns -errno with a line in err and leaves nothing running. kick says the queue
+// gained work; it is called with s->mu held and must not block. stop is called once the queue is drained
+// and every piece completed; it stops threads and frees the engine.
+typedef struct {
+    const char *name;
+    int (*start)(nvme_store_t *s, char *err, size_t errlen);
+    void (*kick)(nvme_store_t *s);
+    void (*stop)(nvme_store_t *s);
+} io_engine_ops_t;
+
+extern const io_engine_ops_t io_engine_uring;
+extern const io_engine_ops_t io_engine_psync;
+
+enum { IO_FLAG_NOURING = 1, IO_FLAG_NOREGISTER = 2, IO_FLAG_NODIRECT = 4, IO_FLAG_FREE = 8 };
+
+struct nvme_store {
+    // ---- layout (immutable after init)
+    int npaths;
+    char *dirs[IO_MAX_PATHS];
+    char *files[IO_MAX_PATHS];
+    int fds[IO_MAX_PATHS];
+    uint64_t size, file_size, block;
+    int qd, verify, keep, quiet, sqpoll_req;
+    unsigned flags;                 // IO_FLAG_* from the init fault spec
+    uint64_t fake_free;             // IO_FLAG_FREE
+    struct iovec bufs[IO_MAX_BUFS]; // regions to register (copied from opts)
+    int nbufs;
+    // ---- engine
+    const io_engine_ops_t *ops;
+    void *eng;
+    _Atomic int notices;
+    int reg_bufs, reg_files, sqpoll;
+    // ---- queue (mu)
+    pthread_mutex_t mu;
+    pthread_cond_t cv;              // psync workers wait here for pieces
+    pthread_cond_t idle_cv;         // nvme_store_free waits here for inflight == 0
+    io_ticket_t *qhead, *qtail;
+    uint64_t inflight;              // tickets submitted and not yet finalized
+    uint64_t qseq;
+    int stopping;
+    uint64_t seq_all, seq_op[2];
+    io_fault_t faults[IO_MAX_FAULTS];
+    int nfaults;
+    // ---- stats
+    _Atomic uint64_t st_bytes[2], st_pieces[2], st_requests, st_retries, st_shorts, st_errors, st_fixed;
+};
+
+// Takes the next piece under s->mu (caller holds it). Returns 0 when the queue is empty.
+int io_queue_take(nvme_store_t *s, io_piece_t *p);
+// 1 when the queue has undispatched pieces (caller holds s->mu).
+static inline int io_queue_has_work(const nvme_store_t *s) { return s->qhead != NULL; }
+// Completes one piece: res is 0 or -errno; err_foff the file offset where it failed.
+// Finalizes the ticket when it was its last piece. Thread-safe; call without s->mu.
+void io_piece_done(nvme_store_t *s, io_piece_t *p, int res, uint64_t err_foff);
+// Injected faults, each used once. io_fault_trim is applied to the length of a piece's
+// first transfer: a FAULT_SHORT piece asks the device for only part of it, so the engine
+// sees a genuine short completion (and the rest of the buffer is really not moved).
+// io_fault_apply replaces a completion's result for FAULT_ERRNO / FAULT_EAGAIN.
+uint32_t io_fault_trim(io_piece_t *p, uint32_t len);
+int io_fault_apply(io_piece_t *p, int res);
+// Counts one fallback notice and prints it unless quiet.
+void io_notice(nvme_store_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
