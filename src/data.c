@@ -1,11 +1,500 @@
-// data.c — STUB, replaced by the real loader.
-#include <errno.h>
-#include <stdio.h>
+// data.c — token sources behind data.h: the built-in synthetic corpus (generated in memory
+// at open), raw text files (bytes are tokens) and llm.c token files (*.bin), both mapped
+// read-only. Validates everything on open (header, exact size, every token < V, enough
+// tokens for a batch), then splits: the last 5% (at least one micro-batch) is held out.
+// Also `tiertrain tokenize`, which writes the llm.c format atomically.
+// Does not shuffle, sample or know the model beyond V, T and B. Called by train/plan and main.
 #include "data.h"
-int data_open(data_t **out, const config_t *cfg, char *err, size_t errlen) { (void)cfg; *out = NULL; snprintf(err, errlen, "data not implemented"); return -ENOSYS; }
-void data_next(data_t *d, int split, int *inputs, int *targets) { (void)d; (void)split; (void)inputs; (void)targets; }
-void data_rewind(data_t *d, int split) { (void)d; (void)split; }
-size_t data_tokens(const data_t *d, int split) { (void)d; (void)split; return 0; }
-const char *data_describe(const data_t *d) { (void)d; return "stub"; }
-void data_free(data_t *d) { (void)d; }
-int data_tokenize(const char *in_path, const char *out_path) { (void)in_path; (void)out_path; return 2; }
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "util.h" // uses: splitmix64, mallocCheck, notice
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "llm.c token files are little-endian; this reader maps them as host uint16"
+#endif
+
+#define LLMC_MAGIC 20240520
+#define LLMC_VERSION 1
+#define LLMC_HEADER_INTS 256
+#define LLMC_HEADER_BYTES (LLMC_HEADER_INTS * 4)
+#define VAL_PERCENT 5
+#define SYNTH_SEED 0x7e57c0de5eedULL   // fixed: the corpus never depends on --seed
+#define SYNTH_BYTES (1536u * 1024u)    // 1.5 MiB unless a batch needs more
+#define SYNTH_MAX_BYTES (256u << 20)
+
+struct data {
+    const uint8_t *u8;    // (n) byte tokens: synthetic or text; NULL for .bin
+    const uint16_t *u16;  // (n) llm.c tokens; NULL otherwise
+    size_t n;
+    size_t start[2], len[2], pos[2]; // per split: first token, tokens, next window
+    size_t bt;            // B·T tokens per micro-batch
+    void *map;            // the file mapping, when there is one
+    size_t map_len;
+    uint8_t *owned;       // the synthetic corpus
+    char desc[TT_PATH_MAX + 96];
+};
+
+// ---------------------------------------------------------------- synthetic corpus
+// Lines of five kinds, each with structure a small model can learn from context:
+//  - sentences from a grammar with number agreement ("The old dogs chase a cat."), words
+//    drawn Zipf-like (frequent words are much more frequent, as in real text);
+//  - facts about 24 named people that never change ("Grace lives in Oslo.",
+//    "Where does grace live? In oslo."), so names predict their attributes;
+//  - arithmetic facts ("17+25=42.", "7*8=56.", "61-19=42.");
+//  - counting runs ("Count from 13: 13 14 15 16 17.");
+//  - spelled-out words ("Spell horse: h-o-r-s-e.").
+
+typedef struct { char *p; size_t len, cap; uint64_t rng; } synth_t;
+
+static uint64_t rnd(synth_t *s, uint64_t n) { return splitmix64(&s->rng) % n; }
+
+static void put(synth_t *s, const char *str) {
+    size_t n = strlen(str);
+    if (s->len + n > s->cap) n = s->cap - s->len; // the buffer has slack for a whole line
+    memcpy(s->p + s->len, str, n);
+    s->len += n;
+}
+
+static void putf(synth_t *s, const char *fmt, int a, int b, int c) {
+    char buf[64];
+    snprintf(buf, sizeof buf, fmt, a, b, c);
+    put(s, buf);
+}
+
+// Index in [0, n) with probability proportional to 1/(i+1): a Zipf-like draw.
+static int zipf(synth_t *s, int n) {
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) total += 720720 / (uint64_t)(i + 1);
+    uint64_t r = rnd(s, total);
+    for (int i = 0; i < n; i++) {
+        uint64_t w = 720720 / (uint64_t)(i + 1);
+        if (r < w) return i;
+        r -= w;
+    }
+    return n - 1;
+}
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static const char *const nouns[][2] = {
+    {"cat", "cats"}, {"dog", "dogs"}, {"bird", "birds"}, {"child", "children"}, {"man", "men"},
+    {"woman", "women"}, {"tree", "trees"}, {"house", "houses"}, {"river", "rivers"}, {"king", "kings"},
+    {"ship", "ships"}, {"city", "cities"}, {"book", "books"}, {"horse", "horses"}, {"teacher", "teachers"},
+    {"farmer", "farmers"}, {"stone", "stones"}, {"apple", "apples"}, {"box", "boxes"}, {"mouse", "mice"},
+    {"wolf", "wolves"}, {"baby", "babies"}, {"garden", "gardens"}, {"queen", "queens"}, {"boat", "boats"},
+    {"song", "songs"}, {"door", "doors"}, {"road", "roads"}, {"star", "stars"}, {"fish", "fish"},
+};
+static const char *const tverbs[][2] = { // (third person singular, plural)
+    {"sees", "see"}, {"likes", "like"}, {"finds", "find"}, {"chases", "chase"}, {"watches", "watch"},
+    {"helps", "help"}, {"carries", "carry"}, {"follows", "follow"}, {"eats", "eat"}, {"builds", "build"},
+    {"loves", "love"}, {"pushes", "push"}, {"holds", "hold"}, {"hears", "hear"}, {"wants", "want"},
+    {"paints", "paint"},
+};
+static const char *const iverbs[][2] = {
+    {"sleeps", "sleep"}, {"runs", "run"}, {"sings", "sing"}, {"waits", "wait"},
+    {"falls", "fall"}, {"swims", "swim"}, {"laughs", "laugh"}, {"grows", "grow"},
+};
+static const char *const adjs[] = {
+    "big", "small", "old", "young", "red", "happy", "quiet", "green",
+    "tall", "dark", "bright", "little", "angry", "cold", "brave", "slow",
+};
+static const char *const places[] = {
+    "in the garden", "by the river", "at night", "near the house", "on the road", "under the tree",
+};
+static const char *const people[] = {
+    "alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy", "mallory", "nina",
+    "oscar", "peggy", "quinn", "rupert", "sybil", "trent", "ursula", "victor", "wendy", "xavier", "yara", "zoe",
+};
+static const char *const cities[] = {
+    "paris", "london", "tokyo", "cairo", "lima", "oslo", "rome", "delhi", "berlin", "sydney", "toronto", "nairobi",
+};
+static const char *const jobs[] = {
+    "baker", "doctor", "pilot", "farmer", "teacher", "painter", "sailor", "writer", "miner", "judge", "singer", "tailor",
+};
+static const char *const pets[] = {"cat", "dog", "fox", "owl", "horse", "goat", "parrot", "rabbit"};
+static const char *const colors[] = {"red", "blue", "green", "yellow", "black", "white", "purple", "orange"};
+
+// Capitalized copy of a word ("oslo" -> "Oslo").
+static void put_cap(synth_t *s, const char *w) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%s", w);
+    if (buf[0] >= 'a' && buf[0] <= 'z') buf[0] = (char)(buf[0] - 'a' + 'A');
+    put(s, buf);
+}
+
+// "the old dogs" / "an apple"; returns whether the phrase is plural.
+static int noun_phrase(synth_t *s, int capital) {
+    int plural = rnd(s, 3) == 0;
+    static const char *const det_sg[] = {"the", "a", "every", "one"};
+    static const char *const det_pl[] = {"the", "some", "two", "many"};
+    const char *det = plural ? det_pl[zipf(s, 4)] : det_sg[zipf(s, 4)];
+    const char *adj = rnd(s, 2) == 0 ? adjs[zipf(s, COUNT(adjs))] : NULL;
+    const char *noun = nouns[zipf(s, COUNT(nouns))][plural];
+    const char *next = adj ? adj : noun;
+    if (strcmp(det, "a") == 0 && strchr("aeiou", next[0])) det = "an";
+    if (capital) put_cap(s, det);
+    else put(s, det);
+    put(s, " ");
+    if (adj) { put(s, adj); put(s, " "); }
+    put(s, noun);
+    return plural;
+}
+
+static void line_grammar(synth_t *s) {
+    int plural = noun_phrase(s, 1);
+    put(s, " ");
+    if (rnd(s, 3) == 0) {
+        put(s, iverbs[zipf(s, COUNT(iverbs))][plural]);
+        put(s, " ");
+        put(s, places[zipf(s, COUNT(places))]);
+    } else {
+        put(s, tverbs[zipf(s, COUNT(tverbs))][plural]);
+        put(s, " ");
+        noun_phrase(s, 0);
+    }
+    put(s, ".\n");
+}
+
+static void line_person(synth_t *s) {
+    int i = zipf(s, COUNT(people));
+    const char *who = people[i];
+    const char *city = cities[(i * 5 + 1) % COUNT(cities)];
+    const char *job = jobs[(i * 7 + 3) % COUNT(jobs)];
+    const char *pet = pets[(i * 3) % COUNT(pets)];
+    const char *color = colors[(i * 5 + 2) % COUNT(colors)];
+    switch (rnd(s, 6)) {
+    case 0: put_cap(s, who); put(s, " lives in "); put_cap(s, city); put(s, ".\n"); break;
+    case 1: put_cap(s, who); put(s, " is a "); put(s, job); put(s, ".\n"); break;
+    case 2: put_cap(s, who); put(s, strchr("aeiou", color[0]) ? " has an " : " has a "); put(s, color); put(s, " "); put(s, pet); put(s, ".\n"); break;
+    case 3: put(s, "Where does "); put_cap(s, who); put(s, " live? In "); put_cap(s, city); put(s, ".\n"); break;
+    case 4: put(s, "What does "); put_cap(s, who); put(s, " do? "); put_cap(s, who); put(s, " is a ");
+            put(s, job); put(s, ".\n"); break;
+    default: put(s, "The "); put(s, job); put(s, " from "); put_cap(s, city); put(s, " is "); put_cap(s, who);
+             put(s, ".\n"); break;
+    }
+}
+
+static void line_arith(synth_t *s) {
+    int a, b;
+    switch (rnd(s, 3)) {
+    case 0: a = (int)rnd(s, 100); b = (int)rnd(s, 100); putf(s, "%d+%d=%d.\n", a, b, a + b); break;
+    case 1: a = (int)rnd(s, 100); b = (int)rnd(s, (uint64_t)a + 1); putf(s, "%d-%d=%d.\n", a, b, a - b); break;
+    default: a = (int)rnd(s, 13); b = (int)rnd(s, 13); putf(s, "%d*%d=%d.\n", a, b, a * b); break;
+    }
+}
+
+static void line_count(synth_t *s) {
+    int a = (int)rnd(s, 90), n = 4 + (int)rnd(s, 5);
+    putf(s, "Count from %d:", a, 0, 0);
+    for (int i = 0; i < n; i++) putf(s, " %d", a + i, 0, 0);
+    put(s, ".\n");
+}
+
+static void line_spell(synth_t *s) {
+    const char *w = nouns[zipf(s, COUNT(nouns))][0];
+    put(s, "Spell ");
+    put(s, w);
+    put(s, ":");
+    for (const char *c = w; *c; c++) {
+        char b[3] = {c == w ? ' ' : '-', *c, 0};
+        put(s, b);
+    }
+    put(s, ".\n");
+}
+
+// Exactly `bytes` bytes of corpus; the same prefix for any length (one fixed stream).
+static uint8_t *synth_generate(size_t bytes) {
+    synth_t s = {.p = mallocCheck(bytes + 256), .len = 0, .cap = bytes + 256, .rng = SYNTH_SEED};
+    while (s.len < bytes) {
+        uint64_t k = rnd(&s, 100);
+        if (k < 45) line_grammar(&s);
+        else if (k < 70) line_person(&s);
+        else if (k < 85) line_arith(&s);
+        else if (k < 93) line_count(&s);
+        else line_spell(&s);
+    }
+    return (uint8_t *)s.p;
+}
+
+// ---------------------------------------------------------------- open / split
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static int fail(data_t *d, int rc, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static int fail(data_t *d, int rc, char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    data_free(d);
+    return rc;
+}
+
+// Maps a whole regular file read-only. Returns 0 or -errno (message in err).
+static int map_file(data_t *d, const char *path, size_t *size, char *err, size_t errlen) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "--data %s: %s (accepted: synthetic, a text file, or an llm.c .bin token file)", path,
+                 strerror(e));
+        return -e;
+    }
+    struct stat st;
+    int frc = fstat(fd, &st);
+    if (frc != 0 || !S_ISREG(st.st_mode)) {
+        int e = frc != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+        close(fd);
+        snprintf(err, errlen, "--data %s: not a regular file (accepted: synthetic, a text file, or an llm.c .bin token "
+                 "file)", path);
+        return -e;
+    }
+    *size = (size_t)st.st_size;
+    if (*size == 0) { close(fd); return 0; }
+    void *p = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (p == MAP_FAILED) {
+        snprintf(err, errlen, "--data %s: cannot map %zu bytes: %s", path, *size, strerror(e));
+        return -e;
+    }
+    d->map = p;
+    d->map_len = *size;
+    return 0;
+}
+
+int data_open(data_t **out, const config_t *cfg, char *err, size_t errlen) {
+    *out = NULL;
+    data_t *d = calloc(1, sizeof *d);
+    if (!d) { snprintf(err, errlen, "out of memory"); return -ENOMEM; }
+    const char *path = cfg->data;
+    d->bt = (size_t)cfg->B * (size_t)cfg->T;
+    size_t need = d->bt + 1; // one micro-batch window
+    const char *kind;
+
+    if (strcmp(path, "synthetic") == 0) {
+        if (cfg->V < 128)
+            return fail(d, -EINVAL, err, errlen,
+                        "--data synthetic: the corpus is ASCII text and needs --vocab >= 128 (got --vocab %d)", cfg->V);
+        // Big enough that the 5% held out holds one micro-batch.
+        size_t bytes = SYNTH_BYTES;
+        if (need * (100 / VAL_PERCENT) > bytes) bytes = need * (100 / VAL_PERCENT);
+        if (bytes > SYNTH_MAX_BYTES)
+            return fail(d, -EINVAL, err, errlen, "--data synthetic: --batch %d x --seq %d needs a %zu-byte corpus "
+                        "(accepted: at most %u; lower --batch or --seq)", cfg->B, cfg->T, bytes, SYNTH_MAX_BYTES);
+        d->owned = synth_generate(bytes);
+        d->u8 = d->owned;
+        d->n = bytes;
+        kind = "built-in corpus";
+    } else if (ends_with(path, ".bin")) {
+        size_t size = 0;
+        int rc = map_file(d, path, &size, err, errlen);
+        if (rc < 0) { data_free(d); return rc; }
+        if (size < LLMC_HEADER_BYTES)
+            return fail(d, -EINVAL, err, errlen, "--data %s: %zu bytes, too small for an llm.c token file (its header "
+                        "alone is %d bytes; give a .bin from tiertrain tokenize)", path, size, LLMC_HEADER_BYTES);
+        int32_t h[LLMC_HEADER_INTS];
+        memcpy(h, d->map, sizeof h);
+        if (h[0] != LLMC_MAGIC)
+            return fail(d, -EINVAL, err, errlen, "--data %s: bad magic %d, not an llm.c token file (accepted: magic %d; "
+                        "raw text must not end in .bin)", path, h[0], LLMC_MAGIC);
+        if (h[1] != LLMC_VERSION)
+            return fail(d, -EINVAL, err, errlen, "--data %s: unsupported version %d (accepted: %d)", path, h[1],
+                        LLMC_VERSION);
+        if (h[2] < 0)
+            return fail(d, -EINVAL, err, errlen, "--data %s: negative token count %d in the header", path, h[2]);
+        size_t count = (size_t)h[2], want = LLMC_HEADER_BYTES + 2 * count;
+        if (size < want)
+            return fail(d, -EINVAL, err, errlen, "--data %s: truncated: the header says %zu tokens (%zu bytes), the "
+                        "file has %zu bytes", path, count, want, size);
+        if (size > want)
+            return fail(d, -EINVAL, err, errlen, "--data %s: %zu bytes, more than the %zu that the header's %zu tokens "
+                        "need (trailing data)", path, size, want, count);
+        d->u16 = (const uint16_t *)((const char *)d->map + LLMC_HEADER_BYTES);
+        d->n = count;
+        size_t bad = count;
+        uint16_t maxtok = 0;
+        for (size_t i = 0; i < count; i++) {
+            uint16_t t = d->u16[i];
+            if (t >= (unsigned)cfg->V && bad == count) bad = i;
+            if (t > maxtok) maxtok = t;
+        }
+        if (bad < count)
+            return fail(d, -EINVAL, err, errlen, "--data %s: token %u at index %zu is >= --vocab %d (the file's largest "
+                        "token is %u: use --vocab >= %u)", path, d->u16[bad], bad, cfg->V, maxtok, maxtok + 1u);
+        kind = "llm.c tokens";
+    } else {
+        size_t size = 0;
+        int rc = map_file(d, path, &size, err, errlen);
+        if (rc < 0) { data_free(d); return rc; }
+        if (cfg->V < 256)
+            return fail(d, -EINVAL, err, errlen, "--data %s: a text file's bytes are tokens 0..255, which needs --vocab "
+                        ">= 256 (got --vocab %d; or give an llm.c .bin token file)", path, cfg->V);
+        d->u8 = d->map;
+        d->n = size;
+        kind = "text";
+    }
+
+    // Held out: the last 5%, at least one micro-batch window; training needs one too.
+    size_t val = d->n / (100 / VAL_PERCENT);
+    if (val < need) val = need;
+    if (d->n < val + need)
+        return fail(d, -EINVAL, err, errlen, "--data %s: %zu tokens are too few for --batch %d x --seq %d (accepted: at "
+                    "least %zu tokens: one micro-batch of B*T+1 = %zu to train on and one held out)",
+                    path, d->n, cfg->B, cfg->T, 2 * need, need);
+    d->start[DATA_TRAIN] = 0;
+    d->len[DATA_TRAIN] = d->n - val;
+    d->start[DATA_VAL] = d->n - val;
+    d->len[DATA_VAL] = val;
+    snprintf(d->desc, sizeof d->desc, "%s (%s, %zu tokens: %zu train, %zu held out)", path, kind, d->n,
+             d->len[DATA_TRAIN], d->len[DATA_VAL]);
+    *out = d;
+    return 0;
+}
+
+void data_next(data_t *d, int split, int *inputs, int *targets) {
+    size_t base = d->start[split] + d->pos[split];
+    if (d->u16) {
+        const uint16_t *t = d->u16 + base;
+        for (size_t i = 0; i < d->bt; i++) { inputs[i] = t[i]; targets[i] = t[i + 1]; }
+    } else {
+        const uint8_t *t = d->u8 + base;
+        for (size_t i = 0; i < d->bt; i++) { inputs[i] = t[i]; targets[i] = t[i + 1]; }
+    }
+    // Advance by B·T; the next window (B·T+1 tokens) must fit in the split, else wrap.
+    d->pos[split] += d->bt;
+    if (d->pos[split] + d->bt + 1 > d->len[split]) d->pos[split] = 0;
+}
+
+void data_rewind(data_t *d, int split) { d->pos[split] = 0; }
+
+size_t data_tokens(const data_t *d, int split) { return d->len[split]; }
+
+const char *data_describe(const data_t *d) { return d->desc; }
+
+void data_free(data_t *d) {
+    if (!d) return;
+    if (d->map) munmap(d->map, d->map_len);
+    free(d->owned);
+    free(d);
+}
+
+// ---------------------------------------------------------------- tokenize
+
+static int write_all(int fd, const void *buf, size_t n) {
+    const char *p = buf;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return -errno;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int data_tokenize(const char *in_path, const char *out_path) {
+    int in = open(in_path, O_RDONLY);
+    if (in < 0) {
+        notice("tokenize: input %s: %s (accepted: a readable text file)", in_path, strerror(errno));
+        return 2;
+    }
+    struct stat st, ost;
+    if (fstat(in, &st) != 0 || S_ISDIR(st.st_mode)) {
+        notice("tokenize: input %s: is a directory (accepted: a readable text file)", in_path);
+        close(in);
+        return 2;
+    }
+    if (stat(out_path, &ost) == 0 && ost.st_dev == st.st_dev && ost.st_ino == st.st_ino) {
+        notice("tokenize: -o %s is the input file itself (choose another output)", out_path);
+        close(in);
+        return 2;
+    }
+    char tmp[TT_PATH_MAX + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
+    int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out < 0) {
+        notice("tokenize: -o %s: cannot create %s: %s (choose a writable place)", out_path, tmp, strerror(errno));
+        close(in);
+        return 2;
+    }
+
+    // Header first (count filled in at the end), then tokens as they are read.
+    int32_t header[LLMC_HEADER_INTS] = {LLMC_MAGIC, LLMC_VERSION, 0};
+    enum { CHUNK = 1 << 20 };
+    uint8_t *buf = mallocCheck(CHUNK);
+    uint16_t *tok = mallocCheck(CHUNK * sizeof *tok);
+    size_t count = 0;
+    int rc = write_all(out, header, sizeof header), status = 1;
+    const char *what = "write";
+    for (;;) {
+        if (rc < 0) break;
+        ssize_t r = read(in, buf, CHUNK);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) { rc = -errno; what = "read"; break; }
+        if (r == 0) break;
+        for (ssize_t i = 0; i < r; i++) tok[i] = buf[i];
+        count += (size_t)r;
+        if (count > INT32_MAX) { rc = -EFBIG; break; }
+        rc = write_all(out, tok, (size_t)r * sizeof *tok);
+    }
+    if (rc == -EFBIG) {
+        notice("tokenize: input %s: more than %d bytes (accepted: at most 2^31-1 tokens per file; split it)", in_path,
+               INT32_MAX);
+        status = 2;
+        goto fail;
+    }
+    if (rc < 0) {
+        notice("tokenize: %s %s: %s", what, what[0] == 'r' ? in_path : tmp, strerror(-rc));
+        goto fail;
+    }
+    if (count == 0) {
+        notice("tokenize: input %s is empty (nothing to tokenize)", in_path);
+        status = 2;
+        goto fail;
+    }
+    header[2] = (int32_t)count;
+    if (pwrite(out, header, sizeof header, 0) != (ssize_t)sizeof header) {
+        notice("tokenize: write %s: %s", tmp, strerror(errno ? errno : EIO));
+        goto fail;
+    }
+    if (fsync(out) != 0) { notice("tokenize: fsync %s: %s", tmp, strerror(errno)); goto fail; }
+    if (close(out) != 0) { out = -1; notice("tokenize: close %s: %s", tmp, strerror(errno)); goto fail; }
+    out = -1;
+    if (rename(tmp, out_path) != 0) {
+        notice("tokenize: rename %s to %s: %s", tmp, out_path, strerror(errno));
+        goto fail;
+    }
+    // Make the rename itself durable.
+    char dir[TT_PATH_MAX];
+    const char *slash = strrchr(out_path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == out_path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - out_path), out_path);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) { fsync(dfd); close(dfd); }
+    free(buf);
+    free(tok);
+    close(in);
+    printf("tokenize: %s -> %s: %zu tokens (vocab 256)\n", in_path, out_path, count);
+    return 0;
+
+fail:
+    free(buf);
+    free(tok);
+    close(in);
+    if (out >= 0) close(out);
+    unlink(tmp);
+    return status;
+}

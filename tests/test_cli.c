@@ -1,0 +1,444 @@
+// test_cli.c — the command line: every bad-input class exits 2 with exactly one stderr line
+// naming the flag and the value; --help lists every flag of the table (globally and per
+// subcommand); the README flag reference equals `tiertrain --help-markdown`; --version;
+// and, in process, how valid command lines resolve (defaults, preset order, --flag=value,
+// size units). Runs the binary only for cases that stop in parsing, never for training.
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "cli.h"
+#include "config.h"
+#include "testutil.h"
+
+// ---------------------------------------------------------------- helpers
+
+// Scratch directory shared by the cases of one run: made in the parent (unchecked fixture)
+// before Check forks each test, removed after.
+static char *tmp;
+static char in_txt[1024];
+
+static void tmp_setup(void) {
+    tmp = tu_tmpdir("cli");
+    if (!tmp) { perror("test_cli: tu_tmpdir"); abort(); }
+    snprintf(in_txt, sizeof in_txt, "%s/in.txt", tmp);
+    FILE *f = fopen(in_txt, "w");
+    if (!f) { perror(in_txt); abort(); }
+    for (int i = 0; i < 200; i++) fprintf(f, "line %d of a small text file.\n", i);
+    fclose(f);
+}
+
+static void tmp_teardown(void) {
+    unlink(in_txt);
+    rmdir(tmp);
+    free(tmp);
+}
+
+// Runs tiertrain with args (NULL-terminated; "@" at the start of an arg stands for the
+// scratch directory). Returns the exit code; out/err are malloc'd.
+static int run(const char *const *args, char **out, char **err) {
+    char *argv[32];
+    char *owned[32];
+    int n = 0;
+    argv[n++] = (char *)tu_binary();
+    for (int i = 0; args[i]; i++) {
+        if (args[i][0] == '@') {
+            size_t len = strlen(tmp) + strlen(args[i]) + 1;
+            owned[n] = malloc(len);
+            snprintf(owned[n], len, "%s%s", tmp, args[i] + 1);
+        } else {
+            owned[n] = NULL;
+        }
+        argv[n] = owned[n] ? owned[n] : (char *)args[i];
+        n++;
+    }
+    argv[n] = NULL;
+    int rc = tu_run(argv, NULL, out, err);
+    for (int i = 1; i < n; i++) free(owned[i]);
+    return rc;
+}
+
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+// In-process parse of a valid command line ("tiertrain" is prepended).
+static void parse(config_t *cfg, const char *const *args) {
+    char *argv[32];
+    int n = 0;
+    argv[n++] = "tiertrain";
+    for (int i = 0; args[i]; i++) argv[n++] = (char *)args[i];
+    argv[n] = NULL;
+    cli_parse(n, argv, cfg);
+}
+
+// Whether help text has a line that documents flag (long) — "  --name" or "  -x, --name".
+static int help_has_flag(const char *help, const char *name, char short_name) {
+    char want[64];
+    if (short_name) snprintf(want, sizeof want, "\n  -%c, %s", short_name, name);
+    else snprintf(want, sizeof want, "\n  %s", name);
+    size_t n = strlen(want);
+    for (const char *p = strstr(help, want); p; p = strstr(p + 1, want)) {
+        char after = p[n];
+        if (after == ' ' || after == '\n') return 1;
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------- bad input
+
+typedef struct {
+    const char *args[10];
+    const char *needle[3]; // substrings the one stderr line must contain
+} bad_case_t;
+
+static const bad_case_t bad[] = {
+    // subcommands
+    {{NULL}, {"no subcommand", "train, plan, bench, tokenize"}},
+    {{"frobnicate", NULL}, {"frobnicate", "unknown subcommand", "train, plan, bench, tokenize"}},
+    {{"trian", NULL}, {"trian", "did you mean train"}},
+    {{"--steps", "5", NULL}, {"--steps", "after the subcommand"}},
+    {{"train", "extra", NULL}, {"'extra'", "unexpected argument"}},
+    // unknown flags, with and without a suggestion
+    {{"train", "--stpes", "5", NULL}, {"--stpes", "unknown flag", "did you mean --steps"}},
+    {{"train", "--frobnicate-widely", NULL}, {"--frobnicate-widely", "unknown flag", "train --help"}},
+    {{"train", "-steps", "5", NULL}, {"-steps", "did you mean --steps"}},
+    // missing values
+    {{"train", "--steps", NULL}, {"--steps", "missing value", "integer >= 1"}},
+    {{"train", "--steps", "--lr", "1", NULL}, {"--steps", "missing value", "--lr"}},
+    // bad numbers
+    {{"train", "--steps", "ten", NULL}, {"--steps ten", "not an integer", ">= 1"}},
+    {{"train", "--batch=4x", NULL}, {"--batch 4x", "not an integer"}},
+    {{"train", "--lr", "abc", NULL}, {"--lr abc", "not a number"}},
+    {{"train", "--lr", "inf", NULL}, {"--lr inf", "not a number"}},
+    {{"train", "--seed", "-5", NULL}, {"--seed -5", "non-negative integer"}},
+    {{"train", "--hbm-budget", "lots", NULL}, {"--hbm-budget lots", "not a size", "512M"}},
+    // out of range
+    {{"train", "--steps", "0", NULL}, {"--steps 0", "out of range", ">= 1"}},
+    {{"train", "--steps", "99999999999", NULL}, {"--steps 99999999999", "out of range"}},
+    {{"train", "--nvme-qd", "5000", NULL}, {"--nvme-qd 5000", "out of range", "1..4096"}},
+    {{"train", "--beta2", "1", NULL}, {"--beta2 1", "out of range", "[0, 1)"}},
+    {{"train", "--lr", "0", NULL}, {"--lr 0", "out of range", "(0, 10]"}},
+    {{"train", "--io-block", "5K", NULL}, {"--io-block 5K", "out of range", "multiple of 4K"}},
+    {{"train", "--io-block", "128M", NULL}, {"--io-block 128M", "4K..64M"}},
+    {{"bench", "io", "--size", "1000", NULL}, {"--size 1000", "multiple of 4K"}},
+    {{"train", "--numa-node", "-1", NULL}, {"--numa-node -1", "auto or an integer 0..1023"}},
+    {{"train", "--vocab", "1", NULL}, {"--vocab 1", "out of range", "2.."}},
+    {{"train", "--seq", "0", NULL}, {"--seq 0", "out of range"}},
+    // bad enum values and presets
+    {{"train", "--precision", "fp16", NULL}, {"--precision fp16", "bf16, fp32"}},
+    {{"train", "--device", "tpu", NULL}, {"--device tpu", "auto, cpu, cuda"}},
+    {{"train", "--io-engine=aio", NULL}, {"--io-engine aio", "auto, uring, psync"}},
+    {{"train", "--model", "huge", NULL}, {"--model huge", "unknown preset", "tiny, small, 125m"}},
+    // inconsistent shapes
+    {{"train", "--dim", "100", NULL}, {"--dim 100", "--heads 6", "multiple"}},
+    {{"train", "--model", "tiny", "--kv-heads", "3", NULL}, {"--kv-heads 3", "--heads 4", "1, 2, 4"}},
+    {{"train", "--dim", "390", NULL}, {"--dim 390", "head size 65", "odd"}},
+    {{"train", "--vocab", "100", NULL}, {"--vocab 100", "synthetic", ">= 128"}},
+    {{"train", "--min-lr", "0.1", NULL}, {"--min-lr 0.1", "--lr 0.001"}},
+    // files
+    {{"train", "--data", "@/missing.bin", NULL}, {"--data", "missing.bin", "No such file"}},
+    {{"train", "--data", "@", NULL}, {"--data", "is a directory"}},
+    {{"train", "--data=", NULL}, {"--data", "empty value"}},
+    {{"plan", "--data", "@/in.txt", "--vocab", "200", NULL}, {"in.txt", "--vocab 200", ">= 256"}},
+    {{"train", "--log", "@/nodir/run.jsonl", NULL}, {"--log", "nodir/run.jsonl", "does not exist"}},
+    {{"plan", "--nvme-path", "@,@/nodir", NULL}, {"--nvme-path", "nodir", "No such file"}},
+    // switches, and flags of another subcommand
+    {{"train", "--tie=yes", NULL}, {"--tie=yes", "takes no value"}},
+    {{"bench", "io", "--lr", "1", NULL}, {"--lr", "not accepted by 'tiertrain bench'", "train, plan"}},
+    {{"train", "--size", "1G", NULL}, {"--size", "not accepted by 'tiertrain train'", "bench"}},
+    // bench and tokenize
+    {{"bench", NULL}, {"bench", "missing benchmark name", "gemm, io"}},
+    {{"bench", "fft", NULL}, {"bench fft", "unknown benchmark", "gemm, io"}},
+    {{"bench", "gemm", "io", NULL}, {"'io'", "second argument"}},
+    {{"tokenize", NULL}, {"tokenize", "missing input"}},
+    {{"tokenize", "@/in.txt", NULL}, {"in.txt", "missing -o OUT.bin"}},
+    {{"tokenize", "@/missing.txt", "-o", "@/out.bin", NULL}, {"missing.txt", "No such file"}},
+    {{"tokenize", "@/in.txt", "-o", "@/out.txt", NULL}, {"-o", "out.txt", ".bin"}},
+    {{"tokenize", "@/in.txt", "-o", "@/nodir/out.bin", NULL}, {"-o", "nodir/out.bin", "does not exist"}},
+};
+enum { NBAD = sizeof bad / sizeof bad[0] };
+
+START_TEST(test_bad_input) {
+    const bad_case_t *c = &bad[_i];
+    char *out = NULL, *err = NULL;
+    int rc = run(c->args, &out, &err);
+    char cmdline[256] = "";
+    for (int i = 0; c->args[i]; i++) {
+        strncat(cmdline, " ", sizeof cmdline - strlen(cmdline) - 1);
+        strncat(cmdline, c->args[i], sizeof cmdline - strlen(cmdline) - 1);
+    }
+    ck_assert_msg(rc == 2, "tiertrain%s: exit %d, want 2 (stderr: %s)", cmdline, rc, err);
+    ck_assert_msg(count_lines(err) == 1 && err[strlen(err) - 1] == '\n',
+                  "tiertrain%s: want exactly one stderr line, got:\n%s", cmdline, err);
+    ck_assert_msg(strncmp(err, "tiertrain: ", 11) == 0, "tiertrain%s: no prefix: %s", cmdline, err);
+    ck_assert_msg(out[0] == 0, "tiertrain%s: printed to stdout before failing: %s", cmdline, out);
+    for (int k = 0; k < 3 && c->needle[k]; k++)
+        ck_assert_msg(strstr(err, c->needle[k]), "tiertrain%s: message lacks \"%s\": %s", cmdline, c->needle[k], err);
+    free(out);
+    free(err);
+}
+END_TEST
+
+// ---------------------------------------------------------------- help, version, README
+
+static char *run_ok(const char *const *args) {
+    char *out = NULL, *err = NULL;
+    int rc = run(args, &out, &err);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err);
+    ck_assert_msg(err[0] == 0, "stderr not empty: %s", err);
+    free(err);
+    return out;
+}
+
+START_TEST(test_version) {
+    char *out = run_ok((const char *[]){"--version", NULL});
+    ck_assert_str_eq(out, "tiertrain " TT_VERSION "\n");
+    free(out);
+    out = run_ok((const char *[]){"train", "--steps", "5", "--version", NULL});
+    ck_assert_str_eq(out, "tiertrain " TT_VERSION "\n");
+    free(out);
+}
+END_TEST
+
+START_TEST(test_help_lists_every_flag) {
+    char *help = run_ok((const char *[]){"--help", NULL});
+    char *help_h = run_ok((const char *[]){"-h", NULL});
+    ck_assert_str_eq(help, help_h);
+    size_t n = cli_flag_count();
+    ck_assert_uint_gt(n, 40);
+    for (size_t i = 0; i < n; i++) {
+        const char *name = cli_flag_name(i);
+        if (cli_flag_hidden(i)) {
+            ck_assert_msg(!strstr(help, name), "hidden %s shows in --help", name);
+            continue;
+        }
+        ck_assert_msg(help_has_flag(help, name, cli_flag_short(i)), "%s missing from tiertrain --help", name);
+    }
+    ck_assert(strstr(help, "tiertrain train") && strstr(help, "tiertrain tokenize IN.txt -o OUT.bin"));
+    free(help);
+    free(help_h);
+}
+END_TEST
+
+// `tiertrain CMD --help` documents exactly the flags CMD accepts.
+START_TEST(test_help_per_command) {
+    static const struct { const char *name; unsigned bit; } cmds[] = {
+        {"train", CLI_CMD_TRAIN}, {"plan", CLI_CMD_PLAN}, {"bench", CLI_CMD_BENCH}, {"tokenize", CLI_CMD_TOKENIZE},
+    };
+    char *help = run_ok((const char *[]){cmds[_i].name, "--help", NULL});
+    ck_assert_msg(strstr(help, "usage: tiertrain"), "%s --help: no usage line", cmds[_i].name);
+    for (size_t i = 0; i < cli_flag_count(); i++) {
+        if (cli_flag_hidden(i)) continue;
+        unsigned c = cli_flag_commands(i);
+        int accepted = c == 0 || (c & cmds[_i].bit);
+        int listed = help_has_flag(help, cli_flag_name(i), cli_flag_short(i));
+        ck_assert_msg(accepted == listed, "tiertrain %s --help: %s is %s but %s", cmds[_i].name, cli_flag_name(i),
+                      accepted ? "accepted" : "not accepted", listed ? "listed" : "not listed");
+    }
+    free(help);
+    // --help wins over anything else on the line, even bad flags.
+    char *again = run_ok((const char *[]){cmds[_i].name, "--no-such-flag", "-h", NULL});
+    free(again);
+}
+END_TEST
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    buf[got] = 0;
+    fclose(f);
+    return buf;
+}
+
+START_TEST(test_readme_matches_table) {
+    char *md = run_ok((const char *[]){"--help-markdown", NULL});
+    char *readme = slurp(TT_SOURCE_DIR "/README.md");
+    ck_assert_msg(readme, "cannot read %s", TT_SOURCE_DIR "/README.md");
+    static const char begin[] = "<!-- flags:begin -->\n", end[] = "<!-- flags:end -->";
+    char *b = strstr(readme, begin);
+    ck_assert_msg(b, "README.md has no line %s", "<!-- flags:begin -->");
+    b += strlen(begin);
+    char *e = strstr(b, end);
+    ck_assert_msg(e && e[-1] == '\n', "README.md has no line %s after the begin marker", end);
+    *e = 0;
+    if (strcmp(b, md) != 0) {
+        // Point at the first line that differs.
+        int line = 1;
+        const char *p = b, *q = md;
+        while (*p && *p == *q) { line += *p == '\n'; p++; q++; }
+        const char *pl = p, *ql = q;
+        while (pl > b && pl[-1] != '\n') { pl--; ql--; }
+        ck_abort_msg("README.md flag reference differs from `tiertrain --help-markdown` at line %d of the section:\n"
+                     "  README: %.*s\n  binary: %.*s\nReplace the lines between the markers with the output of "
+                     "`build/tiertrain --help-markdown`.", line, (int)strcspn(pl, "\n"), pl, (int)strcspn(ql, "\n"), ql);
+    }
+    // The reference documents every visible flag.
+    for (size_t i = 0; i < cli_flag_count(); i++) {
+        char want[64];
+        snprintf(want, sizeof want, "`%s", cli_flag_name(i));
+        ck_assert_msg(cli_flag_hidden(i) == !strstr(md, want), "%s: hidden=%d but %s the Markdown", cli_flag_name(i),
+                      cli_flag_hidden(i), strstr(md, want) ? "in" : "not in");
+    }
+    free(md);
+    free(readme);
+}
+END_TEST
+
+START_TEST(test_table_check) {
+    char err[512] = "";
+    ck_assert_msg(cli_table_check(err, sizeof err) == 0, "%s", err);
+}
+END_TEST
+
+// ---------------------------------------------------------------- resolution (in process)
+
+START_TEST(test_defaults) {
+    config_t c;
+    parse(&c, (const char *[]){"train", NULL});
+    ck_assert_int_eq(c.command, CMD_TRAIN);
+    ck_assert_str_eq(c.preset, "small");
+    ck_assert(c.L == 6 && c.C == 384 && c.NH == 6 && c.NKV == 2 && c.F == 1024 && c.V == 256 && c.T == 256);
+    ck_assert_int_eq(c.tie, 0);
+    ck_assert(c.rope_theta == 10000 && c.norm_eps == 1e-5 && c.precision == PREC_BF16 && c.seed == 1337);
+    ck_assert_str_eq(c.data, "synthetic");
+    ck_assert(c.B == 4 && c.accum == 1 && c.steps == 100 && c.eval_every == 50 && c.eval_batches == 4);
+    ck_assert(c.lr == 1e-3 && c.min_lr == 1e-4 && c.warmup == 10 && c.wd == 0.1 && c.clip == 1.0);
+    ck_assert(c.beta1 == 0.9 && c.beta2 == 0.95 && c.eps == 1e-8);
+    ck_assert(c.device == DEVICE_AUTO && c.threads == 0 && c.hbm_budget == 0 && c.host_budget == 0);
+    ck_assert_str_eq(c.nvme_path, "");
+    ck_assert(c.nvme_qd == 32 && c.io_block == 1048576 && c.io_engine == IO_ENGINE_AUTO);
+    ck_assert(!c.io_sqpoll && !c.io_verify && !c.keep_nvme && c.numa_node == -1);
+    ck_assert(c.log_path[0] == 0 && !c.quiet && c.bench_size == 1073741824ULL);
+}
+END_TEST
+
+// The preset applies first; explicit shape flags win wherever they stand.
+START_TEST(test_preset_order) {
+    config_t c;
+    parse(&c, (const char *[]){"train", "--dim", "128", "--model", "tiny", NULL});
+    ck_assert(c.L == 2 && c.C == 128 && c.NH == 4 && c.NKV == 2 && c.V == 256 && c.T == 64);
+    parse(&c, (const char *[]){"plan", "--model", "tiny", "--dim", "128", "--layers", "3", NULL});
+    ck_assert(c.command == CMD_PLAN && c.L == 3 && c.C == 128 && c.F == 192);
+    parse(&c, (const char *[]){"plan", "--model", "7b", "--vocab", "256", NULL});
+    ck_assert(c.L == 32 && c.C == 4096 && c.V == 256 && c.T == 4096);
+    parse(&c, (const char *[]){"plan", "--model", "tiny", "--model", "70b", NULL});
+    ck_assert(c.L == 80 && c.NKV == 8);
+    ck_assert_str_eq(c.preset, "70b");
+}
+END_TEST
+
+START_TEST(test_equals_form) {
+    config_t c;
+    parse(&c, (const char *[]){"train", "--steps=7", "--lr=0.01", "--model=tiny", "--precision=fp32", "--device=cpu",
+                               "--tie", "--numa-node=1", "--seed=18446744073709551615", "--eval-every", "0", NULL});
+    ck_assert(c.steps == 7 && c.lr == 0.01 && c.L == 2 && c.precision == PREC_FP32 && c.device == DEVICE_CPU);
+    ck_assert(c.tie == 1 && c.numa_node == 1 && c.seed == UINT64_MAX && c.eval_every == 0);
+    // --min-lr left at its default follows a lower --lr; an explicit one is kept.
+    parse(&c, (const char *[]){"train", "--lr", "5e-5", NULL});
+    ck_assert(c.min_lr == 5e-5);
+    parse(&c, (const char *[]){"train", "--lr", "5e-5", "--min-lr", "0", NULL});
+    ck_assert(c.min_lr == 0);
+    parse(&c, (const char *[]){"train", "--device", "cuda", "--io-engine", "psync", NULL});
+    ck_assert(c.device == DEVICE_CUDA && c.io_engine == IO_ENGINE_PSYNC);
+}
+END_TEST
+
+START_TEST(test_sizes) {
+    config_t c;
+    parse(&c, (const char *[]){"train", "--hbm-budget", "4G", "--host-budget=512M", "--io-block", "64k", NULL});
+    ck_assert_uint_eq(c.hbm_budget, 4ULL << 30);
+    ck_assert_uint_eq(c.host_budget, 512ULL << 20);
+    ck_assert_uint_eq(c.io_block, 64ULL << 10);
+    parse(&c, (const char *[]){"train", "--hbm-budget", "1.5GiB", "--host-budget", "2GB", "--io-block", "64M", NULL});
+    ck_assert_uint_eq(c.hbm_budget, 3ULL << 29);
+    ck_assert_uint_eq(c.host_budget, 2000000000ULL);
+    ck_assert_uint_eq(c.io_block, 64ULL << 20);
+    parse(&c, (const char *[]){"train", "--hbm-budget", "none", "--host-budget", "0", "--io-block", "4096", NULL});
+    ck_assert(c.hbm_budget == 0 && c.host_budget == 0 && c.io_block == 4096);
+    parse(&c, (const char *[]){"bench", "io", "--size", "1.5G", "--threads", "2", "--io-sqpoll", NULL});
+    ck_assert(c.command == CMD_BENCH && c.bench_size == 3ULL << 29 && c.threads == 2 && c.io_sqpoll);
+    ck_assert_str_eq(c.bench_name, "io");
+    parse(&c, (const char *[]){"bench", "--size=8K", "gemm", NULL});
+    ck_assert(c.bench_size == 8192);
+    ck_assert_str_eq(c.bench_name, "gemm");
+}
+END_TEST
+
+START_TEST(test_files) {
+    config_t c;
+    char log[1100], out[1100];
+    snprintf(log, sizeof log, "%s/run.jsonl", tmp);
+    snprintf(out, sizeof out, "%s/out.bin", tmp);
+    parse(&c, (const char *[]){"train", "--data", in_txt, "--log", log, "--nvme-path", tmp, NULL});
+    ck_assert_str_eq(c.data, in_txt);
+    ck_assert_str_eq(c.log_path, log);
+    ck_assert_str_eq(c.nvme_path, tmp);
+    parse(&c, (const char *[]){"tokenize", in_txt, "-o", out, NULL});
+    ck_assert(c.command == CMD_TOKENIZE);
+    ck_assert_str_eq(c.tok_in, in_txt);
+    ck_assert_str_eq(c.tok_out, out);
+    parse(&c, (const char *[]){"tokenize", "--out", out, "--", in_txt, NULL});
+    ck_assert_str_eq(c.tok_in, in_txt);
+}
+END_TEST
+
+START_TEST(test_config_print) {
+    config_t c;
+    parse(&c, (const char *[]){"train", "--model", "tiny", "--dim", "128", "--hbm-budget", "2G", NULL});
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    config_print(&c, f);
+    fclose(f);
+    ck_assert_msg(strstr(buf, "model tiny (changed by flags)") && strstr(buf, "C 128"), "%s", buf);
+    ck_assert_msg(strstr(buf, "data: synthetic") && strstr(buf, "lr 0.001") && strstr(buf, "hbm-budget 2.0 GiB"), "%s",
+                  buf);
+    int lines = 0;
+    for (char *p = buf; *p; p++) lines += *p == '\n';
+    ck_assert_msg(lines >= 3 && lines <= 6, "config_print: %d lines, want a compact few:\n%s", lines, buf);
+    free(buf);
+}
+END_TEST
+
+// ---------------------------------------------------------------- suite
+
+static Suite *cli_suite(void) {
+    Suite *s = suite_create("cli");
+    TCase *core = tcase_create("core");
+    tcase_add_unchecked_fixture(core, tmp_setup, tmp_teardown);
+    tcase_add_test(core, test_table_check);
+    tcase_add_test(core, test_version);
+    tcase_add_test(core, test_help_lists_every_flag);
+    tcase_add_loop_test(core, test_help_per_command, 0, 4);
+    tcase_add_test(core, test_readme_matches_table);
+    tcase_add_test(core, test_defaults);
+    tcase_add_test(core, test_preset_order);
+    tcase_add_test(core, test_equals_form);
+    tcase_add_test(core, test_sizes);
+    tcase_add_test(core, test_files);
+    tcase_add_test(core, test_config_print);
+    suite_add_tcase(s, core);
+    TCase *faults = tcase_create("faults");
+    tcase_add_unchecked_fixture(faults, tmp_setup, tmp_teardown);
+    tcase_add_loop_test(faults, test_bad_input, 0, NBAD);
+    tcase_set_timeout(faults, 120);
+    suite_add_tcase(s, faults);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(cli_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
