@@ -61,10 +61,11 @@ void backend_init(backend_t *be, const config_t *cfg) {
     be->budget = cfg->hbm_budget;
     be->threads = cfg->threads > 0 ? cfg->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (be->threads < 1) be->threads = 1;
-    // One thread count for both pools: OpenMP for our loops, OpenBLAS for sgemm. They never
-    // run at the same time (sgemm is not called inside an OpenMP region).
+    // OpenMP is the only thread pool. OpenBLAS's own threading gives different bits for
+    // different thread counts, so the matmul kernels split their output into fixed tiles,
+    // each one single-threaded sgemm, run by OpenMP (kernels/cpu/matmul.c).
     omp_set_num_threads(be->threads);
-    openblas_set_num_threads(be->threads);
+    openblas_set_num_threads(1);
 }
 
 void backend_free(backend_t *be) {

@@ -1,0 +1,37 @@
+// embedding.c — token embedding lookup and its gradient scatter (kernels.h "embedding").
+// Backward may see one token many times, so it is parallel over columns: each thread owns
+// some columns of every dwte row and adds the N rows in order. No two threads write one
+// element and the sum order is fixed: the same bits for any thread count. Token ids are
+// trusted to lie in [0, V): the data loader checks them.
+// Called by the CPU backend for the input embedding (and nothing else: the tied head is a
+// matmul).
+#include "kernels.h"
+#include <omp.h>
+#include <string.h>
+
+#define EMB_ALIGN 16 // column ranges start on a cache line (16 floats)
+
+void embedding_forward(float *out, const int *tokens, const float *wte, int N, int C) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        memcpy(out + (size_t)n * C, wte + (size_t)tokens[n] * C, (size_t)C * sizeof(float));
+}
+
+void embedding_backward(float *dwte, const float *dout, const int *tokens, int N, int C) {
+    // Each thread owns one contiguous range of columns (whole cache lines) and walks the N
+    // rows once, in order. Which thread owns a column never changes what is added to it or
+    // in which order, so the bits do not depend on the thread count.
+    #pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int per = (C + nt - 1) / nt;
+        per = (per + EMB_ALIGN - 1) / EMB_ALIGN * EMB_ALIGN;
+        int c0 = id * per < C ? id * per : C, c1 = c0 + per < C ? c0 + per : C;
+        for (int n = 0; n < N && c0 < c1; n++) {
+            float *restrict dst = dwte + (size_t)tokens[n] * C + c0;
+            const float *restrict src = dout + (size_t)n * C + c0;
+            #pragma omp simd
+            for (int c = 0; c < c1 - c0; c++) dst[c] += src[c];
+        }
+    }
+}

@@ -1,0 +1,65 @@
+// matmul.c — the three products of a linear layer, on OpenBLAS sgemm (kernels.h "matmul").
+// Row-major, weights (OC, IC) as in nn.Linear.
+// Determinism: OpenBLAS's own threading changes the bits with its thread count (measured with
+// 0.3.21: 6–10% of elements differ in the last bit between 1, 2, 3 and 4 threads). So each
+// output is cut into fixed tiles of MM_TM × MM_TN, every tile is one single-threaded sgemm
+// over the full inner dimension, and OpenMP runs the tiles in parallel. A tile's bits depend
+// only on its shape and data, never on the thread count. This needs OpenBLAS at one thread:
+// each call sets it (openblas_set_num_threads(1), once, when it is not already 1); the
+// threads are OpenMP's (--threads → omp_set_num_threads).
+// Degenerate shapes (a zero dimension) are handled here: BLAS would reject a zero leading
+// dimension, and a zero inner dimension must still write "=" outputs.
+// Called by the CPU backend for every linear layer and the LM head.
+#include "kernels.h"
+#include <cblas.h> // uses: cblas_sgemm, openblas_get_num_threads, openblas_set_num_threads
+
+// Output tile: big enough that sgemm packs and runs at full speed (≥ 2·128·256·K flops per
+// call), small enough that a 1024 × 768 output makes 24 tiles for the threads to share.
+#define MM_TM 128 // output rows per tile
+#define MM_TN 256 // output columns per tile
+
+static void blas_one_thread(void) {
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+
+static void fill_zero(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = 0.0f;
+}
+
+// C (M, N) = op(A) (M, K) · op(B) (K, N) + beta·C, row-major, by fixed MM_TM × MM_TN tiles of
+// C, each one single-threaded sgemm over all of K.
+static void gemm_tiled(int transa, int transb, int M, int N, int K, const float *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc) {
+    const int tm = (M + MM_TM - 1) / MM_TM, tn = (N + MM_TN - 1) / MM_TN;
+    blas_one_thread();
+    #pragma omp parallel for schedule(dynamic, 1) if (tm * tn > 1)
+    for (int t = 0; t < tm * tn; t++) {
+        const int r0 = (t / tn) * MM_TM, c0 = (t % tn) * MM_TN;
+        const int m = M - r0 < MM_TM ? M - r0 : MM_TM, n = N - c0 < MM_TN ? N - c0 : MM_TN;
+        // row r of op(A): A + r·lda (no transpose) or A + r (transposed); likewise B's columns
+        const float *a = transa ? A + r0 : A + (size_t)r0 * lda;
+        const float *b = transb ? B + (size_t)c0 * ldb : B + c0;
+        cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans,
+                    m, n, K, 1.0f, a, lda, b, ldb, beta, C + (size_t)r0 * ldc + c0, ldc);
+    }
+}
+
+void matmul_forward(float *out, const float *inp, const float *w, int N, int IC, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    if (IC <= 0) { fill_zero(out, (size_t)N * OC); return; }
+    // out (N, OC) = inp (N, IC) · wᵀ
+    gemm_tiled(0, 1, N, OC, IC, inp, IC, w, IC, 0.0f, out, OC);
+}
+
+void matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int accumulate) {
+    if (N <= 0 || IC <= 0) return;
+    if (OC <= 0) { if (!accumulate) fill_zero(dinp, (size_t)N * IC); return; }
+    // dinp (N, IC) (+)= dout (N, OC) · w (OC, IC)
+    gemm_tiled(0, 0, N, IC, OC, dout, OC, w, IC, accumulate ? 1.0f : 0.0f, dinp, IC);
+}
+
+void matmul_backward_weight(float *dw, const float *dout, const float *inp, int N, int IC, int OC) {
+    if (N <= 0 || IC <= 0 || OC <= 0) return;
+    // dw (OC, IC) += dout (N, OC)ᵀ · inp (N, IC)
+    gemm_tiled(1, 0, OC, IC, N, dout, OC, inp, IC, 1.0f, dw, IC);
+}

@@ -1,0 +1,55 @@
+// rope.c — rotary position embedding, Hugging Face rotate_half layout (kernels.h "RoPE").
+// The table holds cos/sin of t·theta^(-2i/HS) for i < HS/2, computed in double and rounded
+// once to FP32. Forward rotates pairs (i, i+HS/2) by +angle, backward by −angle (the
+// transpose of a rotation). In place, parallel over (b, t) rows. HS must be even.
+// Called by the CPU backend on q and k before attention (and on their gradients after).
+#include "kernels.h"
+#include <math.h>
+
+void rope_table(float *cos_t, float *sin_t, int T, int HS, double theta) {
+    int half = HS / 2;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < half; i++) {
+            double inv_freq = pow(theta, -(2.0 * i) / (double)HS);
+            double a = (double)t * inv_freq;
+            cos_t[(size_t)t * half + i] = (float)cos(a);
+            sin_t[(size_t)t * half + i] = (float)sin(a);
+        }
+}
+
+// inverse = 0: rotate by +angle (forward); inverse = 1: by −angle (the transpose).
+static void rope_apply(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS, int inverse) {
+    int half = HS / 2;
+    #pragma omp parallel for schedule(static)
+    for (long bt = 0; bt < (long)B * T; bt++) {
+        int t = (int)(bt % T);
+        const float *restrict cr = cos_t + (size_t)t * half, *restrict sr = sin_t + (size_t)t * half;
+        for (int h = 0; h < NX; h++) {
+            // the two halves of a head row never overlap: restrict lets the loop vectorize
+            float *restrict lo = x + ((size_t)bt * NX + h) * HS, *restrict hi = lo + half;
+            if (!inverse) {
+                #pragma omp simd
+                for (int i = 0; i < half; i++) {
+                    float x0 = lo[i], x1 = hi[i];
+                    lo[i] = x0 * cr[i] - x1 * sr[i];
+                    hi[i] = x1 * cr[i] + x0 * sr[i];
+                }
+            } else {
+                #pragma omp simd
+                for (int i = 0; i < half; i++) {
+                    float x0 = lo[i], x1 = hi[i];
+                    lo[i] = x0 * cr[i] + x1 * sr[i];
+                    hi[i] = x1 * cr[i] - x0 * sr[i];
+                }
+            }
+        }
+    }
+}
+
+void rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS) {
+    rope_apply(x, cos_t, sin_t, B, T, NX, HS, 0);
+}
+
+void rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS) {
+    rope_apply(dx, cos_t, sin_t, B, T, NX, HS, 1);
+}

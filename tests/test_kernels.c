@@ -1,0 +1,1229 @@
+// test_kernels.c — every op of kernels/kernels.h against independent references.
+// Forwards are checked against FP64 implementations written here; backwards against central
+// finite differences of those FP64 forwards, with a random projection loss L = Σ r·out (so
+// dout = r). "=" outputs are prefilled with NaN (an unwritten element fails, NaN never
+// passes tu_close); "+=" outputs are prefilled with random values that the reference adds.
+// Shapes are odd on purpose: T = 1, 7, 33 and > one 64-key attention block, kv-heads <
+// heads, dims not a power of two. Also: exact BF16 cases, AdamW's exact IEEE sequence,
+// aliasing, degenerate matmul shapes, and bitwise determinism for 1 vs 2 threads.
+// Finite differences only recompute the rows an input element can reach (a row of out
+// depends on one row of inp, a key on the later queries of its group, ...): identical to
+// recomputing everything, since the other rows cancel exactly, and much cheaper.
+// TK_VERBOSE=1 prints, per comparison, the worst |err| / (atol + rtol·|ref|) (1 = at limit).
+#include <cblas.h> // uses: openblas_set_num_threads (the matmul determinism test)
+#include <check.h>
+#include <float.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kernels.h"
+#include "testutil.h"
+
+#define NELEMS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define REF_MAX 1024 // longest head row / sequence the FP64 references hold on the stack
+
+// ---------------------------------------------------------------- tolerances
+// Each is {atol, rtol} for tu_close: |out − ref| ≤ atol + rtol·|ref|. Inputs are U(−1, 1)
+// unless a shape says otherwise, so outputs are O(1..10) and FP32's unit roundoff
+// u = 2⁻²⁴ ≈ 6e-8 sets the scale. The finite-difference references are FP64 with step
+// FD_H (scaled with the inputs): truncation ≈ h²·|f'''|/6 ≈ 1e-9 and cancellation
+// ≈ 1e-16·|L|/h ≈ 1e-11, far below every tolerance, so each margin below is for FP32
+// rounding in the kernel. "Seen" is the worst |err| / limit over all shapes (TK_VERBOSE):
+// limits sit 3–20× above what the kernels do, and are as tight as the error analysis
+// allows where it is exact (add, rope table; BF16 and AdamW's sequence are bitwise).
+typedef struct { double atol, rtol; } tol_t;
+
+#define FD_H 1e-4 // for O(1) inputs; shapes with tiny or huge inputs scale the step
+
+// matmul: sgemm sums K ≤ 300 FP32 products of O(1) terms (K = IC, OC or N): rounding
+// ~√K·u·|terms|·√K ≈ 1e-6 typical, K·u ≈ 2e-5 worst; the limit allows another BLAS
+// kernel with a different blocking. Seen 0.12.
+static const tol_t TOL_MM_OUT = {2e-5, 1e-5};
+static const tol_t TOL_MM_DINP = {2e-5, 1e-5};
+static const tol_t TOL_MM_DW = {2e-5, 1e-5};
+// rmsnorm forward: a C-term FP32 sum of squares (relative ~√C·u), a sqrt, a divide and
+// two products: a few 1e-7 relative for C ≤ 200. Seen 0.07 / 0.05.
+static const tol_t TOL_RMS_OUT = {1e-6, 2e-6};
+static const tol_t TOL_RMS_RSTD = {1e-6, 2e-6};
+// rmsnorm dx = s·(g − x·s²·mean(g·x)): a C-term dot and a subtraction that can cancel,
+// times s (≈ 300 for the amp 1e-3 shape, where |dx| ≈ 400: hence rtol on |ref|). Seen 0.12.
+static const tol_t TOL_RMS_DX = {1e-6, 2e-6};
+// dw sums N ≤ 66 rows of O(1) products in FP32 onto the prefill: ~√N·u·N. Seen 0.18.
+static const tol_t TOL_RMS_DW = {5e-6, 1e-5};
+// rope table: computed in double, rounded once to FP32: |err| ≤ u·|ref| exactly (rtol just
+// above 2⁻²⁴), +1e-9 for two double evaluations of pow/cos differing at angles ≤ 200 rad.
+// Seen 0.93 (the bound is attained: it is the rounding itself).
+static const tol_t TOL_ROPE_TABLE = {1e-9, 6.0e-8};
+// rope forward/backward: table rounding (u) plus two products and one add per element,
+// on O(1) values: ≤ ~4u·(|x0| + |x1|) ≈ 5e-7. Seen 0.08.
+static const tol_t TOL_ROPE_X = {1e-6, 1e-6};
+static const tol_t TOL_ROPE_DX = {1e-6, 1e-6};
+// attention forward: HS-term FP32 scores (|s| up to ~amp²·√HS), exp(s − max) with an
+// absolute error ~|s|·u, a t-term sum and a weighted sum of v: ~5e-7 on O(1) outputs for
+// amp 4; lse = max + log Σ carries the same absolute error. Seen 0.09 / 0.04.
+static const tol_t TOL_ATT_OUT = {5e-6, 5e-6};
+static const tol_t TOL_ATT_LSE = {5e-6, 5e-6};
+// attention backward: probabilities recomputed as exp(s − lse) (error ~|s|·u), dS =
+// P·(dP − D) can cancel, dk/dv sum over up to T·group = 130 query rows: ~1e-6 absolute on
+// gradients of size O(1..10). Seen 0.11 / 0.21 / 0.29.
+static const tol_t TOL_ATT_DQ = {5e-6, 5e-6};
+static const tol_t TOL_ATT_DK = {5e-6, 5e-6};
+static const tol_t TOL_ATT_DV = {5e-6, 5e-6};
+// Scores up to ±1000 (test_attention_large_scores): the exponent's absolute error
+// ~|s|·u ≈ 6e-5 becomes a relative error of the weights: 10× the O(1) limits.
+static const tol_t TOL_ATT_OUT_LARGE = {5e-5, 5e-5};
+static const tol_t TOL_ATT_LSE_LARGE = {5e-5, 5e-5};
+// swiglu: one exp, a divide and a product per element: ≤ ~5u relative on forward. The
+// backward's σ·(1 + g·(1 − σ)) cancels near g ≈ −1.28 (dsilu = 0), hence dgate's atol.
+// Seen 0.13 / 0.23 / 0.15.
+static const tol_t TOL_SWIGLU_OUT = {1e-7, 1e-6};
+static const tol_t TOL_SWIGLU_DGATE = {1e-6, 1e-6};
+static const tol_t TOL_SWIGLU_DUP = {1e-7, 1e-6};
+// embedding forward is a copy: exact. Backward adds each token's rows (≤ 300 repeats of
+// O(1) values) in order onto the prefill: ~√N·u·|Σ| ≈ 2e-6 typical. Seen 0.33.
+static const tol_t TOL_EMB_OUT = {0.0, 0.0};
+static const tol_t TOL_EMB_DWTE = {1e-5, 1e-6};
+// cross-entropy loss = log Σ exp(x − max) − (x_t − max): a V-term FP32 sum (8 lanes,
+// relative ~√(V/8)·u ≈ 4e-6 for V = 32000) and a log: ~1e-6 absolute. Seen 0.15.
+static const tol_t TOL_CE_LOSS = {5e-6, 2e-6};
+// dlogits = (softmax − onehot)·dscale: exp (relative error ~|x − max|·u) times 1/sum: a few
+// 1e-7 relative of values ≤ dscale. Seen 0.12.
+static const tol_t TOL_CE_DLOGITS = {1e-8, 1e-6};
+// Σ_i dlogits[n, i] = 0 exactly; in FP32 it is off by the relative error of the row sum
+// (~4e-6 for V = 32000) times dscale, plus V roundings of terms ≤ dscale.
+#define CE_ROWSUM_RTOL 2e-5
+// add_inplace: one FP32 add, exactly rounded: |err| ≤ u·|ref| (rtol just above 2⁻²⁴).
+// Seen 0.99 (the bound is attained).
+static const tol_t TOL_ADD = {0.0, 6.0e-8};
+// sumsq returns double: vs a long double reference the error is double rounding of
+// ≤ 2.1M positive terms in fixed 8-lane chunks: random-walk ~√n·2⁻⁵³ ≈ 2e-13 relative
+// (worst case n·2⁻⁵³ ≈ 2e-10, not reached by random data). Seen 4.5e-16 relative.
+static const tol_t TOL_SUMSQ = {0.0, 1e-12};
+// AdamW vs FP64 of the same formula: each output is ≤ 6 exactly rounded FP32 ops.
+// Cancellation (m's fma with opposite signs, master − lr·…) makes a bound on |ref|
+// meaningless, so the check is per element against the size of the terms:
+// |err| ≤ ADAM_ULPS·ε·(Σ|terms|) + FLT_MIN (below FLT_MIN FP32 has no relative precision).
+#define ADAM_ULPS 8.0
+
+// ---------------------------------------------------------------- helpers
+typedef struct { uint64_t s; } rng_t;
+
+static uint64_t rng_next(rng_t *r) { // splitmix64
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double rng_unif(rng_t *r) { return (double)(rng_next(r) >> 11) * 0x1.0p-53; } // [0, 1)
+static float rng_sym(rng_t *r, double a) { return (float)((2.0 * rng_unif(r) - 1.0) * a); }
+static rng_t rng_make(uint64_t seed) { rng_t r = {seed * 0x2545F4914F6CDD1Dull + 17}; return r; }
+
+static float *fnew(size_t n) {
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+static double *dnew(size_t n) {
+    double *p = calloc(n ? n : 1, sizeof(double));
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+static void fill_sym(float *x, size_t n, double a, rng_t *r) {
+    for (size_t i = 0; i < n; i++) x[i] = rng_sym(r, a);
+}
+static void fill_nan(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+}
+static double *to_d(const float *x, size_t n) {
+    double *d = dnew(n);
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+static float *fdup(const float *x, size_t n) {
+    float *p = fnew(n);
+    memcpy(p, x, n * sizeof(float));
+    return p;
+}
+
+// tu_close with the tolerance pair, plus the TK_VERBOSE report.
+static int close_t(const char *what, const float *out, const double *ref, size_t n, tol_t tol) {
+    if (getenv("TK_VERBOSE")) {
+        double worst = 0;
+        for (size_t i = 0; i < n; i++) {
+            double e = fabs((double)out[i] - ref[i]), lim = tol.atol + tol.rtol * fabs(ref[i]);
+            double q = lim > 0 ? e / lim : (e > 0 ? INFINITY : 0);
+            if (q > worst || isnan(e)) worst = isnan(e) ? INFINITY : q;
+        }
+        fprintf(stderr, "  %-48s n=%-7zu worst/limit %.3f\n", what, n, worst);
+    }
+    return tu_close(what, out, ref, n, tol.atol, tol.rtol);
+}
+#define CHECK_CLOSE(what, out, ref, n, tol) \
+    ck_assert_msg(close_t((what), (out), (ref), (n), (tol)), "%s: out of tolerance (see stderr)", (what))
+
+// ck_assert_* reports every passing check to the Check parent (a pipe write each): in
+// loops over many elements, assert only on failure.
+#define CHECK_LOOP(cond, ...) do { if (!(cond)) ck_abort_msg(__VA_ARGS__); } while (0)
+
+// Central difference of f with respect to *x (an FP64 input element) with step h;
+// restores *x. The denominator is (x + h) − (x − h) as actually represented, so a step
+// that rounds (large |x|) stays consistent.
+static double fd_h(double *x, double h, double (*f)(const void *), const void *ctx) {
+    double x0 = *x, xp = x0 + h, xm = x0 - h;
+    *x = xp;
+    double lp = f(ctx);
+    *x = xm;
+    double lm = f(ctx);
+    *x = x0;
+    return (lp - lm) / (xp - xm);
+}
+// Step FD_H for inputs of size O(1).
+static double fd(double *x, double (*f)(const void *), const void *ctx) { return fd_h(x, FD_H, f, ctx); }
+
+static void set_threads(int n) { omp_set_num_threads(n); }
+
+// ---------------------------------------------------------------- BF16
+static float f_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static uint32_t u_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+// Independent RNE reference for a finite float: pick the nearer of the two BF16 neighbours
+// by comparing distances in double (a tie picks the even mantissa); the neighbour above
+// the largest finite BF16 is 2¹²⁸, which becomes Inf.
+static uint16_t ref_bf16(float x) {
+    uint32_t u = u_of(x);
+    if (isnan(x)) return 0xFFFF; // not used for NaN
+    uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
+    double dx = fabs((double)x), dlo = fabs((double)f_of((uint32_t)lo << 16));
+    double dhi = ((lo & 0x7FFF) == 0x7F7F) ? ldexp(1.0, 128) : fabs((double)f_of((uint32_t)hi << 16));
+    if ((lo & 0x7FFF) == 0x7F80) return lo; // ±Inf itself
+    double elo = dx - dlo, ehi = dhi - dx;
+    if (elo < ehi) return lo;
+    if (ehi < elo) return hi;
+    return (lo & 1) ? hi : lo;
+}
+
+START_TEST(test_bf16_exact) {
+    struct { uint32_t in; uint16_t out; const char *why; } cases[] = {
+        {0x3F800000u, 0x3F80, "1.0"},
+        {0x00000000u, 0x0000, "+0"},
+        {0x80000000u, 0x8000, "-0"},
+        {0x3F808000u, 0x3F80, "tie, lower even"},
+        {0x3F818000u, 0x3F82, "tie, upper even"},
+        {0xBF808000u, 0xBF80, "negative tie, lower even"},
+        {0xBF818000u, 0xBF82, "negative tie, upper even"},
+        {0x3F808001u, 0x3F81, "just above a tie"},
+        {0x3F807FFFu, 0x3F80, "just below a tie"},
+        {0x3FFFFFFFu, 0x4000, "carry into the exponent"},
+        {0x7F800000u, 0x7F80, "+Inf"},
+        {0xFF800000u, 0xFF80, "-Inf"},
+        {0x7F7FFFFFu, 0x7F80, "FLT_MAX rounds to +Inf (RNE)"},
+        {0xFF7FFFFFu, 0xFF80, "-FLT_MAX rounds to -Inf"},
+        {0x7F7F8000u, 0x7F80, "tie above max finite BF16 goes to even = Inf"},
+        {0x7F7F7FFFu, 0x7F7F, "just below that tie stays max finite"},
+        {0x00000001u, 0x0000, "smallest denormal rounds to 0"},
+        {0x00008000u, 0x0000, "denormal tie, lower even"},
+        {0x00018000u, 0x0002, "denormal tie, upper even"},
+        {0x00010000u, 0x0001, "BF16 denormal exact"},
+        {0x807FFFFFu, 0x8080, "largest negative denormal rounds to -FLT_MIN"},
+        {0x00800000u, 0x0080, "FLT_MIN exact"},
+    };
+    for (int i = 0; i < NELEMS(cases); i++) {
+        uint16_t got = bf16_from_f32(f_of(cases[i].in));
+        ck_assert_msg(got == cases[i].out, "bf16_from_f32(0x%08x) [%s] = 0x%04x, want 0x%04x",
+                      cases[i].in, cases[i].why, got, cases[i].out);
+    }
+    // NaN stays NaN, quiet, sign kept — including payloads only in the low 16 bits, which
+    // naive truncation or rounding would turn into Inf or the next exponent.
+    uint32_t nans[] = {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFF800001u, 0x7FFFFFFFu, 0x7F80FFFFu, 0x7FA00000u};
+    for (int i = 0; i < NELEMS(nans); i++) {
+        uint16_t h = bf16_from_f32(f_of(nans[i]));
+        ck_assert_msg((h & 0x7F80) == 0x7F80 && (h & 0x007F) != 0 && (h & 0x0040),
+                      "NaN 0x%08x -> 0x%04x is not a quiet NaN", nans[i], h);
+        ck_assert_msg((h >> 15) == (nans[i] >> 31), "NaN 0x%08x lost its sign (0x%04x)", nans[i], h);
+        ck_assert(isnan(bf16_to_f32(h)));
+    }
+    // bf16_to_f32 is exact; every non-NaN BF16 survives a round trip.
+    ck_assert(bf16_to_f32(0x3F80) == 1.0f);
+    ck_assert(bf16_to_f32(0x0001) == ldexpf(1.0f, -133));
+    ck_assert(u_of(bf16_to_f32(0x8000)) == 0x80000000u);
+    for (uint32_t h = 0; h < 0x10000u; h++) {
+        float f = bf16_to_f32((uint16_t)h);
+        CHECK_LOOP(u_of(f) == h << 16, "bf16_to_f32(0x%04x) = 0x%08x", h, u_of(f));
+        if (!isnan(f)) CHECK_LOOP(bf16_from_f32(f) == h, "round trip 0x%04x", h);
+    }
+}
+END_TEST
+
+START_TEST(test_bf16_random) {
+    // 2M random bit patterns (all exponents, denormals, ties by construction) against the
+    // independent reference; then the n-versions against the scalar ones.
+    rng_t r = rng_make(7);
+    for (int i = 0; i < 2000000; i++) {
+        uint32_t u = (uint32_t)rng_next(&r);
+        if (i % 4 == 1) u = (u & 0xFFFF0000u) | 0x8000u;        // exact tie
+        if (i % 4 == 2) u &= 0x807FFFFFu;                       // denormal
+        float x = f_of(u);
+        if (isnan(x)) continue;
+        uint16_t got = bf16_from_f32(x), want = ref_bf16(x);
+        CHECK_LOOP(got == want, "bf16_from_f32(0x%08x) = 0x%04x, want 0x%04x", u, got, want);
+    }
+    size_t n = 100003; // above the parallel threshold, odd
+    float *x = fnew(n), *y = fnew(n), *z = fnew(n);
+    uint16_t *h = malloc(n * sizeof(uint16_t));
+    ck_assert_ptr_nonnull(h);
+    for (size_t i = 0; i < n; i++) x[i] = f_of((uint32_t)rng_next(&r));
+    x[0] = NAN; x[1] = INFINITY; x[2] = -INFINITY; x[3] = FLT_MAX; x[4] = f_of(1);
+    for (size_t i = 0; i < n; i++) h[i] = 0xDEAD;
+    bf16_from_f32_n(h, x, n);
+    fill_nan(y, n);
+    bf16_to_f32_n(y, h, n);
+    memcpy(z, x, n * sizeof(float));
+    bf16_round_n(z, n);
+    for (size_t i = 0; i < n; i++) {
+        uint16_t want = bf16_from_f32(x[i]);
+        CHECK_LOOP(h[i] == want, "bf16_from_f32_n[%zu] = 0x%04x, want 0x%04x", i, h[i], want);
+        CHECK_LOOP(u_of(y[i]) == (uint32_t)want << 16, "bf16_to_f32_n[%zu]", i);
+        CHECK_LOOP(u_of(z[i]) == (uint32_t)want << 16, "bf16_round_n[%zu] = 0x%08x", i, u_of(z[i]));
+    }
+    free(x); free(y); free(z); free(h);
+}
+END_TEST
+
+// ---------------------------------------------------------------- elementwise, sumsq
+static int close_double(const char *what, double out, double ref, tol_t tol) {
+    double err = fabs(out - ref);
+    int ok = !isnan(out) && !isnan(ref) && err <= tol.atol + tol.rtol * fabs(ref);
+    if (!ok || getenv("TK_VERBOSE"))
+        fprintf(stderr, "  %s: got %.17g want %.17g (|err| %.3g, limit %.3g)\n", what, out, ref, err,
+                tol.atol + tol.rtol * fabs(ref));
+    return ok;
+}
+
+static const size_t SUMSQ_N[] = {0, 1, 7, 4095, 4096, 4097, 3 * 4096 + 5, 2 * 256 * 4096 + 77};
+
+START_TEST(test_sumsq) {
+    size_t n = SUMSQ_N[_i];
+    rng_t r = rng_make(100 + (uint64_t)_i);
+    float *x = fnew(n);
+    for (size_t i = 0; i < n; i++) x[i] = rng_sym(&r, pow(10.0, -3 + 6 * rng_unif(&r))); // 6 decades
+    long double ref = 0;
+    for (size_t i = 0; i < n; i++) ref += (long double)x[i] * x[i];
+    char what[64];
+    snprintf(what, sizeof what, "sumsq n=%zu", n);
+    ck_assert_msg(close_double(what, sumsq(x, n), (double)ref, TOL_SUMSQ), "%s", what);
+    free(x);
+}
+END_TEST
+
+START_TEST(test_add_inplace) {
+    size_t ns[] = {1, 33, 100001};
+    rng_t r = rng_make(5);
+    for (int k = 0; k < NELEMS(ns); k++) {
+        size_t n = ns[k];
+        float *x = fnew(n), *y = fnew(n);
+        fill_sym(x, n, 1.0, &r);
+        fill_sym(y, n, 1.0, &r);
+        double *ref = dnew(n);
+        for (size_t i = 0; i < n; i++) ref[i] = (double)x[i] + y[i];
+        add_inplace(x, y, n);
+        CHECK_CLOSE("add_inplace", x, ref, n, TOL_ADD);
+        free(x); free(y); free(ref);
+    }
+}
+END_TEST
+
+// ---------------------------------------------------------------- matmul
+typedef struct { int N, IC, OC; } mm_shape_t;
+static const mm_shape_t MM_SHAPES[] = {
+    {1, 1, 1}, {1, 48, 72}, {7, 48, 72}, {33, 48, 10}, {33, 72, 48}, {8, 300, 20}, {64, 130, 96},
+};
+
+typedef struct {
+    double *inp, *w, *r; // (N, IC), (OC, IC), (N, OC)
+    int N, IC, OC, row, col;
+} mm_ctx_t;
+
+static double mm_dot(const mm_ctx_t *c, int n, int o) {
+    double s = 0;
+    for (int i = 0; i < c->IC; i++) s += c->inp[(size_t)n * c->IC + i] * c->w[(size_t)o * c->IC + i];
+    return s;
+}
+static double mm_loss_row(const void *p) { // the part of L that row `row` of inp reaches
+    const mm_ctx_t *c = p;
+    double L = 0;
+    for (int o = 0; o < c->OC; o++) L += c->r[(size_t)c->row * c->OC + o] * mm_dot(c, c->row, o);
+    return L;
+}
+static double mm_loss_col(const void *p) { // the part of L that row `col` of w reaches
+    const mm_ctx_t *c = p;
+    double L = 0;
+    for (int n = 0; n < c->N; n++) L += c->r[(size_t)n * c->OC + c->col] * mm_dot(c, n, c->col);
+    return L;
+}
+
+START_TEST(test_matmul) {
+    const mm_shape_t s = MM_SHAPES[_i];
+    const int N = s.N, IC = s.IC, OC = s.OC;
+    size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    rng_t rg = rng_make(200 + (uint64_t)_i);
+    float *inp = fnew(ni), *w = fnew(nw), *r = fnew(no), *out = fnew(no);
+    float *dinp = fnew(ni), *dinp_pre = fnew(ni), *dw = fnew(nw), *dw_pre = fnew(nw);
+    fill_sym(inp, ni, 1.0, &rg);
+    fill_sym(w, nw, 1.0, &rg);
+    fill_sym(r, no, 1.0, &rg);
+    fill_sym(dinp_pre, ni, 1.0, &rg);
+    fill_sym(dw_pre, nw, 1.0, &rg);
+    mm_ctx_t c = {to_d(inp, ni), to_d(w, nw), to_d(r, no), N, IC, OC, 0, 0};
+    double *ref_out = dnew(no), *ref_dinp = dnew(ni), *ref_dw = dnew(nw);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) ref_out[(size_t)n * OC + o] = mm_dot(&c, n, o);
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < IC; i++) {
+            c.row = n;
+            ref_dinp[(size_t)n * IC + i] = fd(&c.inp[(size_t)n * IC + i], mm_loss_row, &c);
+        }
+    for (int o = 0; o < OC; o++)
+        for (int i = 0; i < IC; i++) {
+            c.col = o;
+            ref_dw[(size_t)o * IC + i] = dw_pre[(size_t)o * IC + i] + fd(&c.w[(size_t)o * IC + i], mm_loss_col, &c);
+        }
+    char what[96];
+
+    fill_nan(out, no);
+    matmul_forward(out, inp, w, N, IC, OC);
+    snprintf(what, sizeof what, "matmul out N=%d IC=%d OC=%d", N, IC, OC);
+    CHECK_CLOSE(what, out, ref_out, no, TOL_MM_OUT);
+
+    fill_nan(dinp, ni); // accumulate = 0 overwrites
+    matmul_backward_input(dinp, r, w, N, IC, OC, 0);
+    snprintf(what, sizeof what, "matmul dinp (=) N=%d IC=%d OC=%d", N, IC, OC);
+    CHECK_CLOSE(what, dinp, ref_dinp, ni, TOL_MM_DINP);
+
+    memcpy(dinp, dinp_pre, ni * sizeof(float)); // accumulate = 1 adds
+    matmul_backward_input(dinp, r, w, N, IC, OC, 1);
+    for (size_t i = 0; i < ni; i++) ref_dinp[i] += dinp_pre[i];
+    snprintf(what, sizeof what, "matmul dinp (+=) N=%d IC=%d OC=%d", N, IC, OC);
+    CHECK_CLOSE(what, dinp, ref_dinp, ni, TOL_MM_DINP);
+
+    memcpy(dw, dw_pre, nw * sizeof(float));
+    matmul_backward_weight(dw, r, inp, N, IC, OC);
+    snprintf(what, sizeof what, "matmul dw (+=) N=%d IC=%d OC=%d", N, IC, OC);
+    CHECK_CLOSE(what, dw, ref_dw, nw, TOL_MM_DW);
+
+    free(inp); free(w); free(r); free(out); free(dinp); free(dinp_pre); free(dw); free(dw_pre);
+    free(c.inp); free(c.w); free(c.r);
+    free(ref_out); free(ref_dinp); free(ref_dw);
+}
+END_TEST
+
+START_TEST(test_matmul_degenerate) {
+    // A zero inner dimension: "=" outputs become zeros, "+=" outputs are left alone; a zero
+    // outer dimension writes nothing.
+    float out[12], dinp[12], keep[12], dw[12];
+    const float one = 1.0f;
+    fill_nan(out, 12);
+    matmul_forward(out, &one, &one, 3, 0, 4); // IC = 0
+    for (int i = 0; i < 12; i++) CHECK_LOOP(out[i] == 0.0f, "matmul_forward IC=0: out[%d] = %g", i, out[i]);
+    fill_nan(dinp, 12);
+    matmul_backward_input(dinp, &one, &one, 3, 4, 0, 0); // OC = 0, "="
+    for (int i = 0; i < 12; i++) CHECK_LOOP(dinp[i] == 0.0f, "matmul_backward_input OC=0: dinp[%d] = %g", i, dinp[i]);
+    for (int i = 0; i < 12; i++) keep[i] = dinp[i] = dw[i] = (float)i;
+    matmul_backward_input(dinp, &one, &one, 3, 4, 0, 1); // OC = 0, "+="
+    matmul_backward_weight(dw, &one, &one, 0, 4, 3);     // N = 0
+    ck_assert(memcmp(dinp, keep, sizeof keep) == 0 && memcmp(dw, keep, sizeof keep) == 0);
+}
+END_TEST
+
+// ---------------------------------------------------------------- RMSNorm
+typedef struct { int N, C; double amp; } rms_shape_t;
+// amp 1e-3: mean(x²) ≈ 3e-7 is below eps = 1e-5, so eps really matters.
+static const rms_shape_t RMS_SHAPES[] = {
+    {1, 1, 1}, {1, 48, 1}, {7, 10, 1}, {33, 48, 1}, {66, 72, 3}, {5, 200, 1}, {9, 48, 1e-3},
+};
+#define RMS_EPS 1e-5f
+
+typedef struct {
+    double *x, *w, *r; // (N, C), (C), (N, C)
+    int N, C, row;
+    double eps;
+} rms_ctx_t;
+
+static double rms_loss_rows(const rms_ctx_t *c, int n0, int n1) {
+    double L = 0;
+    for (int n = n0; n < n1; n++) {
+        const double *xr = c->x + (size_t)n * c->C;
+        double ss = 0;
+        for (int i = 0; i < c->C; i++) ss += xr[i] * xr[i];
+        double s = 1.0 / sqrt(ss / c->C + c->eps);
+        for (int i = 0; i < c->C; i++) L += c->r[(size_t)n * c->C + i] * (xr[i] * s * c->w[i]);
+    }
+    return L;
+}
+static double rms_loss_row(const void *p) { const rms_ctx_t *c = p; return rms_loss_rows(c, c->row, c->row + 1); }
+static double rms_loss_all(const void *p) { const rms_ctx_t *c = p; return rms_loss_rows(c, 0, c->N); }
+
+START_TEST(test_rmsnorm) {
+    const rms_shape_t s = RMS_SHAPES[_i];
+    const int N = s.N, C = s.C;
+    size_t nx = (size_t)N * C;
+    rng_t rg = rng_make(300 + (uint64_t)_i);
+    float *x = fnew(nx), *w = fnew(C), *r = fnew(nx), *out = fnew(nx), *rstd = fnew(N);
+    float *dx = fnew(nx), *dw = fnew(C), *dx_pre = fnew(nx), *dw_pre = fnew(C);
+    fill_sym(x, nx, s.amp, &rg);
+    for (int i = 0; i < C; i++) w[i] = 0.5f + (float)rng_unif(&rg);
+    fill_sym(r, nx, 1.0, &rg);
+    fill_sym(dx_pre, nx, 1.0, &rg);
+    fill_sym(dw_pre, C, 1.0, &rg);
+    rms_ctx_t c = {to_d(x, nx), to_d(w, C), to_d(r, nx), N, C, 0, (double)RMS_EPS};
+    double *ref_out = dnew(nx), *ref_rstd = dnew(N), *ref_dx = dnew(nx), *ref_dw = dnew(C);
+    for (int n = 0; n < N; n++) {
+        double ss = 0;
+        for (int i = 0; i < C; i++) ss += c.x[(size_t)n * C + i] * c.x[(size_t)n * C + i];
+        ref_rstd[n] = 1.0 / sqrt(ss / C + c.eps);
+        for (int i = 0; i < C; i++) ref_out[(size_t)n * C + i] = c.x[(size_t)n * C + i] * ref_rstd[n] * c.w[i];
+    }
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < C; i++) {
+            c.row = n;
+            ref_dx[(size_t)n * C + i] = dx_pre[(size_t)n * C + i] + fd_h(&c.x[(size_t)n * C + i], FD_H * s.amp, rms_loss_row, &c);
+        }
+    for (int i = 0; i < C; i++) ref_dw[i] = dw_pre[i] + fd(&c.w[i], rms_loss_all, &c);
+    char what[96];
+
+    fill_nan(out, nx);
+    fill_nan(rstd, N);
+    rmsnorm_forward(out, rstd, x, w, N, C, RMS_EPS);
+    snprintf(what, sizeof what, "rmsnorm out N=%d C=%d amp=%g", N, C, s.amp);
+    CHECK_CLOSE(what, out, ref_out, nx, TOL_RMS_OUT);
+    // rstd reaches 1/sqrt(eps) ≈ 316 for the small amplitude: compare relative to it.
+    snprintf(what, sizeof what, "rmsnorm rstd N=%d C=%d amp=%g", N, C, s.amp);
+    CHECK_CLOSE(what, rstd, ref_rstd, N, TOL_RMS_RSTD);
+
+    memcpy(dx, dx_pre, nx * sizeof(float));
+    memcpy(dw, dw_pre, C * sizeof(float));
+    rmsnorm_backward(dx, dw, r, x, w, rstd, N, C);
+    snprintf(what, sizeof what, "rmsnorm dx (+=) N=%d C=%d amp=%g", N, C, s.amp);
+    CHECK_CLOSE(what, dx, ref_dx, nx, TOL_RMS_DX);
+    snprintf(what, sizeof what, "rmsnorm dw (+=) N=%d C=%d amp=%g", N, C, s.amp);
+    CHECK_CLOSE(what, dw, ref_dw, C, TOL_RMS_DW);
+
+    free(x); free(w); free(r); free(out); free(rstd); free(dx); free(dw); free(dx_pre); free(dw_pre);
+    free(c.x); free(c.w); free(c.r);
+    free(ref_out); free(ref_rstd); free(ref_dx); free(ref_dw);
+}
+END_TEST
+
+// ---------------------------------------------------------------- RoPE
+typedef struct { int B, T, NX, HS; } rope_shape_t;
+static const rope_shape_t ROPE_SHAPES[] = {
+    {1, 1, 1, 2}, {1, 7, 4, 6}, {2, 33, 2, 10}, {1, 33, 6, 64}, {2, 5, 3, 18}, {1, 200, 1, 8},
+};
+#define ROPE_THETA 10000.0
+
+typedef struct {
+    double *x, *r; // (B, T, NX, HS)
+    int T, NX, HS;
+    size_t row;          // (b·T + t)·NX + h
+} rope_ctx_t;
+
+static double rope_angle(int t, int i, int HS) { return (double)t * pow(ROPE_THETA, -(2.0 * i) / HS); }
+
+// FP64 rotation of one head row at position t (angles in double, no table).
+static void rope_ref_row(double *o, const double *x, int t, int HS) {
+    int half = HS / 2;
+    for (int i = 0; i < half; i++) {
+        double a = rope_angle(t, i, HS), c = cos(a), sn = sin(a);
+        o[i] = x[i] * c - x[i + half] * sn;
+        o[i + half] = x[i + half] * c + x[i] * sn;
+    }
+}
+static double rope_loss_row(const void *p) {
+    const rope_ctx_t *c = p;
+    double o[REF_MAX];
+    int t = (int)((c->row / c->NX) % c->T);
+    rope_ref_row(o, c->x + c->row * c->HS, t, c->HS);
+    double L = 0;
+    for (int i = 0; i < c->HS; i++) L += c->r[c->row * c->HS + i] * o[i];
+    return L;
+}
+
+START_TEST(test_rope) {
+    const rope_shape_t s = ROPE_SHAPES[_i];
+    const int B = s.B, T = s.T, NX = s.NX, HS = s.HS, half = HS / 2;
+    size_t n = (size_t)B * T * NX * HS, nt = (size_t)T * half;
+    rng_t rg = rng_make(400 + (uint64_t)_i);
+    float *cos_t = fnew(nt), *sin_t = fnew(nt), *x = fnew(n), *r = fnew(n), *y = fnew(n);
+    fill_sym(x, n, 1.0, &rg);
+    fill_sym(r, n, 1.0, &rg);
+    double *ref_cos = dnew(nt), *ref_sin = dnew(nt), *ref_y = dnew(n), *ref_dx = dnew(n);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < half; i++) {
+            ref_cos[(size_t)t * half + i] = cos(rope_angle(t, i, HS));
+            ref_sin[(size_t)t * half + i] = sin(rope_angle(t, i, HS));
+        }
+    rope_ctx_t c = {to_d(x, n), to_d(r, n), T, NX, HS, 0};
+    for (size_t row = 0; row < n / HS; row++) {
+        rope_ref_row(ref_y + row * HS, c.x + row * HS, (int)((row / NX) % T), HS);
+        c.row = row;
+        for (int i = 0; i < HS; i++) ref_dx[row * HS + i] = fd(&c.x[row * HS + i], rope_loss_row, &c);
+    }
+    char what[96];
+
+    fill_nan(cos_t, nt);
+    fill_nan(sin_t, nt);
+    rope_table(cos_t, sin_t, T, HS, ROPE_THETA);
+    snprintf(what, sizeof what, "rope cos T=%d HS=%d", T, HS);
+    CHECK_CLOSE(what, cos_t, ref_cos, nt, TOL_ROPE_TABLE);
+    snprintf(what, sizeof what, "rope sin T=%d HS=%d", T, HS);
+    CHECK_CLOSE(what, sin_t, ref_sin, nt, TOL_ROPE_TABLE);
+
+    memcpy(y, x, n * sizeof(float));
+    rope_forward(y, cos_t, sin_t, B, T, NX, HS);
+    snprintf(what, sizeof what, "rope forward B=%d T=%d NX=%d HS=%d", B, T, NX, HS);
+    CHECK_CLOSE(what, y, ref_y, n, TOL_ROPE_X);
+
+    memcpy(y, r, n * sizeof(float)); // dx = dout = r, in place
+    rope_backward(y, cos_t, sin_t, B, T, NX, HS);
+    snprintf(what, sizeof what, "rope backward B=%d T=%d NX=%d HS=%d", B, T, NX, HS);
+    CHECK_CLOSE(what, y, ref_dx, n, TOL_ROPE_DX);
+
+    free(cos_t); free(sin_t); free(x); free(r); free(y);
+    free(ref_cos); free(ref_sin); free(ref_y); free(ref_dx);
+    free(c.x); free(c.r);
+}
+END_TEST
+
+// ---------------------------------------------------------------- attention
+typedef struct { int B, T, NH, NKV, HS; double amp; } att_shape_t;
+// The kernel tiles queries by 32 and keys by 64: T = 33, 70 and 130 give ragged tiles and
+// two or three key tiles of the online softmax. amp scales q and k so scores reach ±~30
+// (softmax far from uniform: max subtraction and rescaling matter). HS = 260 is above the
+// tiled path's limit (256) and takes the plain per-row path.
+static const att_shape_t ATT_SHAPES[] = {
+    {1, 1, 4, 2, 6, 1},  {2, 7, 4, 2, 10, 1}, {1, 33, 6, 2, 10, 1}, {2, 33, 4, 4, 6, 1},
+    {1, 33, 4, 1, 8, 4}, {1, 70, 2, 1, 16, 1}, {1, 9, 2, 1, 260, 1}, {1, 130, 2, 2, 6, 2},
+};
+
+typedef struct {
+    double *q, *k, *v, *r; // (B, T, NH, HS), (B, T, NKV, HS) ×2, (B, T, NH, HS)
+    int B, T, NH, NKV, HS;
+    int b, t, h, s, g;     // the element being perturbed
+} att_ctx_t;
+
+// FP64 attention of query row (b, t, h): out (HS) and its log-sum-exp.
+static double att_ref_row(const att_ctx_t *c, int b, int t, int h, double *o) {
+    const int HS = c->HS, g = h / (c->NH / c->NKV);
+    const double *qr = c->q + (((size_t)b * c->T + t) * c->NH + h) * HS;
+    double m = -INFINITY, sc[REF_MAX];
+    for (int s = 0; s <= t; s++) {
+        const double *kr = c->k + (((size_t)b * c->T + s) * c->NKV + g) * HS;
+        double d = 0;
+        for (int i = 0; i < HS; i++) d += qr[i] * kr[i];
+        sc[s] = d / sqrt((double)HS);
+        if (sc[s] > m) m = sc[s];
+    }
+    double z = 0;
+    for (int i = 0; i < HS; i++) o[i] = 0;
+    for (int s = 0; s <= t; s++) {
+        double e = exp(sc[s] - m);
+        z += e;
+        const double *vr = c->v + (((size_t)b * c->T + s) * c->NKV + g) * HS;
+        for (int i = 0; i < HS; i++) o[i] += e * vr[i];
+    }
+    for (int i = 0; i < HS; i++) o[i] /= z;
+    return m + log(z);
+}
+static double att_row_loss(const att_ctx_t *c, int b, int t, int h) {
+    double o[REF_MAX];
+    att_ref_row(c, b, t, h, o);
+    const double *rr = c->r + (((size_t)b * c->T + t) * c->NH + h) * c->HS;
+    double L = 0;
+    for (int i = 0; i < c->HS; i++) L += rr[i] * o[i];
+    return L;
+}
+static double att_loss_q(const void *p) { // q[b, t, h, :] reaches only its own row
+    const att_ctx_t *c = p;
+    return att_row_loss(c, c->b, c->t, c->h);
+}
+static double att_loss_kv(const void *p) { // k/v[b, s, g, :] reach rows t ≥ s of group g
+    const att_ctx_t *c = p;
+    int group = c->NH / c->NKV;
+    double L = 0;
+    for (int h = c->g * group; h < (c->g + 1) * group; h++)
+        for (int t = c->s; t < c->T; t++) L += att_row_loss(c, c->b, t, h);
+    return L;
+}
+
+START_TEST(test_attention) {
+    const att_shape_t sh = ATT_SHAPES[_i];
+    const int B = sh.B, T = sh.T, NH = sh.NH, NKV = sh.NKV, HS = sh.HS;
+    ck_assert(T <= REF_MAX && HS <= REF_MAX);
+    size_t nq = (size_t)B * T * NH * HS, nk = (size_t)B * T * NKV * HS, nl = (size_t)B * NH * T;
+    rng_t rg = rng_make(500 + (uint64_t)_i);
+    float *q = fnew(nq), *k = fnew(nk), *v = fnew(nk), *r = fnew(nq), *out = fnew(nq), *lse = fnew(nl);
+    float *dq = fnew(nq), *dk = fnew(nk), *dv = fnew(nk);
+    fill_sym(q, nq, sh.amp, &rg);
+    fill_sym(k, nk, sh.amp, &rg);
+    fill_sym(v, nk, 1.0, &rg);
+    fill_sym(r, nq, 1.0, &rg);
+    att_ctx_t c = {to_d(q, nq), to_d(k, nk), to_d(v, nk), to_d(r, nq), B, T, NH, NKV, HS, 0, 0, 0, 0, 0};
+    double *ref_out = dnew(nq), *ref_lse = dnew(nl), *ref_dq = dnew(nq), *ref_dk = dnew(nk), *ref_dv = dnew(nk);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH; h++) {
+                size_t row = ((size_t)b * T + t) * NH + h;
+                ref_lse[((size_t)b * NH + h) * T + t] = att_ref_row(&c, b, t, h, ref_out + row * HS);
+                c.b = b; c.t = t; c.h = h;
+                for (int i = 0; i < HS; i++) ref_dq[row * HS + i] = fd(&c.q[row * HS + i], att_loss_q, &c);
+            }
+    for (int b = 0; b < B; b++)
+        for (int s = 0; s < T; s++)
+            for (int g = 0; g < NKV; g++) {
+                size_t row = ((size_t)b * T + s) * NKV + g;
+                c.b = b; c.s = s; c.g = g;
+                for (int i = 0; i < HS; i++) {
+                    ref_dk[row * HS + i] = fd(&c.k[row * HS + i], att_loss_kv, &c);
+                    ref_dv[row * HS + i] = fd(&c.v[row * HS + i], att_loss_kv, &c);
+                }
+            }
+    char what[128];
+#define ATT_WHAT(name) snprintf(what, sizeof what, "attention %s B=%d T=%d NH=%d NKV=%d HS=%d amp=%g", \
+                                name, B, T, NH, NKV, HS, sh.amp)
+
+    fill_nan(out, nq);
+    fill_nan(lse, nl);
+    attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS);
+    ATT_WHAT("out");
+    CHECK_CLOSE(what, out, ref_out, nq, TOL_ATT_OUT);
+    ATT_WHAT("lse");
+    CHECK_CLOSE(what, lse, ref_lse, nl, TOL_ATT_LSE);
+
+    fill_nan(dq, nq);
+    fill_nan(dk, nk);
+    fill_nan(dv, nk);
+    attention_backward(dq, dk, dv, r, q, k, v, out, lse, B, T, NH, NKV, HS);
+    ATT_WHAT("dq");
+    CHECK_CLOSE(what, dq, ref_dq, nq, TOL_ATT_DQ);
+    ATT_WHAT("dk");
+    CHECK_CLOSE(what, dk, ref_dk, nk, TOL_ATT_DK);
+    ATT_WHAT("dv");
+    CHECK_CLOSE(what, dv, ref_dv, nk, TOL_ATT_DV);
+#undef ATT_WHAT
+
+    free(q); free(k); free(v); free(r); free(out); free(lse); free(dq); free(dk); free(dv);
+    free(c.q); free(c.k); free(c.v); free(c.r);
+    free(ref_out); free(ref_lse); free(ref_dq); free(ref_dk); free(ref_dv);
+}
+END_TEST
+
+START_TEST(test_attention_large_scores) {
+    // Scores up to ±1000: exp without max subtraction overflows FP32. Forward only (the
+    // gradients of a near one-hot softmax are ~0 and say little); outputs must be finite
+    // and match FP64 (TOL_ATT_*_LARGE).
+    const int B = 1, T = 40, NH = 4, NKV = 2, HS = 10;
+    size_t nq = (size_t)B * T * NH * HS, nk = (size_t)B * T * NKV * HS, nl = (size_t)B * NH * T;
+    rng_t rg = rng_make(550);
+    float *q = fnew(nq), *k = fnew(nk), *v = fnew(nk), *out = fnew(nq), *lse = fnew(nl);
+    fill_sym(q, nq, 30.0, &rg);
+    fill_sym(k, nk, 30.0, &rg);
+    fill_sym(v, nk, 1.0, &rg);
+    att_ctx_t c = {to_d(q, nq), to_d(k, nk), to_d(v, nk), NULL, B, T, NH, NKV, HS, 0, 0, 0, 0, 0};
+    double *ref_out = dnew(nq), *ref_lse = dnew(nl);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < NH; h++)
+            ref_lse[(size_t)h * T + t] = att_ref_row(&c, 0, t, h, ref_out + ((size_t)t * NH + h) * HS);
+    fill_nan(out, nq);
+    fill_nan(lse, nl);
+    attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS);
+    CHECK_CLOSE("attention out, scores ±1000", out, ref_out, nq, TOL_ATT_OUT_LARGE);
+    CHECK_CLOSE("attention lse, scores ±1000", lse, ref_lse, nl, TOL_ATT_LSE_LARGE);
+    free(q); free(k); free(v); free(out); free(lse);
+    free(c.q); free(c.k); free(c.v); free(ref_out); free(ref_lse);
+}
+END_TEST
+
+// ---------------------------------------------------------------- SwiGLU
+typedef struct { size_t n; double amp; } swiglu_shape_t;
+static const swiglu_shape_t SWIGLU_SHAPES[] = {{1, 1}, {7, 1}, {33 * 72, 4}, {40001, 1}, {64, 30}};
+
+typedef struct { double g, u; } swiglu_ctx_t;
+static double silu_d(double x) { return x / (1.0 + exp(-x)); }
+static double swiglu_loss(const void *p) { const swiglu_ctx_t *c = p; return silu_d(c->g) * c->u; }
+
+static void swiglu_check(const float *gate, const float *up, const float *r, size_t n, const char *tag) {
+    float *out = fnew(n), *dgate = fnew(n), *dup = fnew(n);
+    double *ref_out = dnew(n), *ref_dgate = dnew(n), *ref_dup = dnew(n);
+    for (size_t i = 0; i < n; i++) {
+        swiglu_ctx_t c = {gate[i], up[i]};
+        ref_out[i] = swiglu_loss(&c);
+        // out_i depends on gate_i and up_i only, so dL/dgate_i = r_i · ∂out_i/∂gate_i
+        ref_dgate[i] = r[i] * fd_h(&c.g, FD_H * fmax(1.0, fabs(c.g)), swiglu_loss, &c);
+        ref_dup[i] = r[i] * fd(&c.u, swiglu_loss, &c);
+    }
+    char what[96];
+    fill_nan(out, n);
+    swiglu_forward(out, gate, up, n);
+    snprintf(what, sizeof what, "swiglu out %s", tag);
+    CHECK_CLOSE(what, out, ref_out, n, TOL_SWIGLU_OUT);
+    fill_nan(dgate, n);
+    fill_nan(dup, n);
+    swiglu_backward(dgate, dup, r, gate, up, n);
+    snprintf(what, sizeof what, "swiglu dgate %s", tag);
+    CHECK_CLOSE(what, dgate, ref_dgate, n, TOL_SWIGLU_DGATE);
+    snprintf(what, sizeof what, "swiglu dup %s", tag);
+    CHECK_CLOSE(what, dup, ref_dup, n, TOL_SWIGLU_DUP);
+    free(out); free(dgate); free(dup); free(ref_out); free(ref_dgate); free(ref_dup);
+}
+
+START_TEST(test_swiglu) {
+    const swiglu_shape_t s = SWIGLU_SHAPES[_i];
+    rng_t rg = rng_make(600 + (uint64_t)_i);
+    float *gate = fnew(s.n), *up = fnew(s.n), *r = fnew(s.n);
+    fill_sym(gate, s.n, s.amp, &rg);
+    fill_sym(up, s.n, 1.0, &rg);
+    fill_sym(r, s.n, 1.0, &rg);
+    char tag[64];
+    snprintf(tag, sizeof tag, "n=%zu amp=%g", s.n, s.amp);
+    swiglu_check(gate, up, r, s.n, tag);
+    free(gate); free(up); free(r);
+}
+END_TEST
+
+START_TEST(test_swiglu_extremes) {
+    // exp(−g) overflows for g < −88.7: silu must go to −0, never NaN; large g is ~identity.
+    const float gate[] = {-1e30f, -1e4f, -100.f, -88.f, -20.f, -1.2785f, -0.0f, 0.0f, 1e-30f, 20.f, 88.f, 100.f, 1e4f, 1e30f};
+    size_t n = (size_t)NELEMS(gate);
+    float up[NELEMS(gate)], r[NELEMS(gate)];
+    for (size_t i = 0; i < n; i++) { up[i] = 0.75f; r[i] = -1.25f; }
+    swiglu_check(gate, up, r, n, "extremes");
+}
+END_TEST
+
+// ---------------------------------------------------------------- embedding
+typedef struct { int N, C, V; } emb_shape_t;
+// V < N forces repeated tokens; C = 130 and 200 span several 64-column backward blocks.
+static const emb_shape_t EMB_SHAPES[] = {{1, 1, 1}, {1, 48, 5}, {33, 10, 7}, {66, 72, 11}, {300, 130, 3}, {64, 200, 1000}};
+
+typedef struct { double *wte, *r; const int *tok; int N, C, v, col; } emb_ctx_t;
+static double emb_loss_elem(const void *p) { // the part of L that wte[v, col] reaches
+    const emb_ctx_t *c = p;
+    double L = 0;
+    for (int n = 0; n < c->N; n++)
+        if (c->tok[n] == c->v) L += c->r[(size_t)n * c->C + c->col] * c->wte[(size_t)c->v * c->C + c->col];
+    return L;
+}
+
+START_TEST(test_embedding) {
+    const emb_shape_t s = EMB_SHAPES[_i];
+    const int N = s.N, C = s.C, V = s.V;
+    size_t nw = (size_t)V * C, no = (size_t)N * C;
+    rng_t rg = rng_make(700 + (uint64_t)_i);
+    int *tok = malloc((size_t)N * sizeof(int));
+    ck_assert_ptr_nonnull(tok);
+    for (int n = 0; n < N; n++) tok[n] = (int)(rng_next(&rg) % (uint64_t)V);
+    float *wte = fnew(nw), *r = fnew(no), *out = fnew(no), *dwte = fnew(nw), *dwte_pre = fnew(nw);
+    fill_sym(wte, nw, 1.0, &rg);
+    fill_sym(r, no, 1.0, &rg);
+    fill_sym(dwte_pre, nw, 1.0, &rg);
+    emb_ctx_t c = {to_d(wte, nw), to_d(r, no), tok, N, C, 0, 0};
+    double *ref_out = dnew(no), *ref_dwte = dnew(nw);
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < C; i++) ref_out[(size_t)n * C + i] = c.wte[(size_t)tok[n] * C + i];
+    for (int v = 0; v < V; v++)
+        for (int i = 0; i < C; i++) {
+            c.v = v; c.col = i;
+            ref_dwte[(size_t)v * C + i] = dwte_pre[(size_t)v * C + i] + fd(&c.wte[(size_t)v * C + i], emb_loss_elem, &c);
+        }
+    char what[96];
+    fill_nan(out, no);
+    embedding_forward(out, tok, wte, N, C);
+    snprintf(what, sizeof what, "embedding out N=%d C=%d V=%d", N, C, V);
+    CHECK_CLOSE(what, out, ref_out, no, TOL_EMB_OUT);
+    memcpy(dwte, dwte_pre, nw * sizeof(float));
+    embedding_backward(dwte, r, tok, N, C);
+    snprintf(what, sizeof what, "embedding dwte (+=) N=%d C=%d V=%d", N, C, V);
+    CHECK_CLOSE(what, dwte, ref_dwte, nw, TOL_EMB_DWTE);
+    free(tok); free(wte); free(r); free(out); free(dwte); free(dwte_pre);
+    free(c.wte); free(c.r); free(ref_out); free(ref_dwte);
+}
+END_TEST
+
+// ---------------------------------------------------------------- cross-entropy
+typedef struct { int N, V; double amp; } ce_shape_t;
+// amp 100: logits ±100 overflow exp() in FP32 without max subtraction. V = 32000 is the
+// LM-head size; there finite differences are taken at 97 sampled columns per row (the
+// target included), the loss everywhere.
+static const ce_shape_t CE_SHAPES[] = {{1, 1, 1}, {1, 5, 1}, {7, 48, 1}, {33, 256, 4}, {4, 1000, 100}, {3, 32000, 10}};
+#define CE_FULL_FD_MAX 2048
+#define CE_SAMPLES 97
+
+typedef struct { double *x; int V, tgt; double dscale; } ce_ctx_t;
+static double ce_ref_loss(const double *x, int V, int tgt) {
+    double m = -INFINITY, z = 0;
+    for (int i = 0; i < V; i++) m = x[i] > m ? x[i] : m;
+    for (int i = 0; i < V; i++) z += exp(x[i] - m);
+    return log(z) - (x[tgt] - m);
+}
+static double ce_loss_row(const void *p) { // L = dscale · Σ_n loss_n; logits[n] reach loss_n
+    const ce_ctx_t *c = p;
+    return c->dscale * ce_ref_loss(c->x, c->V, c->tgt);
+}
+
+START_TEST(test_crossentropy) {
+    const ce_shape_t s = CE_SHAPES[_i];
+    const int N = s.N, V = s.V;
+    size_t nl = (size_t)N * V;
+    const float dscale = 0.37f;
+    rng_t rg = rng_make(800 + (uint64_t)_i);
+    int *tgt = malloc((size_t)N * sizeof(int));
+    ck_assert_ptr_nonnull(tgt);
+    for (int n = 0; n < N; n++) tgt[n] = (int)(rng_next(&rg) % (uint64_t)V);
+    float *logits = fnew(nl), *dlogits = fnew(nl), *losses = fnew(N), *losses2 = fnew(N);
+    fill_sym(logits, nl, s.amp, &rg);
+    double *xd = to_d(logits, nl), *ref_loss = dnew(N);
+    // columns checked against finite differences: all, or a sample with the target
+    int ncol = V <= CE_FULL_FD_MAX ? V : CE_SAMPLES;
+    int *cols = malloc((size_t)N * ncol * sizeof(int));
+    ck_assert_ptr_nonnull(cols);
+    double *ref_d = dnew((size_t)N * ncol);
+    for (int n = 0; n < N; n++) {
+        ce_ctx_t c = {xd + (size_t)n * V, V, tgt[n], (double)dscale};
+        ref_loss[n] = ce_ref_loss(c.x, V, tgt[n]);
+        for (int j = 0; j < ncol; j++) {
+            int col = ncol == V ? j : (j == 0 ? tgt[n] : (int)(rng_next(&rg) % (uint64_t)V));
+            cols[(size_t)n * ncol + j] = col;
+            ref_d[(size_t)n * ncol + j] = fd(&c.x[col], ce_loss_row, &c);
+        }
+    }
+    float *got_d = fnew((size_t)N * ncol);
+    char what[96];
+
+    for (int alias = 0; alias < 2; alias++) {
+        float *buf = alias ? fdup(logits, nl) : dlogits;
+        if (!alias) fill_nan(dlogits, nl);
+        fill_nan(losses, N);
+        crossentropy_forward_backward(buf, losses, alias ? buf : logits, tgt, N, V, dscale);
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < ncol; j++) got_d[(size_t)n * ncol + j] = buf[(size_t)n * V + cols[(size_t)n * ncol + j]];
+        snprintf(what, sizeof what, "crossentropy loss%s N=%d V=%d amp=%g", alias ? " (aliased)" : "", N, V, s.amp);
+        CHECK_CLOSE(what, losses, ref_loss, N, TOL_CE_LOSS);
+        snprintf(what, sizeof what, "crossentropy dlogits%s N=%d V=%d amp=%g", alias ? " (aliased)" : "", N, V, s.amp);
+        CHECK_CLOSE(what, got_d, ref_d, (size_t)N * ncol, TOL_CE_DLOGITS);
+        if (alias) free(buf);
+    }
+    // Σ_i dlogits[n, i] = 0 for every row (softmax sums to one) — checks unsampled columns.
+    for (int n = 0; n < N; n++) {
+        double sum = 0, mag = 0;
+        for (int i = 0; i < V; i++) { sum += dlogits[(size_t)n * V + i]; mag += fabs(dlogits[(size_t)n * V + i]); }
+        ck_assert_msg(fabs(sum) <= CE_ROWSUM_RTOL * (mag + dscale), "crossentropy row %d: Σ dlogits = %g", n, sum);
+    }
+    fill_nan(losses2, N);
+    crossentropy_forward(losses2, logits, tgt, N, V);
+    snprintf(what, sizeof what, "crossentropy_forward loss N=%d V=%d amp=%g", N, V, s.amp);
+    CHECK_CLOSE(what, losses2, ref_loss, N, TOL_CE_LOSS);
+
+    free(tgt); free(logits); free(dlogits); free(losses); free(losses2); free(xd); free(ref_loss);
+    free(cols); free(ref_d); free(got_d);
+}
+END_TEST
+
+// ---------------------------------------------------------------- AdamW
+typedef struct { size_t n; float wd, grad_scale; int t; } adam_case_t;
+static const adam_case_t ADAM_CASES[] = {{4099, 0.1f, 0.37f, 3}, {70001, 0.0f, 1.0f, 1}, {513, 0.1f, 1.0f, 1000}};
+
+typedef struct { float *master, *m, *v, *g; } adam_state_t;
+
+// Magnitudes spread over many decades (10^−12..10^6 for g and m, 10^−24..10^12 for v,
+// 10^−6..10^3 for master), random signs; a few exact zeros.
+static void adam_fill(adam_state_t *st, size_t n, rng_t *r) {
+    st->master = fnew(n); st->m = fnew(n); st->v = fnew(n); st->g = fnew(n);
+    for (size_t i = 0; i < n; i++) {
+        double sg = rng_unif(r) < 0.5 ? -1 : 1, sm = rng_unif(r) < 0.5 ? -1 : 1, sp = rng_unif(r) < 0.5 ? -1 : 1;
+        st->g[i] = (float)(sg * pow(10.0, -12 + 18 * rng_unif(r)));
+        st->m[i] = (float)(sm * pow(10.0, -12 + 18 * rng_unif(r)));
+        st->v[i] = (float)pow(10.0, -24 + 36 * rng_unif(r));
+        st->master[i] = (float)(sp * pow(10.0, -6 + 9 * rng_unif(r)));
+        if (i % 97 == 5) st->g[i] = 0.0f;
+        if (i % 89 == 7) st->m[i] = 0.0f, st->v[i] = 0.0f;
+    }
+}
+static void adam_free(adam_state_t *st) { free(st->master); free(st->m); free(st->v); free(st->g); }
+static adamw_params_t adam_hp(const adam_case_t *ac) {
+    adamw_params_t hp = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .wd = ac->wd,
+                         .grad_scale = ac->grad_scale};
+    hp.bc1 = (float)(1.0 - pow(0.9, ac->t));
+    hp.bc2 = (float)(1.0 - pow(0.95, ac->t));
+    return hp;
+}
+
+// |out − ref| ≤ ADAM_ULPS·ε·scale + FLT_MIN, element by element (tu_close per element so
+// the bound can follow the size of the terms).
+static void adam_close(const char *what, const float *out, const double *ref, const double *scale, size_t n) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double atol = ADAM_ULPS * FLT_EPSILON * scale[i] + FLT_MIN;
+        worst = fmax(worst, fabs((double)out[i] - ref[i]) / atol);
+        if (!tu_close(what, out + i, ref + i, 1, atol, 0.0))
+            ck_abort_msg("%s: element %zu out of tolerance (see stderr)", what, i);
+    }
+    if (getenv("TK_VERBOSE")) fprintf(stderr, "  %-48s n=%-7zu worst/limit %.3f\n", what, n, worst);
+}
+
+START_TEST(test_adamw_fp64) {
+    // Against FP64 of the same formula. m and v from the FP32 inputs; master from the
+    // kernel's own m and v (so m's cancellation does not propagate into master's check).
+    const adam_case_t ac = ADAM_CASES[_i];
+    const size_t n = ac.n;
+    rng_t rg = rng_make(900 + (uint64_t)_i);
+    adam_state_t st;
+    adam_fill(&st, n, &rg);
+    adamw_params_t hp = adam_hp(&ac);
+    double *m_in = to_d(st.m, n), *v_in = to_d(st.v, n), *p_in = to_d(st.master, n);
+    float *p32 = fnew(n);
+    uint16_t *p16 = malloc(n * sizeof(uint16_t));
+    ck_assert_ptr_nonnull(p16);
+    fill_nan(p32, n);
+    for (size_t i = 0; i < n; i++) p16[i] = 0x7FFF;
+    adamw_update_scalar(st.master, st.m, st.v, p16, p32, st.g, n, &hp);
+
+    double *ref_m = dnew(n), *ref_v = dnew(n), *ref_p = dnew(n), *sc_m = dnew(n), *sc_v = dnew(n), *sc_p = dnew(n);
+    const double b1 = hp.beta1, b2 = hp.beta2, lr = hp.lr, wd = hp.wd, eps = hp.eps;
+    for (size_t i = 0; i < n; i++) {
+        double g = (double)st.g[i] * hp.grad_scale;
+        ref_m[i] = b1 * m_in[i] + (1 - b1) * g;
+        sc_m[i] = fabs(b1 * m_in[i]) + fabs((1 - b1) * g);
+        ref_v[i] = b2 * v_in[i] + (1 - b2) * g * g;
+        sc_v[i] = fabs(ref_v[i]);
+        double mh = (double)st.m[i] / hp.bc1, vh = (double)st.v[i] / hp.bc2; // kernel's m, v
+        double u = mh / (sqrt(vh) + eps);
+        ref_p[i] = p_in[i] - lr * (wd * p_in[i] + u);
+        sc_p[i] = fabs(p_in[i]) + lr * (fabs(wd * p_in[i]) + fabs(u));
+    }
+    char what[64];
+    snprintf(what, sizeof what, "adamw m n=%zu", n);
+    adam_close(what, st.m, ref_m, sc_m, n);
+    snprintf(what, sizeof what, "adamw v n=%zu", n);
+    adam_close(what, st.v, ref_v, sc_v, n);
+    snprintf(what, sizeof what, "adamw master n=%zu", n);
+    adam_close(what, st.master, ref_p, sc_p, n);
+    for (size_t i = 0; i < n; i++) {
+        CHECK_LOOP(u_of(p32[i]) == u_of(st.master[i]), "adamw p32[%zu] != master", i);
+        CHECK_LOOP(p16[i] == bf16_from_f32(st.master[i]), "adamw p16[%zu] != bf16(master)", i);
+    }
+    adam_free(&st);
+    free(m_in); free(v_in); free(p_in); free(p32); free(p16);
+    free(ref_m); free(ref_v); free(ref_p); free(sc_m); free(sc_v); free(sc_p);
+}
+END_TEST
+
+START_TEST(test_adamw_bits) {
+    // The header's exact sequence, written out here in FP32 (this file is also built with
+    // -ffp-contract=off): the kernel must match it bit for bit — this is what makes every
+    // other AdamW path (AVX2, AVX-512, CUDA) comparable to it. Also: NULL p16/p32 is allowed
+    // and changes nothing else.
+    const adam_case_t ac = ADAM_CASES[_i];
+    const size_t n = ac.n;
+    rng_t rg = rng_make(950 + (uint64_t)_i);
+    adam_state_t st, st2;
+    adam_fill(&st, n, &rg);
+    st2.master = fdup(st.master, n); st2.m = fdup(st.m, n); st2.v = fdup(st.v, n); st2.g = fdup(st.g, n);
+    adamw_params_t hp = adam_hp(&ac);
+    float *em = fnew(n), *ev = fnew(n), *ep = fnew(n);
+    for (size_t i = 0; i < n; i++) {
+        float g = st.g[i] * hp.grad_scale;
+        float m = fmaf(hp.beta1, st.m[i], (1.0f - hp.beta1) * g);
+        float v = fmaf(hp.beta2, st.v[i], ((1.0f - hp.beta2) * g) * g);
+        float mh = m / hp.bc1, vh = v / hp.bc2;
+        float u = mh / (sqrtf(vh) + hp.eps);
+        em[i] = m;
+        ev[i] = v;
+        ep[i] = st.master[i] - hp.lr * fmaf(hp.wd, st.master[i], u);
+    }
+    float *p32 = fnew(n);
+    uint16_t *p16 = malloc(n * sizeof(uint16_t));
+    ck_assert_ptr_nonnull(p16);
+    adamw_update_scalar(st.master, st.m, st.v, p16, p32, st.g, n, &hp);
+    adamw_update_scalar(st2.master, st2.m, st2.v, NULL, NULL, st2.g, n, &hp);
+    for (size_t i = 0; i < n; i++) {
+        CHECK_LOOP(u_of(st.m[i]) == u_of(em[i]), "adamw m[%zu] = %a, sequence gives %a", i, st.m[i], em[i]);
+        CHECK_LOOP(u_of(st.v[i]) == u_of(ev[i]), "adamw v[%zu] = %a, sequence gives %a", i, st.v[i], ev[i]);
+        CHECK_LOOP(u_of(st.master[i]) == u_of(ep[i]), "adamw master[%zu] = %a, sequence gives %a", i, st.master[i], ep[i]);
+        CHECK_LOOP(u_of(p32[i]) == u_of(ep[i]) && p16[i] == bf16_from_f32(ep[i]), "adamw p32/p16[%zu]", i);
+    }
+    ck_assert(memcmp(st.master, st2.master, n * sizeof(float)) == 0);
+    ck_assert(memcmp(st.m, st2.m, n * sizeof(float)) == 0);
+    ck_assert(memcmp(st.v, st2.v, n * sizeof(float)) == 0);
+    adam_free(&st);
+    adam_free(&st2);
+    free(em); free(ev); free(ep); free(p32); free(p16);
+}
+END_TEST
+
+// ---------------------------------------------------------------- determinism
+// The same call with 1 and with 2 OpenMP threads must give identical bits. Shapes are
+// large enough that every parallel loop really splits (several 64-column blocks, dynamic
+// attention scheduling, sumsq over two 256-chunk rounds).
+#define BITS_EQ(what, a, b, n) \
+    ck_assert_msg(memcmp((a), (b), (n) * sizeof(*(a))) == 0, "%s: bits differ between 1 and 2 threads", (what))
+
+START_TEST(test_det_attention) {
+    const int B = 2, T = 80, NH = 6, NKV = 2, HS = 10;
+    size_t nq = (size_t)B * T * NH * HS, nk = (size_t)B * T * NKV * HS, nl = (size_t)B * NH * T;
+    rng_t rg = rng_make(1000);
+    float *q = fnew(nq), *k = fnew(nk), *v = fnew(nk), *d = fnew(nq);
+    fill_sym(q, nq, 2.0, &rg); fill_sym(k, nk, 2.0, &rg); fill_sym(v, nk, 1.0, &rg); fill_sym(d, nq, 1.0, &rg);
+    float *out[2], *lse[2], *dq[2], *dk[2], *dv[2];
+    for (int run = 0; run < 2; run++) {
+        out[run] = fnew(nq); lse[run] = fnew(nl); dq[run] = fnew(nq); dk[run] = fnew(nk); dv[run] = fnew(nk);
+        set_threads(run + 1);
+        attention_forward(out[run], lse[run], q, k, v, B, T, NH, NKV, HS);
+        attention_backward(dq[run], dk[run], dv[run], d, q, k, v, out[run], lse[run], B, T, NH, NKV, HS);
+    }
+    BITS_EQ("attention out", out[0], out[1], nq);
+    BITS_EQ("attention lse", lse[0], lse[1], nl);
+    BITS_EQ("attention dq", dq[0], dq[1], nq);
+    BITS_EQ("attention dk", dk[0], dk[1], nk);
+    BITS_EQ("attention dv", dv[0], dv[1], nk);
+    for (int run = 0; run < 2; run++) { free(out[run]); free(lse[run]); free(dq[run]); free(dk[run]); free(dv[run]); }
+    free(q); free(k); free(v); free(d);
+}
+END_TEST
+
+START_TEST(test_det_embedding) {
+    const int N = 2048, C = 300, V = 13; // ~160 repeats of each token
+    rng_t rg = rng_make(1001);
+    int *tok = malloc(N * sizeof(int));
+    ck_assert_ptr_nonnull(tok);
+    for (int n = 0; n < N; n++) tok[n] = (int)(rng_next(&rg) % V);
+    float *dout = fnew((size_t)N * C), *dw[2];
+    fill_sym(dout, (size_t)N * C, 1.0, &rg);
+    for (int run = 0; run < 2; run++) {
+        dw[run] = fnew((size_t)V * C);
+        rng_t r2 = rng_make(1002);
+        fill_sym(dw[run], (size_t)V * C, 1.0, &r2);
+        set_threads(run + 1);
+        embedding_backward(dw[run], dout, tok, N, C);
+    }
+    BITS_EQ("embedding dwte", dw[0], dw[1], (size_t)V * C);
+    free(tok); free(dout); free(dw[0]); free(dw[1]);
+}
+END_TEST
+
+START_TEST(test_det_rmsnorm) {
+    const int N = 512, C = 330;
+    size_t nx = (size_t)N * C;
+    rng_t rg = rng_make(1003);
+    float *x = fnew(nx), *w = fnew(C), *d = fnew(nx), *out = fnew(nx), *rstd = fnew(N);
+    fill_sym(x, nx, 1.0, &rg); fill_sym(w, C, 1.0, &rg); fill_sym(d, nx, 1.0, &rg);
+    float *dx[2], *dw[2];
+    for (int run = 0; run < 2; run++) {
+        dx[run] = fnew(nx); dw[run] = fnew(C);
+        rng_t r2 = rng_make(1004);
+        fill_sym(dx[run], nx, 1.0, &r2); fill_sym(dw[run], C, 1.0, &r2);
+        set_threads(run + 1);
+        rmsnorm_forward(out, rstd, x, w, N, C, 1e-5f);
+        rmsnorm_backward(dx[run], dw[run], d, x, w, rstd, N, C);
+    }
+    BITS_EQ("rmsnorm dx", dx[0], dx[1], nx);
+    BITS_EQ("rmsnorm dw", dw[0], dw[1], (size_t)C);
+    free(x); free(w); free(d); free(out); free(rstd); free(dx[0]); free(dx[1]); free(dw[0]); free(dw[1]);
+}
+END_TEST
+
+START_TEST(test_det_matmul) {
+    // OpenBLAS's own threading changes bits with its thread count; the kernels' fixed
+    // output tiles (each one single-threaded sgemm) must not. 300 × 520 and 520 × 200
+    // outputs span several tiles, with ragged edges.
+    const int N = 300, IC = 200, OC = 520;
+    size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    rng_t rg = rng_make(1006);
+    float *inp = fnew(ni), *w = fnew(nw), *d = fnew(no), *out[2], *dinp[2], *dw[2];
+    fill_sym(inp, ni, 1.0, &rg); fill_sym(w, nw, 1.0, &rg); fill_sym(d, no, 1.0, &rg);
+    for (int run = 0; run < 2; run++) {
+        out[run] = fnew(no); dinp[run] = fnew(ni); dw[run] = fnew(nw);
+        memset(dw[run], 0, nw * sizeof(float));
+        set_threads(run + 1);
+        openblas_set_num_threads(run + 1); // whatever the caller left OpenBLAS at
+        matmul_forward(out[run], inp, w, N, IC, OC);
+        matmul_backward_input(dinp[run], d, w, N, IC, OC, 0);
+        matmul_backward_weight(dw[run], d, inp, N, IC, OC);
+    }
+    BITS_EQ("matmul out", out[0], out[1], no);
+    BITS_EQ("matmul dinp", dinp[0], dinp[1], ni);
+    BITS_EQ("matmul dw", dw[0], dw[1], nw);
+    for (int run = 0; run < 2; run++) { free(out[run]); free(dinp[run]); free(dw[run]); }
+    free(inp); free(w); free(d);
+}
+END_TEST
+
+START_TEST(test_det_sumsq) {
+    const size_t n = 3 * 256 * 4096 + 1234; // three rounds of 256 chunks, a ragged last chunk
+    rng_t rg = rng_make(1005);
+    float *x = fnew(n);
+    fill_sym(x, n, 1.0, &rg);
+    set_threads(1);
+    double a = sumsq(x, n);
+    set_threads(2);
+    double b = sumsq(x, n);
+    ck_assert_msg(memcmp(&a, &b, sizeof a) == 0, "sumsq: %.17g (1 thread) vs %.17g (2 threads)", a, b);
+    free(x);
+}
+END_TEST
+
+// ---------------------------------------------------------------- suite
+static TCase *tcase(Suite *s, const char *name) {
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, 300); // generous: a test takes ≤ 2 s here, ~3× that under ASan
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
+static Suite *kernels_suite(void) {
+    Suite *s = suite_create("kernels");
+    TCase *tc = tcase(s, "bf16");
+    tcase_add_test(tc, test_bf16_exact);
+    tcase_add_test(tc, test_bf16_random);
+    tc = tcase(s, "elementwise");
+    tcase_add_loop_test(tc, test_sumsq, 0, NELEMS(SUMSQ_N));
+    tcase_add_test(tc, test_add_inplace);
+    tc = tcase(s, "matmul");
+    tcase_add_loop_test(tc, test_matmul, 0, NELEMS(MM_SHAPES));
+    tcase_add_test(tc, test_matmul_degenerate);
+    tc = tcase(s, "rmsnorm");
+    tcase_add_loop_test(tc, test_rmsnorm, 0, NELEMS(RMS_SHAPES));
+    tc = tcase(s, "rope");
+    tcase_add_loop_test(tc, test_rope, 0, NELEMS(ROPE_SHAPES));
+    tc = tcase(s, "attention");
+    tcase_add_loop_test(tc, test_attention, 0, NELEMS(ATT_SHAPES));
+    tcase_add_test(tc, test_attention_large_scores);
+    tc = tcase(s, "swiglu");
+    tcase_add_loop_test(tc, test_swiglu, 0, NELEMS(SWIGLU_SHAPES));
+    tcase_add_test(tc, test_swiglu_extremes);
+    tc = tcase(s, "embedding");
+    tcase_add_loop_test(tc, test_embedding, 0, NELEMS(EMB_SHAPES));
+    tc = tcase(s, "crossentropy");
+    tcase_add_loop_test(tc, test_crossentropy, 0, NELEMS(CE_SHAPES));
+    tc = tcase(s, "adamw");
+    tcase_add_loop_test(tc, test_adamw_fp64, 0, NELEMS(ADAM_CASES));
+    tcase_add_loop_test(tc, test_adamw_bits, 0, NELEMS(ADAM_CASES));
+    tc = tcase(s, "determinism");
+    tcase_add_test(tc, test_det_attention);
+    tcase_add_test(tc, test_det_embedding);
+    tcase_add_test(tc, test_det_rmsnorm);
+    tcase_add_test(tc, test_det_sumsq);
+    tcase_add_test(tc, test_det_matmul);
+    return s;
+}
+
+int main(void) {
+    // Nothing here touches OpenMP or OpenBLAS: Check forks each test, and a thread pool
+    // created in the parent would not survive fork() in the child.
+    SRunner *sr = srunner_create(kernels_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
