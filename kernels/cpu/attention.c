@@ -24,10 +24,7 @@
 #include "kernels.h"
 #include <math.h>
 #include <string.h>
-
-// The 8-float vector helpers below are static and always inlined, so the note that passing
-// 32-byte vectors by value depends on AVX being enabled (an ABI question) does not apply.
-#pragma GCC diagnostic ignored "-Wpsabi"
+#include "simd.h"
 
 #define ATT_BQ 32      // query rows per tile (a multiple of 8: one tile row is BQ/8 vectors)
 #define ATT_BK 64      // key rows per tile
@@ -35,41 +32,6 @@
 // A key tile starts at a multiple of BK ≤ the first query of the block (BK a multiple of BQ),
 // so every query of a tile sees at least one unmasked key and its running max is finite.
 _Static_assert(ATT_BK % ATT_BQ == 0 && ATT_BQ % 8 == 0, "tile sizes");
-
-// ---------------------------------------------------------------- vector helpers
-typedef float v8f __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
-#define INLINE static inline __attribute__((always_inline))
-
-INLINE v8f ld8(const float *p) { v8f v; memcpy(&v, p, sizeof v); return v; }
-INLINE void st8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
-INLINE v8f splat8(float x) { return (v8f){x, x, x, x, x, x, x, x}; }
-INLINE v8f sel8(v8i m, v8f a, v8f b) { return (v8f)(((v8i)a & m) | ((v8i)b & ~m)); } // m ? a : b
-INLINE v8f max8(v8f a, v8f b) { return sel8(a > b, a, b); }
-
-// e^x, lane-wise, as one fixed sequence of FP32 operations (Cephes expf: Cody–Waite
-// reduction by ln 2, degree-7 polynomial, scale by 2^n built in the exponent bits): within
-// 1 ulp of e^x (0.98 measured) for −87.3 ≤ x ≤ 88.3; 0 below (where e^x < FLT_MIN), +Inf
-// above (the kernels only take e^x of x ≤ ~0), NaN stays NaN, e^0 = 1 exactly.
-// crossentropy.c and swiglu.c repeat it (kernels/cpu has no private header): keep in sync.
-INLINE v8f exp8(v8f x) {
-    const float lo = -87.33654f, hi = 88.37626f, magic = 12582912.0f; // magic = 1.5·2²³
-    v8i under = x < splat8(lo), over = x > splat8(hi);
-    x = sel8(under, splat8(lo), sel8(over, splat8(hi), x));
-    v8f t = x * 1.44269504088896341f + magic; // round(x·log2 e) lands in the low bits
-    v8f n = t - magic;
-    v8f r = x - n * 0.693359375f; // ln 2 split in two: the first product is exact
-    r = r - n * -2.12194440e-4f;
-    v8f y = 1.9875691500e-4f * r + 1.3981999507e-3f;
-    y = y * r + 8.3334519073e-3f;
-    y = y * r + 4.1665795894e-2f;
-    y = y * r + 1.6666665459e-1f;
-    y = y * r + 5.0000001201e-1f;
-    y = y * (r * r) + r + 1.0f;
-    v8i e = ((v8i)t - (v8i)splat8(magic) + 127) << 23; // 2^n, n ∈ [−126, 127]
-    y = y * (v8f)e;
-    return sel8(under, splat8(0.0f), sel8(over, splat8(INFINITY), y));
-}
 
 // C (M, N) (+)= A (M, K) · B (K, N): C and B row-major with leading dimensions, A element
 // (i, k) at A[i·sai + k·sak] (so A can be read transposed). acc = 0 starts from zero. Each

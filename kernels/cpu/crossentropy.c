@@ -4,53 +4,12 @@
 // and each dlogits[i] depends only on logits[i] of the same row.
 // Vector code: GCC vector extensions (8 floats); the row function is compiled for AVX2 and
 // for the x86-64 baseline, picked at load time; elementwise IEEE ops only, so both give the
-// same bits. exp is exp8 below: the same fixed sequence as attention.c's (kernels/cpu has no
-// private header, so the few lines are repeated; keep them in sync).
+// same bits. exp is exp8 from simd.h, the same fixed sequence attention.c uses.
 // Called by the CPU backend after the LM head (training and evaluation).
 #include "kernels.h"
 #include <math.h>
 #include <string.h>
-
-// Static, always-inlined 8-float helpers: the AVX argument-passing ABI note does not apply.
-#pragma GCC diagnostic ignored "-Wpsabi"
-
-// ---------------------------------------------------------------- vector helpers
-typedef float v8f __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
-#define INLINE static inline __attribute__((always_inline))
-
-INLINE v8f ld8(const float *p) { v8f v; memcpy(&v, p, sizeof v); return v; }
-INLINE void st8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
-INLINE v8f splat8(float x) { return (v8f){x, x, x, x, x, x, x, x}; }
-INLINE v8f sel8(v8i m, v8f a, v8f b) { return (v8f)(((v8i)a & m) | ((v8i)b & ~m)); } // m ? a : b
-INLINE v8f max8(v8f a, v8f b) { return sel8(a > b, a, b); }
-// Lanes [0, n) from p, the rest `fill` (n < 8).
-INLINE v8f ld8_part(const float *p, int n, float fill) {
-    float t[8];
-    for (int i = 0; i < 8; i++) t[i] = i < n ? p[i] : fill;
-    return ld8(t);
-}
-
-// e^x lane-wise (Cephes expf: Cody–Waite reduction, degree-7 polynomial, 2^n in the exponent
-// bits): within 1 ulp for −87.3 ≤ x ≤ 88.3, 0 below, +Inf above, NaN stays NaN, e^0 = 1.
-INLINE v8f exp8(v8f x) {
-    const float lo = -87.33654f, hi = 88.37626f, magic = 12582912.0f; // magic = 1.5·2²³
-    v8i under = x < splat8(lo), over = x > splat8(hi);
-    x = sel8(under, splat8(lo), sel8(over, splat8(hi), x));
-    v8f t = x * 1.44269504088896341f + magic;
-    v8f n = t - magic;
-    v8f r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    v8f y = 1.9875691500e-4f * r + 1.3981999507e-3f;
-    y = y * r + 8.3334519073e-3f;
-    y = y * r + 4.1665795894e-2f;
-    y = y * r + 1.6666665459e-1f;
-    y = y * r + 5.0000001201e-1f;
-    y = y * (r * r) + r + 1.0f;
-    v8i e = ((v8i)t - (v8i)splat8(magic) + 127) << 23;
-    y = y * (v8f)e;
-    return sel8(under, splat8(0.0f), sel8(over, splat8(INFINITY), y));
-}
+#include "simd.h"
 
 // ---------------------------------------------------------------- one row
 // Loss of one row; when dx is non-NULL also dx = (softmax − onehot)·dscale (dx may be x:
