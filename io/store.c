@@ -28,12 +28,10 @@ static _Atomic int store_counter; // file names stay unique across stores in one
 void io_notice(nvme_store_t *s, const char *fmt, ...) {
     atomic_fetch_add(&s->notices, 1);
     if (s->quiet) return;
-    char buf[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    vnotice(fmt, ap);
     va_end(ap);
-    notice("%s", buf);
 }
 
 static const char *fmtb(char *buf, size_t len, uint64_t b) { return format_bytes(buf, len, b); }

@@ -42,12 +42,10 @@ static void hm_notice(hostmem_t *h, const char *fmt, ...) __attribute__((format(
 static void hm_notice(hostmem_t *h, const char *fmt, ...) {
     atomic_fetch_add(&h->notices, 1);
     if (h->quiet) return;
-    char buf[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    vnotice(fmt, ap);
     va_end(ap);
-    notice("%s", buf);
 }
 
 // ---------------------------------------------------------------- machine facts

@@ -50,6 +50,8 @@ void runtime_error(const char *fmt, ...) {
     exit(1);
 }
 
+void vnotice(const char *fmt, va_list ap) { vline(fmt, ap); }
+
 void notice(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

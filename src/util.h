@@ -3,6 +3,7 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include <stdarg.h>
 #include <stdio.h>
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
@@ -20,6 +21,7 @@ void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), nore
 void runtime_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 // One informational line "tiertrain: <msg>" on stderr.
 void notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void vnotice(const char *fmt, va_list ap);
 
 // "512M", "4G", "1.5GiB", "4096", "64k" -> bytes. K/M/G/T and KiB/MiB/GiB/TiB are powers
 // of 1024 (as memory sizes are); "KB/MB/GB/TB" powers of 1000. Returns 0 or -EINVAL.

@@ -28,27 +28,6 @@ static hostmem_t *open_pool(uint64_t size, uint64_t budget, int node, const char
     return h;
 }
 
-// stderr capture, for the notice checks
-static int cap_fd = -1, cap_saved = -1;
-static void cap_begin(void) {
-    char tmpl[] = "/tmp/tt_cap_XXXXXX";
-    fflush(stderr);
-    cap_fd = mkstemp(tmpl);
-    ck_assert_int_ge(cap_fd, 0);
-    unlink(tmpl);
-    cap_saved = dup(2);
-    dup2(cap_fd, 2);
-}
-static char *cap_end(void) {
-    fflush(stderr);
-    dup2(cap_saved, 2);
-    close(cap_saved);
-    off_t n = lseek(cap_fd, 0, SEEK_END);
-    char *s = calloc(1, (size_t)n + 1);
-    ck_assert_int_eq(pread(cap_fd, s, (size_t)n, 0), n);
-    close(cap_fd);
-    return s;
-}
 // A field ("Locked:", "THPeligible:") of the /proc/self/smaps mapping that holds addr.
 static long smaps_field(const void *addr, const char *field) {
     FILE *sm = fopen("/proc/self/smaps", "r");
@@ -218,9 +197,9 @@ START_TEST(test_pin_and_report) {
     hostmem_opts_t o = {.size = pool_size(), .numa_node = -1, .pin = 1, .hugepages = 1, .faults = ""};
     hostmem_t *h = NULL;
     char err[1024];
-    cap_begin();
+    tu_stderr_begin();
     int rc = hostmem_init(&h, &o, err, sizeof err);
-    char *text = cap_end();
+    char *text = tu_stderr_end();
     ck_assert_msg(rc == 0, "%s", err);
     hostmem_info_t info;
     hostmem_info(h, &info);
@@ -256,9 +235,9 @@ START_TEST(test_pin_fallback_notice_once) {
     hostmem_opts_t o = {.size = pool_size(), .numa_node = -1, .pin = 1, .hugepages = 1, .faults = "nomlock"};
     hostmem_t *h = NULL;
     char err[1024];
-    cap_begin();
+    tu_stderr_begin();
     int rc = hostmem_init(&h, &o, err, sizeof err);
-    char *text = cap_end();
+    char *text = tu_stderr_end();
     ck_assert_msg(rc == 0, "%s", err);
     hostmem_info_t info;
     hostmem_info(h, &info);

@@ -129,27 +129,6 @@ static void wait_ok(io_ticket_t *t) {
     ck_assert_msg(rc == 0, "ticket failed: %s", io_ticket_message(t, msg, sizeof msg));
 }
 
-// stderr capture, for the "said once" checks
-static int cap_fd = -1, cap_saved = -1;
-static void cap_begin(void) {
-    char tmpl[] = "/tmp/tt_cap_XXXXXX";
-    fflush(stderr);
-    cap_fd = mkstemp(tmpl);
-    ck_assert_int_ge(cap_fd, 0);
-    unlink(tmpl);
-    cap_saved = dup(2);
-    dup2(cap_fd, 2);
-}
-static char *cap_end(void) {
-    fflush(stderr);
-    dup2(cap_saved, 2);
-    close(cap_saved);
-    off_t n = lseek(cap_fd, 0, SEEK_END);
-    char *s = calloc(1, (size_t)n + 1);
-    ck_assert_int_eq(pread(cap_fd, s, (size_t)n, 0), n);
-    close(cap_fd);
-    return s;
-}
 static int count_lines_with(const char *text, const char *needle) {
     int n = 0;
     for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle)) n++;
@@ -718,7 +697,7 @@ START_TEST(test_register_fallback) {
                                .bufs = &iov, .nbufs = 1, .faults = forced ? "noregister" : ""};
         nvme_store_t *s = NULL;
         char err[1024];
-        cap_begin();
+        tu_stderr_begin();
         int rc = nvme_store_init(&s, &o, err, sizeof err);
         io_ticket_t t[4];
         memset(t, 0, sizeof t);
@@ -728,7 +707,7 @@ START_TEST(test_register_fallback) {
         memset(pool, 0, size);
         for (int i = 0; rc == 0 && i < 4; i++) nvme_store_read(s, &t[i], (uint64_t)i * MiB, MiB, pool + i * MiB, 0);
         for (int i = 0; rc == 0 && i < 4; i++) io_ticket_wait(&t[i]);
-        char *text = cap_end();
+        char *text = tu_stderr_end();
         ck_assert_msg(rc == 0, "%s", err);
         for (int i = 0; i < 4; i++) wait_ok(&t[i]);
         assert_same("registered pool round trip", pool, img, size);
@@ -762,9 +741,9 @@ START_TEST(test_engine_fallback) {
     nvme_store_opts_t o = {.paths = sub[0], .size = MiB, .engine = IO_ENGINE_AUTO, .faults = "nouring"};
     nvme_store_t *s = NULL;
     char err[1024];
-    cap_begin();
+    tu_stderr_begin();
     int rc = nvme_store_init(&s, &o, err, sizeof err);
-    char *text = cap_end();
+    char *text = tu_stderr_end();
     ck_assert_msg(rc == 0, "%s", err);
     io_info_t info;
     nvme_store_info(s, &info);

@@ -9,20 +9,6 @@
 #include <unistd.h>
 #include "testutil.h"
 
-// Reads the whole file into a malloc'd string.
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t r = fread(s, 1, (size_t)n, f);
-    s[r] = 0;
-    fclose(f);
-    return s;
-}
-
 // Value of "key": in the first JSONL line containing "event":"<event>" (numbers and
 // strings; quotes stripped). Returns a malloc'd string or NULL.
 static char *json_field(const char *jsonl, const char *event, const char *key) {
@@ -61,7 +47,7 @@ static run_t train(const char *tag, const char *const *extra) {
     argv[n] = NULL;
     run_t r = {0};
     r.rc = tu_run(argv, NULL, &r.out, &r.err);
-    r.log = slurp(log);
+    r.log = tu_slurp(log);
     unlink(log);
     rmdir(dir);
     free(dir);

@@ -95,3 +95,33 @@ char *tu_tmpdir(const char *tag) {
 }
 
 int tu_sanitized(void) { return getenv("TT_SANITIZED") != NULL; }
+
+char *tu_slurp(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return NULL;
+    char *s = slurp_fd(fd);
+    close(fd);
+    return s;
+}
+
+static int cap_fd = -1, cap_saved = -1;
+
+void tu_stderr_begin(void) {
+    char tmpl[] = "/tmp/tt_cap_XXXXXX";
+    fflush(stderr);
+    cap_fd = mkstemp(tmpl);
+    if (cap_fd < 0) { perror("tu_stderr_begin"); abort(); }
+    unlink(tmpl);
+    cap_saved = dup(2);
+    dup2(cap_fd, 2);
+}
+
+char *tu_stderr_end(void) {
+    fflush(stderr);
+    dup2(cap_saved, 2);
+    close(cap_saved);
+    char *s = slurp_fd(cap_fd);
+    close(cap_fd);
+    cap_fd = cap_saved = -1;
+    return s;
+}

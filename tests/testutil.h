@@ -12,6 +12,14 @@ int tu_close_f(const char *what, const float *out, const float *ref, size_t n, d
 // or 128+signal. env may be NULL or "NAME=VALUE" strings added to the environment.
 int tu_run(char *const argv[], char *const env[], char **out, char **err);
 
+// Whole file as a malloc'd NUL-terminated string, or NULL when it cannot be read.
+char *tu_slurp(const char *path);
+
+// Captures this process's stderr (fd 2) between begin and end; end returns what was written
+// (malloc'd). For the "said once" notice checks.
+void tu_stderr_begin(void);
+char *tu_stderr_end(void);
+
 // Path of the built tiertrain binary.
 const char *tu_binary(void);
 // A fresh temporary directory under $TMPDIR (or /tmp); the caller removes it.
