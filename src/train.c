@@ -9,6 +9,7 @@
 #include <string.h>
 #include "data.h"
 #include "model.h"
+#include "plan.h"
 #include "step.h"
 #include "util.h"
 
@@ -47,6 +48,14 @@ int train_run(const config_t *cfg) {
         log = fopen(cfg->log_path, "w");
         if (!log) usage_error("--log %s: %s (give a writable path)", cfg->log_path, strerror(errno));
     }
+
+    // Before any allocation: does it fit? (The same check `tiertrain plan` prints.)
+    model_t shape;
+    model_init(&shape, cfg);
+    plan_t plan;
+    plan_compute(cfg, &shape, &plan);
+    model_free(&shape);
+    if (!plan.feasible) usage_error("%s", plan.reason);
 
     trainer_t tr;
     int rc = trainer_init(&tr, cfg, err, sizeof err);
@@ -131,25 +140,9 @@ int plan_run(const config_t *cfg) {
     model_t m;
     model_init(&m, cfg);
     print_model(&m, cfg, stdout);
-    const double P = (double)m.numel_padded;
-    const double N = (double)cfg->B * cfg->T, C = m.C, F = m.F, V = m.V, KVD = (double)m.NKV * m.HS;
-    const int pbytes = cfg->precision == PREC_BF16 ? 2 : 4;
-    double acts = 4.0 * ((m.L + 1) * N * C + N * (9 * C + 4 * KVD + 6 * F + V + m.NH + 4));
-    char a[32];
-    printf("state                bytes\n");
-    printf("  parameters (%s)  %12s\n", pbytes == 2 ? "bf16" : "fp32", format_bytes(a, sizeof a, (uint64_t)(P * pbytes)));
-    printf("  gradients (fp32)   %12s\n", format_bytes(a, sizeof a, (uint64_t)(P * 4)));
-    printf("  master+m+v (fp32)  %12s\n", format_bytes(a, sizeof a, (uint64_t)(P * 12)));
-    printf("  activations        %12s  (checkpoints of %d blocks + one block's recompute)\n",
-           format_bytes(a, sizeof a, (uint64_t)acts), m.L);
-    double device = P * (pbytes + 4) + acts + (pbytes == 2 ? 8.0 * m.max_shard_numel : 0);
-    printf("  device total       %12s  (--hbm-budget %s)\n", format_bytes(a, sizeof a, (uint64_t)device),
-           cfg->hbm_budget ? format_bytes(a + 16, 16, cfg->hbm_budget) : "none");
-    printf("  host total         %12s\n", format_bytes(a, sizeof a, (uint64_t)(P * 12)));
-    double flops = 6.0 * m.num_params * N * cfg->accum + 2.0 * m.num_params * N * cfg->accum; // fwd+bwd+recompute
-    printf("  compute per step   %.1f GFLOP (6·P·tokens + 2·P·tokens recompute, attention excluded)\n", flops / 1e9);
-    int feasible = !cfg->hbm_budget || device <= (double)cfg->hbm_budget;
-    printf("feasible: %s\n", feasible ? "yes (all states resident)" : "no: the device states exceed --hbm-budget (raise it; tier offload comes with the tiers work)");
+    plan_t p;
+    plan_compute(cfg, &m, &p);
+    plan_print(&p, cfg, stdout);
     model_free(&m);
-    return feasible ? 0 : 2;
+    return p.feasible ? 0 : 2;
 }

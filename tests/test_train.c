@@ -198,6 +198,18 @@ START_TEST(device_budget_exceeded) {
 }
 END_TEST
 
+// A model that cannot fit this machine's RAM stops before allocating, with the numbers.
+START_TEST(too_big_for_ram) {
+    const char *args[] = {"--model", "70b", "--steps", "1", NULL};
+    run_t r = train("toobig", args);
+    ck_assert_int_eq(r.rc, 2);
+    ck_assert_msg(strstr(r.err, "of RAM") && strstr(r.err, "available") && strstr(r.err, "--model"),
+                  "message: %s", r.err);
+    ck_assert_msg(strchr(r.err, '\n') == r.err + strlen(r.err) - 1, "want exactly one line: %s", r.err);
+    run_free(&r);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("train");
     TCase *det = tcase_create("determinism");
@@ -214,6 +226,7 @@ int main(void) {
     tcase_set_timeout(rep, 300);
     tcase_add_test(rep, summary_has_fields);
     tcase_add_test(rep, device_budget_exceeded);
+    tcase_add_test(rep, too_big_for_ram);
     suite_add_tcase(s, rep);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

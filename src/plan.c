@@ -1,0 +1,72 @@
+// plan.c — see plan.h. The byte counts mirror trainer_init's allocations (step.c); the
+// model test checks that the device estimate stays within a few percent of the real peak.
+#include "plan.h"
+#include <stdio.h>
+#include <string.h>
+#include "hostmem.h"
+#include "util.h"
+
+void plan_compute(const config_t *cfg, const model_t *m, plan_t *p) {
+    memset(p, 0, sizeof *p);
+    const double P = (double)m->numel_padded;
+    const double N = (double)cfg->B * cfg->T, C = m->C, F = m->F, V = m->V;
+    const double KVD = (double)m->NKV * m->HS;
+    const int pbytes = cfg->precision == PREC_BF16 ? 2 : 4;
+    p->params_bytes = (uint64_t)(P * pbytes);
+    p->grads_bytes = (uint64_t)(P * 4);
+    p->optim_bytes = (uint64_t)(P * 12);
+    // checkpoints (L+1)·N·C; one block's forward and backward buffers; head; FP32 weight
+    // scratch for two shards in bf16 mode; RoPE tables, tokens, targets.
+    double acts = (m->L + 1) * N * C + N * (9 * C + 4 * KVD + 6 * F + m->NH + 3) + N * V + N +
+                  (double)cfg->T * m->HS + 2 * N;
+    if (pbytes == 2) acts += 2.0 * m->max_shard_numel;
+    p->acts_bytes = (uint64_t)(acts * 4);
+    p->device_bytes = p->params_bytes + p->grads_bytes + p->acts_bytes;
+    p->host_bytes = p->optim_bytes;
+    p->ram_needed = p->device_bytes + p->host_bytes;
+    p->mem_available = hostmem_mem_available();
+    // 2 FLOPs per multiply-add: forward 2·P·N, recompute 2·P·N, backward 4·P·N; attention
+    // (causal: half the T×T products) 4·N·T·C per pass, four passes (fwd, recompute, bwd ×2).
+    double mm = 8.0 * (double)m->num_params * N * cfg->accum;
+    double att = 4.0 * 4.0 * N * cfg->T * C / 2.0 * m->L * cfg->accum;
+    p->flops_per_step = mm + att;
+
+    char a[32], b[32], c[32];
+    p->feasible = 1;
+    if (cfg->hbm_budget && p->device_bytes > cfg->hbm_budget) {
+        p->feasible = 0;
+        snprintf(p->reason, sizeof p->reason,
+                 "device states need %s, over --hbm-budget %s (raise --hbm-budget, or lower --batch/--seq; "
+                 "params/optimizer offload comes with the tiers)",
+                 format_bytes(a, sizeof a, p->device_bytes), format_bytes(b, sizeof b, cfg->hbm_budget));
+    } else if (cfg->host_budget && p->host_bytes > cfg->host_budget) {
+        p->feasible = 0;
+        snprintf(p->reason, sizeof p->reason, "host states need %s, over --host-budget %s (raise --host-budget)",
+                 format_bytes(a, sizeof a, p->host_bytes), format_bytes(b, sizeof b, cfg->host_budget));
+    } else if (p->mem_available && p->ram_needed > p->mem_available) {
+        p->feasible = 0;
+        snprintf(p->reason, sizeof p->reason,
+                 "needs %s of RAM (device arena %s + host %s), %s available (choose a smaller --model, --batch or --seq)",
+                 format_bytes(a, sizeof a, p->ram_needed), format_bytes(b, sizeof b, p->device_bytes),
+                 format_bytes(c, sizeof c, p->host_bytes), format_bytes(a + 16, 16, p->mem_available));
+    }
+}
+
+void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
+    char a[32], b[32];
+    fprintf(f, "state                       bytes   where\n");
+    fprintf(f, "  parameters (%s)    %12s   device\n", cfg->precision == PREC_BF16 ? "bf16" : "fp32",
+            format_bytes(a, sizeof a, p->params_bytes));
+    fprintf(f, "  gradients (fp32)     %12s   device\n", format_bytes(a, sizeof a, p->grads_bytes));
+    fprintf(f, "  master + m + v       %12s   host\n", format_bytes(a, sizeof a, p->optim_bytes));
+    fprintf(f, "  activations          %12s   device\n", format_bytes(a, sizeof a, p->acts_bytes));
+    fprintf(f, "  device total         %12s   (--hbm-budget %s)\n", format_bytes(a, sizeof a, p->device_bytes),
+            cfg->hbm_budget ? format_bytes(b, sizeof b, cfg->hbm_budget) : "none");
+    fprintf(f, "  host total           %12s   (--host-budget %s)\n", format_bytes(a, sizeof a, p->host_bytes),
+            cfg->host_budget ? format_bytes(b, sizeof b, cfg->host_budget) : "none");
+    fprintf(f, "  RAM (cpu backend)    %12s   of %s available\n", format_bytes(a, sizeof a, p->ram_needed),
+            format_bytes(b, sizeof b, p->mem_available));
+    fprintf(f, "compute per step: %.3g TFLOP (matmuls incl. recompute, causal attention)\n", p->flops_per_step / 1e12);
+    if (p->feasible) fprintf(f, "feasible: yes, every state resident\n");
+    else fprintf(f, "feasible: no — %s\n", p->reason);
+}
