@@ -5,3 +5,4 @@
 
 int bench_gemm(const config_t *cfg); // bench/bench_gemm.c
 int bench_io(const config_t *cfg);   // bench/bench_io.c
+int bench_adam(const config_t *cfg); // bench/bench_adam.c

@@ -109,3 +109,15 @@ typedef struct {
 //   master = master − lr · fmaf(wd, master, u)
 void adamw_update_scalar(float *master, float *m, float *v, uint16_t *p16, float *p32,
                          const float *g, size_t n, const adamw_params_t *hp);
+// Vectorized paths: the same IEEE operation sequence, so the same bits as the scalar
+// reference (divisions, sqrt and explicit FMAs round identically in every lane).
+// Each is NULL-safe in p16/p32 like the scalar one; callers normally use adamw_update,
+// which picks the widest path this CPU supports at run time (AVX-512F, AVX2+FMA, scalar).
+void adamw_update_avx2(float *master, float *m, float *v, uint16_t *p16, float *p32,
+                       const float *g, size_t n, const adamw_params_t *hp);
+void adamw_update_avx512(float *master, float *m, float *v, uint16_t *p16, float *p32,
+                         const float *g, size_t n, const adamw_params_t *hp);
+void adamw_update(float *master, float *m, float *v, uint16_t *p16, float *p32,
+                  const float *g, size_t n, const adamw_params_t *hp);
+// "avx512", "avx2" or "scalar": the path adamw_update takes on this CPU.
+const char *adamw_update_path(void);

@@ -17,7 +17,8 @@ int main(int argc, char **argv) {
     case CMD_BENCH:
         if (strcmp(cfg.bench_name, "gemm") == 0) return bench_gemm(&cfg);
         if (strcmp(cfg.bench_name, "io") == 0) return bench_io(&cfg);
-        usage_error("bench %s: unknown benchmark (accepted: gemm, io)", cfg.bench_name);
+        if (strcmp(cfg.bench_name, "adam") == 0) return bench_adam(&cfg);
+        usage_error("bench %s: unknown benchmark (accepted: gemm, io, adam)", cfg.bench_name);
     case CMD_NONE: break;
     }
     usage_error("no subcommand (accepted: train, plan, bench, tokenize; see tiertrain --help)");
