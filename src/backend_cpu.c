@@ -32,7 +32,7 @@ static const backend_ops_t cpu_ops = {
     .embedding_backward = embedding_backward,
     .crossentropy_forward_backward = crossentropy_forward_backward,
     .crossentropy_forward = crossentropy_forward,
-    .adamw_update = adamw_update_scalar,
+    .adamw_update = adamw_update, // AVX-512/AVX2/scalar by CPU: the same bits
 };
 
 // Which device runs: exits 2 on an impossible explicit choice (before any work).
@@ -59,7 +59,9 @@ void backend_init(backend_t *be, const config_t *cfg) {
     be->kind = DEVICE_CPU;
     be->ops = &cpu_ops;
     be->budget = cfg->hbm_budget;
-    be->threads = cfg->threads > 0 ? cfg->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    // --threads 0: $OMP_NUM_THREADS when set (the usual OpenMP convention), else every core.
+    const char *env = getenv("OMP_NUM_THREADS");
+    be->threads = cfg->threads > 0 ? cfg->threads : env && atoi(env) > 0 ? atoi(env) : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (be->threads < 1) be->threads = 1;
     // OpenMP is the only thread pool. OpenBLAS's own threading gives different bits for
     // different thread counts, so the matmul kernels split their output into fixed tiles,

@@ -118,9 +118,9 @@ static const flag_t flags[] = {
      .group = G_DATA, .cmds = TP, .help = "sequences per micro-batch (B)"},
     {.name = "accum", .metavar = "N", .kind = FK_INT, FIELD(accum), .def = "1", .lo = 1, .hi = 65536,
      .group = G_DATA, .cmds = TP, .help = "micro-batches per optimizer step (gradient accumulation)"},
-    {.name = "steps", .metavar = "N", .kind = FK_INT, FIELD(steps), .def = "100", .lo = 1, .hi = INT_MAX,
+    {.name = "steps", .metavar = "N", .kind = FK_INT, FIELD(steps), .def = "60", .lo = 1, .hi = INT_MAX,
      .group = G_DATA, .cmds = TP, .help = "optimizer steps"},
-    {.name = "eval-every", .metavar = "N", .kind = FK_INT, FIELD(eval_every), .def = "50", .lo = 0, .hi = INT_MAX,
+    {.name = "eval-every", .metavar = "N", .kind = FK_INT, FIELD(eval_every), .def = "20", .lo = 0, .hi = INT_MAX,
      .group = G_DATA, .cmds = TP, .help = "validation loss every N steps, on the held-out 5% (0 = never)"},
     {.name = "eval-batches", .metavar = "N", .kind = FK_INT, FIELD(eval_batches), .def = "4", .lo = 1, .hi = 65536,
      .group = G_DATA, .cmds = TP, .help = "micro-batches per validation"},
@@ -146,8 +146,20 @@ static const flag_t flags[] = {
     {.name = "device", .metavar = "auto|cpu|cuda", .kind = FK_ENUM, FIELD(device), .def = "auto",
      .values = "auto|cpu|cuda", .group = G_RUN, .cmds = TP,
      .help = "where compute runs; auto = cuda when a GPU is usable, else cpu"},
+    {.name = "params", .metavar = "device|host|nvme", .kind = FK_ENUM, FIELD(params_tier), .def = "device",
+     .values = "device|host|nvme", .group = G_RUN, .cmds = TP,
+     .help = "home of the BF16 parameters; host/nvme stream each shard to the device before its use"},
+    {.name = "grads", .metavar = "device|host", .kind = FK_ENUM, FIELD(grads_tier), .def = "device",
+     .values = "device|host", .group = G_RUN, .cmds = TP,
+     .help = "home of the FP32 gradients; host: each shard's gradients visit the device for its backward"},
+    {.name = "optimizer", .metavar = "device|host|nvme", .kind = FK_ENUM, FIELD(optim_tier), .def = "host",
+     .values = "device|host|nvme", .group = G_RUN, .cmds = TP,
+     .help = "home of the FP32 master weights and Adam moments (12 bytes/parameter); nvme streams them "
+             "through the host a shard at a time"},
+    {.name = "prefetch", .metavar = "N", .kind = FK_INT, FIELD(prefetch), .def = "2", .lo = 0, .hi = 64,
+     .group = G_RUN, .cmds = TP, .help = "streamed parameter shards fetched ahead of their use"},
     {.name = "threads", .metavar = "N", .kind = FK_INT, FIELD(threads), .def = "0",
-     .lo = 0, .hi = 4096, .group = G_RUN, .cmds = TPB, .help = "CPU threads (0 = all cores)"},
+     .lo = 0, .hi = 4096, .group = G_RUN, .cmds = TPB, .help = "CPU threads (0 = $OMP_NUM_THREADS when set, else all cores)"},
     {.name = "hbm-budget", .metavar = "SIZE", .kind = FK_SIZE, FIELD(hbm_budget), .def = "none", .lo = 0,
      .hi = HUGE_VAL, .align = 1, .values = "none", .group = G_RUN, .cmds = TP,
      .help = "device memory cap (also enforced on the cpu backend); none or 0 = no cap"},
@@ -184,6 +196,9 @@ static const flag_t flags[] = {
     {.name = "size", .metavar = "SIZE", .kind = FK_SIZE, FIELD(bench_size), .def = "1G", .lo = 4096,
      .hi = HUGE_VAL, .align = 4096, .group = G_BENCH, .cmds = CLI_CMD_BENCH,
      .help = "bytes of the bench io test file"},
+    {.name = "adam-params", .metavar = "N", .kind = FK_SIZE, FIELD(bench_params), .def = "256M", .lo = 4096,
+     .hi = 4294967296.0, .group = G_BENCH, .cmds = CLI_CMD_BENCH,
+     .help = "parameters the bench adam update runs over (units allowed: 256M = 256·2^20)"},
     // ---- tokenize
     {.name = "out", .short_name = 'o', .metavar = "OUT.bin", .kind = FK_STRING, FIELD(tok_out), .def = "",
      .def_show = "required", .accepts = "a path ending in .bin in an existing directory",
@@ -204,15 +219,15 @@ static const command_info_t commands[] = {
      "train a model (default: the small preset on the built-in synthetic corpus)"},
     {"plan", CMD_PLAN, CLI_CMD_PLAN, "tiertrain plan [flags]",
      "print the resolved configuration and what fits where, without training"},
-    {"bench", CMD_BENCH, CLI_CMD_BENCH, "tiertrain bench gemm|io [flags]",
-     "gemm: matmul kernel GFLOP/s against plain cblas_sgemm; io: NVMe tier throughput"},
+    {"bench", CMD_BENCH, CLI_CMD_BENCH, "tiertrain bench gemm|io|adam [flags]",
+     "gemm: matmul kernel GFLOP/s against plain cblas_sgemm; io: NVMe tier throughput; adam: AdamW update rate against memory bandwidth"},
     {"tokenize", CMD_TOKENIZE, CLI_CMD_TOKENIZE, "tiertrain tokenize IN.txt -o OUT.bin",
      "write a text file's bytes as llm.c uint16 tokens (vocab 256)"},
 };
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 
-static const char *const bench_names[] = {"gemm", "io"};
-#define BENCH_ACCEPTED "gemm, io"
+static const char *const bench_names[] = {"gemm", "io", "adam"};
+#define BENCH_ACCEPTED "gemm, io, adam"
 
 // ---------------------------------------------------------------- small helpers
 

@@ -12,6 +12,7 @@ typedef enum { CMD_NONE = 0, CMD_TRAIN, CMD_PLAN, CMD_BENCH, CMD_TOKENIZE } comm
 typedef enum { PREC_BF16 = 0, PREC_FP32 } precision_t;
 typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } device_kind_t;
 typedef enum { IO_ENGINE_AUTO = 0, IO_ENGINE_URING, IO_ENGINE_PSYNC } io_engine_kind_t;
+typedef enum { TIER_DEVICE = 0, TIER_HOST, TIER_NVME } tier_kind_t;
 
 typedef struct {
     command_t command;
@@ -44,6 +45,11 @@ typedef struct {
     int threads;             // --threads (0 = all cores)
     uint64_t hbm_budget;     // --hbm-budget bytes (0 = no cap)
     uint64_t host_budget;    // --host-budget bytes (0 = no cap)
+    // ---- tiers: where each state's home copy lives
+    tier_kind_t params_tier; // --params device|host|nvme (BF16 compute copy)
+    tier_kind_t grads_tier;  // --grads device|host (FP32 gradients)
+    tier_kind_t optim_tier;  // --optimizer device|host|nvme (FP32 master, m, v)
+    int prefetch;            // --prefetch: shards fetched ahead of their use
     // ---- io / host tier
     char nvme_path[TT_PATH_MAX]; // --nvme-path DIR[,DIR...]
     int nvme_qd;             // --nvme-qd (32)
@@ -59,6 +65,7 @@ typedef struct {
     // ---- bench
     char bench_name[32];     // tiertrain bench NAME
     uint64_t bench_size;     // --size (bench io)
+    uint64_t bench_params;   // --adam-params (bench adam)
     // ---- tokenize
     char tok_in[TT_PATH_MAX];  // tiertrain tokenize IN.txt
     char tok_out[TT_PATH_MAX]; // -o OUT.bin

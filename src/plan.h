@@ -1,8 +1,8 @@
 // plan.h — what a configuration needs: bytes of each state, where they must fit, compute per
 // step, and whether this machine can run it. `tiertrain plan` prints it; `train` runs the
 // same check before allocating anything and exits 2 when it fails.
-// Today every state is resident (device arena + host); the tiers work adds placements,
-// per-link traffic and the predicted floor.
+// Placements follow --params/--grads/--optimizer (the same rules as trainer_init); per-link
+// traffic and the predicted floor from a calibration profile are still to come.
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
@@ -15,7 +15,8 @@ typedef struct {
     uint64_t optim_bytes;    // FP32 master + m + v
     uint64_t acts_bytes;     // checkpoints, one block's recompute, head, scratch
     uint64_t device_bytes;   // what the device arena must hold
-    uint64_t host_bytes;     // what the host must hold
+    uint64_t host_bytes;     // what the host must hold (homes and staging)
+    uint64_t nvme_bytes;     // what the NVMe store must hold
     uint64_t ram_needed;     // CPU backend: device arena and host are the same RAM, counted once
     uint64_t mem_available;  // /proc/meminfo MemAvailable
     double flops_per_step;   // matmul FLOPs incl. the recompute, plus attention

@@ -15,23 +15,174 @@ static void rnd(const trainer_t *tr, float *x, size_t n) {
     if (tr->bf16) tr->be.ops->bf16_round_n(x, n);
 }
 
-// FP32 weights of a shard for compute: the compute copy itself in fp32 mode, else the
-// BF16 copy converted into one of two scratch slots.
-static const float *shard_weights(trainer_t *tr, int shard, int slot) {
-    if (!tr->bf16) return tr->p[shard];
-    tr->be.ops->bf16_to_f32_n(tr->wbuf[slot], tr->p[shard], tr->model.shards[shard].numel_padded);
-    return tr->wbuf[slot];
+static size_t pbytes_of(const trainer_t *tr, int shard) {
+    return tr->model.shards[shard].numel_padded * tr->pbytes;
+}
+
+static size_t obytes_of(const trainer_t *tr, int shard) { // master + m + v
+    return 3 * tr->model.shards[shard].numel_padded * sizeof(float);
+}
+
+// Byte counters are bumped by the compute thread and the scheduler's worker alike.
+static void stat_add(uint64_t *counter, uint64_t n) { __atomic_fetch_add(counter, n, __ATOMIC_RELAXED); }
+
+static void fault(trainer_t *tr, const char *msg) {
+    if (!tr->fault[0]) snprintf(tr->fault, sizeof tr->fault, "%s", msg);
+}
+
+// NVMe transfer of one extent, waited for. Returns 0 or -errno with the ticket's message.
+static int nvme_io(trainer_t *tr, int write, uint64_t off, uint64_t len, void *buf, uint32_t *crc,
+                   const char *what, char *err, size_t errlen) {
+    io_ticket_t t;
+    memset(&t, 0, sizeof t);
+    io_req_t r = {.op = write ? IO_WRITE : IO_READ, .off = off, .len = len, .buf = buf, .name = what,
+                  .crc = write ? 0 : *crc};
+    int rc = nvme_store_submit(tr->nvme, &t, &r);
+    if (rc == 0) rc = io_ticket_wait(&t);
+    if (rc != 0) {
+        if (t.store) io_ticket_message(&t, err, errlen);
+        else snprintf(err, errlen, "%s: %s", what, strerror(-rc));
+        return rc;
+    }
+    if (write) {
+        *crc = t.crc;
+        stat_add(&tr->stats.nvme_write_bytes, len);
+    } else {
+        stat_add(&tr->stats.nvme_read_bytes, len);
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------- parameters
+
+// Scheduler callback, on its worker thread: copy a shard's parameters from their home into
+// a device slot (NVMe: through the slot's host staging buffer).
+static int fetch_params(void *ctx, int shard, void *dst, char *err, size_t errlen) {
+    trainer_t *tr = ctx;
+    size_t bytes = pbytes_of(tr, shard);
+    const void *src = NULL;
+    if (tr->cfg->params_tier == TIER_HOST) {
+        src = tr->p_host[shard];
+    } else {
+        int slot = 0;
+        while (slot < tr->nslots && tr->pslot[slot] != dst) slot++;
+        char what[64];
+        snprintf(what, sizeof what, "parameters of %s", tr->model.shards[shard].name);
+        int rc = nvme_io(tr, 0, tr->p_off[shard], bytes, tr->pstage[slot], &tr->p_crc[shard], what, err, errlen);
+        if (rc != 0) return rc;
+        src = tr->pstage[slot];
+    }
+    backend_copy_h2d(&tr->be, dst, src, bytes);
+    stat_add(&tr->stats.h2d_bytes, bytes);
+    return 0;
+}
+
+// The compute copy of a shard on the device, for one use in the step's order. Pair with
+// params_release. On a failed fetch the step is void: records the fault and hands out the
+// slot anyway (zeros or stale values), so the step finishes and reports it.
+static const void *params_acquire(trainer_t *tr, int shard) {
+    if (tr->cfg->params_tier == TIER_DEVICE) return tr->p[shard];
+    char err[512];
+    const void *p = sched_acquire(tr->sched, shard, err, sizeof err);
+    if (!p) {
+        fault(tr, err);
+        return tr->pslot[0];
+    }
+    return p;
+}
+
+static void params_release(trainer_t *tr, int shard) {
+    if (tr->cfg->params_tier != TIER_DEVICE) sched_release(tr->sched, shard);
+}
+
+// FP32 weights of a shard for compute: the compute copy itself in fp32 mode, else the BF16
+// copy converted into one of two scratch slots (then the device copy is released at once).
+// Pair with weights_release.
+static const float *weights_acquire(trainer_t *tr, int shard, int wslot) {
+    const void *p = params_acquire(tr, shard);
+    if (!tr->bf16) return p;
+    tr->be.ops->bf16_to_f32_n(tr->wbuf[wslot], p, tr->model.shards[shard].numel_padded);
+    params_release(tr, shard);
+    return tr->wbuf[wslot];
+}
+
+static void weights_release(trainer_t *tr, int shard) {
+    if (!tr->bf16) params_release(tr, shard);
+}
+
+// Writes a shard's new compute copy (from FP32 master) to its home. src_p is the compute
+// copy already built in host memory (BF16 or FP32), or NULL to build it from master here.
+static int params_store(trainer_t *tr, int shard, const void *compute, char *err, size_t errlen) {
+    size_t bytes = pbytes_of(tr, shard);
+    switch (tr->cfg->params_tier) {
+    case TIER_DEVICE: backend_copy_h2d(&tr->be, tr->p[shard], compute, bytes); stat_add(&tr->stats.h2d_bytes, bytes); return 0;
+    case TIER_HOST: if (tr->p_host[shard] != compute) memcpy(tr->p_host[shard], compute, bytes); return 0;
+    case TIER_NVME: {
+        char what[64];
+        snprintf(what, sizeof what, "parameters of %s", tr->model.shards[shard].name);
+        return nvme_io(tr, 1, tr->p_off[shard], bytes, (void *)compute, &tr->p_crc[shard], what, err, errlen);
+    }
+    }
+    return -EINVAL;
+}
+
+// Where the optimizer builds a shard's new compute copy: straight into its home when that
+// is host memory the CPU can write (device homes are arena memory on the CPU backend, but a
+// GPU's are not, so those go through the staging buffer and params_store).
+static void *params_build_buffer(trainer_t *tr, int shard) {
+    if (tr->cfg->params_tier == TIER_HOST) return tr->p_host[shard];
+    return tr->pstage_opt;
+}
+
+// ---------------------------------------------------------------- gradients
+
+// The device buffer a shard's gradients accumulate into during its backward. Host homes
+// visit a device slot (read, accumulate, write back: the same operations as when resident,
+// so the same bits). which: 0 for the shard in backward, 1 for the embedding.
+static float *grads_acquire(trainer_t *tr, int shard, int which) {
+    if (tr->cfg->grads_tier == TIER_DEVICE) return tr->g[shard];
+    size_t bytes = tr->model.shards[shard].numel_padded * sizeof(float);
+    backend_copy_h2d(&tr->be, tr->gslot[which], tr->g[shard], bytes);
+    stat_add(&tr->stats.h2d_bytes, bytes);
+    tr->gcur[shard] = tr->gslot[which];
+    return tr->gslot[which];
+}
+
+static void grads_release(trainer_t *tr, int shard) {
+    if (tr->cfg->grads_tier == TIER_DEVICE) return;
+    size_t bytes = tr->model.shards[shard].numel_padded * sizeof(float);
+    backend_copy_d2h(&tr->be, tr->g[shard], tr->gcur[shard], bytes);
+    stat_add(&tr->stats.d2h_bytes, bytes);
+    tr->gcur[shard] = NULL;
 }
 
 static const float *tensor_of(const trainer_t *tr, const float *w, int shard, int t) {
     return w + tr->model.shards[shard].tensors[t].offset;
 }
 
-static float *grad_of(const trainer_t *tr, int shard, int t) {
-    return tr->g[shard] + tr->model.shards[shard].tensors[t].offset;
+static float *grad_of(float *g, const trainer_t *tr, int shard, int t) {
+    return g + tr->model.shards[shard].tensors[t].offset;
 }
 
 // ---------------------------------------------------------------- init / free
+
+// Host pool bytes for this placement (each allocation rounded to 4 KiB like the pool's).
+static uint64_t host_pool_bytes(const trainer_t *tr) {
+    const config_t *cfg = tr->cfg;
+    const model_t *m = &tr->model;
+    uint64_t total = 0;
+    for (int s = 0; s < m->nshards; s++) {
+        uint64_t n = m->shards[s].numel_padded;
+        if (cfg->params_tier == TIER_HOST) total += ALIGN_UP(n * tr->pbytes, 4096);
+        if (cfg->grads_tier == TIER_HOST) total += ALIGN_UP(n * 4, 4096);
+        if (cfg->optim_tier != TIER_NVME) total += 3 * ALIGN_UP(n * 4, 4096);
+    }
+    uint64_t big = m->max_shard_numel;
+    if (cfg->params_tier == TIER_NVME) total += (uint64_t)tr->nslots * ALIGN_UP(big * tr->pbytes, 4096);
+    if (cfg->optim_tier == TIER_NVME) total += 2 * ALIGN_UP(3 * big * 4, 4096);
+    if (cfg->params_tier != TIER_HOST) total += ALIGN_UP(big * tr->pbytes, 4096);
+    return total;
+}
 
 int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     memset(tr, 0, sizeof *tr);
@@ -43,49 +194,101 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     tr->T = cfg->T;
     tr->N = cfg->B * cfg->T;
     tr->bf16 = cfg->precision == PREC_BF16;
+    tr->pbytes = tr->bf16 ? 2 : 4;
     const size_t N = (size_t)tr->N, C = (size_t)m->C, F = (size_t)m->F, V = (size_t)m->V;
     const size_t KVD = (size_t)m->NKV * (size_t)m->HS;
-    const size_t pbytes = tr->bf16 ? 2 : 4;
+    const size_t big = m->max_shard_numel;
     int rc = 0;
     size_t ns = (size_t)m->nshards;
+    tr->nslots = cfg->prefetch + 2 + (m->tie ? 1 : 0);
+    if (tr->nslots > m->nshards) tr->nslots = m->nshards;
     tr->p = calloc(ns, sizeof *tr->p);
+    tr->p_host = calloc(ns, sizeof *tr->p_host);
+    tr->p_off = calloc(ns, sizeof *tr->p_off);
+    tr->p_crc = calloc(ns, sizeof *tr->p_crc);
     tr->g = calloc(ns, sizeof *tr->g);
+    tr->gcur = calloc(ns, sizeof *tr->gcur);
     tr->master = calloc(ns, sizeof *tr->master);
     tr->m = calloc(ns, sizeof *tr->m);
     tr->v = calloc(ns, sizeof *tr->v);
-    if (!tr->p || !tr->g || !tr->master || !tr->m || !tr->v) {
+    tr->o_off = calloc(ns, sizeof *tr->o_off);
+    tr->o_crc = calloc(ns, sizeof *tr->o_crc);
+    tr->o_name = calloc(ns, sizeof *tr->o_name);
+    tr->pslot = calloc((size_t)tr->nslots, sizeof *tr->pslot);
+    tr->pstage = calloc((size_t)tr->nslots, sizeof *tr->pstage);
+    if (!tr->p || !tr->p_host || !tr->p_off || !tr->p_crc || !tr->g || !tr->gcur || !tr->master || !tr->m ||
+        !tr->v || !tr->o_off || !tr->o_crc || !tr->o_name || !tr->pslot || !tr->pstage) {
         snprintf(err, errlen, "out of memory for the shard tables");
         return -ENOMEM;
     }
 
+    for (int s = 0; s < m->nshards; s++)
+        snprintf(tr->o_name[s], sizeof tr->o_name[s], "optimizer states of %s", m->shards[s].name);
+
+    // ---- host pool and NVMe store, sized for this placement
+    hostmem_opts_t ho;
+    uint64_t pool = host_pool_bytes(tr);
+    hostmem_opts_from_config(&ho, cfg, pool ? pool : 4096);
+    ho.quiet = 1; // the tier report says what the pool is
+    if ((rc = hostmem_init(&tr->host, &ho, err, errlen)) != 0) return rc;
+    uint64_t nvme_bytes = 0;
+    for (int s = 0; s < m->nshards; s++) {
+        if (cfg->params_tier == TIER_NVME) { tr->p_off[s] = nvme_bytes; nvme_bytes += pbytes_of(tr, s); }
+        if (cfg->optim_tier == TIER_NVME) { tr->o_off[s] = nvme_bytes; nvme_bytes += obytes_of(tr, s); }
+    }
+    if (nvme_bytes) {
+        nvme_store_opts_t no;
+        nvme_store_opts_from_config(&no, cfg, nvme_bytes);
+        struct iovec iov[IO_MAX_BUFS];
+        no.nbufs = hostmem_regions(tr->host, iov, IO_MAX_BUFS);
+        no.bufs = iov;
+        if ((rc = nvme_store_init(&tr->nvme, &no, err, errlen)) != 0) return rc;
+    }
+
 #define DEV(ptr, bytes, what) do { void *p_ = NULL; \
         if ((rc = backend_alloc(&tr->be, (bytes), (what), &p_, err, errlen)) != 0) return rc; \
+        (ptr) = p_; } while (0)
+#define HOST(ptr, bytes, what) do { void *p_ = hostmem_alloc(tr->host, (bytes), (what), err, errlen); \
+        if (!p_) return -ENOMEM; \
         (ptr) = p_; } while (0)
 
     for (int s = 0; s < m->nshards; s++) {
         const shard_t *sh = &m->shards[s];
         char what[64];
         snprintf(what, sizeof what, "parameters of %s", sh->name);
-        DEV(tr->p[s], sh->numel_padded * pbytes, what);
+        if (cfg->params_tier == TIER_DEVICE) DEV(tr->p[s], pbytes_of(tr, s), what);
+        if (cfg->params_tier == TIER_HOST) HOST(tr->p_host[s], pbytes_of(tr, s), what);
         snprintf(what, sizeof what, "gradients of %s", sh->name);
-        DEV(tr->g[s], sh->numel_padded * sizeof(float), what);
-        size_t hb = sh->numel_padded * sizeof(float);
-        float **host[3] = {&tr->master[s], &tr->m[s], &tr->v[s]};
-        for (int i = 0; i < 3; i++) {
-            if (posix_memalign((void **)host[i], 4096, hb) != 0) {
-                char a[32];
-                snprintf(err, errlen, "out of host memory for the optimizer state of %s (%s)", sh->name,
-                         format_bytes(a, sizeof a, hb));
-                return -ENOMEM;
-            }
-            memset(*host[i], 0, hb);
-            tr->host_bytes += hb;
+        if (cfg->grads_tier == TIER_DEVICE) DEV(tr->g[s], sh->numel_padded * sizeof(float), what);
+        else HOST(tr->g[s], sh->numel_padded * sizeof(float), what);
+        if (cfg->optim_tier != TIER_NVME) {
+            snprintf(what, sizeof what, "optimizer states of %s", sh->name);
+            HOST(tr->master[s], sh->numel_padded * sizeof(float), what);
+            HOST(tr->m[s], sh->numel_padded * sizeof(float), what);
+            HOST(tr->v[s], sh->numel_padded * sizeof(float), what);
         }
-        model_init_shard(m, s, cfg->seed, tr->master[s]);
+    }
+    if (cfg->params_tier != TIER_DEVICE) {
+        for (int i = 0; i < tr->nslots; i++) {
+            DEV(tr->pslot[i], big * tr->pbytes, "parameter slots");
+            if (cfg->params_tier == TIER_NVME) HOST(tr->pstage[i], big * tr->pbytes, "parameter staging");
+        }
+        if ((rc = sched_init(&tr->sched, m->nshards, tr->nslots, tr->pslot, cfg->prefetch, fetch_params, tr,
+                             err, errlen)) != 0)
+            return rc;
+    }
+    if (cfg->params_tier != TIER_HOST) HOST(tr->pstage_opt, big * tr->pbytes, "parameter staging");
+    if (cfg->grads_tier == TIER_HOST) {
+        DEV(tr->gslot[0], big * sizeof(float), "gradient slot");
+        DEV(tr->gslot[1], m->shards[0].numel_padded * sizeof(float), "gradient slot");
+    }
+    if (cfg->optim_tier == TIER_NVME) {
+        HOST(tr->ostage[0], 3 * big * sizeof(float), "optimizer staging");
+        HOST(tr->ostage[1], 3 * big * sizeof(float), "optimizer staging");
     }
     if (tr->bf16) {
-        DEV(tr->wbuf[0], m->max_shard_numel * sizeof(float), "FP32 weight scratch");
-        DEV(tr->wbuf[1], m->max_shard_numel * sizeof(float), "FP32 weight scratch");
+        DEV(tr->wbuf[0], big * sizeof(float), "FP32 weight scratch");
+        DEV(tr->wbuf[1], m->shards[0].numel_padded * sizeof(float), "FP32 weight scratch");
     }
     DEV(tr->ckpt, (size_t)(m->L + 1) * N * C * sizeof(float), "activation checkpoints");
     acts_t *a = &tr->a;
@@ -108,30 +311,68 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     DEV(tr->tokens, N * sizeof(int), "tokens");
     DEV(tr->targets, N * sizeof(int), "targets");
 #undef DEV
+#undef HOST
     rope_table(tr->rope_cos, tr->rope_sin, tr->T, m->HS, m->rope_theta);
-    trainer_sync_params(tr);
+
+    // The use order of one micro-batch: forward embed, blocks, head (+ the embedding when the
+    // head is tied); backward blocks L-1..0. A step repeats it accum times.
+    int per_mb = 2 * m->L + 2 + (m->tie ? 1 : 0);
+    int accum = cfg->accum > 0 ? cfg->accum : 1;
+    int eval = cfg->eval_batches > 0 ? cfg->eval_batches : 1;
+    int maxn = per_mb * (accum > eval ? accum : eval);
+    tr->uses = malloc((size_t)maxn * sizeof *tr->uses);
+    if (!tr->uses) { snprintf(err, errlen, "out of memory for the use order"); return -ENOMEM; }
+
+    // ---- initial weights: master from the seed, shard by shard; the compute copy from it
+    for (int s = 0; s < m->nshards; s++) {
+        float *master = tr->master[s], *mm = tr->m[s], *vv = tr->v[s];
+        if (cfg->optim_tier == TIER_NVME) {
+            size_t n = m->shards[s].numel_padded;
+            master = tr->ostage[0];
+            mm = master + n;
+            vv = mm + n;
+        }
+        model_init_shard(m, s, cfg->seed, master);
+        memset(mm, 0, m->shards[s].numel_padded * sizeof(float));
+        memset(vv, 0, m->shards[s].numel_padded * sizeof(float));
+        if (cfg->optim_tier == TIER_NVME &&
+            (rc = nvme_io(tr, 1, tr->o_off[s], obytes_of(tr, s), master, &tr->o_crc[s], tr->o_name[s], err, errlen)) != 0)
+            return rc;
+        void *pc = params_build_buffer(tr, s);
+        if (tr->bf16) bf16_from_f32_n(pc, master, m->shards[s].numel_padded);
+        else memcpy(pc, master, m->shards[s].numel_padded * sizeof(float));
+        if ((rc = params_store(tr, s, pc, err, errlen)) != 0) return rc;
+    }
+    hostmem_info_t hi;
+    hostmem_info(tr->host, &hi);
+    tr->host_bytes = hi.used;
+    memset(&tr->stats, 0, sizeof tr->stats);
     return 0;
 }
 
 void trainer_free(trainer_t *tr) {
     if (!tr) return;
-    for (int s = 0; tr->master && s < tr->model.nshards; s++) {
-        free(tr->master[s]);
-        free(tr->m[s]);
-        free(tr->v[s]);
-    }
-    free(tr->p); free(tr->g); free(tr->master); free(tr->m); free(tr->v);
+    sched_free(tr->sched); // first: its worker may be copying from the homes
+    nvme_store_free(tr->nvme);
+    hostmem_free(tr->host);
+    free(tr->p); free(tr->p_host); free(tr->p_off); free(tr->p_crc); free(tr->g); free(tr->gcur);
+    free(tr->master); free(tr->m); free(tr->v); free(tr->o_off); free(tr->o_crc); free(tr->o_name);
+    free(tr->pslot); free(tr->pstage); free(tr->uses);
     backend_free(&tr->be);
     model_free(&tr->model);
     memset(tr, 0, sizeof *tr);
 }
 
 void trainer_sync_params(trainer_t *tr) {
+    char err[512];
     for (int s = 0; s < tr->model.nshards; s++) {
         size_t n = tr->model.shards[s].numel_padded;
-        if (tr->bf16) bf16_from_f32_n(tr->p[s], tr->master[s], n);
-        else backend_copy_h2d(&tr->be, tr->p[s], tr->master[s], n * sizeof(float));
+        void *pc = params_build_buffer(tr, s);
+        if (tr->bf16) bf16_from_f32_n(pc, tr->master[s], n);
+        else memcpy(pc, tr->master[s], n * sizeof(float));
+        if (params_store(tr, s, pc, err, sizeof err) != 0) runtime_error("%s", err);
     }
+    if (tr->sched) sched_invalidate(tr->sched);
 }
 
 void trainer_zero_grads(trainer_t *tr) {
@@ -139,17 +380,42 @@ void trainer_zero_grads(trainer_t *tr) {
         memset(tr->g[s], 0, tr->model.shards[s].numel_padded * sizeof(float));
 }
 
+static int build_uses(const trainer_t *tr, int *uses, int reps, int backward) {
+    const model_t *m = &tr->model;
+    int n = 0;
+    for (int r = 0; r < reps; r++) {
+        for (int s = 0; s <= m->L; s++) uses[n++] = s; // embed, blocks
+        uses[n++] = model_head_shard(m);
+        if (m->tie) uses[n++] = 0;
+        if (backward)
+            for (int l = m->L - 1; l >= 0; l--) uses[n++] = model_block_shard(l);
+    }
+    return n;
+}
+
+void trainer_begin_step(trainer_t *tr) {
+    if (!tr->sched) return;
+    int n = build_uses(tr, tr->uses, tr->cfg->accum, 1);
+    sched_begin(tr->sched, tr->uses, n);
+}
+
+void trainer_begin_eval(trainer_t *tr, int nbatches) {
+    if (!tr->sched) return;
+    int n = build_uses(tr, tr->uses, nbatches, 0);
+    sched_begin(tr->sched, tr->uses, n);
+}
+
 // ---------------------------------------------------------------- block forward / backward
 
-// x (N, C) → out (N, C); leaves every intermediate in tr->a for the backward.
-static void block_forward(trainer_t *tr, int layer, const float *x, float *out) {
+// x (N, C) → out (N, C) with the block's FP32 weights W; leaves every intermediate in tr->a
+// for the backward.
+static void block_forward(trainer_t *tr, int layer, const float *W, const float *x, float *out) {
     const backend_ops_t *op = tr->be.ops;
     const model_t *m = &tr->model;
     const int s = model_block_shard(layer);
     const int N = tr->N, C = m->C, F = m->F, KVD = m->NKV * m->HS;
     const size_t NC = (size_t)N * C, NF = (size_t)N * F, NK = (size_t)N * KVD;
     acts_t *a = &tr->a;
-    const float *W = shard_weights(tr, s, 0);
 
     op->rmsnorm_forward(a->ln1, a->rstd1, x, tensor_of(tr, W, s, BW_ATTN_NORM), N, C, m->norm_eps);
     rnd(tr, a->ln1, NC);
@@ -183,8 +449,8 @@ static void block_forward(trainer_t *tr, int layer, const float *x, float *out) 
 }
 
 // Recomputes block `layer` from its checkpoint x, then turns a->dres from ∂L/∂out into
-// ∂L/∂x and accumulates the block's parameter gradients.
-static void block_backward(trainer_t *tr, int layer, const float *x) {
+// ∂L/∂x and accumulates the block's parameter gradients into G.
+static void block_backward(trainer_t *tr, int layer, const float *W, float *G, const float *x) {
     const backend_ops_t *op = tr->be.ops;
     const model_t *m = &tr->model;
     const int s = model_block_shard(layer);
@@ -192,27 +458,26 @@ static void block_backward(trainer_t *tr, int layer, const float *x) {
     const size_t NC = (size_t)N * C, NF = (size_t)N * F, NK = (size_t)N * KVD;
     acts_t *a = &tr->a;
 
-    block_forward(tr, layer, x, a->xf); // recompute; the output itself is not needed (xf is scratch here)
-    const float *W = tr->bf16 ? tr->wbuf[0] : tr->p[s]; // converted by block_forward
+    block_forward(tr, layer, W, x, a->xf); // recompute; the output itself is not needed (xf is scratch here)
 
     // MLP: out = x2 + h·Wdᵀ
     op->matmul_backward_input(a->dh, a->dres, tensor_of(tr, W, s, BW_DOWN), N, F, C, 0);
-    op->matmul_backward_weight(grad_of(tr, s, BW_DOWN), a->dres, a->h, N, F, C);
+    op->matmul_backward_weight(grad_of(G, tr, s, BW_DOWN), a->dres, a->h, N, F, C);
     rnd(tr, a->dh, NF);
     op->swiglu_backward(a->dgate, a->dup, a->dh, a->gate, a->up, NF);
     rnd(tr, a->dgate, NF); rnd(tr, a->dup, NF);
     op->matmul_backward_input(a->dln, a->dgate, tensor_of(tr, W, s, BW_GATE), N, C, F, 0);
     op->matmul_backward_input(a->dln, a->dup, tensor_of(tr, W, s, BW_UP), N, C, F, 1);
-    op->matmul_backward_weight(grad_of(tr, s, BW_GATE), a->dgate, a->ln2, N, C, F);
-    op->matmul_backward_weight(grad_of(tr, s, BW_UP), a->dup, a->ln2, N, C, F);
+    op->matmul_backward_weight(grad_of(G, tr, s, BW_GATE), a->dgate, a->ln2, N, C, F);
+    op->matmul_backward_weight(grad_of(G, tr, s, BW_UP), a->dup, a->ln2, N, C, F);
     rnd(tr, a->dln, NC);
-    op->rmsnorm_backward(a->dres, grad_of(tr, s, BW_MLP_NORM), a->dln, a->x2,
+    op->rmsnorm_backward(a->dres, grad_of(G, tr, s, BW_MLP_NORM), a->dln, a->x2,
                          tensor_of(tr, W, s, BW_MLP_NORM), a->rstd2, N, C);
     rnd(tr, a->dres, NC); // now ∂L/∂x2
 
     // attention: x2 = x + att·Woᵀ
     op->matmul_backward_input(a->datt, a->dres, tensor_of(tr, W, s, BW_O), N, C, C, 0);
-    op->matmul_backward_weight(grad_of(tr, s, BW_O), a->dres, a->att, N, C, C);
+    op->matmul_backward_weight(grad_of(G, tr, s, BW_O), a->dres, a->att, N, C, C);
     rnd(tr, a->datt, NC);
     op->attention_backward(a->dq, a->dk, a->dv, a->datt, a->q, a->k, a->v, a->att, a->lse,
                            tr->B, tr->T, m->NH, m->NKV, m->HS);
@@ -223,11 +488,11 @@ static void block_backward(trainer_t *tr, int layer, const float *x) {
     op->matmul_backward_input(a->dln, a->dq, tensor_of(tr, W, s, BW_Q), N, C, C, 0);
     op->matmul_backward_input(a->dln, a->dk, tensor_of(tr, W, s, BW_K), N, C, KVD, 1);
     op->matmul_backward_input(a->dln, a->dv, tensor_of(tr, W, s, BW_V), N, C, KVD, 1);
-    op->matmul_backward_weight(grad_of(tr, s, BW_Q), a->dq, a->ln1, N, C, C);
-    op->matmul_backward_weight(grad_of(tr, s, BW_K), a->dk, a->ln1, N, C, KVD);
-    op->matmul_backward_weight(grad_of(tr, s, BW_V), a->dv, a->ln1, N, C, KVD);
+    op->matmul_backward_weight(grad_of(G, tr, s, BW_Q), a->dq, a->ln1, N, C, C);
+    op->matmul_backward_weight(grad_of(G, tr, s, BW_K), a->dk, a->ln1, N, C, KVD);
+    op->matmul_backward_weight(grad_of(G, tr, s, BW_V), a->dv, a->ln1, N, C, KVD);
     rnd(tr, a->dln, NC);
-    op->rmsnorm_backward(a->dres, grad_of(tr, s, BW_ATTN_NORM), a->dln, x,
+    op->rmsnorm_backward(a->dres, grad_of(G, tr, s, BW_ATTN_NORM), a->dln, x,
                          tensor_of(tr, W, s, BW_ATTN_NORM), a->rstd1, N, C);
     rnd(tr, a->dres, NC); // now ∂L/∂x
 }
@@ -242,23 +507,35 @@ static float *ckpt_of(trainer_t *tr, int l) {
 static void forward_blocks(trainer_t *tr, const int *tokens) {
     const model_t *m = &tr->model;
     memcpy(tr->tokens, tokens, (size_t)tr->N * sizeof(int)); // host → device (CPU: a copy)
-    const float *wte = shard_weights(tr, 0, 1);
+    const float *wte = weights_acquire(tr, 0, 1);
     tr->be.ops->embedding_forward(ckpt_of(tr, 0), tr->tokens, wte, tr->N, m->C);
-    for (int l = 0; l < m->L; l++) block_forward(tr, l, ckpt_of(tr, l), ckpt_of(tr, l + 1));
+    weights_release(tr, 0);
+    for (int l = 0; l < m->L; l++) {
+        int s = model_block_shard(l);
+        const float *W = weights_acquire(tr, s, 0);
+        block_forward(tr, l, W, ckpt_of(tr, l), ckpt_of(tr, l + 1));
+        weights_release(tr, s);
+    }
 }
 
-// Final norm and LM head into a->logits (N, V). Returns the head weights (FP32) used.
+// Final norm and LM head into a->logits (N, V). Acquires the head's weights (and the
+// embedding's when tied): release them with head_release.
 static const float *head_forward(trainer_t *tr, const float **wnorm) {
     const model_t *m = &tr->model;
     const int hs = model_head_shard(m);
-    const float *Wh = shard_weights(tr, hs, 0);
-    const float *Wout = m->tie ? shard_weights(tr, 0, 1) : tensor_of(tr, Wh, hs, HW_LM_HEAD);
+    const float *Wh = weights_acquire(tr, hs, 0);
+    const float *Wout = m->tie ? weights_acquire(tr, 0, 1) : tensor_of(tr, Wh, hs, HW_LM_HEAD);
     *wnorm = tensor_of(tr, Wh, hs, HW_NORM);
     tr->be.ops->rmsnorm_forward(tr->a.xf, tr->a.rstdf, ckpt_of(tr, m->L), *wnorm, tr->N, m->C, m->norm_eps);
     rnd(tr, tr->a.xf, (size_t)tr->N * m->C);
     tr->be.ops->matmul_forward(tr->a.logits, tr->a.xf, Wout, tr->N, m->C, m->V);
     rnd(tr, tr->a.logits, (size_t)tr->N * m->V);
     return Wout;
+}
+
+static void head_release(trainer_t *tr) {
+    weights_release(tr, model_head_shard(&tr->model));
+    if (tr->model.tie) weights_release(tr, 0);
 }
 
 static double mean_loss(const trainer_t *tr) {
@@ -271,9 +548,10 @@ double trainer_forward(trainer_t *tr, const int *tokens, const int *targets) {
     const float *wnorm;
     forward_blocks(tr, tokens);
     head_forward(tr, &wnorm);
+    head_release(tr);
     memcpy(tr->targets, targets, (size_t)tr->N * sizeof(int));
     tr->be.ops->crossentropy_forward(tr->a.losses, tr->a.logits, tr->targets, tr->N, tr->model.V);
-    return mean_loss(tr);
+    return tr->fault[0] ? NAN : mean_loss(tr);
 }
 
 double trainer_forward_backward(trainer_t *tr, const int *tokens, const int *targets, float dscale) {
@@ -293,17 +571,31 @@ double trainer_forward_backward(trainer_t *tr, const int *tokens, const int *tar
     rnd(tr, dlogits, (size_t)N * V);
 
     // head backward: logits = xf·Woutᵀ, xf = rmsnorm(x_L)
-    float *dWout = m->tie ? tr->g[0] : grad_of(tr, hs, HW_LM_HEAD);
+    float *Gh = grads_acquire(tr, hs, 0);
+    float *G0 = m->tie ? grads_acquire(tr, 0, 1) : NULL;
+    float *dWout = m->tie ? G0 : grad_of(Gh, tr, hs, HW_LM_HEAD);
     op->matmul_backward_input(a->dln, dlogits, Wout, N, C, V, 0);
     op->matmul_backward_weight(dWout, dlogits, a->xf, N, C, V);
     rnd(tr, a->dln, NC);
     memset(a->dres, 0, NC * sizeof(float));
-    op->rmsnorm_backward(a->dres, grad_of(tr, hs, HW_NORM), a->dln, ckpt_of(tr, m->L), wnorm, a->rstdf, N, C);
+    op->rmsnorm_backward(a->dres, grad_of(Gh, tr, hs, HW_NORM), a->dln, ckpt_of(tr, m->L), wnorm, a->rstdf, N, C);
     rnd(tr, a->dres, NC);
+    if (m->tie) grads_release(tr, 0);
+    grads_release(tr, hs);
+    head_release(tr);
 
-    for (int l = m->L - 1; l >= 0; l--) block_backward(tr, l, ckpt_of(tr, l));
-    op->embedding_backward(tr->g[0], a->dres, tr->tokens, N, C);
-    return loss;
+    for (int l = m->L - 1; l >= 0; l--) {
+        int s = model_block_shard(l);
+        const float *W = weights_acquire(tr, s, 0);
+        float *G = grads_acquire(tr, s, 0);
+        block_backward(tr, l, W, G, ckpt_of(tr, l));
+        grads_release(tr, s);
+        weights_release(tr, s);
+    }
+    float *G0e = grads_acquire(tr, 0, 1);
+    op->embedding_backward(G0e, a->dres, tr->tokens, N, C);
+    grads_release(tr, 0);
+    return tr->fault[0] ? NAN : loss;
 }
 
 // ---------------------------------------------------------------- optimizer
@@ -315,33 +607,115 @@ double trainer_grad_norm(trainer_t *tr) {
     return sqrt(ss);
 }
 
-void trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale) {
+// One shard's AdamW over its tensors (wd on matrices only); writes master/m/v in place and
+// the new compute copy into pc.
+static void adamw_shard(trainer_t *tr, int s, float *master, float *mm, float *vv, const float *g, void *pc,
+                        adamw_params_t *hp) {
+    const shard_t *sh = &tr->model.shards[s];
+    for (int ti = 0; ti < sh->ntensors; ti++) {
+        const tensor_t *te = &sh->tensors[ti];
+        hp->wd = te->decay ? (float)tr->cfg->wd : 0.0f;
+        size_t o = te->offset;
+        uint16_t *p16 = tr->bf16 ? (uint16_t *)pc + o : NULL;
+        float *p32 = tr->bf16 ? NULL : (float *)pc + o;
+        tr->be.ops->adamw_update(master + o, mm + o, vv + o, p16, p32, g + o, te->numel, hp);
+    }
+}
+
+// Queues the transfer of a shard's (master, m, v) extent; completes on t.
+static int o32_io(trainer_t *tr, io_ticket_t *t, io_op_t op, int s, void *buf) {
+    io_req_t r = {.op = op, .off = tr->o_off[s], .len = obytes_of(tr, s), .buf = buf, .name = tr->o_name[s],
+                  .crc = op == IO_READ ? tr->o_crc[s] : 0};
+    return nvme_store_submit(tr->nvme, t, &r);
+}
+
+int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, char *err, size_t errlen) {
     const config_t *cfg = tr->cfg;
+    const model_t *m = &tr->model;
+    double t0 = now_ms();
     adamw_params_t hp = {
         .lr = lr, .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2, .eps = (float)cfg->eps,
         .grad_scale = grad_scale,
         .bc1 = (float)(1.0 - pow(cfg->beta1, t)), .bc2 = (float)(1.0 - pow(cfg->beta2, t)),
     };
-    for (int s = 0; s < tr->model.nshards; s++) {
-        const shard_t *sh = &tr->model.shards[s];
-        for (int ti = 0; ti < sh->ntensors; ti++) {
-            const tensor_t *te = &sh->tensors[ti];
-            hp.wd = te->decay ? (float)cfg->wd : 0.0f;
-            size_t o = te->offset;
-            uint16_t *p16 = tr->bf16 ? (uint16_t *)tr->p[s] + o : NULL;
-            float *p32 = tr->bf16 ? NULL : (float *)tr->p[s] + o;
-            tr->be.ops->adamw_update(tr->master[s] + o, tr->m[s] + o, tr->v[s] + o, p16, p32,
-                                     tr->g[s] + o, te->numel, &hp);
+    // Gradients live in arena memory or the host pool; both are host-addressable on the CPU
+    // backend (the CUDA backend copies device-resident gradients back first).
+    int rc = 0;
+    if (cfg->optim_tier != TIER_NVME) {
+        for (int s = 0; s < m->nshards && rc == 0; s++) {
+            void *pc = params_build_buffer(tr, s);
+            adamw_shard(tr, s, tr->master[s], tr->m[s], tr->v[s], tr->g[s], pc, &hp);
+            rc = params_store(tr, s, pc, err, errlen);
+        }
+    } else {
+        // NVMe: a shard's (master, m, v) is read into one half of the double buffer while the
+        // other half is updated and written back; each write completes before its half is
+        // read into again.
+        io_ticket_t rd[2], wr[2];
+        memset(rd, 0, sizeof rd);
+        memset(wr, 0, sizeof wr);
+        int wr_busy[2] = {0, 0};
+        rc = o32_io(tr, &rd[0], IO_READ, 0, tr->ostage[0]);
+        for (int s = 0; s < m->nshards && rc == 0; s++) {
+            int b = s & 1, nb = b ^ 1;
+            if (s + 1 < m->nshards) {
+                if (wr_busy[nb] && (rc = io_ticket_wait(&wr[nb])) != 0) { io_ticket_message(&wr[nb], err, errlen); break; }
+                wr_busy[nb] = 0;
+                if (wr[nb].store) { tr->o_crc[s - 1] = wr[nb].crc; stat_add(&tr->stats.nvme_write_bytes, obytes_of(tr, s - 1)); }
+                memset(&wr[nb], 0, sizeof wr[nb]);
+                memset(&rd[nb], 0, sizeof rd[nb]);
+                if ((rc = o32_io(tr, &rd[nb], IO_READ, s + 1, tr->ostage[nb])) != 0) {
+                    snprintf(err, errlen, "optimizer states of %s: %s", m->shards[s + 1].name, strerror(-rc));
+                    break;
+                }
+            }
+            if ((rc = io_ticket_wait(&rd[b])) != 0) { io_ticket_message(&rd[b], err, errlen); break; }
+            stat_add(&tr->stats.nvme_read_bytes, obytes_of(tr, s));
+            size_t n = m->shards[s].numel_padded;
+            float *master = tr->ostage[b], *mm = master + n, *vv = mm + n;
+            void *pc = params_build_buffer(tr, s);
+            adamw_shard(tr, s, master, mm, vv, tr->g[s], pc, &hp);
+            if ((rc = params_store(tr, s, pc, err, errlen)) != 0) break;
+            if ((rc = o32_io(tr, &wr[b], IO_WRITE, s, master)) != 0) {
+                snprintf(err, errlen, "optimizer states of %s: %s", m->shards[s].name, strerror(-rc));
+                break;
+            }
+            wr_busy[b] = 1;
+        }
+        // drain: every submitted transfer ends before its buffer is reused or freed
+        for (int b = 0; b < 2; b++) {
+            if (rd[b].store) { int r = io_ticket_wait(&rd[b]); (void)r; }
+            if (wr_busy[b]) {
+                int r = io_ticket_wait(&wr[b]);
+                if (r != 0 && rc == 0) { rc = r; io_ticket_message(&wr[b], err, errlen); }
+            }
+        }
+        // the last one or two writes: record their CRCs
+        for (int s = m->nshards - 2; s < m->nshards && rc == 0; s++) {
+            if (s < 0) continue;
+            io_ticket_t *w = &wr[s & 1];
+            if (w->store && w->off == tr->o_off[s]) { tr->o_crc[s] = w->crc; stat_add(&tr->stats.nvme_write_bytes, obytes_of(tr, s)); }
         }
     }
+    if (tr->sched) sched_invalidate(tr->sched); // every slot's copy is now stale
+    tr->stats.opt_ms += now_ms() - t0;
+    return rc;
 }
 
-uint64_t trainer_params_hash(const trainer_t *tr) {
+uint64_t trainer_params_hash(trainer_t *tr) {
     uint64_t h = FNV64_INIT;
+    char err[512];
     for (int s = 0; s < tr->model.nshards; s++) {
         const shard_t *sh = &tr->model.shards[s];
+        const float *master = tr->master[s];
+        if (tr->cfg->optim_tier == TIER_NVME) {
+            if (nvme_io(tr, 0, tr->o_off[s], obytes_of(tr, s), tr->ostage[0], &tr->o_crc[s], tr->o_name[s], err,
+                        sizeof err) != 0)
+                runtime_error("%s", err);
+            master = tr->ostage[0];
+        }
         for (int ti = 0; ti < sh->ntensors; ti++)
-            h = fnv1a64(h, tr->master[s] + sh->tensors[ti].offset, sh->tensors[ti].numel * sizeof(float));
+            h = fnv1a64(h, master + sh->tensors[ti].offset, sh->tensors[ti].numel * sizeof(float));
     }
     return h;
 }

@@ -2,13 +2,20 @@
 // keeping only each block's input (activation checkpoints), head + cross-entropy, backward
 // recomputing each block, gradient accumulation, global-norm clipping and AdamW.
 //
-// All model states are resident here (compute copy and gradients in the device arena, FP32
-// master/m/v on the host); the tiers issue moves them. Every buffer is allocated in
-// trainer_init; nothing allocates inside a step. Called by train.c and the model tests.
+// Each state has a home tier (--params, --grads, --optimizer): the device arena, the host
+// pool or the NVMe store. Parameters that do not live on the device stream into slots
+// through the scheduler in the step's use order; host-resident gradients visit a device slot
+// for their shard's backward; NVMe-resident optimizer states stream through a host double
+// buffer a shard at a time. Copies are exact, so every placement gives the same bits.
+// Every buffer is allocated in trainer_init; nothing allocates inside a step.
+// Called by train.c and the model tests.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 #include "backend.h"
+#include "hostmem.h"
+#include "io.h"
+#include "scheduler.h"
 #include "config.h"
 #include "model.h"
 
@@ -22,21 +29,51 @@ typedef struct {
 } acts_t;
 
 typedef struct {
+    uint64_t h2d_bytes, d2h_bytes;            // host ↔ device copies of parameters and gradients
+    uint64_t nvme_read_bytes, nvme_write_bytes;
+    double opt_ms;                            // time in the optimizer step
+} tier_stats_t;
+
+typedef struct {
     const config_t *cfg;
     model_t model;
     backend_t be;
     int B, T, N;              // N = B·T rows per micro-batch
     int bf16;                 // precision: compute copy in BF16, activations rounded to BF16
-    // per shard (model.nshards), each its own allocation: nothing assumes adjacency
-    void **p;                 // [device] compute copy: uint16 BF16 or float (fp32 mode)
-    float **g;                // [device] FP32 gradients (accumulated over micro-batches)
-    float **master, **m, **v; // [host] FP32 master weights and Adam moments
+    size_t pbytes;            // bytes per element of the compute copy (2 or 4)
+    hostmem_t *host;          // the host pool: every host-resident home and staging buffer
+    nvme_store_t *nvme;       // NULL unless a state lives on NVMe
+    // ---- parameters (compute copy), one home per --params
+    void **p;                 // [device] resident copies (--params device), else NULL
+    void **p_host;            // [host] homes (--params host), else NULL
+    uint64_t *p_off;          // [nvme] home extents (--params nvme), else NULL
+    uint32_t *p_crc;          // CRC32C of each params extent written (--io-verify)
+    sched_t *sched;           // streams host/nvme params into the device slots
+    int nslots;
+    void **pslot;             // [device] (nslots) slots of the largest shard
+    void **pstage;            // [host] (nslots) NVMe staging, one per slot
+    // ---- gradients, one home per --grads
+    float **g;                // (nshards) [device] resident or [host] homes
+    float *gslot[2];          // [device] where a host-resident shard's gradients visit:
+                              // [0] the shard in backward, [1] the embedding (tied head)
+    float **gcur;             // (nshards) the device copy being accumulated, while acquired
+    // ---- optimizer states, one home per --optimizer
+    float **master, **m, **v; // [host] homes (--optimizer host|device), else NULL
+    uint64_t *o_off;          // [nvme] extent of (master, m, v) per shard
+    char (*o_name)[64];       // "optimizer states of block.3": labels for NVMe messages
+    uint32_t *o_crc;
+    float *ostage[2];         // [host] NVMe double buffer, (3, max shard) each
+    void *pstage_opt;         // [host] the new compute copy of a shard bound for NVMe
     float *wbuf[2];           // [device] FP32 weights of up to two shards (BF16 mode)
     float *ckpt;              // [device] (L+1, N, C) block inputs; [L] is the final residual
     acts_t a;                 // [device]
     float *rope_cos, *rope_sin; // [device] (T, HS/2)
     int *tokens, *targets;    // [device] (N)
-    uint64_t host_bytes;      // host-side bytes allocated (master/m/v)
+    int *uses;                // the use order of a training step's parameters
+    int nuses, nuses_eval;
+    uint64_t host_bytes;      // host pool bytes in use
+    tier_stats_t stats;
+    char fault[512];          // set when a streamed fetch failed: the step's numbers are void
 } trainer_t;
 
 // Builds the model layout, initializes the backend and every buffer, and the weights from
@@ -45,20 +82,28 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen);
 void trainer_free(trainer_t *tr); // NULL-safe
 
 // Copies the FP32 master weights into the compute copy (BF16-rounded in bf16 mode).
+// Needs host-resident optimizer states (the tests load master weights directly).
 void trainer_sync_params(trainer_t *tr);
 void trainer_zero_grads(trainer_t *tr);
+// Starts a training step (accum micro-batches) or an evaluation (n forwards): tells the
+// scheduler the order in which parameter shards will be used.
+void trainer_begin_step(trainer_t *tr);
+void trainer_begin_eval(trainer_t *tr, int nbatches);
 // Forward only over (B, T) tokens; leaves the logits (N, V) in tr->a.logits. Returns the
 // mean loss.
 double trainer_forward(trainer_t *tr, const int *tokens, const int *targets);
 // Forward + backward of one micro-batch; gradients accumulate, scaled by dscale
-// (1 / (N · accum) for a mean over the step's tokens). Returns the micro-batch mean loss.
+// (1 / (N · accum) for a mean over the step's tokens). Returns the micro-batch mean loss,
+// or NaN with tr->fault set when a parameter fetch failed.
 double trainer_forward_backward(trainer_t *tr, const int *tokens, const int *targets, float dscale);
 // √(Σ g²) over every shard, in shard order: the same bits for any thread count.
 double trainer_grad_norm(trainer_t *tr);
 // AdamW over every shard (t = 1-based step), then the compute copy holds the new weights.
-void trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale);
+// Returns 0, or -errno with one line in err (an NVMe failure names shard, file and offset).
+int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, char *err, size_t errlen);
 // 64-bit FNV-1a over the FP32 master weights of every tensor, in shard order.
-uint64_t trainer_params_hash(const trainer_t *tr);
+uint64_t trainer_params_hash(trainer_t *tr);
+
 
 // Learning rate at 1-based step t: linear warmup to --lr over --warmup steps, then cosine
 // decay to --min-lr at --steps.

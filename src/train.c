@@ -25,12 +25,53 @@ static void print_model(const model_t *m, const config_t *cfg, FILE *f) {
 
 static double eval_loss(trainer_t *tr, data_t *d, int *inputs, int *targets) {
     data_rewind(d, DATA_VAL);
+    trainer_begin_eval(tr, tr->cfg->eval_batches);
     double sum = 0;
     for (int i = 0; i < tr->cfg->eval_batches; i++) {
         data_next(d, DATA_VAL, inputs, targets);
         sum += trainer_forward(tr, inputs, targets);
     }
+    if (tr->fault[0]) runtime_error("evaluation: %s", tr->fault);
     return sum / tr->cfg->eval_batches;
+}
+
+static double fetch_wait_ms(const trainer_t *tr) {
+    if (!tr->sched) return 0;
+    sched_stats_t st;
+    sched_stats(tr->sched, &st);
+    return st.wait_ms;
+}
+
+static const char *tier_name(tier_kind_t t) {
+    return t == TIER_DEVICE ? "device" : t == TIER_HOST ? "host" : "nvme";
+}
+
+// Where each state lived, what each tier held at peak, and what moved between them.
+static void print_tier_report(const trainer_t *tr, const config_t *cfg, FILE *out) {
+    char a[32], b[32], c[32];
+    fprintf(out, "tiers (backend %s, %d threads): params %s, grads %s, optimizer %s, prefetch %d\n", tr->be.name,
+            tr->be.threads, tier_name(cfg->params_tier), tier_name(cfg->grads_tier), tier_name(cfg->optim_tier),
+            cfg->prefetch);
+    fprintf(out, "  device  peak %10s  budget %s\n", format_bytes(a, sizeof a, tr->be.peak),
+            cfg->hbm_budget ? format_bytes(b, sizeof b, cfg->hbm_budget) : "none");
+    fprintf(out, "  host    pool %10s  budget %s\n", format_bytes(c, sizeof c, tr->host_bytes),
+            cfg->host_budget ? format_bytes(b, sizeof b, cfg->host_budget) : "none");
+    if (tr->nvme) {
+        io_info_t ii;
+        nvme_store_info(tr->nvme, &ii);
+        fprintf(out, "  nvme    store %9s  engine %s, %d path(s), read %s, written %s\n", format_bytes(a, sizeof a, ii.size),
+                ii.engine, ii.npaths, format_bytes(b, sizeof b, tr->stats.nvme_read_bytes),
+                format_bytes(c, sizeof c, tr->stats.nvme_write_bytes));
+    }
+    fprintf(out, "  moved   host->device %s, device->host %s; compute waited %.1f ms for parameter fetches\n",
+            format_bytes(a, sizeof a, tr->stats.h2d_bytes), format_bytes(b, sizeof b, tr->stats.d2h_bytes),
+            fetch_wait_ms(tr));
+    if (tr->sched) {
+        sched_stats_t st;
+        sched_stats(tr->sched, &st);
+        fprintf(out, "  sched   %d slots, %llu fetches, %llu hits, %llu evictions\n", tr->nslots,
+                (unsigned long long)st.fetches, (unsigned long long)st.hits, (unsigned long long)st.evictions);
+    }
 }
 
 // ---------------------------------------------------------------- train
@@ -75,17 +116,20 @@ int train_run(const config_t *cfg) {
     for (int step = 1; step <= cfg->steps; step++) {
         double t0 = now_ms();
         trainer_zero_grads(&tr);
+        trainer_begin_step(&tr);
         double loss = 0;
         for (int mb = 0; mb < cfg->accum; mb++) {
             data_next(data, DATA_TRAIN, inputs, targets);
             loss += trainer_forward_backward(&tr, inputs, targets, dscale);
         }
+        if (tr.fault[0]) runtime_error("step %d: %s", step, tr.fault);
         loss /= cfg->accum;
         double norm = trainer_grad_norm(&tr);
         float scale = 1.0f;
         if (cfg->clip > 0 && norm > cfg->clip) scale = (float)(cfg->clip / (norm + 1e-6));
         float lr = lr_schedule(cfg, step);
-        trainer_optimizer_step(&tr, step, lr, scale);
+        if (trainer_optimizer_step(&tr, step, lr, scale, err, sizeof err) != 0)
+            runtime_error("step %d: optimizer: %s", step, err);
         double ms = now_ms() - t0;
         if (!isfinite(loss)) runtime_error("step %d: loss is %g (lower --lr or check the data)", step, loss);
         if (step == 1) first_loss = loss;
@@ -109,23 +153,22 @@ int train_run(const config_t *cfg) {
     double step_ms = timed_steps ? total_ms / timed_steps : 0;
     double tok_s = step_ms > 0 ? (double)N * cfg->accum / (step_ms / 1e3) : 0;
     uint64_t hash = trainer_params_hash(&tr);
-    char a[32], b[32], c[32];
     fprintf(out, "done: %d steps, loss %.4f -> %.4f, %.1f ms/step, %.0f tok/s, params_hash %016llx\n",
             cfg->steps, first_loss, last_loss, step_ms, tok_s, (unsigned long long)hash);
     if (log) {
         fprintf(log, "{\"event\":\"summary\",\"params\":%zu,\"steps\":%d,\"first_loss\":%.6f,\"final_loss\":%.6f,"
                      "\"val_loss\":%.6f,\"tok_per_s\":%.1f,\"step_ms\":%.3f,\"peak_device_bytes\":%llu,"
-                     "\"peak_host_bytes\":%llu,\"params_hash\":\"%016llx\"}\n",
+                     "\"peak_host_bytes\":%llu,\"nvme_bytes_read\":%llu,\"nvme_bytes_written\":%llu,"
+                     "\"h2d_bytes\":%llu,\"d2h_bytes\":%llu,\"fetch_wait_ms\":%.3f,\"params_hash\":\"%016llx\"}\n",
                 tr.model.num_params, cfg->steps, first_loss, last_loss, isfinite(last_val) ? last_val : -1.0, tok_s,
-                step_ms, (unsigned long long)tr.be.peak, (unsigned long long)tr.host_bytes, (unsigned long long)hash);
+                step_ms, (unsigned long long)tr.be.peak, (unsigned long long)tr.host_bytes,
+                (unsigned long long)tr.stats.nvme_read_bytes, (unsigned long long)tr.stats.nvme_write_bytes,
+                (unsigned long long)tr.stats.h2d_bytes, (unsigned long long)tr.stats.d2h_bytes, fetch_wait_ms(&tr),
+                (unsigned long long)hash);
         if (fclose(log) != 0) runtime_error("--log %s: %s", cfg->log_path, strerror(errno));
     }
     // The tier report, last.
-    fprintf(out, "tiers (backend %s, %d threads):\n", tr.be.name, tr.be.threads);
-    fprintf(out, "  device  peak %10s  budget %s  (compute copy, gradients, activations)\n",
-            format_bytes(a, sizeof a, tr.be.peak), cfg->hbm_budget ? format_bytes(b, sizeof b, cfg->hbm_budget) : "none");
-    fprintf(out, "  host    peak %10s  budget %s  (FP32 master, Adam m and v)\n",
-            format_bytes(c, sizeof c, tr.host_bytes), cfg->host_budget ? format_bytes(b, sizeof b, cfg->host_budget) : "none");
+    print_tier_report(&tr, cfg, out);
     free(inputs);
     free(targets);
     trainer_free(&tr);

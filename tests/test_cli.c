@@ -297,7 +297,7 @@ START_TEST(test_defaults) {
     ck_assert_int_eq(c.tie, 0);
     ck_assert(c.rope_theta == 10000 && c.norm_eps == 1e-5 && c.precision == PREC_BF16 && c.seed == 1337);
     ck_assert_str_eq(c.data, "synthetic");
-    ck_assert(c.B == 4 && c.accum == 1 && c.steps == 100 && c.eval_every == 50 && c.eval_batches == 4);
+    ck_assert(c.B == 4 && c.accum == 1 && c.steps == 60 && c.eval_every == 20 && c.eval_batches == 4);
     ck_assert(c.lr == 1e-3 && c.min_lr == 1e-4 && c.warmup == 10 && c.wd == 0.1 && c.clip == 1.0);
     ck_assert(c.beta1 == 0.9 && c.beta2 == 0.95 && c.eps == 1e-8);
     ck_assert(c.device == DEVICE_AUTO && c.threads == 0 && c.hbm_budget == 0 && c.host_budget == 0);

@@ -194,7 +194,7 @@ static void attention_backward_plain(float *dq, float *dk, float *dv, const floa
 }
 
 // ---------------------------------------------------------------- forward
-__attribute__((target_clones("avx2", "default")))
+TT_CLONES
 static void fwd_task(float *out, float *lse, const float *q, const float *k, const float *v,
                      int b, int h, int qb, int T, int NH, int NKV, int HS) {
     const int group = NH / NKV, t0 = qb * ATT_BQ, nq = T - t0 < ATT_BQ ? T - t0 : ATT_BQ;
@@ -273,7 +273,7 @@ INLINE void grad_tile(float *st, float *dpt, int nk, const float *L, const float
 
 // dk, dv rows [s0, s0+nk) of kv head g: every query t ≥ s of the group's heads, heads in
 // order, then query blocks in order (each row adds in t order per head).
-__attribute__((target_clones("avx2", "default")))
+TT_CLONES
 static void dkdv_task(float *dk, float *dv, const float *dq, const float *dout, const float *q,
                       const float *k, const float *v, const float *lse,
                       int b, int g, int kbi, int T, int NH, int NKV, int HS) {
@@ -308,7 +308,7 @@ static void dkdv_task(float *dk, float *dv, const float *dq, const float *dout, 
 }
 
 // dq rows [t0, t0+nq) of head h; reads the rows' parked D first, then overwrites them.
-__attribute__((target_clones("avx2", "default")))
+TT_CLONES
 static void dq_task(float *dq, const float *dout, const float *q, const float *k, const float *v,
                     const float *lse, int b, int h, int qb, int T, int NH, int NKV, int HS) {
     const int group = NH / NKV, t0 = qb * ATT_BQ, nq = T - t0 < ATT_BQ ? T - t0 : ATT_BQ;

@@ -8,6 +8,7 @@
 // Called by the CPU backend (activation rounding, weight conversion) and the optimizer
 // (p16 write-back).
 #include "kernels.h"
+#include "simd.h"
 #include <string.h>
 
 #define BF16_CHUNK 16384 // elements per parallel task
@@ -36,7 +37,7 @@ float bf16_to_f32(uint16_t h) {
 
 // ---------------------------------------------------------------- chunks
 // Bits move through memcpy (no aliasing games); the compiler turns it into plain loads.
-__attribute__((target_clones("avx2", "default")))
+TT_CLONES
 static void from_chunk(uint16_t *restrict dst, const float *restrict src, size_t n) {
     #pragma omp simd
     for (size_t i = 0; i < n; i++) {
@@ -46,7 +47,7 @@ static void from_chunk(uint16_t *restrict dst, const float *restrict src, size_t
     }
 }
 
-__attribute__((target_clones("avx2", "default")))
+TT_CLONES
 static void to_chunk(float *restrict dst, const uint16_t *restrict src, size_t n) {
     #pragma omp simd
     for (size_t i = 0; i < n; i++) {
@@ -55,7 +56,7 @@ static void to_chunk(float *restrict dst, const uint16_t *restrict src, size_t n
     }
 }
 
-__attribute__((target_clones("avx2", "default")))
+TT_CLONES
 static void round_chunk(float *restrict x, size_t n) {
     #pragma omp simd
     for (size_t i = 0; i < n; i++) {

@@ -17,7 +17,7 @@
 // The sum of exponentials has a fixed order: lane j takes i ≡ j (mod 8) in index order (the
 // ragged tail adds into lanes 0..), then ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)). With dx,
 // the exponentials are parked in dx between the passes instead of being recomputed.
-__attribute__((target_clones("avx2", "default")))
+TT_CLONES
 static float ce_row(float *dx, const float *x, int V, int tgt, float dscale) {
     const int n8 = V & ~7, rem = V - n8;
     v8f mv = splat8(-INFINITY);

@@ -13,6 +13,15 @@
 // value depends on AVX being enabled (an ABI question) does not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
+// Compiles a function for AVX2 and for the x86-64 baseline; the loader picks by CPU (an
+// ifunc). Not under ThreadSanitizer: it instruments the ifunc resolvers, which then run
+// before its runtime is up and crash the program at load.
+#if defined(__SANITIZE_THREAD__)
+#define TT_CLONES
+#else
+#define TT_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 #define INLINE static inline __attribute__((always_inline))

@@ -14,7 +14,7 @@
 #define SWIGLU_CHUNK 4096 // elements per parallel task
 
 // ---------------------------------------------------------------- chunks
-__attribute__((target_clones("avx2", "default")))
+TT_CLONES
 static void swiglu_fwd_chunk(float *out, const float *gate, const float *up, size_t n) {
     for (size_t i = 0; i < n; i += 8) {
         size_t nv = n - i < 8 ? n - i : 8;
@@ -27,7 +27,7 @@ static void swiglu_fwd_chunk(float *out, const float *gate, const float *up, siz
 }
 
 // d silu/dx = σ(x)·(1 + x·(1 − σ(x))), σ(x) = 1/(1+e^−x)
-__attribute__((target_clones("avx2", "default")))
+TT_CLONES
 static void swiglu_bwd_chunk(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n) {
     for (size_t i = 0; i < n; i += 8) {
         size_t nv = n - i < 8 ? n - i : 8;

@@ -1,0 +1,195 @@
+// test_tiers.c — placement invariance and budgets through the binary: every placement of
+// parameters, gradients and optimizer states (device / host / nvme), every prefetch depth,
+// gives the same losses and the same params_hash as the all-device run (DESIGN §3), peak
+// device bytes stay under --hbm-budget, NVMe makes feasible what RAM budgets alone are not,
+// and an injected I/O error stops the run naming the shard, the file and the error.
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "testutil.h"
+
+typedef struct { int rc; char *out, *err, *log; } run_t;
+
+static char *nvme_dir;
+
+// `tiertrain train` with the common tiny setup plus extra flags; NVMe files under nvme_dir.
+static run_t train(const char *const *base, const char *const *extra, char *const *env) {
+    char log[1200];
+    snprintf(log, sizeof log, "%s/run.jsonl", nvme_dir);
+    char *argv[80];
+    int n = 0;
+    argv[n++] = (char *)tu_binary();
+    argv[n++] = "train";
+    argv[n++] = "--log";
+    argv[n++] = log;
+    argv[n++] = "--nvme-path";
+    argv[n++] = nvme_dir;
+    for (int i = 0; base[i]; i++) argv[n++] = (char *)base[i];
+    for (int i = 0; extra && extra[i]; i++) argv[n++] = (char *)extra[i];
+    argv[n] = NULL;
+    run_t r = {0};
+    r.rc = tu_run(argv, env, &r.out, &r.err);
+    r.log = tu_slurp(log);
+    unlink(log);
+    return r;
+}
+
+static void run_free(run_t *r) { free(r->out); free(r->err); free(r->log); }
+
+// "hash|loss;loss;…" of a run: what must be identical across placements.
+static char *fingerprint(const run_t *r) {
+    ck_assert_msg(r->rc == 0, "train failed (%d): %s", r->rc, r->err);
+    ck_assert_msg(r->log != NULL, "no log");
+    const char *h = strstr(r->log, "\"params_hash\":\"");
+    ck_assert_msg(h != NULL, "no params_hash in %s", r->log);
+    size_t cap = 8192, len = 0;
+    char *fp = calloc(cap, 1);
+    len += (size_t)snprintf(fp, cap, "%.16s|", h + 15);
+    for (const char *p = r->log; (p = strstr(p, "\"loss\":")); p++) {
+        size_t k = strcspn(p, ",}");
+        ck_assert(len + k + 2 < cap);
+        memcpy(fp + len, p + 7, k - 7);
+        len += k - 7;
+        fp[len++] = ';';
+    }
+    for (const char *p = r->log; (p = strstr(p, "\"val_loss\":")); p++) {
+        size_t k = strcspn(p, ",}");
+        ck_assert(len + k + 2 < cap);
+        memcpy(fp + len, p + 11, k - 11);
+        len += k - 11;
+        fp[len++] = 'v';
+    }
+    return fp;
+}
+
+static unsigned long long summary_u64(const run_t *r, const char *key) {
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = strstr(r->log, "\"event\":\"summary\"");
+    ck_assert(p != NULL);
+    p = strstr(p, k);
+    ck_assert_msg(p != NULL, "summary lacks %s", key);
+    return strtoull(p + strlen(k), NULL, 10);
+}
+
+static void setup(void) { nvme_dir = tu_tmpdir("tiers"); }
+static void teardown(void) { rmdir(nvme_dir); free(nvme_dir); }
+
+// ---------------------------------------------------------------- placement invariance
+
+// A covering subset of params {device, host, nvme} × grads {device, host} × optimizer
+// {device, host, nvme} × prefetch {0, 1, 3}: every pair of values of any two factors appears.
+static const char *const placements[][8] = {
+    {"--params", "host", "--grads", "device", "--optimizer", "host", "--prefetch", "0"},
+    {"--params", "host", "--grads", "host", "--optimizer", "device", "--prefetch", "1"},
+    {"--params", "host", "--grads", "host", "--optimizer", "nvme", "--prefetch", "3"},
+    {"--params", "nvme", "--grads", "device", "--optimizer", "nvme", "--prefetch", "0"},
+    {"--params", "nvme", "--grads", "host", "--optimizer", "host", "--prefetch", "1"},
+    {"--params", "nvme", "--grads", "host", "--optimizer", "device", "--prefetch", "3"},
+    {"--params", "device", "--grads", "host", "--optimizer", "nvme", "--prefetch", "1"},
+    {"--params", "device", "--grads", "device", "--optimizer", "nvme", "--prefetch", "0"},
+    {"--params", "nvme", "--grads", "device", "--optimizer", "host", "--prefetch", "8"}, // deeper than slots
+    {"--params", "device", "--grads", "host", "--optimizer", "device", "--prefetch", "3"},
+};
+enum { NPLACEMENTS = sizeof placements / sizeof placements[0] };
+
+static void check_invariance(const char *const *base, int i) {
+    const char *extra[9];
+    for (int k = 0; k < 8; k++) extra[k] = placements[i][k];
+    extra[8] = NULL;
+    run_t ref = train(base, NULL, NULL);
+    run_t r = train(base, extra, NULL);
+    char *a = fingerprint(&ref), *b = fingerprint(&r);
+    ck_assert_msg(strcmp(a, b) == 0, "placement %s %s %s %s %s %s %s %s changed the bits:\n  device: %s\n  this:   %s",
+                  extra[0], extra[1], extra[2], extra[3], extra[4], extra[5], extra[6], extra[7], a, b);
+    free(a); free(b);
+    run_free(&ref); run_free(&r);
+}
+
+// bf16, untied, accumulation: 4 steps, evaluation on steps 2 and 4.
+static const char *const base_bf16[] = {"--model", "tiny", "--steps", "4", "--accum", "2", "--batch", "2",
+                                        "--seq", "32", "--eval-every", "2", "--eval-batches", "2", "--quiet", NULL};
+// fp32, tied head (the embedding is used twice per pass), odd shapes.
+static const char *const base_tied[] = {"--model", "tiny", "--tie", "--precision", "fp32", "--layers", "3",
+                                        "--steps", "3", "--accum", "2", "--batch", "2", "--seq", "17",
+                                        "--eval-every", "3", "--eval-batches", "1", "--quiet", NULL};
+
+START_TEST(invariance_bf16) { check_invariance(base_bf16, _i); }
+END_TEST
+START_TEST(invariance_tied_fp32) { check_invariance(base_tied, _i); }
+END_TEST
+
+// ---------------------------------------------------------------- budgets and capacity
+
+// `small` at batch 1 × seq 32: its states (16 B/parameter ≈ 154 MB) exceed a 32 MiB device
+// budget plus a 96 MiB host budget together, so only NVMe makes the run possible; it must
+// stay under both budgets and give the all-resident run's bits.
+START_TEST(nvme_makes_it_fit) {
+    const char *base[] = {"--model", "small", "--batch", "1", "--seq", "32", "--steps", "2", "--eval-every", "0",
+                          "--quiet", NULL};
+    const char *budget[] = {"--hbm-budget", "32M", "--host-budget", "96M", NULL};
+    run_t refused = train(base, budget, NULL);
+    ck_assert_int_eq(refused.rc, 2);
+    ck_assert_msg(strstr(refused.err, "--hbm-budget 32.0 MiB") && strstr(refused.err, "--params host|nvme"),
+                  "message: %s", refused.err);
+    const char *offload[] = {"--hbm-budget", "32M", "--host-budget", "96M", "--params", "nvme", "--grads", "host",
+                             "--optimizer", "nvme", "--prefetch", "1", NULL};
+    run_t r = train(base, offload, NULL);
+    run_t ref = train(base, NULL, NULL);
+    char *a = fingerprint(&ref), *b = fingerprint(&r);
+    ck_assert_str_eq(a, b);
+    ck_assert_uint_le(summary_u64(&r, "peak_device_bytes"), 32ull << 20);
+    ck_assert_uint_le(summary_u64(&r, "peak_host_bytes"), 96ull << 20);
+    ck_assert_uint_gt(summary_u64(&r, "nvme_bytes_read"), 0);
+    ck_assert_uint_gt(summary_u64(&r, "nvme_bytes_written"), 0);
+    ck_assert_uint_gt(summary_u64(&ref, "peak_device_bytes"), 32ull << 20); // the budget really bit
+    free(a); free(b);
+    run_free(&refused); run_free(&r); run_free(&ref);
+}
+END_TEST
+
+// ---------------------------------------------------------------- faults
+
+// An EIO on the k-th NVMe request fails the step naming what was being moved, the file and
+// the error; exit 1, no hang.
+START_TEST(io_error_names_shard_and_file) {
+    const char *extra[] = {"--params", "nvme", "--optimizer", "nvme", NULL};
+    const char *const fault_specs[] = {"TT_IO_FAULT=read:eio@3", "TT_IO_FAULT=write:eio@9"};
+    for (int i = 0; i < 2; i++) {
+        char *env[] = {(char *)fault_specs[i], NULL};
+        run_t r = train(base_bf16, extra, env);
+        ck_assert_msg(r.rc == 1, "%s: exit %d, stderr: %s", fault_specs[i], r.rc, r.err);
+        ck_assert_msg(strstr(r.err, "Input/output error") && strstr(r.err, ".nvme offset") &&
+                          (strstr(r.err, "parameters of ") || strstr(r.err, "optimizer states of ")),
+                      "%s: message: %s", fault_specs[i], r.err);
+        run_free(&r);
+    }
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("tiers");
+    TCase *inv = tcase_create("invariance");
+    tcase_add_checked_fixture(inv, setup, teardown);
+    tcase_set_timeout(inv, 300);
+    tcase_add_loop_test(inv, invariance_bf16, 0, NPLACEMENTS);
+    tcase_add_loop_test(inv, invariance_tied_fp32, 0, NPLACEMENTS);
+    suite_add_tcase(s, inv);
+    TCase *cap = tcase_create("capacity");
+    tcase_add_checked_fixture(cap, setup, teardown);
+    tcase_set_timeout(cap, 300);
+    tcase_add_test(cap, nvme_makes_it_fit);
+    suite_add_tcase(s, cap);
+    TCase *flt = tcase_create("faults");
+    tcase_add_checked_fixture(flt, setup, teardown);
+    tcase_set_timeout(flt, 120);
+    tcase_add_test(flt, io_error_names_shard_and_file);
+    suite_add_tcase(s, flt);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
