@@ -19,9 +19,12 @@ $(BUILD)/Makefile:
 build: $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The default training run: every tier the build has, falling loss, a final report.
+# The default training run across every tier: a device budget below what the all-resident
+# run needs (116 MiB), parameters and gradients homed on the host, optimizer states on NVMe
+# (files under the build folder), falling loss, and the tier report at the end.
 run: deps build
-	$(BUILD)/tiertrain train --log $(BUILD)/run.jsonl
+	$(BUILD)/tiertrain train --hbm-budget 96M --params host --grads host --optimizer nvme \
+	  --nvme-path $(BUILD) --log $(BUILD)/run.jsonl
 
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
