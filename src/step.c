@@ -110,8 +110,9 @@ static void weights_release(trainer_t *tr, int shard) {
     if (!tr->bf16) params_release(tr, shard);
 }
 
-// Writes a shard's new compute copy (from FP32 master) to its home. src_p is the compute
-// copy already built in host memory (BF16 or FP32), or NULL to build it from master here.
+// Writes a shard's new compute copy, already built in host memory (BF16 or FP32, see
+// params_build_buffer), to its home: a copy to the device, nothing for a host home (it was
+// built in place), or an NVMe write. Returns 0 or -errno with one line in err.
 static int params_store(trainer_t *tr, int shard, const void *compute, char *err, size_t errlen) {
     size_t bytes = pbytes_of(tr, shard);
     switch (tr->cfg->params_tier) {
