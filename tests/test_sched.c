@@ -1,0 +1,170 @@
+// test_sched.c — the scheduler against a fake copy engine: random latencies, injected
+// errors, prefetch deeper than the free slots. Every acquire must hand out a slot holding
+// exactly the shard asked for, evictions must follow Belady's rule, a failed fetch must
+// fail only its acquire (with the message), and nothing may hang or leak a thread.
+#include <check.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "scheduler.h"
+#include "testutil.h"
+#include "util.h"
+
+enum { SLOT_BYTES = 64 };
+
+typedef struct {
+    unsigned seed;
+    int max_delay_us;     // random latency per fetch, 0..max
+    int fail_shard;       // fetches of this shard fail with -EIO (-1: none)
+    atomic_int fetches;
+    atomic_int in_flight, max_in_flight;
+} fake_t;
+
+// Fills the slot with the shard's pattern after a random delay (the fake copy engine may
+// sleep: it stands in for a disk; the scheduler itself never does).
+static int fake_fetch(void *ctx, int shard, void *dst, char *err, size_t errlen) {
+    fake_t *f = ctx;
+    int now = atomic_fetch_add(&f->in_flight, 1) + 1;
+    int prev = atomic_load(&f->max_in_flight);
+    while (now > prev && !atomic_compare_exchange_weak(&f->max_in_flight, &prev, now)) {}
+    if (f->max_delay_us > 0) {
+        unsigned s = (unsigned)shard * 2654435761u ^ (unsigned)atomic_fetch_add(&f->fetches, 1);
+        struct timespec ts = {0, (long)(s % (unsigned)f->max_delay_us) * 1000L};
+        nanosleep(&ts, NULL);
+    } else {
+        atomic_fetch_add(&f->fetches, 1);
+    }
+    atomic_fetch_sub(&f->in_flight, 1);
+    if (shard == f->fail_shard) {
+        snprintf(err, errlen, "shard %d: injected EIO", shard);
+        return -EIO;
+    }
+    memset(dst, shard + 1, SLOT_BYTES);
+    return 0;
+}
+
+// A training-like order over n shards, reps micro-batches: forward 0..n-1, backward n-2..1.
+static int make_order(int *uses, int n, int reps) {
+    int k = 0;
+    for (int r = 0; r < reps; r++) {
+        for (int s = 0; s < n; s++) uses[k++] = s;
+        for (int s = n - 2; s >= 1; s--) uses[k++] = s;
+    }
+    return k;
+}
+
+static void run_order(int nshards, int nslots, int prefetch, int delay_us, int reps) {
+    void *slots[16];
+    char mem[16][SLOT_BYTES];
+    for (int i = 0; i < nslots; i++) slots[i] = mem[i];
+    fake_t f = {.max_delay_us = delay_us, .fail_shard = -1};
+    sched_t *s = NULL;
+    char err[256];
+    ck_assert_int_eq(sched_init(&s, nshards, nslots, slots, prefetch, fake_fetch, &f, err, sizeof err), 0);
+    int uses[1024];
+    int n = make_order(uses, nshards, reps);
+    for (int step = 0; step < 3; step++) {
+        sched_begin(s, uses, n);
+        for (int k = 0; k < n; k++) {
+            const unsigned char *p = sched_acquire(s, uses[k], err, sizeof err);
+            ck_assert_msg(p != NULL, "acquire %d: %s", uses[k], err);
+            for (int b = 0; b < SLOT_BYTES; b++)
+                ck_assert_msg(p[b] == uses[k] + 1, "use %d: slot holds shard %d's bytes, want shard %d", k, p[b] - 1,
+                              uses[k]);
+            sched_release(s, uses[k]);
+        }
+        sched_invalidate(s); // as after an optimizer step
+    }
+    sched_stats_t st;
+    sched_stats(s, &st);
+    // every use was served; with room for every shard nothing is ever evicted
+    ck_assert_uint_eq(st.fetches + 0, (uint64_t)atomic_load(&f.fetches));
+    if (nslots >= nshards) ck_assert_uint_eq(st.evictions, 0);
+    sched_free(s);
+}
+
+// Shapes: (shards, slots, prefetch) including prefetch deeper than the free slots.
+static const int shapes[][3] = {{4, 2, 0}, {4, 2, 1}, {6, 3, 2}, {8, 2, 8}, {8, 4, 3}, {5, 5, 2}, {10, 3, 16}};
+
+START_TEST(orders_with_random_latency) { run_order(shapes[_i][0], shapes[_i][1], shapes[_i][2], 300, 2); }
+END_TEST
+
+START_TEST(orders_without_latency) { run_order(shapes[_i][0], shapes[_i][1], shapes[_i][2], 0, 3); }
+END_TEST
+
+// Belady: with 2 slots and order A B C A, the slot to give up for C is B's (never used
+// again), not A's (used next) — LRU or FIFO would drop A and fetch it twice.
+START_TEST(belady_keeps_the_sooner_shard) {
+    char mem[2][SLOT_BYTES];
+    void *slots[2] = {mem[0], mem[1]};
+    fake_t f = {.fail_shard = -1};
+    sched_t *s = NULL;
+    char err[256];
+    ck_assert_int_eq(sched_init(&s, 3, 2, slots, 0, fake_fetch, &f, err, sizeof err), 0);
+    int uses[] = {0, 1, 2, 0};
+    sched_begin(s, uses, 4);
+    for (int k = 0; k < 4; k++) {
+        ck_assert_ptr_nonnull(sched_acquire(s, uses[k], err, sizeof err));
+        sched_release(s, uses[k]);
+    }
+    sched_stats_t st;
+    sched_stats(s, &st);
+    ck_assert_uint_eq(st.fetches, 3); // 0, 1, 2 once each
+    ck_assert_uint_eq(st.evictions, 1);
+    sched_free(s);
+}
+END_TEST
+
+// A failing fetch fails its acquire with the engine's message; other shards still work and
+// the failed shard is fetched again (not served stale) on its next use.
+START_TEST(failed_fetch_fails_its_acquire) {
+    char mem[3][SLOT_BYTES];
+    void *slots[3] = {mem[0], mem[1], mem[2]};
+    fake_t f = {.max_delay_us = 200, .fail_shard = 2};
+    sched_t *s = NULL;
+    char err[256];
+    ck_assert_int_eq(sched_init(&s, 5, 3, slots, 2, fake_fetch, &f, err, sizeof err), 0);
+    int uses[64];
+    int n = make_order(uses, 5, 2);
+    sched_begin(s, uses, n);
+    int failures = 0;
+    for (int k = 0; k < n; k++) {
+        err[0] = 0;
+        const unsigned char *p = sched_acquire(s, uses[k], err, sizeof err);
+        if (uses[k] == 2) {
+            ck_assert_ptr_null(p);
+            ck_assert_str_eq(err, "shard 2: injected EIO");
+            failures++;
+            continue;
+        }
+        ck_assert_ptr_nonnull(p);
+        ck_assert_int_eq(p[0], uses[k] + 1);
+        sched_release(s, uses[k]);
+    }
+    ck_assert_int_eq(failures, 4); // shard 2 appears twice per micro-batch, two micro-batches
+    sched_free(s);                 // joins the worker: no thread left behind
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("sched");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
+    tcase_add_loop_test(tc, orders_with_random_latency, 0, nshapes);
+    tcase_add_loop_test(tc, orders_without_latency, 0, nshapes);
+    tcase_add_test(tc, belady_keeps_the_sooner_shard);
+    suite_add_tcase(s, tc);
+    TCase *faults = tcase_create("faults");
+    tcase_set_timeout(faults, 60);
+    tcase_add_test(faults, failed_fetch_fails_its_acquire);
+    suite_add_tcase(s, faults);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
