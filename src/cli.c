@@ -190,6 +190,10 @@ static const flag_t flags[] = {
     {.name = "log", .metavar = "FILE", .kind = FK_STRING, FIELD(log_path), .def = "", .def_show = "none",
      .accepts = "a file path in an existing directory", .group = G_OUTPUT, .cmds = TP,
      .help = "write metrics as JSON Lines to FILE (see Metrics)"},
+    {.name = "trace", .metavar = "FILE.json", .kind = FK_STRING, FIELD(trace_path), .def = "", .def_show = "none",
+     .accepts = "a file path in an existing directory", .group = G_OUTPUT, .cmds = TP,
+     .help = "write Chrome trace events to FILE.json (open in Perfetto or chrome://tracing): compute, "
+             "parameter copies, NVMe reads and writes, optimizer"},
     {.name = "quiet", .kind = FK_SWITCH, FIELD(quiet), .group = G_OUTPUT, .cmds = TP,
      .help = "no per-step lines; the configuration, evaluations and the summary still print"},
     // ---- bench
@@ -1011,6 +1015,7 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         }
         check_data(cfg);
         if (cfg->log_path[0]) check_output_path("--log", cfg->log_path);
+        if (cfg->trace_path[0]) check_output_path("--trace", cfg->trace_path);
         check_nvme_paths(cfg->nvme_path);
         break;
     case CMD_BENCH:

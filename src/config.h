@@ -61,6 +61,7 @@ typedef struct {
     int numa_node;           // --numa-node (-1 = auto)
     // ---- output
     char log_path[TT_PATH_MAX]; // --log FILE.jsonl ("" = none)
+    char trace_path[TT_PATH_MAX]; // --trace FILE.json ("" = none)
     int quiet;               // --quiet
     // ---- bench
     char bench_name[32];     // tiertrain bench NAME

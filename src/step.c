@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "trace.h"
 #include "util.h"
 
 // ---------------------------------------------------------------- helpers
@@ -32,7 +33,8 @@ static void fault(trainer_t *tr, const char *msg) {
 
 // NVMe transfer of one extent, waited for. Returns 0 or -errno with the ticket's message.
 static int nvme_io(trainer_t *tr, int write, uint64_t off, uint64_t len, void *buf, uint32_t *crc,
-                   const char *what, char *err, size_t errlen) {
+                   const char *what, int shard, char *err, size_t errlen) {
+    double t0 = trace_now_ms();
     io_ticket_t t;
     memset(&t, 0, sizeof t);
     io_req_t r = {.op = write ? IO_WRITE : IO_READ, .off = off, .len = len, .buf = buf, .name = what,
@@ -44,6 +46,8 @@ static int nvme_io(trainer_t *tr, int write, uint64_t off, uint64_t len, void *b
         else snprintf(err, errlen, "%s: %s", what, strerror(-rc));
         return rc;
     }
+    trace_span(write ? TRACK_NVME_WRITE : TRACK_NVME_READ, write ? "write" : "read", tr->model.shards[shard].name,
+               t0, trace_now_ms());
     if (write) {
         *crc = t.crc;
         stat_add(&tr->stats.nvme_write_bytes, len);
@@ -68,11 +72,13 @@ static int fetch_params(void *ctx, int shard, void *dst, char *err, size_t errle
         while (slot < tr->nslots && tr->pslot[slot] != dst) slot++;
         char what[64];
         snprintf(what, sizeof what, "parameters of %s", tr->model.shards[shard].name);
-        int rc = nvme_io(tr, 0, tr->p_off[shard], bytes, tr->pstage[slot], &tr->p_crc[shard], what, err, errlen);
+        int rc = nvme_io(tr, 0, tr->p_off[shard], bytes, tr->pstage[slot], &tr->p_crc[shard], what, shard, err, errlen);
         if (rc != 0) return rc;
         src = tr->pstage[slot];
     }
+    double t0 = trace_now_ms();
     backend_copy_h2d(&tr->be, dst, src, bytes);
+    trace_span(TRACK_COPY, "fetch", tr->model.shards[shard].name, t0, trace_now_ms());
     stat_add(&tr->stats.h2d_bytes, bytes);
     return 0;
 }
@@ -121,7 +127,7 @@ static int params_store(trainer_t *tr, int shard, const void *compute, char *err
     case TIER_NVME: {
         char what[64];
         snprintf(what, sizeof what, "parameters of %s", tr->model.shards[shard].name);
-        return nvme_io(tr, 1, tr->p_off[shard], bytes, (void *)compute, &tr->p_crc[shard], what, err, errlen);
+        return nvme_io(tr, 1, tr->p_off[shard], bytes, (void *)compute, &tr->p_crc[shard], what, shard, err, errlen);
     }
     }
     return -EINVAL;
@@ -337,7 +343,7 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
         memset(mm, 0, m->shards[s].numel_padded * sizeof(float));
         memset(vv, 0, m->shards[s].numel_padded * sizeof(float));
         if (cfg->optim_tier == TIER_NVME &&
-            (rc = nvme_io(tr, 1, tr->o_off[s], obytes_of(tr, s), master, &tr->o_crc[s], tr->o_name[s], err, errlen)) != 0)
+            (rc = nvme_io(tr, 1, tr->o_off[s], obytes_of(tr, s), master, &tr->o_crc[s], tr->o_name[s], s, err, errlen)) != 0)
             return rc;
         void *pc = params_build_buffer(tr, s);
         if (tr->bf16) bf16_from_f32_n(pc, master, m->shards[s].numel_padded);
@@ -514,7 +520,9 @@ static void forward_blocks(trainer_t *tr, const int *tokens) {
     for (int l = 0; l < m->L; l++) {
         int s = model_block_shard(l);
         const float *W = weights_acquire(tr, s, 0);
+        double t0 = trace_now_ms();
         block_forward(tr, l, W, ckpt_of(tr, l), ckpt_of(tr, l + 1));
+        trace_span(TRACK_COMPUTE, "forward", m->shards[s].name, t0, trace_now_ms());
         weights_release(tr, s);
     }
 }
@@ -564,6 +572,7 @@ double trainer_forward_backward(trainer_t *tr, const int *tokens, const int *tar
     const float *wnorm;
 
     forward_blocks(tr, tokens);
+    double th = trace_now_ms();
     const float *Wout = head_forward(tr, &wnorm);
     memcpy(tr->targets, targets, (size_t)N * sizeof(int));
     op->crossentropy_forward_backward(a->logits, a->losses, a->logits, tr->targets, N, V, dscale);
@@ -584,12 +593,15 @@ double trainer_forward_backward(trainer_t *tr, const int *tokens, const int *tar
     if (m->tie) grads_release(tr, 0);
     grads_release(tr, hs);
     head_release(tr);
+    trace_span(TRACK_COMPUTE, "head + loss", m->shards[hs].name, th, trace_now_ms());
 
     for (int l = m->L - 1; l >= 0; l--) {
         int s = model_block_shard(l);
         const float *W = weights_acquire(tr, s, 0);
         float *G = grads_acquire(tr, s, 0);
+        double t0 = trace_now_ms();
         block_backward(tr, l, W, G, ckpt_of(tr, l));
+        trace_span(TRACK_COMPUTE, "backward", m->shards[s].name, t0, trace_now_ms());
         grads_release(tr, s);
         weights_release(tr, s);
     }
@@ -613,6 +625,7 @@ double trainer_grad_norm(trainer_t *tr) {
 static void adamw_shard(trainer_t *tr, int s, float *master, float *mm, float *vv, const float *g, void *pc,
                         adamw_params_t *hp) {
     const shard_t *sh = &tr->model.shards[s];
+    double t0 = trace_now_ms();
     for (int ti = 0; ti < sh->ntensors; ti++) {
         const tensor_t *te = &sh->tensors[ti];
         hp->wd = te->decay ? (float)tr->cfg->wd : 0.0f;
@@ -621,12 +634,29 @@ static void adamw_shard(trainer_t *tr, int s, float *master, float *mm, float *v
         float *p32 = tr->bf16 ? NULL : (float *)pc + o;
         tr->be.ops->adamw_update(master + o, mm + o, vv + o, p16, p32, g + o, te->numel, hp);
     }
+    trace_span(TRACK_OPTIM, "adamw", sh->name, t0, trace_now_ms());
 }
 
-// Queues the transfer of a shard's (master, m, v) extent; completes on t.
-static int o32_io(trainer_t *tr, io_ticket_t *t, io_op_t op, int s, void *buf) {
+// --trace: an optimizer-state transfer's span ends when the engine completes it.
+static void o32_done(io_ticket_t *t, void *arg) {
+    (void)t;
+    __typeof__(((trainer_t *)0)->ospan[0]) *sp = arg;
+    trace_span(sp->track, sp->track == TRACK_NVME_READ ? "read" : "write", sp->label, sp->t0, trace_now_ms());
+}
+
+// Queues the transfer of a shard's (master, m, v) extent through double-buffer half b;
+// completes on t.
+static int o32_io(trainer_t *tr, io_ticket_t *t, io_op_t op, int s, int b, void *buf) {
     io_req_t r = {.op = op, .off = tr->o_off[s], .len = obytes_of(tr, s), .buf = buf, .name = tr->o_name[s],
                   .crc = op == IO_READ ? tr->o_crc[s] : 0};
+    if (trace_enabled()) {
+        int k = (op == IO_READ ? 0 : 2) + b;
+        tr->ospan[k].label = tr->model.shards[s].name;
+        tr->ospan[k].t0 = trace_now_ms();
+        tr->ospan[k].track = op == IO_READ ? TRACK_NVME_READ : TRACK_NVME_WRITE;
+        r.cb = o32_done;
+        r.cb_arg = &tr->ospan[k];
+    }
     return nvme_store_submit(tr->nvme, t, &r);
 }
 
@@ -656,7 +686,7 @@ int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, cha
         memset(rd, 0, sizeof rd);
         memset(wr, 0, sizeof wr);
         int wr_busy[2] = {0, 0};
-        rc = o32_io(tr, &rd[0], IO_READ, 0, tr->ostage[0]);
+        rc = o32_io(tr, &rd[0], IO_READ, 0, 0, tr->ostage[0]);
         for (int s = 0; s < m->nshards && rc == 0; s++) {
             int b = s & 1, nb = b ^ 1;
             if (s + 1 < m->nshards) {
@@ -665,7 +695,7 @@ int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, cha
                 if (wr[nb].store) { tr->o_crc[s - 1] = wr[nb].crc; stat_add(&tr->stats.nvme_write_bytes, obytes_of(tr, s - 1)); }
                 memset(&wr[nb], 0, sizeof wr[nb]);
                 memset(&rd[nb], 0, sizeof rd[nb]);
-                if ((rc = o32_io(tr, &rd[nb], IO_READ, s + 1, tr->ostage[nb])) != 0) {
+                if ((rc = o32_io(tr, &rd[nb], IO_READ, s + 1, nb, tr->ostage[nb])) != 0) {
                     snprintf(err, errlen, "optimizer states of %s: %s", m->shards[s + 1].name, strerror(-rc));
                     break;
                 }
@@ -677,7 +707,7 @@ int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, cha
             void *pc = params_build_buffer(tr, s);
             adamw_shard(tr, s, master, mm, vv, tr->g[s], pc, &hp);
             if ((rc = params_store(tr, s, pc, err, errlen)) != 0) break;
-            if ((rc = o32_io(tr, &wr[b], IO_WRITE, s, master)) != 0) {
+            if ((rc = o32_io(tr, &wr[b], IO_WRITE, s, b, master)) != 0) {
                 snprintf(err, errlen, "optimizer states of %s: %s", m->shards[s].name, strerror(-rc));
                 break;
             }
@@ -710,7 +740,7 @@ uint64_t trainer_params_hash(trainer_t *tr) {
         const shard_t *sh = &tr->model.shards[s];
         const float *master = tr->master[s];
         if (tr->cfg->optim_tier == TIER_NVME) {
-            if (nvme_io(tr, 0, tr->o_off[s], obytes_of(tr, s), tr->ostage[0], &tr->o_crc[s], tr->o_name[s], err,
+            if (nvme_io(tr, 0, tr->o_off[s], obytes_of(tr, s), tr->ostage[0], &tr->o_crc[s], tr->o_name[s], s, err,
                         sizeof err) != 0)
                 runtime_error("%s", err);
             master = tr->ostage[0];

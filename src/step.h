@@ -63,6 +63,7 @@ typedef struct {
     char (*o_name)[64];       // "optimizer states of block.3": labels for NVMe messages
     uint32_t *o_crc;
     float *ostage[2];         // [host] NVMe double buffer, (3, max shard) each
+    struct { const char *label; double t0; int track; } ospan[4]; // --trace: in-flight o32 reads [0,1], writes [2,3]
     void *pstage_opt;         // [host] the new compute copy of a shard bound for NVMe
     float *wbuf[2];           // [device] FP32 weights of up to two shards (BF16 mode)
     float *ckpt;              // [device] (L+1, N, C) block inputs; [L] is the final residual

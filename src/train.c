@@ -11,6 +11,7 @@
 #include "model.h"
 #include "plan.h"
 #include "step.h"
+#include "trace.h"
 #include "util.h"
 
 // ---------------------------------------------------------------- shared
@@ -34,6 +35,8 @@ static double eval_loss(trainer_t *tr, data_t *d, int *inputs, int *targets) {
     if (tr->fault[0]) runtime_error("evaluation: %s", tr->fault);
     return sum / tr->cfg->eval_batches;
 }
+
+static int shape_shards(const config_t *cfg) { return cfg->L + 2; }
 
 static double fetch_wait_ms(const trainer_t *tr) {
     if (!tr->sched) return 0;
@@ -97,6 +100,15 @@ int train_run(const config_t *cfg) {
     plan_compute(cfg, &shape, &plan);
     model_free(&shape);
     if (!plan.feasible) usage_error("%s", plan.reason);
+
+    // --trace: room for every span of the run (a few per shard per micro-batch), capped.
+    if (cfg->trace_path[0]) {
+        size_t per_step = (size_t)(shape_shards(cfg) * 8) * (size_t)(cfg->accum + 1) + 64;
+        size_t max_events = per_step * (size_t)(cfg->steps + 1);
+        if (max_events > (size_t)4 << 20) max_events = (size_t)4 << 20;
+        int trc = trace_open(cfg->trace_path, max_events);
+        if (trc != 0) usage_error("--trace %s: %s (give a writable path)", cfg->trace_path, strerror(-trc));
+    }
 
     trainer_t tr;
     int rc = trainer_init(&tr, cfg, err, sizeof err);
@@ -166,6 +178,12 @@ int train_run(const config_t *cfg) {
                 (unsigned long long)tr.stats.h2d_bytes, (unsigned long long)tr.stats.d2h_bytes, fetch_wait_ms(&tr),
                 (unsigned long long)hash);
         if (fclose(log) != 0) runtime_error("--log %s: %s", cfg->log_path, strerror(errno));
+    }
+    if (cfg->trace_path[0]) {
+        size_t written = 0, dropped = 0;
+        if (trace_close(&written, &dropped) != 0) runtime_error("--trace %s: write failed", cfg->trace_path);
+        fprintf(out, "trace: %zu spans written to %s%s\n", written, cfg->trace_path,
+                dropped ? " (buffer full: later spans dropped)" : "");
     }
     // The tier report, last.
     print_tier_report(&tr, cfg, out);

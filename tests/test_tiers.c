@@ -169,6 +169,39 @@ START_TEST(io_error_names_shard_and_file) {
 }
 END_TEST
 
+// --trace writes Chrome trace JSON with a span on each of the five tracks; a path in a
+// missing directory is refused before any work.
+START_TEST(trace_has_every_track) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/trace.json", nvme_dir);
+    const char *extra[] = {"--params", "nvme", "--optimizer", "nvme", "--trace", path, NULL};
+    run_t r = train(base_bf16, extra, NULL);
+    ck_assert_msg(r.rc == 0, "%s", r.err);
+    char *json = tu_slurp(path);
+    ck_assert_ptr_nonnull(json);
+    ck_assert_msg(strncmp(json, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", 38) == 0, "head: %.60s", json);
+    size_t len = strlen(json);
+    ck_assert_msg(len > 4 && strcmp(json + len - 3, "]}\n") == 0, "tail: %s", json + (len > 20 ? len - 20 : 0));
+    const char *names[] = {"compute", "parameter copies", "nvme reads", "nvme writes", "optimizer"};
+    for (int t = 1; t <= 5; t++) {
+        char key[64];
+        snprintf(key, sizeof key, "\"ph\":\"X\",\"pid\":1,\"tid\":%d,", t);
+        ck_assert_msg(strstr(json, key) != NULL, "no span on the %s track", names[t - 1]);
+    }
+    ck_assert_msg(strstr(json, "\"name\":\"backward block.0\"") && strstr(json, "\"name\":\"adamw head\"") &&
+                      strstr(json, "\"name\":\"fetch block.1\""),
+                  "spans lack shard names");
+    free(json);
+    unlink(path);
+    run_free(&r);
+    const char *bad[] = {"--trace", "/nonexistent-dir/t.json", NULL};
+    run_t b = train(base_bf16, bad, NULL);
+    ck_assert_int_eq(b.rc, 2);
+    ck_assert_msg(strstr(b.err, "--trace") && strstr(b.err, "/nonexistent-dir"), "%s", b.err);
+    run_free(&b);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("tiers");
     TCase *inv = tcase_create("invariance");
@@ -186,6 +219,7 @@ int main(void) {
     tcase_add_checked_fixture(flt, setup, teardown);
     tcase_set_timeout(flt, 120);
     tcase_add_test(flt, io_error_names_shard_and_file);
+    tcase_add_test(flt, trace_has_every_track);
     suite_add_tcase(s, flt);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
