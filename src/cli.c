@@ -156,6 +156,10 @@ static const flag_t flags[] = {
      .values = "device|host|nvme", .group = G_RUN, .cmds = TP,
      .help = "home of the FP32 master weights and Adam moments (12 bytes/parameter); nvme streams them "
              "through the host a shard at a time"},
+    {.name = "offload", .metavar = "manual|auto", .kind = FK_ENUM, FIELD(offload_auto), .def = "manual",
+     .values = "manual|auto", .group = G_RUN, .cmds = TP,
+     .help = "auto: the first placement that fits the budgets and RAM, in order of the traffic it adds "
+             "(overrides --params, --grads, --optimizer)"},
     {.name = "prefetch", .metavar = "N", .kind = FK_INT, FIELD(prefetch), .def = "2", .lo = 0, .hi = 64,
      .group = G_RUN, .cmds = TP, .help = "streamed parameter shards fetched ahead of their use"},
     {.name = "threads", .metavar = "N", .kind = FK_INT, FIELD(threads), .def = "0",
@@ -1107,5 +1111,14 @@ void config_print(const config_t *c, FILE *f) {
     else fprintf(f, "all cores");
     fprintf(f, ", hbm-budget %s, host-budget %s, log %s%s\n", budget_text(b1, sizeof b1, c->hbm_budget),
             budget_text(b2, sizeof b2, c->host_budget), c->log_path[0] ? c->log_path : "none", c->quiet ? ", quiet" : "");
+    if (c->offload_auto) {
+        fprintf(f, "  tiers: --offload auto (chosen below), prefetch %d\n", c->prefetch);
+    } else {
+        char w2[32], w3[32];
+        fprintf(f, "  tiers: params %s, grads %s, optimizer %s, prefetch %d\n",
+                enum_word("device|host|nvme", (int)c->params_tier, w, sizeof w),
+                enum_word("device|host", (int)c->grads_tier, w2, sizeof w2),
+                enum_word("device|host|nvme", (int)c->optim_tier, w3, sizeof w3), c->prefetch);
+    }
     print_io(c, f);
 }

@@ -50,6 +50,7 @@ typedef struct {
     tier_kind_t grads_tier;  // --grads device|host (FP32 gradients)
     tier_kind_t optim_tier;  // --optimizer device|host|nvme (FP32 master, m, v)
     int prefetch;            // --prefetch: shards fetched ahead of their use
+    int offload_auto;        // --offload auto: plan picks the placement (overrides the three above)
     // ---- io / host tier
     char nvme_path[TT_PATH_MAX]; // --nvme-path DIR[,DIR...]
     int nvme_qd;             // --nvme-qd (32)

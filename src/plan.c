@@ -68,6 +68,34 @@ void plan_compute(const config_t *cfg, const model_t *m, plan_t *p) {
     }
 }
 
+int plan_auto(config_t *cfg, const model_t *m, plan_t *p, char *why, size_t len) {
+    static const struct { tier_kind_t params, grads, optim; } order[] = {
+        {TIER_DEVICE, TIER_DEVICE, TIER_HOST}, {TIER_HOST, TIER_DEVICE, TIER_HOST},
+        {TIER_HOST, TIER_HOST, TIER_HOST},     {TIER_DEVICE, TIER_DEVICE, TIER_NVME},
+        {TIER_HOST, TIER_DEVICE, TIER_NVME},   {TIER_HOST, TIER_HOST, TIER_NVME},
+        {TIER_NVME, TIER_DEVICE, TIER_NVME},   {TIER_NVME, TIER_HOST, TIER_NVME},
+    };
+    static const char *tn[] = {"device", "host", "nvme"};
+    const int n = (int)(sizeof order / sizeof order[0]);
+    char first_reason[512] = "";
+    for (int i = 0; i < n; i++) {
+        cfg->params_tier = order[i].params;
+        cfg->grads_tier = order[i].grads;
+        cfg->optim_tier = order[i].optim;
+        plan_compute(cfg, m, p);
+        if (i == 0) snprintf(first_reason, sizeof first_reason, "%s", p->reason);
+        if (p->feasible) {
+            if (i == 0) snprintf(why, len, "--offload auto: params device, grads device, optimizer host: everything fits");
+            else
+                snprintf(why, len, "--offload auto: params %s, grads %s, optimizer %s (candidate %d of %d; all resident: %s)",
+                         tn[cfg->params_tier], tn[cfg->grads_tier], tn[cfg->optim_tier], i + 1, n, first_reason);
+            return 1;
+        }
+    }
+    snprintf(why, len, "--offload auto: no placement fits; the most offloaded one: %s", p->reason);
+    return 0;
+}
+
 void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
     char a[32], b[32];
     static const char *tn[] = {"device", "host", "nvme"};

@@ -25,4 +25,10 @@ typedef struct {
 } plan_t;
 
 void plan_compute(const config_t *cfg, const model_t *m, plan_t *p);
+// --offload auto: sets cfg's three homes to the first feasible placement, in order of the
+// traffic it adds per step (all resident; params streamed from host; + gradients on host;
+// optimizer on NVMe; …; everything but activations off the device), and fills p for it.
+// Writes one line saying what it chose and why into why. Returns 1 when one fits, else 0
+// (cfg then holds the last candidate and p its reason).
+int plan_auto(config_t *cfg, const model_t *m, plan_t *p, char *why, size_t len);
 void plan_print(const plan_t *p, const config_t *cfg, FILE *f);

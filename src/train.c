@@ -79,8 +79,10 @@ static void print_tier_report(const trainer_t *tr, const config_t *cfg, FILE *ou
 
 // ---------------------------------------------------------------- train
 
-int train_run(const config_t *cfg) {
+int train_run(const config_t *cfg_in) {
     FILE *out = stdout;
+    config_t resolved = *cfg_in; // --offload auto may choose the homes
+    const config_t *cfg = &resolved;
     config_print(cfg, out);
 
     char err[512] = "";
@@ -97,7 +99,14 @@ int train_run(const config_t *cfg) {
     model_t shape;
     model_init(&shape, cfg);
     plan_t plan;
-    plan_compute(cfg, &shape, &plan);
+    if (cfg->offload_auto) {
+        char why[768];
+        int ok = plan_auto(&resolved, &shape, &plan, why, sizeof why);
+        if (!ok) usage_error("%s", why);
+        fprintf(out, "%s\n", why);
+    } else {
+        plan_compute(cfg, &shape, &plan);
+    }
     model_free(&shape);
     if (!plan.feasible) usage_error("%s", plan.reason);
 
@@ -196,13 +205,21 @@ int train_run(const config_t *cfg) {
 
 // ---------------------------------------------------------------- plan
 
-int plan_run(const config_t *cfg) {
+int plan_run(const config_t *cfg_in) {
+    config_t resolved = *cfg_in;
+    const config_t *cfg = &resolved;
     config_print(cfg, stdout);
     model_t m;
     model_init(&m, cfg);
     print_model(&m, cfg, stdout);
     plan_t p;
-    plan_compute(cfg, &m, &p);
+    if (cfg->offload_auto) {
+        char why[768];
+        plan_auto(&resolved, &m, &p, why, sizeof why);
+        printf("%s\n", why);
+    } else {
+        plan_compute(cfg, &m, &p);
+    }
     plan_print(&p, cfg, stdout);
     model_free(&m);
     return p.feasible ? 0 : 2;

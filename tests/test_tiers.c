@@ -145,8 +145,16 @@ START_TEST(nvme_makes_it_fit) {
     ck_assert_uint_gt(summary_u64(&r, "nvme_bytes_read"), 0);
     ck_assert_uint_gt(summary_u64(&r, "nvme_bytes_written"), 0);
     ck_assert_uint_gt(summary_u64(&ref, "peak_device_bytes"), 32ull << 20); // the budget really bit
-    free(a); free(b);
-    run_free(&refused); run_free(&r); run_free(&ref);
+    // --offload auto finds a placement that fits by itself, says which, and keeps the bits.
+    const char *autop[] = {"--hbm-budget", "32M", "--host-budget", "96M", "--offload", "auto", NULL};
+    run_t au = train(base, autop, NULL);
+    char *c = fingerprint(&au);
+    ck_assert_str_eq(a, c);
+    ck_assert_msg(strstr(au.out, "--offload auto: params host, grads host, optimizer nvme"), "%s", au.out);
+    ck_assert_uint_le(summary_u64(&au, "peak_device_bytes"), 32ull << 20);
+    ck_assert_uint_le(summary_u64(&au, "peak_host_bytes"), 96ull << 20);
+    free(a); free(b); free(c);
+    run_free(&refused); run_free(&r); run_free(&ref); run_free(&au);
 }
 END_TEST
 
