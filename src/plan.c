@@ -1,5 +1,5 @@
-// plan.c — see plan.h. The byte counts mirror trainer_init's allocations (step.c); the
-// model test checks that the device estimate stays within a few percent of the real peak.
+// plan.c — see plan.h. The byte counts mirror trainer_init's allocations (step.c);
+// test_tiers (plan_matches_allocation) holds them to what is really allocated.
 #include "plan.h"
 #include <stdio.h>
 #include <string.h>

@@ -132,10 +132,11 @@ static int next_use(const sched_t *s, int shard, int from) {
     return INT32_MAX;
 }
 
-// A slot for a fetch needed at position `need`: an empty one, else the unpinned READY slot
-// whose shard is next used farthest away — but only if that is later than `need` (Belady:
-// never evict something needed sooner than what comes in). -1 when none qualifies.
-static int pick_slot(sched_t *s, int need, int from) {
+// A slot for a fetch needed at position `need`: an empty one, else the unpinned READY (or
+// FAILED) slot whose shard is next used farthest away — but, unless `force`, only if that is
+// later than `need` (Belady: never evict something needed sooner than what comes in).
+// -1 when none qualifies (with force: every slot is pinned or in flight).
+static int pick_slot(sched_t *s, int need, int from, int force) {
     int best = -1, best_next = -1;
     for (int i = 0; i < s->nslots; i++) {
         slot_t *sl = &s->slots[i];
@@ -144,7 +145,7 @@ static int pick_slot(sched_t *s, int need, int from) {
         int nu = next_use(s, sl->shard, from);
         if (nu > best_next) { best_next = nu; best = i; }
     }
-    if (best < 0 || best_next <= need) return -1;
+    if (best < 0 || (!force && best_next <= need)) return -1;
     return best;
 }
 
@@ -167,7 +168,7 @@ static void prefetch_after(sched_t *s, int pos) {
     for (int k = pos + 1; k < end; k++) {
         int sh = s->uses[k];
         if (s->where[sh] >= 0) continue;
-        int slot = pick_slot(s, k, pos + 1);
+        int slot = pick_slot(s, k, pos + 1, 0);
         if (slot < 0) return; // no room without evicting something needed sooner
         enqueue_fetch(s, slot, sh);
     }
@@ -192,33 +193,15 @@ const void *sched_acquire(sched_t *s, int shard, char *err, size_t errlen) {
     int pos = next_use(s, shard, s->cursor);
     if (pos == INT32_MAX) pos = s->cursor - 1; // a use outside the order: fetch on demand
     else s->cursor = pos + 1;
-    int slot = s->where[shard];
-    if (slot >= 0) {
-        s->stats.hits++;
-    } else {
-        slot = pick_slot(s, pos < 0 ? 0 : pos, pos + 1);
-        if (slot < 0) { // everything is pinned or needed sooner: take the farthest unpinned anyway
-            int best_next = -1;
-            for (int i = 0; i < s->nslots; i++) {
-                slot_t *sl = &s->slots[i];
-                if (sl->pins || (sl->state != SLOT_READY && sl->state != SLOT_FAILED && sl->state != SLOT_EMPTY)) continue;
-                int nu = sl->state == SLOT_EMPTY ? INT32_MAX : next_use(s, sl->shard, pos + 1);
-                if (nu > best_next) { best_next = nu; slot = i; }
-            }
-        }
-        if (slot < 0) { // every slot is pinned or in flight: wait for the flights to land
-            while (slot < 0) {
-                pthread_cond_wait(&s->changed, &s->mu);
-                for (int i = 0; i < s->nslots && slot < 0; i++) {
-                    slot_t *sl = &s->slots[i];
-                    if (!sl->pins && (sl->state == SLOT_READY || sl->state == SLOT_FAILED || sl->state == SLOT_EMPTY)) slot = i;
-                }
-                if (s->where[shard] >= 0) { slot = s->where[shard]; break; }
-            }
-        }
-        if (s->where[shard] < 0) enqueue_fetch(s, slot, shard);
-        slot = s->where[shard];
+    if (s->where[shard] >= 0) s->stats.hits++;
+    // Not resident: it is needed now, so it takes a slot even from a shard needed later
+    // than its own next use; when every slot is pinned or in flight, wait for one to land.
+    while (s->where[shard] < 0) {
+        int free_slot = pick_slot(s, pos, pos + 1, 1);
+        if (free_slot >= 0) enqueue_fetch(s, free_slot, shard);
+        else pthread_cond_wait(&s->changed, &s->mu);
     }
+    int slot = s->where[shard];
     slot_t *sl = &s->slots[slot];
     sl->pins++; // pinned before waiting: nothing can evict it now
     prefetch_after(s, pos);

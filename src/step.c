@@ -644,11 +644,12 @@ static void o32_done(io_ticket_t *t, void *arg) {
     trace_span(sp->track, sp->track == TRACK_NVME_READ ? "read" : "write", sp->label, sp->t0, trace_now_ms());
 }
 
-// Queues the transfer of a shard's (master, m, v) extent through double-buffer half b;
-// completes on t.
-static int o32_io(trainer_t *tr, io_ticket_t *t, io_op_t op, int s, int b, void *buf) {
-    io_req_t r = {.op = op, .off = tr->o_off[s], .len = obytes_of(tr, s), .buf = buf, .name = tr->o_name[s],
-                  .crc = op == IO_READ ? tr->o_crc[s] : 0};
+// Queues the transfer of shard s's (master, m, v) extent through double-buffer half b and
+// records the shard in *inflight. Returns 0 or -errno with the message.
+static int o32_submit(trainer_t *tr, io_ticket_t *t, io_op_t op, int s, int b, int *inflight, char *err,
+                      size_t errlen) {
+    io_req_t r = {.op = op, .off = tr->o_off[s], .len = obytes_of(tr, s), .buf = tr->ostage[b],
+                  .name = tr->o_name[s], .crc = op == IO_READ ? tr->o_crc[s] : 0};
     if (trace_enabled()) {
         int k = (op == IO_READ ? 0 : 2) + b;
         tr->ospan[k].label = tr->model.shards[s].name;
@@ -657,7 +658,31 @@ static int o32_io(trainer_t *tr, io_ticket_t *t, io_op_t op, int s, int b, void 
         r.cb = o32_done;
         r.cb_arg = &tr->ospan[k];
     }
-    return nvme_store_submit(tr->nvme, t, &r);
+    memset(t, 0, sizeof *t);
+    int rc = nvme_store_submit(tr->nvme, t, &r);
+    if (rc != 0) snprintf(err, errlen, "%s: %s", tr->o_name[s], strerror(-rc));
+    else *inflight = s;
+    return rc;
+}
+
+// Waits for the transfer in flight on t (if any): counts its bytes and, for a write, keeps
+// the extent's CRC for the next read. Returns 0 or -errno with the ticket's message.
+static int o32_finish(trainer_t *tr, io_ticket_t *t, int *inflight, char *err, size_t errlen) {
+    int s = *inflight;
+    if (s < 0) return 0;
+    *inflight = -1;
+    int rc = io_ticket_wait(t);
+    if (rc != 0) {
+        io_ticket_message(t, err, errlen);
+        return rc;
+    }
+    if (t->op == IO_WRITE) {
+        tr->o_crc[s] = t->crc;
+        stat_add(&tr->stats.nvme_write_bytes, t->len);
+    } else {
+        stat_add(&tr->stats.nvme_read_bytes, t->len);
+    }
+    return 0;
 }
 
 int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, char *err, size_t errlen) {
@@ -679,53 +704,33 @@ int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, cha
             rc = params_store(tr, s, pc, err, errlen);
         }
     } else {
-        // NVMe: a shard's (master, m, v) is read into one half of the double buffer while the
-        // other half is updated and written back; each write completes before its half is
-        // read into again.
+        // NVMe: shard s+1's (master, m, v) is read into one half of the double buffer while
+        // shard s is updated in the other and written back; a half is read into again only
+        // after its write has completed. Each in-flight transfer remembers its shard.
         io_ticket_t rd[2], wr[2];
-        memset(rd, 0, sizeof rd);
-        memset(wr, 0, sizeof wr);
-        int wr_busy[2] = {0, 0};
-        rc = o32_io(tr, &rd[0], IO_READ, 0, 0, tr->ostage[0]);
+        int rd_shard[2] = {-1, -1}, wr_shard[2] = {-1, -1};
+        rc = o32_submit(tr, &rd[0], IO_READ, 0, 0, &rd_shard[0], err, errlen);
         for (int s = 0; s < m->nshards && rc == 0; s++) {
             int b = s & 1, nb = b ^ 1;
-            if (s + 1 < m->nshards) {
-                if (wr_busy[nb] && (rc = io_ticket_wait(&wr[nb])) != 0) { io_ticket_message(&wr[nb], err, errlen); break; }
-                wr_busy[nb] = 0;
-                if (wr[nb].store) { tr->o_crc[s - 1] = wr[nb].crc; stat_add(&tr->stats.nvme_write_bytes, obytes_of(tr, s - 1)); }
-                memset(&wr[nb], 0, sizeof wr[nb]);
-                memset(&rd[nb], 0, sizeof rd[nb]);
-                if ((rc = o32_io(tr, &rd[nb], IO_READ, s + 1, nb, tr->ostage[nb])) != 0) {
-                    snprintf(err, errlen, "optimizer states of %s: %s", m->shards[s + 1].name, strerror(-rc));
-                    break;
-                }
-            }
-            if ((rc = io_ticket_wait(&rd[b])) != 0) { io_ticket_message(&rd[b], err, errlen); break; }
-            stat_add(&tr->stats.nvme_read_bytes, obytes_of(tr, s));
+            if (s + 1 < m->nshards && (rc = o32_finish(tr, &wr[nb], &wr_shard[nb], err, errlen)) == 0)
+                rc = o32_submit(tr, &rd[nb], IO_READ, s + 1, nb, &rd_shard[nb], err, errlen);
+            if (rc == 0) rc = o32_finish(tr, &rd[b], &rd_shard[b], err, errlen);
+            if (rc != 0) break;
             size_t n = m->shards[s].numel_padded;
             float *master = tr->ostage[b], *mm = master + n, *vv = mm + n;
             void *pc = params_build_buffer(tr, s);
             adamw_shard(tr, s, master, mm, vv, tr->g[s], pc, &hp);
-            if ((rc = params_store(tr, s, pc, err, errlen)) != 0) break;
-            if ((rc = o32_io(tr, &wr[b], IO_WRITE, s, b, master)) != 0) {
-                snprintf(err, errlen, "optimizer states of %s: %s", m->shards[s].name, strerror(-rc));
-                break;
-            }
-            wr_busy[b] = 1;
+            if ((rc = params_store(tr, s, pc, err, errlen)) == 0)
+                rc = o32_submit(tr, &wr[b], IO_WRITE, s, b, &wr_shard[b], err, errlen);
         }
-        // drain: every submitted transfer ends before its buffer is reused or freed
+        // every submitted transfer ends before its buffer is reused or freed; the first
+        // error wins the message
         for (int b = 0; b < 2; b++) {
-            if (rd[b].store) { int r = io_ticket_wait(&rd[b]); (void)r; }
-            if (wr_busy[b]) {
-                int r = io_ticket_wait(&wr[b]);
-                if (r != 0 && rc == 0) { rc = r; io_ticket_message(&wr[b], err, errlen); }
-            }
-        }
-        // the last one or two writes: record their CRCs
-        for (int s = m->nshards - 2; s < m->nshards && rc == 0; s++) {
-            if (s < 0) continue;
-            io_ticket_t *w = &wr[s & 1];
-            if (w->store && w->off == tr->o_off[s]) { tr->o_crc[s] = w->crc; stat_add(&tr->stats.nvme_write_bytes, obytes_of(tr, s)); }
+            char e2[512];
+            int r1 = o32_finish(tr, &rd[b], &rd_shard[b], e2, sizeof e2);
+            if (r1 != 0 && rc == 0) { rc = r1; snprintf(err, errlen, "%s", e2); }
+            int r2 = o32_finish(tr, &wr[b], &wr_shard[b], e2, sizeof e2);
+            if (r2 != 0 && rc == 0) { rc = r2; snprintf(err, errlen, "%s", e2); }
         }
     }
     if (tr->sched) sched_invalidate(tr->sched); // every slot's copy is now stale

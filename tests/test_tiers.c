@@ -4,10 +4,13 @@
 // device bytes stay under --hbm-budget, NVMe makes feasible what RAM budgets alone are not,
 // and an injected I/O error stops the run naming the shard, the file and the error.
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "plan.h"
+#include "step.h"
 #include "testutil.h"
 
 typedef struct { int rc; char *out, *err, *log; } run_t;
@@ -210,6 +213,42 @@ START_TEST(trace_has_every_track) {
 }
 END_TEST
 
+// The plan's byte counts are what trainer_init really allocates (within the 4 KiB rounding
+// of each allocation), for every placement: train's feasibility check and
+// `tiertrain plan` are only as good as this.
+START_TEST(plan_matches_allocation) {
+    static const tier_kind_t pl[][3] = {{TIER_DEVICE, TIER_DEVICE, TIER_HOST}, {TIER_HOST, TIER_HOST, TIER_NVME},
+                                        {TIER_NVME, TIER_DEVICE, TIER_NVME}, {TIER_NVME, TIER_HOST, TIER_HOST}};
+    config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    model_preset("small", &cfg);
+    cfg.B = 1; cfg.T = 32; cfg.accum = 2; cfg.steps = 1; cfg.eval_batches = 1; cfg.prefetch = 1;
+    cfg.precision = _i < 4 ? PREC_BF16 : PREC_FP32;
+    cfg.tie = _i % 2;
+    cfg.rope_theta = 10000; cfg.norm_eps = 1e-5; cfg.seed = 1; cfg.device = DEVICE_CPU;
+    cfg.threads = 1; cfg.nvme_qd = 8; cfg.io_block = 1 << 20; cfg.numa_node = -1; cfg.quiet = 1;
+    snprintf(cfg.nvme_path, sizeof cfg.nvme_path, "%s", nvme_dir);
+    cfg.params_tier = pl[_i % 4][0]; cfg.grads_tier = pl[_i % 4][1]; cfg.optim_tier = pl[_i % 4][2];
+    model_t m;
+    model_init(&m, &cfg);
+    plan_t p;
+    plan_compute(&cfg, &m, &p);
+    trainer_t tr;
+    char err[512];
+    ck_assert_msg(trainer_init(&tr, &cfg, err, sizeof err) == 0, "%s", err);
+    // The arena rounds each allocation up to 4 KiB; at B·T = 32 the dozen small activation
+    // buffers (a few hundred bytes each) lose 27 KiB that way. One activation tensor of
+    // (N, C) is 48 KiB here, so a missing or extra buffer in the plan fails the test.
+    const double slack = 40.0 * 1024;
+    ck_assert_msg(fabs((double)p.device_bytes - (double)tr.be.peak) <= slack, "device: plan %llu, allocated %llu",
+                  (unsigned long long)p.device_bytes, (unsigned long long)tr.be.peak);
+    ck_assert_msg(fabs((double)p.host_bytes - (double)tr.host_bytes) <= slack, "host: plan %llu, allocated %llu",
+                  (unsigned long long)p.host_bytes, (unsigned long long)tr.host_bytes);
+    trainer_free(&tr);
+    model_free(&m);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("tiers");
     TCase *inv = tcase_create("invariance");
@@ -222,6 +261,7 @@ int main(void) {
     tcase_add_checked_fixture(cap, setup, teardown);
     tcase_set_timeout(cap, 300);
     tcase_add_test(cap, nvme_makes_it_fit);
+    tcase_add_loop_test(cap, plan_matches_allocation, 0, 8);
     suite_add_tcase(s, cap);
     TCase *flt = tcase_create("faults");
     tcase_add_checked_fixture(flt, setup, teardown);
