@@ -36,8 +36,6 @@ static double eval_loss(trainer_t *tr, data_t *d, int *inputs, int *targets) {
     return sum / tr->cfg->eval_batches;
 }
 
-static int shape_shards(const config_t *cfg) { return cfg->L + 2; }
-
 static double fetch_wait_ms(const trainer_t *tr) {
     if (!tr->sched) return 0;
     sched_stats_t st;
@@ -89,12 +87,6 @@ int train_run(const config_t *cfg_in) {
     data_t *data = NULL;
     if (data_open(&data, cfg, err, sizeof err) != 0) usage_error("%s", err);
 
-    FILE *log = NULL;
-    if (cfg->log_path[0]) {
-        log = fopen(cfg->log_path, "w");
-        if (!log) usage_error("--log %s: %s (give a writable path)", cfg->log_path, strerror(errno));
-    }
-
     // Before any allocation: does it fit? (The same check `tiertrain plan` prints.)
     model_t shape;
     model_init(&shape, cfg);
@@ -107,12 +99,19 @@ int train_run(const config_t *cfg_in) {
     } else {
         plan_compute(cfg, &shape, &plan);
     }
+    int nshards = shape.nshards;
     model_free(&shape);
     if (!plan.feasible) usage_error("%s", plan.reason);
 
+    // Output files only once the run is known to be possible: bad input leaves none behind.
+    FILE *log = NULL;
+    if (cfg->log_path[0]) {
+        log = fopen(cfg->log_path, "w");
+        if (!log) usage_error("--log %s: %s (give a writable path)", cfg->log_path, strerror(errno));
+    }
     // --trace: room for every span of the run (a few per shard per micro-batch), capped.
     if (cfg->trace_path[0]) {
-        size_t per_step = (size_t)(shape_shards(cfg) * 8) * (size_t)(cfg->accum + 1) + 64;
+        size_t per_step = (size_t)(nshards * 8) * (size_t)(cfg->accum + 1) + 64;
         size_t max_events = per_step * (size_t)(cfg->steps + 1);
         if (max_events > (size_t)4 << 20) max_events = (size_t)4 << 20;
         int trc = trace_open(cfg->trace_path, max_events);

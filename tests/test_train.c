@@ -206,6 +206,7 @@ START_TEST(too_big_for_ram) {
     ck_assert_msg(strstr(r.err, "of RAM") && strstr(r.err, "available") && strstr(r.err, "--model"),
                   "message: %s", r.err);
     ck_assert_msg(strchr(r.err, '\n') == r.err + strlen(r.err) - 1, "want exactly one line: %s", r.err);
+    ck_assert_msg(r.log == NULL, "a refused run must not leave a --log file behind");
     run_free(&r);
 }
 END_TEST
