@@ -50,3 +50,13 @@ bench: build
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
+
+# libFuzzer targets in tests/fuzz (clang-14, installed when missing), built straight from the
+# sources they need, not through CMake; each runs FUZZ_SECONDS on its seed corpus and the
+# executions and findings per target are printed (tests/fuzz/run.sh).
+FUZZ_SECONDS ?= 600
+FUZZ_DIR     ?= build-fuzz
+
+.PHONY: fuzz
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_DIR=$(CURDIR)/$(FUZZ_DIR) tests/fuzz/run.sh

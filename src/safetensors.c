@@ -1,0 +1,704 @@
+// safetensors.c — the streaming safetensors writer and the validating reader behind
+// safetensors.h. The writer builds the header in memory (keys in the caller's order), writes
+// it with the length prefix, then passes tensor bytes straight to write(); nothing is
+// buffered, so memory use does not grow with the model. The reader parses the header with
+// json.c, checks every entry and the tiling of the data section, and reads with pread.
+// Does not mmap, convert dtypes or name tensors. Called by the checkpoint code.
+#include "safetensors.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "json.h" // uses: json_parse, json_escape, json_num_uint64
+
+#define ST_IO_CHUNK ((size_t)1 << 30) // bytes per read()/write() call (Linux caps one at ~2 GiB)
+
+const char *st_dtype_name(st_dtype_t t) {
+    switch (t) {
+    case ST_F32: return "F32";
+    case ST_BF16: return "BF16";
+    case ST_F16: return "F16";
+    }
+    return "?";
+}
+
+size_t st_dtype_size(st_dtype_t t) {
+    switch (t) {
+    case ST_F32: return 4;
+    case ST_BF16: case ST_F16: return 2;
+    }
+    return 0;
+}
+
+static int dtype_valid(st_dtype_t t) { return t == ST_F32 || t == ST_BF16 || t == ST_F16; }
+
+// A name as it appears in messages: JSON-escaped (so any name prints on one line), cut at
+// about 80 bytes, in single quotes: 'model.layers.0.mlp.up_proj.weight'.
+static const char *shown(char *buf, size_t len, const char *s, size_t n) {
+    char tmp[96];
+    ssize_t k = json_escape(tmp, sizeof tmp, s, n);
+    if (k < 0) {
+        snprintf(buf, len, "(invalid UTF-8)");
+        return buf;
+    }
+    int cut = k >= (ssize_t)sizeof tmp; // json_escape kept whole units only, without the closing quote
+    if (!cut) tmp[k - 1] = 0;
+    snprintf(buf, len, "'%s'%s", tmp + 1, cut ? "..." : "");
+    return buf;
+}
+
+static void shape_str(char *buf, size_t len, int ndim, const uint64_t *shape) {
+    size_t w = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < ndim && w < len; d++)
+        w += (size_t)snprintf(buf + w, len - w, "%s%" PRIu64, d ? ", " : "", shape[d]);
+    if (w < len) snprintf(buf + w, len - w, "]");
+}
+
+// numel · dtype size of t, or -1 when it overflows 64 bits.
+static int tensor_bytes(int ndim, const uint64_t *shape, st_dtype_t dtype, uint64_t *out) {
+    uint64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        if (__builtin_mul_overflow(n, shape[d], &n)) return -1;
+    if (__builtin_mul_overflow(n, (uint64_t)st_dtype_size(dtype), &n)) return -1;
+    *out = n;
+    return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t n, size_t *done) {
+    const char *p = buf;
+    *done = 0;
+    while (*done < n) {
+        size_t chunk = n - *done < ST_IO_CHUNK ? n - *done : ST_IO_CHUNK;
+        ssize_t w = write(fd, p + *done, chunk);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return -errno;
+        if (w == 0) return -EIO;
+        *done += (size_t)w;
+    }
+    return 0;
+}
+
+// Reads exactly n bytes at off: 0, -errno, or -EIO at end of file.
+static int pread_all(int fd, void *buf, size_t n, uint64_t off) {
+    char *p = buf;
+    size_t done = 0;
+    while (done < n) {
+        size_t chunk = n - done < ST_IO_CHUNK ? n - done : ST_IO_CHUNK;
+        ssize_t r = pread(fd, p + done, chunk, (off_t)(off + done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -errno;
+        if (r == 0) return -EIO;
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------- writer
+
+// A growing string for the header.
+typedef struct { char *p; size_t len, cap; int oom; } sbuf_t;
+
+static void sb_put(sbuf_t *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) { b->oom = 1; return; }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+static void sb_str(sbuf_t *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+static void sb_u64(sbuf_t *b, uint64_t v) {
+    char t[24];
+    int k = snprintf(t, sizeof t, "%" PRIu64, v);
+    sb_put(b, t, (size_t)k);
+}
+
+// Appends s as a JSON string; -EILSEQ when s is not UTF-8.
+static int sb_json(sbuf_t *b, const char *s) {
+    size_t n = strlen(s);
+    ssize_t k = json_escape(NULL, 0, s, n);
+    if (k < 0) return (int)k;
+    char stackbuf[256];
+    char *t = (size_t)k < sizeof stackbuf ? stackbuf : malloc((size_t)k + 1);
+    if (!t) { b->oom = 1; return 0; }
+    json_escape(t, (size_t)k + 1, s, n);
+    sb_put(b, t, (size_t)k);
+    if (t != stackbuf) free(t);
+    return 0;
+}
+
+struct st_writer {
+    int fd;
+    char *path;
+    uint64_t data_start;   // 8 + N
+    uint64_t total;        // declared tensor bytes
+    uint64_t written;      // tensor bytes written so far
+    int ntensors;
+    uint64_t *ends;        // (ntensors) data_offsets end of each tensor
+    char **names;          // (ntensors) copies, for messages
+    int err;               // first error (sticky), 0 while none
+    char msg[4352];        // its message
+};
+
+static int cmp_str_ptr(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+// The first name (in sorted order) that occurs twice in names[0..n) into *dup (NULL when
+// none). 0 or -ENOMEM.
+static int find_duplicate(const char **names, int n, const char **dup) {
+    *dup = NULL;
+    if (n < 2) return 0;
+    const char **s = malloc((size_t)n * sizeof *s);
+    if (!s) return -ENOMEM;
+    memcpy(s, names, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_str_ptr);
+    for (int i = 1; i < n && !*dup; i++)
+        if (strcmp(s[i - 1], s[i]) == 0) *dup = s[i];
+    free(s);
+    return 0;
+}
+
+static int werr(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static int werr(char *err, size_t errlen, int rc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+void st_writer_free(st_writer_t *w) {
+    if (!w) return;
+    if (w->fd >= 0) close(w->fd);
+    free(w->path);
+    free(w->ends);
+    if (w->names)
+        for (int i = 0; i < w->ntensors; i++) free(w->names[i]);
+    free(w->names);
+    free(w);
+}
+
+// Builds the whole header (8-byte length + padded JSON) into b. 0 or -errno with err.
+static int build_header(sbuf_t *b, const char *path, const st_tensor_t *t, int n, const st_meta_t *meta, int nmeta,
+                        uint64_t *ends, char *err, size_t errlen) {
+    char nm[128];
+    sb_put(b, "\0\0\0\0\0\0\0\0{", 9);
+    if (nmeta > 0) {
+        sb_str(b, "\"__metadata__\":{");
+        for (int i = 0; i < nmeta; i++) {
+            if (!meta[i].key || !meta[i].value)
+                return werr(err, errlen, -EINVAL, "%s: __metadata__ entry %d: NULL key or value", path, i);
+            if (i) sb_str(b, ",");
+            if (sb_json(b, meta[i].key) < 0)
+                return werr(err, errlen, -EINVAL, "%s: __metadata__ entry %d: the key is not valid UTF-8", path, i);
+            sb_str(b, ":");
+            if (sb_json(b, meta[i].value) < 0)
+                return werr(err, errlen, -EINVAL, "%s: __metadata__ %s: the value is not valid UTF-8", path,
+                            shown(nm, sizeof nm, meta[i].key, strlen(meta[i].key)));
+        }
+        sb_str(b, "}");
+    }
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        const st_tensor_t *x = &t[i];
+        if (!x->name || !x->name[0]) return werr(err, errlen, -EINVAL, "%s: tensor %d has no name", path, i);
+        shown(nm, sizeof nm, x->name, strlen(x->name));
+        if (strcmp(x->name, "__metadata__") == 0)
+            return werr(err, errlen, -EINVAL, "%s: tensor %d: the name '__metadata__' is reserved", path, i);
+        if (!dtype_valid(x->dtype))
+            return werr(err, errlen, -EINVAL, "%s: tensor %s: unknown dtype %d (accepted: F32, BF16, F16)", path, nm,
+                        (int)x->dtype);
+        if (x->ndim < 0 || x->ndim > ST_MAX_DIMS)
+            return werr(err, errlen, -EINVAL, "%s: tensor %s: %d dimensions (accepted: 0..%d)", path, nm, x->ndim,
+                        ST_MAX_DIMS);
+        uint64_t bytes;
+        if (tensor_bytes(x->ndim, x->shape, x->dtype, &bytes) < 0 || __builtin_add_overflow(off, bytes, &ends[i]))
+            return werr(err, errlen, -EINVAL, "%s: tensor %s: sizes overflow 64 bits", path, nm);
+        if (i || nmeta > 0) sb_str(b, ",");
+        if (sb_json(b, x->name) < 0)
+            return werr(err, errlen, -EINVAL, "%s: tensor %d: the name is not valid UTF-8", path, i);
+        sb_str(b, ":{\"dtype\":\"");
+        sb_str(b, st_dtype_name(x->dtype));
+        sb_str(b, "\",\"shape\":[");
+        for (int d = 0; d < x->ndim; d++) {
+            if (d) sb_str(b, ",");
+            sb_u64(b, x->shape[d]);
+        }
+        sb_str(b, "],\"data_offsets\":[");
+        sb_u64(b, off);
+        sb_str(b, ",");
+        sb_u64(b, ends[i]);
+        sb_str(b, "]}");
+        off = ends[i];
+    }
+    sb_str(b, "}");
+    while ((b->len - 8) % 8) sb_str(b, " ");
+    if (b->oom) return werr(err, errlen, -ENOMEM, "%s: out of memory building the header", path);
+    uint64_t hlen = b->len - 8;
+    if (hlen > ST_MAX_HEADER)
+        return werr(err, errlen, -EINVAL, "%s: the header would be %" PRIu64 " bytes (at most %llu: fewer or shorter "
+                    "names)", path, hlen, ST_MAX_HEADER);
+    for (int i = 0; i < 8; i++) b->p[i] = (char)(hlen >> (8 * i) & 0xFF);
+    return 0;
+}
+
+int st_writer_open(st_writer_t **out, const char *path, const st_tensor_t *tensors, int n, const st_meta_t *meta,
+                   int nmeta, char *err, size_t errlen) {
+    *out = NULL;
+    if (!path) return werr(err, errlen, -EINVAL, "safetensors writer: no path");
+    if (n < 0 || (n > 0 && !tensors) || nmeta < 0 || (nmeta > 0 && !meta))
+        return werr(err, errlen, -EINVAL, "%s: bad tensor list (%d tensors, %d metadata entries)", path, n, nmeta);
+    st_writer_t *w = calloc(1, sizeof *w);
+    sbuf_t b = {0};
+    const char **names = NULL;
+    int rc = -ENOMEM;
+    if (!w) goto oom;
+    w->fd = -1;
+    w->path = strdup(path);
+    w->ends = malloc((size_t)(n ? n : 1) * sizeof *w->ends);
+    w->names = calloc((size_t)(n ? n : 1), sizeof *w->names);
+    names = malloc(((size_t)n + (size_t)nmeta + 1) * sizeof *names);
+    if (!w->path || !w->ends || !w->names || !names) goto oom;
+    w->ntensors = n;
+    for (int i = 0; i < n; i++) {
+        if (tensors[i].name && !(w->names[i] = strdup(tensors[i].name))) goto oom;
+        names[i] = tensors[i].name ? tensors[i].name : "";
+    }
+
+    rc = build_header(&b, path, tensors, n, meta, nmeta, w->ends, err, errlen);
+    if (rc) goto fail;
+    const char *dup;
+    char nm[128];
+    if (find_duplicate(names, n, &dup) < 0) goto oom;
+    if (dup) {
+        rc = werr(err, errlen, -EINVAL, "%s: tensor %s is declared twice", path, shown(nm, sizeof nm, dup, strlen(dup)));
+        goto fail;
+    }
+    for (int i = 0; i < nmeta; i++) names[i] = meta[i].key;
+    if (find_duplicate(names, nmeta, &dup) < 0) goto oom;
+    if (dup) {
+        rc = werr(err, errlen, -EINVAL, "%s: __metadata__ key %s is given twice", path,
+                  shown(nm, sizeof nm, dup, strlen(dup)));
+        goto fail;
+    }
+    w->total = n ? w->ends[n - 1] : 0;
+    w->data_start = b.len;
+
+    w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->fd < 0) {
+        rc = werr(err, errlen, -errno, "%s: cannot create: %s", path, strerror(errno));
+        goto fail;
+    }
+    size_t done;
+    if ((rc = write_all(w->fd, b.p, b.len, &done)) < 0) {
+        werr(err, errlen, rc, "%s: write of the %zu-byte header failed at byte %zu: %s", path, b.len, done, strerror(-rc));
+        goto fail;
+    }
+    free(b.p);
+    free(names);
+    *out = w;
+    return 0;
+
+oom:
+    rc = werr(err, errlen, -ENOMEM, "%s: out of memory", path);
+fail:
+    free(b.p);
+    free(names);
+    st_writer_free(w);
+    return rc;
+}
+
+static int sticky(st_writer_t *w, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int sticky(st_writer_t *w, int rc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->msg, sizeof w->msg, fmt, ap);
+    va_end(ap);
+    w->err = rc;
+    return rc;
+}
+
+int st_write(st_writer_t *w, const void *buf, size_t n) {
+    if (!w) return -EINVAL;
+    if (w->err) return w->err;
+    if (n > w->total - w->written)
+        return sticky(w, -EINVAL, "%s: a write of %zu bytes runs past the declared tensor data (%" PRIu64 " of %" PRIu64
+                      " bytes were left)", w->path, n, w->total - w->written, w->total);
+    if (n && !buf) return sticky(w, -EINVAL, "%s: a write of %zu bytes from NULL", w->path, n);
+    size_t done = 0;
+    int rc = write_all(w->fd, buf, n, &done);
+    w->written += done;
+    if (rc < 0)
+        return sticky(w, rc, "%s: write at byte %" PRIu64 " failed: %s", w->path, w->data_start + w->written,
+                      strerror(-rc));
+    return 0;
+}
+
+const char *st_writer_error(const st_writer_t *w) { return w && w->err ? w->msg : ""; }
+
+int st_writer_close(st_writer_t *w, char *err, size_t errlen) {
+    if (!w) return werr(err, errlen, -EINVAL, "safetensors writer: closing NULL");
+    int rc = w->err;
+    if (rc) snprintf(err, errlen, "%s", w->msg);
+    if (!rc && w->written < w->total) {
+        int i = 0;
+        while (i < w->ntensors && w->ends[i] <= w->written) i++;
+        uint64_t begin = i ? w->ends[i - 1] : 0;
+        char nm[128];
+        rc = werr(err, errlen, -EINVAL, "%s: closed after %" PRIu64 " of %" PRIu64 " bytes of tensor data: tensor %s has "
+                  "%" PRIu64 " of its %" PRIu64 " bytes", w->path, w->written, w->total,
+                  shown(nm, sizeof nm, w->names[i], strlen(w->names[i])), w->written - begin, w->ends[i] - begin);
+    }
+    if (!rc && fsync(w->fd) != 0) rc = werr(err, errlen, -errno, "%s: fsync: %s", w->path, strerror(errno));
+    int fd = w->fd;
+    w->fd = -1;
+    if (close(fd) != 0 && !rc) rc = werr(err, errlen, -errno, "%s: close: %s", w->path, strerror(errno));
+    st_writer_free(w);
+    return rc;
+}
+
+// ---------------------------------------------------------------- reader
+
+void st_close(st_reader_t *r) {
+    if (!r) return;
+    if (r->fd >= 0) close(r->fd);
+    json_free(r->json);
+    free((void *)r->tensors);
+    free((void *)r->meta);
+    free(r->by_name);
+    free(r->header_name);
+    free((void *)r->path);
+    free(r);
+}
+
+static int rerr(st_reader_t *r, char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static int rerr(st_reader_t *r, char *err, size_t errlen, int rc, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(err, errlen, "%s: %s", r->path, msg);
+    return rc;
+}
+
+// A non-negative integer from v into *out; else the message "<nm>: <what>: expected a
+// non-negative integer, got <...>".
+static int get_u64(st_reader_t *r, const char *nm, const char *what, const json_t *v, uint64_t *out, char *err,
+                   size_t errlen) {
+    if (v->type != JSON_NUMBER)
+        return rerr(r, err, errlen, -EINVAL, "tensor %s: %s: expected a non-negative integer, got %s %s", nm, what,
+                    v->type == JSON_ARRAY || v->type == JSON_OBJECT ? "an" : "a", json_type_name(v->type));
+    if (json_num_uint64(v, out) != 0)
+        return rerr(r, err, errlen, -EINVAL, "tensor %s: %s: expected a non-negative integer, got %.40s%s", nm, what,
+                    v->s, v->n > 40 ? "..." : "");
+    return 0;
+}
+
+// Fills t from the header entry e (a member of the root object). data_len bounds the offsets.
+static int parse_tensor(st_reader_t *r, const json_t *e, uint64_t data_len, st_tensor_t *t, char *err, size_t errlen) {
+    char nm[128], buf[256];
+    shown(nm, sizeof nm, e->key, e->key_len);
+    if (e->type != JSON_OBJECT)
+        return rerr(r, err, errlen, -EINVAL, "tensor %s: expected an object {dtype, shape, data_offsets}, got %s %s", nm,
+                    e->type == JSON_ARRAY ? "an" : "a", json_type_name(e->type));
+    const json_t *dtype = NULL, *shape = NULL, *offs = NULL;
+    for (size_t i = 0; i < e->n; i++) {
+        const json_t *f = &e->kids[i];
+        if (f->key_len == 5 && memcmp(f->key, "dtype", 5) == 0) dtype = f;
+        else if (f->key_len == 5 && memcmp(f->key, "shape", 5) == 0) shape = f;
+        else if (f->key_len == 12 && memcmp(f->key, "data_offsets", 12) == 0) offs = f;
+        else
+            return rerr(r, err, errlen, -EINVAL, "tensor %s: unknown field %s (accepted: dtype, shape, data_offsets)", nm,
+                        shown(buf, sizeof buf, f->key, f->key_len));
+    }
+    const char *missing = !dtype ? "dtype" : !shape ? "shape" : !offs ? "data_offsets" : NULL;
+    if (missing) return rerr(r, err, errlen, -EINVAL, "tensor %s: missing field '%s'", nm, missing);
+
+    if (dtype->type != JSON_STRING)
+        return rerr(r, err, errlen, -EINVAL, "tensor %s: dtype: expected a string, got %s %s", nm,
+                    dtype->type == JSON_ARRAY || dtype->type == JSON_OBJECT ? "an" : "a", json_type_name(dtype->type));
+    if (strcmp(dtype->s, "F32") == 0 && dtype->n == 3) t->dtype = ST_F32;
+    else if (strcmp(dtype->s, "BF16") == 0 && dtype->n == 4) t->dtype = ST_BF16;
+    else if (strcmp(dtype->s, "F16") == 0 && dtype->n == 3) t->dtype = ST_F16;
+    else
+        return rerr(r, err, errlen, -EINVAL, "tensor %s: dtype %s is not supported (accepted: F32, BF16, F16)", nm,
+                    shown(buf, sizeof buf, dtype->s, dtype->n));
+
+    if (shape->type != JSON_ARRAY)
+        return rerr(r, err, errlen, -EINVAL, "tensor %s: shape: expected an array, got %s %s", nm,
+                    shape->type == JSON_OBJECT ? "an" : "a", json_type_name(shape->type));
+    if (shape->n > ST_MAX_DIMS)
+        return rerr(r, err, errlen, -EINVAL, "tensor %s: shape has %zu dimensions (at most %d)", nm, shape->n, ST_MAX_DIMS);
+    t->ndim = (int)shape->n;
+    for (int d = 0; d < t->ndim; d++) {
+        char what[24];
+        snprintf(what, sizeof what, "shape[%d]", d);
+        int rc = get_u64(r, nm, what, &shape->kids[d], &t->shape[d], err, errlen);
+        if (rc) return rc;
+    }
+    char sh[256];
+    shape_str(sh, sizeof sh, t->ndim, t->shape);
+    uint64_t need;
+    if (tensor_bytes(t->ndim, t->shape, t->dtype, &need) < 0)
+        return rerr(r, err, errlen, -EINVAL, "tensor %s: shape %s of %s has more bytes than 64 bits count", nm, sh,
+                    st_dtype_name(t->dtype));
+
+    if (offs->type != JSON_ARRAY || offs->n != 2) {
+        if (offs->type == JSON_ARRAY)
+            return rerr(r, err, errlen, -EINVAL, "tensor %s: data_offsets: expected [begin, end], got %zu numbers", nm,
+                        offs->n);
+        return rerr(r, err, errlen, -EINVAL, "tensor %s: data_offsets: expected [begin, end], got %s %s", nm,
+                    offs->type == JSON_OBJECT ? "an" : "a", json_type_name(offs->type));
+    }
+    int rc;
+    if ((rc = get_u64(r, nm, "data_offsets[0]", &offs->kids[0], &t->begin, err, errlen))) return rc;
+    if ((rc = get_u64(r, nm, "data_offsets[1]", &offs->kids[1], &t->end, err, errlen))) return rc;
+    if (t->end < t->begin)
+        return rerr(r, err, errlen, -EINVAL, "tensor %s: data_offsets [%" PRIu64 ", %" PRIu64 "] end before they begin",
+                    nm, t->begin, t->end);
+    if (t->end - t->begin != need)
+        return rerr(r, err, errlen, -EINVAL, "tensor %s: data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64
+                    " bytes, shape %s of %s needs %" PRIu64, nm, t->begin, t->end, t->end - t->begin, sh,
+                    st_dtype_name(t->dtype), need);
+    if (t->end > data_len)
+        return rerr(r, err, errlen, -EINVAL, "tensor %s: data_offsets [%" PRIu64 ", %" PRIu64 "] run past the end of "
+                    "the data section (%" PRIu64 " bytes)", nm, t->begin, t->end, data_len);
+    t->name = e->key;
+    return 0;
+}
+
+static int parse_meta(st_reader_t *r, const json_t *e, st_meta_t *meta, int *nmeta, char *err, size_t errlen) {
+    char nm[128];
+    if (e->type != JSON_OBJECT)
+        return rerr(r, err, errlen, -EINVAL, "__metadata__: expected an object of strings, got %s %s",
+                    e->type == JSON_ARRAY ? "an" : "a", json_type_name(e->type));
+    for (size_t i = 0; i < e->n; i++) {
+        const json_t *v = &e->kids[i];
+        shown(nm, sizeof nm, v->key, v->key_len);
+        if (v->type != JSON_STRING)
+            return rerr(r, err, errlen, -EINVAL, "__metadata__ %s: expected a string, got %s %s", nm,
+                        v->type == JSON_ARRAY || v->type == JSON_OBJECT ? "an" : "a", json_type_name(v->type));
+        if (memchr(v->key, 0, v->key_len) || memchr(v->s, 0, v->n))
+            return rerr(r, err, errlen, -EINVAL, "__metadata__ %s: holds a NUL character (\\u0000)", nm);
+        meta[*nmeta].key = v->key;
+        meta[*nmeta].value = v->s;
+        (*nmeta)++;
+    }
+    return 0;
+}
+
+static int cmp_by_offset(const void *a, const void *b) {
+    const st_tensor_t *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static int cmp_by_name(const void *a, const void *b, void *base) {
+    const st_tensor_t *t = base;
+    return strcmp(t[*(const int *)a].name, t[*(const int *)b].name);
+}
+
+int st_open(const char *path, st_reader_t **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!path) return werr(err, errlen, -EINVAL, "safetensors: no path");
+    st_reader_t *r = calloc(1, sizeof *r);
+    char *hdr = NULL;
+    int rc;
+    if (!r || !(r->path = strdup(path))) {
+        free(r);
+        return werr(err, errlen, -ENOMEM, "%s: out of memory", path);
+    }
+    r->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (r->fd < 0) {
+        rc = rerr(r, err, errlen, -errno, "%s", strerror(errno));
+        goto fail;
+    }
+    struct stat st;
+    if (fstat(r->fd, &st) != 0) {
+        rc = rerr(r, err, errlen, -errno, "fstat: %s", strerror(errno));
+        goto fail;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = rerr(r, err, errlen, S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL, "not a regular file");
+        goto fail;
+    }
+    r->file_size = (uint64_t)st.st_size;
+    if (r->file_size < 8) {
+        rc = rerr(r, err, errlen, -EINVAL, "%" PRIu64 " bytes, too small for a safetensors file (its header length "
+                  "alone is 8 bytes)", r->file_size);
+        goto fail;
+    }
+    unsigned char le[8];
+    if ((rc = pread_all(r->fd, le, 8, 0)) < 0) {
+        rerr(r, err, errlen, rc, "reading the header length: %s", strerror(-rc));
+        goto fail;
+    }
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = n << 8 | le[i];
+    if (n > ST_MAX_HEADER) {
+        rc = rerr(r, err, errlen, -EINVAL, "header length %" PRIu64 " is over the limit of %llu bytes (not a "
+                  "safetensors file?)", n, ST_MAX_HEADER);
+        goto fail;
+    }
+    if (n > r->file_size - 8) {
+        rc = rerr(r, err, errlen, -EINVAL, "header length %" PRIu64 " runs past the end of the file (%" PRIu64 " bytes "
+                  "leave at most %" PRIu64 "; truncated?)", n, r->file_size, r->file_size - 8);
+        goto fail;
+    }
+    r->header_len = n;
+    r->data_start = 8 + n;
+    uint64_t data_len = r->file_size - r->data_start;
+    hdr = malloc(n ? n : 1);
+    if (!hdr) {
+        rc = rerr(r, err, errlen, -ENOMEM, "out of memory for the %" PRIu64 "-byte header", n);
+        goto fail;
+    }
+    if ((rc = pread_all(r->fd, hdr, n, 8)) < 0) {
+        rerr(r, err, errlen, rc, "reading the header: %s", strerror(-rc));
+        goto fail;
+    }
+    if (n == 0 || hdr[0] != '{') {
+        rc = rerr(r, err, errlen, -EINVAL, "the header does not start with '{' (it must be a JSON object)");
+        goto fail;
+    }
+    if (asprintf(&r->header_name, "%s: header", path) < 0) {
+        r->header_name = NULL;
+        rc = rerr(r, err, errlen, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    // Depth 8: the format needs 3; deeper values fail with a message about the field.
+    json_limits_t lim = {.max_depth = 8, .max_bytes = ST_MAX_HEADER, .max_values = 0};
+    if ((rc = json_parse(hdr, n, r->header_name, &lim, &r->json, err, errlen)) < 0) goto fail;
+    free(hdr);
+    hdr = NULL;
+
+    const json_t *root = r->json; // an object: the header starts with '{' and parsed whole
+    st_tensor_t *tensors = calloc(root->n ? root->n : 1, sizeof *tensors);
+    st_meta_t *meta = NULL;
+    r->tensors = tensors;
+    r->by_name = malloc((root->n ? root->n : 1) * sizeof *r->by_name);
+    if (!tensors || !r->by_name) {
+        rc = rerr(r, err, errlen, -ENOMEM, "out of memory for %zu tensors", root->n);
+        goto fail;
+    }
+    for (size_t i = 0; i < root->n; i++) {
+        const json_t *e = &root->kids[i];
+        if (e->key_len == 12 && memcmp(e->key, "__metadata__", 12) == 0) {
+            meta = calloc(e->type == JSON_OBJECT && e->n ? e->n : 1, sizeof *meta);
+            r->meta = meta;
+            if (!meta) {
+                rc = rerr(r, err, errlen, -ENOMEM, "out of memory");
+                goto fail;
+            }
+            if ((rc = parse_meta(r, e, meta, &r->nmeta, err, errlen))) goto fail;
+            continue;
+        }
+        if (memchr(e->key, 0, e->key_len)) {
+            char nm[128];
+            rc = rerr(r, err, errlen, -EINVAL, "tensor %s: the name holds a NUL character (\\u0000)",
+                      shown(nm, sizeof nm, e->key, e->key_len));
+            goto fail;
+        }
+        if ((rc = parse_tensor(r, e, data_len, &tensors[r->ntensors], err, errlen))) goto fail;
+        r->ntensors++;
+    }
+
+    // The tensors must tile the data section: sorted by offset, each starts where the last ended.
+    qsort(tensors, (size_t)r->ntensors, sizeof *tensors, cmp_by_offset);
+    uint64_t prev_end = 0;
+    for (int i = 0; i < r->ntensors; i++) {
+        const st_tensor_t *t = &tensors[i];
+        char a[128], b[128];
+        if (t->begin < prev_end) {
+            const st_tensor_t *p = &tensors[i - 1];
+            rc = rerr(r, err, errlen, -EINVAL, "tensors %s [%" PRIu64 ", %" PRIu64 "] and %s [%" PRIu64 ", %" PRIu64
+                      "] overlap", shown(a, sizeof a, p->name, strlen(p->name)), p->begin, p->end,
+                      shown(b, sizeof b, t->name, strlen(t->name)), t->begin, t->end);
+            goto fail;
+        }
+        if (t->begin > prev_end) {
+            rc = rerr(r, err, errlen, -EINVAL, "data section bytes [%" PRIu64 ", %" PRIu64 ") belong to no tensor (a "
+                      "hole before tensor %s; the tensors must cover the data section exactly)", prev_end, t->begin,
+                      shown(b, sizeof b, t->name, strlen(t->name)));
+            goto fail;
+        }
+        prev_end = t->end;
+    }
+    if (prev_end != data_len) {
+        rc = rerr(r, err, errlen, -EINVAL, "data section bytes [%" PRIu64 ", %" PRIu64 ") belong to no tensor (after "
+                  "the last one; the tensors must cover the data section exactly)", prev_end, data_len);
+        goto fail;
+    }
+
+    for (int i = 0; i < r->ntensors; i++) r->by_name[i] = i;
+    qsort_r(r->by_name, (size_t)r->ntensors, sizeof *r->by_name, cmp_by_name, tensors);
+    // json.c rejects duplicate keys, so names are unique; r->json owns the name strings.
+    *out = r;
+    return 0;
+
+fail:
+    free(hdr);
+    st_close(r);
+    return rc;
+}
+
+int st_find(const st_reader_t *r, const char *name) {
+    if (!r || !name) return -1;
+    int lo = 0, hi = r->ntensors;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        int c = strcmp(r->tensors[r->by_name[mid]].name, name);
+        if (c == 0) return r->by_name[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return -1;
+}
+
+const char *st_meta_get(const st_reader_t *r, const char *key) {
+    if (!r || !key) return NULL;
+    for (int i = 0; i < r->nmeta; i++)
+        if (strcmp(r->meta[i].key, key) == 0) return r->meta[i].value;
+    return NULL;
+}
+
+int st_read(const st_reader_t *r, int idx, void *dst, uint64_t offset, size_t nbytes, char *err, size_t errlen) {
+    if (!r) return werr(err, errlen, -EINVAL, "safetensors: reading from NULL");
+    if (idx < 0 || idx >= r->ntensors)
+        return werr(err, errlen, -EINVAL, "%s: no tensor %d (the file has %d)", r->path, idx, r->ntensors);
+    const st_tensor_t *t = &r->tensors[idx];
+    uint64_t size = t->end - t->begin;
+    char nm[128];
+    shown(nm, sizeof nm, t->name, strlen(t->name));
+    if (offset > size || nbytes > size - offset)
+        return werr(err, errlen, -EINVAL, "%s: tensor %s: a read of %zu bytes at byte %" PRIu64 " runs past its %" PRIu64
+                    " bytes", r->path, nm, nbytes, offset, size);
+    if (nbytes && !dst) return werr(err, errlen, -EINVAL, "%s: tensor %s: a read into NULL", r->path, nm);
+    uint64_t at = r->data_start + t->begin + offset;
+    int rc = pread_all(r->fd, dst, nbytes, at);
+    if (rc == -EIO)
+        return werr(err, errlen, rc, "%s: tensor %s: reading %zu bytes at file byte %" PRIu64 " failed: %s (did the file "
+                    "shrink after it was opened?)", r->path, nm, nbytes, at, strerror(-rc));
+    if (rc < 0)
+        return werr(err, errlen, rc, "%s: tensor %s: reading %zu bytes at file byte %" PRIu64 " failed: %s", r->path, nm,
+                    nbytes, at, strerror(-rc));
+    return 0;
+}
