@@ -1,8 +1,27 @@
 // bench.h — `tiertrain bench NAME`: each prints a table for people and, as its last line,
 // one JSON object {"bench": NAME, ...}. Returns the process exit code.
 #pragma once
+#include <stddef.h>
+#include <stdint.h>
 #include "config.h"
 
 int bench_gemm(const config_t *cfg); // bench/bench_gemm.c
 int bench_io(const config_t *cfg);   // bench/bench_io.c
 int bench_adam(const config_t *cfg); // bench/bench_adam.c
+int bench_calibrate(const config_t *cfg); // bench/bench_calibrate.c: measures the rates and writes the profile
+
+// ---- whole training steps (bench/bench_run.c), for overlap and capacity
+typedef struct {
+    double step_ms;          // median over the steps after the first
+    double init_ms;          // trainer_init: allocation, first touch, initial weights (and NVMe writes)
+    double first_loss, last_loss;
+    uint64_t hash;           // params_hash after the steps
+    size_t num_params;
+    uint64_t peak_device, host_bytes, nvme_read, nvme_write, h2d, d2h;
+    double fetch_wait_ms, opt_nvme_wait_ms;
+} bench_run_t;
+// Builds the trainer for cfg and runs `steps` steps on cfg's data. Returns 0 or -errno with
+// one line in err.
+int bench_run_steps(const config_t *cfg, int steps, bench_run_t *r, char *err, size_t errlen);
+int bench_overlap(const config_t *cfg);  // bench/bench_overlap.c
+int bench_capacity(const config_t *cfg); // bench/bench_capacity.c

@@ -162,13 +162,27 @@ static const flag_t flags[] = {
              "(overrides --params, --grads, --optimizer)"},
     {.name = "prefetch", .metavar = "N", .kind = FK_INT, FIELD(prefetch), .def = "2", .lo = 0, .hi = 64,
      .group = G_RUN, .cmds = TP, .help = "streamed parameter shards fetched ahead of their use"},
+    {.name = "schedule", .metavar = "auto|horizontal|vertical", .kind = FK_ENUM, FIELD(schedule), .def = "auto",
+     .values = "auto|horizontal|vertical", .group = G_RUN, .cmds = TP,
+     .help = "micro-batch order: horizontal runs each micro-batch through the whole model; vertical runs every "
+             "micro-batch through block l before block l+1, so each streamed shard crosses each link once per "
+             "step; auto = vertical when --accum > 1"},
+    {.name = "checkpoints", .metavar = "auto|device|host", .kind = FK_ENUM, FIELD(ckpt_tier), .def = "auto",
+     .values = "auto|device|host", .group = G_RUN, .cmds = TP,
+     .help = "where the block-input activation checkpoints live; auto = host for the vertical schedule, else device"},
+    {.name = "host-cache", .metavar = "SIZE", .kind = FK_SIZE, FIELD(host_cache), .def = "none", .lo = 0,
+     .hi = HUGE_VAL, .align = 1, .values = "none", .group = G_RUN, .cmds = TP,
+     .help = "host memory for copies of NVMe-resident parameters, kept by next use (--params nvme); none = 0"},
+    {.name = "profile", .metavar = "FILE", .kind = FK_STRING, FIELD(profile_path), .def = "",
+     .def_show = "~/.cache/tiertrain/profile.json", .accepts = "a file path", .group = G_RUN, .cmds = TPB,
+     .help = "calibration profile (measured rates) for the plan's predicted floor; bench calibrate writes it"},
     {.name = "threads", .metavar = "N", .kind = FK_INT, FIELD(threads), .def = "0",
      .lo = 0, .hi = 4096, .group = G_RUN, .cmds = TPB, .help = "CPU threads (0 = $OMP_NUM_THREADS when set, else all cores)"},
     {.name = "hbm-budget", .metavar = "SIZE", .kind = FK_SIZE, FIELD(hbm_budget), .def = "none", .lo = 0,
-     .hi = HUGE_VAL, .align = 1, .values = "none", .group = G_RUN, .cmds = TP,
+     .hi = HUGE_VAL, .align = 1, .values = "none", .group = G_RUN, .cmds = TPB,
      .help = "device memory cap (also enforced on the cpu backend); none or 0 = no cap"},
     {.name = "host-budget", .metavar = "SIZE", .kind = FK_SIZE, FIELD(host_budget), .def = "none", .lo = 0,
-     .hi = HUGE_VAL, .align = 1, .values = "none", .group = G_RUN, .cmds = TP,
+     .hi = HUGE_VAL, .align = 1, .values = "none", .group = G_RUN, .cmds = TPB,
      .help = "pinned host memory cap; none or 0 = no cap"},
     // ---- io
     {.name = "nvme-path", .metavar = "DIR[,DIR...]", .kind = FK_STRING, FIELD(nvme_path), .def = "",
@@ -227,15 +241,18 @@ static const command_info_t commands[] = {
      "train a model (default: the small preset on the built-in synthetic corpus)"},
     {"plan", CMD_PLAN, CLI_CMD_PLAN, "tiertrain plan [flags]",
      "print the resolved configuration and what fits where, without training"},
-    {"bench", CMD_BENCH, CLI_CMD_BENCH, "tiertrain bench gemm|io|adam [flags]",
-     "gemm: matmul kernel GFLOP/s against plain cblas_sgemm; io: NVMe tier throughput; adam: AdamW update rate against memory bandwidth"},
+    {"bench", CMD_BENCH, CLI_CMD_BENCH, "tiertrain bench gemm|io|adam|calibrate|overlap|capacity [flags]",
+     "gemm: matmul kernel GFLOP/s against plain cblas_sgemm; io: NVMe tier throughput; adam: AdamW update rate against "
+     "memory bandwidth; calibrate: measure the rates the plan uses and write the profile; overlap: one model resident, "
+     "streamed from host and from NVMe against the plan's floor; capacity: the largest model this machine's tiers hold, "
+     "and two real steps of it"},
     {"tokenize", CMD_TOKENIZE, CLI_CMD_TOKENIZE, "tiertrain tokenize IN.txt -o OUT.bin",
      "write a text file's bytes as llm.c uint16 tokens (vocab 256)"},
 };
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 
-static const char *const bench_names[] = {"gemm", "io", "adam"};
-#define BENCH_ACCEPTED "gemm, io, adam"
+static const char *const bench_names[] = {"gemm", "io", "adam", "calibrate", "overlap", "capacity"};
+#define BENCH_ACCEPTED "gemm, io, adam, calibrate, overlap, capacity"
 
 // ---------------------------------------------------------------- small helpers
 
@@ -1021,6 +1038,12 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         if (cfg->log_path[0]) check_output_path("--log", cfg->log_path);
         if (cfg->trace_path[0]) check_output_path("--trace", cfg->trace_path);
         check_nvme_paths(cfg->nvme_path);
+        // --schedule auto / --checkpoints auto resolve here, so every run prints what it does
+        if (cfg->schedule == SCHEDULE_AUTO) cfg->schedule = cfg->accum > 1 ? SCHEDULE_VERTICAL : SCHEDULE_HORIZONTAL;
+        if (cfg->ckpt_tier == CKPT_AUTO) cfg->ckpt_tier = cfg->schedule == SCHEDULE_VERTICAL ? CKPT_HOST : CKPT_DEVICE;
+        if (cfg->host_cache && cfg->params_tier != TIER_NVME && !cfg->offload_auto)
+            usage_error("--host-cache %s: caches NVMe-resident parameters, but --params is not nvme (drop --host-cache "
+                        "or add --params nvme)", format_bytes((char[32]){0}, 32, cfg->host_cache));
         break;
     case CMD_BENCH:
         if (ps.npositional == 0) usage_error("bench: missing benchmark name (accepted: %s)", BENCH_ACCEPTED);
@@ -1112,13 +1135,17 @@ void config_print(const config_t *c, FILE *f) {
     fprintf(f, ", hbm-budget %s, host-budget %s, log %s%s\n", budget_text(b1, sizeof b1, c->hbm_budget),
             budget_text(b2, sizeof b2, c->host_budget), c->log_path[0] ? c->log_path : "none", c->quiet ? ", quiet" : "");
     if (c->offload_auto) {
-        fprintf(f, "  tiers: --offload auto (chosen below), prefetch %d\n", c->prefetch);
+        fprintf(f, "  tiers: --offload auto (chosen below), prefetch %d", c->prefetch);
     } else {
         char w2[32], w3[32];
-        fprintf(f, "  tiers: params %s, grads %s, optimizer %s, prefetch %d\n",
+        fprintf(f, "  tiers: params %s, grads %s, optimizer %s, prefetch %d",
                 enum_word("device|host|nvme", (int)c->params_tier, w, sizeof w),
                 enum_word("device|host", (int)c->grads_tier, w2, sizeof w2),
                 enum_word("device|host|nvme", (int)c->optim_tier, w3, sizeof w3), c->prefetch);
     }
+    fprintf(f, ", schedule %s, checkpoints %s", enum_word("auto|horizontal|vertical", (int)c->schedule, w, sizeof w),
+            enum_word("auto|device|host", (int)c->ckpt_tier, b2, sizeof b2));
+    if (c->host_cache) fprintf(f, ", host-cache %s", format_bytes(b1, sizeof b1, c->host_cache));
+    fputc('\n', f);
     print_io(c, f);
 }

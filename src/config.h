@@ -13,6 +13,8 @@ typedef enum { PREC_BF16 = 0, PREC_FP32 } precision_t;
 typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } device_kind_t;
 typedef enum { IO_ENGINE_AUTO = 0, IO_ENGINE_URING, IO_ENGINE_PSYNC } io_engine_kind_t;
 typedef enum { TIER_DEVICE = 0, TIER_HOST, TIER_NVME } tier_kind_t;
+typedef enum { SCHEDULE_AUTO = 0, SCHEDULE_HORIZONTAL, SCHEDULE_VERTICAL } schedule_t;
+typedef enum { CKPT_AUTO = 0, CKPT_DEVICE, CKPT_HOST } ckpt_tier_t;
 
 typedef struct {
     command_t command;
@@ -51,6 +53,10 @@ typedef struct {
     tier_kind_t optim_tier;  // --optimizer device|host|nvme (FP32 master, m, v)
     int prefetch;            // --prefetch: shards fetched ahead of their use
     int offload_auto;        // --offload auto: plan picks the placement (overrides the three above)
+    schedule_t schedule;     // --schedule; resolved by cli_parse (auto: vertical when accum > 1)
+    ckpt_tier_t ckpt_tier;   // --checkpoints; resolved by cli_parse (auto: host when vertical)
+    uint64_t host_cache;     // --host-cache bytes: host copies of NVMe-resident parameters (0 = none)
+    char profile_path[TT_PATH_MAX]; // --profile ("" = $XDG_CACHE_HOME or ~/.cache /tiertrain/profile.json)
     // ---- io / host tier
     char nvme_path[TT_PATH_MAX]; // --nvme-path DIR[,DIR...]
     int nvme_qd;             // --nvme-qd (32)

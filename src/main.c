@@ -18,7 +18,10 @@ int main(int argc, char **argv) {
         if (strcmp(cfg.bench_name, "gemm") == 0) return bench_gemm(&cfg);
         if (strcmp(cfg.bench_name, "io") == 0) return bench_io(&cfg);
         if (strcmp(cfg.bench_name, "adam") == 0) return bench_adam(&cfg);
-        usage_error("bench %s: unknown benchmark (accepted: gemm, io, adam)", cfg.bench_name);
+        if (strcmp(cfg.bench_name, "overlap") == 0) return bench_overlap(&cfg);
+        if (strcmp(cfg.bench_name, "capacity") == 0) return bench_capacity(&cfg);
+        if (strcmp(cfg.bench_name, "calibrate") == 0) return bench_calibrate(&cfg);
+        usage_error("bench %s: unknown benchmark (accepted: gemm, io, adam, calibrate, overlap, capacity)", cfg.bench_name);
     case CMD_NONE: break;
     }
     usage_error("no subcommand (accepted: train, plan, bench, tokenize; see tiertrain --help)");

@@ -2,12 +2,99 @@
 // test_tiers (plan_matches_allocation) holds them to what is really allocated.
 #include "plan.h"
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "hostmem.h"
 #include "util.h"
 
-void plan_compute(const config_t *cfg, const model_t *m, plan_t *p) {
+const char *const plan_resource_names[PLAN_NRES] = {"compute", "host->device", "device->host", "nvme read",
+                                                     "nvme write", "optimizer"};
+
+// ---------------------------------------------------------------- replaying the use order
+
+// The parameter use order of one step, as trainer_step_fb acquires them (step.c).
+static int step_uses(const config_t *cfg, const model_t *m, int *uses) {
+    int reps = cfg->schedule == SCHEDULE_VERTICAL && cfg->accum > 1 ? 1 : cfg->accum, n = 0;
+    for (int r = 0; r < reps; r++) {
+        for (int s = 0; s <= m->L; s++) uses[n++] = s;
+        uses[n++] = model_head_shard(m);
+        if (m->tie) uses[n++] = 0;
+        for (int l = m->L - 1; l >= 0; l--) uses[n++] = model_block_shard(l);
+    }
+    return n;
+}
+
+static int next_use_of(const int *uses, int n, int shard, int from) {
+    for (int k = from; k < n; k++)
+        if (uses[k] == shard) return k;
+    return n + 1;
+}
+
+// Belady's rule over cap buffers: replays uses[0..n) and marks miss[k] for the uses that
+// must be copied in. bypass: a shard needed again later than everything held is not kept
+// (the host cache's rule); without it, a miss always takes a buffer (the device slots').
+// start: uses before it only warm the buffers (their misses are not counted). Returns the
+// misses counted.
+static int replay(const int *uses, int n, int cap, int bypass, int start, char *miss) {
+    int *held = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *held), nheld = 0, count = 0;
+    if (!held) return n;
+    for (int k = 0; k < n; k++) {
+        int hit = 0;
+        for (int i = 0; i < nheld; i++) hit |= held[i] == uses[k];
+        if (miss) miss[k] = !hit;
+        if (hit) continue;
+        if (k >= start) count++;
+        if (cap == 0) continue;
+        if (nheld < cap) { held[nheld++] = uses[k]; continue; }
+        int victim = -1, far = -1;
+        for (int i = 0; i < nheld; i++) {
+            int nu = next_use_of(uses, n, held[i], k + 1);
+            if (nu > far) { far = nu; victim = i; }
+        }
+        if (bypass && far <= next_use_of(uses, n, uses[k], k + 1)) continue;
+        held[victim] = uses[k];
+    }
+    free(held);
+    return count;
+}
+
+// Streamed parameters: shard copies to the device per step (the slots start empty each
+// step) and, of those, NVMe reads the host cache does not absorb (the cache keeps its
+// contents across steps: the optimizer writes through it).
+static void stream_traffic(const config_t *cfg, const model_t *m, int nslots, int nhcache, plan_t *p, double pbytes) {
+    int reps = cfg->accum, per = 2 * m->L + 2 + (m->tie ? 1 : 0);
+    int n = per * reps;
+    int *uses = calloc((size_t)n, sizeof *uses), *fetch = calloc((size_t)n * 2, sizeof *fetch);
+    char *miss = calloc((size_t)n, 1);
+    if (!uses || !fetch || !miss) { free(uses); free(fetch); free(miss); return; }
+    n = step_uses(cfg, m, uses);
+    replay(uses, n, nslots, 0, 0, miss);
+    int nf = 0;
+    double bytes = 0;
+    for (int k = 0; k < n; k++)
+        if (miss[k]) { fetch[nf++] = uses[k]; bytes += (double)m->shards[uses[k]].numel_padded * pbytes; }
+    p->param_fetches = (uint64_t)nf;
+    p->h2d_bytes += (uint64_t)bytes;
+    if (cfg->params_tier == TIER_NVME) {
+        memcpy(fetch + nf, fetch, (size_t)nf * sizeof *fetch); // two steps: count the second
+        char *cmiss = malloc((size_t)nf * 2);
+        if (cmiss) {
+            replay(fetch, 2 * nf, nhcache, 1, nf, cmiss);
+            double rd = 0;
+            for (int k = nf; k < 2 * nf; k++)
+                if (cmiss[k]) rd += (double)m->shards[fetch[k]].numel_padded * pbytes;
+            p->nvme_read_bytes += (uint64_t)rd;
+            free(cmiss);
+        }
+    }
+    free(uses); free(fetch); free(miss);
+}
+
+// ---------------------------------------------------------------- plan
+
+void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p) {
     memset(p, 0, sizeof *p);
+    p->prof = prof;
     const double P = (double)m->numel_padded;
     const double N = (double)cfg->B * cfg->T, C = m->C, F = m->F, V = m->V;
     const double KVD = (double)m->NKV * m->HS;
@@ -15,24 +102,37 @@ void plan_compute(const config_t *cfg, const model_t *m, plan_t *p) {
     p->params_bytes = (uint64_t)(P * pbytes);
     p->grads_bytes = (uint64_t)(P * 4);
     p->optim_bytes = (uint64_t)(P * 12);
-    // checkpoints (L+1)·N·C; one block's forward and backward buffers; head; FP32 weight
-    // scratch for two shards in bf16 mode; RoPE tables, tokens, targets.
+    // Micro-batches whose checkpoints and activation gradients are held at once.
+    const int vertical = cfg->schedule == SCHEDULE_VERTICAL && cfg->accum > 1;
+    const double nmb = vertical ? cfg->accum : 1;
+    const double ckpt = nmb * (m->L + 1) * N * C; // block inputs of every held micro-batch
+    // checkpoints (device or host); one block's forward and backward buffers (nmb × dres);
+    // head; FP32 weight scratch for two shards in bf16 mode; RoPE tables, tokens, targets;
+    // the tied head's gradient.
     const double big = (double)m->max_shard_numel, emb = (double)m->shards[0].numel_padded;
-    double acts = (m->L + 1) * N * C + N * (11 * C + 4 * KVD + 6 * F + m->NH + 4) + N * V +
-                  (double)cfg->T * m->HS + 2 * N;
+    double acts = (cfg->ckpt_tier == CKPT_HOST ? 2 * N * C : ckpt) + N * (10 * C + 4 * KVD + 6 * F + m->NH + 4) +
+                  nmb * N * C + N * V + (double)cfg->T * m->HS + (nmb + 1) * N;
     if (pbytes == 2) acts += big + emb;
+    if (m->tie) acts += emb;
     p->acts_bytes = (uint64_t)(acts * 4);
     // Where each state's home is (the same rules as trainer_init).
     int nslots = cfg->prefetch + 2 + (m->tie ? 1 : 0);
     if (nslots > m->nshards) nslots = m->nshards;
     double dev = p->acts_bytes, host = 0, nvme = 0;
+    if (cfg->ckpt_tier == CKPT_HOST) host += ckpt * 4;
     switch (cfg->params_tier) {
     case TIER_DEVICE: dev += P * pbytes; host += big * pbytes; break;
     case TIER_HOST: dev += nslots * big * pbytes; host += P * pbytes; break;
     case TIER_NVME: dev += nslots * big * pbytes; host += (nslots + 1) * big * pbytes; nvme += P * pbytes; break;
     }
+    int nhcache = 0;
+    if (cfg->params_tier == TIER_NVME && cfg->host_cache) {
+        uint64_t n = cfg->host_cache / ALIGN_UP((uint64_t)(big * pbytes), 4096);
+        nhcache = (int)(n < (uint64_t)m->nshards ? n : (uint64_t)m->nshards);
+        host += nhcache * big * pbytes;
+    }
     if (cfg->grads_tier == TIER_DEVICE) dev += P * 4;
-    else { dev += (big + emb) * 4; host += P * 4; }
+    else { dev += big * 4; host += P * 4; }
     if (cfg->optim_tier == TIER_NVME) { host += 2 * 3 * big * 4; nvme += P * 12; }
     else host += P * 12;
     p->device_bytes = (uint64_t)dev;
@@ -46,7 +146,37 @@ void plan_compute(const config_t *cfg, const model_t *m, plan_t *p) {
     double att = 4.0 * 4.0 * N * cfg->T * C / 2.0 * m->L * cfg->accum;
     p->flops_per_step = mm + att;
 
-    char a[32], b[32], c[32];
+    // ---- traffic per step on each link (what step.c's counters measure)
+    const double Pp = P * pbytes, G = P * 4, NC4 = N * C * 4;
+    if (cfg->params_tier != TIER_DEVICE) stream_traffic(cfg, m, nslots, nhcache, p, pbytes);
+    if (cfg->params_tier == TIER_DEVICE) p->h2d_bytes += (uint64_t)Pp; // the optimizer's new weights
+    if (cfg->params_tier == TIER_NVME) p->nvme_write_bytes += (uint64_t)Pp;
+    if (cfg->grads_tier == TIER_HOST) { // every visit reads and writes the shard's gradients
+        double visits = (vertical ? 1 : cfg->accum) * G + (m->tie ? emb * 4 : 0);
+        p->h2d_bytes += (uint64_t)visits;
+        p->d2h_bytes += (uint64_t)visits;
+    }
+    if (cfg->ckpt_tier == CKPT_HOST) { // each checkpoint written once; read back about once (twice when vertical)
+        p->d2h_bytes += (uint64_t)(cfg->accum * (m->L + 1) * NC4);
+        p->h2d_bytes += (uint64_t)((vertical ? 2 : 1) * cfg->accum * m->L * NC4);
+    }
+    if (cfg->optim_tier == TIER_NVME) {
+        p->nvme_read_bytes += (uint64_t)(P * 12);
+        p->nvme_write_bytes += (uint64_t)(P * 12);
+    }
+    // ---- the floor: each resource's work over its measured rate
+    profile_t defaults;
+    if (!prof) { profile_defaults(&defaults); prof = &defaults; p->prof = NULL; }
+    p->t_ms[PLAN_COMPUTE] = 1e3 * p->flops_per_step / prof->gemm_flops;
+    p->t_ms[PLAN_H2D] = 1e3 * (double)p->h2d_bytes / prof->h2d_Bps;
+    p->t_ms[PLAN_D2H] = 1e3 * (double)p->d2h_bytes / prof->d2h_Bps;
+    p->t_ms[PLAN_NVME_READ] = 1e3 * (double)p->nvme_read_bytes / prof->nvme_read_Bps;
+    p->t_ms[PLAN_NVME_WRITE] = 1e3 * (double)p->nvme_write_bytes / prof->nvme_write_Bps;
+    p->t_ms[PLAN_ADAM] = 1e3 * P / prof->adam_params_per_s;
+    for (int r = 0; r < PLAN_NRES; r++)
+        if (p->t_ms[r] > p->floor_ms) { p->floor_ms = p->t_ms[r]; p->bound = r; }
+
+    char a[32], b[32], c[32], d[32];
     p->feasible = 1;
     if (cfg->hbm_budget && p->device_bytes > cfg->hbm_budget) {
         p->feasible = 0;
@@ -64,11 +194,11 @@ void plan_compute(const config_t *cfg, const model_t *m, plan_t *p) {
                  "needs %s of RAM (device arena %s + host %s), %s available (--optimizer nvme and --params nvme move "
                  "states to disk; or a smaller --model, --batch or --seq)",
                  format_bytes(a, sizeof a, p->ram_needed), format_bytes(b, sizeof b, p->device_bytes),
-                 format_bytes(c, sizeof c, p->host_bytes), format_bytes(a + 16, 16, p->mem_available));
+                 format_bytes(c, sizeof c, p->host_bytes), format_bytes(d, sizeof d, p->mem_available));
     }
 }
 
-int plan_auto(config_t *cfg, const model_t *m, plan_t *p, char *why, size_t len) {
+int plan_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len) {
     static const struct { tier_kind_t params, grads, optim; } order[] = {
         {TIER_DEVICE, TIER_DEVICE, TIER_HOST}, {TIER_HOST, TIER_DEVICE, TIER_HOST},
         {TIER_HOST, TIER_HOST, TIER_HOST},     {TIER_DEVICE, TIER_DEVICE, TIER_NVME},
@@ -78,26 +208,38 @@ int plan_auto(config_t *cfg, const model_t *m, plan_t *p, char *why, size_t len)
     static const char *tn[] = {"device", "host", "nvme"};
     const int n = (int)(sizeof order / sizeof order[0]);
     char first_reason[512] = "";
+    int best = -1, nfeasible = 0;
+    double best_floor = 0;
     for (int i = 0; i < n; i++) {
         cfg->params_tier = order[i].params;
         cfg->grads_tier = order[i].grads;
         cfg->optim_tier = order[i].optim;
-        plan_compute(cfg, m, p);
+        plan_compute(cfg, m, prof, p);
         if (i == 0) snprintf(first_reason, sizeof first_reason, "%s", p->reason);
         if (p->feasible) {
-            if (i == 0) snprintf(why, len, "--offload auto: params device, grads device, optimizer host: everything fits");
-            else
-                snprintf(why, len, "--offload auto: params %s, grads %s, optimizer %s (candidate %d of %d; all resident: %s)",
-                         tn[cfg->params_tier], tn[cfg->grads_tier], tn[cfg->optim_tier], i + 1, n, first_reason);
-            return 1;
+            nfeasible++;
+            if (best < 0 || p->floor_ms < best_floor) { best = i; best_floor = p->floor_ms; }
         }
     }
-    snprintf(why, len, "--offload auto: no placement fits; the most offloaded one: %s", p->reason);
-    return 0;
+    if (best < 0) {
+        snprintf(why, len, "--offload auto: no placement fits; the most offloaded one: %s", p->reason);
+        return 0;
+    }
+    cfg->params_tier = order[best].params;
+    cfg->grads_tier = order[best].grads;
+    cfg->optim_tier = order[best].optim;
+    plan_compute(cfg, m, prof, p);
+    int o = snprintf(why, len, "--offload auto: params %s, grads %s, optimizer %s: the lowest predicted floor "
+                     "(%.1f ms/step, bound by %s) of %d placements that fit",
+                     tn[cfg->params_tier], tn[cfg->grads_tier], tn[cfg->optim_tier], p->floor_ms,
+                     plan_resource_names[p->bound], nfeasible);
+    if (best > 0 && first_reason[0] && o > 0 && (size_t)o < len)
+        snprintf(why + o, len - (size_t)o, "; all resident: %s", first_reason);
+    return 1;
 }
 
 void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
-    char a[32], b[32];
+    char a[32], b[32], c[32], d[32];
     static const char *tn[] = {"device", "host", "nvme"};
     fprintf(f, "state                       bytes   home\n");
     fprintf(f, "  parameters (%s)    %12s   %s\n", cfg->precision == PREC_BF16 ? "bf16" : "fp32",
@@ -115,6 +257,15 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
     fprintf(f, "  RAM (cpu backend)    %12s   of %s available\n", format_bytes(a, sizeof a, p->ram_needed),
             format_bytes(b, sizeof b, p->mem_available));
     fprintf(f, "compute per step: %.3g TFLOP (matmuls incl. recompute, causal attention)\n", p->flops_per_step / 1e12);
+    fprintf(f, "traffic per step: host->device %s, device->host %s, nvme read %s, nvme write %s (%llu parameter "
+               "fetches)\n",
+            format_bytes(a, sizeof a, p->h2d_bytes), format_bytes(b, sizeof b, p->d2h_bytes),
+            format_bytes(c, sizeof c, p->nvme_read_bytes), format_bytes(d, sizeof d, p->nvme_write_bytes),
+            (unsigned long long)p->param_fetches);
+    fprintf(f, "predicted floor per step (rates from %s):\n", p->prof ? p->prof->source : "built-in defaults; run tiertrain bench calibrate");
+    for (int r = 0; r < PLAN_NRES; r++)
+        fprintf(f, "  %-13s %10.1f ms%s\n", plan_resource_names[r], p->t_ms[r], r == p->bound ? "   <- bound" : "");
+    fprintf(f, "  floor         %10.1f ms/step, bound by %s\n", p->floor_ms, plan_resource_names[p->bound]);
     if (p->feasible) fprintf(f, "feasible: yes\n");
     else fprintf(f, "feasible: no — %s\n", p->reason);
 }

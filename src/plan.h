@@ -1,13 +1,19 @@
 // plan.h — what a configuration needs: bytes of each state, where they must fit, compute per
 // step, and whether this machine can run it. `tiertrain plan` prints it; `train` runs the
 // same check before allocating anything and exits 2 when it fails.
-// Placements follow --params/--grads/--optimizer (the same rules as trainer_init); per-link
-// traffic and the predicted floor from a calibration profile are still to come.
+// Placements follow --params/--grads/--optimizer/--schedule/--checkpoints/--host-cache (the
+// same rules as trainer_init). Per-step traffic on each link comes from replaying the step's
+// use order through the scheduler's rule (Belady over the device slots, then the host
+// cache); the floor divides each resource's work by the calibration profile's rate.
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
 #include "config.h"
 #include "model.h"
+#include "profile.h"
+
+enum { PLAN_COMPUTE = 0, PLAN_H2D, PLAN_D2H, PLAN_NVME_READ, PLAN_NVME_WRITE, PLAN_ADAM, PLAN_NRES };
+extern const char *const plan_resource_names[PLAN_NRES]; // "compute", "host->device", ...
 
 typedef struct {
     uint64_t params_bytes;   // compute copy (BF16, or FP32 in fp32 mode), padded shards
@@ -20,15 +26,25 @@ typedef struct {
     uint64_t ram_needed;     // CPU backend: device arena and host are the same RAM, counted once
     uint64_t mem_available;  // /proc/meminfo MemAvailable
     double flops_per_step;   // matmul FLOPs incl. the recompute, plus attention
+    // per optimizer step
+    uint64_t param_fetches;  // streamed parameter shards copied to the device
+    uint64_t h2d_bytes, d2h_bytes, nvme_read_bytes, nvme_write_bytes;
+    // predicted floor: each resource's time for one step, the largest is the floor
+    double t_ms[PLAN_NRES];
+    double floor_ms;
+    int bound;               // index into plan_resource_names of the resource setting the floor
+    const profile_t *prof;   // the rates used
     int feasible;
     char reason[512];        // why not, and the flag that would fix it
 } plan_t;
 
-void plan_compute(const config_t *cfg, const model_t *m, plan_t *p);
-// --offload auto: sets cfg's three homes to the first feasible placement, in order of the
-// traffic it adds per step (all resident; params streamed from host; + gradients on host;
-// optimizer on NVMe; …; everything but activations off the device), and fills p for it.
-// Writes one line saying what it chose and why into why. Returns 1 when one fits, else 0
-// (cfg then holds the last candidate and p its reason).
-int plan_auto(config_t *cfg, const model_t *m, plan_t *p, char *why, size_t len);
+// prof: the rates for the floor (kept by pointer in p; it must outlive p).
+void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p);
+// --offload auto: sets cfg's three homes to the feasible placement with the lowest predicted
+// floor (ties: the one adding less traffic, in the order all resident; params streamed from
+// host; + gradients on host; optimizer on NVMe; …; everything but activations off the
+// device), and fills p for it. Writes one line saying what it chose and why into why.
+// Returns 1 when one fits, else 0 (cfg then holds the most offloaded candidate and p its
+// reason).
+int plan_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len);
 void plan_print(const plan_t *p, const config_t *cfg, FILE *f);

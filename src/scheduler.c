@@ -22,6 +22,7 @@ typedef struct {
     int shard;           // -1 when empty
     slot_state_t state;
     int pins;
+    int pos;             // the use position its fetch serves
     char err[256];
 } slot_t;
 
@@ -52,10 +53,10 @@ static void *worker_main(void *arg) {
         s->qhead++;
         slot_t *sl = &s->slots[i];
         sl->state = SLOT_FETCHING;
-        int shard = sl->shard;
+        int shard = sl->shard, pos = sl->pos;
         pthread_mutex_unlock(&s->mu);
         char err[256] = "";
-        int rc = s->fetch(s->ctx, shard, sl->buf, err, sizeof err);
+        int rc = s->fetch(s->ctx, shard, pos, sl->buf, err, sizeof err);
         pthread_mutex_lock(&s->mu);
         if (rc == 0) {
             sl->state = SLOT_READY;
@@ -149,10 +150,11 @@ static int pick_slot(sched_t *s, int need, int from, int force) {
     return best;
 }
 
-static void enqueue_fetch(sched_t *s, int slot, int shard) {
+static void enqueue_fetch(sched_t *s, int slot, int shard, int pos) {
     slot_t *sl = &s->slots[slot];
     if (sl->shard >= 0) { s->where[sl->shard] = -1; s->stats.evictions++; }
     sl->shard = shard;
+    sl->pos = pos;
     sl->state = SLOT_QUEUED;
     sl->err[0] = 0;
     s->where[shard] = slot;
@@ -170,7 +172,7 @@ static void prefetch_after(sched_t *s, int pos) {
         if (s->where[sh] >= 0) continue;
         int slot = pick_slot(s, k, pos + 1, 0);
         if (slot < 0) return; // no room without evicting something needed sooner
-        enqueue_fetch(s, slot, sh);
+        enqueue_fetch(s, slot, sh, k);
     }
 }
 
@@ -198,7 +200,7 @@ const void *sched_acquire(sched_t *s, int shard, char *err, size_t errlen) {
     // than its own next use; when every slot is pinned or in flight, wait for one to land.
     while (s->where[shard] < 0) {
         int free_slot = pick_slot(s, pos, pos + 1, 1);
-        if (free_slot >= 0) enqueue_fetch(s, free_slot, shard);
+        if (free_slot >= 0) enqueue_fetch(s, free_slot, shard, pos);
         else pthread_cond_wait(&s->changed, &s->mu);
     }
     int slot = s->where[shard];
@@ -248,4 +250,11 @@ void sched_stats(const sched_t *s, sched_stats_t *out) {
     pthread_mutex_lock((pthread_mutex_t *)&s->mu);
     *out = s->stats;
     pthread_mutex_unlock((pthread_mutex_t *)&s->mu);
+}
+
+int sched_next_use(sched_t *s, int shard, int from) {
+    pthread_mutex_lock(&s->mu);
+    int k = next_use(s, shard, from);
+    pthread_mutex_unlock(&s->mu);
+    return k;
 }

@@ -18,9 +18,10 @@
 
 typedef struct sched sched_t;
 
-// Copies shard's parameters from their home into dst (a device slot). Runs on the worker
-// thread. Returns 0, or -errno with a one-line message in err.
-typedef int (*sched_fetch_fn)(void *ctx, int shard, void *dst, char *err, size_t errlen);
+// Copies shard's parameters from their home into dst (a device slot), for its use at
+// position pos of the current use order. Runs on the worker thread. Returns 0, or -errno
+// with a one-line message in err.
+typedef int (*sched_fetch_fn)(void *ctx, int shard, int pos, void *dst, char *err, size_t errlen);
 
 typedef struct {
     uint64_t fetches;       // shards copied into slots
@@ -46,3 +47,6 @@ void sched_release(sched_t *s, int shard);
 // Every slot's copy is stale (the homes changed): waits for in-flight fetches, empties all.
 void sched_invalidate(sched_t *s);
 void sched_stats(const sched_t *s, sched_stats_t *out);
+// Position of shard's first use at or after `from` in the current order, or INT32_MAX when
+// it has none. Any thread (the fetch callback uses it to keep a host cache by next use).
+int sched_next_use(sched_t *s, int shard, int from);

@@ -57,24 +57,86 @@ static int nvme_io(trainer_t *tr, int write, uint64_t off, uint64_t len, void *b
     return 0;
 }
 
+// ---------------------------------------------------------------- the optimizer thread
+
+static void *opt_main(void *arg);
+
+// Waits until shard's update (if one is in flight) is final. Any thread. Returns 0, or the
+// update's -errno (message in tr->opt_err) when it failed before reaching the shard.
+static int opt_wait_shard(trainer_t *tr, int shard) {
+    if (!tr->opt_started) return 0;
+    pthread_mutex_lock(&tr->opt_mu);
+    while (tr->opt_busy && tr->opt_done <= shard && tr->opt_rc == 0) pthread_cond_wait(&tr->opt_cv, &tr->opt_mu);
+    int rc = tr->opt_done > shard ? 0 : tr->opt_rc;
+    pthread_mutex_unlock(&tr->opt_mu);
+    return rc;
+}
+
 // ---------------------------------------------------------------- parameters
 
+// --host-cache: the cache entry holding shard, or -1.
+static int hcache_find(const trainer_t *tr, int shard) {
+    for (int i = 0; i < tr->nhcache; i++)
+        if (tr->hcache_shard[i] == shard) return i;
+    return -1;
+}
+
+// --host-cache: the entry to read shard into for its use at pos, or -1 to bypass the cache
+// (every cached shard is needed again before this one). Belady's rule, as for device slots:
+// give up the entry whose shard is next used farthest away.
+static int hcache_victim(trainer_t *tr, int shard, int pos) {
+    if (tr->nhcache == 0) return -1;
+    int best = -1, best_next = -1;
+    for (int i = 0; i < tr->nhcache; i++) {
+        if (tr->hcache_shard[i] < 0) return i;
+        int nu = sched_next_use(tr->sched, tr->hcache_shard[i], pos + 1);
+        if (nu > best_next) { best_next = nu; best = i; }
+    }
+    return best_next > sched_next_use(tr->sched, shard, pos + 1) ? best : -1;
+}
+
 // Scheduler callback, on its worker thread: copy a shard's parameters from their home into
-// a device slot (NVMe: through the slot's host staging buffer).
-static int fetch_params(void *ctx, int shard, void *dst, char *err, size_t errlen) {
+// a device slot (NVMe: from the host cache when it holds the shard, else read through a
+// cache entry or the slot's staging buffer).
+static int fetch_params(void *ctx, int shard, int pos, void *dst, char *err, size_t errlen) {
     trainer_t *tr = ctx;
     size_t bytes = pbytes_of(tr, shard);
     const void *src = NULL;
+    if (opt_wait_shard(tr, shard) != 0) { // its home is not updated: the step is void
+        snprintf(err, errlen, "%s", tr->opt_err);
+        return tr->opt_rc;
+    }
     if (tr->cfg->params_tier == TIER_HOST) {
         src = tr->p_host[shard];
     } else {
-        int slot = 0;
-        while (slot < tr->nslots && tr->pslot[slot] != dst) slot++;
-        char what[64];
-        snprintf(what, sizeof what, "parameters of %s", tr->model.shards[shard].name);
-        int rc = nvme_io(tr, 0, tr->p_off[shard], bytes, tr->pstage[slot], &tr->p_crc[shard], what, shard, err, errlen);
-        if (rc != 0) return rc;
-        src = tr->pstage[slot];
+        // Only this thread changes which shard an entry holds; the optimizer thread writes
+        // through to an entry holding a shard it is updating (never one fetched meanwhile:
+        // a fetch of a shard waits for its update above).
+        pthread_mutex_lock(&tr->hc_mu);
+        int hit = tr->nhcache ? hcache_find(tr, shard) : -1, ci = -1;
+        if (hit < 0) {
+            ci = hcache_victim(tr, shard, pos < 0 ? 0 : pos);
+            if (ci >= 0) tr->hcache_shard[ci] = -1; // not valid until the read lands
+        }
+        pthread_mutex_unlock(&tr->hc_mu);
+        if (hit >= 0) {
+            src = tr->hcache[hit];
+            stat_add(&tr->stats.cache_hits, 1);
+        } else {
+            int slot = 0;
+            while (slot < tr->nslots && tr->pslot[slot] != dst) slot++;
+            void *buf = ci >= 0 ? tr->hcache[ci] : tr->pstage[slot];
+            char what[64];
+            snprintf(what, sizeof what, "parameters of %s", tr->model.shards[shard].name);
+            int rc = nvme_io(tr, 0, tr->p_off[shard], bytes, buf, &tr->p_crc[shard], what, shard, err, errlen);
+            if (rc != 0) return rc;
+            if (ci >= 0) {
+                pthread_mutex_lock(&tr->hc_mu);
+                tr->hcache_shard[ci] = shard;
+                pthread_mutex_unlock(&tr->hc_mu);
+            }
+            src = buf;
+        }
     }
     double t0 = trace_now_ms();
     backend_copy_h2d(&tr->be, dst, src, bytes);
@@ -87,7 +149,10 @@ static int fetch_params(void *ctx, int shard, void *dst, char *err, size_t errle
 // params_release. On a failed fetch the step is void: records the fault and hands out the
 // slot anyway (zeros or stale values), so the step finishes and reports it.
 static const void *params_acquire(trainer_t *tr, int shard) {
-    if (tr->cfg->params_tier == TIER_DEVICE) return tr->p[shard];
+    if (tr->cfg->params_tier == TIER_DEVICE) {
+        if (opt_wait_shard(tr, shard) != 0) fault(tr, tr->opt_err);
+        return tr->p[shard];
+    }
     char err[512];
     const void *p = sched_acquire(tr->sched, shard, err, sizeof err);
     if (!p) {
@@ -127,6 +192,10 @@ static int params_store(trainer_t *tr, int shard, const void *compute, char *err
     case TIER_NVME: {
         char what[64];
         snprintf(what, sizeof what, "parameters of %s", tr->model.shards[shard].name);
+        pthread_mutex_lock(&tr->hc_mu); // write-through: a cached copy stays current
+        int ci = tr->nhcache ? hcache_find(tr, shard) : -1;
+        if (ci >= 0) memcpy(tr->hcache[ci], compute, bytes);
+        pthread_mutex_unlock(&tr->hc_mu);
         return nvme_io(tr, 1, tr->p_off[shard], bytes, (void *)compute, &tr->p_crc[shard], what, shard, err, errlen);
     }
     }
@@ -144,21 +213,25 @@ static void *params_build_buffer(trainer_t *tr, int shard) {
 // ---------------------------------------------------------------- gradients
 
 // The device buffer a shard's gradients accumulate into during its backward. Host homes
-// visit a device slot (read, accumulate, write back: the same operations as when resident,
-// so the same bits). which: 0 for the shard in backward, 1 for the embedding.
-static float *grads_acquire(trainer_t *tr, int shard, int which) {
+// visit the device slot (read, accumulate, write back: the same operations as when
+// resident, so the same bits); one shard at a time.
+static float *grads_acquire(trainer_t *tr, int shard) {
     if (tr->cfg->grads_tier == TIER_DEVICE) return tr->g[shard];
     size_t bytes = tr->model.shards[shard].numel_padded * sizeof(float);
-    backend_copy_h2d(&tr->be, tr->gslot[which], tr->g[shard], bytes);
+    double t0 = now_ms();
+    backend_copy_h2d(&tr->be, tr->gslot, tr->g[shard], bytes);
+    tr->stats.copy_ms += now_ms() - t0;
     stat_add(&tr->stats.h2d_bytes, bytes);
-    tr->gcur[shard] = tr->gslot[which];
-    return tr->gslot[which];
+    tr->gcur[shard] = tr->gslot;
+    return tr->gslot;
 }
 
 static void grads_release(trainer_t *tr, int shard) {
     if (tr->cfg->grads_tier == TIER_DEVICE) return;
     size_t bytes = tr->model.shards[shard].numel_padded * sizeof(float);
+    double t0 = now_ms();
     backend_copy_d2h(&tr->be, tr->g[shard], tr->gcur[shard], bytes);
+    tr->stats.copy_ms += now_ms() - t0;
     stat_add(&tr->stats.d2h_bytes, bytes);
     tr->gcur[shard] = NULL;
 }
@@ -186,6 +259,9 @@ static uint64_t host_pool_bytes(const trainer_t *tr) {
     }
     uint64_t big = m->max_shard_numel;
     if (cfg->params_tier == TIER_NVME) total += (uint64_t)tr->nslots * ALIGN_UP(big * tr->pbytes, 4096);
+    total += (uint64_t)tr->nhcache * ALIGN_UP(big * tr->pbytes, 4096);
+    if (cfg->ckpt_tier == CKPT_HOST)
+        total += ALIGN_UP((uint64_t)tr->nmb * (uint64_t)(m->L + 1) * (uint64_t)tr->N * (uint64_t)m->C * 4, 4096);
     if (cfg->optim_tier == TIER_NVME) total += 2 * ALIGN_UP(3 * big * 4, 4096);
     if (cfg->params_tier != TIER_HOST) total += ALIGN_UP(big * tr->pbytes, 4096);
     return total;
@@ -194,6 +270,10 @@ static uint64_t host_pool_bytes(const trainer_t *tr) {
 int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = cfg;
+    pthread_mutex_init(&tr->opt_mu, NULL);
+    pthread_cond_init(&tr->opt_cv, NULL);
+    pthread_mutex_init(&tr->hc_mu, NULL);
+    tr->sync_inited = 1;
     model_init(&tr->model, cfg);
     backend_init(&tr->be, cfg);
     const model_t *m = &tr->model;
@@ -209,6 +289,14 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     size_t ns = (size_t)m->nshards;
     tr->nslots = cfg->prefetch + 2 + (m->tie ? 1 : 0);
     if (tr->nslots > m->nshards) tr->nslots = m->nshards;
+    tr->nmb = cfg->schedule == SCHEDULE_VERTICAL && cfg->accum > 1 ? cfg->accum : 1;
+    if (cfg->params_tier == TIER_NVME && cfg->host_cache) {
+        uint64_t entry = ALIGN_UP((uint64_t)big * tr->pbytes, 4096);
+        uint64_t n = cfg->host_cache / entry;
+        tr->nhcache = (int)(n < (uint64_t)m->nshards ? n : (uint64_t)m->nshards);
+    }
+    tr->hcache = calloc((size_t)tr->nhcache + 1, sizeof *tr->hcache);
+    tr->hcache_shard = calloc((size_t)tr->nhcache + 1, sizeof *tr->hcache_shard);
     tr->p = calloc(ns, sizeof *tr->p);
     tr->p_host = calloc(ns, sizeof *tr->p_host);
     tr->p_off = calloc(ns, sizeof *tr->p_off);
@@ -224,7 +312,8 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     tr->pslot = calloc((size_t)tr->nslots, sizeof *tr->pslot);
     tr->pstage = calloc((size_t)tr->nslots, sizeof *tr->pstage);
     if (!tr->p || !tr->p_host || !tr->p_off || !tr->p_crc || !tr->g || !tr->gcur || !tr->master || !tr->m ||
-        !tr->v || !tr->o_off || !tr->o_crc || !tr->o_name || !tr->pslot || !tr->pstage) {
+        !tr->v || !tr->o_off || !tr->o_crc || !tr->o_name || !tr->pslot || !tr->pstage ||
+        !tr->hcache || !tr->hcache_shard) {
         snprintf(err, errlen, "out of memory for the shard tables");
         return -ENOMEM;
     }
@@ -285,10 +374,12 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
             return rc;
     }
     if (cfg->params_tier != TIER_HOST) HOST(tr->pstage_opt, big * tr->pbytes, "parameter staging");
-    if (cfg->grads_tier == TIER_HOST) {
-        DEV(tr->gslot[0], big * sizeof(float), "gradient slot");
-        DEV(tr->gslot[1], m->shards[0].numel_padded * sizeof(float), "gradient slot");
+    for (int i = 0; i < tr->nhcache; i++) {
+        HOST(tr->hcache[i], big * tr->pbytes, "parameter host cache");
+        tr->hcache_shard[i] = -1;
     }
+    if (cfg->grads_tier == TIER_HOST) DEV(tr->gslot, big * sizeof(float), "gradient slot");
+    if (m->tie) DEV(tr->gtie, m->shards[0].numel_padded * sizeof(float), "tied head gradient");
     if (cfg->optim_tier == TIER_NVME) {
         HOST(tr->ostage[0], 3 * big * sizeof(float), "optimizer staging");
         HOST(tr->ostage[1], 3 * big * sizeof(float), "optimizer staging");
@@ -297,7 +388,16 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
         DEV(tr->wbuf[0], big * sizeof(float), "FP32 weight scratch");
         DEV(tr->wbuf[1], m->shards[0].numel_padded * sizeof(float), "FP32 weight scratch");
     }
-    DEV(tr->ckpt, (size_t)(m->L + 1) * N * C * sizeof(float), "activation checkpoints");
+    const size_t nck = (size_t)tr->nmb * (size_t)(m->L + 1) * N * C * sizeof(float);
+    if (cfg->ckpt_tier == CKPT_HOST) {
+        HOST(tr->ckpt_host, nck, "activation checkpoints");
+        DEV(tr->xbuf[0], N * C * sizeof(float), "checkpoint buffers");
+        DEV(tr->xbuf[1], N * C * sizeof(float), "checkpoint buffers");
+    } else {
+        DEV(tr->ckpt, nck, "activation checkpoints");
+    }
+    tr->xtag[0] = tr->xtag[1] = -1;
+    DEV(tr->dres_all, (size_t)tr->nmb * N * C * sizeof(float), "activation gradients");
     acts_t *a = &tr->a;
     const size_t f = sizeof(float);
     DEV(a->ln1, N * C * f, "activations"); DEV(a->rstd1, N * f, "activations");
@@ -306,7 +406,8 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     DEV(a->x2, N * C * f, "activations"); DEV(a->ln2, N * C * f, "activations"); DEV(a->rstd2, N * f, "activations");
     DEV(a->gate, N * F * f, "activations"); DEV(a->up, N * F * f, "activations"); DEV(a->h, N * F * f, "activations");
     DEV(a->tmp, N * C * f, "activations");
-    DEV(a->dres, N * C * f, "activation gradients"); DEV(a->dln, N * C * f, "activation gradients");
+    a->dres = tr->dres_all;
+    DEV(a->dln, N * C * f, "activation gradients");
     DEV(a->dq, N * C * f, "activation gradients"); DEV(a->dk, N * KVD * f, "activation gradients");
     DEV(a->dv, N * KVD * f, "activation gradients"); DEV(a->datt, N * C * f, "activation gradients");
     DEV(a->dgate, N * F * f, "activation gradients"); DEV(a->dup, N * F * f, "activation gradients");
@@ -315,7 +416,8 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     DEV(a->logits, N * V * f, "logits"); DEV(a->losses, N * f, "losses");
     DEV(tr->rope_cos, (size_t)tr->T * (size_t)(m->HS / 2) * f, "RoPE table");
     DEV(tr->rope_sin, (size_t)tr->T * (size_t)(m->HS / 2) * f, "RoPE table");
-    DEV(tr->tokens, N * sizeof(int), "tokens");
+    DEV(tr->tokens_all, (size_t)tr->nmb * N * sizeof(int), "tokens");
+    tr->tokens = tr->tokens_all;
     DEV(tr->targets, N * sizeof(int), "targets");
 #undef DEV
 #undef HOST
@@ -324,7 +426,7 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     // The use order of one micro-batch: forward embed, blocks, head (+ the embedding when the
     // head is tied); backward blocks L-1..0. A step repeats it accum times.
     int per_mb = 2 * m->L + 2 + (m->tie ? 1 : 0);
-    int accum = cfg->accum > 0 ? cfg->accum : 1;
+    int accum = tr->nmb > 1 ? 1 : cfg->accum > 0 ? cfg->accum : 1; // vertical: one pass per step
     int eval = cfg->eval_batches > 0 ? cfg->eval_batches : 1;
     int maxn = per_mb * (accum > eval ? accum : eval);
     tr->uses = malloc((size_t)maxn * sizeof *tr->uses);
@@ -354,24 +456,44 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     hostmem_info(tr->host, &hi);
     tr->host_bytes = hi.used;
     memset(&tr->stats, 0, sizeof tr->stats);
+    if ((rc = pthread_create(&tr->opt_thread, NULL, opt_main, tr)) != 0) {
+        snprintf(err, errlen, "cannot start the optimizer thread: %s", strerror(rc));
+        return -rc;
+    }
+    tr->opt_started = 1;
     return 0;
 }
 
 void trainer_free(trainer_t *tr) {
     if (!tr) return;
+    if (tr->opt_started) { // after the update in flight, if any
+        pthread_mutex_lock(&tr->opt_mu);
+        while (tr->opt_busy) pthread_cond_wait(&tr->opt_cv, &tr->opt_mu);
+        tr->opt_stop = 1;
+        pthread_cond_broadcast(&tr->opt_cv);
+        pthread_mutex_unlock(&tr->opt_mu);
+        pthread_join(tr->opt_thread, NULL);
+    }
     sched_free(tr->sched); // first: its worker may be copying from the homes
     nvme_store_free(tr->nvme);
     hostmem_free(tr->host);
     free(tr->p); free(tr->p_host); free(tr->p_off); free(tr->p_crc); free(tr->g); free(tr->gcur);
     free(tr->master); free(tr->m); free(tr->v); free(tr->o_off); free(tr->o_crc); free(tr->o_name);
-    free(tr->pslot); free(tr->pstage); free(tr->uses);
+    free(tr->pslot); free(tr->pstage); free(tr->uses); free(tr->hcache); free(tr->hcache_shard);
     backend_free(&tr->be);
     model_free(&tr->model);
+    if (tr->sync_inited) {
+        pthread_mutex_destroy(&tr->opt_mu);
+        pthread_cond_destroy(&tr->opt_cv);
+        pthread_mutex_destroy(&tr->hc_mu);
+    }
     memset(tr, 0, sizeof *tr);
 }
 
 void trainer_sync_params(trainer_t *tr) {
     char err[512];
+    if (trainer_optimizer_wait(tr, err, sizeof err) != 0) runtime_error("%s", err);
+    if (tr->sched) sched_invalidate(tr->sched); // the worker is idle from here on
     for (int s = 0; s < tr->model.nshards; s++) {
         size_t n = tr->model.shards[s].numel_padded;
         void *pc = params_build_buffer(tr, s);
@@ -379,10 +501,11 @@ void trainer_sync_params(trainer_t *tr) {
         else memcpy(pc, tr->master[s], n * sizeof(float));
         if (params_store(tr, s, pc, err, sizeof err) != 0) runtime_error("%s", err);
     }
-    if (tr->sched) sched_invalidate(tr->sched);
 }
 
 void trainer_zero_grads(trainer_t *tr) {
+    char err[512];
+    if (trainer_optimizer_wait(tr, err, sizeof err) != 0) runtime_error("%s", err);
     for (int s = 0; s < tr->model.nshards; s++)
         memset(tr->g[s], 0, tr->model.shards[s].numel_padded * sizeof(float));
 }
@@ -400,9 +523,11 @@ static int build_uses(const trainer_t *tr, int *uses, int reps, int backward) {
     return n;
 }
 
-void trainer_begin_step(trainer_t *tr) {
+// A step's use order: horizontal repeats one micro-batch's order nmb times; vertical uses
+// each shard once per pass (the acquires in trainer_step_fb follow the same order).
+static void begin_step(trainer_t *tr, int nmb) {
     if (!tr->sched) return;
-    int n = build_uses(tr, tr->uses, tr->cfg->accum, 1);
+    int n = build_uses(tr, tr->uses, tr->nmb > 1 ? 1 : nmb, 1);
     sched_begin(tr->sched, tr->uses, n);
 }
 
@@ -506,45 +631,101 @@ static void block_backward(trainer_t *tr, int layer, const float *W, float *G, c
 
 // ---------------------------------------------------------------- model forward / backward
 
-static float *ckpt_of(trainer_t *tr, int l) {
-    return tr->ckpt + (size_t)l * (size_t)tr->N * (size_t)tr->model.C;
+// Activation checkpoints: ckpt(mb, l) is block l's input for micro-batch mb, (mb, L) the
+// final residual. --checkpoints device keeps them all in the arena. --checkpoints host keeps
+// them in the host pool and moves them through two device buffers: a checkpoint is read
+// into the buffer not holding the current input (unless a buffer still holds it), and a
+// block's output is written into the other buffer and copied out.
+static int ckpt_tag(const trainer_t *tr, int mb, int l) {
+    return (tr->nmb > 1 ? mb : 0) * (tr->model.L + 1) + l;
 }
 
-// Embedding and blocks; ckpt[l] is block l's input, ckpt[L] the final residual stream.
-static void forward_blocks(trainer_t *tr, const int *tokens) {
-    const model_t *m = &tr->model;
-    memcpy(tr->tokens, tokens, (size_t)tr->N * sizeof(int)); // host → device (CPU: a copy)
-    const float *wte = weights_acquire(tr, 0, 1);
-    tr->be.ops->embedding_forward(ckpt_of(tr, 0), tr->tokens, wte, tr->N, m->C);
-    weights_release(tr, 0);
-    for (int l = 0; l < m->L; l++) {
-        int s = model_block_shard(l);
-        const float *W = weights_acquire(tr, s, 0);
-        double t0 = trace_now_ms();
-        block_forward(tr, l, W, ckpt_of(tr, l), ckpt_of(tr, l + 1));
-        trace_span(TRACK_COMPUTE, "forward", m->shards[s].name, t0, trace_now_ms());
-        weights_release(tr, s);
-    }
+static size_t ckpt_elems(const trainer_t *tr) { return (size_t)tr->N * (size_t)tr->model.C; }
+
+// Device copy of checkpoint (mb, l), for reading.
+static float *ckpt_in(trainer_t *tr, int mb, int l) {
+    int tag = ckpt_tag(tr, mb, l);
+    if (tr->ckpt) return tr->ckpt + (size_t)tag * ckpt_elems(tr);
+    for (int i = 0; i < 2; i++)
+        if (tr->xtag[i] == tag) { tr->xcur = i; return tr->xbuf[i]; }
+    int i = tr->xcur ^ 1;
+    size_t bytes = ckpt_elems(tr) * sizeof(float);
+    double t0 = now_ms();
+    backend_copy_h2d(&tr->be, tr->xbuf[i], tr->ckpt_host + (size_t)tag * ckpt_elems(tr), bytes);
+    tr->stats.copy_ms += now_ms() - t0;
+    stat_add(&tr->stats.h2d_bytes, bytes);
+    stat_add(&tr->stats.ckpt_h2d_bytes, bytes);
+    tr->xtag[i] = tag;
+    tr->xcur = i;
+    return tr->xbuf[i];
 }
 
-// Final norm and LM head into a->logits (N, V). Acquires the head's weights (and the
-// embedding's when tied): release them with head_release.
-static const float *head_forward(trainer_t *tr, const float **wnorm) {
+// Where to write checkpoint (mb, l) on the device; ckpt_commit then keeps it.
+static float *ckpt_out(trainer_t *tr, int mb, int l) {
+    if (tr->ckpt) return tr->ckpt + (size_t)ckpt_tag(tr, mb, l) * ckpt_elems(tr);
+    return tr->xbuf[tr->xcur ^ 1];
+}
+
+static void ckpt_commit(trainer_t *tr, int mb, int l) {
+    if (tr->ckpt) return;
+    int tag = ckpt_tag(tr, mb, l), i = tr->xcur ^ 1;
+    size_t bytes = ckpt_elems(tr) * sizeof(float);
+    double t0 = now_ms();
+    backend_copy_d2h(&tr->be, tr->ckpt_host + (size_t)tag * ckpt_elems(tr), tr->xbuf[i], bytes);
+    tr->stats.copy_ms += now_ms() - t0;
+    stat_add(&tr->stats.d2h_bytes, bytes);
+    stat_add(&tr->stats.ckpt_d2h_bytes, bytes);
+    tr->xtag[i] = tag;
+    if (tr->xtag[i ^ 1] == tag) tr->xtag[i ^ 1] = -1; // an older copy of it
+    tr->xcur = i;
+}
+
+static void ckpt_forget(trainer_t *tr) { tr->xtag[0] = tr->xtag[1] = -1; }
+
+// Micro-batch mb's device tokens and ∂L/∂residual.
+static void use_microbatch(trainer_t *tr, int mb) {
+    int k = tr->nmb > 1 ? mb : 0;
+    tr->tokens = tr->tokens_all + (size_t)k * (size_t)tr->N;
+    tr->a.dres = tr->dres_all + (size_t)k * ckpt_elems(tr);
+}
+
+static void embed_forward(trainer_t *tr, int mb, const float *wte) {
+    use_microbatch(tr, mb);
+    float *out = ckpt_out(tr, mb, 0);
+    tr->be.ops->embedding_forward(out, tr->tokens, wte, tr->N, tr->model.C);
+    ckpt_commit(tr, mb, 0);
+}
+
+static void block_forward_mb(trainer_t *tr, int mb, int l, const float *W) {
+    double t0 = trace_now_ms();
+    const float *x = ckpt_in(tr, mb, l);
+    block_forward(tr, l, W, x, ckpt_out(tr, mb, l + 1));
+    ckpt_commit(tr, mb, l + 1);
+    trace_span(TRACK_COMPUTE, "forward", tr->model.shards[model_block_shard(l)].name, t0, trace_now_ms());
+}
+
+// The head's weights: Wh (final norm [+ LM head]) and Wout (the LM head, or the embedding
+// when tied). Release with head_release.
+static const float *head_acquire(trainer_t *tr, const float **Wh) {
     const model_t *m = &tr->model;
     const int hs = model_head_shard(m);
-    const float *Wh = weights_acquire(tr, hs, 0);
-    const float *Wout = m->tie ? weights_acquire(tr, 0, 1) : tensor_of(tr, Wh, hs, HW_LM_HEAD);
-    *wnorm = tensor_of(tr, Wh, hs, HW_NORM);
-    tr->be.ops->rmsnorm_forward(tr->a.xf, tr->a.rstdf, ckpt_of(tr, m->L), *wnorm, tr->N, m->C, m->norm_eps);
-    rnd(tr, tr->a.xf, (size_t)tr->N * m->C);
-    tr->be.ops->matmul_forward(tr->a.logits, tr->a.xf, Wout, tr->N, m->C, m->V);
-    rnd(tr, tr->a.logits, (size_t)tr->N * m->V);
-    return Wout;
+    *Wh = weights_acquire(tr, hs, 0);
+    return m->tie ? weights_acquire(tr, 0, 1) : tensor_of(tr, *Wh, hs, HW_LM_HEAD);
 }
 
 static void head_release(trainer_t *tr) {
     weights_release(tr, model_head_shard(&tr->model));
     if (tr->model.tie) weights_release(tr, 0);
+}
+
+// Final norm and LM head of micro-batch mb into a->logits (N, V).
+static void head_forward(trainer_t *tr, int mb, const float *Wh, const float *Wout) {
+    const model_t *m = &tr->model;
+    const float *wnorm = tensor_of(tr, Wh, model_head_shard(m), HW_NORM);
+    tr->be.ops->rmsnorm_forward(tr->a.xf, tr->a.rstdf, ckpt_in(tr, mb, m->L), wnorm, tr->N, m->C, m->norm_eps);
+    rnd(tr, tr->a.xf, (size_t)tr->N * m->C);
+    tr->be.ops->matmul_forward(tr->a.logits, tr->a.xf, Wout, tr->N, m->C, m->V);
+    rnd(tr, tr->a.logits, (size_t)tr->N * m->V);
 }
 
 static double mean_loss(const trainer_t *tr) {
@@ -553,62 +734,159 @@ static double mean_loss(const trainer_t *tr) {
     return sum / tr->N;
 }
 
+// Head forward, loss and head backward of micro-batch mb: leaves ∂L/∂x_L in its dres and
+// accumulates the head's gradients into Gh (the LM head's into tr->gtie when tied).
+static double head_forward_backward(trainer_t *tr, int mb, const float *Wh, const float *Wout, float *Gh,
+                                    const int *targets, float dscale) {
+    const backend_ops_t *op = tr->be.ops;
+    const model_t *m = &tr->model;
+    const int N = tr->N, C = m->C, V = m->V, hs = model_head_shard(m);
+    const size_t NC = (size_t)N * C;
+    acts_t *a = &tr->a;
+    double th = trace_now_ms();
+    use_microbatch(tr, mb);
+    head_forward(tr, mb, Wh, Wout);
+    memcpy(tr->targets, targets, (size_t)N * sizeof(int)); // host → device (CPU: a copy)
+    op->crossentropy_forward_backward(a->logits, a->losses, a->logits, tr->targets, N, V, dscale);
+    double loss = mean_loss(tr);
+    float *dlogits = a->logits; // (N, V), in place
+    rnd(tr, dlogits, (size_t)N * V);
+    // logits = xf·Woutᵀ, xf = rmsnorm(x_L)
+    float *dWout = m->tie ? tr->gtie : grad_of(Gh, tr, hs, HW_LM_HEAD);
+    op->matmul_backward_input(a->dln, dlogits, Wout, N, C, V, 0);
+    op->matmul_backward_weight(dWout, dlogits, a->xf, N, C, V);
+    rnd(tr, a->dln, NC);
+    memset(a->dres, 0, NC * sizeof(float));
+    op->rmsnorm_backward(a->dres, grad_of(Gh, tr, hs, HW_NORM), a->dln, ckpt_in(tr, mb, m->L),
+                         tensor_of(tr, Wh, hs, HW_NORM), a->rstdf, N, C);
+    rnd(tr, a->dres, NC);
+    trace_span(TRACK_COMPUTE, "head + loss", m->shards[hs].name, th, trace_now_ms());
+    return loss;
+}
+
+static void block_backward_mb(trainer_t *tr, int mb, int l, const float *W, float *G) {
+    double t0 = trace_now_ms();
+    use_microbatch(tr, mb);
+    block_backward(tr, l, W, G, ckpt_in(tr, mb, l));
+    trace_span(TRACK_COMPUTE, "backward", tr->model.shards[model_block_shard(l)].name, t0, trace_now_ms());
+}
+
+static void embed_backward(trainer_t *tr, int mb, float *G0) {
+    use_microbatch(tr, mb);
+    tr->be.ops->embedding_backward(G0, tr->a.dres, tr->tokens, tr->N, tr->model.C);
+}
+
 double trainer_forward(trainer_t *tr, const int *tokens, const int *targets) {
-    const float *wnorm;
-    forward_blocks(tr, tokens);
-    head_forward(tr, &wnorm);
+    const model_t *m = &tr->model;
+    ckpt_forget(tr);
+    use_microbatch(tr, 0);
+    memcpy(tr->tokens, tokens, (size_t)tr->N * sizeof(int)); // host → device (CPU: a copy)
+    const float *wte = weights_acquire(tr, 0, 1);
+    embed_forward(tr, 0, wte);
+    weights_release(tr, 0);
+    for (int l = 0; l < m->L; l++) {
+        int s = model_block_shard(l);
+        const float *W = weights_acquire(tr, s, 0);
+        block_forward_mb(tr, 0, l, W);
+        weights_release(tr, s);
+    }
+    const float *Wh;
+    const float *Wout = head_acquire(tr, &Wh);
+    head_forward(tr, 0, Wh, Wout);
     head_release(tr);
     memcpy(tr->targets, targets, (size_t)tr->N * sizeof(int));
     tr->be.ops->crossentropy_forward(tr->a.losses, tr->a.logits, tr->targets, tr->N, tr->model.V);
     return tr->fault[0] ? NAN : mean_loss(tr);
 }
 
-double trainer_forward_backward(trainer_t *tr, const int *tokens, const int *targets, float dscale) {
-    const backend_ops_t *op = tr->be.ops;
+// Horizontal: each micro-batch runs embed, blocks, head, backward, embedding backward.
+// Vertical: each phase runs every micro-batch before the next shard is needed, so each shard
+// is acquired once per step. Either way every shard's gradients see the micro-batches in
+// order, and the tied head's share of the embedding gradient is added last.
+double trainer_step_fb(trainer_t *tr, const int *tokens, const int *targets, int nmb, float dscale) {
     const model_t *m = &tr->model;
-    const int N = tr->N, C = m->C, V = m->V, hs = model_head_shard(m);
-    const size_t NC = (size_t)N * C;
-    acts_t *a = &tr->a;
-    const float *wnorm;
-
-    forward_blocks(tr, tokens);
-    double th = trace_now_ms();
-    const float *Wout = head_forward(tr, &wnorm);
-    memcpy(tr->targets, targets, (size_t)N * sizeof(int));
-    op->crossentropy_forward_backward(a->logits, a->losses, a->logits, tr->targets, N, V, dscale);
-    double loss = mean_loss(tr);
-    float *dlogits = a->logits; // (N, V), in place
-    rnd(tr, dlogits, (size_t)N * V);
-
-    // head backward: logits = xf·Woutᵀ, xf = rmsnorm(x_L)
-    float *Gh = grads_acquire(tr, hs, 0);
-    float *G0 = m->tie ? grads_acquire(tr, 0, 1) : NULL;
-    float *dWout = m->tie ? G0 : grad_of(Gh, tr, hs, HW_LM_HEAD);
-    op->matmul_backward_input(a->dln, dlogits, Wout, N, C, V, 0);
-    op->matmul_backward_weight(dWout, dlogits, a->xf, N, C, V);
-    rnd(tr, a->dln, NC);
-    memset(a->dres, 0, NC * sizeof(float));
-    op->rmsnorm_backward(a->dres, grad_of(Gh, tr, hs, HW_NORM), a->dln, ckpt_of(tr, m->L), wnorm, a->rstdf, N, C);
-    rnd(tr, a->dres, NC);
-    if (m->tie) grads_release(tr, 0);
-    grads_release(tr, hs);
-    head_release(tr);
-    trace_span(TRACK_COMPUTE, "head + loss", m->shards[hs].name, th, trace_now_ms());
-
-    for (int l = m->L - 1; l >= 0; l--) {
-        int s = model_block_shard(l);
-        const float *W = weights_acquire(tr, s, 0);
-        float *G = grads_acquire(tr, s, 0);
-        double t0 = trace_now_ms();
-        block_backward(tr, l, W, G, ckpt_of(tr, l));
-        trace_span(TRACK_COMPUTE, "backward", m->shards[s].name, t0, trace_now_ms());
-        grads_release(tr, s);
-        weights_release(tr, s);
+    const int hs = model_head_shard(m);
+    const size_t N = (size_t)tr->N;
+    const int vertical = tr->nmb > 1;
+    if (vertical && nmb > tr->nmb) runtime_error("step: %d micro-batches, room for %d", nmb, tr->nmb);
+    begin_step(tr, nmb);
+    ckpt_forget(tr);
+    if (m->tie) memset(tr->gtie, 0, m->shards[0].numel_padded * sizeof(float));
+    double loss = 0;
+    const float *Wh, *Wout;
+    if (vertical) {
+        for (int mb = 0; mb < nmb; mb++) {
+            use_microbatch(tr, mb);
+            memcpy(tr->tokens, tokens + (size_t)mb * N, N * sizeof(int)); // host → device (CPU: a copy)
+        }
+        const float *wte = weights_acquire(tr, 0, 1);
+        for (int mb = 0; mb < nmb; mb++) embed_forward(tr, mb, wte);
+        weights_release(tr, 0);
+        for (int l = 0; l < m->L; l++) {
+            int s = model_block_shard(l);
+            const float *W = weights_acquire(tr, s, 0);
+            for (int mb = 0; mb < nmb; mb++) block_forward_mb(tr, mb, l, W);
+            weights_release(tr, s);
+        }
+        Wout = head_acquire(tr, &Wh);
+        float *Gh = grads_acquire(tr, hs);
+        for (int mb = 0; mb < nmb; mb++)
+            loss += head_forward_backward(tr, mb, Wh, Wout, Gh, targets + (size_t)mb * N, dscale);
+        grads_release(tr, hs);
+        head_release(tr);
+        for (int l = m->L - 1; l >= 0; l--) {
+            int s = model_block_shard(l);
+            const float *W = weights_acquire(tr, s, 0);
+            float *G = grads_acquire(tr, s);
+            for (int mb = 0; mb < nmb; mb++) block_backward_mb(tr, mb, l, W, G);
+            grads_release(tr, s);
+            weights_release(tr, s);
+        }
+        float *G0 = grads_acquire(tr, 0);
+        for (int mb = 0; mb < nmb; mb++) embed_backward(tr, mb, G0);
+        if (m->tie) tr->be.ops->add_inplace(G0, tr->gtie, m->shards[0].numel_padded);
+        grads_release(tr, 0);
+    } else {
+        for (int mb = 0; mb < nmb; mb++) {
+            use_microbatch(tr, mb);
+            memcpy(tr->tokens, tokens + (size_t)mb * N, N * sizeof(int));
+            const float *wte = weights_acquire(tr, 0, 1);
+            embed_forward(tr, mb, wte);
+            weights_release(tr, 0);
+            for (int l = 0; l < m->L; l++) {
+                int s = model_block_shard(l);
+                const float *W = weights_acquire(tr, s, 0);
+                block_forward_mb(tr, mb, l, W);
+                weights_release(tr, s);
+            }
+            Wout = head_acquire(tr, &Wh);
+            float *Gh = grads_acquire(tr, hs);
+            loss += head_forward_backward(tr, mb, Wh, Wout, Gh, targets + (size_t)mb * N, dscale);
+            grads_release(tr, hs);
+            head_release(tr);
+            for (int l = m->L - 1; l >= 0; l--) {
+                int s = model_block_shard(l);
+                const float *W = weights_acquire(tr, s, 0);
+                float *G = grads_acquire(tr, s);
+                block_backward_mb(tr, mb, l, W, G);
+                grads_release(tr, s);
+                weights_release(tr, s);
+            }
+            float *G0 = grads_acquire(tr, 0);
+            embed_backward(tr, mb, G0);
+            grads_release(tr, 0);
+        }
+        if (m->tie) {
+            float *G0 = grads_acquire(tr, 0);
+            tr->be.ops->add_inplace(G0, tr->gtie, m->shards[0].numel_padded);
+            grads_release(tr, 0);
+        }
     }
-    float *G0e = grads_acquire(tr, 0, 1);
-    op->embedding_backward(G0e, a->dres, tr->tokens, N, C);
-    grads_release(tr, 0);
-    return tr->fault[0] ? NAN : loss;
+    return tr->fault[0] ? NAN : loss / nmb;
+}
+
+double trainer_forward_backward(trainer_t *tr, const int *tokens, const int *targets, float dscale) {
+    return trainer_step_fb(tr, tokens, targets, 1, dscale);
 }
 
 // ---------------------------------------------------------------- optimizer
@@ -671,7 +949,9 @@ static int o32_finish(trainer_t *tr, io_ticket_t *t, int *inflight, char *err, s
     int s = *inflight;
     if (s < 0) return 0;
     *inflight = -1;
+    double t0 = now_ms();
     int rc = io_ticket_wait(t);
+    tr->stats.opt_nvme_wait_ms += now_ms() - t0;
     if (rc != 0) {
         io_ticket_message(t, err, errlen);
         return rc;
@@ -685,7 +965,18 @@ static int o32_finish(trainer_t *tr, io_ticket_t *t, int *inflight, char *err, s
     return 0;
 }
 
-int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, char *err, size_t errlen) {
+// Shard s is final: the next step may use it.
+static void opt_publish(trainer_t *tr, int s) {
+    pthread_mutex_lock(&tr->opt_mu);
+    tr->opt_done = s + 1;
+    pthread_cond_broadcast(&tr->opt_cv);
+    pthread_mutex_unlock(&tr->opt_mu);
+}
+
+// One step's AdamW over every shard in order 0..n-1, on the optimizer thread: reads each
+// shard's gradients, zeroes them, writes master/m/v and the new compute copy to its home,
+// then publishes the shard. Returns 0 or -errno with one line in err.
+static int optimizer_run(trainer_t *tr, int t, float lr, float grad_scale, char *err, size_t errlen) {
     const config_t *cfg = tr->cfg;
     const model_t *m = &tr->model;
     double t0 = now_ms();
@@ -701,7 +992,9 @@ int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, cha
         for (int s = 0; s < m->nshards && rc == 0; s++) {
             void *pc = params_build_buffer(tr, s);
             adamw_shard(tr, s, tr->master[s], tr->m[s], tr->v[s], tr->g[s], pc, &hp);
+            memset(tr->g[s], 0, m->shards[s].numel_padded * sizeof(float));
             rc = params_store(tr, s, pc, err, errlen);
+            if (rc == 0) opt_publish(tr, s);
         }
     } else {
         // NVMe: shard s+1's (master, m, v) is read into one half of the double buffer while
@@ -720,8 +1013,11 @@ int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, cha
             float *master = tr->ostage[b], *mm = master + n, *vv = mm + n;
             void *pc = params_build_buffer(tr, s);
             adamw_shard(tr, s, master, mm, vv, tr->g[s], pc, &hp);
-            if ((rc = params_store(tr, s, pc, err, errlen)) == 0)
+            memset(tr->g[s], 0, n * sizeof(float));
+            if ((rc = params_store(tr, s, pc, err, errlen)) == 0) {
+                opt_publish(tr, s); // the new parameters are home; the states' write may still run
                 rc = o32_submit(tr, &wr[b], IO_WRITE, s, b, &wr_shard[b], err, errlen);
+            }
         }
         // every submitted transfer ends before its buffer is reused or freed; the first
         // error wins the message
@@ -733,14 +1029,66 @@ int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, cha
             if (r2 != 0 && rc == 0) { rc = r2; snprintf(err, errlen, "%s", e2); }
         }
     }
-    if (tr->sched) sched_invalidate(tr->sched); // every slot's copy is now stale
     tr->stats.opt_ms += now_ms() - t0;
     return rc;
+}
+
+static void *opt_main(void *arg) {
+    trainer_t *tr = arg;
+    pthread_mutex_lock(&tr->opt_mu);
+    for (;;) {
+        while (!tr->opt_stop && !(tr->opt_busy && tr->opt_done == 0 && tr->opt_rc == 0))
+            pthread_cond_wait(&tr->opt_cv, &tr->opt_mu);
+        if (tr->opt_stop) break;
+        int t = tr->opt_req.t;
+        float lr = tr->opt_req.lr, gs = tr->opt_req.grad_scale;
+        pthread_mutex_unlock(&tr->opt_mu);
+        char err[512] = "";
+        int rc = optimizer_run(tr, t, lr, gs, err, sizeof err);
+        pthread_mutex_lock(&tr->opt_mu);
+        if (rc != 0) {
+            tr->opt_rc = rc;
+            snprintf(tr->opt_err, sizeof tr->opt_err, "optimizer: %s", err);
+        } else {
+            tr->opt_done = tr->model.nshards;
+        }
+        tr->opt_busy = 0;
+        pthread_cond_broadcast(&tr->opt_cv);
+    }
+    pthread_mutex_unlock(&tr->opt_mu);
+    return NULL;
+}
+
+int trainer_optimizer_wait(trainer_t *tr, char *err, size_t errlen) {
+    if (!tr->opt_started) return 0;
+    pthread_mutex_lock(&tr->opt_mu);
+    while (tr->opt_busy) pthread_cond_wait(&tr->opt_cv, &tr->opt_mu);
+    int rc = tr->opt_rc;
+    if (rc != 0 && err) snprintf(err, errlen, "%s", tr->opt_err);
+    pthread_mutex_unlock(&tr->opt_mu);
+    return rc;
+}
+
+int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, char *err, size_t errlen) {
+    int rc = trainer_optimizer_wait(tr, err, errlen); // every shard of the last update was used already
+    if (rc != 0) return rc;
+    // The homes change from here: no fetch may be in flight, and every slot's copy goes stale.
+    if (tr->sched) sched_invalidate(tr->sched);
+    pthread_mutex_lock(&tr->opt_mu);
+    tr->opt_req.t = t;
+    tr->opt_req.lr = lr;
+    tr->opt_req.grad_scale = grad_scale;
+    tr->opt_done = 0;
+    tr->opt_busy = 1;
+    pthread_cond_broadcast(&tr->opt_cv);
+    pthread_mutex_unlock(&tr->opt_mu);
+    return 0;
 }
 
 uint64_t trainer_params_hash(trainer_t *tr) {
     uint64_t h = FNV64_INIT;
     char err[512];
+    if (trainer_optimizer_wait(tr, err, sizeof err) != 0) runtime_error("%s", err);
     for (int s = 0; s < tr->model.nshards; s++) {
         const shard_t *sh = &tr->model.shards[s];
         const float *master = tr->master[s];

@@ -10,6 +10,7 @@
 // Every buffer is allocated in trainer_init; nothing allocates inside a step.
 // Called by train.c and the model tests.
 #pragma once
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "backend.h"
@@ -31,7 +32,11 @@ typedef struct {
 typedef struct {
     uint64_t h2d_bytes, d2h_bytes;            // host ↔ device copies of parameters and gradients
     uint64_t nvme_read_bytes, nvme_write_bytes;
+    uint64_t ckpt_h2d_bytes, ckpt_d2h_bytes;  // of which activation checkpoints (--checkpoints host)
+    uint64_t cache_hits;                      // --host-cache: streamed fetches served from host
     double opt_ms;                            // time in the optimizer step
+    double opt_nvme_wait_ms;                  // of which waiting for optimizer-state reads/writes
+    double copy_ms;                           // compute thread copying gradients and checkpoints
 } tier_stats_t;
 
 typedef struct {
@@ -54,8 +59,9 @@ typedef struct {
     void **pstage;            // [host] (nslots) NVMe staging, one per slot
     // ---- gradients, one home per --grads
     float **g;                // (nshards) [device] resident or [host] homes
-    float *gslot[2];          // [device] where a host-resident shard's gradients visit:
-                              // [0] the shard in backward, [1] the embedding (tied head)
+    float *gslot;             // [device] where a host-resident shard's gradients visit
+    float *gtie;              // [device] tied head: the LM head's share of the embedding
+                              // gradient, summed over micro-batches, added at the step's end
     float **gcur;             // (nshards) the device copy being accumulated, while acquired
     // ---- optimizer states, one home per --optimizer
     float **master, **m, **v; // [host] homes (--optimizer host|device), else NULL
@@ -66,12 +72,38 @@ typedef struct {
     struct { const char *label; double t0; int track; } ospan[4]; // --trace: in-flight o32 reads [0,1], writes [2,3]
     void *pstage_opt;         // [host] the new compute copy of a shard bound for NVMe
     float *wbuf[2];           // [device] FP32 weights of up to two shards (BF16 mode)
-    float *ckpt;              // [device] (L+1, N, C) block inputs; [L] is the final residual
+    // ---- activation checkpoints: block inputs of every micro-batch the schedule holds
+    int nmb;                  // micro-batches held at once: --accum when vertical, else 1
+    float *ckpt;              // [device] (nmb, L+1, N, C) block inputs; [L] is the final residual
+                              // (--checkpoints device), else NULL
+    float *ckpt_host;         // [host] the same (--checkpoints host), else NULL
+    float *xbuf[2];           // [device] --checkpoints host: where a checkpoint is read and written
+    int xtag[2], xcur;        // which (micro-batch, layer) each xbuf holds (-1: none); the last input
+    float *dres_all;          // [device] (nmb, N, C) ∂L/∂residual of each micro-batch in backward
+    int *tokens_all;          // [device] (nmb, N)
+    // ---- --host-cache: host copies of NVMe-resident parameters (worker thread; see fetch_params)
+    int nhcache;
+    void **hcache;            // [host] (nhcache) buffers of the largest shard
+    int *hcache_shard;        // which shard each holds, -1 when empty
+    pthread_mutex_t hc_mu;    // guards hcache_shard (the fetch worker and the optimizer thread)
     acts_t a;                 // [device]
     float *rope_cos, *rope_sin; // [device] (T, HS/2)
-    int *tokens, *targets;    // [device] (N)
+    int *tokens;              // [device] the current micro-batch's tokens (points into tokens_all)
+    int *targets;             // [device] (N)
     int *uses;                // the use order of a training step's parameters
     int nuses, nuses_eval;
+    // ---- the optimizer thread: a step's update runs shard 0..n-1 while the next step's
+    // forward starts; compute (and the scheduler's fetches) wait only for the shard they need
+    pthread_t opt_thread;
+    int opt_started, sync_inited;
+    pthread_mutex_t opt_mu;
+    pthread_cond_t opt_cv;
+    int opt_busy;             // an update is queued or running
+    int opt_done;             // shards [0, opt_done) of the current update are final
+    int opt_stop;
+    int opt_rc;               // 0, or the update's -errno (message in opt_err)
+    char opt_err[512];
+    struct { int t; float lr, grad_scale; } opt_req;
     uint64_t host_bytes;      // host pool bytes in use
     tier_stats_t stats;
     char fault[512];          // set when a streamed fetch failed: the step's numbers are void
@@ -85,23 +117,35 @@ void trainer_free(trainer_t *tr); // NULL-safe
 // Copies the FP32 master weights into the compute copy (BF16-rounded in bf16 mode).
 // Needs host-resident optimizer states (the tests load master weights directly).
 void trainer_sync_params(trainer_t *tr);
+// Zeroes every gradient (after waiting for an update in flight). A training loop need not
+// call it: the optimizer zeroes each shard's gradients once it has read them.
 void trainer_zero_grads(trainer_t *tr);
-// Starts a training step (accum micro-batches) or an evaluation (n forwards): tells the
-// scheduler the order in which parameter shards will be used.
-void trainer_begin_step(trainer_t *tr);
+// Starts an evaluation (n forwards): tells the scheduler the order in which parameter
+// shards will be used.
 void trainer_begin_eval(trainer_t *tr, int nbatches);
 // Forward only over (B, T) tokens; leaves the logits (N, V) in tr->a.logits. Returns the
 // mean loss.
 double trainer_forward(trainer_t *tr, const int *tokens, const int *targets);
-// Forward + backward of one micro-batch; gradients accumulate, scaled by dscale
-// (1 / (N · accum) for a mean over the step's tokens). Returns the micro-batch mean loss,
-// or NaN with tr->fault set when a parameter fetch failed.
+// Forward + backward of a step's nmb micro-batches (tokens, targets: nmb × N, one micro-batch
+// after another; nmb ≤ --accum) in the --schedule order: horizontal runs each micro-batch
+// through the whole model, vertical runs every micro-batch through block l before block l+1.
+// Gradients accumulate in micro-batch order for every shard, so both give the same bits.
+// Scaled by dscale (1 / (N · accum) for a mean over the step's tokens). Tells the scheduler
+// the step's use order itself. Returns the mean of the micro-batch losses, or NaN with
+// tr->fault set when a parameter fetch failed.
+double trainer_step_fb(trainer_t *tr, const int *tokens, const int *targets, int nmb, float dscale);
+// One micro-batch: trainer_step_fb with nmb = 1.
 double trainer_forward_backward(trainer_t *tr, const int *tokens, const int *targets, float dscale);
 // √(Σ g²) over every shard, in shard order: the same bits for any thread count.
 double trainer_grad_norm(trainer_t *tr);
-// AdamW over every shard (t = 1-based step), then the compute copy holds the new weights.
-// Returns 0, or -errno with one line in err (an NVMe failure names shard, file and offset).
+// Starts AdamW over every shard (t = 1-based step) on the optimizer thread and returns: the
+// update runs shard 0..n-1 (each shard's gradients are zeroed once read) while the caller
+// goes on with the next step, whose uses of a shard wait for that shard's update. Returns 0,
+// or the previous update's -errno with one line in err (an NVMe failure names shard, file
+// and offset). Clipping must be decided before (grad_scale): every gradient is final here.
 int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, char *err, size_t errlen);
+// Waits for the update in flight to end. Returns 0 or its -errno with one line in err.
+int trainer_optimizer_wait(trainer_t *tr, char *err, size_t errlen);
 // 64-bit FNV-1a over the FP32 master weights of every tensor, in shard order.
 uint64_t trainer_params_hash(trainer_t *tr);
 

@@ -16,6 +16,17 @@
 
 // ---------------------------------------------------------------- shared
 
+const profile_t *train_load_profile(const config_t *cfg, profile_t *prof) {
+    char path[TT_PATH_MAX + 64], err[768];
+    profile_path(cfg, path, sizeof path);
+    int rc = profile_load(prof, path, err, sizeof err);
+    if (rc == 0) return prof;
+    if (rc == -ENOENT && !cfg->profile_path[0]) return NULL;
+    if (cfg->profile_path[0]) usage_error("--profile %s", err);
+    notice("%s; the plan uses built-in rates", err);
+    return NULL;
+}
+
 static void print_model(const model_t *m, const config_t *cfg, FILE *f) {
     char a[32];
     fprintf(f, "model: %s%s — %.2fM parameters in %d shards (largest %s as BF16), L=%d C=%d NH=%d NKV=%d HS=%d F=%d V=%d T=%d%s\n",
@@ -47,32 +58,45 @@ static const char *tier_name(tier_kind_t t) {
     return t == TIER_DEVICE ? "device" : t == TIER_HOST ? "host" : "nvme";
 }
 
-// Where each state lived, what each tier held at peak, and what moved between them.
-static void print_tier_report(const trainer_t *tr, const config_t *cfg, FILE *out) {
-    char a[32], b[32], c[32];
-    fprintf(out, "tiers (backend %s, %d threads): params %s, grads %s, optimizer %s, prefetch %d\n", tr->be.name,
-            tr->be.threads, tier_name(cfg->params_tier), tier_name(cfg->grads_tier), tier_name(cfg->optim_tier),
-            cfg->prefetch);
-    fprintf(out, "  device  peak %10s  budget %s\n", format_bytes(a, sizeof a, tr->be.peak),
-            cfg->hbm_budget ? format_bytes(b, sizeof b, cfg->hbm_budget) : "none");
-    fprintf(out, "  host    pool %10s  budget %s\n", format_bytes(c, sizeof c, tr->host_bytes),
-            cfg->host_budget ? format_bytes(b, sizeof b, cfg->host_budget) : "none");
+// Where each state lived, what each tier held at peak, what moved between them and how long
+// compute waited on each; then the achieved step time against the plan's floor.
+static void print_tier_report(const trainer_t *tr, const config_t *cfg, const plan_t *plan, double step_ms, FILE *out) {
+    char a[32], b[32], c[32], d[32];
+    static const char *sched_name[] = {"auto", "horizontal", "vertical"};
+    fprintf(out, "tiers (backend %s, %d threads): params %s, grads %s, optimizer %s, checkpoints %s, prefetch %d, "
+                 "schedule %s\n",
+            tr->be.name, tr->be.threads, tier_name(cfg->params_tier), tier_name(cfg->grads_tier),
+            tier_name(cfg->optim_tier), cfg->ckpt_tier == CKPT_HOST ? "host" : "device", cfg->prefetch,
+            sched_name[cfg->schedule]);
+    fprintf(out, "  tier     peak        budget      moved                               compute waited\n");
+    fprintf(out, "  device   %-10s  %-10s  in %-10s out %-10s          %.1f ms for parameter fetches\n",
+            format_bytes(a, sizeof a, tr->be.peak), cfg->hbm_budget ? format_bytes(b, sizeof b, cfg->hbm_budget) : "none",
+            format_bytes(c, sizeof c, tr->stats.h2d_bytes), format_bytes(d, sizeof d, tr->stats.d2h_bytes),
+            fetch_wait_ms(tr));
+    fprintf(out, "  host     %-10s  %-10s  checkpoints in %s, out %s      %.1f ms copying gradients and checkpoints\n",
+            format_bytes(a, sizeof a, tr->host_bytes), cfg->host_budget ? format_bytes(b, sizeof b, cfg->host_budget) : "none",
+            format_bytes(c, sizeof c, tr->stats.ckpt_h2d_bytes), format_bytes(d, sizeof d, tr->stats.ckpt_d2h_bytes),
+            tr->stats.copy_ms);
     if (tr->nvme) {
         io_info_t ii;
         nvme_store_info(tr->nvme, &ii);
-        fprintf(out, "  nvme    store %9s  engine %s, %d path(s), read %s, written %s\n", format_bytes(a, sizeof a, ii.size),
-                ii.engine, ii.npaths, format_bytes(b, sizeof b, tr->stats.nvme_read_bytes),
-                format_bytes(c, sizeof c, tr->stats.nvme_write_bytes));
+        fprintf(out, "  nvme     %-10s  (%s, %d path%s)  read %-10s written %-10s  %.1f ms for optimizer states\n",
+                format_bytes(a, sizeof a, ii.size), ii.engine, ii.npaths, ii.npaths == 1 ? "" : "s",
+                format_bytes(b, sizeof b, tr->stats.nvme_read_bytes), format_bytes(c, sizeof c, tr->stats.nvme_write_bytes),
+                tr->stats.opt_nvme_wait_ms);
     }
-    fprintf(out, "  moved   host->device %s, device->host %s; compute waited %.1f ms for parameter fetches\n",
-            format_bytes(a, sizeof a, tr->stats.h2d_bytes), format_bytes(b, sizeof b, tr->stats.d2h_bytes),
-            fetch_wait_ms(tr));
     if (tr->sched) {
         sched_stats_t st;
         sched_stats(tr->sched, &st);
-        fprintf(out, "  sched   %d slots, %llu fetches, %llu hits, %llu evictions\n", tr->nslots,
+        fprintf(out, "  sched    %d slots, %llu fetches, %llu hits, %llu evictions", tr->nslots,
                 (unsigned long long)st.fetches, (unsigned long long)st.hits, (unsigned long long)st.evictions);
+        if (tr->nhcache) fprintf(out, "; host cache %d shards, %llu hits", tr->nhcache, (unsigned long long)tr->stats.cache_hits);
+        fputc('\n', out);
     }
+    fprintf(out, "  optimizer %.1f ms in all (%s AdamW)\n", tr->stats.opt_ms, adamw_update_path());
+    fprintf(out, "  step     %.1f ms achieved, floor %.1f ms (bound by %s; rates: %s): efficiency %.2f\n", step_ms,
+            plan->floor_ms, plan_resource_names[plan->bound], plan->prof ? plan->prof->source : "built-in defaults",
+            step_ms > 0 ? plan->floor_ms / step_ms : 0.0);
 }
 
 // ---------------------------------------------------------------- train
@@ -91,13 +115,15 @@ int train_run(const config_t *cfg_in) {
     model_t shape;
     model_init(&shape, cfg);
     plan_t plan;
+    profile_t prof;
+    const profile_t *rates = train_load_profile(cfg, &prof);
     if (cfg->offload_auto) {
-        char why[768];
-        int ok = plan_auto(&resolved, &shape, &plan, why, sizeof why);
+        char why[1024];
+        int ok = plan_auto(&resolved, &shape, rates, &plan, why, sizeof why);
         if (!ok) usage_error("%s", why);
         fprintf(out, "%s\n", why);
     } else {
-        plan_compute(cfg, &shape, &plan);
+        plan_compute(cfg, &shape, rates, &plan);
     }
     int nshards = shape.nshards;
     model_free(&shape);
@@ -127,29 +153,24 @@ int train_run(const config_t *cfg_in) {
     fflush(out);
 
     const int N = tr.N;
-    int *inputs = mallocCheck((size_t)N * sizeof(int));
-    int *targets = mallocCheck((size_t)N * sizeof(int));
+    int *inputs = mallocCheck((size_t)N * (size_t)cfg->accum * sizeof(int)); // the step's micro-batches
+    int *targets = mallocCheck((size_t)N * (size_t)cfg->accum * sizeof(int));
     const float dscale = 1.0f / ((float)N * (float)cfg->accum);
     double first_loss = NAN, last_loss = NAN, total_ms = 0, last_val = NAN;
     int timed_steps = 0;
 
     for (int step = 1; step <= cfg->steps; step++) {
         double t0 = now_ms();
-        trainer_zero_grads(&tr);
-        trainer_begin_step(&tr);
-        double loss = 0;
-        for (int mb = 0; mb < cfg->accum; mb++) {
-            data_next(data, DATA_TRAIN, inputs, targets);
-            loss += trainer_forward_backward(&tr, inputs, targets, dscale);
-        }
+        for (int mb = 0; mb < cfg->accum; mb++)
+            data_next(data, DATA_TRAIN, inputs + (size_t)mb * N, targets + (size_t)mb * N);
+        double loss = trainer_step_fb(&tr, inputs, targets, cfg->accum, dscale);
         if (tr.fault[0]) runtime_error("step %d: %s", step, tr.fault);
-        loss /= cfg->accum;
         double norm = trainer_grad_norm(&tr);
         float scale = 1.0f;
         if (cfg->clip > 0 && norm > cfg->clip) scale = (float)(cfg->clip / (norm + 1e-6));
         float lr = lr_schedule(cfg, step);
-        if (trainer_optimizer_step(&tr, step, lr, scale, err, sizeof err) != 0)
-            runtime_error("step %d: optimizer: %s", step, err);
+        // starts the update; the next step's forward overlaps it, shard by shard
+        if (trainer_optimizer_step(&tr, step, lr, scale, err, sizeof err) != 0) runtime_error("step %d: %s", step, err);
         double ms = now_ms() - t0;
         if (!isfinite(loss)) runtime_error("step %d: loss is %g (lower --lr or check the data)", step, loss);
         if (step == 1) first_loss = loss;
@@ -170,6 +191,7 @@ int train_run(const config_t *cfg_in) {
         fflush(out);
     }
 
+    if (trainer_optimizer_wait(&tr, err, sizeof err) != 0) runtime_error("step %d: %s", cfg->steps, err);
     double step_ms = timed_steps ? total_ms / timed_steps : 0;
     double tok_s = step_ms > 0 ? (double)N * cfg->accum / (step_ms / 1e3) : 0;
     uint64_t hash = trainer_params_hash(&tr);
@@ -179,11 +201,15 @@ int train_run(const config_t *cfg_in) {
         fprintf(log, "{\"event\":\"summary\",\"params\":%zu,\"steps\":%d,\"first_loss\":%.6f,\"final_loss\":%.6f,"
                      "\"val_loss\":%.6f,\"tok_per_s\":%.1f,\"step_ms\":%.3f,\"peak_device_bytes\":%llu,"
                      "\"peak_host_bytes\":%llu,\"nvme_bytes_read\":%llu,\"nvme_bytes_written\":%llu,"
-                     "\"h2d_bytes\":%llu,\"d2h_bytes\":%llu,\"fetch_wait_ms\":%.3f,\"params_hash\":\"%016llx\"}\n",
+                     "\"h2d_bytes\":%llu,\"d2h_bytes\":%llu,\"fetch_wait_ms\":%.3f,\"optimizer_nvme_wait_ms\":%.3f,"
+                     "\"copy_ms\":%.3f,\"optimizer_ms\":%.3f,\"host_cache_hits\":%llu,\"floor_ms\":%.3f,"
+                     "\"efficiency\":%.4f,\"bound\":\"%s\",\"params_hash\":\"%016llx\"}\n",
                 tr.model.num_params, cfg->steps, first_loss, last_loss, isfinite(last_val) ? last_val : -1.0, tok_s,
                 step_ms, (unsigned long long)tr.be.peak, (unsigned long long)tr.host_bytes,
                 (unsigned long long)tr.stats.nvme_read_bytes, (unsigned long long)tr.stats.nvme_write_bytes,
                 (unsigned long long)tr.stats.h2d_bytes, (unsigned long long)tr.stats.d2h_bytes, fetch_wait_ms(&tr),
+                tr.stats.opt_nvme_wait_ms, tr.stats.copy_ms, tr.stats.opt_ms, (unsigned long long)tr.stats.cache_hits,
+                plan.floor_ms, step_ms > 0 ? plan.floor_ms / step_ms : 0.0, plan_resource_names[plan.bound],
                 (unsigned long long)hash);
         if (fclose(log) != 0) runtime_error("--log %s: %s", cfg->log_path, strerror(errno));
     }
@@ -194,7 +220,7 @@ int train_run(const config_t *cfg_in) {
                 dropped ? " (buffer full: later spans dropped)" : "");
     }
     // The tier report, last.
-    print_tier_report(&tr, cfg, out);
+    print_tier_report(&tr, cfg, &plan, step_ms, out);
     free(inputs);
     free(targets);
     trainer_free(&tr);
@@ -212,12 +238,14 @@ int plan_run(const config_t *cfg_in) {
     model_init(&m, cfg);
     print_model(&m, cfg, stdout);
     plan_t p;
+    profile_t prof;
+    const profile_t *rates = train_load_profile(cfg, &prof);
     if (cfg->offload_auto) {
-        char why[768];
-        plan_auto(&resolved, &m, &p, why, sizeof why);
+        char why[1024];
+        plan_auto(&resolved, &m, rates, &p, why, sizeof why);
         printf("%s\n", why);
     } else {
-        plan_compute(cfg, &m, &p);
+        plan_compute(cfg, &m, rates, &p);
     }
     plan_print(&p, cfg, stdout);
     model_free(&m);

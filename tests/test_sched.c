@@ -21,12 +21,15 @@ typedef struct {
     int fail_shard;       // fetches of this shard fail with -EIO (-1: none)
     atomic_int fetches;
     atomic_int in_flight, max_in_flight;
+    const int *order;     // the use order given to sched_begin, when checked
+    atomic_int bad_pos;   // fetches whose pos did not name a use of their shard
 } fake_t;
 
 // Fills the slot with the shard's pattern after a random delay (the fake copy engine may
 // sleep: it stands in for a disk; the scheduler itself never does).
-static int fake_fetch(void *ctx, int shard, void *dst, char *err, size_t errlen) {
+static int fake_fetch(void *ctx, int shard, int pos, void *dst, char *err, size_t errlen) {
     fake_t *f = ctx;
+    if (f->order && (pos < 0 || f->order[pos] != shard)) atomic_fetch_add(&f->bad_pos, 1);
     int now = atomic_fetch_add(&f->in_flight, 1) + 1;
     int prev = atomic_load(&f->max_in_flight);
     while (now > prev && !atomic_compare_exchange_weak(&f->max_in_flight, &prev, now)) {}
@@ -66,6 +69,7 @@ static void run_order(int nshards, int nslots, int prefetch, int delay_us, int r
     ck_assert_int_eq(sched_init(&s, nshards, nslots, slots, prefetch, fake_fetch, &f, err, sizeof err), 0);
     int uses[1024];
     int n = make_order(uses, nshards, reps);
+    f.order = uses; // the same order every step
     for (int step = 0; step < 3; step++) {
         sched_begin(s, uses, n);
         for (int k = 0; k < n; k++) {
@@ -83,6 +87,8 @@ static void run_order(int nshards, int nslots, int prefetch, int delay_us, int r
     // every use was served; with room for every shard nothing is ever evicted
     ck_assert_uint_eq(st.fetches + 0, (uint64_t)atomic_load(&f.fetches));
     if (nslots >= nshards) ck_assert_uint_eq(st.evictions, 0);
+    ck_assert_msg(atomic_load(&f.bad_pos) == 0, "%d fetches were told a position that is not their shard's use",
+                  atomic_load(&f.bad_pos));
     sched_free(s);
 }
 

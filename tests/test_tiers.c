@@ -83,30 +83,45 @@ static void teardown(void) { rmdir(nvme_dir); free(nvme_dir); }
 // ---------------------------------------------------------------- placement invariance
 
 // A covering subset of params {device, host, nvme} × grads {device, host} × optimizer
-// {device, host, nvme} × prefetch {0, 1, 3}: every pair of values of any two factors appears.
-static const char *const placements[][8] = {
-    {"--params", "host", "--grads", "device", "--optimizer", "host", "--prefetch", "0"},
-    {"--params", "host", "--grads", "host", "--optimizer", "device", "--prefetch", "1"},
-    {"--params", "host", "--grads", "host", "--optimizer", "nvme", "--prefetch", "3"},
-    {"--params", "nvme", "--grads", "device", "--optimizer", "nvme", "--prefetch", "0"},
-    {"--params", "nvme", "--grads", "host", "--optimizer", "host", "--prefetch", "1"},
-    {"--params", "nvme", "--grads", "host", "--optimizer", "device", "--prefetch", "3"},
-    {"--params", "device", "--grads", "host", "--optimizer", "nvme", "--prefetch", "1"},
-    {"--params", "device", "--grads", "device", "--optimizer", "nvme", "--prefetch", "0"},
-    {"--params", "nvme", "--grads", "device", "--optimizer", "host", "--prefetch", "8"}, // deeper than slots
-    {"--params", "device", "--grads", "host", "--optimizer", "device", "--prefetch", "3"},
+// {device, host, nvme} × prefetch {0, 1, 3} × schedule {horizontal, vertical} × checkpoints
+// {device, host}: every pair of values of any two of the first four factors appears, and
+// each schedule meets every params home, grads home and checkpoint home. --host-cache (a
+// part of the parameters, or all of them) rides on NVMe-resident parameters. The reference
+// is all resident, horizontal, checkpoints on the device.
+#define H "--schedule", "horizontal"
+#define VT "--schedule", "vertical"
+static const char *const placements[][16] = {
+    {"--params", "host", "--grads", "device", "--optimizer", "host", "--prefetch", "0", VT, "--checkpoints", "host"},
+    {"--params", "host", "--grads", "host", "--optimizer", "device", "--prefetch", "1", H, "--checkpoints", "host"},
+    {"--params", "host", "--grads", "host", "--optimizer", "nvme", "--prefetch", "3", VT, "--checkpoints", "device"},
+    {"--params", "nvme", "--grads", "device", "--optimizer", "nvme", "--prefetch", "0", H, "--checkpoints", "device",
+     "--host-cache", "1M"},
+    {"--params", "nvme", "--grads", "host", "--optimizer", "host", "--prefetch", "1", VT, "--checkpoints", "host",
+     "--host-cache", "64M"},
+    {"--params", "nvme", "--grads", "host", "--optimizer", "device", "--prefetch", "3", H, "--checkpoints", "host"},
+    {"--params", "device", "--grads", "host", "--optimizer", "nvme", "--prefetch", "1", VT, "--checkpoints", "device"},
+    {"--params", "device", "--grads", "device", "--optimizer", "nvme", "--prefetch", "0", H, "--checkpoints", "host"},
+    {"--params", "nvme", "--grads", "device", "--optimizer", "host", "--prefetch", "8", VT, "--checkpoints",
+     "device"}, // prefetch deeper than the slots
+    {"--params", "device", "--grads", "host", "--optimizer", "device", "--prefetch", "3", H, "--checkpoints", "device"},
 };
+#undef H
+#undef VT
 enum { NPLACEMENTS = sizeof placements / sizeof placements[0] };
 
+static const char *const reference[] = {"--schedule", "horizontal", "--checkpoints", "device", NULL};
+
 static void check_invariance(const char *const *base, int i) {
-    const char *extra[9];
-    for (int k = 0; k < 8; k++) extra[k] = placements[i][k];
-    extra[8] = NULL;
-    run_t ref = train(base, NULL, NULL);
+    const char *const *extra = placements[i];
+    run_t ref = train(base, reference, NULL);
     run_t r = train(base, extra, NULL);
     char *a = fingerprint(&ref), *b = fingerprint(&r);
-    ck_assert_msg(strcmp(a, b) == 0, "placement %s %s %s %s %s %s %s %s changed the bits:\n  device: %s\n  this:   %s",
-                  extra[0], extra[1], extra[2], extra[3], extra[4], extra[5], extra[6], extra[7], a, b);
+    char what[512] = "";
+    for (int k = 0; k < 16 && extra[k]; k++) {
+        strcat(what, " ");
+        strcat(what, extra[k]);
+    }
+    ck_assert_msg(strcmp(a, b) == 0, "placement%s changed the bits:\n  reference: %s\n  this:      %s", what, a, b);
     free(a); free(b);
     run_free(&ref); run_free(&r);
 }
@@ -223,16 +238,21 @@ START_TEST(plan_matches_allocation) {
     memset(&cfg, 0, sizeof cfg);
     model_preset("small", &cfg);
     cfg.B = 1; cfg.T = 32; cfg.accum = 2; cfg.steps = 1; cfg.eval_batches = 1; cfg.prefetch = 1;
-    cfg.precision = _i < 4 ? PREC_BF16 : PREC_FP32;
+    cfg.precision = _i % 8 < 4 ? PREC_BF16 : PREC_FP32;
     cfg.tie = _i % 2;
     cfg.rope_theta = 10000; cfg.norm_eps = 1e-5; cfg.seed = 1; cfg.device = DEVICE_CPU;
     cfg.threads = 1; cfg.nvme_qd = 8; cfg.io_block = 1 << 20; cfg.numa_node = -1; cfg.quiet = 1;
     snprintf(cfg.nvme_path, sizeof cfg.nvme_path, "%s", nvme_dir);
     cfg.params_tier = pl[_i % 4][0]; cfg.grads_tier = pl[_i % 4][1]; cfg.optim_tier = pl[_i % 4][2];
+    if (_i >= 8) { // vertical: both micro-batches' checkpoints, on the host; a host cache of 3 MiB
+        cfg.schedule = SCHEDULE_VERTICAL;
+        cfg.ckpt_tier = _i % 3 ? CKPT_HOST : CKPT_DEVICE;
+        cfg.host_cache = cfg.params_tier == TIER_NVME ? 3u << 20 : 0;
+    }
     model_t m;
     model_init(&m, &cfg);
     plan_t p;
-    plan_compute(&cfg, &m, &p);
+    plan_compute(&cfg, &m, NULL, &p);
     trainer_t tr;
     char err[512];
     ck_assert_msg(trainer_init(&tr, &cfg, err, sizeof err) == 0, "%s", err);
@@ -261,7 +281,7 @@ int main(void) {
     tcase_add_checked_fixture(cap, setup, teardown);
     tcase_set_timeout(cap, 300);
     tcase_add_test(cap, nvme_makes_it_fit);
-    tcase_add_loop_test(cap, plan_matches_allocation, 0, 8);
+    tcase_add_loop_test(cap, plan_matches_allocation, 0, 16);
     suite_add_tcase(s, cap);
     TCase *flt = tcase_create("faults");
     tcase_add_checked_fixture(flt, setup, teardown);

@@ -1,0 +1,410 @@
+// bench_calibrate.c — `tiertrain bench calibrate`: measures the rates the plan divides a
+// step's work by (DESIGN §4, §10) and writes them as the profile (src/profile.h) to
+// --profile or the default location, so `plan` and `train` can predict the step's floor.
+// Each rate is measured through the code path a run uses, not a synthetic peer:
+//   gemm        the backend's matmul_forward / backward_input / backward_weight ops on
+//               device memory, on the small and 125m presets' shapes at N = 1024 rows
+//               (2·N·IC·OC FLOPs per call); every shape runs all three ops, so the rate is
+//               total FLOPs / total median time, the three ops weighted equally as a
+//               step weights them (each matmul runs each once).
+//   h2d, d2h    backend_copy_h2d / d2h of 64 MiB between the pinned host pool (hostmem.h)
+//               and backend_alloc'd device memory, both touched first.
+//   nvme        sequential writes, then reads, of the whole store (512 MiB, or --size
+//               when smaller) in --io-block requests through the io engine (io.h) with
+//               --nvme-qd pieces in flight and the pool's buffers registered, as
+//               bench/bench_io.c does (2·qd requests queued so qd are always in flight).
+//   adam        adamw_update (kernels.h, the dispatched SIMD path the CPU optimizer runs)
+//               over 32M parameters (fewer when --size is under 512 MiB: 32M·size/512M,
+//               at least 4M, so small calibrations stay short), state touched first.
+// Every figure is the median of several timed repeats (see the counts below): gemm,
+// copies and Adam after one untimed warm-up each; NVMe over 3..7 write+read passes (the
+// first write lands on freshly preallocated extents, which some filesystems convert on
+// first write: the median keeps that one slow pass out). A --size under 512 MiB is a quick
+// calibration with fewer repeats (the tests run one at 64M in a few seconds); at full size
+// it takes 10-20 s on a 2-core VM, longer only on a disk slower than ~0.5 GB/s.
+// Prints a table (what, measured, unit, how), writes the profile, says where, then as the
+// last line one JSON object {"bench":"calibrate",...}. Returns the process exit code: 0,
+// 1 a measurement or the write failed, 2 bad input (store options) found before work.
+// Called by main for `tiertrain bench calibrate`.
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include "backend.h"
+#include "bench.h"
+#include "hostmem.h"
+#include "io.h"
+#include "json.h"    // uses: json_escape (the path in the JSON line)
+#include "kernels.h" // uses: adamw_update, adamw_update_path
+#include "profile.h"
+#include "util.h"
+
+#define MiB (1ull << 20)
+#define NVME_MAX (512 * MiB)       // store size unless --size is smaller
+#define COPY_BYTES (64 * MiB)      // one h2d / d2h transfer
+#define ADAM_MAX ((size_t)32 << 20) // parameters at full size
+#define ADAM_MIN ((size_t)4 << 20)
+// Timed repeats at full size; a --size under 512 MiB (a quick calibration, as the tests
+// run) takes the QUICK counts.
+#define GEMM_REPS 11
+#define GEMM_REPS_QUICK 3
+#define COPY_REPS 15
+#define COPY_REPS_QUICK 5
+#define NVME_PASSES_MIN 3          // write+read passes: at least this many,
+#define NVME_PASSES_MAX 7          // at most this many,
+#define NVME_BUDGET_S 15.0         // and no new pass once the passes took this long (slow disks)
+#define ADAM_REPS 7
+#define ADAM_REPS_QUICK 3
+#define MAX_REPS 15                // the largest of the above (median's scratch)
+#define HUGE_ALIGN (2u << 20)
+
+typedef struct {
+    int N, IC, OC;
+} gemm_shape_t;
+
+// small: C 384, F 1024 (MLP up, MLP down); 125m: C 768 (attention projection).
+static const gemm_shape_t SHAPES[] = {{1024, 384, 1024}, {1024, 1024, 384}, {1024, 768, 768}};
+#define NSHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static double median(const double *x, int n) {
+    double s[MAX_REPS];
+    memcpy(s, x, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+// U(−0.5, 0.5) floats, incompressible and deterministic.
+static void fill_rand(float *x, size_t n, uint64_t seed) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)((double)(splitmix64(&seed) >> 40) / 16777216.0 - 0.5);
+}
+
+// ---------------------------------------------------------------- gemm
+
+// Device buffers for the largest shape; inputs filled through h_stage (≥ 4 MiB).
+typedef struct {
+    float *inp, *w, *dout; // (N, IC), (OC, IC), (N, OC)
+    float *out, *dinp, *dw; // (N, OC), (N, IC), (OC, IC)
+} gemm_bufs_t;
+
+static int gemm_measure(backend_t *be, float *h_stage, int reps, double *flops_per_s, char *err, size_t errlen) {
+    size_t max_ni = 0, max_nw = 0, max_no = 0;
+    for (int s = 0; s < NSHAPES; s++) {
+        size_t ni = (size_t)SHAPES[s].N * SHAPES[s].IC, nw = (size_t)SHAPES[s].OC * SHAPES[s].IC, no = (size_t)SHAPES[s].N * SHAPES[s].OC;
+        max_ni = ni > max_ni ? ni : max_ni;
+        max_nw = nw > max_nw ? nw : max_nw;
+        max_no = no > max_no ? no : max_no;
+    }
+    gemm_bufs_t b;
+    int rc = 0;
+    struct { void **p; size_t n; const char *what; } want[] = {
+        {(void **)&b.inp, max_ni, "calibrate gemm inp"}, {(void **)&b.w, max_nw, "calibrate gemm w"},
+        {(void **)&b.dout, max_no, "calibrate gemm dout"}, {(void **)&b.out, max_no, "calibrate gemm out"},
+        {(void **)&b.dinp, max_ni, "calibrate gemm dinp"}, {(void **)&b.dw, max_nw, "calibrate gemm dw"},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if ((rc = backend_alloc(be, want[i].n * sizeof(float), want[i].what, want[i].p, err, errlen)) != 0) return rc;
+    // Inputs through the backend's copy (device pointers need not be host-addressable).
+    float *const ins[3] = {b.inp, b.w, b.dout};
+    const size_t nins[3] = {max_ni, max_nw, max_no};
+    for (int i = 0; i < 3; i++) {
+        fill_rand(h_stage, nins[i], 0xca11b + (uint64_t)i);
+        backend_copy_h2d(be, ins[i], h_stage, nins[i] * sizeof(float));
+        backend_sync(be);
+    }
+    const backend_ops_t *op = be->ops;
+    double flops_total = 0, time_total = 0;
+    for (int s = 0; s < NSHAPES; s++) {
+        const int N = SHAPES[s].N, IC = SHAPES[s].IC, OC = SHAPES[s].OC;
+        const double flops = 2.0 * N * (double)IC * OC;
+        for (int o = 0; o < 3; o++) {
+            double t[MAX_REPS];
+            for (int r = -1; r < reps; r++) { // r = −1: the untimed warm-up
+                double t0 = now_ms();
+                if (o == 0) op->matmul_forward(b.out, b.inp, b.w, N, IC, OC);
+                else if (o == 1) op->matmul_backward_input(b.dinp, b.dout, b.w, N, IC, OC, 0);
+                else op->matmul_backward_weight(b.dw, b.dout, b.inp, N, IC, OC); // accumulates: fine for timing
+                backend_sync(be);
+                if (r >= 0) t[r] = (now_ms() - t0) / 1e3;
+            }
+            flops_total += flops;
+            time_total += median(t, reps);
+        }
+    }
+    *flops_per_s = time_total > 0 ? flops_total / time_total : 0;
+    return 0;
+}
+
+// ---------------------------------------------------------------- host <-> device copies
+
+static void copy_measure(backend_t *be, void *h_buf, void *d_buf, int reps, double *h2d, double *d2h) {
+    double th[MAX_REPS], td[MAX_REPS];
+    for (int r = -1; r < reps; r++) { // alternate so drift hits both alike
+        double t0 = now_ms();
+        backend_copy_h2d(be, d_buf, h_buf, COPY_BYTES);
+        backend_sync(be);
+        double t1 = now_ms();
+        backend_copy_d2h(be, h_buf, d_buf, COPY_BYTES);
+        backend_sync(be);
+        double t2 = now_ms();
+        if (r >= 0) th[r] = (t1 - t0) / 1e3, td[r] = (t2 - t1) / 1e3;
+    }
+    double mh = median(th, reps), md = median(td, reps);
+    *h2d = mh > 0 ? COPY_BYTES / mh : 0;
+    *d2h = md > 0 ? COPY_BYTES / md : 0;
+}
+
+// ---------------------------------------------------------------- NVMe
+
+// One sequential pass of op over the whole store in block requests, nt tickets (2·qd)
+// queued; the time in *sec. Returns 0 or the first failure's -errno with its message.
+static int nvme_pass(nvme_store_t *s, io_ticket_t *t, int64_t *blk, int nt, char *buf, uint64_t block, uint64_t nblocks,
+                     uint32_t *crcs, io_op_t op, double *sec, char *msg, size_t msglen) {
+    int rc = 0;
+    for (int i = 0; i < nt; i++) blk[i] = -1;
+    double t0 = now_ms();
+    for (uint64_t k = 0; k < nblocks + (uint64_t)nt && rc == 0; k++) {
+        int slot = (int)(k % (uint64_t)nt);
+        if (blk[slot] >= 0) {
+            // Tickets complete out of order; waiting on the oldest keeps 2·qd queued.
+            if ((rc = io_ticket_wait(&t[slot])) != 0) { io_ticket_message(&t[slot], msg, msglen); break; }
+            if (op == IO_WRITE) crcs[blk[slot]] = t[slot].crc;
+            blk[slot] = -1;
+        }
+        if (k >= nblocks) continue;
+        char *mem = buf + (uint64_t)slot * block;
+        rc = op == IO_WRITE ? nvme_store_write(s, &t[slot], k * block, block, mem)
+                            : nvme_store_read(s, &t[slot], k * block, block, mem, crcs[k]);
+        if (rc) { io_ticket_message(&t[slot], msg, msglen); break; }
+        blk[slot] = (int64_t)k;
+    }
+    for (int i = 0; i < nt; i++) if (blk[i] >= 0) io_ticket_wait(&t[i]); // drain after a failure
+    *sec = (now_ms() - t0) / 1e3;
+    return rc;
+}
+
+// Alternating write and read passes (NVME_PASSES_MIN..MAX, see NVME_BUDGET_S); medians
+// into *wr, *rd (bytes/s), the number of passes into *passes.
+static int nvme_measure(nvme_store_t *s, char *buf, int nt, uint64_t block, uint64_t nblocks, double *wr, double *rd,
+                        int *passes, char *msg, size_t msglen) {
+    io_ticket_t *t = calloc((size_t)nt, sizeof *t);
+    int64_t *blk = calloc((size_t)nt, sizeof *blk);
+    uint32_t *crcs = calloc(nblocks, sizeof *crcs);
+    int rc = 0;
+    if (!t || !blk || !crcs) {
+        snprintf(msg, msglen, "out of memory for %" PRIu64 " blocks", nblocks);
+        rc = -ENOMEM;
+    }
+    double tw[NVME_PASSES_MAX], tr[NVME_PASSES_MAX], spent = 0;
+    int np = 0;
+    while (rc == 0 && np < NVME_PASSES_MAX && (np < NVME_PASSES_MIN || spent < NVME_BUDGET_S)) {
+        rc = nvme_pass(s, t, blk, nt, buf, block, nblocks, crcs, IO_WRITE, &tw[np], msg, msglen);
+        if (rc == 0) rc = nvme_pass(s, t, blk, nt, buf, block, nblocks, crcs, IO_READ, &tr[np], msg, msglen);
+        if (rc == 0) spent += tw[np] + tr[np], np++;
+    }
+    *passes = np;
+    if (rc == 0) {
+        double mw = median(tw, np), mr = median(tr, np), bytes = (double)(nblocks * block);
+        *wr = mw > 0 ? bytes / mw : 0;
+        *rd = mr > 0 ? bytes / mr : 0;
+    }
+    free(t);
+    free(blk);
+    free(crcs);
+    return rc;
+}
+
+// ---------------------------------------------------------------- Adam
+
+// 2 MiB aligned, marked for transparent huge pages; NULL on failure.
+static void *alloc_big(size_t bytes) {
+    void *p = NULL;
+    size_t len = ALIGN_UP(bytes, (size_t)HUGE_ALIGN);
+    if (posix_memalign(&p, HUGE_ALIGN, len) != 0) return NULL;
+    madvise(p, len, MADV_HUGEPAGE); // advisory: where THP is off nothing changes
+    return p;
+}
+
+static int adam_measure(size_t n, int reps, double *params_per_s, char *err, size_t errlen) {
+    float *g = alloc_big(n * sizeof(float)), *master = alloc_big(n * sizeof(float));
+    float *m = alloc_big(n * sizeof(float)), *v = alloc_big(n * sizeof(float));
+    uint16_t *p16 = alloc_big(n * sizeof(uint16_t));
+    int rc = 0;
+    if (!g || !master || !m || !v || !p16) {
+        char a[32];
+        snprintf(err, errlen, "adam: cannot allocate %s for %zu parameters (free some memory and rerun)",
+                 format_bytes(a, sizeof a, n * 18), n);
+        rc = -ENOMEM;
+        goto out;
+    }
+    // First touch in parallel, with the update's static split (first touch is slow on VMs
+    // and not the update's cost). Gradient-like values keep the state far from denormals.
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        uint32_t h = (uint32_t)(i * 2654435761u);
+        h ^= h >> 15;
+        g[i] = (float)((double)(h >> 8) / 16777216.0 - 0.5) * 0.02f;
+        master[i] = 0.01f * g[i];
+        m[i] = v[i] = 0.0f;
+        p16[i] = 0;
+    }
+    const adamw_params_t hp = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .wd = 0.1f,
+                               .grad_scale = 1.0f, .bc1 = 1.0f - powf(0.9f, 300), .bc2 = 1.0f - powf(0.95f, 300)};
+    double t[MAX_REPS];
+    for (int r = -1; r < reps; r++) {
+        double t0 = now_ms();
+        adamw_update(master, m, v, p16, NULL, g, n, &hp);
+        if (r >= 0) t[r] = (now_ms() - t0) / 1e3;
+    }
+    double md = median(t, reps);
+    *params_per_s = md > 0 ? (double)n / md : 0;
+out:
+    free(g); free(master); free(m); free(v); free(p16);
+    return rc;
+}
+
+// ---------------------------------------------------------------- the bench
+
+int bench_calibrate(const config_t *cfg) {
+    const double t_start = now_ms();
+    const uint64_t block = cfg->io_block ? cfg->io_block : MiB;
+    const int qd = cfg->nvme_qd > 0 ? cfg->nvme_qd : 32;
+    char a[32], b[32], c[32], err[1024], path_buf[TT_PATH_MAX];
+    if (block % IO_ALIGN) usage_error("--io-block %" PRIu64 ": must be a multiple of 4 KiB (e.g. 1M)", block);
+    uint64_t size = cfg->bench_size && cfg->bench_size < NVME_MAX ? cfg->bench_size : NVME_MAX;
+    const uint64_t nblocks = size / block;
+    if (nblocks == 0)
+        usage_error("--size %s: smaller than one --io-block (%s)", format_bytes(a, sizeof a, size), format_bytes(b, sizeof b, block));
+    size = nblocks * block;
+    size_t adam_n = (size_t)((double)ADAM_MAX * (double)size / (double)NVME_MAX);
+    adam_n = adam_n < ADAM_MIN ? ADAM_MIN : adam_n > ADAM_MAX ? ADAM_MAX : adam_n;
+    const int quick = size < NVME_MAX;
+    const int gemm_reps = quick ? GEMM_REPS_QUICK : GEMM_REPS, copy_reps = quick ? COPY_REPS_QUICK : COPY_REPS;
+    const int adam_reps = quick ? ADAM_REPS_QUICK : ADAM_REPS;
+    const char *path = profile_path(cfg, path_buf, sizeof path_buf);
+    if (!path[0]) usage_error("bench calibrate: the default profile path is too long ($XDG_CACHE_HOME or $HOME): pass --profile FILE");
+
+    profile_t prof;
+    profile_defaults(&prof);
+    backend_t be;
+    backend_init(&be, cfg); // exits 2 on an impossible --device
+    snprintf(prof.backend, sizeof prof.backend, "%s", be.name);
+    prof.threads = be.threads;
+
+    // Host side: one pinned pool for the copy buffer and the io requests' buffers.
+    const int nt = 2 * qd;
+    hostmem_opts_t ho;
+    hostmem_opts_from_config(&ho, cfg, COPY_BYTES + (uint64_t)nt * block);
+    ho.budget = 0; // the benchmark's staging is not the run's host tier
+    hostmem_t *hm = NULL;
+    nvme_store_t *s = NULL;
+    int rc = hostmem_init(&hm, &ho, err, sizeof err), exit_code = 1;
+    if (rc) {
+        notice("bench calibrate: %s", err);
+        exit_code = rc == -EINVAL ? 2 : 1;
+        goto out;
+    }
+    char *h_copy = hostmem_alloc(hm, COPY_BYTES, "calibrate copy buffer", err, sizeof err);
+    char *h_io = h_copy ? hostmem_alloc(hm, (uint64_t)nt * block, "calibrate io buffers", err, sizeof err) : NULL;
+    if (!h_io) {
+        notice("bench calibrate: %s", err);
+        goto out;
+    }
+    uint64_t seed = 0xca11b2a7e;
+    for (uint64_t i = 0; i < (uint64_t)nt * block / 8; i++) ((uint64_t *)h_io)[i] = splitmix64(&seed); // incompressible
+    hostmem_info_t hinfo;
+    hostmem_info(hm, &hinfo);
+
+    // NVMe side: the store with the pool registered, as a run has it.
+    struct iovec iov[IO_MAX_BUFS];
+    int nreg = hostmem_regions(hm, iov, IO_MAX_BUFS);
+    nvme_store_opts_t so;
+    nvme_store_opts_from_config(&so, cfg, size);
+    so.block = block;
+    so.qd = qd;
+    so.bufs = iov;
+    so.nbufs = nreg < IO_MAX_BUFS ? nreg : IO_MAX_BUFS;
+    if ((rc = nvme_store_init(&s, &so, err, sizeof err)) != 0) {
+        notice("bench calibrate: %s", err);
+        exit_code = rc == -EINVAL ? 2 : 1;
+        goto out;
+    }
+    io_info_t info;
+    nvme_store_info(s, &info);
+
+    printf("bench calibrate: backend %s, %d threads; host pool %s (%s); nvme %s (%s, %s registered buffers), size %s, "
+           "block %s, qd %d; profile %s\n",
+           be.name, be.threads, format_bytes(a, sizeof a, COPY_BYTES + (uint64_t)nt * block), hinfo.pinned ? "pinned" : "not pinned",
+           cfg->nvme_path[0] ? cfg->nvme_path : "(default)", info.engine, info.registered_bufs ? "with" : "without",
+           format_bytes(b, sizeof b, size), format_bytes(c, sizeof c, block), qd, path);
+    fflush(stdout);
+
+    // ---- device memory for the copies, touched (zero-filled by backend_alloc, then a
+    // warm-up copy inside copy_measure)
+    void *d_copy = NULL;
+    if ((rc = backend_alloc(&be, COPY_BYTES, "calibrate copy buffer", &d_copy, err, sizeof err)) != 0) {
+        notice("bench calibrate: %s", err);
+        goto out;
+    }
+    if ((rc = gemm_measure(&be, (float *)h_copy, gemm_reps, &prof.gemm_flops, err, sizeof err)) != 0) {
+        notice("bench calibrate: %s", err);
+        goto out;
+    }
+    copy_measure(&be, h_copy, d_copy, copy_reps, &prof.h2d_Bps, &prof.d2h_Bps);
+    char msg[1024] = "";
+    int passes = 0;
+    if ((rc = nvme_measure(s, h_io, nt, block, nblocks, &prof.nvme_write_Bps, &prof.nvme_read_Bps, &passes, msg, sizeof msg)) != 0) {
+        notice("bench calibrate: nvme: %s", msg);
+        goto out;
+    }
+    nvme_store_free(s);
+    s = NULL;
+    if ((rc = adam_measure(adam_n, adam_reps, &prof.adam_params_per_s, err, sizeof err)) != 0) {
+        notice("bench calibrate: %s", err);
+        goto out;
+    }
+
+    // ---- the table
+    char how[4][160];
+    snprintf(how[0], sizeof how[0], "%s matmul fwd+bwd_in+bwd_w, N 1024: 384x1024, 1024x384, 768x768; median of %d", be.name,
+             gemm_reps);
+    snprintf(how[1], sizeof how[1], "backend copy of %s, %s host pool; median of %d", format_bytes(a, sizeof a, COPY_BYTES),
+             hinfo.pinned ? "pinned" : "unpinned", copy_reps);
+    snprintf(how[2], sizeof how[2], "%s, sequential %s in %s requests, qd %d; median of %d", info.engine,
+             format_bytes(a, sizeof a, size), format_bytes(b, sizeof b, block), qd, passes);
+    snprintf(how[3], sizeof how[3], "adamw_update (%s) over %zuM parameters; median of %d", adamw_update_path(), adam_n >> 20,
+             adam_reps);
+    printf("%-11s %10s %-9s %s\n", "what", "measured", "unit", "how");
+    printf("%-11s %10.1f %-9s %s\n", "gemm", prof.gemm_flops / 1e9, "GFLOP/s", how[0]);
+    printf("%-11s %10.2f %-9s %s\n", "h2d", prof.h2d_Bps / 1e9, "GB/s", how[1]);
+    printf("%-11s %10.2f %-9s %s\n", "d2h", prof.d2h_Bps / 1e9, "GB/s", how[1]);
+    printf("%-11s %10.3f %-9s %s\n", "nvme read", prof.nvme_read_Bps / 1e9, "GB/s", how[2]);
+    printf("%-11s %10.3f %-9s %s\n", "nvme write", prof.nvme_write_Bps / 1e9, "GB/s", how[2]);
+    printf("%-11s %10.1f %-9s %s\n", "adam", prof.adam_params_per_s / 1e6, "Mparam/s", how[3]);
+
+    if ((rc = profile_save(&prof, path, err, sizeof err)) != 0) {
+        notice("bench calibrate: %s", err);
+        goto out;
+    }
+    printf("profile written to %s; %.1f s\n", path, (now_ms() - t_start) / 1e3);
+    char jpath[2 * TT_PATH_MAX + 8];
+    ssize_t jn = json_escape(jpath, sizeof jpath, path, strlen(path));
+    if (jn < 0 || (size_t)jn >= sizeof jpath) snprintf(jpath, sizeof jpath, "null"); // not UTF-8: scripts get null
+    printf("{\"bench\":\"calibrate\",\"gemm_flops\":%.6g,\"h2d_Bps\":%.6g,\"d2h_Bps\":%.6g,\"nvme_read_Bps\":%.6g,"
+           "\"nvme_write_Bps\":%.6g,\"adam_params_per_s\":%.6g,\"backend\":\"%s\",\"threads\":%d,\"profile\":%s}\n",
+           prof.gemm_flops, prof.h2d_Bps, prof.d2h_Bps, prof.nvme_read_Bps, prof.nvme_write_Bps, prof.adam_params_per_s,
+           prof.backend, prof.threads, jpath);
+    fflush(stdout);
+    exit_code = 0;
+out:
+    nvme_store_free(s);
+    hostmem_free(hm);
+    backend_free(&be);
+    return exit_code;
+}

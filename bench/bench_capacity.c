@@ -1,0 +1,153 @@
+// bench_capacity.c — `tiertrain bench capacity`: the largest model whose states this
+// machine's tiers hold by the plan, then two real steps of it. The states go where they are
+// cheapest to hold: parameters and optimizer states on NVMe (--nvme-path), gradients on the
+// host (the one state that cannot go to NVMe yet), activations on the device. Limits: the
+// device arena (--hbm-budget), the host (--host-budget, and 90% of MemAvailable), the NVMe
+// paths' free space (95%). Widths come from the presets (7b down to small; sequence 64,
+// batch 1); for each the layer count is pushed as high as the plan allows, and the largest
+// model wins. Then it trains 2 steps of it and reports parameters, bytes per tier, s/step
+// and the loss.
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include "bench.h"
+#include "hostmem.h"
+#include "model.h"
+#include "plan.h"
+#include "util.h"
+
+// Free bytes over the --nvme-path directories, each filesystem counted once.
+static uint64_t nvme_free(const config_t *cfg) {
+    char list[TT_PATH_MAX];
+    const char *t = getenv("TMPDIR");
+    snprintf(list, sizeof list, "%s", cfg->nvme_path[0] ? cfg->nvme_path : t && *t ? t : "/tmp");
+    dev_t seen[64];
+    int nseen = 0;
+    uint64_t total = 0;
+    for (char *save = NULL, *d = strtok_r(list, ",", &save); d; d = strtok_r(NULL, ",", &save)) {
+        struct stat st;
+        struct statvfs v;
+        if (stat(d, &st) != 0 || statvfs(d, &v) != 0) continue;
+        int dup = 0;
+        for (int i = 0; i < nseen; i++) dup |= seen[i] == st.st_dev;
+        if (dup || nseen == 64) continue;
+        seen[nseen++] = st.st_dev;
+        total += (uint64_t)v.f_bavail * v.f_frsize;
+    }
+    return total;
+}
+
+static int fits(config_t *cfg, uint64_t host_limit, uint64_t nvme_limit, plan_t *p) {
+    model_t m;
+    model_init(&m, cfg);
+    plan_compute(cfg, &m, NULL, p);
+    model_free(&m);
+    return p->feasible && p->ram_needed <= host_limit && p->nvme_bytes <= nvme_limit;
+}
+
+int bench_capacity(const config_t *cfg_in) {
+    static const char *widths[] = {"7b", "3b", "1b", "350m", "125m", "small"};
+    config_t cfg = *cfg_in;
+    cfg.command = CMD_TRAIN;
+    cfg.params_tier = TIER_NVME;
+    cfg.grads_tier = TIER_HOST;
+    cfg.optim_tier = TIER_NVME;
+    cfg.ckpt_tier = CKPT_DEVICE;
+    cfg.schedule = SCHEDULE_HORIZONTAL;
+    cfg.offload_auto = 0;
+    cfg.prefetch = 1;
+    cfg.host_cache = 0;
+    cfg.accum = 1;
+    cfg.B = 1;
+    cfg.eval_every = 0;
+    cfg.steps = 2;
+    uint64_t avail = hostmem_mem_available(), ram = avail;
+    uint64_t host_limit = avail / 10 * 9;
+    if (cfg.host_budget && cfg.host_budget < host_limit) host_limit = cfg.host_budget;
+    uint64_t nvme_limit = nvme_free(&cfg) / 20 * 19;
+    char a[32], b[32], c[32];
+    printf("limits: device %s, host %s (MemAvailable %s), nvme %s free\n",
+           cfg.hbm_budget ? format_bytes(a, sizeof a, cfg.hbm_budget) : "none (the host limit)",
+           format_bytes(b, sizeof b, host_limit), format_bytes(c, sizeof c, avail),
+           format_bytes(a, sizeof a, nvme_limit));
+    printf("placement: params nvme, grads host, optimizer nvme, checkpoints device; batch 1 x seq 64\n\n");
+    printf("%-8s %8s %14s %12s %12s %12s\n", "width", "layers", "params", "states", "host", "nvme");
+    config_t best;
+    size_t best_params = 0;
+    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+        config_t c1 = cfg;
+        model_preset(widths[w], &c1);
+        c1.T = 64;
+        plan_t p;
+        c1.L = 1;
+        if (!fits(&c1, host_limit, nvme_limit, &p)) {
+            printf("%-8s %8s  one layer does not fit: %s\n", widths[w], "-", p.feasible ? "over the host or nvme limit" : p.reason);
+            continue;
+        }
+        int lo = 1, hi = 2; // largest L that fits: lo fits, hi does not
+        for (;;) {
+            c1.L = hi;
+            if (!fits(&c1, host_limit, nvme_limit, &p) || hi >= 4096) break;
+            lo = hi;
+            hi *= 2;
+        }
+        while (hi - lo > 1) {
+            c1.L = (lo + hi) / 2;
+            if (fits(&c1, host_limit, nvme_limit, &p)) lo = c1.L;
+            else hi = c1.L;
+        }
+        c1.L = lo;
+        fits(&c1, host_limit, nvme_limit, &p);
+        model_t m;
+        model_init(&m, &c1);
+        size_t np = m.num_params;
+        model_free(&m);
+        printf("%-8s %8d %13.2fB %12s %12s %12s\n", widths[w], lo, np / 1e9,
+               format_bytes(a, sizeof a, p.params_bytes + p.grads_bytes + p.optim_bytes),
+               format_bytes(b, sizeof b, p.ram_needed), format_bytes(c, sizeof c, p.nvme_bytes));
+        if (np > best_params) { best_params = np; best = c1; }
+    }
+    if (!best_params) {
+        printf("no model fits these limits\n");
+        printf("{\"bench\":\"capacity\",\"params\":0}\n");
+        return 1;
+    }
+    model_t m;
+    model_init(&m, &best);
+    plan_t p;
+    plan_compute(&best, &m, NULL, &p);
+    uint64_t states = p.params_bytes + p.grads_bytes + p.optim_bytes;
+    printf("\nlargest: %s width, %d layers: %.3fB parameters, states %s = %.2f x RAM (%s available)\n", best.preset,
+           best.L, m.num_params / 1e9, format_bytes(a, sizeof a, states), (double)states / (double)ram,
+           format_bytes(b, sizeof b, ram));
+    model_free(&m);
+    printf("training 2 steps of it (init writes the NVMe states first) ...\n");
+    fflush(stdout);
+    bench_run_t r;
+    char err[768];
+    if (bench_run_steps(&best, 2, &r, err, sizeof err) != 0) {
+        printf("failed: %s\n", err);
+        printf("{\"bench\":\"capacity\",\"params\":%zu,\"state_bytes\":%llu,\"ram_bytes\":%llu,\"error\":\"run failed\"}\n",
+               best_params, (unsigned long long)states, (unsigned long long)ram);
+        return 1;
+    }
+    printf("\n%-26s %s\n", "parameters", format_bytes(a, sizeof a, p.params_bytes));
+    printf("%-26s %.3fB\n", "count", r.num_params / 1e9);
+    printf("%-26s %s (peak)\n", "device arena", format_bytes(a, sizeof a, r.peak_device));
+    printf("%-26s %s\n", "host pool", format_bytes(a, sizeof a, r.host_bytes));
+    printf("%-26s %s\n", "nvme store", format_bytes(a, sizeof a, p.nvme_bytes));
+    printf("%-26s %.1f s\n", "init (first touch + writes)", r.init_ms / 1e3);
+    printf("%-26s %.1f s (the second step)\n", "step", r.step_ms / 1e3);
+    printf("%-26s %s read, %s written\n", "nvme traffic", format_bytes(a, sizeof a, r.nvme_read),
+           format_bytes(b, sizeof b, r.nvme_write));
+    printf("%-26s %.4f -> %.4f\n", "loss", r.first_loss, r.last_loss);
+    printf("{\"bench\":\"capacity\",\"params\":%zu,\"state_bytes\":%llu,\"ram_bytes\":%llu,\"states_over_ram\":%.3f,"
+           "\"s_per_step\":%.3f,\"loss\":%.6f,\"host_bytes\":%llu,\"nvme_bytes\":%llu,\"peak_device_bytes\":%llu}\n",
+           r.num_params, (unsigned long long)states, (unsigned long long)ram, (double)states / (double)ram,
+           r.step_ms / 1e3, r.last_loss, (unsigned long long)r.host_bytes, (unsigned long long)p.nvme_bytes,
+           (unsigned long long)r.peak_device);
+    return 0;
+}

@@ -1,0 +1,87 @@
+// bench_run.c — runs a few real training steps of a configuration for the benches that
+// measure whole steps (overlap, capacity): the trainer exactly as `train` builds it, the
+// synthetic corpus, no evaluation. Reports the median step time after the first (warm-up)
+// step and what the tiers held and moved.
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "bench.h"
+#include "data.h"
+#include "step.h"
+#include "util.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int bench_run_steps(const config_t *cfg, int steps, bench_run_t *r, char *err, size_t errlen) {
+    memset(r, 0, sizeof *r);
+    data_t *data = NULL;
+    int rc = data_open(&data, cfg, err, errlen);
+    if (rc != 0) return rc;
+    trainer_t tr;
+    double t0 = now_ms();
+    rc = trainer_init(&tr, cfg, err, errlen);
+    r->init_ms = now_ms() - t0;
+    if (rc != 0) {
+        trainer_free(&tr);
+        data_free(data);
+        return rc;
+    }
+    size_t n = (size_t)tr.N * (size_t)cfg->accum;
+    int *inputs = malloc(n * sizeof(int)), *targets = malloc(n * sizeof(int));
+    double *ms = malloc((size_t)steps * sizeof(double));
+    if (!inputs || !targets || !ms) {
+        snprintf(err, errlen, "out of memory for the bench's batches");
+        rc = -ENOMEM;
+        goto out;
+    }
+    const float dscale = 1.0f / ((float)tr.N * (float)cfg->accum);
+    for (int step = 1; step <= steps && rc == 0; step++) {
+        double s0 = now_ms();
+        for (int mb = 0; mb < cfg->accum; mb++)
+            data_next(data, DATA_TRAIN, inputs + (size_t)mb * tr.N, targets + (size_t)mb * tr.N);
+        double loss = trainer_step_fb(&tr, inputs, targets, cfg->accum, dscale);
+        if (tr.fault[0]) {
+            snprintf(err, errlen, "step %d: %s", step, tr.fault);
+            rc = -EIO;
+            break;
+        }
+        double norm = trainer_grad_norm(&tr);
+        float scale = cfg->clip > 0 && norm > cfg->clip ? (float)(cfg->clip / (norm + 1e-6)) : 1.0f;
+        rc = trainer_optimizer_step(&tr, step, lr_schedule(cfg, step), scale, err, errlen);
+        ms[step - 1] = now_ms() - s0;
+        if (step == 1) r->first_loss = loss;
+        r->last_loss = loss;
+    }
+    if (rc == 0) rc = trainer_optimizer_wait(&tr, err, errlen);
+    if (rc == 0) {
+        int k = steps > 1 ? steps - 1 : 1;
+        double *timed = steps > 1 ? ms + 1 : ms;
+        qsort(timed, (size_t)k, sizeof *timed, cmp_double);
+        r->step_ms = k % 2 ? timed[k / 2] : 0.5 * (timed[k / 2 - 1] + timed[k / 2]);
+        r->hash = trainer_params_hash(&tr);
+        r->peak_device = tr.be.peak;
+        r->host_bytes = tr.host_bytes;
+        r->nvme_read = tr.stats.nvme_read_bytes;
+        r->nvme_write = tr.stats.nvme_write_bytes;
+        r->h2d = tr.stats.h2d_bytes;
+        r->d2h = tr.stats.d2h_bytes;
+        r->num_params = tr.model.num_params;
+        if (tr.sched) {
+            sched_stats_t st;
+            sched_stats(tr.sched, &st);
+            r->fetch_wait_ms = st.wait_ms;
+        }
+        r->opt_nvme_wait_ms = tr.stats.opt_nvme_wait_ms;
+    }
+out:
+    free(inputs);
+    free(targets);
+    free(ms);
+    trainer_free(&tr);
+    data_free(data);
+    return rc;
+}

@@ -1,0 +1,323 @@
+// profile.c — the calibration profile behind profile.h: defaults, where it lives, reading it
+// back (through json.h, strictly: every rate present, a finite number > 0, version 1) and
+// writing it atomically. Does not measure anything (bench/bench_calibrate.c does) or print:
+// problems go back as one line in err, without the "tiertrain: " prefix.
+// Called by plan.c, train.c, bench/bench_calibrate.c.
+#include "profile.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "json.h"
+
+#define PROFILE_VERSION 1
+#define PROFILE_MAX_BYTES 65536 // a written profile is ~300 bytes; anything this big is not one
+#define REMAKE "run tiertrain bench calibrate to remake it"
+
+// The rates, by key, in file order: one table drives load, save and validation.
+typedef struct {
+    const char *key;
+    size_t off;
+} rate_key_t;
+static const rate_key_t RATES[] = {
+    {"gemm_flops", offsetof(profile_t, gemm_flops)},
+    {"h2d_Bps", offsetof(profile_t, h2d_Bps)},
+    {"d2h_Bps", offsetof(profile_t, d2h_Bps)},
+    {"nvme_read_Bps", offsetof(profile_t, nvme_read_Bps)},
+    {"nvme_write_Bps", offsetof(profile_t, nvme_write_Bps)},
+    {"adam_params_per_s", offsetof(profile_t, adam_params_per_s)},
+};
+#define NRATES ((int)(sizeof RATES / sizeof RATES[0]))
+
+static double *rate_at(profile_t *p, int i) { return (double *)((char *)p + RATES[i].off); }
+static double rate_get(const profile_t *p, int i) { return *(const double *)((const char *)p + RATES[i].off); }
+
+void profile_defaults(profile_t *p) {
+    memset(p, 0, sizeof *p);
+    p->gemm_flops = 40e9;         // a 2-core AVX2 box through OpenBLAS, with room to spare
+    p->h2d_Bps = 4e9;             // a memcpy on that box; well under any PCIe link
+    p->d2h_Bps = 4e9;
+    p->nvme_read_Bps = 0.5e9;     // a slow virtual disk
+    p->nvme_write_Bps = 0.5e9;
+    p->adam_params_per_s = 2e8;   // ~6 GB/s of memory at 30 B per parameter
+    snprintf(p->backend, sizeof p->backend, "cpu");
+    p->threads = 0;
+    snprintf(p->source, sizeof p->source, "defaults");
+    p->measured = 0;
+}
+
+// ---------------------------------------------------------------- where it lives
+
+// Writes "<dir><rest>" into buf; "" when it does not fit (profile_load/save then refuse it).
+static const char *join(char *buf, size_t len, const char *dir, const char *rest) {
+    int n = snprintf(buf, len, "%s%s", dir, rest);
+    if (n < 0 || (size_t)n >= len) buf[0] = 0;
+    return buf;
+}
+
+const char *profile_path(const config_t *cfg, char *buf, size_t len) {
+    if (len == 0) return buf;
+    if (cfg && cfg->profile_path[0]) return join(buf, len, cfg->profile_path, "");
+    // XDG Base Directory: a relative $XDG_CACHE_HOME is invalid and ignored.
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    if (xdg && xdg[0] == '/') return join(buf, len, xdg, "/tiertrain/profile.json");
+    const char *home = getenv("HOME");
+    if (home && home[0]) return join(buf, len, home, "/.cache/tiertrain/profile.json");
+    return join(buf, len, "./tiertrain-profile.json", "");
+}
+
+// ---------------------------------------------------------------- reading
+
+// Reads the whole file (at most PROFILE_MAX_BYTES) into a malloc'd buffer.
+static int slurp(const char *path, char **out, size_t *outlen, char *err, size_t errlen) {
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        if (e != ENOENT)
+            snprintf(err, errlen, "profile %s: cannot open: %s (fix its permissions, or pass --profile FILE)", path, strerror(e));
+        return -e;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "profile %s: cannot stat: %s", path, strerror(e));
+        close(fd);
+        return -e;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_size > PROFILE_MAX_BYTES) {
+        int e = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+        snprintf(err, errlen, "profile %s: %s (%s)", path,
+                 S_ISDIR(st.st_mode) ? "is a directory" : !S_ISREG(st.st_mode) ? "not a regular file" : "too large to be a profile",
+                 REMAKE);
+        close(fd);
+        return -e;
+    }
+    size_t cap = (size_t)st.st_size, len = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) {
+        close(fd);
+        snprintf(err, errlen, "profile %s: out of memory", path);
+        return -ENOMEM;
+    }
+    for (;;) {
+        if (len == cap) { // the file grew since fstat: one more byte says so
+            char extra;
+            ssize_t r = read(fd, &extra, 1);
+            if (r < 0 && errno == EINTR) continue;
+            if (r != 0) {
+                snprintf(err, errlen, "profile %s: changed while being read (%s)", path, REMAKE);
+                free(buf);
+                close(fd);
+                return -EINVAL;
+            }
+            break;
+        }
+        ssize_t r = read(fd, buf + len, cap - len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            int e = errno;
+            snprintf(err, errlen, "profile %s: read failed: %s", path, strerror(e));
+            free(buf);
+            close(fd);
+            return -e;
+        }
+        if (r == 0) break;
+        len += (size_t)r;
+    }
+    close(fd);
+    buf[len] = 0;
+    *out = buf;
+    *outlen = len;
+    return 0;
+}
+
+// Fills p from the parsed document; 0 or -EINVAL with a message (without the remake hint).
+static int from_json(profile_t *p, const json_t *root, char *err, size_t errlen) {
+    int64_t version = 0, threads = 0;
+    const char *s = NULL;
+    int rc;
+    if ((rc = json_get_int64(root, "version", INT64_MIN, INT64_MAX, &version, err, errlen)) != 0) return rc;
+    if (version != PROFILE_VERSION) {
+        const json_t *v = json_get(root, "version");
+        snprintf(err, errlen, "%s: key 'version' at byte %zu: version %" PRId64 " is not one this tiertrain reads (accepted: %d)",
+                 root->doc, v->at, version, PROFILE_VERSION);
+        return -EINVAL;
+    }
+    for (int i = 0; i < NRATES; i++) {
+        double x = 0;
+        if ((rc = json_get_double(root, RATES[i].key, &x, err, errlen)) != 0) return rc;
+        if (!isfinite(x) || !(x > 0)) { // the parser already refuses non-finite numbers: belt and braces
+            const json_t *v = json_get(root, RATES[i].key);
+            snprintf(err, errlen, "%s: key '%s' at byte %zu: %.40s is not a rate (accepted: a number > 0)", root->doc,
+                     RATES[i].key, v->at, v->s);
+            return -EINVAL;
+        }
+        *rate_at(p, i) = x;
+    }
+    // The rest describes how it was measured: optional, checked when present.
+    if (json_get(root, "backend")) {
+        if ((rc = json_get_string(root, "backend", &s, err, errlen)) != 0) return rc;
+        if (s[0] == 0 || strlen(s) >= sizeof p->backend) {
+            snprintf(err, errlen, "%s: key 'backend' at byte %zu: \"%.40s\" is not a backend name (accepted: cpu, cuda)",
+                     root->doc, json_get(root, "backend")->at, s);
+            return -EINVAL;
+        }
+        snprintf(p->backend, sizeof p->backend, "%s", s);
+    }
+    if (json_get(root, "threads")) {
+        if ((rc = json_get_int64(root, "threads", 0, 1 << 20, &threads, err, errlen)) != 0) return rc;
+        p->threads = (int)threads;
+    }
+    if (json_get(root, "measured_at") && (rc = json_get_string(root, "measured_at", &s, err, errlen)) != 0) return rc;
+    return 0;
+}
+
+int profile_load(profile_t *p, const char *path, char *err, size_t errlen) {
+    profile_defaults(p);
+    if (errlen) err[0] = 0;
+    if (!path || !path[0]) {
+        snprintf(err, errlen, "profile path is empty or too long ($XDG_CACHE_HOME or $HOME is too long): pass --profile FILE");
+        return -ENAMETOOLONG;
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = slurp(path, &buf, &len, err, errlen);
+    if (rc) return rc;
+    char doc[TT_PATH_MAX + 16]; // the document's name in json.h's messages; outlives the tree
+    snprintf(doc, sizeof doc, "profile %s", path);
+    json_limits_t lim = {.max_depth = 8, .max_bytes = PROFILE_MAX_BYTES, .max_values = 1024};
+    json_t *root = NULL;
+    char msg[1024];
+    rc = json_parse(buf, len, doc, &lim, &root, msg, sizeof msg);
+    if (rc == 0) rc = from_json(p, root, msg, sizeof msg);
+    json_free(root);
+    free(buf);
+    if (rc) {
+        snprintf(err, errlen, "%s (%s)", msg, REMAKE);
+        profile_defaults(p);
+        return rc;
+    }
+    snprintf(p->source, sizeof p->source, "%s", path);
+    p->measured = 1;
+    return 0;
+}
+
+// ---------------------------------------------------------------- writing
+
+// mkdir -p of path's parent folder (0700, as XDG asks of cache folders it creates).
+static int mkdir_parents(const char *path, char *err, size_t errlen) {
+    char dir[TT_PATH_MAX];
+    int n = snprintf(dir, sizeof dir, "%s", path);
+    if (n < 0 || (size_t)n >= sizeof dir) {
+        snprintf(err, errlen, "profile %.200s...: path too long (pass a shorter --profile)", path);
+        return -ENAMETOOLONG;
+    }
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir) return 0; // the current folder, or /
+    *slash = 0;
+    for (char *q = dir + 1;; q++) {
+        if (*q != '/' && *q != 0) continue;
+        char c = *q;
+        *q = 0;
+        if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+            int e = errno;
+            snprintf(err, errlen, "profile %s: cannot create folder %s: %s (pass --profile FILE somewhere writable)", path, dir,
+                     strerror(e));
+            return -e;
+        }
+        *q = c;
+        if (c == 0) break;
+    }
+    return 0;
+}
+
+// The file's text; -EINVAL when a rate cannot be written as JSON (not finite, ≤ 0).
+static int write_json(FILE *f, const profile_t *p) {
+    char when[32] = "";
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    fprintf(f, "{\n  \"version\": %d,\n", PROFILE_VERSION);
+    for (int i = 0; i < NRATES; i++) fprintf(f, "  \"%s\": %.17g,\n", RATES[i].key, rate_get(p, i)); // %.17g: exact
+    fprintf(f, "  \"backend\": ");
+    int rc = json_fput_string(f, p->backend[0] ? p->backend : "cpu");
+    fprintf(f, ",\n  \"threads\": %d,\n  \"measured_at\": \"%s\"\n}\n", p->threads, when);
+    return rc;
+}
+
+int profile_save(const profile_t *p, const char *path, char *err, size_t errlen) {
+    if (errlen) err[0] = 0;
+    if (!path || !path[0]) {
+        snprintf(err, errlen, "profile path is empty or too long ($XDG_CACHE_HOME or $HOME is too long): pass --profile FILE");
+        return -ENAMETOOLONG;
+    }
+    for (int i = 0; i < NRATES; i++) {
+        double x = rate_get(p, i);
+        if (!isfinite(x) || !(x > 0)) {
+            snprintf(err, errlen, "profile %s: %s = %g is not a rate (a measurement failed: rerun tiertrain bench calibrate)", path,
+                     RATES[i].key, x);
+            return -EINVAL;
+        }
+    }
+    if (p->threads < 0) {
+        snprintf(err, errlen, "profile %s: threads = %d is negative (a bug in the caller)", path, p->threads);
+        return -EINVAL;
+    }
+    int rc = mkdir_parents(path, err, errlen);
+    if (rc) return rc;
+
+    char tmp[TT_PATH_MAX + 16], dir[TT_PATH_MAX];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= sizeof tmp) {
+        snprintf(err, errlen, "profile %.200s...: path too long (pass a shorter --profile)", path);
+        return -ENAMETOOLONG;
+    }
+    int fd = mkstemp(tmp); // in the same folder, so rename is atomic
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "profile %s: cannot create %s: %s (pass --profile FILE somewhere writable)", path, tmp, strerror(e));
+        return -e;
+    }
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        snprintf(err, errlen, "profile %s: %s", path, strerror(e));
+        return -e;
+    }
+    const char *step = "write";
+    rc = write_json(f, p);
+    if (rc == 0 && (fflush(f) != 0 || ferror(f))) rc = -(errno ? errno : EIO);
+    if (rc == 0 && fchmod(fd, 0644) != 0) rc = -errno, step = "chmod";
+    if (rc == 0 && fsync(fd) != 0) rc = -errno, step = "fsync";
+    if (fclose(f) != 0 && rc == 0) rc = -(errno ? errno : EIO), step = "close";
+    if (rc == 0 && rename(tmp, path) != 0) rc = -errno, step = "rename";
+    if (rc) {
+        unlink(tmp);
+        snprintf(err, errlen, "profile %s: %s failed: %s (check the disk and the folder's permissions)", path, step, strerror(-rc));
+        return rc;
+    }
+    // Make the rename itself durable: fsync the folder.
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd) != 0) {
+        int e = errno;
+        if (dfd >= 0) close(dfd);
+        snprintf(err, errlen, "profile %s: fsync of folder %s failed: %s (the file is written but may not survive a crash)", path, dir,
+                 strerror(e));
+        return -e;
+    }
+    close(dfd);
+    return 0;
+}

@@ -1,0 +1,411 @@
+// test_profile.c — the calibration profile (src/profile.h) and `tiertrain bench calibrate`:
+// the defaults; save → load gives back every rate bit for bit; a missing file is -ENOENT
+// with the defaults; every malformed-file class (not JSON, missing key, a rate ≤ 0 or not
+// finite, wrong version, wrong type) is -EINVAL with its exact one-line message and the
+// defaults; the default path's precedence (--profile, $XDG_CACHE_HOME, $HOME, ./); and one
+// end-to-end calibration through the binary at --size 64M whose profile loads back.
+// The end-to-end case needs O_DIRECT in $TMPDIR: without it that case is left out and,
+// if everything else passed, the suite exits 77 (skip) rather than pretend.
+#include <check.h>
+#include <errno.h>
+#include <float.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "io.h"      // uses: nvme_dir_direct_ok
+#include "json.h"    // uses: json_parse (the calibrate JSON line)
+#include "profile.h"
+#include "testutil.h"
+
+#define REMAKE " (run tiertrain bench calibrate to remake it)"
+
+// Per-run scratch directory: made in the parent before Check forks each test, removed after.
+static char *tmp;
+static config_t cfg0; // zeroed: --profile unset
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f != NULL, "cannot write %s", path);
+    ck_assert_int_eq(fputs(text, f) >= 0, 1);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static void assert_defaults(const profile_t *p) {
+    ck_assert(p->gemm_flops == 40e9);
+    ck_assert(p->h2d_Bps == 4e9);
+    ck_assert(p->d2h_Bps == 4e9);
+    ck_assert(p->nvme_read_Bps == 0.5e9);
+    ck_assert(p->nvme_write_Bps == 0.5e9);
+    ck_assert(p->adam_params_per_s == 2e8);
+    ck_assert_str_eq(p->backend, "cpu");
+    ck_assert_int_eq(p->threads, 0);
+    ck_assert_str_eq(p->source, "defaults");
+    ck_assert_int_eq(p->measured, 0);
+}
+
+// Lists dir (names, one a line, sorted by ls) into a malloc'd string.
+static char *list_dir(const char *dir) {
+    char *argv[] = {"/bin/ls", "-A", (char *)dir, NULL};
+    char *out = NULL, *err = NULL;
+    ck_assert_int_eq(tu_run(argv, NULL, &out, &err), 0);
+    free(err);
+    return out;
+}
+
+// ---------------------------------------------------------------- core
+
+START_TEST(test_defaults) {
+    profile_t p;
+    memset(&p, 0x5a, sizeof p);
+    profile_defaults(&p);
+    assert_defaults(&p);
+}
+END_TEST
+
+// Rates chosen to need all 17 significant digits (a third, a seventh, one ulp above a round
+// number), the largest and the smallest normal double, and a round one.
+START_TEST(test_roundtrip_exact) {
+    profile_t p, q;
+    profile_defaults(&p);
+    p.gemm_flops = 1e11 / 3.0;
+    p.h2d_Bps = nextafter(25e9, INFINITY);
+    p.d2h_Bps = 24.999999999e9 / 7.0;
+    p.nvme_read_Bps = DBL_MAX;
+    p.nvme_write_Bps = DBL_MIN;
+    p.adam_params_per_s = 6e8;
+    snprintf(p.backend, sizeof p.backend, "cuda");
+    p.threads = 17;
+    char path[4200], dir[4000], err[1024];
+    // Three folders that do not exist yet: save makes them.
+    snprintf(dir, sizeof dir, "%s/rt/a/b", tmp);
+    snprintf(path, sizeof path, "%s/profile.json", dir);
+    ck_assert_msg(profile_save(&p, path, err, sizeof err) == 0, "%s", err);
+    int rc = profile_load(&q, path, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s", err);
+    const double *a[] = {&p.gemm_flops, &p.h2d_Bps, &p.d2h_Bps, &p.nvme_read_Bps, &p.nvme_write_Bps, &p.adam_params_per_s};
+    const double *b[] = {&q.gemm_flops, &q.h2d_Bps, &q.d2h_Bps, &q.nvme_read_Bps, &q.nvme_write_Bps, &q.adam_params_per_s};
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(memcmp(a[i], b[i], sizeof(double)) == 0, "rate %d: saved %.17g, loaded %.17g", i, *a[i], *b[i]);
+    ck_assert_str_eq(q.backend, "cuda");
+    ck_assert_int_eq(q.threads, 17);
+    ck_assert_str_eq(q.source, path);
+    ck_assert_int_eq(q.measured, 1);
+
+    // The file names every key, with an ISO date.
+    char *text = tu_slurp(path);
+    ck_assert_ptr_nonnull(text);
+    static const char *const keys[] = {"\"version\": 1,", "\"gemm_flops\": ", "\"h2d_Bps\": ", "\"d2h_Bps\": ",
+                                       "\"nvme_read_Bps\": ", "\"nvme_write_Bps\": ", "\"adam_params_per_s\": ",
+                                       "\"backend\": \"cuda\"", "\"threads\": 17", "\"measured_at\": \"20"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) ck_assert_msg(strstr(text, keys[i]), "no %s in\n%s", keys[i], text);
+    const char *date = strstr(text, "\"measured_at\": \"") + strlen("\"measured_at\": \"");
+    ck_assert_msg(strlen(date) >= 21 && date[4] == '-' && date[7] == '-' && date[10] == 'T' && date[13] == ':' && date[19] == 'Z',
+                  "measured_at is not an ISO date: %s", date);
+    free(text);
+    // Overwriting an existing profile works the same way, and no temporary file stays.
+    p.threads = 3;
+    ck_assert_msg(profile_save(&p, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(profile_load(&q, path, err, sizeof err), 0);
+    ck_assert_int_eq(q.threads, 3);
+    char *names = list_dir(dir);
+    ck_assert_str_eq(names, "profile.json\n");
+    free(names);
+}
+END_TEST
+
+START_TEST(test_missing_file) {
+    profile_t p;
+    char path[4200], err[256] = "x";
+    snprintf(path, sizeof path, "%s/nothing/here.json", tmp);
+    ck_assert_int_eq(profile_load(&p, path, err, sizeof err), -ENOENT);
+    ck_assert_str_eq(err, ""); // no message: callers say "defaults" themselves
+    assert_defaults(&p);
+}
+END_TEST
+
+START_TEST(test_unreadable) {
+    profile_t p;
+    char err[1024], want[1400];
+    // A folder where the file should be.
+    ck_assert_int_eq(profile_load(&p, tmp, err, sizeof err), -EISDIR);
+    snprintf(want, sizeof want, "profile %s: is a directory" REMAKE, tmp);
+    ck_assert_str_eq(err, want);
+    assert_defaults(&p);
+    // An empty path (profile_path's answer when the default one does not fit).
+    ck_assert_int_eq(profile_load(&p, "", err, sizeof err), -ENAMETOOLONG);
+    ck_assert_str_eq(err, "profile path is empty or too long ($XDG_CACHE_HOME or $HOME is too long): pass --profile FILE");
+    assert_defaults(&p);
+}
+END_TEST
+
+// Save refuses what it could not read back, and leaves nothing.
+START_TEST(test_save_refuses_bad_rates) {
+    profile_t p;
+    char path[4200], err[1024], want[9000];
+    snprintf(path, sizeof path, "%s/refused.json", tmp);
+    profile_defaults(&p);
+    p.nvme_write_Bps = NAN;
+    ck_assert_int_eq(profile_save(&p, path, err, sizeof err), -EINVAL);
+    snprintf(want, sizeof want, "profile %s: nvme_write_Bps = nan is not a rate (a measurement failed: rerun tiertrain bench calibrate)",
+             path);
+    ck_assert_str_eq(err, want);
+    profile_defaults(&p);
+    p.gemm_flops = 0;
+    ck_assert_int_eq(profile_save(&p, path, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(access(path, F_OK), -1);
+    // A parent that is a file, not a folder.
+    char blocker[4200], under[4400];
+    snprintf(blocker, sizeof blocker, "%s/blocker", tmp);
+    write_file(blocker, "x");
+    snprintf(under, sizeof under, "%s/sub/p.json", blocker);
+    profile_defaults(&p);
+    ck_assert_int_eq(profile_save(&p, under, err, sizeof err), -ENOTDIR);
+    snprintf(want, sizeof want, "profile %s: cannot create folder %s/sub: Not a directory (pass --profile FILE somewhere writable)",
+             under, blocker);
+    ck_assert_str_eq(err, want);
+}
+END_TEST
+
+// ---------------------------------------------------------------- malformed files
+
+// A valid profile on one line with one key's value replaced (value NULL: the key left out).
+static const char *const KEYS[] = {"version", "gemm_flops", "h2d_Bps", "d2h_Bps", "nvme_read_Bps", "nvme_write_Bps",
+                                   "adam_params_per_s", "backend", "threads", "measured_at"};
+static const char *const VALUES[] = {"1", "4.5e10", "4e9", "4e9", "2e9", "2e9", "6e8", "\"cpu\"", "2", "\"2025-01-01T00:00:00Z\""};
+#define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
+
+static void doc_with(char *buf, size_t len, const char *key, const char *value) {
+    size_t n = (size_t)snprintf(buf, len, "{");
+    int first = 1;
+    for (int i = 0; i < NKEYS; i++) {
+        const char *v = VALUES[i];
+        if (key && strcmp(key, KEYS[i]) == 0) {
+            if (!value) continue;
+            v = value;
+        }
+        n += (size_t)snprintf(buf + n, len - n, "%s\"%s\": %s", first ? "" : ", ", KEYS[i], v);
+        first = 0;
+    }
+    snprintf(buf + n, len - n, "}\n");
+}
+
+// Byte offset of key's value in doc (where json.h's messages point).
+static size_t value_at(const char *doc, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *s = strstr(doc, pat);
+    ck_assert_ptr_nonnull(s);
+    return (size_t)(s - doc) + strlen(pat);
+}
+
+typedef struct {
+    const char *what;
+    const char *text;   // whole file, or NULL: doc_with(key, value)
+    const char *key, *value;
+    const char *want;   // the message after "profile PATH: "; "%zu" = the value's byte offset
+} bad_case_t;
+
+static const bad_case_t BAD[] = {
+    {"not JSON", "hello\n", NULL, NULL, "byte 0: expected a value, got 'h'"},
+    {"empty file", "", NULL, NULL, "byte 0: expected a value, got end of input"},
+    {"cut short", "{\"version\": 1, \"gemm_flops\": 4", NULL, NULL, "byte 30: expected ',' or '}', got end of input"},
+    {"not an object", "[1, 2]", NULL, NULL, "the value at byte 0: expected an object holding key 'version', got an array"},
+    {"duplicate key", "{\"version\": 1, \"version\": 1}", NULL, NULL, "byte 15: duplicate key \"version\" (first at byte 1)"},
+    {"missing rate", NULL, "adam_params_per_s", NULL, "missing key 'adam_params_per_s' in the object at byte 0"},
+    {"missing version", NULL, "version", NULL, "missing key 'version' in the object at byte 0"},
+    {"negative rate", NULL, "gemm_flops", "-4.5e10", "key 'gemm_flops' at byte %zu: -4.5e10 is not a rate (accepted: a number > 0)"},
+    {"zero rate", NULL, "h2d_Bps", "0", "key 'h2d_Bps' at byte %zu: 0 is not a rate (accepted: a number > 0)"},
+    {"negative zero", NULL, "d2h_Bps", "-0.0", "key 'd2h_Bps' at byte %zu: -0.0 is not a rate (accepted: a number > 0)"},
+    // Non-finite numbers cannot be written in JSON: the reader refuses them where they stand.
+    {"overflowing rate", NULL, "nvme_read_Bps", "1e999", "byte %zu: number 1e999 is too large for a double"},
+    {"NaN rate", NULL, "nvme_write_Bps", "NaN", "byte %zu: expected a value, got 'N'"},
+    {"Infinity rate", NULL, "nvme_write_Bps", "Infinity", "byte %zu: expected a value, got 'I'"},
+    {"wrong version", NULL, "version", "2", "key 'version' at byte %zu: version 2 is not one this tiertrain reads (accepted: 1)"},
+    {"version 0", NULL, "version", "0", "key 'version' at byte %zu: version 0 is not one this tiertrain reads (accepted: 1)"},
+    {"version as text", NULL, "version", "\"1\"", "key 'version' at byte %zu: expected an integer, got a string"},
+    {"fractional version", NULL, "version", "1.5", "key 'version' at byte %zu: expected an integer, got 1.5"},
+    {"rate as text", NULL, "d2h_Bps", "\"4e9\"", "key 'd2h_Bps' at byte %zu: expected a number, got a string"},
+    {"rate null", NULL, "adam_params_per_s", "null", "key 'adam_params_per_s' at byte %zu: expected a number, got null"},
+    {"rate as array", NULL, "gemm_flops", "[4e10]", "key 'gemm_flops' at byte %zu: expected a number, got an array"},
+    {"backend as number", NULL, "backend", "5", "key 'backend' at byte %zu: expected a string, got a number"},
+    {"backend too long", NULL, "backend", "\"a-very-long-backend\"",
+     "key 'backend' at byte %zu: \"a-very-long-backend\" is not a backend name (accepted: cpu, cuda)"},
+    {"threads fractional", NULL, "threads", "2.5", "key 'threads' at byte %zu: expected an integer, got 2.5"},
+    {"threads negative", NULL, "threads", "-1", "key 'threads' at byte %zu: -1 is out of range (accepted: 0..1048576)"},
+    {"date as number", NULL, "measured_at", "20250101", "key 'measured_at' at byte %zu: expected a string, got a number"},
+};
+#define NBAD ((int)(sizeof BAD / sizeof BAD[0]))
+
+START_TEST(test_malformed) {
+    const bad_case_t *c = &BAD[_i];
+    char doc[1024], path[4200], tail[512], want[6000], err[1024];
+    if (c->text) snprintf(doc, sizeof doc, "%s", c->text);
+    else doc_with(doc, sizeof doc, c->key, c->value);
+    snprintf(path, sizeof path, "%s/bad-%d.json", tmp, _i);
+    write_file(path, doc);
+    // "%zu" in want stands for the byte offset of the changed value, found in the text.
+    if (strstr(c->want, "%zu")) snprintf(tail, sizeof tail, c->want, value_at(doc, c->key));
+    else snprintf(tail, sizeof tail, "%s", c->want);
+    snprintf(want, sizeof want, "profile %s: %s" REMAKE, path, tail);
+    profile_t p;
+    memset(&p, 0x5a, sizeof p);
+    int rc = profile_load(&p, path, err, sizeof err);
+    ck_assert_msg(rc == -EINVAL, "%s: rc %d (%s)", c->what, rc, err);
+    ck_assert_msg(strcmp(err, want) == 0, "%s:\n got  %s\n want %s", c->what, err, want);
+    ck_assert_msg(strchr(err, '\n') == NULL, "%s: more than one line", c->what);
+    assert_defaults(&p);
+}
+END_TEST
+
+// The baseline the malformed cases start from loads (so each failure above is its one
+// change); the optional keys may be left out and unknown keys are ignored.
+START_TEST(test_baseline_loads) {
+    char doc[1024], path[4200], err[1024];
+    doc_with(doc, sizeof doc, NULL, NULL);
+    snprintf(path, sizeof path, "%s/good.json", tmp);
+    write_file(path, doc);
+    profile_t p;
+    ck_assert_msg(profile_load(&p, path, err, sizeof err) == 0, "%s", err);
+    ck_assert(p.gemm_flops == 4.5e10 && p.h2d_Bps == 4e9 && p.d2h_Bps == 4e9 && p.nvme_read_Bps == 2e9 &&
+              p.nvme_write_Bps == 2e9 && p.adam_params_per_s == 6e8);
+    ck_assert_int_eq(p.threads, 2);
+    ck_assert_int_eq(p.measured, 1);
+    write_file(path, "{\"version\": 1, \"gemm_flops\": 1, \"h2d_Bps\": 2, \"d2h_Bps\": 3, \"nvme_read_Bps\": 4, "
+                     "\"nvme_write_Bps\": 5, \"adam_params_per_s\": 6, \"future\": [1, {\"x\": null}]}");
+    ck_assert_msg(profile_load(&p, path, err, sizeof err) == 0, "%s", err);
+    ck_assert(p.gemm_flops == 1 && p.adam_params_per_s == 6);
+    ck_assert_str_eq(p.backend, "cpu");
+    ck_assert_int_eq(p.threads, 0);
+}
+END_TEST
+
+// ---------------------------------------------------------------- the default path
+
+START_TEST(test_path_precedence) {
+    char buf[4200];
+    static config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    setenv("XDG_CACHE_HOME", "/x/cache", 1);
+    setenv("HOME", "/home/u", 1);
+    snprintf(cfg.profile_path, sizeof cfg.profile_path, "/my/p.json");
+    ck_assert_str_eq(profile_path(&cfg, buf, sizeof buf), "/my/p.json"); // --profile wins
+    ck_assert_str_eq(profile_path(&cfg0, buf, sizeof buf), "/x/cache/tiertrain/profile.json");
+    setenv("XDG_CACHE_HOME", "relative/cache", 1); // invalid per the XDG spec: ignored
+    ck_assert_str_eq(profile_path(&cfg0, buf, sizeof buf), "/home/u/.cache/tiertrain/profile.json");
+    setenv("XDG_CACHE_HOME", "", 1);
+    ck_assert_str_eq(profile_path(&cfg0, buf, sizeof buf), "/home/u/.cache/tiertrain/profile.json");
+    unsetenv("XDG_CACHE_HOME");
+    ck_assert_str_eq(profile_path(&cfg0, buf, sizeof buf), "/home/u/.cache/tiertrain/profile.json");
+    unsetenv("HOME");
+    ck_assert_str_eq(profile_path(&cfg0, buf, sizeof buf), "./tiertrain-profile.json");
+    ck_assert_str_eq(profile_path(&cfg, buf, sizeof buf), "/my/p.json");
+    // Too long for the buffer: "" (load and save then say so), never a cut path.
+    setenv("HOME", "/a/very/long/home", 1);
+    char small[16];
+    ck_assert_str_eq(profile_path(&cfg0, small, sizeof small), "");
+}
+END_TEST
+
+// ---------------------------------------------------------------- end to end
+
+START_TEST(test_calibrate_e2e) {
+    char path[4200], nvme[4200], size[] = "64M";
+    snprintf(path, sizeof path, "%s/e2e/p.json", tmp);
+    snprintf(nvme, sizeof nvme, "%s/nvme", tmp);
+    ck_assert_int_eq(mkdir(nvme, 0700), 0);
+    char *argv[] = {(char *)tu_binary(), "bench", "calibrate", "--profile", path, "--size", size, "--nvme-path", nvme, NULL};
+    char *out = NULL, *err = NULL;
+    int rc = tu_run(argv, NULL, &out, &err);
+    ck_assert_msg(rc == 0, "exit %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+    // The last line is the JSON object.
+    size_t n = strlen(out);
+    ck_assert_msg(n > 1 && out[n - 1] == '\n', "stdout does not end in a line:\n%s", out);
+    out[n - 1] = 0;
+    const char *last = strrchr(out, '\n');
+    last = last ? last + 1 : out;
+    json_t *root = NULL;
+    char jerr[512];
+    ck_assert_msg(json_parse(last, strlen(last), "last line", NULL, &root, jerr, sizeof jerr) == 0, "%s\n%s", jerr, last);
+    const char *s = NULL;
+    ck_assert_int_eq(json_get_string(root, "bench", &s, jerr, sizeof jerr), 0);
+    ck_assert_str_eq(s, "calibrate");
+    ck_assert_int_eq(json_get_string(root, "profile", &s, jerr, sizeof jerr), 0);
+    ck_assert_str_eq(s, path);
+    static const char *const rates[] = {"gemm_flops", "h2d_Bps", "d2h_Bps", "nvme_read_Bps", "nvme_write_Bps", "adam_params_per_s"};
+    for (int i = 0; i < 6; i++) {
+        double x = 0;
+        ck_assert_msg(json_get_double(root, rates[i], &x, jerr, sizeof jerr) == 0, "%s", jerr);
+        ck_assert_msg(x > 0 && isfinite(x), "%s = %g", rates[i], x);
+    }
+    json_free(root);
+    // The table has its rows; stdout says where the profile went.
+    static const char *const rows[] = {"\ngemm ", "\nh2d ", "\nd2h ", "\nnvme read ", "\nnvme write ", "\nadam "};
+    for (int i = 0; i < 6; i++) ck_assert_msg(strstr(out, rows[i]), "no row '%s' in\n%s", rows[i] + 1, out);
+    ck_assert_ptr_nonnull(strstr(out, "profile written to "));
+
+    // The written profile loads, every rate > 0, and says how it was measured.
+    profile_t p;
+    char perr[1024];
+    ck_assert_msg(profile_load(&p, path, perr, sizeof perr) == 0, "%s", perr);
+    ck_assert(p.gemm_flops > 0 && p.h2d_Bps > 0 && p.d2h_Bps > 0 && p.nvme_read_Bps > 0 && p.nvme_write_Bps > 0 &&
+              p.adam_params_per_s > 0);
+    ck_assert_str_eq(p.backend, "cpu");
+    ck_assert_int_ge(p.threads, 1);
+    ck_assert_int_eq(p.measured, 1);
+    // The store's files are gone (unlinked at init).
+    char *names = list_dir(nvme);
+    ck_assert_str_eq(names, "");
+    free(names);
+    free(out);
+    free(err);
+}
+END_TEST
+
+// ---------------------------------------------------------------- main
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+int main(void) {
+    tmp = tu_tmpdir("profile");
+    if (!tmp) { perror("test_profile: tu_tmpdir"); return 1; }
+    int direct = nvme_dir_direct_ok(tmp) == 0;
+    Suite *su = suite_create("profile");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_roundtrip_exact);
+    tcase_add_test(tc, test_missing_file);
+    tcase_add_test(tc, test_unreadable);
+    tcase_add_test(tc, test_save_refuses_bad_rates);
+    tcase_add_test(tc, test_path_precedence);
+    suite_add_tcase(su, tc);
+    tc = tcase_create("faults");
+    tcase_add_test(tc, test_baseline_loads);
+    tcase_add_loop_test(tc, test_malformed, 0, NBAD);
+    suite_add_tcase(su, tc);
+    if (direct) {
+        tc = tcase_create("calibrate");
+        tcase_set_timeout(tc, tu_sanitized() ? 300 : 120);
+        tcase_add_test(tc, test_calibrate_e2e);
+        suite_add_tcase(su, tc);
+    }
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    free(tmp);
+    if (failed) return EXIT_FAILURE;
+    if (!direct) {
+        fprintf(stderr, "test_profile: the calibrate run was skipped: %s refuses O_DIRECT (set TMPDIR to a disk folder)\n",
+                getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+        return 77;
+    }
+    return EXIT_SUCCESS;
+}
