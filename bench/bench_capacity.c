@@ -11,34 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/statvfs.h>
 #include "bench.h"
 #include "hostmem.h"
 #include "model.h"
 #include "plan.h"
 #include "util.h"
-
-// Free bytes over the --nvme-path directories, each filesystem counted once.
-static uint64_t nvme_free(const config_t *cfg) {
-    char list[TT_PATH_MAX];
-    const char *t = getenv("TMPDIR");
-    snprintf(list, sizeof list, "%s", cfg->nvme_path[0] ? cfg->nvme_path : t && *t ? t : "/tmp");
-    dev_t seen[64];
-    int nseen = 0;
-    uint64_t total = 0;
-    for (char *save = NULL, *d = strtok_r(list, ",", &save); d; d = strtok_r(NULL, ",", &save)) {
-        struct stat st;
-        struct statvfs v;
-        if (stat(d, &st) != 0 || statvfs(d, &v) != 0) continue;
-        int dup = 0;
-        for (int i = 0; i < nseen; i++) dup |= seen[i] == st.st_dev;
-        if (dup || nseen == 64) continue;
-        seen[nseen++] = st.st_dev;
-        total += (uint64_t)v.f_bavail * v.f_frsize;
-    }
-    return total;
-}
 
 static int fits(config_t *cfg, uint64_t host_limit, uint64_t nvme_limit, plan_t *p) {
     model_t m;
@@ -67,7 +44,7 @@ int bench_capacity(const config_t *cfg_in) {
     uint64_t avail = hostmem_mem_available(), ram = avail;
     uint64_t host_limit = avail / 10 * 9;
     if (cfg.host_budget && cfg.host_budget < host_limit) host_limit = cfg.host_budget;
-    uint64_t nvme_limit = nvme_free(&cfg) / 20 * 19;
+    uint64_t nvme_limit = plan_nvme_free(&cfg) / 20 * 19;
     char a[32], b[32], c[32];
     printf("limits: device %s, host %s (MemAvailable %s), nvme %s free\n",
            cfg.hbm_budget ? format_bytes(a, sizeof a, cfg.hbm_budget) : "none (the host limit)",

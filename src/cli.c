@@ -71,6 +71,7 @@ typedef struct {
 #define FIELD(f) .off = offsetof(config_t, f), .fsize = sizeof(((config_t *)0)->f)
 #define TP (CLI_CMD_TRAIN | CLI_CMD_PLAN)
 #define TPB (CLI_CMD_TRAIN | CLI_CMD_PLAN | CLI_CMD_BENCH)
+#define TPE (CLI_CMD_TRAIN | CLI_CMD_PLAN | CLI_CMD_EVAL)
 #define DIM_MAX 1048576.0
 
 static const flag_t flags[] = {
@@ -98,7 +99,7 @@ static const flag_t flags[] = {
      .group = G_MODEL, .cmds = TP,
      .help = "vocabulary size (V); >= 128 for synthetic data, >= 256 for text files"},
     {.name = "seq", .metavar = "N", .kind = FK_INT, FIELD(T), .def_show = "from --model", .lo = 1, .hi = DIM_MAX,
-     .group = G_MODEL, .cmds = TP, .help = "sequence length (T)"},
+     .group = G_MODEL, .cmds = TPE, .help = "sequence length (T)"},
     {.name = "tie", .kind = FK_SWITCH, FIELD(tie), .group = G_MODEL, .cmds = TP,
      .help = "tie the LM head to the token embedding"},
     {.name = "rope-theta", .metavar = "X", .kind = FK_DOUBLE, FIELD(rope_theta), .def = "10000",
@@ -106,13 +107,13 @@ static const flag_t flags[] = {
     {.name = "norm-eps", .metavar = "X", .kind = FK_DOUBLE, FIELD(norm_eps), .def = "1e-5",
      .lo = 0, .lo_open = 1, .hi = 1, .hi_open = 1, .group = G_MODEL, .cmds = TP, .help = "RMSNorm epsilon"},
     {.name = "precision", .metavar = "bf16|fp32", .kind = FK_ENUM, FIELD(precision), .def = "bf16",
-     .values = "bf16|fp32", .group = G_MODEL, .cmds = TP,
+     .values = "bf16|fp32", .group = G_MODEL, .cmds = TPE,
      .help = "compute precision; fp32 is the exact mode for reference checks"},
     {.name = "seed", .metavar = "N", .kind = FK_U64, FIELD(seed), .def = "1337", .group = G_MODEL, .cmds = TP,
      .help = "seed of the weight init (the synthetic corpus has its own fixed seed)"},
     // ---- data
     {.name = "data", .metavar = "SOURCE", .kind = FK_STRING, FIELD(data), .def = "synthetic",
-     .accepts = "synthetic, a text file, or an llm.c .bin token file", .group = G_DATA, .cmds = TP,
+     .accepts = "synthetic, a text file, or an llm.c .bin token file", .group = G_DATA, .cmds = TPE,
      .help = "training data: synthetic (built in), a text file (bytes are tokens) or an llm.c .bin token file"},
     {.name = "batch", .metavar = "N", .kind = FK_INT, FIELD(B), .def = "4", .lo = 1, .hi = 65536,
      .group = G_DATA, .cmds = TP, .help = "sequences per micro-batch (B)"},
@@ -144,7 +145,7 @@ static const flag_t flags[] = {
      .group = G_OPTIM, .cmds = TP, .help = "Adam epsilon"},
     // ---- run
     {.name = "device", .metavar = "auto|cpu|cuda", .kind = FK_ENUM, FIELD(device), .def = "auto",
-     .values = "auto|cpu|cuda", .group = G_RUN, .cmds = TP,
+     .values = "auto|cpu|cuda", .group = G_RUN, .cmds = TPE,
      .help = "where compute runs; auto = cuda when a GPU is usable, else cpu"},
     {.name = "params", .metavar = "device|host|nvme", .kind = FK_ENUM, FIELD(params_tier), .def = "device",
      .values = "device|host|nvme", .group = G_RUN, .cmds = TP,
@@ -177,7 +178,7 @@ static const flag_t flags[] = {
      .def_show = "~/.cache/tiertrain/profile.json", .accepts = "a file path", .group = G_RUN, .cmds = TPB,
      .help = "calibration profile (measured rates) for the plan's predicted floor; bench calibrate writes it"},
     {.name = "threads", .metavar = "N", .kind = FK_INT, FIELD(threads), .def = "0",
-     .lo = 0, .hi = 4096, .group = G_RUN, .cmds = TPB, .help = "CPU threads (0 = $OMP_NUM_THREADS when set, else all cores)"},
+     .lo = 0, .hi = 4096, .group = G_RUN, .cmds = TPB | CLI_CMD_EVAL, .help = "CPU threads (0 = $OMP_NUM_THREADS when set, else all cores)"},
     {.name = "hbm-budget", .metavar = "SIZE", .kind = FK_SIZE, FIELD(hbm_budget), .def = "none", .lo = 0,
      .hi = HUGE_VAL, .align = 1, .values = "none", .group = G_RUN, .cmds = TPB,
      .help = "device memory cap (also enforced on the cpu backend); none or 0 = no cap"},
@@ -212,6 +213,24 @@ static const flag_t flags[] = {
      .accepts = "a file path in an existing directory", .group = G_OUTPUT, .cmds = TP,
      .help = "write Chrome trace events to FILE.json (open in Perfetto or chrome://tracing): compute, "
              "parameter copies, NVMe reads and writes, optimizer"},
+    {.name = "save", .metavar = "DIR", .kind = FK_STRING, FIELD(save_dir), .def = "", .def_show = "none",
+     .accepts = "a directory (created if missing) in an existing parent", .group = G_OUTPUT, .cmds = TP,
+     .help = "save checkpoints under DIR (DIR/step-NNNNNNNN/, DIR/latest names the newest): every --save-every "
+             "steps, at the end, and on SIGINT/SIGTERM"},
+    {.name = "save-every", .metavar = "N", .kind = FK_INT, FIELD(save_every), .def = "0", .lo = 0, .hi = INT_MAX,
+     .group = G_OUTPUT, .cmds = TP, .help = "checkpoint every N steps (0 = only at the end)"},
+    {.name = "keep-last", .metavar = "K", .kind = FK_INT, FIELD(keep_last), .def = "3", .lo = 0, .hi = INT_MAX,
+     .group = G_OUTPUT, .cmds = TP, .help = "keep the newest K checkpoints under --save, remove older ones (0 = keep all)"},
+    {.name = "save-dtype", .metavar = "fp32|bf16", .kind = FK_ENUM, FIELD(save_bf16), .def = "fp32",
+     .values = "fp32|bf16", .group = G_OUTPUT, .cmds = TP,
+     .help = "dtype of model.safetensors (bf16 halves it; resume stays exact: the FP32 master then goes with the "
+             "optimizer state)"},
+    {.name = "resume", .metavar = "DIR", .kind = FK_STRING, FIELD(resume), .def = "", .def_show = "none",
+     .accepts = "a checkpoint folder, a --save directory, or DIR/latest", .group = G_OUTPUT, .cmds = TPE,
+     .help = "continue from a checkpoint (bit-exact: same losses and params_hash as an uninterrupted run); eval: "
+             "the checkpoint to evaluate"},
+    {.name = "eval-tokens", .metavar = "N", .kind = FK_U64, FIELD(eval_tokens), .def = "0", .group = G_OUTPUT,
+     .cmds = CLI_CMD_EVAL, .help = "tiertrain eval: use the data file's first N tokens (0 = all)"},
     {.name = "quiet", .kind = FK_SWITCH, FIELD(quiet), .group = G_OUTPUT, .cmds = TP,
      .help = "no per-step lines; the configuration, evaluations and the summary still print"},
     // ---- bench
@@ -246,6 +265,8 @@ static const command_info_t commands[] = {
      "memory bandwidth; calibrate: measure the rates the plan uses and write the profile; overlap: one model resident, "
      "streamed from host and from NVMe against the plan's floor; capacity: the largest model this machine's tiers hold, "
      "and two real steps of it"},
+    {"eval", CMD_EVAL, CLI_CMD_EVAL, "tiertrain eval --resume DIR --data FILE [--seq T] [--eval-tokens N] [--precision fp32|bf16]",
+     "mean next-token loss of a checkpoint over a file's tokens, in consecutive non-overlapping windows of T+1"},
     {"tokenize", CMD_TOKENIZE, CLI_CMD_TOKENIZE, "tiertrain tokenize IN.txt -o OUT.bin",
      "write a text file's bytes as llm.c uint16 tokens (vocab 256)"},
 };
@@ -946,6 +967,17 @@ static void check_data(const config_t *c) {
                     "or give an llm.c .bin token file)", c->data, c->V);
 }
 
+// --save DIR: an existing directory, or a new one whose parent exists (made at the first save).
+static void check_save_dir(const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) usage_error("--save %s: exists and is not a directory (give a directory)", dir);
+        if (access(dir, W_OK | X_OK) != 0) usage_error("--save %s: not writable (give a writable directory)", dir);
+        return;
+    }
+    check_output_path("--save", dir);
+}
+
 static void check_nvme_paths(const char *list) {
     if (!*list) return;
     const char *p = list;
@@ -980,7 +1012,7 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
     table_check_or_die();
     apply_defaults(cfg);
     model_preset("small", cfg);
-    if (argc < 2) usage_error("no subcommand (accepted: train, plan, bench, tokenize; see tiertrain --help)");
+    if (argc < 2) usage_error("no subcommand (accepted: train, plan, eval, bench, tokenize; see tiertrain --help)");
 
     // Global actions first: `tiertrain --help`, `tiertrain --version`, `tiertrain --help-markdown`.
     const char *a = argv[1];
@@ -1004,8 +1036,8 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         const char *names[NCOMMANDS];
         for (int i = 0; i < NCOMMANDS; i++) names[i] = commands[i].name;
         const char *s = closest(a, names, NCOMMANDS);
-        if (s) usage_error("%s: unknown subcommand (did you mean %s? accepted: train, plan, bench, tokenize)", a, s);
-        usage_error("%s: unknown subcommand (accepted: train, plan, bench, tokenize; see tiertrain --help)", a);
+        if (s) usage_error("%s: unknown subcommand (did you mean %s? accepted: train, plan, eval, bench, tokenize)", a, s);
+        usage_error("%s: unknown subcommand (accepted: train, plan, eval, bench, tokenize; see tiertrain --help)", a);
     }
     cfg->command = ci->cmd;
     // --help / --version anywhere among the flags win over everything else.
@@ -1036,6 +1068,9 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         }
         check_data(cfg);
         if (cfg->log_path[0]) check_output_path("--log", cfg->log_path);
+        if (cfg->save_dir[0]) check_save_dir(cfg->save_dir);
+        if (cfg->save_every && !cfg->save_dir[0])
+            usage_error("--save-every %d: needs --save DIR (where to put the checkpoints)", cfg->save_every);
         if (cfg->trace_path[0]) check_output_path("--trace", cfg->trace_path);
         check_nvme_paths(cfg->nvme_path);
         // --schedule auto / --checkpoints auto resolve here, so every run prints what it does
@@ -1049,6 +1084,12 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         if (ps.npositional == 0) usage_error("bench: missing benchmark name (accepted: %s)", BENCH_ACCEPTED);
         snprintf(cfg->bench_name, sizeof cfg->bench_name, "%s", ps.positional[0]);
         check_nvme_paths(cfg->nvme_path);
+        break;
+    case CMD_EVAL:
+        if (!cfg->resume[0]) usage_error("eval: missing --resume DIR (usage: %s)", ci->usage);
+        if (strcmp(cfg->data, "synthetic") != 0) check_input_path("--data", cfg->data, "a text file or an llm.c .bin token file");
+        cfg->seq_given = seen(&ps, "seq");
+        cfg->precision_given = seen(&ps, "precision");
         break;
     case CMD_TOKENIZE:
         if (ps.npositional == 0) usage_error("tokenize: missing input file (usage: %s)", ci->usage);
@@ -1147,5 +1188,17 @@ void config_print(const config_t *c, FILE *f) {
             enum_word("auto|device|host", (int)c->ckpt_tier, b2, sizeof b2));
     if (c->host_cache) fprintf(f, ", host-cache %s", format_bytes(b1, sizeof b1, c->host_cache));
     fputc('\n', f);
+    if (c->save_dir[0] || c->resume[0]) {
+        fprintf(f, "  save/resume:");
+        if (c->save_dir[0]) {
+            fprintf(f, " save %s ", c->save_dir);
+            if (c->save_every) fprintf(f, "every %d steps and at the end", c->save_every);
+            else fprintf(f, "at the end");
+            if (c->keep_last) fprintf(f, " (keep the newest %d, %s)", c->keep_last, c->save_bf16 ? "bf16" : "fp32");
+            else fprintf(f, " (keep all, %s)", c->save_bf16 ? "bf16" : "fp32");
+        }
+        if (c->resume[0]) fprintf(f, "%s resume %s", c->save_dir[0] ? ";" : "", c->resume);
+        fputc('\n', f);
+    }
     print_io(c, f);
 }

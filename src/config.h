@@ -8,7 +8,7 @@
 
 #define TT_PATH_MAX 4096
 
-typedef enum { CMD_NONE = 0, CMD_TRAIN, CMD_PLAN, CMD_BENCH, CMD_TOKENIZE } command_t;
+typedef enum { CMD_NONE = 0, CMD_TRAIN, CMD_PLAN, CMD_BENCH, CMD_TOKENIZE, CMD_EVAL } command_t;
 typedef enum { PREC_BF16 = 0, PREC_FP32 } precision_t;
 typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } device_kind_t;
 typedef enum { IO_ENGINE_AUTO = 0, IO_ENGINE_URING, IO_ENGINE_PSYNC } io_engine_kind_t;
@@ -70,6 +70,14 @@ typedef struct {
     char log_path[TT_PATH_MAX]; // --log FILE.jsonl ("" = none)
     char trace_path[TT_PATH_MAX]; // --trace FILE.json ("" = none)
     int quiet;               // --quiet
+    // ---- checkpoints
+    char save_dir[TT_PATH_MAX];   // --save DIR ("" = none)
+    int save_every;          // --save-every N steps (0 = only at the end)
+    int keep_last;           // --keep-last K checkpoints (0 = all)
+    int save_bf16;           // --save-dtype bf16 (model.safetensors in BF16; the FP32 master goes with the optimizer state)
+    char resume[TT_PATH_MAX];     // --resume DIR ("" = none): a checkpoint folder, or a --save DIR (its latest)
+    uint64_t eval_tokens;    // --eval-tokens N (tiertrain eval; 0 = all)
+    int seq_given, precision_given; // tiertrain eval: --seq / --precision given (else the checkpoint's)
     // ---- bench
     char bench_name[32];     // tiertrain bench NAME
     uint64_t bench_size;     // --size (bench io)

@@ -379,6 +379,20 @@ void data_next(data_t *d, int split, int *inputs, int *targets) {
 
 void data_rewind(data_t *d, int split) { d->pos[split] = 0; }
 
+uint64_t data_position(const data_t *d, int split) { return d->pos[split]; }
+
+int data_seek(data_t *d, int split, uint64_t pos) {
+    if (pos + d->bt + 1 > d->len[split]) return -EINVAL;
+    d->pos[split] = (size_t)pos;
+    return 0;
+}
+
+void data_raw(const data_t *d, const uint8_t **u8, const uint16_t **u16, size_t *n) {
+    *u8 = d->u8;
+    *u16 = d->u16;
+    *n = d->n;
+}
+
 size_t data_tokens(const data_t *d, int split) { return d->len[split]; }
 
 const char *data_describe(const data_t *d) { return d->desc; }

@@ -4,6 +4,7 @@
 // Does not know about the model beyond V (vocab) and T (sequence length).
 #pragma once
 #include <stddef.h>
+#include <stdint.h>
 #include "config.h"
 
 typedef struct data data_t;
@@ -19,6 +20,13 @@ int data_open(data_t **out, const config_t *cfg, char *err, size_t errlen);
 // targets shifted by one; the position advances by B·T and wraps at the split's end.
 void data_next(data_t *d, int split, int *inputs, int *targets);
 void data_rewind(data_t *d, int split);       // back to the split's first token
+// Where the split's next window starts (tokens into the split): what a checkpoint keeps.
+uint64_t data_position(const data_t *d, int split);
+// Continues the split from pos (from data_position of a run over the same data). Returns
+// 0, or -EINVAL when no window fits there (a different data file or batch shape).
+int data_seek(data_t *d, int split, uint64_t pos);
+// The tokens themselves: n of them, one of the two pointers set (bytes, or llm.c uint16).
+void data_raw(const data_t *d, const uint8_t **u8, const uint16_t **u16, size_t *n);
 size_t data_tokens(const data_t *d, int split); // tokens in the split
 const char *data_describe(const data_t *d);    // e.g. "synthetic (1048576 tokens, 5% held out)"
 void data_free(data_t *d);                     // NULL-safe

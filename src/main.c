@@ -4,6 +4,7 @@
 #include "bench.h"
 #include "config.h"
 #include "data.h"
+#include "eval.h"
 #include "train.h"
 #include "util.h"
 
@@ -22,7 +23,8 @@ int main(int argc, char **argv) {
         if (strcmp(cfg.bench_name, "capacity") == 0) return bench_capacity(&cfg);
         if (strcmp(cfg.bench_name, "calibrate") == 0) return bench_calibrate(&cfg);
         usage_error("bench %s: unknown benchmark (accepted: gemm, io, adam, calibrate, overlap, capacity)", cfg.bench_name);
+    case CMD_EVAL: return eval_run(&cfg);
     case CMD_NONE: break;
     }
-    usage_error("no subcommand (accepted: train, plan, bench, tokenize; see tiertrain --help)");
+    usage_error("no subcommand (accepted: train, plan, eval, bench, tokenize; see tiertrain --help)");
 }

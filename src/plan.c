@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include "hostmem.h"
 #include "util.h"
 
@@ -92,6 +94,28 @@ static void stream_traffic(const config_t *cfg, const model_t *m, int nslots, in
 
 // ---------------------------------------------------------------- plan
 
+// Free bytes over the --nvme-path directories, each filesystem counted once.
+uint64_t plan_nvme_free(const config_t *cfg) {
+    char list[TT_PATH_MAX];
+    const char *t = getenv("TMPDIR");
+    snprintf(list, sizeof list, "%s", cfg->nvme_path[0] ? cfg->nvme_path : t && *t ? t : "/tmp");
+    dev_t seen[64];
+    int nseen = 0;
+    uint64_t total = 0;
+    for (char *save = NULL, *d = strtok_r(list, ",", &save); d; d = strtok_r(NULL, ",", &save)) {
+        struct stat st;
+        struct statvfs v;
+        if (stat(d, &st) != 0 || statvfs(d, &v) != 0) continue;
+        int dup = 0;
+        for (int i = 0; i < nseen; i++) dup |= seen[i] == st.st_dev;
+        if (dup || nseen == 64) continue;
+        seen[nseen++] = st.st_dev;
+        total += (uint64_t)v.f_bavail * v.f_frsize;
+    }
+    return total;
+}
+
+
 void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p) {
     memset(p, 0, sizeof *p);
     p->prof = prof;
@@ -140,6 +164,7 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     p->nvme_bytes = (uint64_t)nvme;
     p->ram_needed = p->device_bytes + p->host_bytes;
     p->mem_available = hostmem_mem_available();
+    p->nvme_free = p->nvme_bytes ? plan_nvme_free(cfg) : 0;
     // 2 FLOPs per multiply-add: forward 2·P·N, recompute 2·P·N, backward 4·P·N; attention
     // (causal: half the T×T products) 4·N·T·C per pass, four passes (fwd, recompute, bwd ×2).
     double mm = 8.0 * (double)m->num_params * N * cfg->accum;
@@ -190,11 +215,26 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
                  format_bytes(a, sizeof a, p->host_bytes), format_bytes(b, sizeof b, cfg->host_budget));
     } else if (p->mem_available && p->ram_needed > p->mem_available) {
         p->feasible = 0;
-        snprintf(p->reason, sizeof p->reason,
-                 "needs %s of RAM (device arena %s + host %s), %s available (--optimizer nvme and --params nvme move "
-                 "states to disk; or a smaller --model, --batch or --seq)",
+        // what would still move states out of RAM, in this placement
+        char fix[256] = "";
+        if (cfg->optim_tier != TIER_NVME) strcat(fix, "--optimizer nvme, ");
+        if (cfg->params_tier != TIER_NVME) strcat(fix, "--params nvme, ");
+        if (cfg->ckpt_tier == CKPT_HOST && vertical) strcat(fix, "--schedule horizontal, ");
+        if (cfg->grads_tier == TIER_HOST) {
+            char g[32];
+            snprintf(fix + strlen(fix), sizeof fix - strlen(fix), "the FP32 gradients (%s) stay in RAM: ",
+                     format_bytes(g, sizeof g, p->grads_bytes));
+        }
+        snprintf(p->reason, sizeof p->reason, "needs %s of RAM (device arena %s + host %s), %s available (%sa smaller "
+                 "--model, --batch or --seq)",
                  format_bytes(a, sizeof a, p->ram_needed), format_bytes(b, sizeof b, p->device_bytes),
-                 format_bytes(c, sizeof c, p->host_bytes), format_bytes(d, sizeof d, p->mem_available));
+                 format_bytes(c, sizeof c, p->host_bytes), format_bytes(d, sizeof d, p->mem_available), fix);
+    } else if (p->nvme_bytes && p->nvme_bytes > p->nvme_free) {
+        p->feasible = 0;
+        snprintf(p->reason, sizeof p->reason, "NVMe states need %s, %s free under --nvme-path %.200s (free space, or add "
+                 "directories on other disks to --nvme-path, or keep more states in RAM)",
+                 format_bytes(a, sizeof a, p->nvme_bytes), format_bytes(b, sizeof b, p->nvme_free),
+                 cfg->nvme_path[0] ? cfg->nvme_path : "(default: $TMPDIR or /tmp)");
     }
 }
 
@@ -252,8 +292,8 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
             cfg->hbm_budget ? format_bytes(b, sizeof b, cfg->hbm_budget) : "none");
     fprintf(f, "  host total           %12s   (--host-budget %s)\n", format_bytes(a, sizeof a, p->host_bytes),
             cfg->host_budget ? format_bytes(b, sizeof b, cfg->host_budget) : "none");
-    fprintf(f, "  nvme total           %12s   (--nvme-path %s; free space is checked when the store is made)\n",
-            format_bytes(a, sizeof a, p->nvme_bytes), cfg->nvme_path[0] ? cfg->nvme_path : "default");
+    fprintf(f, "  nvme total           %12s   of %s free (--nvme-path %s)\n", format_bytes(a, sizeof a, p->nvme_bytes),
+            p->nvme_bytes ? format_bytes(b, sizeof b, p->nvme_free) : "-", cfg->nvme_path[0] ? cfg->nvme_path : "default");
     fprintf(f, "  RAM (cpu backend)    %12s   of %s available\n", format_bytes(a, sizeof a, p->ram_needed),
             format_bytes(b, sizeof b, p->mem_available));
     fprintf(f, "compute per step: %.3g TFLOP (matmuls incl. recompute, causal attention)\n", p->flops_per_step / 1e12);

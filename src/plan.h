@@ -25,6 +25,7 @@ typedef struct {
     uint64_t nvme_bytes;     // what the NVMe store must hold
     uint64_t ram_needed;     // CPU backend: device arena and host are the same RAM, counted once
     uint64_t mem_available;  // /proc/meminfo MemAvailable
+    uint64_t nvme_free;      // free bytes under --nvme-path (statvfs, each filesystem once); 0 when unused
     double flops_per_step;   // matmul FLOPs incl. the recompute, plus attention
     // per optimizer step
     uint64_t param_fetches;  // streamed parameter shards copied to the device
@@ -48,3 +49,5 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
 // reason).
 int plan_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len);
 void plan_print(const plan_t *p, const config_t *cfg, FILE *f);
+// Free bytes over the --nvme-path directories (default $TMPDIR or /tmp), each filesystem once.
+uint64_t plan_nvme_free(const config_t *cfg);

@@ -1085,6 +1085,43 @@ int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, cha
     return 0;
 }
 
+int trainer_states_get(trainer_t *tr, int s, int fill_zero, float **master, float **m, float **v, char *err,
+                       size_t errlen) {
+    int rc = trainer_optimizer_wait(tr, err, errlen);
+    if (rc != 0) return rc;
+    if (tr->cfg->optim_tier != TIER_NVME) {
+        *master = tr->master[s];
+        *m = tr->m[s];
+        *v = tr->v[s];
+        return 0;
+    }
+    size_t n = tr->model.shards[s].numel_padded;
+    if (fill_zero) memset(tr->ostage[0], 0, obytes_of(tr, s));
+    else if ((rc = nvme_io(tr, 0, tr->o_off[s], obytes_of(tr, s), tr->ostage[0], &tr->o_crc[s], tr->o_name[s], s, err,
+                           errlen)) != 0)
+        return rc;
+    *master = tr->ostage[0];
+    *m = *master + n;
+    *v = *m + n;
+    return 0;
+}
+
+int trainer_states_put(trainer_t *tr, int s, char *err, size_t errlen) {
+    int rc = 0;
+    const float *master = tr->master[s];
+    if (tr->cfg->optim_tier == TIER_NVME) {
+        if ((rc = nvme_io(tr, 1, tr->o_off[s], obytes_of(tr, s), tr->ostage[0], &tr->o_crc[s], tr->o_name[s], s, err,
+                          errlen)) != 0)
+            return rc;
+        master = tr->ostage[0];
+    }
+    if (tr->sched) sched_invalidate(tr->sched); // slots may hold the old weights
+    void *pc = params_build_buffer(tr, s);
+    if (tr->bf16) bf16_from_f32_n(pc, master, tr->model.shards[s].numel_padded);
+    else memcpy(pc, master, tr->model.shards[s].numel_padded * sizeof(float));
+    return params_store(tr, s, pc, err, errlen);
+}
+
 uint64_t trainer_params_hash(trainer_t *tr) {
     uint64_t h = FNV64_INIT;
     char err[512];

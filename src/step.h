@@ -146,6 +146,15 @@ double trainer_grad_norm(trainer_t *tr);
 int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, char *err, size_t errlen);
 // Waits for the update in flight to end. Returns 0 or its -errno with one line in err.
 int trainer_optimizer_wait(trainer_t *tr, char *err, size_t errlen);
+// The FP32 master, m and v of shard s in host memory (numel_padded each): the host homes,
+// or, for NVMe-resident states, the staging buffer — read from the extent, or zero-filled
+// when fill_zero (the caller will overwrite them). Waits for the optimizer. Valid until the
+// next call. Returns 0 or -errno with one line in err.
+int trainer_states_get(trainer_t *tr, int s, int fill_zero, float **master, float **m, float **v, char *err,
+                       size_t errlen);
+// After the caller changed what trainer_states_get gave: writes NVMe-resident states back
+// and rebuilds the shard's compute copy from the master. Returns 0 or -errno with one line.
+int trainer_states_put(trainer_t *tr, int s, char *err, size_t errlen);
 // 64-bit FNV-1a over the FP32 master weights of every tensor, in shard order.
 uint64_t trainer_params_hash(trainer_t *tr);
 

@@ -7,7 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <unistd.h>
+#include "checkpoint.h"
 #include "data.h"
+#include "json.h"
 #include "model.h"
 #include "plan.h"
 #include "step.h"
@@ -101,15 +105,63 @@ static void print_tier_report(const trainer_t *tr, const config_t *cfg, const pl
 
 // ---------------------------------------------------------------- train
 
+// SIGINT/SIGTERM: the first finishes the current step (and saves, with --save); a second
+// stops at once — a half-written checkpoint is a .tmp-* folder nobody takes for one, and the
+// NVMe store's files were unlinked when opened.
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) {
+    if (stop_signal) _exit(128 + sig);
+    stop_signal = sig;
+}
+
+static void catch_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static void save_checkpoint(trainer_t *tr, const data_t *data, int step, FILE *log, char *where, size_t wlen) {
+    char err[768];
+    uint64_t hash = trainer_params_hash(tr);
+    double t0 = now_ms();
+    if (checkpoint_save(tr, data, step, hash, where, wlen, err, sizeof err) != 0)
+        runtime_error("step %d: checkpoint: %s (the previous checkpoint is intact)", step, err);
+    fprintf(stdout, "checkpoint: step %d saved to %s (%.1f s)\n", step, where, (now_ms() - t0) / 1e3);
+    if (log) {
+        char esc[TT_PATH_MAX * 2];
+        if (json_escape(esc, sizeof esc, where, strlen(where)) < 0) snprintf(esc, sizeof esc, "\"?\"");
+        fprintf(log, "{\"event\":\"checkpoint\",\"step\":%d,\"path\":%s,\"params_hash\":\"%016llx\"}\n", step, esc,
+                (unsigned long long)hash);
+        fflush(log);
+    }
+}
+
 int train_run(const config_t *cfg_in) {
     FILE *out = stdout;
     config_t resolved = *cfg_in; // --offload auto may choose the homes
     const config_t *cfg = &resolved;
     config_print(cfg, out);
 
-    char err[512] = "";
+    char err[768] = "";
     data_t *data = NULL;
     if (data_open(&data, cfg, err, sizeof err) != 0) usage_error("%s", err);
+    // --resume: the checkpoint must exist, parse and match this model before anything else
+    ckpt_info_t ck;
+    int start = 1;
+    if (cfg->resume[0]) {
+        char dir[TT_PATH_MAX];
+        if (checkpoint_resolve(cfg->resume, dir, sizeof dir, err, sizeof err) != 0) usage_error("%s", err);
+        if (checkpoint_info(dir, &ck, err, sizeof err) != 0) usage_error("--resume %s: %s", cfg->resume, err);
+        if (checkpoint_check_config(&ck, cfg, err, sizeof err) != 0) usage_error("%s", err);
+        if (ck.step >= cfg->steps)
+            usage_error("--resume %s: the checkpoint is at step %d and --steps is %d: nothing left to do (raise --steps)",
+                        cfg->resume, ck.step, cfg->steps);
+        start = ck.step + 1;
+    }
 
     // Before any allocation: does it fit? (The same check `tiertrain plan` prints.)
     model_t shape;
@@ -150,7 +202,18 @@ int train_run(const config_t *cfg_in) {
     if (rc != 0) runtime_error("%s", err);
     print_model(&tr.model, cfg, out);
     fprintf(out, "data: %s\n", data_describe(data));
+    if (cfg->resume[0]) {
+        double t0 = now_ms();
+        rc = checkpoint_load(&tr, data, &ck, 0, err, sizeof err);
+        if (rc == -EINVAL) usage_error("--resume %s: %s", cfg->resume, err);
+        if (rc != 0) runtime_error("--resume %s: %s", cfg->resume, err);
+        fprintf(out, "resumed: %s at step %d (params_hash %s, %.1f s)\n", ck.dir, ck.step, ck.params_hash,
+                (now_ms() - t0) / 1e3);
+    }
     fflush(out);
+    catch_signals();
+    char saved[TT_PATH_MAX + 64] = "";
+    int saved_step = 0;
 
     const int N = tr.N;
     int *inputs = mallocCheck((size_t)N * (size_t)cfg->accum * sizeof(int)); // the step's micro-batches
@@ -159,7 +222,8 @@ int train_run(const config_t *cfg_in) {
     double first_loss = NAN, last_loss = NAN, total_ms = 0, last_val = NAN;
     int timed_steps = 0;
 
-    for (int step = 1; step <= cfg->steps; step++) {
+    int last_step = start - 1;
+    for (int step = start; step <= cfg->steps && !stop_signal; step++) {
         double t0 = now_ms();
         for (int mb = 0; mb < cfg->accum; mb++)
             data_next(data, DATA_TRAIN, inputs + (size_t)mb * N, targets + (size_t)mb * N);
@@ -173,9 +237,10 @@ int train_run(const config_t *cfg_in) {
         if (trainer_optimizer_step(&tr, step, lr, scale, err, sizeof err) != 0) runtime_error("step %d: %s", step, err);
         double ms = now_ms() - t0;
         if (!isfinite(loss)) runtime_error("step %d: loss is %g (lower --lr or check the data)", step, loss);
-        if (step == 1) first_loss = loss;
+        if (step == start) first_loss = loss;
         last_loss = loss;
-        if (step > 1 || cfg->steps == 1) { total_ms += ms; timed_steps++; }
+        last_step = step;
+        if (step > start || cfg->steps == start) { total_ms += ms; timed_steps++; }
         double tok_s = (double)N * cfg->accum / (ms / 1e3);
         if (!cfg->quiet)
             fprintf(out, "step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %8.1f ms | %8.0f tok/s\n",
@@ -188,7 +253,28 @@ int train_run(const config_t *cfg_in) {
             fprintf(out, "eval  %5d | val loss %.4f\n", step, last_val);
             if (log) fprintf(log, "{\"event\":\"eval\",\"step\":%d,\"val_loss\":%.6f}\n", step, last_val);
         }
+        if (cfg->save_dir[0] && cfg->save_every > 0 && step % cfg->save_every == 0 && step < cfg->steps) {
+            save_checkpoint(&tr, data, step, log, saved, sizeof saved);
+            saved_step = step;
+        }
         fflush(out);
+    }
+    if (cfg->save_dir[0] && last_step >= start && saved_step != last_step) {
+        save_checkpoint(&tr, data, last_step, log, saved, sizeof saved);
+        saved_step = last_step;
+    }
+    if (stop_signal) { // a clean stop: the step finished, the checkpoint (if any) is complete
+        int sig = stop_signal;
+        if (log) fclose(log);
+        size_t tw, td;
+        if (cfg->trace_path[0]) trace_close(&tw, &td);
+        trainer_free(&tr);
+        data_free(data);
+        free(inputs);
+        free(targets);
+        fprintf(stderr, "tiertrain: stopped by %s after step %d; %s%s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                last_step, saved[0] ? "checkpoint: " : "no checkpoint (no --save)", saved);
+        return 128 + sig;
     }
 
     if (trainer_optimizer_wait(&tr, err, sizeof err) != 0) runtime_error("step %d: %s", cfg->steps, err);

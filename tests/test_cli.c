@@ -97,8 +97,8 @@ typedef struct {
 
 static const bad_case_t bad[] = {
     // subcommands
-    {{NULL}, {"no subcommand", "train, plan, bench, tokenize"}},
-    {{"frobnicate", NULL}, {"frobnicate", "unknown subcommand", "train, plan, bench, tokenize"}},
+    {{NULL}, {"no subcommand", "train, plan, eval, bench, tokenize"}},
+    {{"frobnicate", NULL}, {"frobnicate", "unknown subcommand", "train, plan, eval, bench, tokenize"}},
     {{"trian", NULL}, {"trian", "did you mean train"}},
     {{"--steps", "5", NULL}, {"--steps", "after the subcommand"}},
     {{"train", "extra", NULL}, {"'extra'", "unexpected argument"}},
@@ -150,6 +150,15 @@ static const bad_case_t bad[] = {
     {{"train", "--tie=yes", NULL}, {"--tie=yes", "takes no value"}},
     {{"bench", "io", "--lr", "1", NULL}, {"--lr", "not accepted by 'tiertrain bench'", "train, plan"}},
     {{"train", "--size", "1G", NULL}, {"--size", "not accepted by 'tiertrain train'", "bench"}},
+    // tiers and checkpoints
+    {{"train", "--schedule", "diagonal", NULL}, {"--schedule diagonal", "auto, horizontal, vertical"}},
+    {{"train", "--checkpoints", "nvme", NULL}, {"--checkpoints nvme", "auto, device, host"}},
+    {{"train", "--host-cache", "1G", NULL}, {"--host-cache 1.0 GiB", "--params is not nvme", "--params nvme"}},
+    {{"train", "--save-every", "5", NULL}, {"--save-every 5", "needs --save DIR"}},
+    {{"train", "--save", "@/in.txt", NULL}, {"--save", "in.txt", "not a directory"}},
+    {{"train", "--save-dtype", "fp16", NULL}, {"--save-dtype fp16", "fp32, bf16"}},
+    {{"eval", "--data", "@/in.txt", NULL}, {"eval", "missing --resume DIR"}},
+    {{"eval", "--resume", "@", "--batch", "2", NULL}, {"--batch", "not accepted by 'tiertrain eval'"}},
     // bench and tokenize
     {{"bench", NULL}, {"bench", "missing benchmark name", "gemm, io, adam"}},
     {{"bench", "fft", NULL}, {"bench fft", "unknown benchmark", "gemm, io, adam"}},

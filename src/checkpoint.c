@@ -1,0 +1,668 @@
+// checkpoint.c — see checkpoint.h. Files are written with plain write() + fsync; tensors go
+// through the streaming safetensors writer a shard at a time, so NVMe-resident states never
+// need more host memory than one shard's staging buffer.
+#include "checkpoint.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "json.h"
+#include "safetensors.h"
+#include "util.h"
+
+#define CKPT_FORMAT "tiertrain-checkpoint"
+#define CKPT_VERSION 1
+#define ERR(...) snprintf(err, errlen, __VA_ARGS__)
+
+// ---------------------------------------------------------------- small file helpers
+
+// TT_CKPT_DELAY_MS=N (a testing hook): sleep N ms after each file of a save is written, so a
+// test can kill the trainer in the middle of one.
+static void test_delay(void) {
+    const char *e = getenv("TT_CKPT_DELAY_MS");
+    long ms = e ? strtol(e, NULL, 10) : 0;
+    if (ms > 0 && ms < 60000) {
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int write_all(int fd, const void *buf, size_t n) {
+    const char *p = buf;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+// Writes text to path (created or truncated) and fsyncs it.
+static int write_text(const char *path, const char *text, char *err, size_t errlen) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int e = errno;
+        ERR("%s: %s", path, strerror(e));
+        return -e;
+    }
+    int rc = write_all(fd, text, strlen(text));
+    if (rc == 0 && fsync(fd) != 0) rc = -errno;
+    if (close(fd) != 0 && rc == 0) rc = -errno;
+    if (rc != 0) ERR("%s: %s", path, strerror(-rc));
+    return rc;
+}
+
+static int fsync_dir(const char *dir, char *err, size_t errlen) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = fd < 0 || fsync(fd) != 0 ? -errno : 0;
+    if (fd >= 0) close(fd);
+    if (rc != 0) ERR("%s: fsync: %s", dir, strerror(-rc));
+    return rc;
+}
+
+// Removes a checkpoint folder (flat: files only) or a temporary one. Best effort.
+static void remove_folder(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char p[TT_PATH_MAX + 300];
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+// Reads a whole small file (JSON, latest). Returns 0 or -errno with one line.
+static int read_small(const char *path, char **out, size_t *len, char *err, size_t errlen) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        int e = errno;
+        ERR("%s: %s", path, strerror(e));
+        return -e;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (n < cap) break;
+        if (cap >= (16u << 20)) { free(buf); buf = NULL; break; }
+        char *nb = realloc(buf, cap * 2);
+        if (!nb) { free(buf); buf = NULL; break; }
+        buf = nb;
+        cap *= 2;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf || bad) {
+        free(buf);
+        ERR("%s: unreadable or larger than 16 MiB", path);
+        return -EIO;
+    }
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+// ---------------------------------------------------------------- names and shapes
+
+typedef char tname_t[224];
+
+// The declaration of tensor t of shard s (name + suffix into name, which it points at).
+static void tensor_decl(const model_t *m, int s, int t, const char *suffix, st_dtype_t dt, st_tensor_t *out,
+                        char *name) {
+    const tensor_t *te = &m->shards[s].tensors[t];
+    memset(out, 0, sizeof *out);
+    char hf[200];
+    model_tensor_hf_name(m, s, t, hf, sizeof hf);
+    snprintf(name, sizeof(tname_t), "%s%s", hf, suffix);
+    out->name = name;
+    out->dtype = dt;
+    if (te->rows == 1) {
+        out->ndim = 1;
+        out->shape[0] = (uint64_t)te->cols;
+    } else {
+        out->ndim = 2;
+        out->shape[0] = (uint64_t)te->rows;
+        out->shape[1] = (uint64_t)te->cols;
+    }
+}
+
+static int count_tensors(const model_t *m) {
+    int n = 0;
+    for (int s = 0; s < m->nshards; s++) n += m->shards[s].ntensors;
+    return n;
+}
+
+// ---------------------------------------------------------------- resolve / info
+
+int checkpoint_resolve(const char *arg, char *out, size_t len, char *err, size_t errlen) {
+    char p[TT_PATH_MAX + 64];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/state.json", arg);
+    if (stat(p, &st) == 0) {
+        snprintf(out, len, "%s", arg);
+        return 0;
+    }
+    // DIR (a --save directory) or DIR/latest
+    char latest[TT_PATH_MAX + 64], base[TT_PATH_MAX];
+    if (stat(arg, &st) == 0 && S_ISREG(st.st_mode)) {
+        snprintf(latest, sizeof latest, "%s", arg);
+        snprintf(base, sizeof base, "%s", arg);
+        char *slash = strrchr(base, '/');
+        if (slash) *slash = 0;
+        else snprintf(base, sizeof base, ".");
+    } else if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(latest, sizeof latest, "%s/latest", arg);
+        snprintf(base, sizeof base, "%s", arg);
+    } else {
+        ERR("--resume %s: %s (give a checkpoint folder, a --save directory, or DIR/latest)", arg,
+            strerror(errno ? errno : ENOENT));
+        return -ENOENT;
+    }
+    char *text = NULL;
+    size_t n = 0;
+    char e2[512];
+    if (read_small(latest, &text, &n, e2, sizeof e2) != 0) {
+        ERR("--resume %s: not a checkpoint (no state.json) and no readable latest file (give a checkpoint folder, a "
+            "--save directory, or DIR/latest)", arg);
+        return -ENOENT;
+    }
+    size_t k = 0;
+    while (k < n && text[k] != '\n' && text[k] != '\r') k++;
+    int ok = k > 0 && k < 200 && memchr(text, '/', k) == NULL && text[0] != '.';
+    if (ok) {
+        int w = snprintf(out, len, "%s/%.*s", base, (int)k, text);
+        ok = w > 0 && (size_t)w < len;
+    }
+    free(text);
+    if (!ok) {
+        ERR("--resume %s: %s does not name a checkpoint folder (expected one line like step-00000100)", arg, latest);
+        return -EINVAL;
+    }
+    snprintf(p, sizeof p, "%s/state.json", out);
+    if (stat(p, &st) != 0) {
+        ERR("--resume %s: %s names %s, which has no state.json (an incomplete or removed checkpoint)", arg, latest, out);
+        return -ENOENT;
+    }
+    return 0;
+}
+
+int checkpoint_info(const char *dir, ckpt_info_t *info, char *err, size_t errlen) {
+    memset(info, 0, sizeof *info);
+    snprintf(info->dir, sizeof info->dir, "%s", dir);
+    char path[TT_PATH_MAX + 64], name[TT_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    char *text = NULL;
+    size_t n = 0;
+    int rc = read_small(path, &text, &n, err, errlen);
+    if (rc != 0) return rc;
+    snprintf(name, sizeof name, "%s", path);
+    json_t *root = NULL;
+    rc = json_parse(text, n, name, NULL, &root, err, errlen);
+    free(text);
+    if (rc != 0) return -EINVAL;
+    const char *fmt = NULL, *hash = NULL, *prec = NULL, *mdt = NULL, *data = NULL;
+    int64_t version = 0, step = 0, L, C, NH, NKV, F, V, T, tie;
+    uint64_t tp = 0, vp = 0;
+    const json_t *model = NULL;
+    if ((rc = json_get_string(root, "format", &fmt, err, errlen)) != 0) goto bad;
+    if (strcmp(fmt, CKPT_FORMAT) != 0) {
+        ERR("%s: format '%s' is not a tiertrain checkpoint (expected '%s')", path, fmt, CKPT_FORMAT);
+        rc = -EINVAL;
+        goto bad;
+    }
+    if ((rc = json_get_int64(root, "version", 1, 1000000, &version, err, errlen)) != 0) goto bad;
+    if (version != CKPT_VERSION) {
+        ERR("%s: checkpoint version %lld, this tiertrain reads version %d", path, (long long)version, CKPT_VERSION);
+        rc = -EINVAL;
+        goto bad;
+    }
+    if ((rc = json_get_int64(root, "step", 1, INT32_MAX, &step, err, errlen)) != 0 ||
+        (rc = json_get_uint64(root, "train_pos", UINT64_MAX, &tp, err, errlen)) != 0 ||
+        (rc = json_get_uint64(root, "val_pos", UINT64_MAX, &vp, err, errlen)) != 0 ||
+        (rc = json_get_string(root, "params_hash", &hash, err, errlen)) != 0 ||
+        (rc = json_get_string(root, "data", &data, err, errlen)) != 0 ||
+        (rc = json_get_string(root, "model_dtype", &mdt, err, errlen)) != 0 ||
+        (rc = json_get_object(root, "model", &model, err, errlen)) != 0)
+        goto bad;
+    if ((rc = json_get_int64(model, "layers", 1, 4096, &L, err, errlen)) != 0 ||
+        (rc = json_get_int64(model, "dim", 2, 1 << 20, &C, err, errlen)) != 0 ||
+        (rc = json_get_int64(model, "heads", 1, 65536, &NH, err, errlen)) != 0 ||
+        (rc = json_get_int64(model, "kv_heads", 1, 65536, &NKV, err, errlen)) != 0 ||
+        (rc = json_get_int64(model, "ffn", 1, 4 << 20, &F, err, errlen)) != 0 ||
+        (rc = json_get_int64(model, "vocab", 2, 1 << 24, &V, err, errlen)) != 0 ||
+        (rc = json_get_int64(model, "seq", 1, 1 << 20, &T, err, errlen)) != 0 ||
+        (rc = json_get_int64(model, "tie", 0, 1, &tie, err, errlen)) != 0 ||
+        (rc = json_get_double(model, "rope_theta", &info->rope_theta, err, errlen)) != 0 ||
+        (rc = json_get_double(model, "norm_eps", &info->norm_eps, err, errlen)) != 0 ||
+        (rc = json_get_string(model, "precision", &prec, err, errlen)) != 0)
+        goto bad;
+    if (C % NH || NH % NKV || (C / NH) % 2 || !(info->rope_theta > 0) || !(info->norm_eps > 0)) {
+        ERR("%s: the model's shape is inconsistent (dim %lld, heads %lld, kv_heads %lld)", path, (long long)C,
+            (long long)NH, (long long)NKV);
+        rc = -EINVAL;
+        goto bad;
+    }
+    if (strcmp(prec, "bf16") && strcmp(prec, "fp32")) {
+        ERR("%s: precision '%s' (accepted: bf16, fp32)", path, prec);
+        rc = -EINVAL;
+        goto bad;
+    }
+    if (strcmp(mdt, "F32") && strcmp(mdt, "BF16")) {
+        ERR("%s: model_dtype '%s' (accepted: F32, BF16)", path, mdt);
+        rc = -EINVAL;
+        goto bad;
+    }
+    if (strlen(hash) != 16 || strspn(hash, "0123456789abcdef") != 16) {
+        ERR("%s: params_hash '%s' is not 16 hex digits", path, hash);
+        rc = -EINVAL;
+        goto bad;
+    }
+    info->step = (int)step;
+    info->train_pos = tp;
+    info->val_pos = vp;
+    snprintf(info->params_hash, sizeof info->params_hash, "%s", hash);
+    snprintf(info->data, sizeof info->data, "%s", data);
+    info->L = (int)L; info->C = (int)C; info->NH = (int)NH; info->NKV = (int)NKV;
+    info->F = (int)F; info->V = (int)V; info->T = (int)T; info->tie = (int)tie;
+    info->precision = strcmp(prec, "fp32") == 0 ? PREC_FP32 : PREC_BF16;
+    info->model_bf16 = strcmp(mdt, "BF16") == 0;
+    json_free(root);
+    // config.json must be there and agree (it is what transformers reads)
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if ((rc = read_small(path, &text, &n, err, errlen)) != 0) return rc;
+    rc = json_parse(text, n, path, NULL, &root, err, errlen);
+    free(text);
+    if (rc != 0) return -EINVAL;
+    int64_t hs = 0, layers = 0;
+    if ((rc = json_get_int64(root, "hidden_size", 1, 1 << 20, &hs, err, errlen)) != 0 ||
+        (rc = json_get_int64(root, "num_hidden_layers", 1, 4096, &layers, err, errlen)) != 0)
+        goto bad;
+    if (hs != C || layers != L) {
+        ERR("%s: hidden_size %lld / num_hidden_layers %lld disagree with state.json (%lld / %lld)", path,
+            (long long)hs, (long long)layers, (long long)C, (long long)L);
+        rc = -EINVAL;
+        goto bad;
+    }
+    json_free(root);
+    return 0;
+bad:
+    json_free(root);
+    return rc < 0 ? rc : -EINVAL;
+}
+
+int checkpoint_check_config(const ckpt_info_t *in, const config_t *c, char *err, size_t errlen) {
+    const struct { const char *flag; long long ck, run; } f[] = {
+        {"--layers", in->L, c->L}, {"--dim", in->C, c->C}, {"--heads", in->NH, c->NH},
+        {"--kv-heads", in->NKV, c->NKV}, {"--ffn", in->F, c->F}, {"--vocab", in->V, c->V},
+        {"--seq", in->T, c->T}, {"--tie", in->tie, c->tie},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].ck != f[i].run) {
+            ERR("--resume %s: the checkpoint has %s %lld, this run %s %lld (resume with the checkpoint's model flags)",
+                in->dir, f[i].flag, f[i].ck, f[i].flag, f[i].run);
+            return -EINVAL;
+        }
+    if (in->precision != c->precision) {
+        ERR("--resume %s: the checkpoint was trained with --precision %s, this run --precision %s", in->dir,
+            in->precision == PREC_FP32 ? "fp32" : "bf16", c->precision == PREC_FP32 ? "fp32" : "bf16");
+        return -EINVAL;
+    }
+    if (in->rope_theta != c->rope_theta || (float)in->norm_eps != (float)c->norm_eps) {
+        ERR("--resume %s: the checkpoint has --rope-theta %g --norm-eps %g, this run %g %g", in->dir, in->rope_theta,
+            in->norm_eps, c->rope_theta, c->norm_eps);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------- load
+
+static int all_finite(const float *x, size_t n, int nonneg) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]) || (nonneg && x[i] < 0)) return 0;
+    return 1;
+}
+
+// Reads tensor `name` of r into dst (FP32), converting from BF16 when the file holds BF16.
+static int load_tensor(const st_reader_t *r, const char *file, const st_tensor_t *want, float *dst, char *err,
+                       size_t errlen) {
+    int idx = st_find(r, want->name);
+    if (idx < 0) {
+        ERR("%s: no tensor '%s' (a checkpoint of another model?)", file, want->name);
+        return -EINVAL;
+    }
+    const st_tensor_t *t = &r->tensors[idx];
+    int same = t->ndim == want->ndim;
+    for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == want->shape[d];
+    if (!same) {
+        ERR("%s: tensor '%s' has another shape than this model's (%d dims)", file, want->name, want->ndim);
+        return -EINVAL;
+    }
+    size_t numel = 1;
+    for (int d = 0; d < want->ndim; d++) numel *= (size_t)want->shape[d];
+    if (t->dtype == ST_F32) return st_read(r, idx, dst, 0, numel * 4, err, errlen);
+    if (t->dtype != ST_BF16) {
+        ERR("%s: tensor '%s' is %s (accepted: F32, BF16)", file, want->name, st_dtype_name(t->dtype));
+        return -EINVAL;
+    }
+    uint16_t buf[8192];
+    for (size_t i = 0; i < numel; i += 8192) {
+        size_t k = numel - i < 8192 ? numel - i : 8192;
+        int rc = st_read(r, idx, buf, i * 2, k * 2, err, errlen);
+        if (rc != 0) return rc;
+        bf16_to_f32_n(dst + i, buf, k);
+    }
+    return 0;
+}
+
+int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weights_only, char *err, size_t errlen) {
+    const model_t *m = &tr->model;
+    char mpath[TT_PATH_MAX + 64], opath[TT_PATH_MAX + 64];
+    snprintf(mpath, sizeof mpath, "%s/model.safetensors", info->dir);
+    snprintf(opath, sizeof opath, "%s/optimizer.safetensors", info->dir);
+    st_reader_t *mr = NULL, *orr = NULL;
+    int rc = st_open(mpath, &mr, err, errlen);
+    if (rc == 0 && (!weights_only || info->model_bf16)) rc = st_open(opath, &orr, err, errlen);
+    for (int s = 0; s < m->nshards && rc == 0; s++) {
+        float *master, *mm, *vv;
+        if ((rc = trainer_states_get(tr, s, 1, &master, &mm, &vv, err, errlen)) != 0) break;
+        const shard_t *sh = &m->shards[s];
+        for (int t = 0; t < sh->ntensors && rc == 0; t++) {
+            const tensor_t *te = &sh->tensors[t];
+            st_tensor_t want;
+            tname_t nm;
+            size_t o = te->offset;
+            if (info->model_bf16 && orr) {
+                tensor_decl(m, s, t, ".master", ST_F32, &want, nm);
+                rc = load_tensor(orr, opath, &want, master + o, err, errlen);
+            } else {
+                tensor_decl(m, s, t, "", ST_F32, &want, nm);
+                rc = load_tensor(mr, mpath, &want, master + o, err, errlen);
+            }
+            if (rc == 0 && !weights_only) {
+                tensor_decl(m, s, t, ".exp_avg", ST_F32, &want, nm);
+                rc = load_tensor(orr, opath, &want, mm + o, err, errlen);
+                if (rc == 0) {
+                    tensor_decl(m, s, t, ".exp_avg_sq", ST_F32, &want, nm);
+                    rc = load_tensor(orr, opath, &want, vv + o, err, errlen);
+                }
+            }
+            if (rc == 0 && (!all_finite(master + o, te->numel, 0) ||
+                            (!weights_only && (!all_finite(mm + o, te->numel, 0) || !all_finite(vv + o, te->numel, 1))))) {
+                char hf[200];
+                model_tensor_hf_name(m, s, t, hf, sizeof hf);
+                ERR("%s: tensor '%s' (or its optimizer state) holds a non-finite value (a corrupt checkpoint)",
+                    info->dir, hf);
+                rc = -EINVAL;
+            }
+        }
+        if (rc == 0) rc = trainer_states_put(tr, s, err, errlen);
+    }
+    st_close(mr);
+    st_close(orr);
+    if (rc == 0 && d && !weights_only) {
+        if (data_seek(d, DATA_TRAIN, info->train_pos) != 0 || data_seek(d, DATA_VAL, info->val_pos) != 0) {
+            ERR("--resume %s: data position %llu does not fit this run's data and batch (resume with the --data and "
+                "--batch it was saved with: %s)", info->dir, (unsigned long long)info->train_pos, info->data);
+            rc = -EINVAL;
+        }
+    }
+    return rc;
+}
+
+// ---------------------------------------------------------------- save
+
+// Writes the tensors of every shard through w: what(s) picks the arrays of shard s.
+enum { PART_MASTER = 1, PART_M = 2, PART_V = 4 };
+
+static int write_states(trainer_t *tr, st_writer_t *w, const char *path, int bf16, int per_tensor_parts, char *err,
+                        size_t errlen) {
+    const model_t *m = &tr->model;
+    uint16_t buf[8192];
+    for (int s = 0; s < m->nshards; s++) {
+        float *master, *mm, *vv;
+        int rc = trainer_states_get(tr, s, 0, &master, &mm, &vv, err, errlen);
+        if (rc != 0) return rc;
+        const shard_t *sh = &m->shards[s];
+        for (int t = 0; t < sh->ntensors; t++) {
+            const tensor_t *te = &sh->tensors[t];
+            const float *parts[3] = {master + te->offset, mm + te->offset, vv + te->offset};
+            for (int k = 0; k < 3; k++) {
+                static const int bit[3] = {PART_MASTER, PART_M, PART_V};
+                if (!(per_tensor_parts & bit[k])) continue;
+                const float *src = parts[k]; // per tensor: master (when asked), exp_avg, exp_avg_sq
+                if (bf16 && per_tensor_parts == PART_MASTER) {
+                    for (size_t i = 0; i < te->numel && rc == 0; i += 8192) {
+                        size_t n = te->numel - i < 8192 ? te->numel - i : 8192;
+                        bf16_from_f32_n(buf, src + i, n);
+                        rc = st_write(w, buf, n * 2);
+                    }
+                } else {
+                    rc = st_write(w, src, te->numel * 4);
+                }
+                if (rc != 0) {
+                    ERR("%s", st_writer_error(w)[0] ? st_writer_error(w) : strerror(-rc));
+                    (void)path;
+                    return rc;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+static int write_model(trainer_t *tr, const char *path, int bf16, char *err, size_t errlen) {
+    const model_t *m = &tr->model;
+    int n = count_tensors(m), k = 0;
+    st_tensor_t *decl = calloc((size_t)n, sizeof *decl);
+    tname_t *names = calloc((size_t)n, sizeof *names);
+    if (!decl || !names) { free(decl); free(names); ERR("out of memory"); return -ENOMEM; }
+    for (int s = 0; s < m->nshards; s++)
+        for (int t = 0; t < m->shards[s].ntensors; t++, k++)
+            tensor_decl(m, s, t, "", bf16 ? ST_BF16 : ST_F32, &decl[k], names[k]);
+    st_meta_t meta[] = {{"format", "pt"}};
+    st_writer_t *w = NULL;
+    int rc = st_writer_open(&w, path, decl, n, meta, 1, err, errlen);
+    free(decl);
+    free(names);
+    if (rc != 0) return rc;
+    rc = write_states(tr, w, path, bf16, PART_MASTER, err, errlen);
+    if (rc != 0) {
+        st_writer_free(w);
+        return rc;
+    }
+    return st_writer_close(w, err, errlen);
+}
+
+// Adam m and v of every tensor (and the FP32 master when the model file is BF16).
+static int write_optimizer(trainer_t *tr, const char *path, int with_master, char *err, size_t errlen) {
+    const model_t *m = &tr->model;
+    int per = with_master ? 3 : 2, n = count_tensors(m) * per, k = 0;
+    st_tensor_t *decl = calloc((size_t)n, sizeof *decl);
+    tname_t *names = calloc((size_t)n, sizeof *names);
+    if (!decl || !names) { free(decl); free(names); ERR("out of memory"); return -ENOMEM; }
+    for (int s = 0; s < m->nshards; s++)
+        for (int t = 0; t < m->shards[s].ntensors; t++) { // the order write_states writes them
+            if (with_master) { tensor_decl(m, s, t, ".master", ST_F32, &decl[k], names[k]); k++; }
+            tensor_decl(m, s, t, ".exp_avg", ST_F32, &decl[k], names[k]); k++;
+            tensor_decl(m, s, t, ".exp_avg_sq", ST_F32, &decl[k], names[k]); k++;
+        }
+    st_meta_t meta[] = {{"format", "tiertrain-adamw"}};
+    st_writer_t *w = NULL;
+    int rc = st_writer_open(&w, path, decl, n, meta, 1, err, errlen);
+    free(decl);
+    free(names);
+    if (rc != 0) return rc;
+    rc = write_states(tr, w, path, 0, (with_master ? PART_MASTER : 0) | PART_M | PART_V, err, errlen);
+    if (rc != 0) {
+        st_writer_free(w);
+        return rc;
+    }
+    return st_writer_close(w, err, errlen);
+}
+
+static int write_config_json(const trainer_t *tr, const char *path, int bf16, char *err, size_t errlen) {
+    const model_t *m = &tr->model;
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+             "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n"
+             "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
+             "  \"vocab_size\": %d,\n  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.17g,\n"
+             "  \"tie_word_embeddings\": %s,\n  \"max_position_embeddings\": %d,\n  \"hidden_act\": \"silu\",\n"
+             "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n  \"torch_dtype\": \"%s\"\n}\n",
+             m->C, m->F, m->L, m->NH, m->NKV, m->HS, m->V, (double)m->norm_eps, m->rope_theta,
+             m->tie ? "true" : "false", m->T, bf16 ? "bfloat16" : "float32");
+    return write_text(path, text, err, errlen);
+}
+
+static int write_state_json(const trainer_t *tr, const data_t *d, int step, uint64_t hash, const char *path,
+                            char *err, size_t errlen) {
+    const config_t *c = tr->cfg;
+    const model_t *m = &tr->model;
+    char data[TT_PATH_MAX * 2];
+    if (json_escape(data, sizeof data, c->data, strlen(c->data)) < 0) snprintf(data, sizeof data, "\"?\"");
+    char text[TT_PATH_MAX * 2 + 2048];
+    snprintf(text, sizeof text,
+             "{\n  \"format\": \"%s\",\n  \"version\": %d,\n  \"step\": %d,\n  \"params_hash\": \"%016llx\",\n"
+             "  \"train_pos\": %llu,\n  \"val_pos\": %llu,\n  \"data\": %s,\n  \"batch\": %d,\n  \"accum\": %d,\n"
+             "  \"seed\": %llu,\n  \"rng\": \"none: training draws no random numbers after init\",\n"
+             "  \"model_dtype\": \"%s\",\n"
+             "  \"schedule\": {\"lr\": %.17g, \"min_lr\": %.17g, \"warmup\": %d, \"steps\": %d},\n"
+             "  \"optimizer\": {\"beta1\": %.17g, \"beta2\": %.17g, \"eps\": %.17g, \"wd\": %.17g, \"clip\": %.17g},\n"
+             "  \"model\": {\"layers\": %d, \"dim\": %d, \"heads\": %d, \"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d,"
+             " \"seq\": %d, \"tie\": %d, \"rope_theta\": %.17g, \"norm_eps\": %.17g, \"precision\": \"%s\"}\n}\n",
+             CKPT_FORMAT, CKPT_VERSION, step, (unsigned long long)hash,
+             (unsigned long long)(d ? data_position(d, DATA_TRAIN) : 0),
+             (unsigned long long)(d ? data_position(d, DATA_VAL) : 0), data, c->B, c->accum,
+             (unsigned long long)c->seed, c->save_bf16 ? "BF16" : "F32", c->lr, c->min_lr, c->warmup, c->steps,
+             c->beta1, c->beta2, c->eps, c->wd, c->clip, m->L, m->C, m->NH, m->NKV, m->F, m->V, m->T, m->tie,
+             m->rope_theta, c->norm_eps, c->precision == PREC_FP32 ? "fp32" : "bf16");
+    return write_text(path, text, err, errlen);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+// Removes leftovers of interrupted saves (.tmp-*) and all but the newest keep checkpoints.
+static void prune(const char *dir, int keep, const char *keep_name) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char *names[4096];
+    int n = 0;
+    struct dirent *e;
+    char p[TT_PATH_MAX + 300];
+    while ((e = readdir(d))) {
+        if (!strncmp(e->d_name, ".tmp-", 5)) {
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            struct stat st;
+            if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) remove_folder(p);
+            else unlink(p);
+            continue;
+        }
+        if (!strncmp(e->d_name, "step-", 5) && strlen(e->d_name) == 13 && n < 4096) names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    for (int i = 0; i < n; i++) {
+        if (names[i] && keep > 0 && i < n - keep && strcmp(names[i], keep_name) != 0) {
+            snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+            remove_folder(p);
+        }
+        free(names[i]);
+    }
+}
+
+int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t params_hash, char *where, size_t wlen,
+                    char *err, size_t errlen) {
+    const config_t *c = tr->cfg;
+    const char *dir = c->save_dir;
+    int rc = trainer_optimizer_wait(tr, err, errlen);
+    if (rc != 0) return rc;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        int e = errno;
+        ERR("--save %s: %s", dir, strerror(e));
+        return -e;
+    }
+    prune(dir, 0, ""); // leftovers of an interrupted save are never taken for a checkpoint
+    char name[32], tmp[TT_PATH_MAX + 64], final[TT_PATH_MAX + 64], path[TT_PATH_MAX + 128];
+    snprintf(name, sizeof name, "step-%08d", step);
+    snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%d", dir, name, (int)getpid());
+    snprintf(final, sizeof final, "%s/%s", dir, name);
+    if (mkdir(tmp, 0755) != 0) {
+        int e = errno;
+        ERR("--save %s: cannot create %s: %s", dir, tmp, strerror(e));
+        return -e;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    rc = write_model(tr, path, c->save_bf16, err, errlen);
+    test_delay();
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
+        rc = write_optimizer(tr, path, c->save_bf16, err, errlen);
+        test_delay();
+    }
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/config.json", tmp);
+        rc = write_config_json(tr, path, c->save_bf16, err, errlen);
+    }
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/state.json", tmp);
+        rc = write_state_json(tr, d, step, params_hash, path, err, errlen);
+        test_delay();
+    }
+    if (rc == 0) rc = fsync_dir(tmp, err, errlen);
+    if (rc == 0) {
+        // the same step saved again (a resumed run): the old folder steps aside first
+        char old[TT_PATH_MAX + 96];
+        snprintf(old, sizeof old, "%s/.tmp-old-%s-%d", dir, name, (int)getpid());
+        int moved = rename(final, old) == 0;
+        if (rename(tmp, final) != 0) {
+            int e = errno;
+            ERR("--save %s: rename %s -> %s: %s", dir, tmp, final, strerror(e));
+            if (moved) rename(old, final);
+            rc = -e;
+        } else if (moved) {
+            remove_folder(old);
+        }
+    }
+    if (rc == 0) rc = fsync_dir(dir, err, errlen);
+    if (rc != 0) {
+        remove_folder(tmp);
+        return rc;
+    }
+    test_delay(); // between the folder's rename and latest's
+    // latest, replaced atomically
+    char ltmp[TT_PATH_MAX + 64], latest[TT_PATH_MAX + 64], line[48];
+    snprintf(ltmp, sizeof ltmp, "%s/.tmp-latest-%d", dir, (int)getpid());
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    snprintf(line, sizeof line, "%s\n", name);
+    if ((rc = write_text(ltmp, line, err, errlen)) == 0 && rename(ltmp, latest) != 0) {
+        rc = -errno;
+        ERR("--save %s: rename %s -> %s: %s", dir, ltmp, latest, strerror(-rc));
+    }
+    if (rc == 0) rc = fsync_dir(dir, err, errlen);
+    if (rc != 0) {
+        unlink(ltmp);
+        return rc;
+    }
+    prune(dir, c->keep_last, name);
+    snprintf(where, wlen, "%s", final);
+    return 0;
+}

@@ -1,0 +1,55 @@
+// checkpoint.h — checkpoints that are complete or invisible (DESIGN §8).
+//
+// A checkpoint is a folder DIR/step-NNNNNNNN/ holding
+//   model.safetensors      FP32 master weights (or BF16 with --save-dtype bf16), Hugging Face
+//                          Llama names and shapes (lm_head.weight only when untied)
+//   optimizer.safetensors  Adam m and v per tensor ("<name>.exp_avg", "<name>.exp_avg_sq"),
+//                          and the FP32 master ("<name>.master") when the model file is BF16
+//   config.json            LlamaConfig fields, loadable by transformers
+//   state.json             step, data positions, the flags a resume must match, params_hash
+// It is written under DIR/.tmp-step-NNNNNNNN-PID, every file fsynced, then renamed into
+// place and the parent fsynced; DIR/latest (a one-line file naming the newest folder) is
+// replaced the same way. Readers ignore .tmp-* folders, so a crash at any moment leaves the
+// previous checkpoint as the newest complete one. States resident on NVMe stream through
+// the host staging buffers a shard at a time: no save or load holds the whole model in RAM.
+// Who calls it: train.c (save, resume), eval.c (load weights).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "config.h"
+#include "data.h"
+#include "step.h"
+
+typedef struct {
+    char dir[TT_PATH_MAX];    // the checkpoint folder
+    int step;                 // optimizer steps done
+    uint64_t train_pos, val_pos; // data positions (tokens into each split)
+    char params_hash[17];     // as the run printed it
+    // the model (config.json / state.json)
+    int L, C, NH, NKV, F, V, T, tie;
+    double rope_theta, norm_eps;
+    precision_t precision;
+    int model_bf16;           // model.safetensors holds BF16 (the master is in the optimizer file)
+    char data[TT_PATH_MAX];   // the training data source it was saved with
+} ckpt_info_t;
+
+// Resolves a --resume argument: a checkpoint folder (has state.json), a --save directory
+// (its `latest`), or DIR/latest. Returns 0 with the folder in out, or -errno with one line.
+int checkpoint_resolve(const char *arg, char *out, size_t len, char *err, size_t errlen);
+// Reads and checks state.json and config.json of a checkpoint folder. Returns 0, or -errno
+// with one line naming the file and the problem (missing field, wrong type, bad value).
+int checkpoint_info(const char *dir, ckpt_info_t *info, char *err, size_t errlen);
+// Refuses a resume whose model differs from cfg's: -EINVAL with one line naming the first
+// field that differs (e.g. "--resume X: the checkpoint has --dim 384, this run --dim 512").
+int checkpoint_check_config(const ckpt_info_t *info, const config_t *cfg, char *err, size_t errlen);
+// Loads the checkpoint at info->dir into tr (built for the same model): master weights and
+// the compute copy; unless weights_only, also Adam m and v and the data positions (into d,
+// when not NULL). Validates every tensor's name, dtype and shape and that every value is
+// finite. Returns 0 or -errno with one line (bad files: -EINVAL; I/O: the errno).
+int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weights_only, char *err, size_t errlen);
+// Saves tr's state after `step` under cfg->save_dir, updates latest, keeps the newest
+// --keep-last. Waits for the optimizer first. Writes the folder's path into where. Returns
+// 0, or -errno with one line; on failure the temporary folder is removed and nothing that
+// was visible changes.
+int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t params_hash, char *where, size_t wlen,
+                    char *err, size_t errlen);

@@ -1,0 +1,158 @@
+// eval.c — `tiertrain eval` (see eval.h): resolve the checkpoint, build a trainer for its
+// model with every state resident (B = 1), load its weights, and average the next-token
+// loss over consecutive windows of T+1 tokens of a data file.
+// Does not write anything or touch the optimizer state; the data file is only read.
+#include "eval.h"
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "checkpoint.h"
+#include "data.h"
+#include "step.h"
+#include "util.h" // uses: usage_error, runtime_error, mallocCheck, now_ms
+
+// Bad input (exit 2) against an I/O or resource failure (exit 1), from the -errno that
+// checkpoint_*, data_open and trainer_init return.
+static int bad_input(int rc) {
+    switch (-rc) {
+    case EINVAL: case ENOENT: case ENOTDIR: case EISDIR: case EACCES: case EPERM: case ENAMETOOLONG:
+    case ELOOP: case EBADMSG: case ERANGE:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void fail(int rc, const char *msg) {
+    if (bad_input(rc)) usage_error("%s", msg);
+    runtime_error("%s", msg);
+}
+
+static const char *prec_name(precision_t p) { return p == PREC_FP32 ? "fp32" : "bf16"; }
+
+// The configuration of the checkpoint's model for evaluation: shape from the checkpoint,
+// T and precision from the flags when given, one sequence per forward, everything resident
+// (parameters and gradients on the device, master weights on the host, where
+// checkpoint_load puts them), no streaming, no checkpoint offload.
+static void eval_config(config_t *ec, const config_t *cfg, const ckpt_info_t *info) {
+    *ec = *cfg;
+    ec->command = CMD_EVAL;
+    ec->preset[0] = 0;
+    ec->L = info->L; ec->C = info->C; ec->NH = info->NH; ec->NKV = info->NKV; ec->F = info->F; ec->V = info->V;
+    ec->tie = info->tie;
+    ec->rope_theta = info->rope_theta;
+    ec->norm_eps = info->norm_eps;
+    ec->T = cfg->seq_given ? cfg->T : info->T;
+    ec->precision = cfg->precision_given ? cfg->precision : info->precision;
+    ec->B = 1;
+    ec->accum = 1;
+    ec->steps = 1;
+    ec->eval_every = 0;
+    ec->eval_batches = 1;
+    ec->params_tier = TIER_DEVICE;
+    ec->grads_tier = TIER_DEVICE;
+    ec->optim_tier = TIER_HOST;
+    ec->offload_auto = 0;
+    ec->schedule = SCHEDULE_HORIZONTAL;
+    ec->ckpt_tier = CKPT_DEVICE;
+    ec->host_cache = 0;
+    ec->hbm_budget = 0;
+    ec->host_budget = 0;
+    ec->nvme_path[0] = 0;
+    ec->log_path[0] = 0;
+    ec->trace_path[0] = 0;
+    ec->save_dir[0] = 0;
+}
+
+int eval_run(const config_t *cfg) {
+    FILE *out = stdout;
+    char err[2048] = "", dir[TT_PATH_MAX];
+    int rc = checkpoint_resolve(cfg->resume, dir, sizeof dir, err, sizeof err);
+    if (rc != 0) fail(rc, err);
+    ckpt_info_t info;
+    if ((rc = checkpoint_info(dir, &info, err, sizeof err)) != 0) fail(rc, err);
+    config_t ec;
+    eval_config(&ec, cfg, &info);
+    const int T = ec.T;
+
+    // The data: opened for the smallest window (B = T = 1) so that data_open validates the
+    // file (header, size, every token < vocab) without asking for a training split of B·T+1
+    // tokens plus as many held out; the windows are counted here, against T+1.
+    config_t dc = ec;
+    dc.B = 1;
+    dc.T = 1;
+    data_t *data = NULL;
+    if ((rc = data_open(&data, &dc, err, sizeof err)) != 0) fail(rc, err);
+    const uint8_t *u8 = NULL;
+    const uint16_t *u16 = NULL;
+    size_t ntok = 0;
+    data_raw(data, &u8, &u16, &ntok);
+    size_t nuse = cfg->eval_tokens && cfg->eval_tokens < ntok ? (size_t)cfg->eval_tokens : ntok;
+    const size_t W = nuse / ((size_t)T + 1);
+    if (W == 0) {
+        if (nuse < ntok)
+            usage_error("--eval-tokens %zu: fewer than one window of T+1 = %d tokens (--seq %d; raise --eval-tokens or "
+                        "lower --seq)", nuse, T + 1, T);
+        usage_error("--data %s: %zu tokens, fewer than one window of T+1 = %d tokens (--seq %d; give a longer file or "
+                    "a lower --seq)", cfg->data, nuse, T + 1, T);
+    }
+
+    // ---- the resolved setup, first
+    fprintf(out, "tiertrain eval: checkpoint %s (step %d, params_hash %s; trained on %s)\n", info.dir, info.step,
+            info.params_hash, info.data[0] ? info.data : "?");
+    fprintf(out, "  model: L %d, C %d, heads %d (kv %d, size %d), ffn %d, vocab %d, %s, rope %g, norm-eps %g; "
+                 "model.safetensors %s\n",
+            ec.L, ec.C, ec.NH, ec.NKV, ec.NH ? ec.C / ec.NH : 0, ec.F, ec.V, ec.tie ? "tied" : "untied",
+            ec.rope_theta, ec.norm_eps, info.model_bf16 ? "bf16" : "fp32");
+    fprintf(out, "  data: %s (%s, %zu tokens): %s %zu -> %zu windows of T+1 = %d (%zu tokens left over)\n",
+            cfg->data, u16 ? "llm.c tokens" : strcmp(cfg->data, "synthetic") == 0 ? "built-in corpus" : "text", ntok,
+            nuse == ntok ? "all" : "the first", nuse, W, T + 1, nuse - W * ((size_t)T + 1));
+    fprintf(out, "  run: seq %d (%s), precision %s (%s), batch 1, device %s, threads ", T,
+            cfg->seq_given ? "--seq" : "the checkpoint's", prec_name(ec.precision),
+            cfg->precision_given ? "--precision" : "the checkpoint's",
+            ec.device == DEVICE_CPU ? "cpu" : ec.device == DEVICE_CUDA ? "cuda" : "auto");
+    if (ec.threads) fprintf(out, "%d\n", ec.threads);
+    else fprintf(out, "all cores\n");
+    fflush(out);
+
+    trainer_t tr;
+    if ((rc = trainer_init(&tr, &ec, err, sizeof err)) != 0) runtime_error("%s", err);
+    if ((rc = checkpoint_load(&tr, NULL, &info, 1, err, sizeof err)) != 0) fail(rc, err);
+    fprintf(out, "  loaded: %.2fM parameters, backend %s (%d threads)\n", tr.model.num_params / 1e6, tr.be.name,
+            tr.be.threads);
+    fflush(out);
+
+    // ---- one forward per window; the mean over windows of each window's mean loss. Every
+    // window has exactly T targets, so this is the mean over all W·T predicted tokens.
+    int *inputs = mallocCheck((size_t)T * sizeof(int));  // (1, T)
+    int *targets = mallocCheck((size_t)T * sizeof(int)); // (1, T)
+    double sum = 0, t0 = now_ms();
+    for (size_t w = 0; w < W; w++) {
+        size_t base = w * ((size_t)T + 1);
+        for (int i = 0; i < T; i++) {
+            inputs[i] = u16 ? u16[base + i] : u8[base + i];
+            targets[i] = u16 ? u16[base + i + 1] : u8[base + i + 1];
+        }
+        trainer_begin_eval(&tr, 1);
+        double l = trainer_forward(&tr, inputs, targets);
+        if (tr.fault[0]) runtime_error("eval window %zu: %s", w, tr.fault);
+        sum += l;
+    }
+    double ms = now_ms() - t0;
+    double loss = sum / (double)W;
+    if (!isfinite(loss)) runtime_error("eval: the loss is %g (the checkpoint's weights give non-finite logits)", loss);
+    size_t ntarget = W * (size_t)T;
+    fprintf(out, "eval: loss %.6f (perplexity %.3f), the mean over %zu windows x %d = %zu predicted tokens (every "
+                 "window predicts T, so also the mean of the window means); %.1f s, %.0f tok/s\n",
+            loss, exp(loss), W, T, ntarget, ms / 1e3, ms > 0 ? (double)ntarget / (ms / 1e3) : 0.0);
+    // %.17g: the double round-trips, so two evaluations can be compared exactly.
+    fprintf(out, "{\"event\":\"eval\",\"loss\":%.17g,\"tokens\":%zu,\"windows\":%zu}\n", loss, ntarget, W);
+    fflush(out);
+    free(inputs);
+    free(targets);
+    trainer_free(&tr);
+    data_free(data);
+    return 0;
+}
