@@ -21,10 +21,11 @@ build: $(BUILD)/Makefile
 
 # The default training run across every tier: a device budget below what the all-resident
 # run needs (116 MiB), parameters and gradients homed on the host, optimizer states on NVMe
-# (files under the build folder), falling loss, and the tier report at the end.
+# (files under the build folder), falling loss, a checkpoint at the end (build/checkpoints)
+# and the tier report.
 run: deps build
 	$(BUILD)/tiertrain train --hbm-budget 96M --params host --grads host --optimizer nvme \
-	  --nvme-path $(BUILD) --log $(BUILD)/run.jsonl
+	  --nvme-path $(BUILD) --log $(BUILD)/run.jsonl --save $(BUILD)/checkpoints
 
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
@@ -60,3 +61,31 @@ FUZZ_DIR     ?= build-fuzz
 .PHONY: fuzz
 fuzz:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_DIR=$(CURDIR)/$(FUZZ_DIR) tests/fuzz/run.sh
+
+# A checkpoint against an independent float64 PyTorch Llama (tests/ref/check_export.py):
+# trains `tiny` untied (F32 model file) and tied (--save-dtype bf16) on a copy of this README,
+# then checks each folder's tensor names and shapes against HF Llama and its loss against
+# `tiertrain eval --precision fp32` over the same windows (the tied one through the llm.c
+# .bin form of the same text). Needs Debian's python3-torch; not part of `make test`. When
+# CHECK_EXPORT_PYTHON imports transformers (e.g. a venv made with --system-site-packages), each
+# folder is also loaded with LlamaForCausalLM.from_pretrained and compared.
+CHECK_EXPORT_DIR    ?= $(BUILD)/check-export
+CHECK_EXPORT_PYTHON ?= /usr/bin/python3
+
+.PHONY: check-export
+check-export: $(BUILD)/Makefile
+	cmake --build $(BUILD) -j $(JOBS) --target tiertrain
+	@$(CHECK_EXPORT_PYTHON) -c 'import torch' 2>/dev/null || { \
+	  echo "check-export: $(CHECK_EXPORT_PYTHON) cannot import torch; install it with: sudo apt-get install python3-torch" >&2; \
+	  exit 1; }
+	rm -rf $(CHECK_EXPORT_DIR) && mkdir -p $(CHECK_EXPORT_DIR)
+	cp README.md $(CHECK_EXPORT_DIR)/text.txt
+	$(BUILD)/tiertrain tokenize $(CHECK_EXPORT_DIR)/text.txt -o $(CHECK_EXPORT_DIR)/text.bin
+	$(BUILD)/tiertrain train --model tiny --steps 100 --data $(CHECK_EXPORT_DIR)/text.txt --eval-every 0 --quiet \
+	  --save $(CHECK_EXPORT_DIR)/untied
+	$(BUILD)/tiertrain train --model tiny --tie --steps 100 --data $(CHECK_EXPORT_DIR)/text.txt --eval-every 0 --quiet \
+	  --save-dtype bf16 --save $(CHECK_EXPORT_DIR)/tied
+	$(CHECK_EXPORT_PYTHON) tests/ref/check_export.py $(BUILD)/tiertrain --resume $(CHECK_EXPORT_DIR)/untied \
+	  --data $(CHECK_EXPORT_DIR)/text.txt --precision fp32
+	$(CHECK_EXPORT_PYTHON) tests/ref/check_export.py $(BUILD)/tiertrain --resume $(CHECK_EXPORT_DIR)/tied/latest \
+	  --data $(CHECK_EXPORT_DIR)/text.bin --precision fp32
