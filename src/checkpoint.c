@@ -311,7 +311,7 @@ int checkpoint_check_config(const ckpt_info_t *in, const config_t *c, char *err,
     const struct { const char *flag; long long ck, run; } f[] = {
         {"--layers", in->L, c->L}, {"--dim", in->C, c->C}, {"--heads", in->NH, c->NH},
         {"--kv-heads", in->NKV, c->NKV}, {"--ffn", in->F, c->F}, {"--vocab", in->V, c->V},
-        {"--seq", in->T, c->T}, {"--tie", in->tie, c->tie},
+        {"--seq", in->T, c->T},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].ck != f[i].run) {
@@ -319,9 +319,15 @@ int checkpoint_check_config(const ckpt_info_t *in, const config_t *c, char *err,
                 in->dir, f[i].flag, f[i].ck, f[i].flag, f[i].run);
             return -EINVAL;
         }
+    if (in->tie != c->tie) {
+        ERR("--resume %s: the checkpoint's LM head is %s, this run's is %s (%s --tie)", in->dir,
+            in->tie ? "tied to the embedding" : "untied", c->tie ? "tied" : "untied", in->tie ? "add" : "drop");
+        return -EINVAL;
+    }
     if (in->precision != c->precision) {
-        ERR("--resume %s: the checkpoint was trained with --precision %s, this run --precision %s", in->dir,
-            in->precision == PREC_FP32 ? "fp32" : "bf16", c->precision == PREC_FP32 ? "fp32" : "bf16");
+        const char *ck = in->precision == PREC_FP32 ? "fp32" : "bf16";
+        ERR("--resume %s: the checkpoint was trained with --precision %s, this run --precision %s (resume with "
+            "--precision %s)", in->dir, ck, c->precision == PREC_FP32 ? "fp32" : "bf16", ck);
         return -EINVAL;
     }
     if (in->rope_theta != c->rope_theta || (float)in->norm_eps != (float)c->norm_eps) {
@@ -404,13 +410,25 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
                     rc = load_tensor(orr, opath, &want, vv + o, err, errlen);
                 }
             }
-            if (rc == 0 && (!all_finite(master + o, te->numel, 0) ||
-                            (!weights_only && (!all_finite(mm + o, te->numel, 0) || !all_finite(vv + o, te->numel, 1))))) {
-                char hf[200];
-                model_tensor_hf_name(m, s, t, hf, sizeof hf);
-                ERR("%s: tensor '%s' (or its optimizer state) holds a non-finite value (a corrupt checkpoint)",
-                    info->dir, hf);
-                rc = -EINVAL;
+            if (rc == 0) { // name the file and the tensor that holds the bad value
+                const char *file = NULL, *part = "";
+                if (!all_finite(master + o, te->numel, 0)) {
+                    file = info->model_bf16 && orr ? opath : mpath;
+                    part = info->model_bf16 && orr ? ".master" : "";
+                } else if (!weights_only && !all_finite(mm + o, te->numel, 0)) {
+                    file = opath;
+                    part = ".exp_avg";
+                } else if (!weights_only && !all_finite(vv + o, te->numel, 1)) {
+                    file = opath;
+                    part = ".exp_avg_sq";
+                }
+                if (file) {
+                    char hf[200];
+                    model_tensor_hf_name(m, s, t, hf, sizeof hf);
+                    ERR("%s: tensor '%s%s' holds a %s value (a corrupt checkpoint)", file, hf, part,
+                        strcmp(part, ".exp_avg_sq") ? "non-finite" : "negative or non-finite");
+                    rc = -EINVAL;
+                }
             }
         }
         if (rc == 0) rc = trainer_states_put(tr, s, err, errlen);
@@ -582,8 +600,12 @@ static void prune(const char *dir, int keep, const char *keep_name) {
     qsort(names, (size_t)n, sizeof *names, cmp_str);
     for (int i = 0; i < n; i++) {
         if (names[i] && keep > 0 && i < n - keep && strcmp(names[i], keep_name) != 0) {
+            // out of sight in one rename first: a crash in the middle of the unlinks must not
+            // leave a visible step-* folder with files missing
+            char gone[TT_PATH_MAX + 300];
             snprintf(p, sizeof p, "%s/%s", dir, names[i]);
-            remove_folder(p);
+            snprintf(gone, sizeof gone, "%s/.tmp-gone-%s-%d", dir, names[i], (int)getpid());
+            if (rename(p, gone) == 0) remove_folder(gone);
         }
         free(names[i]);
     }
@@ -621,6 +643,7 @@ int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t params_ha
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/config.json", tmp);
         rc = write_config_json(tr, path, c->save_bf16, err, errlen);
+        test_delay();
     }
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/state.json", tmp);
@@ -629,17 +652,15 @@ int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t params_ha
     }
     if (rc == 0) rc = fsync_dir(tmp, err, errlen);
     if (rc == 0) {
-        // the same step saved again (a resumed run): the old folder steps aside first
-        char old[TT_PATH_MAX + 96];
-        snprintf(old, sizeof old, "%s/.tmp-old-%s-%d", dir, name, (int)getpid());
-        int moved = rename(final, old) == 0;
-        if (rename(tmp, final) != 0) {
+        // the same step saved again (a run restarted into the same DIR): swap the folders in
+        // one atomic step, so `latest` never names a missing folder; tmp then holds the old
+        // one. ENOENT (nothing to swap with) or EINVAL (no RENAME_EXCHANGE): plain rename.
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+            remove_folder(tmp);
+        } else if (rename(tmp, final) != 0) {
             int e = errno;
             ERR("--save %s: rename %s -> %s: %s", dir, tmp, final, strerror(e));
-            if (moved) rename(old, final);
             rc = -e;
-        } else if (moved) {
-            remove_folder(old);
         }
     }
     if (rc == 0) rc = fsync_dir(dir, err, errlen);

@@ -126,6 +126,9 @@ static void catch_signals(void) {
 
 static void save_checkpoint(trainer_t *tr, const data_t *data, int step, FILE *log, char *where, size_t wlen) {
     char err[768];
+    // the update in flight must have landed before the hash: its error belongs to this step
+    if (trainer_optimizer_wait(tr, err, sizeof err) != 0)
+        runtime_error("step %d: %s (the previous checkpoint is intact)", step, err);
     uint64_t hash = trainer_params_hash(tr);
     double t0 = now_ms();
     if (checkpoint_save(tr, data, step, hash, where, wlen, err, sizeof err) != 0)
@@ -205,7 +208,12 @@ int train_run(const config_t *cfg_in) {
     if (cfg->resume[0]) {
         double t0 = now_ms();
         rc = checkpoint_load(&tr, data, &ck, 0, err, sizeof err);
-        if (rc == -EINVAL) usage_error("--resume %s: %s", cfg->resume, err);
+        if (rc != 0 && log) { // a bad checkpoint is bad input: it leaves no output behind
+            fclose(log);
+            unlink(cfg->log_path);
+        }
+        // a corrupt file (EINVAL) or a file missing from the folder (ENOENT) is bad input
+        if (rc == -EINVAL || rc == -ENOENT) usage_error("--resume %s: %s", cfg->resume, err);
         if (rc != 0) runtime_error("--resume %s: %s", cfg->resume, err);
         fprintf(out, "resumed: %s at step %d (params_hash %s, %.1f s)\n", ck.dir, ck.step, ck.params_hash,
                 (now_ms() - t0) / 1e3);

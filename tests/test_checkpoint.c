@@ -1,0 +1,1401 @@
+// test_checkpoint.c — checkpoints through the binary (DESIGN §8, src/checkpoint.h):
+//   resume   N steps in one run and K steps + resume give the same bits, whatever the
+//            placement on either side, the schedule, the saved dtype or a tied head;
+//   refusals a checkpoint of another model, a folder that is not one, a dangling `latest`,
+//            nothing left to do, --save-every without --save: exit 2, one line;
+//   bad files a truncated or lying safetensors file, a wrong state.json, a NaN, a missing
+//            config.json: exit 2, one line naming the file, never a crash;
+//   crash    kill -9 at seeded random moments while saves are slowed down: every visible
+//            step-* folder is complete and resumes to the reference's bits; SIGTERM saves
+//            and says where; a second SIGINT mid-save leaves no half checkpoint; an NVMe
+//            error leaves the last checkpoint usable;
+//   export   model.safetensors has the Hugging Face Llama names, shapes and dtypes, read by
+//            a scan of the raw header that shares no code with src/safetensors.c or
+//            src/json.c; --keep-last keeps the newest folders.
+// What must be identical is compared as the run printed it in the --log JSONL: each step's
+// loss and the params_hash (an FNV-1a hash of every FP32 master weight).
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "testutil.h"
+
+// ---------------------------------------------------------------- folders and cleanup
+
+// A failed ck_assert ends a forked test with _exit, skipping its teardown: so each TCase's
+// folder is made and removed by an unchecked fixture, in the Check parent process, and each
+// test's folder lies inside it. A trainer started in the background dies with the test
+// (PR_SET_PDEATHSIG); tu_run's children are waited for.
+static char *fixdir;     // the TCase's folder (unchecked fixture)
+static char *tmp;        // this test's folder, inside fixdir (checked fixture)
+static pid_t live_pid;   // a trainer started by spawn() and not reaped yet
+
+static const char *workdir(void) { return tmp ? tmp : fixdir; }
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st; (void)ftw;
+    if (flag == FTW_DP) rmdir(path);
+    else unlink(path);
+    return 0;
+}
+
+static void rm_rf(const char *path) { nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+static void fix_setup(void) { fixdir = tu_tmpdir("ckpt"); }
+
+static void fix_teardown(void) {
+    if (fixdir) rm_rf(fixdir);
+    free(fixdir);
+    fixdir = NULL;
+}
+
+static void setup(void) {
+    ck_assert_msg(fixdir != NULL, "no TCase folder");
+    ck_assert(asprintf(&tmp, "%s/test_XXXXXX", fixdir) > 0);
+    ck_assert_msg(mkdtemp(tmp) != NULL, "%s: %s", tmp, strerror(errno));
+}
+
+static void teardown(void) {
+    rm_rf(tmp);
+    free(tmp);
+    tmp = NULL;
+    if (live_pid > 0) { // a test that returned without reaping (not one of these)
+        kill(live_pid, SIGKILL);
+        waitpid(live_pid, NULL, 0);
+        live_pid = 0;
+    }
+}
+
+// snprintf that must not truncate (paths and expected messages).
+static void spf(char *out, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out, cap, fmt, ap);
+    va_end(ap);
+    ck_assert_msg(n >= 0 && (size_t)n < cap, "%zu bytes are too few for \"%s\"", cap, fmt);
+}
+
+static int exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    fputs(text, f);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static void copy_file(const char *from, const char *to) {
+    char *buf = NULL;
+    int in = open(from, O_RDONLY), out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert_msg(in >= 0 && out >= 0, "copy %s -> %s: %s", from, to, strerror(errno));
+    buf = malloc(1 << 16);
+    ssize_t n;
+    while ((n = read(in, buf, 1 << 16)) > 0) ck_assert(write(out, buf, (size_t)n) == n);
+    ck_assert(n == 0);
+    free(buf);
+    close(in);
+    ck_assert_int_eq(close(out), 0);
+}
+
+static const char *const ckpt_files[] = {"model.safetensors", "optimizer.safetensors", "config.json", "state.json"};
+
+// A checkpoint folder's four files, copied into a fresh folder `to`.
+static void copy_folder(const char *from, const char *to) {
+    rm_rf(to);
+    ck_assert_int_eq(mkdir(to, 0755), 0);
+    for (int i = 0; i < 4; i++) {
+        char a[1200], b[1200];
+        spf(a, sizeof a, "%s/%s", from, ckpt_files[i]);
+        spf(b, sizeof b, "%s/%s", to, ckpt_files[i]);
+        copy_file(a, b);
+    }
+}
+
+// 1 when dir/latest exists, its first line in name (without the newline).
+static int read_latest(const char *dir, char *name, size_t cap) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s/latest", dir);
+    char *s = tu_slurp(p);
+    if (!s) return 0;
+    snprintf(name, cap, "%.*s", (int)strcspn(s, "\n"), s);
+    free(s);
+    return 1;
+}
+
+// The step of a checkpoint folder name "step-NNNNNNNN", or -1 for any other name.
+static int step_of(const char *name) {
+    if (strncmp(name, "step-", 5) != 0 || strlen(name) != 13 || strspn(name + 5, "0123456789") != 8) return -1;
+    return atoi(name + 5);
+}
+
+// The names under dir: step-* folders (sorted) into steps, and how many .tmp-* entries.
+static int list_dir(const char *dir, int *steps, int cap, int *ntmp) {
+    DIR *d = opendir(dir);
+    ck_assert_msg(d != NULL, "%s: %s", dir, strerror(errno));
+    int n = 0;
+    *ntmp = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strncmp(e->d_name, ".tmp-", 5)) (*ntmp)++;
+        int k = step_of(e->d_name);
+        if (k >= 0) {
+            ck_assert(n < cap);
+            steps[n++] = k;
+        } else {
+            ck_assert_msg(!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, "latest") ||
+                              !strncmp(e->d_name, ".tmp-", 5),
+                          "%s: unexpected entry '%s'", dir, e->d_name);
+        }
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++) // insertion sort: a handful of names
+        for (int j = i; j > 0 && steps[j - 1] > steps[j]; j--) {
+            int t = steps[j]; steps[j] = steps[j - 1]; steps[j - 1] = t;
+        }
+    return n;
+}
+
+// A complete checkpoint folder: its four files, none empty, and state.json says step k
+// with the given params_hash (when not NULL).
+static void check_complete(const char *folder, int k, const char *hash) {
+    for (int i = 0; i < 4; i++) {
+        char p[1200];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", folder, ckpt_files[i]);
+        ck_assert_msg(stat(p, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0, "%s: missing or empty", p);
+    }
+    char p[1200], want[64];
+    snprintf(p, sizeof p, "%s/state.json", folder);
+    char *s = tu_slurp(p);
+    snprintf(want, sizeof want, "\"step\": %d,", k);
+    ck_assert_msg(s && strstr(s, want), "%s: no %s in\n%s", p, want, s ? s : "");
+    if (hash) {
+        snprintf(want, sizeof want, "\"params_hash\": \"%s\"", hash);
+        ck_assert_msg(strstr(s, want), "%s: want %s in\n%s", p, want, s);
+    }
+    free(s);
+}
+
+static void msleep(int ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+// ---------------------------------------------------------------- running the trainer
+
+enum { MAXSTEP = 64 };
+
+typedef struct {
+    int rc;
+    char *out, *err, *log;
+    char loss[MAXSTEP + 1][64]; // each step's loss as logged; "" where the run did not log it
+    char val[MAXSTEP + 1][64];  // val_loss of each eval event
+    char ck[MAXSTEP + 1][17];   // params_hash of each checkpoint event
+    char hash[17];              // the summary's params_hash ("" without a summary)
+} run_t;
+
+// argv under construction; every string is copied into the pool.
+typedef struct {
+    char *v[128];
+    int n;
+    char pool[16384];
+    size_t used;
+} args_t;
+
+static void arg(args_t *a, const char *s) {
+    size_t len = strlen(s) + 1;
+    ck_assert(a->n < 120 && a->used + len <= sizeof a->pool);
+    a->v[a->n++] = memcpy(a->pool + a->used, s, len);
+    a->used += len;
+}
+
+static void argf(args_t *a, const char *fmt, ...) {
+    char s[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s, sizeof s, fmt, ap);
+    va_end(ap);
+    arg(a, s);
+}
+
+static void args(args_t *a, const char *const *list) {
+    for (; list && *list; list++) arg(a, *list);
+}
+
+// `tiertrain train` with NVMe files under the work folder, then list's flags.
+static void train_args(args_t *a, const char *const *list) {
+    a->n = 0;
+    a->used = 0;
+    arg(a, tu_binary());
+    arg(a, "train");
+    argf(a, "--nvme-path=%s", workdir());
+    args(a, list);
+}
+
+// Value of "key": in one JSONL line (quotes stripped) into out; 0 when absent.
+static int field_n(const char *line, const char *key, char *out, size_t cap) {
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = strstr(line, k);
+    if (!p) return 0;
+    p += strlen(k);
+    if (*p == '"') p++;
+    snprintf(out, cap, "%.*s", (int)strcspn(p, "\",}"), p);
+    return 1;
+}
+
+#define field(line, key, out) field_n(line, key, out, sizeof(out))
+
+static int in_range(const char *s) {
+    int k = atoi(s);
+    return k >= 1 && k <= MAXSTEP ? k : 0;
+}
+
+static void parse_log(run_t *r) {
+    for (const char *p = r->log; p && *p;) {
+        size_t len = strcspn(p, "\n");
+        char line[2048], s[32] = "", v[64];
+        snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), p);
+        p += len + (p[len] == '\n');
+        if (!field(line, "step", s) && !strstr(line, "\"event\":\"summary\"")) continue;
+        int k = in_range(s);
+        if (strstr(line, "\"event\":\"step\"") && k && field(line, "loss", v))
+            snprintf(r->loss[k], sizeof r->loss[k], "%s", v);
+        else if (strstr(line, "\"event\":\"eval\"") && k && field(line, "val_loss", v))
+            snprintf(r->val[k], sizeof r->val[k], "%s", v);
+        else if (strstr(line, "\"event\":\"checkpoint\"") && k && field(line, "params_hash", v))
+            snprintf(r->ck[k], sizeof r->ck[k], "%.16s", v);
+        else if (strstr(line, "\"event\":\"summary\"") && field(line, "params_hash", v))
+            snprintf(r->hash, sizeof r->hash, "%.16s", v);
+    }
+}
+
+// Runs a (plus --log) to the end; the log is parsed and removed.
+static run_t run(args_t *a, char *const *env) {
+    static int seq;
+    char log[1200];
+    snprintf(log, sizeof log, "%s/log-%d.jsonl", workdir(), seq++);
+    arg(a, "--log");
+    arg(a, log);
+    a->v[a->n] = NULL;
+    run_t *r = calloc(1, sizeof *r); // large: not on the stack of a Check test
+    run_t out;
+    r->rc = tu_run(a->v, env, &r->out, &r->err);
+    r->log = tu_slurp(log);
+    unlink(log);
+    parse_log(r);
+    out = *r;
+    free(r);
+    return out;
+}
+
+static void run_free(run_t *r) {
+    free(r->out);
+    free(r->err);
+    free(r->log);
+    memset(r, 0, sizeof *r);
+}
+
+// Runs that must have succeeded.
+#define ck_ok(r) ck_assert_msg((r).rc == 0, "train exited %d:\n%s", (r).rc, (r).err)
+
+// stderr is exactly one line starting "tiertrain: ", and the run exited 2; when early, a
+// refusal before any work, so the --log file was never created.
+static void ck_refused(const run_t *r, const char *what, int early) {
+    ck_assert_msg(r->rc == 2, "%s: exit %d (want 2), stderr:\n%s", what, r->rc, r->err);
+    size_t len = strlen(r->err);
+    ck_assert_msg(len > 0 && r->err[len - 1] == '\n' && strchr(r->err, '\n') == r->err + len - 1 &&
+                      !strncmp(r->err, "tiertrain: ", 11),
+                  "%s: want one line \"tiertrain: ...\", got:\n%s", what, r->err);
+    ck_assert_msg(!early || r->log == NULL, "%s: a refused run left its --log behind", what);
+}
+
+// Losses of steps from..to and (when final) the final params_hash and val_loss at `to`
+// of run r equal the reference's.
+static void ck_same_steps(const run_t *ref, const run_t *r, int from, int to, int final, const char *what) {
+    for (int k = from; k <= to; k++) {
+        ck_assert_msg(ref->loss[k][0], "%s: the reference has no step %d", what, k);
+        ck_assert_msg(!strcmp(ref->loss[k], r->loss[k]), "%s: step %d loss %s, reference %s", what, k,
+                      r->loss[k][0] ? r->loss[k] : "(none)", ref->loss[k]);
+    }
+    if (!final) return;
+    ck_assert_msg(!strcmp(ref->val[to], r->val[to]), "%s: val_loss at %d: %s, reference %s", what, to, r->val[to],
+                  ref->val[to]);
+    ck_assert_msg(ref->hash[0] && !strcmp(ref->hash, r->hash), "%s: params_hash %s, reference %s", what,
+                  r->hash[0] ? r->hash : "(none)", ref->hash);
+}
+
+// Starts a (no --log) in the background, stdout and stderr into the work folder's
+// spawn.out / spawn.err; it dies with this process.
+static pid_t spawn(args_t *a, char *const *env) {
+    a->v[a->n] = NULL;
+    char o[1200], e[1200];
+    snprintf(o, sizeof o, "%s/spawn.out", workdir());
+    snprintf(e, sizeof e, "%s/spawn.err", workdir());
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int in = open("/dev/null", O_RDONLY);
+        int fo = open(o, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(e, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (in < 0 || fo < 0 || fe < 0) _exit(127);
+        dup2(in, 0);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        for (int i = 0; env && env[i]; i++) putenv(env[i]);
+        execv(a->v[0], a->v);
+        _exit(127);
+    }
+    live_pid = pid;
+    return pid;
+}
+
+// Waits up to ms for the spawned trainer: 1 with its wait status when it ended, else 0.
+static int reap(pid_t pid, int ms, int *status) {
+    for (int waited = 0;; waited += 2) {
+        pid_t w = waitpid(pid, status, WNOHANG);
+        if (w == pid) {
+            live_pid = 0;
+            return 1;
+        }
+        if (waited >= ms) return 0;
+        msleep(2);
+    }
+}
+
+static void kill_reap(pid_t pid) {
+    int st;
+    kill(pid, SIGKILL);
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    live_pid = 0;
+}
+
+static char *spawn_output(const char *which) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s/spawn.%s", workdir(), which);
+    char *s = tu_slurp(p);
+    return s ? s : strdup("");
+}
+
+// ---------------------------------------------------------------- resume is bit-exact
+
+// --device cpu --threads 1 everywhere: no notice about a GPU on stderr (the refusals count
+// its lines), and the bits do not depend on the thread count (test_train checks it) while
+// on a loaded two-core box one thread per run is twice as fast.
+// N = 5 steps in one run; the checkpoint after K = 2. Steps 1..K are warmup, so the K-step
+// run's learning rates do not depend on its --steps; K+1..N decay over --steps N in the
+// reference and in the resumed run alike. The eval at step N covers the data positions.
+enum { N_STEPS = 5, K_STEP = 2 };
+static const char *const base_std[] = {"--model", "tiny", "--batch", "2", "--seq", "16", "--device", "cpu",
+                                       "--threads", "1", "--warmup", "2", "--eval-every", "5", "--eval-batches", "1",
+                                       "--quiet", NULL};
+
+typedef struct {
+    const char *what;
+    const char *base[8];   // every run of the case, the reference too
+    const char *save[8];   // the run that saves at step K
+    const char *resume[8]; // the run that resumes from it
+} resume_case_t;
+
+#define ALL_NVME "--params", "nvme", "--grads", "host", "--optimizer", "nvme"
+static const resume_case_t resume_cases[] = {
+    {"all resident", {NULL}, {NULL}, {NULL}},
+    {"params host, optimizer nvme", {NULL}, {"--params", "host", "--optimizer", "nvme", NULL},
+     {"--params", "host", "--optimizer", "nvme", NULL}},
+    {"vertical schedule, accum 2", {"--schedule", "vertical", "--accum", "2", NULL}, {NULL}, {NULL}},
+    {"saved resident, resumed params nvme grads host optimizer nvme", {NULL}, {NULL}, {ALL_NVME, NULL}},
+    {"saved params nvme grads host optimizer nvme, resumed resident", {NULL}, {ALL_NVME, NULL}, {NULL}},
+    {"--save-dtype bf16 (the FP32 master travels in optimizer.safetensors)", {NULL}, {"--save-dtype", "bf16", NULL},
+     {NULL}},
+    {"tied head, fp32", {"--tie", "--precision", "fp32", NULL}, {NULL}, {NULL}},
+};
+#undef ALL_NVME
+enum { NRESUME = sizeof resume_cases / sizeof resume_cases[0] };
+
+START_TEST(resume_bit_exact) {
+    const resume_case_t *c = &resume_cases[_i];
+    char dir[1200], folder[1300], latest[1300];
+    snprintf(dir, sizeof dir, "%s/ck", tmp);
+    snprintf(folder, sizeof folder, "%s/step-%08d", dir, K_STEP);
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    args_t *a = malloc(sizeof *a);
+
+    train_args(a, base_std);
+    args(a, c->base);
+    argf(a, "--steps=%d", N_STEPS);
+    run_t ref = run(a, NULL);
+    ck_ok(ref);
+
+    train_args(a, base_std);
+    args(a, c->base);
+    args(a, c->save);
+    argf(a, "--steps=%d", K_STEP);
+    argf(a, "--save=%s", dir);
+    run_t sv = run(a, NULL);
+    ck_ok(sv);
+    ck_same_steps(&ref, &sv, 1, K_STEP, 0, c->what); // the first K steps did not depend on --steps
+    ck_assert_msg(sv.ck[K_STEP][0], "%s: no checkpoint event at step %d:\n%s", c->what, K_STEP, sv.log);
+    check_complete(folder, K_STEP, sv.ck[K_STEP]);
+    char name[64];
+    ck_assert(read_latest(dir, name, sizeof name));
+    ck_assert_str_eq(name, "step-00000002");
+
+    // the folder itself; for the first case also the --save directory and DIR/latest
+    const char *forms[] = {folder, dir, latest};
+    for (int f = 0; f < (_i == 0 ? 3 : 1); f++) {
+        train_args(a, base_std);
+        args(a, c->base);
+        args(a, c->resume);
+        argf(a, "--steps=%d", N_STEPS);
+        argf(a, "--resume=%s", forms[f]);
+        run_t r = run(a, NULL);
+        char what[400], said[1500];
+        snprintf(what, sizeof what, "%s, --resume %s", c->what, forms[f]);
+        ck_assert_msg(r.rc == 0, "%s: exit %d:\n%s", what, r.rc, r.err);
+        snprintf(said, sizeof said, "resumed: %s at step %d (params_hash %s,", folder, K_STEP, sv.ck[K_STEP]);
+        ck_assert_msg(strstr(r.out, said), "%s: want \"%s\" in stdout:\n%s", what, said, r.out);
+        for (int k = 1; k <= K_STEP; k++) ck_assert_msg(!r.loss[k][0], "%s: step %d ran again", what, k);
+        ck_same_steps(&ref, &r, K_STEP + 1, N_STEPS, 1, what);
+        run_free(&r);
+    }
+    run_free(&ref);
+    run_free(&sv);
+    free(a);
+}
+END_TEST
+
+// ---------------------------------------------------------------- refusals
+
+// The checkpoint the refusals and bad files resume from: tiny at --seq 16, bf16, step 2.
+// Every step is warmup (--warmup 64 > any --steps in this file), so the learning rates, and
+// the params_hash at step k, do not depend on --steps: one reference serves every run.
+static const char *const base_crash[] = {"--model", "tiny", "--batch", "2", "--seq", "16", "--device", "cpu",
+                                         "--threads", "1", "--warmup", "64", "--eval-every", "0", "--quiet", NULL};
+
+static run_t try_resume(args_t *a, const char *resume, const char *const *extra, int steps) {
+    train_args(a, base_crash);
+    args(a, extra);
+    argf(a, "--steps=%d", steps);
+    argf(a, "--resume=%s", resume);
+    return run(a, NULL);
+}
+
+// One refusal: exit 2, one line, and exactly the line want.
+static void ck_refusal(args_t *a, const char *resume, const char *const *extra, int steps, const char *want) {
+    run_t r = try_resume(a, resume, extra, steps);
+    ck_refused(&r, want, 1);
+    ck_assert_str_eq(r.err, want);
+    run_free(&r);
+}
+
+START_TEST(refusals) {
+    args_t *a = malloc(sizeof *a);
+    char dir[1200], folder[1300], want[4096];
+    snprintf(dir, sizeof dir, "%s/ck", tmp);
+    snprintf(folder, sizeof folder, "%s/step-00000002", dir);
+    train_args(a, base_crash);
+    argf(a, "--save=%s", dir);
+    arg(a, "--steps=2");
+    run_t sv = run(a, NULL);
+    ck_ok(sv);
+    run_free(&sv);
+
+    // another model (tiny is L 2, C 64, NH 4, NKV 2): the first field that differs, both values
+    static const struct { const char *flags[3]; const char *field; int ck, run; } shape[] = {
+        {{"--dim", "32", NULL}, "--dim", 64, 32},
+        {{"--layers", "3", NULL}, "--layers", 2, 3},
+        {{"--seq", "32", NULL}, "--seq", 16, 32},
+        {{"--kv-heads", "4", NULL}, "--kv-heads", 2, 4},
+    };
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++) {
+        snprintf(want, sizeof want,
+                 "tiertrain: --resume %s: the checkpoint has %s %d, this run %s %d (resume with the checkpoint's "
+                 "model flags)\n",
+                 folder, shape[i].field, shape[i].ck, shape[i].field, shape[i].run);
+        ck_refusal(a, dir, shape[i].flags, 3, want);
+    }
+    const char *tie[] = {"--tie", NULL};
+    snprintf(want, sizeof want,
+             "tiertrain: --resume %s: the checkpoint's LM head is untied, this run's is tied (drop --tie)\n", folder);
+    ck_refusal(a, folder, tie, 3, want);
+    const char *fp32[] = {"--precision", "fp32", NULL};
+    run_t r = try_resume(a, folder, fp32, 3);
+    ck_refused(&r, "--precision fp32", 1);
+    snprintf(want, sizeof want, "tiertrain: --resume %s: the checkpoint was trained with --precision bf16, this run "
+             "--precision fp32", folder);
+    ck_assert_msg(!strncmp(r.err, want, strlen(want)), "want %s, got %s", want, r.err);
+    run_free(&r);
+
+    // not a checkpoint: an empty folder; a path that does not exist
+    char empty[1200], missing[1200];
+    snprintf(empty, sizeof empty, "%s/empty", tmp);
+    snprintf(missing, sizeof missing, "%s/missing", tmp);
+    ck_assert_int_eq(mkdir(empty, 0755), 0);
+    snprintf(want, sizeof want, "tiertrain: --resume %s: not a checkpoint (no state.json) and no readable latest "
+             "file (give a checkpoint folder, a --save directory, or DIR/latest)\n", empty);
+    ck_refusal(a, empty, NULL, 3, want);
+    snprintf(want, sizeof want, "tiertrain: --resume %s: No such file or directory (give a checkpoint folder, a "
+             "--save directory, or DIR/latest)\n", missing);
+    ck_refusal(a, missing, NULL, 3, want);
+
+    // latest names a folder that is not there (given as DIR and as DIR/latest); latest
+    // naming something outside DIR
+    char latest[1300];
+    snprintf(latest, sizeof latest, "%s/latest", empty);
+    write_file(latest, "step-00000099\n");
+    snprintf(want, sizeof want, "tiertrain: --resume %s: %s names %s/step-00000099, which has no state.json (an "
+             "incomplete or removed checkpoint)\n", empty, latest, empty);
+    ck_refusal(a, empty, NULL, 3, want);
+    snprintf(want, sizeof want, "tiertrain: --resume %s: %s names %s/step-00000099, which has no state.json (an "
+             "incomplete or removed checkpoint)\n", latest, latest, empty);
+    ck_refusal(a, latest, NULL, 3, want);
+    write_file(latest, "../ck/step-00000002\n");
+    snprintf(want, sizeof want, "tiertrain: --resume %s: %s does not name a checkpoint folder (expected one line "
+             "like step-00000100)\n", empty, latest);
+    ck_refusal(a, empty, NULL, 3, want);
+
+    // nothing left to do
+    for (int steps = 1; steps <= 2; steps++) {
+        snprintf(want, sizeof want, "tiertrain: --resume %s: the checkpoint is at step 2 and --steps is %d: nothing "
+                 "left to do (raise --steps)\n", dir, steps);
+        ck_refusal(a, dir, NULL, steps, want);
+    }
+
+    // --save-every without --save
+    train_args(a, base_crash);
+    arg(a, "--save-every=1");
+    r = run(a, NULL);
+    ck_refused(&r, "--save-every without --save", 1);
+    ck_assert_str_eq(r.err, "tiertrain: --save-every 1: needs --save DIR (where to put the checkpoints)\n");
+    run_free(&r);
+
+    // after all that, the checkpoint still resumes
+    r = try_resume(a, dir, NULL, 3);
+    ck_ok(r);
+    run_free(&r);
+    free(a);
+}
+END_TEST
+
+// ---------------------------------------------------------------- a scan of safetensors headers
+
+// Independent of src/safetensors.c and src/json.c: the 8-byte little-endian header length,
+// then a JSON object of "name": {"dtype", "shape", "data_offsets"} and an optional
+// "__metadata__" of strings, padded with spaces.
+typedef struct {
+    char name[160], dtype[8];
+    int ndim;
+    long long shape[4], begin, end;
+} hdr_tensor_t;
+
+typedef struct {
+    hdr_tensor_t t[256];
+    int n;
+    unsigned long long hlen;
+    long long fsize;
+} hdr_t;
+
+typedef struct { const char *p, *end; } cur_t;
+
+static void ws(cur_t *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\t' || *c->p == '\r')) c->p++;
+}
+
+static int lit(cur_t *c, char ch) {
+    ws(c);
+    if (c->p < c->end && *c->p == ch) {
+        c->p++;
+        return 1;
+    }
+    return 0;
+}
+
+static int str(cur_t *c, char *out, size_t cap) {
+    if (!lit(c, '"')) return 0;
+    size_t n = 0;
+    while (c->p < c->end && *c->p != '"') {
+        if (*c->p == '\\' || n + 1 >= cap) return 0; // no escapes in these names
+        out[n++] = *c->p++;
+    }
+    if (c->p == c->end) return 0;
+    c->p++;
+    out[n] = 0;
+    return 1;
+}
+
+static int num(cur_t *c, long long *v) {
+    ws(c);
+    if (c->p == c->end || *c->p < '0' || *c->p > '9') return 0;
+    *v = 0;
+    while (c->p < c->end && *c->p >= '0' && *c->p <= '9') *v = *v * 10 + (*c->p++ - '0');
+    return 1;
+}
+
+static int tensor_obj(cur_t *c, hdr_tensor_t *t) {
+    int have = 0;
+    if (!lit(c, '{')) return 0;
+    do {
+        char k[32];
+        if (!str(c, k, sizeof k) || !lit(c, ':')) return 0;
+        if (!strcmp(k, "dtype")) {
+            if (!str(c, t->dtype, sizeof t->dtype)) return 0;
+            have |= 1;
+        } else if (!strcmp(k, "shape")) {
+            if (!lit(c, '[')) return 0;
+            t->ndim = 0;
+            if (!lit(c, ']')) {
+                do {
+                    if (t->ndim == 4 || !num(c, &t->shape[t->ndim++])) return 0;
+                } while (lit(c, ','));
+                if (!lit(c, ']')) return 0;
+            }
+            have |= 2;
+        } else if (!strcmp(k, "data_offsets")) {
+            if (!lit(c, '[') || !num(c, &t->begin) || !lit(c, ',') || !num(c, &t->end) || !lit(c, ']')) return 0;
+            have |= 4;
+        } else {
+            return 0;
+        }
+    } while (lit(c, ','));
+    return lit(c, '}') && have == 7;
+}
+
+// Fills h from path's header; NULL, or what is wrong.
+static const char *hdr_scan(const char *path, hdr_t *h) {
+    memset(h, 0, sizeof *h);
+    FILE *f = fopen(path, "rb");
+    if (!f) return "cannot open";
+    unsigned char b[8];
+    const char *why = NULL;
+    char *text = NULL;
+    fseek(f, 0, SEEK_END);
+    h->fsize = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    if (fread(b, 1, 8, f) != 8) { why = "shorter than 8 bytes"; goto out; }
+    for (int i = 7; i >= 0; i--) h->hlen = h->hlen << 8 | b[i];
+    if (h->hlen > (unsigned long long)h->fsize - 8) { why = "header length past the end"; goto out; }
+    text = malloc(h->hlen + 1);
+    if (fread(text, 1, h->hlen, f) != h->hlen) { why = "short read"; goto out; }
+    cur_t c = {text, text + h->hlen};
+    why = "header is not an object of tensors";
+    if (!lit(&c, '{')) goto out;
+    if (!lit(&c, '}')) {
+        do {
+            char key[160];
+            if (!str(&c, key, sizeof key) || !lit(&c, ':')) goto out;
+            if (!strcmp(key, "__metadata__")) {
+                if (!lit(&c, '{')) goto out;
+                if (!lit(&c, '}')) {
+                    do {
+                        char k[256], v[256];
+                        if (!str(&c, k, sizeof k) || !lit(&c, ':') || !str(&c, v, sizeof v)) goto out;
+                    } while (lit(&c, ','));
+                    if (!lit(&c, '}')) goto out;
+                }
+                continue;
+            }
+            if (h->n == 256) goto out;
+            hdr_tensor_t *t = &h->t[h->n++];
+            snprintf(t->name, sizeof t->name, "%s", key);
+            if (!tensor_obj(&c, t)) goto out;
+        } while (lit(&c, ','));
+        if (!lit(&c, '}')) goto out;
+    }
+    ws(&c);
+    why = c.p == c.end ? NULL : "bytes after the header object";
+out:
+    free(text);
+    fclose(f);
+    return why;
+}
+
+static const hdr_tensor_t *hdr_find(const hdr_t *h, const char *name) {
+    const hdr_tensor_t *found = NULL;
+    for (int i = 0; i < h->n; i++)
+        if (!strcmp(h->t[i].name, name)) {
+            ck_assert_msg(!found, "tensor '%s' declared twice", name);
+            found = &h->t[i];
+        }
+    return found;
+}
+
+// ---------------------------------------------------------------- bad files
+
+static run_t good_ckpt; // the unchecked fixture's save run (only its rc matters)
+
+static void good_setup(void) {
+    fix_setup();
+    args_t *a = malloc(sizeof *a);
+    train_args(a, base_crash);
+    argf(a, "--save=%s/ck", fixdir);
+    arg(a, "--steps=2");
+    good_ckpt = run(a, NULL);
+    free(a);
+}
+
+static void good_teardown(void) {
+    run_free(&good_ckpt);
+    fix_teardown();
+}
+
+// Overwrites element `elem` of F32 tensor `name` in a safetensors file with value.
+static void poke_float(const char *path, const char *name, long long elem, float value) {
+    hdr_t *h = malloc(sizeof *h);
+    const char *why = hdr_scan(path, h);
+    ck_assert_msg(!why, "%s: %s", path, why);
+    const hdr_tensor_t *t = hdr_find(h, name);
+    ck_assert_msg(t && !strcmp(t->dtype, "F32") && t->begin + 4 * (elem + 1) <= t->end, "%s: no F32 '%s'", path, name);
+    int fd = open(path, O_WRONLY);
+    ck_assert(fd >= 0);
+    ck_assert(pwrite(fd, &value, 4, (off_t)(8 + h->hlen + (unsigned long long)(t->begin + 4 * elem))) == 4);
+    close(fd);
+    free(h);
+}
+
+static void set_u64_le(const char *path, uint64_t v) {
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+    int fd = open(path, O_WRONLY);
+    ck_assert(fd >= 0 && pwrite(fd, b, 8, 0) == 8);
+    close(fd);
+}
+
+// Replaces the first `from` in a text file with `to`.
+static void edit_text(const char *path, const char *from, const char *to) {
+    char *s = tu_slurp(path);
+    ck_assert_ptr_nonnull(s);
+    char *p = strstr(s, from);
+    ck_assert_msg(p != NULL, "%s: no '%s' in\n%s", path, from, s);
+    FILE *f = fopen(path, "w");
+    ck_assert(f);
+    fprintf(f, "%.*s%s%s", (int)(p - s), s, to, p + strlen(from));
+    ck_assert_int_eq(fclose(f), 0);
+    free(s);
+}
+
+enum { BAD_TRUNCATED, BAD_STUB, BAD_HLEN, BAD_FORMAT, BAD_VERSION, BAD_NO_STEP, BAD_NAN_MODEL, BAD_NAN_OPTIMIZER,
+       BAD_NO_CONFIG, NBAD };
+
+// Each corruption of a copy of the step-2 checkpoint: resume exits 2 with one line that
+// starts "tiertrain: --resume B: B/<file>: " and says what is wrong.
+START_TEST(bad_file) {
+    ck_assert_msg(good_ckpt.rc == 0, "the fixture's save failed (%d):\n%s", good_ckpt.rc, good_ckpt.err);
+    char good[1200], bad[1200], file[1300], want[2048];
+    snprintf(good, sizeof good, "%s/ck/step-00000002", fixdir);
+    snprintf(bad, sizeof bad, "%s/bad", tmp);
+    copy_folder(good, bad);
+    const char *name = NULL, *says = NULL;
+    struct stat st;
+    switch (_i) {
+    case BAD_TRUNCATED: // the last tensor's data is cut short
+        name = "model.safetensors";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        ck_assert_int_eq(stat(file, &st), 0);
+        ck_assert_int_eq(truncate(file, st.st_size - 1000), 0);
+        says = "run past the end of the data section";
+        break;
+    case BAD_STUB: // less than the 8-byte length
+        name = "model.safetensors";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        ck_assert_int_eq(truncate(file, 5), 0);
+        says = "5 bytes, too small for a safetensors file";
+        break;
+    case BAD_HLEN: // the header length says more bytes than the file has
+        name = "model.safetensors";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        ck_assert_int_eq(stat(file, &st), 0);
+        set_u64_le(file, (uint64_t)st.st_size + 4096);
+        says = "runs past the end of the file";
+        break;
+    case BAD_FORMAT:
+        name = "state.json";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        edit_text(file, "\"tiertrain-checkpoint\"", "\"some-other-checkpoint\"");
+        says = "format 'some-other-checkpoint' is not a tiertrain checkpoint (expected 'tiertrain-checkpoint')\n";
+        break;
+    case BAD_VERSION:
+        name = "state.json";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        edit_text(file, "\"version\": 1,", "\"version\": 2,");
+        says = "checkpoint version 2, this tiertrain reads version 1\n";
+        break;
+    case BAD_NO_STEP:
+        name = "state.json";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        edit_text(file, "\"step\": 2,", "");
+        says = "missing key 'step'";
+        break;
+    case BAD_NAN_MODEL:
+        name = "model.safetensors";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        poke_float(file, "model.layers.1.mlp.up_proj.weight", 7, NAN);
+        says = "'model.layers.1.mlp.up_proj.weight'";
+        break;
+    case BAD_NAN_OPTIMIZER:
+        name = "optimizer.safetensors";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        poke_float(file, "model.layers.0.self_attn.k_proj.weight.exp_avg", 3, NAN);
+        says = "'model.layers.0.self_attn.k_proj.weight";
+        break;
+    case BAD_NO_CONFIG:
+        name = "config.json";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        ck_assert_int_eq(unlink(file), 0);
+        says = "No such file or directory\n";
+        break;
+    }
+    args_t *a = malloc(sizeof *a);
+    run_t r = try_resume(a, bad, NULL, 3);
+    ck_refused(&r, name, 0); // found while loading: the --log file exists by then
+    spf(want, sizeof want, "tiertrain: --resume %s: %s/%s: ", bad, bad, name);
+    ck_assert_msg(!strncmp(r.err, want, strlen(want)), "want the line to start \"%s\", got:\n%s", want, r.err);
+    ck_assert_msg(strstr(r.err, says), "want \"%s\" in:\n%s", says, r.err);
+    if (_i == BAD_NAN_MODEL || _i == BAD_NAN_OPTIMIZER)
+        ck_assert_msg(strstr(r.err, "non-finite"), "want \"non-finite\" in:\n%s", r.err);
+    run_free(&r);
+    free(a);
+}
+END_TEST
+
+// ---------------------------------------------------------------- crash safety
+
+// The reference for the crash, signal and fault runs: 41 steps with a checkpoint after
+// each, so its JSONL holds the params_hash after every step.
+enum { REF_STEPS = 41, CRASH_STEPS = 40 };
+static run_t REF;
+
+static void ref_setup(void) {
+    fix_setup();
+    args_t *a = malloc(sizeof *a);
+    train_args(a, base_crash);
+    argf(a, "--save=%s/ref", fixdir);
+    argf(a, "--steps=%d", REF_STEPS);
+    arg(a, "--save-every=1");
+    arg(a, "--keep-last=1");
+    REF = run(a, NULL);
+    free(a);
+}
+
+static void ref_teardown(void) {
+    run_free(&REF);
+    fix_teardown();
+}
+
+static void ck_ref(void) {
+    ck_assert_msg(REF.rc == 0, "the reference run failed (%d):\n%s", REF.rc, REF.err);
+    for (int k = 1; k <= REF_STEPS; k++) ck_assert_msg(REF.ck[k][0], "the reference logged no checkpoint at %d", k);
+}
+
+// Resumes `from` (a folder or a --save directory) for one more step: it must load, print
+// which folder it resumed, and reach the reference's params_hash after step k+1.
+static int nresumed; // for crash_safety's summary line
+
+static void ck_resumes(args_t *a, const char *from, const char *folder, int k, const char *const *extra) {
+    nresumed++;
+    run_t r = try_resume(a, from, extra, k + 1);
+    ck_assert_msg(r.rc == 0, "--resume %s (step %d): exit %d:\n%s", from, k, r.rc, r.err);
+    char said[1500];
+    snprintf(said, sizeof said, "resumed: %s at step %d (params_hash %s,", folder, k, REF.ck[k]);
+    ck_assert_msg(strstr(r.out, said), "--resume %s: want \"%s\" in stdout:\n%s", from, said, r.out);
+    ck_assert_msg(!strcmp(r.loss[k + 1], REF.loss[k + 1]) && !strcmp(r.hash, REF.ck[k + 1]),
+                  "--resume %s: step %d: loss %s params_hash %s, reference %s %s", from, k + 1, r.loss[k + 1], r.hash,
+                  REF.loss[k + 1], REF.ck[k + 1]);
+    run_free(&r);
+}
+
+// xorshift64*: the kill times, reproducible from the seed the test prints on failure.
+static uint64_t rng_next(uint64_t *s) {
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ull;
+}
+
+// Folders already resumed once: (step, inode of state.json); a folder saved again is new.
+typedef struct { int step; ino_t ino; } seen_t;
+
+// After a kill: every visible step-* folder is complete and resumes to the reference's
+// bits; latest (when present) names one of them, and resuming the --save directory
+// resolves to it, never to a .tmp-* folder. Returns how many .tmp-* entries it saw.
+static int ck_after_kill(args_t *a, const char *dir, seen_t *seen, int *nseen, ino_t *latest_checked) {
+    int steps[64], ntmp, n = list_dir(dir, steps, 64, &ntmp);
+    char latest[64] = "", folder[1300];
+    int has_latest = read_latest(dir, latest, sizeof latest), lk = -1;
+    if (has_latest) {
+        lk = step_of(latest);
+        ck_assert_msg(lk >= 1, "%s/latest holds '%s', not a step-* name", dir, latest);
+    }
+    int latest_seen = 0;
+    for (int i = 0; i < n; i++) {
+        int k = steps[i];
+        ck_assert_msg(k >= 1 && k <= CRASH_STEPS, "%s: step-%08d", dir, k);
+        snprintf(folder, sizeof folder, "%s/step-%08d", dir, k);
+        check_complete(folder, k, REF.ck[k]);
+        char state[1400];
+        struct stat st;
+        snprintf(state, sizeof state, "%s/state.json", folder);
+        ck_assert_int_eq(stat(state, &st), 0);
+        if (k == lk) {
+            latest_seen = 1;
+            if (st.st_ino != *latest_checked) { // through the directory: resolve + load
+                ck_resumes(a, dir, folder, k, NULL);
+                *latest_checked = st.st_ino;
+                ck_assert(*nseen < 4096);
+                seen[(*nseen)++] = (seen_t){k, st.st_ino};
+            }
+            continue;
+        }
+        int done = 0;
+        for (int j = 0; j < *nseen && !done; j++) done = seen[j].step == k && seen[j].ino == st.st_ino;
+        if (done) continue;
+        ck_resumes(a, folder, folder, k, NULL);
+        ck_assert(*nseen < 4096);
+        seen[(*nseen)++] = (seen_t){k, st.st_ino};
+    }
+    ck_assert_msg(!has_latest || latest_seen, "%s/latest names %s, which is not a visible checkpoint", dir, latest);
+    if (!has_latest && n > 0) { // a kill between the first folder's rename and latest's
+        run_t r = try_resume(a, dir, NULL, CRASH_STEPS);
+        ck_refused(&r, "--resume DIR without latest", 1);
+        run_free(&r);
+    }
+    return ntmp;
+}
+
+// kill -9 at a seeded random moment, ≥ 20 times (6 under sanitizers), saves slowed to
+// ~120 ms each by TT_CKPT_DELAY_MS=30 so that most kills land inside one. Every run
+// continues the same --save directory (--resume DIR when it has a latest), as a user
+// restarting after a crash would; a run that reaches step 40 ends the cycle and the next
+// starts a fresh directory.
+START_TEST(crash_safety) {
+    ck_ref();
+    const char *seed_env = getenv("TT_TEST_SEED");
+    uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : 0x5eedc0ffee1234ull, s = seed;
+    const int want_kills = tu_sanitized() ? 6 : 20, slow = tu_sanitized() ? 4 : 1;
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/ck", tmp);
+    char delay[] = "TT_CKPT_DELAY_MS=30";
+    char *env[] = {delay, NULL};
+    args_t *a = malloc(sizeof *a);
+    seen_t *seen = calloc(4096, sizeof *seen);
+    int nseen = 0, kills = 0, mid_save = 0, cycles = 0;
+    ino_t latest_checked = 0;
+    for (int iter = 0; kills < want_kills; iter++) {
+        ck_assert_msg(iter < want_kills * 4, "seed %#llx: %d runs, only %d killed", (unsigned long long)seed, iter,
+                      kills);
+        char latest[64];
+        int resume = read_latest(dir, latest, sizeof latest);
+        if (resume && step_of(latest) == CRASH_STEPS) { // killed after the last save: a new cycle
+            rm_rf(dir);
+            latest_checked = 0;
+            nseen = 0; // inode numbers may come back
+            resume = 0;
+        }
+        train_args(a, base_crash);
+        argf(a, "--steps=%d", CRASH_STEPS);
+        argf(a, "--save=%s", dir);
+        arg(a, "--save-every=1");
+        arg(a, "--keep-last=2");
+        if (resume) argf(a, "--resume=%s", dir);
+        int ms = (int)(150 + rng_next(&s) % 900) * slow, status = 0;
+        pid_t pid = spawn(a, env);
+        if (reap(pid, ms, &status)) { // it finished first: a complete run
+            char *err = spawn_output("err");
+            ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "seed %#llx: run %d ended %#x:\n%s",
+                          (unsigned long long)seed, iter, status, err);
+            free(err);
+            ck_after_kill(a, dir, seen, &nseen, &latest_checked);
+            rm_rf(dir);
+            latest_checked = 0;
+            nseen = 0;
+            cycles++;
+            continue;
+        }
+        kill_reap(pid);
+        kills++;
+        // a continuing run that got as far as loading said which folder it resumed
+        char *out = spawn_output("out");
+        char said[1300];
+        snprintf(said, sizeof said, "resumed: %s/step-", dir);
+        const char *p = strstr(out, "resumed: ");
+        ck_assert_msg(!p || !strncmp(p, said, strlen(said)), "seed %#llx: resolved a non-step folder: %s",
+                      (unsigned long long)seed, p);
+        free(out);
+        if (exists(dir)) mid_save += ck_after_kill(a, dir, seen, &nseen, &latest_checked) > 0;
+    }
+    fprintf(stderr, "crash_safety: seed %#llx, %d kills (%d left a .tmp-* behind), %d complete runs, %d resumes "
+                    "checked\n", (unsigned long long)seed, kills, mid_save, cycles, nresumed);
+    // the kills did land inside saves: otherwise this test would prove nothing
+    ck_assert_msg(mid_save > 0, "seed %#llx: no kill landed inside a save", (unsigned long long)seed);
+    free(seen);
+    free(a);
+}
+END_TEST
+
+// ---------------------------------------------------------------- signals
+
+// Polls until cond(dir) holds; fails when the trainer ends first or 60 s pass.
+static void wait_for(pid_t pid, const char *dir, int (*cond)(const char *), const char *what) {
+    for (int waited = 0; !cond(dir); waited += 1) {
+        int status;
+        if (reap(pid, 0, &status)) {
+            char *err = spawn_output("err");
+            ck_abort_msg("the trainer ended (%#x) before %s:\n%s", status, what, err);
+        }
+        ck_assert_msg(waited < 60000, "no %s after 60 s", what);
+        msleep(1);
+    }
+}
+
+static int has_latest(const char *dir) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s/latest", dir);
+    return exists(p);
+}
+
+static int saving_step_2_or_later(const char *dir) { // a save after the first is under way
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    int found = 0;
+    while ((e = readdir(d)) && !found) found = !strncmp(e->d_name, ".tmp-step-", 10) && has_latest(dir);
+    closedir(d);
+    return found;
+}
+
+// SIGTERM with the states on NVMe (the I/O engine's threads see the signal too): the step
+// finishes, the checkpoint is saved, one line says where, exit 143; it resumes (resident)
+// to the reference's bits.
+START_TEST(sigterm_saves) {
+    ck_ref();
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/ck", tmp);
+    args_t *a = malloc(sizeof *a);
+    train_args(a, base_crash);
+    const char *nvme[] = {"--params", "nvme", "--grads", "host", "--optimizer", "nvme", NULL};
+    args(a, nvme);
+    argf(a, "--steps=%d", CRASH_STEPS);
+    argf(a, "--save=%s", dir);
+    arg(a, "--save-every=3");
+    pid_t pid = spawn(a, NULL);
+    wait_for(pid, dir, has_latest, "a first checkpoint"); // the handler is installed by then
+    kill(pid, SIGTERM);
+    int status = 0;
+    ck_assert_msg(reap(pid, 60000, &status), "no exit 60 s after SIGTERM");
+    char *err = spawn_output("err");
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 143, "status %#x (want exit 143), stderr:\n%s", status,
+                  err);
+    // the last line (a notice about an I/O fallback may come before it on another machine)
+    const char *line = strstr(err, "tiertrain: stopped by ");
+    int k = 0;
+    ck_assert_msg(line && sscanf(line, "tiertrain: stopped by SIGTERM after step %d;", &k) == 1 && k >= 3 &&
+                      k < CRASH_STEPS, "stderr:\n%s", err);
+    char want[1500], folder[1300], latest[64];
+    snprintf(folder, sizeof folder, "%s/step-%08d", dir, k);
+    snprintf(want, sizeof want, "tiertrain: stopped by SIGTERM after step %d; checkpoint: %s\n", k, folder);
+    ck_assert_str_eq(line, want);
+    free(err);
+    check_complete(folder, k, REF.ck[k]);
+    ck_assert(read_latest(dir, latest, sizeof latest) && step_of(latest) == k);
+    ck_resumes(a, folder, folder, k, NULL);
+    free(a);
+}
+END_TEST
+
+// Two SIGINTs in quick succession while a slow save is under way: the second stops at once
+// (exit 130); the half-written save stays a .tmp-* folder nobody takes for a checkpoint.
+START_TEST(double_sigint) {
+    ck_ref();
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/ck", tmp);
+    char delay[] = "TT_CKPT_DELAY_MS=150";
+    char *env[] = {delay, NULL};
+    args_t *a = malloc(sizeof *a);
+    train_args(a, base_crash);
+    argf(a, "--steps=%d", CRASH_STEPS);
+    argf(a, "--save=%s", dir);
+    arg(a, "--save-every=1");
+    arg(a, "--keep-last=0");
+    pid_t pid = spawn(a, env);
+    wait_for(pid, dir, saving_step_2_or_later, "a second save");
+    kill(pid, SIGINT);
+    msleep(5);
+    kill(pid, SIGINT);
+    int status = 0;
+    ck_assert_msg(reap(pid, 60000, &status), "no exit 60 s after two SIGINTs");
+    char *err = spawn_output("err");
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 130, "status %#x (want exit 130), stderr:\n%s", status,
+                  err);
+    ck_assert_msg(!strstr(err, "stopped by"), "the second SIGINT did not stop at once:\n%s", err);
+    free(err);
+    int steps[64], ntmp, n = list_dir(dir, steps, 64, &ntmp);
+    ck_assert_msg(ntmp >= 1, "no .tmp-* left: the signals did not land inside a save");
+    char latest[64], folder[1300];
+    ck_assert(read_latest(dir, latest, sizeof latest));
+    int lk = step_of(latest), found = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(folder, sizeof folder, "%s/step-%08d", dir, steps[i]);
+        check_complete(folder, steps[i], REF.ck[steps[i]]);
+        found |= steps[i] == lk;
+    }
+    ck_assert_msg(found, "latest names %s, which is not a visible checkpoint", latest);
+    snprintf(folder, sizeof folder, "%s/%s", dir, latest);
+    ck_resumes(a, dir, folder, lk, NULL); // through latest, never the .tmp-* folder
+    free(a);
+}
+END_TEST
+
+// ---------------------------------------------------------------- I/O faults
+
+// An NVMe error stops the run (exit 1) naming the error and the optimizer's shard; the
+// last checkpoint stays complete, nothing half-written is left, and it resumes (on NVMe
+// again) to the reference's bits.
+//   write:eio@16 — tiny has 4 shards, each under one 1 MiB piece: the store writes 4 pieces
+//     at init (the zeroed states) and 4 per update, so pieces 13–16 are step 3's update;
+//     its failure surfaces when step 4 waits for the optimizer, after step 2's save.
+//   read:eio@40 — reads are 4 per update; a save reads 4 for the params_hash, 4 for
+//     model.safetensors and 4 for optimizer.safetensors; so 21–28 are steps 3–4's updates
+//     and 37–40 step 4's optimizer.safetensors: the save fails half-written.
+START_TEST(io_fault_keeps_last_checkpoint) {
+    ck_ref();
+    static const struct { const char *fault, *says; } f[] = {
+        {"TT_IO_FAULT=write:eio@16", "optimizer: nvme write of 'optimizer states of "},
+        {"TT_IO_FAULT=read:eio@40", "step 4: checkpoint: nvme read of 'optimizer states of "},
+    };
+    const char *nvme[] = {"--optimizer", "nvme", NULL};
+    args_t *a = malloc(sizeof *a);
+    for (int i = 0; i < 2; i++) {
+        char dir[1200], folder[1300], latest[64];
+        snprintf(dir, sizeof dir, "%s/ck%d", tmp, i);
+        snprintf(folder, sizeof folder, "%s/step-00000002", dir);
+        char fault[64];
+        snprintf(fault, sizeof fault, "%s", f[i].fault);
+        char *env[] = {fault, NULL};
+        train_args(a, base_crash);
+        args(a, nvme);
+        arg(a, "--steps=8");
+        argf(a, "--save=%s", dir);
+        arg(a, "--save-every=2");
+        run_t r = run(a, env);
+        ck_assert_msg(r.rc == 1, "%s: exit %d (want 1):\n%s", fault, r.rc, r.err);
+        ck_assert_msg(strstr(r.err, f[i].says) && strstr(r.err, "Input/output error"), "%s: want \"%s\" in:\n%s",
+                      fault, f[i].says, r.err);
+        if (i == 1) ck_assert_msg(strstr(r.err, "(the previous checkpoint is intact)"), "%s", r.err);
+        ck_assert_msg(!strcmp(r.ck[2], REF.ck[2]) && !r.ck[4][0], "%s: checkpoints logged: 2 %s, 4 %s", fault,
+                      r.ck[2], r.ck[4]);
+        run_free(&r);
+        int steps[64], ntmp, n = list_dir(dir, steps, 64, &ntmp);
+        ck_assert_msg(n == 1 && steps[0] == 2 && ntmp == 0, "%s: %d step folders (first %d), %d .tmp-*", fault, n,
+                      n ? steps[0] : -1, ntmp);
+        ck_assert(read_latest(dir, latest, sizeof latest));
+        ck_assert_str_eq(latest, "step-00000002");
+        check_complete(folder, 2, REF.ck[2]);
+        ck_resumes(a, dir, folder, 2, nvme);
+    }
+    free(a);
+}
+END_TEST
+
+// ---------------------------------------------------------------- export
+
+// The model of the export runs, every dimension distinct so a transposed or swapped shape
+// cannot pass: V 256, C 48, F 80, NKV·HS 2·8 = 16, L 3.
+enum { EL = 3, EC = 48, ENH = 6, ENKV = 2, EF = 80, EV = 256, EHS = EC / ENH };
+static const char *const base_export[] = {"--model", "tiny", "--layers", "3", "--dim", "48", "--heads", "6",
+                                          "--kv-heads", "2", "--ffn", "80", "--vocab", "256", "--batch", "2",
+                                          "--seq", "16", "--device", "cpu", "--threads", "1", "--eval-every", "0",
+                                          "--quiet", NULL};
+
+typedef struct { char name[128]; int ndim; long long shape[2]; } want_t;
+
+// The Hugging Face LlamaForCausalLM state dict of the export model.
+static int hf_tensors(want_t *w, int tie) {
+    int n = 0;
+#define W1(a) (w[n].ndim = 1, w[n].shape[0] = (a), n++)
+#define W2(a, b) (w[n].ndim = 2, w[n].shape[0] = (a), w[n].shape[1] = (b), n++)
+    snprintf(w[n].name, sizeof w[n].name, "model.embed_tokens.weight");
+    W2(EV, EC);
+    for (int i = 0; i < EL; i++) {
+        static const char *const proj[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                           "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+        const long long rows[] = {ENH * EHS, ENKV * EHS, ENKV * EHS, EC, EF, EF, EC};
+        const long long cols[] = {EC, EC, EC, ENH * EHS, EC, EC, EF};
+        for (int p = 0; p < 7; p++) {
+            snprintf(w[n].name, sizeof w[n].name, "model.layers.%d.%s.weight", i, proj[p]);
+            W2(rows[p], cols[p]);
+        }
+        snprintf(w[n].name, sizeof w[n].name, "model.layers.%d.input_layernorm.weight", i);
+        W1(EC);
+        snprintf(w[n].name, sizeof w[n].name, "model.layers.%d.post_attention_layernorm.weight", i);
+        W1(EC);
+    }
+    snprintf(w[n].name, sizeof w[n].name, "model.norm.weight");
+    W1(EC);
+    if (!tie) {
+        snprintf(w[n].name, sizeof w[n].name, "lm_head.weight");
+        W2(EV, EC);
+    }
+#undef W1
+#undef W2
+    return n;
+}
+
+// path holds exactly the tensors w (each name + each suffix) with dtype, their data packed
+// from offset 0 in some order without gaps or overlap up to the end of the file, and the
+// data section starts at an 8-byte-aligned offset.
+static void ck_safetensors(const char *path, const want_t *w, int nw, const char *const *suffixes, const char *dtype) {
+    hdr_t *h = malloc(sizeof *h);
+    const char *why = hdr_scan(path, h);
+    ck_assert_msg(!why, "%s: %s", path, why);
+    ck_assert_msg((8 + h->hlen) % 8 == 0, "%s: data starts at %llu, not 8-byte aligned", path, 8 + h->hlen);
+    int nsuf = 0;
+    while (suffixes[nsuf]) nsuf++;
+    ck_assert_msg(h->n == nw * nsuf, "%s: %d tensors, want %d", path, h->n, nw * nsuf);
+    long long elem = !strcmp(dtype, "BF16") ? 2 : 4, total = 0;
+    for (int i = 0; i < nw; i++)
+        for (int s = 0; s < nsuf; s++) {
+            char name[200];
+            snprintf(name, sizeof name, "%s%s", w[i].name, suffixes[s]);
+            const hdr_tensor_t *t = hdr_find(h, name);
+            ck_assert_msg(t != NULL, "%s: no tensor '%s'", path, name);
+            ck_assert_msg(!strcmp(t->dtype, dtype), "%s: '%s' is %s, want %s", path, name, t->dtype, dtype);
+            ck_assert_msg(t->ndim == w[i].ndim && t->shape[0] == w[i].shape[0] &&
+                              (w[i].ndim == 1 || t->shape[1] == w[i].shape[1]),
+                          "%s: '%s' has shape [%lld, %lld] (%d dims), want [%lld, %lld] (%d dims)", path, name,
+                          t->shape[0], t->ndim > 1 ? t->shape[1] : 0, t->ndim, w[i].shape[0],
+                          w[i].ndim > 1 ? w[i].shape[1] : 0, w[i].ndim);
+            long long numel = w[i].shape[0] * (w[i].ndim > 1 ? w[i].shape[1] : 1);
+            ck_assert_msg(t->end - t->begin == numel * elem, "%s: '%s' spans [%lld, %lld), want %lld bytes", path,
+                          name, t->begin, t->end, numel * elem);
+            total += numel * elem;
+        }
+    // contiguous: walking from 0, exactly one tensor starts where the previous ended
+    for (long long at = 0; at < total;) {
+        int next = -1;
+        for (int i = 0; i < h->n; i++)
+            if (h->t[i].begin == at && h->t[i].end > at) {
+                ck_assert_msg(next < 0, "%s: two tensors start at %lld", path, at);
+                next = i;
+            }
+        ck_assert_msg(next >= 0, "%s: a gap or overlap at data offset %lld", path, at);
+        at = h->t[next].end;
+    }
+    ck_assert_msg((long long)(8 + h->hlen) + total == h->fsize, "%s: %lld bytes, the header accounts for %lld", path,
+                  h->fsize, (long long)(8 + h->hlen) + total);
+    free(h);
+}
+
+// _i = 0: untied, F32; 1: tied, --save-dtype bf16. --keep-last 2 after 4 saves leaves
+// exactly step-3 and step-4.
+START_TEST(export_hf_llama) {
+    const int tie = _i == 1;
+    char dir[1200], folder[1300], path[1400], latest[64];
+    snprintf(dir, sizeof dir, "%s/ck", tmp);
+    snprintf(folder, sizeof folder, "%s/step-00000004", dir);
+    args_t *a = malloc(sizeof *a);
+    train_args(a, base_export);
+    if (tie) {
+        arg(a, "--tie");
+        arg(a, "--save-dtype=bf16");
+    }
+    arg(a, "--steps=4");
+    argf(a, "--save=%s", dir);
+    arg(a, "--save-every=1");
+    arg(a, "--keep-last=2");
+    run_t r = run(a, NULL);
+    ck_ok(r);
+    int steps[64], ntmp, n = list_dir(dir, steps, 64, &ntmp);
+    ck_assert_msg(n == 2 && steps[0] == 3 && steps[1] == 4 && ntmp == 0, "--keep-last 2: %d folders (%d, %d), %d .tmp",
+                  n, n > 0 ? steps[0] : -1, n > 1 ? steps[1] : -1, ntmp);
+    ck_assert(read_latest(dir, latest, sizeof latest));
+    ck_assert_str_eq(latest, "step-00000004");
+    check_complete(folder, 4, r.ck[4]);
+
+    want_t w[64];
+    int nw = hf_tensors(w, tie);
+    const char *none[] = {"", NULL};
+    snprintf(path, sizeof path, "%s/model.safetensors", folder);
+    ck_safetensors(path, w, nw, none, tie ? "BF16" : "F32");
+    // Adam's m and v per tensor, and the FP32 master when the model file is BF16
+    const char *adam[] = {".exp_avg", ".exp_avg_sq", NULL};
+    const char *adam_master[] = {".master", ".exp_avg", ".exp_avg_sq", NULL};
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", folder);
+    ck_safetensors(path, w, nw, tie ? adam_master : adam, "F32");
+    snprintf(path, sizeof path, "%s/config.json", folder);
+    char *cfg = tu_slurp(path);
+    ck_assert_ptr_nonnull(cfg);
+    ck_assert_msg(strstr(cfg, "\"model_type\": \"llama\"") && strstr(cfg, "\"num_key_value_heads\": 2,") &&
+                      strstr(cfg, tie ? "\"tie_word_embeddings\": true" : "\"tie_word_embeddings\": false") &&
+                      strstr(cfg, tie ? "\"torch_dtype\": \"bfloat16\"" : "\"torch_dtype\": \"float32\""),
+                  "%s:\n%s", path, cfg);
+    free(cfg);
+    run_free(&r);
+    free(a);
+}
+END_TEST
+
+// ---------------------------------------------------------------- main
+
+int main(void) {
+    const int slow = tu_sanitized() ? 4 : 1;
+    Suite *s = suite_create("checkpoint");
+    TCase *res = tcase_create("resume");
+    tcase_add_unchecked_fixture(res, fix_setup, fix_teardown);
+    tcase_add_checked_fixture(res, setup, teardown);
+    tcase_set_timeout(res, 60 * slow);
+    tcase_add_loop_test(res, resume_bit_exact, 0, NRESUME);
+    suite_add_tcase(s, res);
+
+    TCase *ref = tcase_create("refusals");
+    tcase_add_unchecked_fixture(ref, fix_setup, fix_teardown);
+    tcase_add_checked_fixture(ref, setup, teardown);
+    tcase_set_timeout(ref, 60 * slow);
+    tcase_add_test(ref, refusals);
+    suite_add_tcase(s, ref);
+
+    TCase *bad = tcase_create("bad files");
+    tcase_add_unchecked_fixture(bad, good_setup, good_teardown);
+    tcase_add_checked_fixture(bad, setup, teardown);
+    tcase_set_timeout(bad, 60 * slow);
+    tcase_add_loop_test(bad, bad_file, 0, NBAD);
+    suite_add_tcase(s, bad);
+
+    TCase *crash = tcase_create("crash");
+    tcase_add_unchecked_fixture(crash, ref_setup, ref_teardown);
+    tcase_add_checked_fixture(crash, setup, teardown);
+    tcase_set_timeout(crash, 120 * slow);
+    tcase_add_test(crash, crash_safety);
+    tcase_add_test(crash, sigterm_saves);
+    tcase_add_test(crash, double_sigint);
+    tcase_add_test(crash, io_fault_keeps_last_checkpoint);
+    suite_add_tcase(s, crash);
+
+    TCase *exp = tcase_create("export");
+    tcase_add_unchecked_fixture(exp, fix_setup, fix_teardown);
+    tcase_add_checked_fixture(exp, setup, teardown);
+    tcase_set_timeout(exp, 60 * slow);
+    tcase_add_loop_test(exp, export_hf_llama, 0, 2);
+    suite_add_tcase(s, exp);
+
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
