@@ -1,12 +1,17 @@
 // backend.h — the device interface (DESIGN §6): device memory, copies, events, and the op
-// table of kernels. backend_cpu.c implements it over host RAM with OpenBLAS/OpenMP; the
-// CUDA backend implements the same with cuBLASLt and streams.
+// table of kernels. backend_cpu.c implements it over host RAM with OpenBLAS/OpenMP;
+// backend_cuda.c implements the same with cuBLASLt, kernels/cuda/*.cu and streams.
 //
 // Device memory is one arena capped by --hbm-budget: everything is sized and allocated at
 // init, nothing in the step loop. Going over the budget is an error naming the bytes
 // wanted, the budget and what is already in use. On the CPU backend the arena is ordinary
-// memory with the same cap, so every budget decision also runs on machines without a GPU.
-// Pointers given to ops are device pointers.
+// memory with the same cap, so every budget decision also runs on machines without a GPU;
+// on the CUDA backend it is one cudaMalloc of the whole budget at init, carved by the same
+// accounting (backend_alloc). Pointers given to ops are device pointers.
+//
+// The CUDA backend is not chosen by backend_init yet (the trainer still touches device
+// pointers from the host): backend_cuda_init builds one, for the GPU tests and the wiring
+// step that follows.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -38,15 +43,34 @@ typedef struct {
     void (*adamw_update)(float *master, float *m, float *v, uint16_t *p16, float *p32, const float *g, size_t n, const adamw_params_t *hp);
 } backend_ops_t;
 
+struct backend;
+
+typedef enum { BACKEND_H2D = 0, BACKEND_D2H, BACKEND_D2D } backend_copy_dir_t;
+
+// What a device backend does its own way; the CPU backend leaves backend_t.vt NULL and the
+// functions below run their host versions. alloc gets the size already checked against
+// the budget and rounded to 4 KiB (backend_alloc does the accounting for every backend).
+typedef struct {
+    void (*free)(struct backend *be);
+    int (*alloc)(struct backend *be, size_t sz, const char *what, void **out, char *err, size_t errlen);
+    void (*copy)(struct backend *be, void *dst, const void *src, size_t n, backend_copy_dir_t dir, int async);
+    void (*memset)(struct backend *be, void *d_dst, int byte, size_t n);
+    void (*sync)(struct backend *be);
+    int (*register_host)(struct backend *be, void *h, size_t n);
+    void (*unregister_host)(struct backend *be, void *h);
+} backend_vt_t;
+
 typedef struct backend {
-    const char *name;          // "cpu"
+    const char *name;          // "cpu", "cuda"
     device_kind_t kind;
     const backend_ops_t *ops;
-    uint64_t budget;           // arena cap in bytes, 0 = none
+    uint64_t budget;           // arena cap in bytes, 0 = none (CUDA: always set)
     uint64_t used, peak;       // arena bytes in use / high-water mark
     int nallocs, cap_allocs;
     void **allocs;             // CPU backend: the arena's allocations, freed by backend_free
-    int threads;               // compute threads
+    int threads;               // compute threads (host: OpenMP)
+    const backend_vt_t *vt;    // device backends' memory and copies; NULL on the CPU backend
+    void *dev;                 // device backends' private state (CUDA: streams, events, arena)
 } backend_t;
 
 // Chooses and initializes the backend for cfg->device (auto: a GPU when one is usable and
@@ -59,8 +83,42 @@ void backend_free(backend_t *be); // NULL-safe; releases the whole arena
 // one line in err: "<what>: needs X, --hbm-budget Y with Z in use (raise --hbm-budget ...)".
 int backend_alloc(backend_t *be, size_t bytes, const char *what, void **out, char *err, size_t errlen);
 
-// Copies between host and device memory. On the CPU backend they complete before returning;
-// the CUDA backend queues them on its copy streams and returns an event to wait on.
+// Copies between host and device memory; both complete before returning (the host buffer
+// may be reused, the device data is in place). On the CUDA backend they run on the h2d /
+// d2h copy stream, ordered by events after every op queued so far (whose inputs or outputs
+// they may overwrite or read) and before every op queued later.
 void backend_copy_h2d(backend_t *be, void *d_dst, const void *h_src, size_t n);
 void backend_copy_d2h(backend_t *be, void *h_dst, const void *d_src, size_t n);
+// The same, returning at once on the CUDA backend: same stream order, but the host buffer
+// must stay untouched (h2d) / unread (d2h) until backend_sync. The CPU backend copies now.
+void backend_copy_h2d_async(backend_t *be, void *d_dst, const void *h_src, size_t n);
+void backend_copy_d2h_async(backend_t *be, void *h_dst, const void *d_src, size_t n);
+// Device to device, and a byte fill of device memory: queued in order with the ops (the
+// CUDA compute stream); the CPU backend does them now.
+void backend_copy_d2d(backend_t *be, void *d_dst, const void *d_src, size_t n);
+void backend_memset(backend_t *be, void *d_dst, int byte, size_t n);
 void backend_sync(backend_t *be); // waits for all queued work
+
+// Page-locks host memory for fast, truly asynchronous copies (cudaHostRegister); a no-op
+// returning 0 on the CPU backend. Returns 0 or -errno (with one notice naming the CUDA
+// error). Unregister before the memory is freed.
+int backend_register_host(backend_t *be, void *h, size_t n);
+void backend_unregister_host(backend_t *be, void *h);
+// The same shaped as hostmem_pin_fn (arg = the backend_t *): hostmem's pin hook.
+int backend_host_pin(void *addr, size_t len, void *be);
+int backend_host_unpin(void *addr, size_t len, void *be);
+
+// Builds the CUDA backend on device 0: one cudaMalloc of --hbm-budget (default: free
+// memory minus a reserve of max(1 GiB, 5% of the device), said in one notice unless
+// --quiet) carved by backend_alloc, three streams (compute, h2d, d2h), the cuBLASLt
+// handle and its workspace, the kernels' scratch sized for cfg's model shape
+// (cuda_kernels_scratch_bytes), and the op table of kernels/cuda. cfg->precision fp32
+// selects the FP32 GEMMs. Returns 0, or -errno with one line in err (no GPU, budget larger
+// than the free memory, a CUDA error), everything released. One CUDA backend per process.
+// Builds without CUDA answer -ENODEV ("this build has no CUDA support").
+int backend_cuda_init(backend_t *be, const config_t *cfg, char *err, size_t errlen);
+
+// ---------------------------------------------------------------- shared by the backends
+// be->threads from cfg (--threads, else $OMP_NUM_THREADS, else every core), OpenMP set to
+// it and OpenBLAS to one thread (kernels/cpu/matmul.c's determinism).
+void backend_setup_host_threads(backend_t *be, const config_t *cfg);

@@ -1,5 +1,8 @@
 // backend_cpu.c — the CPU backend: OpenBLAS + OpenMP kernels over a capped arena in RAM.
-// Also backend_init's device choice (auto/cpu/cuda), since it decides which backend runs.
+// Also backend_init's device choice (auto/cpu/cuda), since it decides which backend runs,
+// and what every backend shares: the arena accounting in backend_alloc (the budget check
+// and its message, used/peak) and the entry points that hand device work to backend_t.vt
+// (backend_cuda.c) when a device backend set it.
 #include "backend.h"
 #include <cblas.h>
 #include <errno.h>
@@ -42,23 +45,17 @@ static void choose_device(const config_t *cfg) {
     int ngpu = cuda_probe_devices(why, sizeof why);
     if (cfg->device == DEVICE_CUDA) {
         if (ngpu == 0) usage_error("--device cuda: no usable GPU (%s); use --device cpu or auto", why);
-        usage_error("--device cuda: %d GPU(s) found, but this build's CUDA backend is not written yet; use --device cpu or auto", ngpu);
+        usage_error("--device cuda: %d GPU(s) found, but the CUDA backend is not wired into the trainer yet; use --device cpu or auto", ngpu);
     }
     if (cfg->device == DEVICE_AUTO && ngpu > 0 && !cfg->quiet)
-        notice("--device auto: %d GPU(s) found, but the CUDA backend is not written yet; running on the CPU", ngpu);
+        notice("--device auto: %d GPU(s) found, but the CUDA backend is not wired into the trainer yet; running on the CPU", ngpu);
 #else
     if (cfg->device == DEVICE_CUDA)
         usage_error("--device cuda: this build has no CUDA support (rebuild where nvcc is found, or with -DTT_CUDA=ON); use --device cpu or auto");
 #endif
 }
 
-void backend_init(backend_t *be, const config_t *cfg) {
-    choose_device(cfg);
-    memset(be, 0, sizeof *be);
-    be->name = "cpu";
-    be->kind = DEVICE_CPU;
-    be->ops = &cpu_ops;
-    be->budget = cfg->hbm_budget;
+void backend_setup_host_threads(backend_t *be, const config_t *cfg) {
     // --threads 0: $OMP_NUM_THREADS when set (the usual OpenMP convention), else every core.
     const char *env = getenv("OMP_NUM_THREADS");
     be->threads = cfg->threads > 0 ? cfg->threads : env && atoi(env) > 0 ? atoi(env) : (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -70,8 +67,34 @@ void backend_init(backend_t *be, const config_t *cfg) {
     openblas_set_num_threads(1);
 }
 
+void backend_init(backend_t *be, const config_t *cfg) {
+    choose_device(cfg);
+    memset(be, 0, sizeof *be);
+    be->name = "cpu";
+    be->kind = DEVICE_CPU;
+    be->ops = &cpu_ops;
+    be->budget = cfg->hbm_budget;
+    backend_setup_host_threads(be, cfg);
+}
+
+#ifndef TT_HAVE_CUDA
+int backend_cuda_init(backend_t *be, const config_t *cfg, char *err, size_t errlen) {
+    (void)cfg;
+    memset(be, 0, sizeof *be);
+    snprintf(err, errlen, "this build has no CUDA support (rebuild where nvcc is found, or with -DTT_CUDA=ON)");
+    return -ENODEV;
+}
+#endif
+
 void backend_free(backend_t *be) {
     if (!be) return;
+    if (be->vt) { // a device backend releases its own arena and state
+        be->vt->free(be);
+        be->vt = NULL;
+        be->dev = NULL;
+        be->used = 0;
+        return;
+    }
     for (int i = 0; i < be->nallocs; i++) free(be->allocs[i]);
     free(be->allocs);
     be->allocs = NULL;
@@ -79,15 +102,9 @@ void backend_free(backend_t *be) {
     be->used = 0;
 }
 
-int backend_alloc(backend_t *be, size_t bytes, const char *what, void **out, char *err, size_t errlen) {
-    size_t sz = ALIGN_UP(bytes ? bytes : 1, (size_t)4096);
-    if (be->budget && be->used + sz > be->budget) {
-        char a[32], b[32], c[32];
-        snprintf(err, errlen, "%s: needs %s on the device, --hbm-budget %s with %s in use (raise --hbm-budget)",
-                 what, format_bytes(a, sizeof a, sz), format_bytes(b, sizeof b, be->budget),
-                 format_bytes(c, sizeof c, be->used));
-        return -ENOMEM;
-    }
+// The CPU arena's placement: one zero-filled, 4 KiB-aligned allocation per request,
+// remembered for backend_free.
+static int cpu_alloc(backend_t *be, size_t sz, const char *what, void **out, char *err, size_t errlen) {
     void *p = NULL;
     if (posix_memalign(&p, 4096, sz) != 0) {
         char a[32];
@@ -103,12 +120,61 @@ int backend_alloc(backend_t *be, size_t bytes, const char *what, void **out, cha
         be->cap_allocs = cap;
     }
     be->allocs[be->nallocs++] = p;
-    be->used += sz;
-    if (be->used > be->peak) be->peak = be->used;
     *out = p;
     return 0;
 }
 
-void backend_copy_h2d(backend_t *be, void *d_dst, const void *h_src, size_t n) { (void)be; memcpy(d_dst, h_src, n); }
-void backend_copy_d2h(backend_t *be, void *h_dst, const void *d_src, size_t n) { (void)be; memcpy(h_dst, d_src, n); }
-void backend_sync(backend_t *be) { (void)be; }
+// The accounting every backend shares: round to 4 KiB, check against the budget (the one
+// message), let the backend place it, then count it.
+int backend_alloc(backend_t *be, size_t bytes, const char *what, void **out, char *err, size_t errlen) {
+    size_t sz = ALIGN_UP(bytes ? bytes : 1, (size_t)4096);
+    if (be->budget && be->used + sz > be->budget) {
+        char a[32], b[32], c[32];
+        snprintf(err, errlen, "%s: needs %s on the device, --hbm-budget %s with %s in use (raise --hbm-budget)",
+                 what, format_bytes(a, sizeof a, sz), format_bytes(b, sizeof b, be->budget),
+                 format_bytes(c, sizeof c, be->used));
+        return -ENOMEM;
+    }
+    int rc = be->vt ? be->vt->alloc(be, sz, what, out, err, errlen) : cpu_alloc(be, sz, what, out, err, errlen);
+    if (rc != 0) return rc;
+    be->used += sz;
+    if (be->used > be->peak) be->peak = be->used;
+    return 0;
+}
+
+// ---------------------------------------------------------------- copies, sync, pinning
+// The CPU backend: device memory is host memory, so everything happens now.
+static void copy_any(backend_t *be, void *dst, const void *src, size_t n, backend_copy_dir_t dir, int async) {
+    if (be->vt) be->vt->copy(be, dst, src, n, dir, async);
+    else if (n) memcpy(dst, src, n);
+}
+
+void backend_copy_h2d(backend_t *be, void *d_dst, const void *h_src, size_t n) { copy_any(be, d_dst, h_src, n, BACKEND_H2D, 0); }
+void backend_copy_d2h(backend_t *be, void *h_dst, const void *d_src, size_t n) { copy_any(be, h_dst, d_src, n, BACKEND_D2H, 0); }
+void backend_copy_h2d_async(backend_t *be, void *d_dst, const void *h_src, size_t n) { copy_any(be, d_dst, h_src, n, BACKEND_H2D, 1); }
+void backend_copy_d2h_async(backend_t *be, void *h_dst, const void *d_src, size_t n) { copy_any(be, h_dst, d_src, n, BACKEND_D2H, 1); }
+void backend_copy_d2d(backend_t *be, void *d_dst, const void *d_src, size_t n) { copy_any(be, d_dst, d_src, n, BACKEND_D2D, 1); }
+
+void backend_memset(backend_t *be, void *d_dst, int byte, size_t n) {
+    if (be->vt) be->vt->memset(be, d_dst, byte, n);
+    else if (n) memset(d_dst, byte, n);
+}
+
+void backend_sync(backend_t *be) {
+    if (be->vt) be->vt->sync(be);
+}
+
+int backend_register_host(backend_t *be, void *h, size_t n) {
+    return be->vt ? be->vt->register_host(be, h, n) : 0;
+}
+
+void backend_unregister_host(backend_t *be, void *h) {
+    if (be->vt) be->vt->unregister_host(be, h);
+}
+
+int backend_host_pin(void *addr, size_t len, void *be) { return backend_register_host(be, addr, len); }
+int backend_host_unpin(void *addr, size_t len, void *be) {
+    (void)len;
+    backend_unregister_host(be, addr);
+    return 0;
+}

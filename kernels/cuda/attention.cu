@@ -1,0 +1,414 @@
+// attention.cu — causal grouped-query attention, FP32 (kernels.h "attention"), the CUDA
+// twin of attention.c. Same layouts: q (B, T, NH, HS), k/v (B, T, NKV, HS), lse (B, NH, T);
+// query head h reads kv head h / (NH/NKV). No (T, T) buffer anywhere: FlashAttention's
+// structure with plain FP32 arithmetic (no tensor cores), kept simple on purpose.
+//
+// Tiles: a block of 128 threads (4 warps) owns a tile of ATT_T = 32 query rows (forward,
+// dq) or key rows (dk, dv) of one head and walks the other side in tiles of 32 rows, all
+// tiles in shared memory (row stride odd, so the lane-strided reads below hit 32 banks).
+// Score tiles are computed warp by warp: warp w owns tile rows w, w+4, ..., w+28 and lane j
+// owns key j of the tile, so a row's max and sum are warp reductions (fixed butterflies).
+//   forward, block (query tile, h, b): online softmax per row — running max m and sum l
+//     in registers (every lane holds the same bits), out rescaled by exp(m_old − m_new)
+//     when m grows; lse = m + log l.
+//   backward: D_t = dout_t·out_t first (one thread per row, in d order, parked in
+//     dq[row][0] as the CPU does), then dk/dv per key tile of one kv head (its group's
+//     heads in order, query tiles in order), then dq per query tile (key tiles in order),
+//     with P = exp(s·scale − lse) recomputed and dS = P·(dP − D)·scale.
+// Every output element is written by one thread, which adds its terms in a fixed order:
+// results are the same run to run. Query tiles start at multiples of 32 and so do key
+// tiles, so every query row (real or padding) sees key s0 of every tile it visits
+// unmasked: running maxima are finite from the first tile on.
+// Head sizes whose tiles do not fit in the shared memory a block may have (above ~280
+// floats on an H100/H200 for the backward) take plain kernels: one warp per row, the row
+// accumulated in place in global memory. Same semantics, slower. Both paths are tested.
+// Called through the CUDA backend's op table.
+#include "common.cuh"
+
+#define ATT_T 32                              // rows per tile (= warp size: lane j is key j)
+#define ATT_THREADS 128                       // 4 warps
+#define ATT_WARPS (ATT_THREADS / 32)
+#define ATT_RPW (ATT_T / ATT_WARPS)           // tile rows per warp (8)
+#define ATT_PLD (ATT_T + 1)                   // row stride of the (32, 32) score tiles
+
+static int g_att_smem_limit = 48 * 1024;      // dynamic shared memory the tiled kernels may use
+
+__host__ __device__ static inline int att_ld(int HS) { return HS % 2 == 0 ? HS + 1 : HS; }
+static size_t fwd_smem(int HS) { return sizeof(float) * ((size_t)4 * ATT_T * att_ld(HS) + ATT_T * ATT_PLD + ATT_T); }
+static size_t dkdv_smem(int HS) { return sizeof(float) * ((size_t)6 * ATT_T * att_ld(HS) + 2 * ATT_T * ATT_PLD + 2 * ATT_T); }
+static size_t dq_smem(int HS) { return sizeof(float) * ((size_t)5 * ATT_T * att_ld(HS) + ATT_T * ATT_PLD + 2 * ATT_T); }
+
+// rows [0, n) of a (32, HS) tile from global rows of stride `stride`; rows n.. are zeros.
+__device__ __forceinline__ void load_tile(float *dst, int ld, const float *src, size_t stride, int n, int HS) {
+    for (int idx = threadIdx.x; idx < ATT_T * HS; idx += ATT_THREADS) {
+        const int i = idx / HS, d = idx - i * HS;
+        dst[i * ld + d] = i < n ? src[(size_t)i * stride + d] : 0.0f;
+    }
+}
+__device__ __forceinline__ void zero_tile(float *dst, int ld, int HS) {
+    for (int idx = threadIdx.x; idx < ATT_T * HS; idx += ATT_THREADS) {
+        const int i = idx / HS, d = idx - i * HS;
+        dst[i * ld + d] = 0.0f;
+    }
+}
+// Σ_d a[d]·b[d] in d order (FMAs).
+__device__ __forceinline__ float dot_smem(const float *a, const float *b, int HS) {
+    float s = 0.0f;
+    for (int d = 0; d < HS; d++) s = __fmaf_rn(a[d], b[d], s);
+    return s;
+}
+
+// ---------------------------------------------------------------- forward (tiled)
+__global__ void __launch_bounds__(ATT_THREADS)
+att_fwd_kernel(float *out, float *lse, const float *q, const float *k, const float *v, int T, int NH, int NKV,
+               int HS, float scale) {
+    extern __shared__ float sm[];
+    const int ld = att_ld(HS);
+    float *Qs = sm, *Ks = Qs + ATT_T * ld, *Vs = Ks + ATT_T * ld, *Os = Vs + ATT_T * ld;
+    float *Ps = Os + ATT_T * ld, *cr = Ps + ATT_T * ATT_PLD;
+    const int qb = gridDim.x - 1 - blockIdx.x; // the longest tiles start first
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int t0 = qb * ATT_T, nq = min(ATT_T, T - t0), g = h / (NH / NKV);
+    const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
+    const float *kb = k + (size_t)b * T * ks + (size_t)g * HS, *vb = v + (size_t)b * T * ks + (size_t)g * HS;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    load_tile(Qs, ld, q + ((size_t)b * T + t0) * qs + (size_t)h * HS, qs, nq, HS);
+    zero_tile(Os, ld, HS);
+    float m_r[ATT_RPW], l_r[ATT_RPW];
+#pragma unroll
+    for (int r = 0; r < ATT_RPW; r++) { m_r[r] = -INFINITY; l_r[r] = 0.0f; }
+    for (int s0 = 0; s0 < t0 + nq; s0 += ATT_T) {
+        const int nk = min(ATT_T, T - s0);
+        __syncthreads(); // the previous tile's readers are done (and Qs/Os are written)
+        load_tile(Ks, ld, kb + (size_t)s0 * ks, ks, nk, HS);
+        load_tile(Vs, ld, vb + (size_t)s0 * ks, ks, nk, HS);
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < ATT_RPW; r++) {
+            const int i = warp + ATT_WARPS * r;
+            const bool valid = lane < nk && s0 + lane <= t0 + i;
+            float s = __fmul_rn(dot_smem(Qs + i * ld, Ks + lane * ld, HS), scale);
+            s = valid ? s : -INFINITY;
+            const float mnew = fmaxf(m_r[r], warp_max(s)); // finite: key s0 is always valid
+            const float p = valid ? expf(__fsub_rn(s, mnew)) : 0.0f;
+            const float c = expf(__fsub_rn(m_r[r], mnew)); // exp(−inf) = 0 on the first tile
+            l_r[r] = __fadd_rn(__fmul_rn(l_r[r], c), warp_sum(p));
+            m_r[r] = mnew;
+            Ps[i * ATT_PLD + lane] = p;
+            if (lane == 0) cr[i] = c;
+        }
+        __syncthreads();
+        // out = out·c + P·v, one thread per element (i, d), keys in order
+        for (int idx = threadIdx.x; idx < ATT_T * HS; idx += ATT_THREADS) {
+            const int i = idx / HS, d = idx - i * HS;
+            float acc = 0.0f;
+            for (int j = 0; j < nk; j++) acc = __fmaf_rn(Ps[i * ATT_PLD + j], Vs[j * ld + d], acc);
+            Os[i * ld + d] = __fadd_rn(__fmul_rn(Os[i * ld + d], cr[i]), acc);
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < ATT_RPW; r++) {
+        const int i = warp + ATT_WARPS * r;
+        if (i >= nq) continue;
+        const float inv = __fdiv_rn(1.0f, l_r[r]);
+        float *o = out + ((size_t)b * T + t0 + i) * qs + (size_t)h * HS;
+        for (int d = lane; d < HS; d += 32) o[d] = __fmul_rn(Os[i * ld + d], inv);
+        if (lane == 0) lse[((size_t)b * NH + h) * T + t0 + i] = __fadd_rn(m_r[r], logf(l_r[r]));
+    }
+}
+
+// ---------------------------------------------------------------- backward (tiled)
+// D_t = dout_t·out_t in d order (no FMA: the CPU's dot_seq bits), parked in dq[row][0].
+__global__ void att_d_kernel(float *dq, const float *dout, const float *out, size_t rows, int HS) {
+    for (size_t r = blockIdx.x * (size_t)blockDim.x + threadIdx.x; r < rows; r += (size_t)gridDim.x * blockDim.x) {
+        const float *a = dout + r * HS, *o = out + r * HS;
+        float s = 0.0f;
+        for (int d = 0; d < HS; d++) s = __fadd_rn(s, __fmul_rn(a[d], o[d]));
+        dq[r * HS] = s;
+    }
+}
+
+// dk, dv rows [s0, s0 + 32) of kv head g: the group's heads in order, query tiles in order.
+__global__ void __launch_bounds__(ATT_THREADS)
+att_dkdv_kernel(float *dk, float *dv, const float *dq, const float *dout, const float *q, const float *k,
+                const float *v, const float *lse, int T, int NH, int NKV, int HS, float scale) {
+    extern __shared__ float sm[];
+    const int ld = att_ld(HS);
+    float *Ks = sm, *Vs = Ks + ATT_T * ld, *Qs = Vs + ATT_T * ld, *dOs = Qs + ATT_T * ld;
+    float *dKs = dOs + ATT_T * ld, *dVs = dKs + ATT_T * ld;
+    float *Ps = dVs + ATT_T * ld, *dSs = Ps + ATT_T * ATT_PLD, *Ls = dSs + ATT_T * ATT_PLD, *Ds = Ls + ATT_T;
+    const int g = blockIdx.y, b = blockIdx.z, group = NH / NKV;
+    const int s0 = blockIdx.x * ATT_T, nk = min(ATT_T, T - s0);
+    const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
+    const size_t ko = ((size_t)b * T + s0) * ks + (size_t)g * HS;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    load_tile(Ks, ld, k + ko, ks, nk, HS);
+    load_tile(Vs, ld, v + ko, ks, nk, HS);
+    zero_tile(dKs, ld, HS);
+    zero_tile(dVs, ld, HS);
+    for (int h = g * group; h < (g + 1) * group; h++) {
+        for (int t0 = s0; t0 < T; t0 += ATT_T) { // earlier query tiles see none of these keys
+            const int nq = min(ATT_T, T - t0);
+            const size_t qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
+            __syncthreads(); // the previous tile's readers are done
+            load_tile(Qs, ld, q + qo, qs, nq, HS);
+            load_tile(dOs, ld, dout + qo, qs, nq, HS);
+            if (threadIdx.x < ATT_T) {
+                const int i = threadIdx.x;
+                Ls[i] = i < nq ? lse[((size_t)b * NH + h) * T + t0 + i] : 0.0f;
+                Ds[i] = i < nq ? dq[qo + (size_t)i * qs] : 0.0f; // D parked in dq[row][0]
+            }
+            __syncthreads();
+#pragma unroll
+            for (int r = 0; r < ATT_RPW; r++) {
+                const int i = warp + ATT_WARPS * r;
+                const bool valid = i < nq && lane < nk && s0 + lane <= t0 + i;
+                const float s = dot_smem(Qs + i * ld, Ks + lane * ld, HS);
+                const float dp = dot_smem(dOs + i * ld, Vs + lane * ld, HS);
+                const float p = expf(__fsub_rn(__fmul_rn(s, scale), Ls[i]));
+                const float ds = __fmul_rn(__fmul_rn(p, __fsub_rn(dp, Ds[i])), scale);
+                Ps[i * ATT_PLD + lane] = valid ? p : 0.0f;
+                dSs[i * ATT_PLD + lane] = valid ? ds : 0.0f;
+            }
+            __syncthreads();
+            // dv[j] += Σ_i P[i][j]·dout[i];  dk[j] += Σ_i dS[i][j]·q[i]  (i in order)
+            for (int idx = threadIdx.x; idx < ATT_T * HS; idx += ATT_THREADS) {
+                const int j = idx / HS, d = idx - j * HS;
+                float av = dVs[j * ld + d], ak = dKs[j * ld + d];
+                for (int i = 0; i < nq; i++) {
+                    av = __fmaf_rn(Ps[i * ATT_PLD + j], dOs[i * ld + d], av);
+                    ak = __fmaf_rn(dSs[i * ATT_PLD + j], Qs[i * ld + d], ak);
+                }
+                dVs[j * ld + d] = av;
+                dKs[j * ld + d] = ak;
+            }
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < nk * HS; idx += ATT_THREADS) {
+        const int j = idx / HS, d = idx - j * HS;
+        dk[ko + (size_t)j * ks + d] = dKs[j * ld + d];
+        dv[ko + (size_t)j * ks + d] = dVs[j * ld + d];
+    }
+}
+
+// dq rows [t0, t0 + 32) of head h: reads the rows' parked D first, overwrites them last.
+__global__ void __launch_bounds__(ATT_THREADS)
+att_dq_kernel(float *dq, const float *dout, const float *q, const float *k, const float *v, const float *lse, int T,
+              int NH, int NKV, int HS, float scale) {
+    extern __shared__ float sm[];
+    const int ld = att_ld(HS);
+    float *Qs = sm, *dOs = Qs + ATT_T * ld, *Ks = dOs + ATT_T * ld, *Vs = Ks + ATT_T * ld, *dQs = Vs + ATT_T * ld;
+    float *dSs = dQs + ATT_T * ld, *Ls = dSs + ATT_T * ATT_PLD, *Ds = Ls + ATT_T;
+    const int qb = gridDim.x - 1 - blockIdx.x;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int t0 = qb * ATT_T, nq = min(ATT_T, T - t0), g = h / (NH / NKV);
+    const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
+    const size_t qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
+    const float *kb = k + (size_t)b * T * ks + (size_t)g * HS, *vb = v + (size_t)b * T * ks + (size_t)g * HS;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    load_tile(Qs, ld, q + qo, qs, nq, HS);
+    load_tile(dOs, ld, dout + qo, qs, nq, HS);
+    zero_tile(dQs, ld, HS);
+    if (threadIdx.x < ATT_T) {
+        const int i = threadIdx.x;
+        Ls[i] = i < nq ? lse[((size_t)b * NH + h) * T + t0 + i] : 0.0f;
+        Ds[i] = i < nq ? dq[qo + (size_t)i * qs] : 0.0f;
+    }
+    for (int s0 = 0; s0 < t0 + nq; s0 += ATT_T) {
+        const int nk = min(ATT_T, T - s0);
+        __syncthreads();
+        load_tile(Ks, ld, kb + (size_t)s0 * ks, ks, nk, HS);
+        load_tile(Vs, ld, vb + (size_t)s0 * ks, ks, nk, HS);
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < ATT_RPW; r++) {
+            const int i = warp + ATT_WARPS * r;
+            const bool valid = i < nq && lane < nk && s0 + lane <= t0 + i;
+            const float s = dot_smem(Qs + i * ld, Ks + lane * ld, HS);
+            const float dp = dot_smem(dOs + i * ld, Vs + lane * ld, HS);
+            const float p = expf(__fsub_rn(__fmul_rn(s, scale), Ls[i]));
+            const float ds = __fmul_rn(__fmul_rn(p, __fsub_rn(dp, Ds[i])), scale);
+            dSs[i * ATT_PLD + lane] = valid ? ds : 0.0f;
+        }
+        __syncthreads();
+        // dq[i] += Σ_j dS[i][j]·k[j]  (j in order)
+        for (int idx = threadIdx.x; idx < ATT_T * HS; idx += ATT_THREADS) {
+            const int i = idx / HS, d = idx - i * HS;
+            float acc = dQs[i * ld + d];
+            for (int j = 0; j < nk; j++) acc = __fmaf_rn(dSs[i * ATT_PLD + j], Ks[j * ld + d], acc);
+            dQs[i * ld + d] = acc;
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < nq * HS; idx += ATT_THREADS) {
+        const int i = idx / HS, d = idx - i * HS;
+        dq[qo + (size_t)i * qs + d] = dQs[i * ld + d];
+    }
+}
+
+// ---------------------------------------------------------------- plain path (large HS)
+// One warp per row; lane-strided over d; the row accumulates in place in global memory
+// (each element is only ever touched by one lane).
+__device__ __forceinline__ float dot_warp(const float *a, const float *b, int HS) {
+    float s = 0.0f;
+    for (int d = threadIdx.x & 31; d < HS; d += 32) s = __fmaf_rn(a[d], b[d], s);
+    return warp_sum(s);
+}
+
+__global__ void att_fwd_plain_kernel(float *out, float *lse, const float *q, const float *k, const float *v, int B,
+                                     int T, int NH, int NKV, int HS, float scale) {
+    const size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32; // (b·NH + h)·T + t
+    if (w >= (size_t)B * NH * T) return; // whole warps leave together (blockDim is a multiple of 32)
+    const int lane = threadIdx.x & 31;
+    const int t = (int)(w % T), h = (int)((w / T) % NH), b = (int)(w / ((size_t)T * NH));
+    const int g = h / (NH / NKV);
+    const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
+    const float *qr = q + ((size_t)b * T + t) * qs + (size_t)h * HS;
+    const float *kb = k + (size_t)b * T * ks + (size_t)g * HS, *vb = v + (size_t)b * T * ks + (size_t)g * HS;
+    float *o = out + ((size_t)b * T + t) * qs + (size_t)h * HS;
+    for (int d = lane; d < HS; d += 32) o[d] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    for (int s = 0; s <= t; s++) {
+        const float x = __fmul_rn(dot_warp(qr, kb + (size_t)s * ks, HS), scale);
+        const float mnew = fmaxf(m, x);
+        const float c = expf(__fsub_rn(m, mnew)), p = expf(__fsub_rn(x, mnew));
+        l = __fadd_rn(__fmul_rn(l, c), p);
+        m = mnew;
+        for (int d = lane; d < HS; d += 32) o[d] = __fmaf_rn(p, vb[(size_t)s * ks + d], __fmul_rn(o[d], c));
+    }
+    const float inv = __fdiv_rn(1.0f, l);
+    for (int d = lane; d < HS; d += 32) o[d] = __fmul_rn(o[d], inv);
+    if (lane == 0) lse[((size_t)b * NH + h) * T + t] = __fadd_rn(m, logf(l));
+}
+
+__global__ void att_dkdv_plain_kernel(float *dk, float *dv, const float *dq, const float *dout, const float *q,
+                                      const float *k, const float *v, const float *lse, int B, int T, int NH, int NKV,
+                                      int HS, float scale) {
+    const size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32; // (b·NKV + g)·T + s
+    if (w >= (size_t)B * NKV * T) return;
+    const int lane = threadIdx.x & 31;
+    const int s = (int)(w % T), g = (int)((w / T) % NKV), b = (int)(w / ((size_t)T * NKV));
+    const int group = NH / NKV;
+    const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
+    const size_t kro = ((size_t)b * T + s) * ks + (size_t)g * HS;
+    const float *kr = k + kro, *vr = v + kro;
+    float *dkr = dk + kro, *dvr = dv + kro;
+    for (int d = lane; d < HS; d += 32) { dkr[d] = 0.0f; dvr[d] = 0.0f; }
+    for (int h = g * group; h < (g + 1) * group; h++)
+        for (int t = s; t < T; t++) {
+            const size_t row = ((size_t)b * T + t) * qs + (size_t)h * HS;
+            const float p = expf(__fsub_rn(__fmul_rn(dot_warp(q + row, kr, HS), scale), lse[((size_t)b * NH + h) * T + t]));
+            const float ds = __fmul_rn(__fmul_rn(p, __fsub_rn(dot_warp(dout + row, vr, HS), dq[row])), scale);
+            for (int d = lane; d < HS; d += 32) {
+                dvr[d] = __fmaf_rn(p, dout[row + d], dvr[d]);
+                dkr[d] = __fmaf_rn(ds, q[row + d], dkr[d]);
+            }
+        }
+}
+
+__global__ void att_dq_plain_kernel(float *dq, const float *dout, const float *q, const float *k, const float *v,
+                                    const float *lse, int B, int T, int NH, int NKV, int HS, float scale) {
+    const size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32; // (b·NH + h)·T + t
+    if (w >= (size_t)B * NH * T) return;
+    const int lane = threadIdx.x & 31;
+    const int t = (int)(w % T), h = (int)((w / T) % NH), b = (int)(w / ((size_t)T * NH));
+    const int g = h / (NH / NKV);
+    const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
+    const size_t row = ((size_t)b * T + t) * qs + (size_t)h * HS;
+    const float *kb = k + (size_t)b * T * ks + (size_t)g * HS, *vb = v + (size_t)b * T * ks + (size_t)g * HS;
+    const float lt = lse[((size_t)b * NH + h) * T + t];
+    const float D = dq[row];
+    __syncwarp(); // every lane has read D before lane 0 zeroes it
+    float *dqr = dq + row;
+    for (int d = lane; d < HS; d += 32) dqr[d] = 0.0f;
+    for (int s = 0; s <= t; s++) {
+        const float p = expf(__fsub_rn(__fmul_rn(dot_warp(q + row, kb + (size_t)s * ks, HS), scale), lt));
+        const float ds = __fmul_rn(__fmul_rn(p, __fsub_rn(dot_warp(dout + row, vb + (size_t)s * ks, HS), D)), scale);
+        for (int d = lane; d < HS; d += 32) dqr[d] = __fmaf_rn(ds, kb[(size_t)s * ks + d], dqr[d]);
+    }
+}
+
+// ---------------------------------------------------------------- setup and launchers
+cudaError_t tt_attention_setup(int smem_optin) {
+    cudaFuncAttributes a;
+    cudaError_t e = cudaSuccess;
+    const void *plain[] = {(const void *)att_d_kernel, (const void *)att_fwd_plain_kernel,
+                           (const void *)att_dkdv_plain_kernel, (const void *)att_dq_plain_kernel};
+    for (int i = 0; i < 4 && e == cudaSuccess; i++) e = cudaFuncGetAttributes(&a, plain[i]);
+    if (e != cudaSuccess) return e;
+    // The tiled kernels may use up to the opt-in limit of dynamic shared memory; should the
+    // driver refuse, they keep the default 48 KiB (larger head sizes take the plain path).
+    const void *tiled[] = {(const void *)att_fwd_kernel, (const void *)att_dkdv_kernel, (const void *)att_dq_kernel};
+    int limit = smem_optin > 48 * 1024 ? smem_optin : 48 * 1024;
+    for (int i = 0; i < 3; i++) {
+        if ((e = cudaFuncGetAttributes(&a, tiled[i])) != cudaSuccess) return e;
+        int avail = limit - (int)a.sharedSizeBytes;
+        if (limit > 48 * 1024 && cudaFuncSetAttribute(tiled[i], cudaFuncAttributeMaxDynamicSharedMemorySize, avail) != cudaSuccess) {
+            (void)cudaGetLastError(); // clear the refused attribute; fall back to the default
+            limit = 48 * 1024;
+            for (int j = 0; j < i; j++)
+                if ((e = cudaFuncSetAttribute(tiled[j], cudaFuncAttributeMaxDynamicSharedMemorySize, 48 * 1024)) != cudaSuccess)
+                    return e;
+        }
+    }
+    g_att_smem_limit = limit;
+    return cudaSuccess;
+}
+
+static void att_check(const char *op, int B, int T, int NH, int NKV) {
+    TT_REQUIRE(NKV > 0 && NH % NKV == 0, "%s: NH=%d must be a multiple of NKV=%d", op, NH, NKV);
+    TT_REQUIRE(B <= 65535 && NH <= 65535, "%s: B=%d and NH=%d must be at most 65535 (grid y/z)", op, B, NH);
+}
+
+static bool tiled_fits(size_t smem) { return !g_tt_cuda.force_attention_plain && smem <= (size_t)g_att_smem_limit; }
+
+extern "C" void cuda_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B,
+                                       int T, int NH, int NKV, int HS) {
+    NvtxRange range("attention_forward");
+    if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0) return;
+    att_check("attention_forward", B, T, NH, NKV);
+    const float scale = 1.0f / sqrtf((float)HS); // the CPU's expression, on the host
+    const size_t smem = fwd_smem(HS);
+    if (tiled_fits(smem)) {
+        dim3 grid(CEIL_DIV(T, ATT_T), NH, B);
+        att_fwd_kernel<<<grid, ATT_THREADS, smem, g_tt_cuda.stream>>>(out, lse, q, k, v, T, NH, NKV, HS, scale);
+        launchCheck("att_fwd_kernel");
+    } else {
+        const size_t warps = (size_t)B * NH * T;
+        att_fwd_plain_kernel<<<(unsigned)CEIL_DIV(warps, (size_t)ATT_WARPS), ATT_THREADS, 0, g_tt_cuda.stream>>>(
+            out, lse, q, k, v, B, T, NH, NKV, HS, scale);
+        launchCheck("att_fwd_plain_kernel");
+    }
+}
+
+extern "C" void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                        const float *k, const float *v, const float *out, const float *lse, int B,
+                                        int T, int NH, int NKV, int HS) {
+    NvtxRange range("attention_backward");
+    if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0) return;
+    att_check("attention_backward", B, T, NH, NKV);
+    const float scale = 1.0f / sqrtf((float)HS);
+    // pass 1: D parked in dq[row][0]; passes 2 and 3 follow in stream order
+    const size_t rows = (size_t)B * T * NH;
+    att_d_kernel<<<grid_1d(rows, 256), 256, 0, g_tt_cuda.stream>>>(dq, dout, out, rows, HS);
+    launchCheck("att_d_kernel");
+    const size_t smem_kv = dkdv_smem(HS), smem_q = dq_smem(HS);
+    if (tiled_fits(smem_kv) && tiled_fits(smem_q)) {
+        dim3 grid_kv(CEIL_DIV(T, ATT_T), NKV, B), grid_q(CEIL_DIV(T, ATT_T), NH, B);
+        att_dkdv_kernel<<<grid_kv, ATT_THREADS, smem_kv, g_tt_cuda.stream>>>(dk, dv, dq, dout, q, k, v, lse, T, NH,
+                                                                            NKV, HS, scale);
+        launchCheck("att_dkdv_kernel");
+        att_dq_kernel<<<grid_q, ATT_THREADS, smem_q, g_tt_cuda.stream>>>(dq, dout, q, k, v, lse, T, NH, NKV, HS, scale);
+        launchCheck("att_dq_kernel");
+    } else {
+        const size_t wkv = (size_t)B * NKV * T, wq = (size_t)B * NH * T;
+        att_dkdv_plain_kernel<<<(unsigned)CEIL_DIV(wkv, (size_t)ATT_WARPS), ATT_THREADS, 0, g_tt_cuda.stream>>>(
+            dk, dv, dq, dout, q, k, v, lse, B, T, NH, NKV, HS, scale);
+        launchCheck("att_dkdv_plain_kernel");
+        att_dq_plain_kernel<<<(unsigned)CEIL_DIV(wq, (size_t)ATT_WARPS), ATT_THREADS, 0, g_tt_cuda.stream>>>(
+            dq, dout, q, k, v, lse, B, T, NH, NKV, HS, scale);
+        launchCheck("att_dq_plain_kernel");
+    }
+}

@@ -1,0 +1,247 @@
+// elementwise.cu — the CUDA twins of bf16.c, elementwise.c (add_inplace, sumsq), swiglu.c,
+// rope.c and embedding.c (kernels.h). Grid-stride loops over size_t indices.
+//
+// Bit-identical to the CPU twins: the BF16 conversions (the same integer rounding),
+// add_inplace and rope (the same IEEE operations, written with __fmul_rn/__fadd_rn so no
+// contraction can fuse them whatever the flags), embedding forward (a copy) and backward
+// (one thread per column adds the N rows in order, exactly the CPU's per-column order: no
+// float atomics), sumsq (below). swiglu uses CUDA's expf where the CPU uses exp8: FP32
+// rounding-level agreement.
+//
+// sumsq: the CPU's fixed order, reproduced. The input is cut into chunks of 4096; lane j
+// (of 8) of a chunk adds x[i]² for i ≡ j (mod 8) in index order in double (a tail shorter
+// than 8 goes to lanes 0..), the lanes combine as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) (a
+// butterfly over 8 threads: lane 0 gets exactly that bracketing), and one thread adds the
+// chunk sums in chunk order onto a running total. Rounds of chunks keep the partial sums
+// in a fixed slice of the scratch. The result is copied to the host, which waits for it.
+// Called through the CUDA backend's op table.
+#include "common.cuh"
+
+#define SUMSQ_CHUNK 4096
+#define SUMSQ_ROUND ((size_t)65536) // chunks per round: 256M elements, 512 KiB of partial sums
+
+size_t tt_sumsq_scratch_bytes(void) { return (SUMSQ_ROUND + 1) * sizeof(double); }
+
+static size_t sumsq_round(void) { return g_tt_cuda.sumsq_round_chunks ? g_tt_cuda.sumsq_round_chunks : SUMSQ_ROUND; }
+
+#define GRID_STRIDE(i, n) \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+
+// ---------------------------------------------------------------- kernels
+__global__ void bf16_to_f32_kernel(float *__restrict__ dst, const uint16_t *__restrict__ src, size_t n) {
+    GRID_STRIDE(i, n) dst[i] = __uint_as_float((uint32_t)src[i] << 16);
+}
+
+__global__ void bf16_round_kernel(float *x, size_t n) {
+    GRID_STRIDE(i, n) x[i] = __uint_as_float((uint32_t)bf16_rne(__float_as_uint(x[i])) << 16);
+}
+
+__global__ void add_kernel(float *x, const float *y, size_t n) {
+    GRID_STRIDE(i, n) x[i] = __fadd_rn(x[i], y[i]);
+}
+
+// Chunk sums of chunks [c0, c0 + nc): 8 threads per chunk (a warp holds 4 chunks).
+__global__ void sumsq_chunks_kernel(double *part, const float *x, size_t n, size_t c0, size_t nc) {
+    const size_t gt = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    const size_t c = gt / 8; // chunk within the round (uniform over each group of 8 lanes)
+    const int j = (int)(gt % 8);
+    double l = 0.0;
+    if (c < nc) {
+        const size_t start = (c0 + c) * SUMSQ_CHUNK;
+        const size_t len = n - start < SUMSQ_CHUNK ? n - start : SUMSQ_CHUNK;
+        const size_t n8 = len & ~(size_t)7;
+        const float *xc = x + start;
+        for (size_t i = (size_t)j; i < n8; i += 8) {
+            double a = (double)xc[i];
+            l = __dadd_rn(l, __dmul_rn(a, a));
+        }
+        if ((size_t)j < len - n8) {
+            double a = (double)xc[n8 + j];
+            l = __dadd_rn(l, __dmul_rn(a, a));
+        }
+    }
+    // ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) at lane j = 0 of each group; every lane takes part
+    // in the shuffles (groups past nc add zeros and write nothing).
+    l = __dadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 1));
+    l = __dadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));
+    l = __dadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 4));
+    if (c < nc && j == 0) part[c] = l;
+}
+
+// total += part[0..nc) in order, one thread (first = 1: total starts at 0).
+__global__ void sumsq_total_kernel(double *total, const double *part, size_t nc, int first) {
+    double t = first ? 0.0 : *total;
+    for (size_t c = 0; c < nc; c++) t = __dadd_rn(t, part[c]);
+    *total = t;
+}
+
+__global__ void swiglu_fwd_kernel(float *out, const float *gate, const float *up, size_t n) {
+    GRID_STRIDE(i, n) {
+        const float g = gate[i];
+        out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+    }
+}
+
+// d silu/dx = σ(x)·(1 + x·(1 − σ(x))), σ(x) = 1/(1+e^−x)
+__global__ void swiglu_bwd_kernel(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                                  size_t n) {
+    GRID_STRIDE(i, n) {
+        const float g = gate[i], u = up[i], d = dout[i];
+        const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g)));
+        const float silu = __fmul_rn(g, sig);
+        const float dsilu = __fmul_rn(sig, __fadd_rn(1.0f, __fmul_rn(g, __fsub_rn(1.0f, sig))));
+        dgate[i] = __fmul_rn(__fmul_rn(d, u), dsilu);
+        dup[i] = __fmul_rn(d, silu);
+    }
+}
+
+// One thread per pair (i, i + HS/2) of one head row; inverse = rotation by −angle.
+__global__ void rope_kernel(float *x, const float *cos_t, const float *sin_t, size_t total, int T, int NX, int HS,
+                            int inverse) {
+    const int half = HS / 2;
+    GRID_STRIDE(idx, total) {
+        const int i = (int)(idx % half);
+        const size_t row = idx / half; // (b·T + t)·NX + h
+        const int t = (int)((row / NX) % T);
+        float *lo = x + row * HS, *hi = lo + half;
+        const float c = cos_t[(size_t)t * half + i], s = sin_t[(size_t)t * half + i];
+        const float x0 = lo[i], x1 = hi[i];
+        if (!inverse) {
+            lo[i] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+            hi[i] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+        } else {
+            lo[i] = __fadd_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+            hi[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+        }
+    }
+}
+
+__global__ void embedding_fwd_kernel(float *out, const int *tokens, const float *wte, int C, size_t total) {
+    GRID_STRIDE(idx, total) {
+        const size_t n = idx / C, c = idx % C;
+        out[idx] = wte[(size_t)tokens[n] * C + c];
+    }
+}
+
+// One thread per column, rows in order: the CPU's order, no two threads write one element.
+__global__ void embedding_bwd_kernel(float *dwte, const float *dout, const int *tokens, int N, int C) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    for (int n = 0; n < N; n++) {
+        float *dst = dwte + (size_t)tokens[n] * C + c;
+        *dst = __fadd_rn(*dst, dout[(size_t)n * C + c]);
+    }
+}
+
+cudaError_t tt_elementwise_setup(void) {
+    cudaFuncAttributes a;
+    cudaError_t e = cudaFuncGetAttributes(&a, bf16_to_f32_kernel);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, bf16_round_kernel);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, add_kernel);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sumsq_chunks_kernel);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sumsq_total_kernel);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, swiglu_fwd_kernel);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, swiglu_bwd_kernel);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, rope_kernel);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, embedding_fwd_kernel);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, embedding_bwd_kernel);
+    return e;
+}
+
+// ---------------------------------------------------------------- launchers
+#define EW_THREADS 256
+
+extern "C" void cuda_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n) {
+    NvtxRange range("bf16_to_f32_n");
+    if (n == 0) return;
+    bf16_to_f32_kernel<<<grid_1d(n, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(dst, src, n);
+    launchCheck("bf16_to_f32_kernel");
+}
+
+extern "C" void cuda_bf16_round_n(float *x, size_t n) {
+    NvtxRange range("bf16_round_n");
+    if (n == 0) return;
+    bf16_round_kernel<<<grid_1d(n, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(x, n);
+    launchCheck("bf16_round_kernel");
+}
+
+extern "C" void cuda_add_inplace(float *x, const float *y, size_t n) {
+    NvtxRange range("add_inplace");
+    if (n == 0) return;
+    add_kernel<<<grid_1d(n, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(x, y, n);
+    launchCheck("add_kernel");
+}
+
+extern "C" double cuda_sumsq(const float *x, size_t n) {
+    NvtxRange range("sumsq");
+    if (n == 0) return 0.0;
+    const size_t round = sumsq_round();
+    TT_REQUIRE((round + 1) * sizeof(double) <= g_tt_cuda.scratch_bytes,
+               "sumsq needs %zu bytes of scratch, the scratch has %zu", (round + 1) * sizeof(double),
+               g_tt_cuda.scratch_bytes);
+    double *part = (double *)g_tt_cuda.scratch, *total = part + round;
+    const size_t nchunks = CEIL_DIV(n, (size_t)SUMSQ_CHUNK);
+    for (size_t c0 = 0; c0 < nchunks; c0 += round) {
+        const size_t nc = nchunks - c0 < round ? nchunks - c0 : round;
+        const size_t threads = nc * 8;
+        sumsq_chunks_kernel<<<(unsigned)CEIL_DIV(threads, (size_t)256), 256, 0, g_tt_cuda.stream>>>(part, x, n, c0, nc);
+        launchCheck("sumsq_chunks_kernel");
+        sumsq_total_kernel<<<1, 1, 0, g_tt_cuda.stream>>>(total, part, nc, c0 == 0);
+        launchCheck("sumsq_total_kernel");
+    }
+    // A pageable destination: the copy returns once the value is on the host; the sync
+    // makes that explicit whatever the memory kind.
+    double h = 0.0;
+    cudaCheck(cudaMemcpyAsync(&h, total, sizeof h, cudaMemcpyDeviceToHost, g_tt_cuda.stream));
+    cudaCheck(cudaStreamSynchronize(g_tt_cuda.stream));
+    return h;
+}
+
+extern "C" void cuda_swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
+    NvtxRange range("swiglu_forward");
+    if (n == 0) return;
+    swiglu_fwd_kernel<<<grid_1d(n, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(out, gate, up, n);
+    launchCheck("swiglu_fwd_kernel");
+}
+
+extern "C" void cuda_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                                     size_t n) {
+    NvtxRange range("swiglu_backward");
+    if (n == 0) return;
+    swiglu_bwd_kernel<<<grid_1d(n, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(dgate, dup, dout, gate, up, n);
+    launchCheck("swiglu_bwd_kernel");
+}
+
+static void rope_launch(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS, int inverse) {
+    if (B <= 0 || T <= 0 || NX <= 0 || HS < 2) return; // HS/2 = 0 pairs: nothing to rotate (as the CPU)
+    const size_t total = (size_t)B * T * NX * (size_t)(HS / 2);
+    rope_kernel<<<grid_1d(total, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(x, cos_t, sin_t, total, T, NX, HS,
+                                                                                 inverse);
+    launchCheck("rope_kernel");
+}
+
+extern "C" void cuda_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS) {
+    NvtxRange range("rope_forward");
+    rope_launch(x, cos_t, sin_t, B, T, NX, HS, 0);
+}
+
+extern "C" void cuda_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS) {
+    NvtxRange range("rope_backward");
+    rope_launch(dx, cos_t, sin_t, B, T, NX, HS, 1);
+}
+
+extern "C" void cuda_embedding_forward(float *out, const int *tokens, const float *wte, int N, int C) {
+    NvtxRange range("embedding_forward");
+    if (N <= 0 || C <= 0) return;
+    const size_t total = (size_t)N * C;
+    embedding_fwd_kernel<<<grid_1d(total, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(out, tokens, wte, C, total);
+    launchCheck("embedding_fwd_kernel");
+}
+
+extern "C" void cuda_embedding_backward(float *dwte, const float *dout, const int *tokens, int N, int C) {
+    NvtxRange range("embedding_backward");
+    if (N <= 0 || C <= 0) return;
+    // 64 threads a block: a model's C columns spread over many SMs (each thread walks N rows).
+    embedding_bwd_kernel<<<CEIL_DIV(C, 64), 64, 0, g_tt_cuda.stream>>>(dwte, dout, tokens, N, C);
+    launchCheck("embedding_bwd_kernel");
+}

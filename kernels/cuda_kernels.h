@@ -1,0 +1,105 @@
+// cuda_kernels.h — the CUDA twins of kernels/kernels.h (kernels/cuda/*.cu), callable from C.
+//
+// Every op has the exact signature and contract of its CPU twin (same name with a cuda_
+// prefix), takes device pointers (FP32 tensors in device memory; tokens and targets as
+// device int arrays; adamw_params_t in host memory), and is queued on the current compute
+// stream (cuda_kernels_set_stream): ops return before the GPU has run them, in stream order.
+// The one exception is cuda_sumsq, which returns a double and so waits for its result.
+//
+// Numerics, op by op, against the CPU twin (tests/gpu/test_cuda_kernels.c holds them to it):
+//  - bit-identical: bf16 conversions, add_inplace, rope, embedding forward/backward (one
+//    thread per column adds the rows in order, as the CPU does), sumsq (the CPU's chunks
+//    and lanes in double, chunk sums added in order by one thread) and AdamW (the
+//    documented IEEE sequence with __fmaf_rn/__fdiv_rn/__fsqrt_rn spelled out; the .cu
+//    files are built with --fmad=false, so nothing else is fused either);
+//  - FP32 rounding level: rmsnorm, swiglu, attention, cross-entropy (other summation orders
+//    and CUDA's expf/logf instead of the CPU's exp8); every reduction has a fixed order
+//    (no float atomics), so results are the same run to run;
+//  - matmul on cuBLASLt: BF16 mode converts the FP32 inputs to BF16 (round to nearest
+//    even) into the scratch and multiplies BF16 x BF16 with FP32 accumulation
+//    (CUBLAS_COMPUTE_32F) into FP32 outputs — exact conversion when the caller has already
+//    rounded them, as the trainer does in bf16 mode. FP32 mode (cuda_kernels_set_fp32_matmul)
+//    multiplies the FP32 inputs directly, CUBLAS_COMPUTE_32F without TF32. In BF16 mode
+//    the rows (N) are cut into chunks whose size depends only on the shape, so the bits
+//    depend on the shape and the device, never on the budget or the scratch size.
+//
+// Errors: a failed launch or library call is a programmer/setup error: one line naming the
+// call, file and line on stderr, then exit(1) (llm.c's cudaCheck). Only cuda_kernels_init
+// reports errors by return value.
+//
+// State: one per process (a CUDA backend owns it): the stream, the cuBLASLt handle, the
+// scratch and the workspace. Not thread-safe: one thread queues ops (the compute thread).
+// Does not allocate device memory: the caller hands in the scratch and the cuBLASLt
+// workspace (the CUDA backend carves them from its arena). Does not know about shards or tiers.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "kernels.h" // adamw_params_t
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---------------------------------------------------------------- context
+// cuBLASLt workspace size the backend carves for the matmuls: fixed, so that cuBLASLt's
+// heuristic picks the same algorithm whatever the budget (32 MiB: NVIDIA's recommendation
+// for Hopper).
+#define CUDA_LT_WORKSPACE_BYTES ((size_t)32 << 20)
+
+// Bytes of device scratch the ops need when no op sees more than max_rows rows (N = B·T),
+// no row is wider than max_dim (C, F, V, the fused qkv width, ...) and no matmul weight has
+// more than max_weight elements (OC·IC). Covers the BF16 matmul staging, rmsnorm's dw
+// partial sums and sumsq's chunk sums. fp32_matmul: no BF16 staging needed.
+size_t cuda_kernels_scratch_bytes(int max_rows, int max_dim, size_t max_weight, int fp32_matmul);
+
+// Creates the cuBLASLt handle and loads every kernel now (so CUDA's lazy module loading
+// allocates nothing later), on the current device. fp32_matmul selects the FP32 GEMM path.
+// Returns 0, or -1 with one line in err.
+int cuda_kernels_init(int fp32_matmul, char *err, size_t errlen);
+// The device scratch (cuda_kernels_scratch_bytes) and cuBLASLt workspace
+// (CUDA_LT_WORKSPACE_BYTES), both 256-byte aligned; the ops check their needs against them.
+void cuda_kernels_set_workspace(void *d_scratch, size_t scratch_bytes, void *d_lt_ws, size_t lt_ws_bytes);
+void cuda_kernels_free(void); // NULL-safe in spirit: a second call does nothing
+
+// The compute stream (a cudaStream_t; NULL = the legacy default stream) the ops queue on.
+void cuda_kernels_set_stream(void *stream);
+void *cuda_kernels_stream(void);
+void cuda_kernels_set_fp32_matmul(int on);
+
+// Test hooks (tests/gpu only; 0 = the default): the BF16 matmul row-chunk budget in
+// elements (small values force many chunks), sumsq's chunks per round, and forcing the
+// fallback GEMM kernel / the plain (untiled) attention kernels.
+void cuda_kernels_set_test_limits(size_t matmul_chunk_elems, size_t sumsq_round_chunks,
+                                  int force_gemm_fallback, int force_attention_plain);
+
+// ---------------------------------------------------------------- ops (contracts: kernels.h)
+void cuda_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);
+void cuda_bf16_round_n(float *x, size_t n);
+void cuda_add_inplace(float *x, const float *y, size_t n);
+double cuda_sumsq(const float *x, size_t n); // waits for the compute stream
+void cuda_matmul_forward(float *out, const float *inp, const float *w, int N, int IC, int OC);
+void cuda_matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int accumulate);
+void cuda_matmul_backward_weight(float *dw, const float *dout, const float *inp, int N, int IC, int OC);
+void cuda_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
+void cuda_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                           const float *rstd, int N, int C);
+void cuda_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
+void cuda_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
+void cuda_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                            int B, int T, int NH, int NKV, int HS);
+void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                             const float *k, const float *v, const float *out, const float *lse,
+                             int B, int T, int NH, int NKV, int HS);
+void cuda_swiglu_forward(float *out, const float *gate, const float *up, size_t n);
+void cuda_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
+void cuda_embedding_forward(float *out, const int *tokens, const float *wte, int N, int C);
+void cuda_embedding_backward(float *dwte, const float *dout, const int *tokens, int N, int C);
+void cuda_crossentropy_forward_backward(float *dlogits, float *losses, const float *logits,
+                                        const int *targets, int N, int V, float dscale);
+void cuda_crossentropy_forward(float *losses, const float *logits, const int *targets, int N, int V);
+void cuda_adamw_update(float *master, float *m, float *v, uint16_t *p16, float *p32,
+                       const float *g, size_t n, const adamw_params_t *hp);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,330 @@
+// backend_cuda.c — the CUDA backend (DESIGN §6): device 0, one cudaMalloc of the whole
+// --hbm-budget (plus 4 KiB to align it) carved by backend_alloc's shared accounting, three streams (compute, h2d,
+// d2h) ordered by events, the cuBLASLt handle and workspace, and the op table of
+// kernels/cuda (cuda_kernels.h). Built only with CUDA (CMake drops this file otherwise).
+//
+// What it does not do: choose itself (backend_init still runs the CPU backend; the trainer
+// touches device pointers from the host until the wiring step), allocate after init
+// (nothing calls cudaMalloc again; never managed memory), or free single allocations.
+//
+// Streams and events. Ops run on the compute stream (cuda_kernels_set_stream). A copy
+// between host and device runs on its copy stream and is ordered both ways against the
+// ops: the copy stream first waits for an event recorded on the compute stream (the ops
+// queued so far may still read or write its device buffer), and the compute stream then
+// waits for an event recorded after the copy (ops queued later see its data, and do not
+// overwrite a buffer it still reads). The record-then-wait pairs of concurrent callers are
+// serialized by one mutex, so an event is never re-recorded between its record and wait.
+// Synchronous copies then wait for their stream. This is conservative — a copy never
+// overlaps an op queued before it — and right for the trainer's current use; the
+// scheduler's wiring can order by per-buffer events instead.
+//
+// Errors: init returns -errno with one line (budget, device, CUDA error) and releases
+// everything. After init a failing CUDA call is a device failure the run cannot survive:
+// one line naming the call, file and line, exit 1 (runtime_error).
+// Called by the GPU tests (tests/gpu) and, once wired, backend_init.
+#include "backend.h"
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <nvtx3/nvToolsExt.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cuda_kernels.h"
+#include "cuda_probe.h"
+#include "util.h"
+
+#define GiB ((uint64_t)1 << 30)
+#define MiB ((uint64_t)1 << 20)
+
+typedef struct {
+    int device;
+    char name[256];
+    cudaStream_t compute, h2d, d2h;
+    cudaEvent_t ev_compute, ev_h2d, ev_d2h; // see the file comment
+    pthread_mutex_t lock;                   // one record-then-wait sequence at a time
+    int lock_ok;
+    void *arena_alloc;                      // the one cudaMalloc: budget + 4 KiB
+    char *arena;                            // its first 4 KiB boundary: be->budget bytes
+    uint64_t arena_bytes, off;              // bump offset (== be->used)
+    int kernels;                            // cuda_kernels_init done
+} cuda_dev_t;
+
+static const backend_ops_t cuda_ops = {
+    .bf16_to_f32_n = cuda_bf16_to_f32_n,
+    .bf16_round_n = cuda_bf16_round_n,
+    .add_inplace = cuda_add_inplace,
+    .sumsq = cuda_sumsq,
+    .matmul_forward = cuda_matmul_forward,
+    .matmul_backward_input = cuda_matmul_backward_input,
+    .matmul_backward_weight = cuda_matmul_backward_weight,
+    .rmsnorm_forward = cuda_rmsnorm_forward,
+    .rmsnorm_backward = cuda_rmsnorm_backward,
+    .rope_forward = cuda_rope_forward,
+    .rope_backward = cuda_rope_backward,
+    .attention_forward = cuda_attention_forward,
+    .attention_backward = cuda_attention_backward,
+    .swiglu_forward = cuda_swiglu_forward,
+    .swiglu_backward = cuda_swiglu_backward,
+    .embedding_forward = cuda_embedding_forward,
+    .embedding_backward = cuda_embedding_backward,
+    .crossentropy_forward_backward = cuda_crossentropy_forward_backward,
+    .crossentropy_forward = cuda_crossentropy_forward,
+    .adamw_update = cuda_adamw_update,
+};
+
+// After init: a failed CUDA call is fatal for the run (file:line, exit 1).
+static void cuda_rt_check(cudaError_t e, const char *what, const char *file, int line) {
+    if (e != cudaSuccess)
+        runtime_error("CUDA error at %s:%d: %s: %s (%s)", file, line, what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+#define cudaCheck(call) cuda_rt_check((call), #call, __FILE__, __LINE__)
+
+// ---------------------------------------------------------------- memory
+static int cuda_alloc(backend_t *be, size_t sz, const char *what, void **out, char *err, size_t errlen) {
+    cuda_dev_t *d = be->dev;
+    // backend_alloc checked used + sz against the budget, and the arena is the budget
+    if (d->off + sz > d->arena_bytes) {
+        snprintf(err, errlen, "%s: the device arena (%llu bytes) is exhausted", what, (unsigned long long)d->arena_bytes);
+        return -ENOMEM;
+    }
+    void *p = d->arena + d->off;
+    // zero-filled, as the contract says; allocation happens at init only, so waiting is fine
+    cudaError_t e = cudaMemsetAsync(p, 0, sz, d->compute);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(d->compute);
+    if (e != cudaSuccess) {
+        char a[32];
+        snprintf(err, errlen, "%s: zero-filling %s of device memory failed: %s (%s)", what, format_bytes(a, sizeof a, sz),
+                 cudaGetErrorString(e), cudaGetErrorName(e));
+        return -EIO;
+    }
+    d->off += sz;
+    *out = p;
+    return 0;
+}
+
+static void cuda_free_all(backend_t *be) {
+    cuda_dev_t *d = be->dev;
+    if (!d) return;
+    // Everything queued finishes before its memory goes; errors here are reported, not fatal.
+    cudaStream_t streams[3] = {d->compute, d->h2d, d->d2h};
+    for (int i = 0; i < 3; i++)
+        if (streams[i]) {
+            cudaError_t e = cudaStreamSynchronize(streams[i]);
+            if (e != cudaSuccess) notice("CUDA backend: finishing queued work failed: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        }
+    if (d->kernels) cuda_kernels_free();
+    if (d->arena_alloc) cudaFree(d->arena_alloc);
+    cudaEvent_t evs[3] = {d->ev_compute, d->ev_h2d, d->ev_d2h};
+    for (int i = 0; i < 3; i++)
+        if (evs[i]) cudaEventDestroy(evs[i]);
+    for (int i = 0; i < 3; i++)
+        if (streams[i]) cudaStreamDestroy(streams[i]);
+    if (d->lock_ok) pthread_mutex_destroy(&d->lock);
+    free(d);
+    be->dev = NULL;
+}
+
+// ---------------------------------------------------------------- copies
+static void cuda_copy(backend_t *be, void *dst, const void *src, size_t n, backend_copy_dir_t dir, int async) {
+    cuda_dev_t *d = be->dev;
+    if (n == 0) return;
+    if (dir == BACKEND_D2D) { // in order with the ops
+        nvtxRangePushA("copy_d2d");
+        cudaCheck(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, d->compute));
+        nvtxRangePop();
+        return;
+    }
+    const int h2d = dir == BACKEND_H2D;
+    cudaStream_t s = h2d ? d->h2d : d->d2h;
+    cudaEvent_t done = h2d ? d->ev_h2d : d->ev_d2h;
+    nvtxRangePushA(h2d ? "copy_h2d" : "copy_d2h");
+    pthread_mutex_lock(&d->lock);
+    cudaCheck(cudaEventRecord(d->ev_compute, d->compute)); // the ops queued so far ...
+    cudaCheck(cudaStreamWaitEvent(s, d->ev_compute, 0));   // ... come before the copy
+    cudaCheck(cudaMemcpyAsync(dst, src, n, h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaEventRecord(done, s));                   // the copy comes before ...
+    cudaCheck(cudaStreamWaitEvent(d->compute, done, 0));   // ... the ops queued later
+    pthread_mutex_unlock(&d->lock);
+    if (!async) cudaCheck(cudaStreamSynchronize(s)); // our copy and anything before it on s
+    nvtxRangePop();
+}
+
+static void cuda_memset(backend_t *be, void *d_dst, int byte, size_t n) {
+    cuda_dev_t *d = be->dev;
+    if (n) cudaCheck(cudaMemsetAsync(d_dst, byte, n, d->compute));
+}
+
+static void cuda_sync(backend_t *be) {
+    cuda_dev_t *d = be->dev;
+    nvtxRangePushA("sync");
+    cudaCheck(cudaStreamSynchronize(d->h2d));
+    cudaCheck(cudaStreamSynchronize(d->compute));
+    cudaCheck(cudaStreamSynchronize(d->d2h));
+    nvtxRangePop();
+}
+
+static int cuda_register_host(backend_t *be, void *h, size_t n) {
+    (void)be;
+    if (n == 0) return 0;
+    cudaError_t e = cudaHostRegister(h, n, cudaHostRegisterDefault);
+    if (e == cudaSuccess) return 0;
+    (void)cudaGetLastError(); // not sticky; clear it so later checks do not see it
+    char a[32];
+    notice("cudaHostRegister of %s at %p failed: %s (%s)", format_bytes(a, sizeof a, n), h, cudaGetErrorString(e),
+           cudaGetErrorName(e));
+    return e == cudaErrorHostMemoryAlreadyRegistered ? -EEXIST : e == cudaErrorMemoryAllocation ? -ENOMEM : -EINVAL;
+}
+
+static void cuda_unregister_host(backend_t *be, void *h) {
+    (void)be;
+    cudaError_t e = cudaHostUnregister(h);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        notice("cudaHostUnregister(%p) failed: %s (%s)", h, cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+}
+
+static const backend_vt_t cuda_vt = {
+    .free = cuda_free_all,
+    .alloc = cuda_alloc,
+    .copy = cuda_copy,
+    .memset = cuda_memset,
+    .sync = cuda_sync,
+    .register_host = cuda_register_host,
+    .unregister_host = cuda_unregister_host,
+};
+
+// ---------------------------------------------------------------- init
+// The widest row, largest weight and row count the model's ops see (see
+// cuda_kernels_scratch_bytes): every Llama weight has C on one side.
+static void model_limits(const config_t *cfg, int *rows, int *dim, size_t *weight) {
+    long C = cfg->C > 0 ? cfg->C : 1;
+    long HS = cfg->NH > 0 ? C / cfg->NH : C;
+    long qkv = (long)(cfg->NH + 2 * cfg->NKV) * HS;
+    long dmax = C;
+    if (cfg->F > dmax) dmax = cfg->F;
+    if (cfg->V > dmax) dmax = cfg->V;
+    if (qkv > dmax) dmax = qkv;
+    long n = (long)(cfg->B > 0 ? cfg->B : 1) * (cfg->T > 0 ? cfg->T : 1);
+    *rows = n > 0x7fffffffL ? 0x7fffffff : (int)n;
+    *dim = dmax > 0x7fffffffL ? 0x7fffffff : (int)dmax;
+    *weight = (size_t)dmax * (size_t)C;
+}
+
+#define INIT_CHECK(call)                                                                                 \
+    do {                                                                                                 \
+        cudaError_t e_ = (call);                                                                         \
+        if (e_ != cudaSuccess) {                                                                         \
+            snprintf(err, errlen, "CUDA backend: %s failed: %s (%s)", #call, cudaGetErrorString(e_),    \
+                     cudaGetErrorName(e_));                                                              \
+            rc = -EIO;                                                                                   \
+            goto fail;                                                                                   \
+        }                                                                                                \
+    } while (0)
+
+int backend_cuda_init(backend_t *be, const config_t *cfg, char *err, size_t errlen) {
+    int rc = 0;
+    memset(be, 0, sizeof *be);
+    char why[256] = "";
+    if (cuda_probe_devices(why, sizeof why) <= 0) {
+        snprintf(err, errlen, "no usable GPU (%s)", why);
+        return -ENODEV;
+    }
+    cuda_dev_t *d = calloc(1, sizeof *d);
+    if (!d) {
+        snprintf(err, errlen, "CUDA backend: out of host memory");
+        return -ENOMEM;
+    }
+    be->name = "cuda";
+    be->kind = DEVICE_CUDA;
+    be->ops = &cuda_ops;
+    be->vt = &cuda_vt;
+    be->dev = d;
+    backend_setup_host_threads(be, cfg);
+    if (pthread_mutex_init(&d->lock, NULL) != 0) {
+        snprintf(err, errlen, "CUDA backend: pthread_mutex_init failed");
+        rc = -ENOMEM;
+        goto fail;
+    }
+    d->lock_ok = 1;
+
+    // ---- device, context, streams, events, the kernels (cuBLASLt handle, loaded modules):
+    // all before measuring free memory, so what they take is not counted twice
+    d->device = 0;
+    INIT_CHECK(cudaSetDevice(d->device));
+    INIT_CHECK(cudaFree(NULL)); // creates the context now
+    struct cudaDeviceProp prop;
+    INIT_CHECK(cudaGetDeviceProperties(&prop, d->device));
+    snprintf(d->name, sizeof d->name, "%s", prop.name);
+    INIT_CHECK(cudaStreamCreateWithFlags(&d->compute, cudaStreamNonBlocking));
+    INIT_CHECK(cudaStreamCreateWithFlags(&d->h2d, cudaStreamNonBlocking));
+    INIT_CHECK(cudaStreamCreateWithFlags(&d->d2h, cudaStreamNonBlocking));
+    INIT_CHECK(cudaEventCreateWithFlags(&d->ev_compute, cudaEventDisableTiming));
+    INIT_CHECK(cudaEventCreateWithFlags(&d->ev_h2d, cudaEventDisableTiming));
+    INIT_CHECK(cudaEventCreateWithFlags(&d->ev_d2h, cudaEventDisableTiming));
+    const int fp32 = cfg->precision == PREC_FP32;
+    if (cuda_kernels_init(fp32, err, errlen) != 0) {
+        rc = -EIO;
+        goto fail;
+    }
+    d->kernels = 1;
+    cuda_kernels_set_stream(d->compute);
+
+    // ---- the budget and the arena
+    size_t free_b = 0, total_b = 0;
+    INIT_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    uint64_t reserve = total_b / 20 > GiB ? total_b / 20 : GiB; // max(1 GiB, 5%)
+    uint64_t budget = cfg->hbm_budget;
+    char a[32], b[32], c[32], r[32];
+    if (budget == 0) {
+        if (free_b <= reserve + 64 * MiB) {
+            snprintf(err, errlen, "GPU %d (%s): %s free of %s, less than the %s kept for the CUDA runtime (free the GPU, or set --hbm-budget)",
+                     d->device, d->name, format_bytes(a, sizeof a, free_b), format_bytes(b, sizeof b, total_b),
+                     format_bytes(r, sizeof r, reserve));
+            rc = -ENOMEM;
+            goto fail;
+        }
+        budget = ((uint64_t)free_b - reserve) & ~(2 * MiB - 1); // whole 2 MiB pages
+        if (!cfg->quiet)
+            notice("--hbm-budget not set: using %s on GPU %d (%s): %s free of %s, %s kept for the CUDA runtime",
+                   format_bytes(a, sizeof a, budget), d->device, d->name, format_bytes(b, sizeof b, free_b),
+                   format_bytes(c, sizeof c, total_b), format_bytes(r, sizeof r, reserve));
+    } else if (budget + 4096 > free_b) {
+        snprintf(err, errlen, "--hbm-budget %s: GPU %d (%s) has %s free of %s (lower --hbm-budget, or leave it unset: free minus max(1 GiB, 5%%))",
+                 format_bytes(a, sizeof a, budget), d->device, d->name, format_bytes(b, sizeof b, free_b),
+                 format_bytes(c, sizeof c, total_b));
+        rc = -ENOMEM;
+        goto fail;
+    }
+    // cudaMalloc promises 256-byte alignment; backend_alloc promises 4 KiB: 4 KiB more, and
+    // the arena starts at the first 4 KiB boundary.
+    cudaError_t e = cudaMalloc(&d->arena_alloc, budget + 4096);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        d->arena_alloc = NULL;
+        snprintf(err, errlen, "--hbm-budget %s: cudaMalloc on GPU %d (%s) failed: %s (%s free of %s; lower --hbm-budget)",
+                 format_bytes(a, sizeof a, budget), d->device, d->name, cudaGetErrorString(e),
+                 format_bytes(b, sizeof b, free_b), format_bytes(c, sizeof c, total_b));
+        rc = -ENOMEM;
+        goto fail;
+    }
+    d->arena = (char *)ALIGN_UP((uintptr_t)d->arena_alloc, (uintptr_t)4096);
+    d->arena_bytes = budget;
+    be->budget = budget;
+
+    // ---- the kernels' own memory, from the arena like everything else
+    void *lt_ws = NULL, *scratch = NULL;
+    if ((rc = backend_alloc(be, CUDA_LT_WORKSPACE_BYTES, "cuBLASLt workspace", &lt_ws, err, errlen)) != 0) goto fail;
+    int rows = 0, dim = 0;
+    size_t weight = 0;
+    model_limits(cfg, &rows, &dim, &weight);
+    size_t sb = cuda_kernels_scratch_bytes(rows, dim, weight, fp32);
+    if ((rc = backend_alloc(be, sb, "kernel scratch (BF16 matmul staging, reductions)", &scratch, err, errlen)) != 0) goto fail;
+    cuda_kernels_set_workspace(scratch, sb, lt_ws, CUDA_LT_WORKSPACE_BYTES);
+    return 0;
+
+fail:
+    backend_free(be); // releases whatever exists (cuda_free_all is NULL-safe field by field)
+    memset(be, 0, sizeof *be);
+    return rc ? rc : -EIO;
+}

@@ -1,0 +1,287 @@
+// emu_runtime.cpp — EMULATION ONLY: the fiber scheduler behind emu_device.h, and the CUDA
+// runtime / cuBLASLt entry points tiertrain calls, on the host: one fake device of
+// EMU_DEVICE_BYTES (4 GiB) whose "device memory" is host memory; streams execute at once
+// (every op and copy completes in call order, a valid serialization of the real streams).
+#include <vector>
+#include "emu_device.h"
+#include "cublasLt.h"
+
+#define EMU_DEVICE_BYTES ((size_t)4 << 30)
+#define EMU_STACK (256 * 1024)
+
+namespace emu {
+Thread *g_cur;
+dim3 g_block, g_grid, g_bdim;
+
+// Fibers switch with a few instructions (swapcontext would make two signal-mask system
+// calls per switch, and the emulation switches millions of times): emu_switch saves the
+// System V callee-saved registers on the current stack, parks the stack pointer in *from
+// and resumes the stack `to`. x86-64 only.
+#if !defined(__x86_64__)
+#error "the CUDA emulation's fibers are written for x86-64"
+#endif
+extern "C" void emu_switch(void **from, void *to);
+asm(".text\n"
+    ".globl emu_switch\n"
+    ".type emu_switch,@function\n"
+    "emu_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size emu_switch, .-emu_switch\n");
+
+enum { RUN, WAIT_BLOCK, WAIT_WARP, DONE };
+static void *sched_sp;
+static std::vector<void *> fiber_sp;
+static std::vector<char *> stacks;
+static std::vector<Thread> threads;
+static std::vector<int> state;
+static std::vector<uint64_t> slots; // 32 per warp
+static std::vector<char> smem_buf;
+static void (*g_body)(void *);
+static void *g_ctx;
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t next_rand() { // xorshift64; $EMU_SEED picks another schedule
+    static int seeded = 0;
+    if (!seeded) {
+        seeded = 1;
+        const char *e = getenv("EMU_SEED");
+        if (e && strtoull(e, NULL, 0)) rng ^= strtoull(e, NULL, 0) * 0xD1B54A32D192ED03ull;
+    }
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return rng;
+}
+
+static void fiber_entry() {
+    const int t = (int)(g_cur - threads.data());
+    g_body(g_ctx);
+    state[t] = DONE;
+    emu_switch(&fiber_sp[t], sched_sp);
+    abort(); // a finished fiber is never resumed
+}
+
+static void yield_as(int st) {
+    int t = (int)(g_cur - threads.data());
+    state[t] = st;
+    emu_switch(&fiber_sp[t], sched_sp);
+}
+
+// A fresh fiber's stack: six zero "saved registers" for emu_switch to pop, then
+// fiber_entry as the return address, placed so that fiber_entry starts with the stack
+// aligned as after a call (rsp ≡ 8 mod 16).
+static void *fresh_stack(char *base) {
+    uintptr_t top = ((uintptr_t)base + EMU_STACK) & ~(uintptr_t)15;
+    void **sp = (void **)top;
+    *--sp = NULL;                   // fiber_entry's own (never used) return address
+    *--sp = (void *)fiber_entry;    // where emu_switch's ret goes
+    for (int i = 0; i < 6; i++) *--sp = NULL; // rbp rbx r12 r13 r14 r15
+    return sp;
+}
+void block_barrier() { yield_as(WAIT_BLOCK); }
+void warp_barrier() { yield_as(WAIT_WARP); }
+uint64_t *warp_slots() { return slots.data() + 32 * (size_t)g_cur->warp; }
+void *dyn_smem() { return smem_buf.data(); }
+
+static void die(const char *msg) {
+    fprintf(stderr, "emu: %s (block %u,%u,%u of %u,%u,%u, %u threads)\n", msg, g_block.x, g_block.y, g_block.z, g_grid.x,
+            g_grid.y, g_grid.z, g_bdim.x);
+    abort();
+}
+
+static void run_block(int nt, size_t smem) {
+    memset(smem_buf.data(), 0xFF, smem_buf.size());
+    for (int t = 0; t < nt; t++) {
+        fiber_sp[t] = fresh_stack(stacks[t]);
+        state[t] = RUN;
+    }
+    (void)smem;
+    const int nw = (nt + 31) / 32;
+    std::vector<int> order(nt);
+    for (;;) {
+        // run every runnable fiber once, in a shuffled order
+        int n = 0;
+        for (int t = 0; t < nt; t++)
+            if (state[t] == RUN) order[n++] = t;
+        for (int i = n - 1; i > 0; i--) {
+            int j = (int)(next_rand() % (uint64_t)(i + 1));
+            int x = order[i]; order[i] = order[j]; order[j] = x;
+        }
+        for (int i = 0; i < n; i++) {
+            int t = order[i];
+            g_cur = &threads[t];
+            emu_switch(&sched_sp, fiber_sp[t]);
+        }
+        // release barriers: warps first, then the block
+        int live = 0, released = 0;
+        for (int t = 0; t < nt; t++) live += state[t] != DONE;
+        if (live == 0) return;
+        for (int w = 0; w < nw; w++) {
+            int wait = 0, other = 0;
+            for (int t = w * 32; t < nt && t < w * 32 + 32; t++) {
+                if (state[t] == WAIT_WARP) wait++;
+                else if (state[t] != DONE) other++;
+            }
+            if (wait && !other) {
+                for (int t = w * 32; t < nt && t < w * 32 + 32; t++)
+                    if (state[t] == WAIT_WARP) state[t] = RUN;
+                released++;
+            }
+        }
+        if (released) continue;
+        int wb = 0;
+        for (int t = 0; t < nt; t++) wb += state[t] == WAIT_BLOCK;
+        if (wb == live) {
+            for (int t = 0; t < nt; t++)
+                if (state[t] == WAIT_BLOCK) state[t] = RUN;
+            continue;
+        }
+        die("barrier deadlock: threads wait at different barriers");
+    }
+}
+
+void run_grid(dim3 g, dim3 b, size_t smem, void (*body)(void *), void *ctx) {
+    const int nt = (int)(b.x * b.y * b.z);
+    if (nt <= 0 || nt > 1024 || b.y != 1 || b.z != 1) die("unsupported block shape");
+    if (g.x == 0 || g.y == 0 || g.z == 0 || g.y > 65535 || g.z > 65535) die("bad grid");
+    if (smem > 232448) die("more dynamic shared memory than an H100/H200 block may have");
+    while ((int)stacks.size() < nt) stacks.push_back((char *)malloc(EMU_STACK));
+    fiber_sp.resize(nt);
+    threads.resize(nt);
+    state.resize(nt);
+    slots.assign(32 * (size_t)((nt + 31) / 32), 0);
+    smem_buf.assign(smem ? smem : 1, 0);
+    for (int t = 0; t < nt; t++) threads[t] = Thread{dim3((unsigned)t, 0, 0), t % 32, t / 32};
+    g_body = body;
+    g_ctx = ctx;
+    g_grid = g;
+    g_bdim = b;
+    const size_t nb = (size_t)g.x * g.y * g.z;
+    std::vector<size_t> border(nb);
+    for (size_t i = 0; i < nb; i++) border[i] = i;
+    for (size_t i = nb; i > 1; i--) {
+        size_t j = next_rand() % i;
+        size_t x = border[i - 1]; border[i - 1] = border[j]; border[j] = x;
+    }
+    for (size_t i = 0; i < nb; i++) {
+        size_t id = border[i];
+        g_block = dim3((unsigned)(id % g.x), (unsigned)((id / g.x) % g.y), (unsigned)(id / ((size_t)g.x * g.y)));
+        run_block(nt, smem);
+    }
+    g_cur = NULL;
+}
+} // namespace emu
+
+// ---------------------------------------------------------------- CUDA runtime on the host
+static size_t g_used; // "device" bytes handed out by cudaMalloc
+struct Alloc { void *p; size_t n; };
+static std::vector<Alloc> g_allocs;
+
+extern "C" {
+cudaError_t cudaGetDeviceCount(int *count) { *count = 1; return cudaSuccess; }
+cudaError_t cudaSetDevice(int dev) { return dev == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaGetDevice(int *dev) { *dev = 0; return cudaSuccess; }
+cudaError_t cudaMalloc(void **p, size_t n) {
+    if (g_used + n > EMU_DEVICE_BYTES) return cudaErrorMemoryAllocation;
+    void *q = NULL;
+    if (posix_memalign(&q, 256, n ? n : 1) != 0) return cudaErrorMemoryAllocation;
+    g_allocs.push_back(Alloc{q, n});
+    g_used += n;
+    *p = q;
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    for (size_t i = 0; i < g_allocs.size(); i++)
+        if (g_allocs[i].p == p) {
+            g_used -= g_allocs[i].n;
+            free(p);
+            g_allocs.erase(g_allocs.begin() + (long)i);
+            return cudaSuccess;
+        }
+    return cudaErrorInvalidValue;
+}
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
+    *free_b = EMU_DEVICE_BYTES - g_used;
+    *total_b = EMU_DEVICE_BYTES;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev) {
+    (void)dev;
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "emulated device");
+    p->totalGlobalMem = EMU_DEVICE_BYTES;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int dev) {
+    (void)dev;
+    *v = a == cudaDevAttrMaxSharedMemoryPerBlockOptin ? 232448 : 0;
+    return cudaSuccess;
+}
+static int g_objs;
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) { (void)f; *s = (cudaStream_t)(intptr_t)(++g_objs); return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { (void)s; return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f) { (void)s; (void)e; (void)f; return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) { (void)f; *e = (cudaEvent_t)(intptr_t)(++g_objs); return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { (void)e; return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { (void)e; (void)s; return cudaSuccess; }
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t s) {
+    (void)k; (void)s;
+    memmove(dst, src, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) { (void)s; memset(p, v, n); return cudaSuccess; }
+cudaError_t cudaHostRegister(void *p, size_t n, unsigned f) { (void)p; (void)n; (void)f; return cudaSuccess; }
+cudaError_t cudaHostUnregister(void *p) { (void)p; return cudaSuccess; }
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
+const char *cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaErrorEmulated"; }
+cudaError_t cudaFuncSetAttribute(const void *f, enum cudaFuncAttribute a, int v) { (void)f; (void)a; (void)v; return cudaSuccess; }
+cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *a, const void *f) {
+    (void)f;
+    memset(a, 0, sizeof *a);
+    a->maxThreadsPerBlock = 1024;
+    return cudaSuccess;
+}
+
+// ---------------------------------------------------------------- cuBLASLt: no algorithms
+static int g_dummy;
+const char *cublasLtGetStatusString(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS ? "success" : "not supported"; }
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) { *h = (cublasLtHandle_t)&g_dummy; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { (void)h; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t c, cudaDataType_t s) {
+    (void)c; (void)s; *d = (cublasLtMatmulDesc_t)&g_dummy; return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { (void)d; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *v, size_t n) {
+    (void)d; (void)a; (void)v; (void)n; return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType_t t, uint64_t r, uint64_t c, int64_t ld) {
+    (void)t;
+    if (ld < (int64_t)r || c == 0) { fprintf(stderr, "emu: layout %llu x %llu with ld %lld\n", (unsigned long long)r, (unsigned long long)c, (long long)ld); abort(); }
+    *l = (cublasLtMatrixLayout_t)&g_dummy;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { (void)l; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) { *p = (cublasLtMatmulPreference_t)&g_dummy; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { (void)p; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t a, const void *v, size_t n) {
+    (void)p; (void)a; (void)v; (void)n; return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                                              cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dd,
+                                              cublasLtMatmulPreference_t p, int req, cublasLtMatmulHeuristicResult_t r[], int *n) {
+    (void)h; (void)d; (void)a; (void)b; (void)c; (void)dd; (void)p; (void)req; (void)r;
+    *n = 0;
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+}
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *A, cublasLtMatrixLayout_t la,
+                              const void *B, cublasLtMatrixLayout_t lb, const void *beta, const void *C, cublasLtMatrixLayout_t lc,
+                              void *D, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t *algo, void *ws, size_t wsn, void *stream) {
+    (void)h; (void)d; (void)alpha; (void)A; (void)la; (void)B; (void)lb; (void)beta; (void)C; (void)lc; (void)D; (void)ld;
+    (void)algo; (void)ws; (void)wsn; (void)stream;
+    abort(); // never: the heuristic offers nothing
+}
+} // extern "C"

@@ -1,0 +1,1074 @@
+// test_cuda_kernels.c — the CUDA backend against its CPU twins (DESIGN §6: every CUDA
+// kernel has a CPU twin and a test that compares them on random inputs).
+// Each op of the CUDA backend's table runs on random inputs with awkward shapes (T = 1, 7,
+// 33, > one 32-row tile; grouped heads NH/NKV = 6/3, 6/2, 4/1; widths that are not powers
+// of two; head sizes past the tiled kernels' shared memory), and its output is compared
+// with the CPU twin (kernels/cpu, itself checked against FP64 in tests/test_kernels.c).
+// Device outputs are poisoned with 0xFF bytes (a NaN in every float) before each launch, so
+// an element a kernel forgot to write fails; "+=" outputs start from random values. NaN
+// never passes (tu_close). Ops that perform the CPU's exact IEEE sequence are compared
+// bit for bit (BF16, add, rope, embedding, sumsq, AdamW); the others with tolerances named
+// below. Also: the arena never exceeds --hbm-budget, cudaMemGetInfo shows no device memory
+// beyond the budget (plus the runtime's own), copies, pinning, and run-to-run determinism.
+//
+// Skips (exit 77) without a GPU or in a build without CUDA. Check forks each test and a
+// CUDA context does not survive fork(): the parent never touches CUDA (the device probe
+// runs in a child of its own), and every test builds its backend in its own process (a
+// checked fixture). CK_FORK=no also works: backends are built and freed one after another.
+// Without a GPU, tests/gpu/emu/run.sh runs this suite against the kernels executed on the
+// CPU (fibers for threads, a host stand-in for the runtime): a check of their logic only.
+#include <check.h>
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "backend.h"
+#include "kernels.h"
+#include "testutil.h"
+#ifdef TT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#include "cuda_kernels.h"
+#include "cuda_probe.h"
+#endif
+
+#ifndef TT_HAVE_CUDA
+int main(void) {
+    fprintf(stderr, "test_cuda_kernels: this build has no CUDA support: skipped\n");
+    return 77;
+}
+#else
+
+#define NELEMS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define MiB ((uint64_t)1 << 20)
+#define GiB ((uint64_t)1 << 30)
+
+// ---------------------------------------------------------------- tolerances
+// {atol, rtol} for tu_close: |gpu − cpu| ≤ atol + rtol·|cpu|. Inputs are U(−1, 1) unless a
+// shape says otherwise. Both sides are FP32 with different summation orders (and CUDA's
+// expf/logf against the CPU's exp8/logf, each within ~2 ulp): the limits sit well above
+// that (~10×) and far below what a wrong index, mask or missing term gives (O(0.1..1)).
+typedef struct { double atol, rtol; } tol_t;
+
+// rmsnorm: a C-term sum of squares in another order (relative ~√C·u ≤ 2e-6 for C ≤ 1030),
+// then a sqrt and a divide: out and rstd agree to a few 1e-7 relative.
+static const tol_t TOL_RMS_OUT = {1e-6, 1e-5};
+static const tol_t TOL_RMS_RSTD = {1e-6, 1e-5};
+// dx = s·(g − x·s²·mean(g·x)): the C-term dot and a subtraction that can cancel.
+static const tol_t TOL_RMS_DX = {5e-6, 1e-5};
+// dw: N ≤ 300 row terms of size ~0.5 summed in chunks of 64 vs in one row order, onto the
+// prefill: ~√N·u·|partial sums| ≈ 1e-5 absolute at worst.
+static const tol_t TOL_RMS_DW = {1e-4, 1e-5};
+// attention: scores are HS-term dots (FMA vs not), exp(s − m) carries ~|s|·u absolute;
+// the CPU is within ~5e-7 of FP64 on these shapes (test_kernels), the GPU alike.
+static const tol_t TOL_ATT_OUT = {1e-5, 1e-5};
+static const tol_t TOL_ATT_LSE = {1e-5, 1e-5};
+// backward: P recomputed from lse, dS = P·(dP − D) can cancel, dk/dv sum up to T·group
+// query rows: gradients of O(1..10).
+static const tol_t TOL_ATT_DQ = {3e-5, 3e-5};
+static const tol_t TOL_ATT_DK = {3e-5, 3e-5};
+static const tol_t TOL_ATT_DV = {3e-5, 3e-5};
+// swiglu: one exp, a divide and a product: ≤ ~6 ulp apart; dgate's σ·(1 + g·(1 − σ))
+// cancels near g ≈ −1.28 (hence its atol).
+static const tol_t TOL_SWIGLU_OUT = {1e-7, 2e-6};
+static const tol_t TOL_SWIGLU_DGATE = {1e-6, 4e-6};
+static const tol_t TOL_SWIGLU_DUP = {1e-7, 2e-6};
+// cross-entropy: the V-term sum of exponentials in another order: the CPU's 8 lanes of V/8
+// terms are within ~√(V/8)·u ≈ 4e-6 relative for V = 32000, the GPU's 256 lanes closer;
+// the loss is log(sum) − (x_t − max), dlogits are p·dscale with p = e/sum.
+static const tol_t TOL_CE_LOSS = {2e-5, 2e-6};
+static const tol_t TOL_CE_DLOGITS = {1e-8, 2e-5};
+// matmul: per element, |gpu − cpu| ≤ rel·Σ_k |a_k·b_k| + 1e-6·|cpu| + 1e-30 (the last two
+// for the final add onto a "+=" prefill, and exact zeros).
+//  - BF16 mode, inputs already BF16 (what the trainer passes): conversion exact, products
+//    exact in FP32, only the accumulation differs (tensor cores align and truncate:
+//    ~K·2⁻²⁴ of the partial sums at worst, ≲ 3e-6 of Σ|terms| for K ≤ 1000): 2⁻¹².
+//  - BF16 mode, FP32 inputs: the GPU rounds both inputs to BF16 (unit roundoff 2⁻⁸ each:
+//    8 significant bits), the CPU does not: each product is off by up to 2⁻⁷ of itself:
+//    BF16 level, 2⁻⁶.
+//  - FP32 mode: both FP32 with FP32 accumulation (~u of Σ|terms|): 2⁻¹⁶. TF32 inputs
+//    (2⁻¹¹ each) would exceed it for most shapes: the test also catches TF32.
+#define MM_REL_BF16_EXACT (1.0 / 4096)
+#define MM_REL_BF16_ROUNDING (1.0 / 64)
+#define MM_REL_FP32 (1.0 / 65536)
+// Device memory the CUDA runtime itself may take after init beyond the budget: the
+// cuBLASLt kernels it loads lazily at their first use, and small internal allocations.
+#define RUNTIME_SLACK (256 * MiB)
+
+// ---------------------------------------------------------------- helpers
+typedef struct { uint64_t s; } rng_t;
+static uint64_t rng_next(rng_t *r) { // splitmix64
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double rng_unif(rng_t *r) { return (double)(rng_next(r) >> 11) * 0x1.0p-53; }
+static float rng_sym(rng_t *r, double a) { return (float)((2.0 * rng_unif(r) - 1.0) * a); }
+static rng_t rng_make(uint64_t seed) { rng_t r = {seed * 0x2545F4914F6CDD1Dull + 17}; return r; }
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+static float *fnew(size_t n) { return xmalloc(n * sizeof(float)); }
+static float *fdup(const float *x, size_t n) {
+    float *p = fnew(n);
+    memcpy(p, x, n * sizeof(float));
+    return p;
+}
+static void fill_sym(float *x, size_t n, double a, rng_t *r) {
+    for (size_t i = 0; i < n; i++) x[i] = rng_sym(r, a);
+}
+static uint32_t u_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float f_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+// The backend under test: built per test (checked fixture), in the test's own process.
+static backend_t G;
+static int G_up;
+
+static config_t test_cfg(void) {
+    config_t c;
+    memset(&c, 0, sizeof c);
+    c.precision = PREC_BF16;
+    c.hbm_budget = GiB;
+    c.quiet = 1;
+    // the model shape sizes the kernels' scratch: big enough for every shape below
+    c.B = 2; c.T = 1024; c.C = 1024; c.NH = 8; c.NKV = 4; c.F = 2048; c.V = 32000;
+    return c;
+}
+
+static void gpu_up(void) {
+    config_t cfg = test_cfg();
+    char err[512] = "";
+    int rc = backend_cuda_init(&G, &cfg, err, sizeof err);
+    ck_assert_msg(rc == 0, "backend_cuda_init: %s (%d)", err, rc);
+    G_up = 1;
+}
+static void gpu_down(void) {
+    if (G_up) backend_free(&G);
+    G_up = 0;
+}
+
+static void *dalloc(size_t bytes) {
+    void *p = NULL;
+    char err[512];
+    int rc = backend_alloc(&G, bytes, "test buffer", &p, err, sizeof err);
+    ck_assert_msg(rc == 0, "backend_alloc: %s", err);
+    return p;
+}
+// A device copy of n floats (or bytes) of h.
+static float *dput(const float *h, size_t n) {
+    float *d = dalloc(n * sizeof(float));
+    backend_copy_h2d(&G, d, h, n * sizeof(float));
+    return d;
+}
+static void *dput_bytes(const void *h, size_t bytes) {
+    void *d = dalloc(bytes);
+    backend_copy_h2d(&G, d, h, bytes);
+    return d;
+}
+// A device buffer of n floats full of 0xFF bytes (NaN): what a kernel leaves unwritten fails.
+static float *dpoison(size_t n) {
+    float *d = dalloc(n * sizeof(float));
+    backend_memset(&G, d, 0xFF, n * sizeof(float));
+    return d;
+}
+static void poison(void *d, size_t bytes) { backend_memset(&G, d, 0xFF, bytes); }
+static void upload(void *d, const void *h, size_t bytes) { backend_copy_h2d(&G, d, h, bytes); }
+// The device data back on the host (waits for every op queued before).
+static float *dget(const float *d, size_t n) {
+    float *h = fnew(n);
+    backend_copy_d2h(&G, h, d, n * sizeof(float));
+    return h;
+}
+
+static int close_t(const char *what, const float *gpu, const float *cpu, size_t n, tol_t t) {
+    if (getenv("TK_VERBOSE")) {
+        double worst = 0;
+        for (size_t i = 0; i < n; i++) {
+            double e = fabs((double)gpu[i] - cpu[i]), lim = t.atol + t.rtol * fabs(cpu[i]);
+            double q = lim > 0 ? e / lim : (e > 0 ? INFINITY : 0);
+            if (q > worst || isnan(e)) worst = isnan(e) ? INFINITY : q;
+        }
+        fprintf(stderr, "  %-56s n=%-8zu worst/limit %.3f\n", what, n, worst);
+    }
+    return tu_close_f(what, gpu, cpu, n, t.atol, t.rtol);
+}
+#define CHECK_CLOSE(what, gpu, cpu, n, tol) \
+    ck_assert_msg(close_t((what), (gpu), (cpu), (n), (tol)), "%s: GPU and CPU disagree (see stderr)", (what))
+
+// Bitwise equality of two float arrays; prints the first difference.
+static int same_bits(const char *what, const float *gpu, const float *cpu, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (u_of(gpu[i]) != u_of(cpu[i])) {
+            fprintf(stderr, "%s: first difference at [%zu]: GPU %.9g (0x%08x), CPU %.9g (0x%08x)\n", what, i, gpu[i],
+                    u_of(gpu[i]), cpu[i], u_of(cpu[i]));
+            return 0;
+        }
+    return 1;
+}
+#define CHECK_BITS(what, gpu, cpu, n) \
+    ck_assert_msg(same_bits((what), (gpu), (cpu), (n)), "%s: not bit-identical to the CPU (see stderr)", (what))
+
+// ---------------------------------------------------------------- the backend itself
+START_TEST(test_op_table) {
+    ck_assert_str_eq(G.name, "cuda");
+    ck_assert_int_eq(G.kind, DEVICE_CUDA);
+    const backend_ops_t *o = G.ops;
+    ck_assert(o->matmul_forward == cuda_matmul_forward);
+    ck_assert(o->attention_backward == cuda_attention_backward);
+    ck_assert(o->adamw_update == cuda_adamw_update);
+    // every entry filled
+    const void *const *p = (const void *const *)o;
+    for (size_t i = 0; i < sizeof *o / sizeof(void *); i++) ck_assert_msg(p[i] != NULL, "op table entry %zu is NULL", i);
+    ck_assert_ptr_nonnull(cuda_kernels_stream());
+}
+END_TEST
+
+START_TEST(test_copies) {
+    // odd sizes, pageable and registered host memory, sync and async, d2d and memset
+    const size_t n = 3 * MiB + 5;
+    rng_t r = rng_make(1);
+    unsigned char *a = xmalloc(n), *b = xmalloc(n);
+    for (size_t i = 0; i < n; i++) a[i] = (unsigned char)rng_next(&r);
+    unsigned char *d1 = dalloc(n), *d2 = dalloc(n);
+    backend_copy_h2d(&G, d1, a, n);
+    backend_copy_d2d(&G, d2, d1, n);
+    memset(b, 0, n);
+    backend_copy_d2h(&G, b, d2, n);
+    ck_assert_msg(memcmp(a, b, n) == 0, "h2d -> d2d -> d2h changed the bytes");
+    backend_memset(&G, d2 + 1000, 0xAB, 77);
+    backend_copy_d2h(&G, b, d2, n);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char want = i >= 1000 && i < 1077 ? 0xAB : a[i];
+        if (b[i] != want) ck_abort_msg("memset: byte %zu is 0x%02x, want 0x%02x", i, b[i], want);
+    }
+    // registered (pinned) memory and the async copies, joined by backend_sync
+    void *pa = NULL, *pb = NULL;
+    ck_assert_int_eq(posix_memalign(&pa, 4096, n), 0);
+    ck_assert_int_eq(posix_memalign(&pb, 4096, n), 0);
+    memcpy(pa, a, n);
+    memset(pb, 0, n);
+    ck_assert_int_eq(backend_register_host(&G, pa, n), 0);
+    ck_assert_int_eq(backend_host_pin(pb, n, &G), 0);
+    backend_copy_h2d_async(&G, d1, pa, n);
+    cuda_add_inplace((float *)d2, (const float *)d2, 0); // an op in between: a no-op
+    backend_copy_d2h_async(&G, pb, d1, n);
+    backend_sync(&G);
+    ck_assert_msg(memcmp(pb, a, n) == 0, "async h2d -> d2h changed the bytes");
+    backend_unregister_host(&G, pa);
+    ck_assert_int_eq(backend_host_unpin(pb, n, &G), 0);
+    free(pa); free(pb); free(a); free(b);
+}
+END_TEST
+
+START_TEST(test_copy_order) {
+    // A copy queued after an op sees its result; an op queued after a copy sees its data.
+    const size_t n = 1 << 20;
+    float *h = fnew(n), *ones = fnew(n);
+    for (size_t i = 0; i < n; i++) { h[i] = (float)i; ones[i] = 1.0f; }
+    float *dx = dput(h, n), *dy = dput(ones, n);
+    for (int rep = 0; rep < 20; rep++) G.ops->add_inplace(dx, dy, n); // queued, not waited for
+    float *back = dget(dx, n);
+    for (size_t i = 0; i < n; i++)
+        if (back[i] != (float)i + 20.0f) ck_abort_msg("d2h after 20 adds: [%zu] = %g, want %g", i, back[i], (float)i + 20.0f);
+    for (size_t i = 0; i < n; i++) h[i] = -(float)i;
+    backend_copy_h2d(&G, dx, h, n * sizeof(float));
+    G.ops->add_inplace(dx, dy, n);
+    free(back);
+    back = dget(dx, n);
+    for (size_t i = 0; i < n; i++)
+        if (back[i] != 1.0f - (float)i) ck_abort_msg("add after h2d: [%zu] = %g, want %g", i, back[i], 1.0f - (float)i);
+    free(h); free(ones); free(back);
+}
+END_TEST
+
+// ---------------------------------------------------------------- BF16, add, sumsq
+START_TEST(test_bf16) {
+    // bf16 -> f32 over every pattern; rounding over random bit patterns (NaN, Inf, ties,
+    // denormals included): the CPU's integer code, bit for bit.
+    const size_t nh = 65536;
+    uint16_t *h16 = xmalloc(nh * sizeof(uint16_t));
+    for (size_t i = 0; i < nh; i++) h16[i] = (uint16_t)i;
+    float *want = fnew(nh);
+    bf16_to_f32_n(want, h16, nh);
+    uint16_t *d16 = dput_bytes(h16, nh * sizeof(uint16_t));
+    float *dout = dpoison(nh);
+    G.ops->bf16_to_f32_n(dout, d16, nh);
+    float *got = dget(dout, nh);
+    CHECK_BITS("bf16_to_f32_n (all 65536)", got, want, nh);
+    free(got); free(want); free(h16);
+
+    const size_t n = 100003;
+    rng_t r = rng_make(7);
+    float *x = fnew(n);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)rng_next(&r);
+        if (i % 4 == 1) u = (u & 0xFFFF0000u) | 0x8000u; // exact tie
+        if (i % 4 == 2) u &= 0x807FFFFFu;                // denormal
+        x[i] = f_of(u);
+    }
+    x[0] = NAN; x[1] = INFINITY; x[2] = -INFINITY; x[3] = FLT_MAX; x[4] = f_of(0x7F800001u); x[5] = f_of(0xFFC00001u);
+    float *dx = dput(x, n);
+    bf16_round_n(x, n);
+    G.ops->bf16_round_n(dx, n);
+    got = dget(dx, n);
+    CHECK_BITS("bf16_round_n (random patterns)", got, x, n);
+    free(got); free(x);
+}
+END_TEST
+
+START_TEST(test_add_inplace) {
+    const size_t ns[] = {1, 33, 100001};
+    rng_t r = rng_make(5);
+    for (int k = 0; k < NELEMS(ns); k++) {
+        size_t n = ns[k];
+        float *x = fnew(n), *y = fnew(n);
+        fill_sym(x, n, 1.0, &r);
+        fill_sym(y, n, 1.0, &r);
+        float *dx = dput(x, n), *dy = dput(y, n);
+        add_inplace(x, y, n);
+        G.ops->add_inplace(dx, dy, n);
+        float *got = dget(dx, n);
+        CHECK_BITS("add_inplace", got, x, n);
+        free(x); free(y); free(got);
+    }
+}
+END_TEST
+
+// sumsq: the CPU's chunks, lanes and chunk order, in double: the same bits. Rounds of
+// chunks (65536 by default) are shrunk to 3 chunks for the last cases to cross rounds.
+typedef struct { size_t n, round; } sumsq_case_t;
+static const sumsq_case_t SUMSQ_CASES[] = {
+    {0, 0}, {1, 0}, {7, 0}, {4095, 0}, {4096, 0}, {4097, 0}, {3 * 4096 + 5, 0}, {1000 * 4096 + 77, 0},
+    {10 * 4096 + 33, 3}, {9 * 4096, 3},
+};
+
+START_TEST(test_sumsq) {
+    const sumsq_case_t c = SUMSQ_CASES[_i];
+    cuda_kernels_set_test_limits(0, c.round, 0, 0);
+    rng_t r = rng_make(100 + (uint64_t)_i);
+    float *x = fnew(c.n);
+    for (size_t i = 0; i < c.n; i++) x[i] = rng_sym(&r, pow(10.0, -3 + 6 * rng_unif(&r))); // 6 decades
+    float *dx = c.n ? dput(x, c.n) : NULL;
+    double want = sumsq(x, c.n), got = G.ops->sumsq(dx, c.n);
+    ck_assert_msg(memcmp(&got, &want, sizeof got) == 0, "sumsq n=%zu round=%zu: GPU %.17g, CPU %.17g", c.n, c.round,
+                  got, want);
+    free(x);
+}
+END_TEST
+
+// ---------------------------------------------------------------- matmul
+typedef struct { int N, IC, OC; } mm_shape_t;
+static const mm_shape_t MM_SHAPES[] = {
+    {1, 1, 1}, {1, 48, 72}, {7, 48, 72}, {33, 48, 10}, {33, 72, 48}, {8, 300, 20}, {64, 130, 96}, {130, 1000, 36},
+    {257, 64, 384},
+};
+enum { MMV_DEFAULT = 0, MMV_CHUNKED, MMV_FALLBACK, MMV_COUNT };
+static const char *MMV_NAME[MMV_COUNT] = {"cuBLASLt", "cuBLASLt, 97-element chunks", "fallback kernel"};
+enum { MM_BF16_EXACT = 0, MM_BF16_ROUNDING, MM_FP32, MM_MODES };
+static const char *MM_MODE_NAME[MM_MODES] = {"bf16 (inputs in BF16)", "bf16 (FP32 inputs)", "fp32"};
+static const double MM_REL[MM_MODES] = {MM_REL_BF16_EXACT, MM_REL_BF16_ROUNDING, MM_REL_FP32};
+
+// |gpu − cpu| ≤ rel·scale + 1e-6·|cpu| + 1e-30, element by element.
+static void mm_close(const char *what, const float *gpu, const float *cpu, const double *scale, size_t n, double rel) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double lim = rel * scale[i] + 1e-6 * fabs(cpu[i]) + 1e-30;
+        double e = fabs((double)gpu[i] - cpu[i]);
+        if (!(e <= lim)) { // NaN fails here
+            fprintf(stderr, "%s: [%zu] GPU %.9g CPU %.9g |err| %.3g > %.3g (rel %.3g of sum |terms| %.6g)\n", what, i,
+                    gpu[i], cpu[i], e, lim, rel, scale[i]);
+            ck_abort_msg("%s: out of tolerance at [%zu] (see stderr)", what, i);
+        }
+        worst = fmax(worst, e / lim);
+    }
+    if (getenv("TK_VERBOSE")) fprintf(stderr, "  %-72s worst/limit %.3f\n", what, worst);
+}
+
+START_TEST(test_matmul) {
+    const mm_shape_t s = MM_SHAPES[_i / MMV_COUNT];
+    const int var = _i % MMV_COUNT, N = s.N, IC = s.IC, OC = s.OC;
+    if (var == MMV_CHUNKED) cuda_kernels_set_test_limits(97, 0, 0, 0);
+    if (var == MMV_FALLBACK) cuda_kernels_set_test_limits(0, 0, 1, 0);
+    const size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    rng_t rg = rng_make(200 + (uint64_t)_i);
+    float *inp = fnew(ni), *w = fnew(nw), *dout = fnew(no), *dinp_pre = fnew(ni), *dw_pre = fnew(nw);
+    fill_sym(inp, ni, 1.0, &rg);
+    fill_sym(w, nw, 1.0, &rg);
+    fill_sym(dout, no, 1.0, &rg);
+    fill_sym(dinp_pre, ni, 1.0, &rg);
+    fill_sym(dw_pre, nw, 1.0, &rg);
+    float *d_inp = dalloc(ni * 4), *d_w = dalloc(nw * 4), *d_dout = dalloc(no * 4);
+    float *d_out = dalloc(no * 4), *d_dinp = dalloc(ni * 4), *d_dw = dalloc(nw * 4);
+    double *sc_out = xmalloc(no * sizeof(double)), *sc_dinp = xmalloc(ni * sizeof(double));
+    double *sc_dw = xmalloc(nw * sizeof(double));
+    for (int mode = 0; mode < MM_MODES; mode++) {
+        float *a = fdup(inp, ni), *b = fdup(w, nw), *d = fdup(dout, no);
+        if (mode == MM_BF16_EXACT) { bf16_round_n(a, ni); bf16_round_n(b, nw); bf16_round_n(d, no); }
+        cuda_kernels_set_fp32_matmul(mode == MM_FP32);
+        // Σ|terms| of every output, in double
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) {
+                double t = 0;
+                for (int i = 0; i < IC; i++) t += fabs((double)a[(size_t)n * IC + i] * b[(size_t)o * IC + i]);
+                sc_out[(size_t)n * OC + o] = t;
+            }
+        for (size_t x = 0; x < ni; x++) sc_dinp[x] = 0;
+        for (size_t x = 0; x < nw; x++) sc_dw[x] = 0;
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) {
+                double dv = fabs((double)d[(size_t)n * OC + o]);
+                for (int i = 0; i < IC; i++) {
+                    sc_dinp[(size_t)n * IC + i] += dv * fabs((double)b[(size_t)o * IC + i]);
+                    sc_dw[(size_t)o * IC + i] += dv * fabs((double)a[(size_t)n * IC + i]);
+                }
+            }
+        upload(d_inp, a, ni * 4);
+        upload(d_w, b, nw * 4);
+        upload(d_dout, d, no * 4);
+        char what[160];
+
+        float *c_out = fnew(no);
+        matmul_forward(c_out, a, b, N, IC, OC);
+        poison(d_out, no * 4);
+        G.ops->matmul_forward(d_out, d_inp, d_w, N, IC, OC);
+        float *g_out = dget(d_out, no);
+        snprintf(what, sizeof what, "matmul out N=%d IC=%d OC=%d %s, %s", N, IC, OC, MM_MODE_NAME[mode], MMV_NAME[var]);
+        mm_close(what, g_out, c_out, sc_out, no, MM_REL[mode]);
+
+        float *c_dinp = fnew(ni);
+        matmul_backward_input(c_dinp, d, b, N, IC, OC, 0);
+        poison(d_dinp, ni * 4); // accumulate = 0 overwrites
+        G.ops->matmul_backward_input(d_dinp, d_dout, d_w, N, IC, OC, 0);
+        float *g_dinp = dget(d_dinp, ni);
+        snprintf(what, sizeof what, "matmul dinp (=) N=%d IC=%d OC=%d %s, %s", N, IC, OC, MM_MODE_NAME[mode], MMV_NAME[var]);
+        mm_close(what, g_dinp, c_dinp, sc_dinp, ni, MM_REL[mode]);
+        free(g_dinp);
+
+        memcpy(c_dinp, dinp_pre, ni * 4); // accumulate = 1 adds
+        matmul_backward_input(c_dinp, d, b, N, IC, OC, 1);
+        upload(d_dinp, dinp_pre, ni * 4);
+        G.ops->matmul_backward_input(d_dinp, d_dout, d_w, N, IC, OC, 1);
+        g_dinp = dget(d_dinp, ni);
+        snprintf(what, sizeof what, "matmul dinp (+=) N=%d IC=%d OC=%d %s, %s", N, IC, OC, MM_MODE_NAME[mode], MMV_NAME[var]);
+        mm_close(what, g_dinp, c_dinp, sc_dinp, ni, MM_REL[mode]);
+
+        float *c_dw = fdup(dw_pre, nw);
+        matmul_backward_weight(c_dw, d, a, N, IC, OC);
+        upload(d_dw, dw_pre, nw * 4);
+        G.ops->matmul_backward_weight(d_dw, d_dout, d_inp, N, IC, OC);
+        float *g_dw = dget(d_dw, nw);
+        snprintf(what, sizeof what, "matmul dw (+=) N=%d IC=%d OC=%d %s, %s", N, IC, OC, MM_MODE_NAME[mode], MMV_NAME[var]);
+        mm_close(what, g_dw, c_dw, sc_dw, nw, MM_REL[mode]);
+
+        // run to run: the same call twice gives the same bits
+        upload(d_dw, dw_pre, nw * 4);
+        G.ops->matmul_backward_weight(d_dw, d_dout, d_inp, N, IC, OC);
+        float *g_dw2 = dget(d_dw, nw);
+        snprintf(what, sizeof what, "matmul dw run to run, %s, %s", MM_MODE_NAME[mode], MMV_NAME[var]);
+        ck_assert_msg(memcmp(g_dw, g_dw2, nw * 4) == 0, "%s: two runs differ", what);
+
+        free(a); free(b); free(d); free(c_out); free(g_out); free(c_dinp); free(g_dinp); free(c_dw); free(g_dw); free(g_dw2);
+    }
+    free(inp); free(w); free(dout); free(dinp_pre); free(dw_pre); free(sc_out); free(sc_dinp); free(sc_dw);
+}
+END_TEST
+
+START_TEST(test_matmul_degenerate) {
+    // As the CPU twin: an inner dimension of 0 writes zeros to "=" outputs and leaves "+="
+    // outputs alone; N = 0 or OC = 0 (forward) touches nothing.
+    for (int fp32 = 0; fp32 < 2; fp32++) {
+        cuda_kernels_set_fp32_matmul(fp32);
+        const int N = 5, C = 7;
+        float *d_out = dpoison((size_t)N * C), *d_x = dpoison((size_t)N * C);
+        G.ops->matmul_forward(d_out, d_x, d_x, N, 0, C); // IC = 0: out = 0
+        float *h = dget(d_out, (size_t)N * C);
+        for (int i = 0; i < N * C; i++) ck_assert_msg(h[i] == 0.0f, "forward IC=0: out[%d] = %g", i, h[i]);
+        free(h);
+        G.ops->matmul_backward_input(d_out, d_x, d_x, N, C, 0, 0); // OC = 0, "=": dinp = 0
+        poison(d_out, (size_t)N * C * 4);
+        G.ops->matmul_backward_input(d_out, d_x, d_x, N, C, 0, 0);
+        h = dget(d_out, (size_t)N * C);
+        for (int i = 0; i < N * C; i++) ck_assert_msg(h[i] == 0.0f, "backward_input OC=0 (=): dinp[%d] = %g", i, h[i]);
+        free(h);
+        G.ops->matmul_backward_input(d_out, d_x, d_x, N, C, 0, 1); // "+=": unchanged (zeros)
+        G.ops->matmul_backward_weight(d_out, d_x, d_x, 0, C, N);   // N = 0: unchanged
+        G.ops->matmul_forward(d_x, d_out, d_out, 0, C, C);         // N = 0: d_x stays poisoned
+        h = dget(d_out, (size_t)N * C);
+        for (int i = 0; i < N * C; i++) ck_assert_msg(h[i] == 0.0f, "degenerate calls changed [%d] = %g", i, h[i]);
+        free(h);
+        h = dget(d_x, (size_t)N * C);
+        for (int i = 0; i < N * C; i++) ck_assert_msg(isnan(h[i]), "forward N=0 wrote [%d] = %g", i, h[i]);
+        free(h);
+    }
+}
+END_TEST
+
+// ---------------------------------------------------------------- RMSNorm
+typedef struct { int N, C; } rms_shape_t;
+static const rms_shape_t RMS_SHAPES[] = {{1, 1}, {1, 48}, {7, 10}, {33, 48}, {66, 72}, {5, 200}, {300, 130}, {2, 1030}};
+
+START_TEST(test_rmsnorm) {
+    const rms_shape_t s = RMS_SHAPES[_i];
+    const int N = s.N, C = s.C;
+    const size_t nx = (size_t)N * C;
+    const float eps = 1e-5f;
+    rng_t rg = rng_make(300 + (uint64_t)_i);
+    float *x = fnew(nx), *w = fnew(C), *dout = fnew(nx), *dx_pre = fnew(nx), *dw_pre = fnew(C);
+    fill_sym(x, nx, 1.0, &rg);
+    fill_sym(w, C, 1.0, &rg);
+    fill_sym(dout, nx, 1.0, &rg);
+    fill_sym(dx_pre, nx, 1.0, &rg);
+    fill_sym(dw_pre, C, 1.0, &rg);
+    float *c_out = fnew(nx), *c_rstd = fnew(N);
+    rmsnorm_forward(c_out, c_rstd, x, w, N, C, eps);
+    float *d_x = dput(x, nx), *d_w = dput(w, C), *d_out = dpoison(nx), *d_rstd = dpoison(N);
+    G.ops->rmsnorm_forward(d_out, d_rstd, d_x, d_w, N, C, eps);
+    float *g_out = dget(d_out, nx), *g_rstd = dget(d_rstd, N);
+    char what[96];
+    snprintf(what, sizeof what, "rmsnorm out N=%d C=%d", N, C);
+    CHECK_CLOSE(what, g_out, c_out, nx, TOL_RMS_OUT);
+    snprintf(what, sizeof what, "rmsnorm rstd N=%d C=%d", N, C);
+    CHECK_CLOSE(what, g_rstd, c_rstd, N, TOL_RMS_RSTD);
+    // backward from the CPU's rstd on both sides, onto random prefills ("+=")
+    float *c_dx = fdup(dx_pre, nx), *c_dw = fdup(dw_pre, C);
+    rmsnorm_backward(c_dx, c_dw, dout, x, w, c_rstd, N, C);
+    float *d_dx = dput(dx_pre, nx), *d_dw = dput(dw_pre, C), *d_dout = dput(dout, nx);
+    upload(d_rstd, c_rstd, (size_t)N * 4);
+    G.ops->rmsnorm_backward(d_dx, d_dw, d_dout, d_x, d_w, d_rstd, N, C);
+    float *g_dx = dget(d_dx, nx), *g_dw = dget(d_dw, C);
+    snprintf(what, sizeof what, "rmsnorm dx (+=) N=%d C=%d", N, C);
+    CHECK_CLOSE(what, g_dx, c_dx, nx, TOL_RMS_DX);
+    snprintf(what, sizeof what, "rmsnorm dw (+=) N=%d C=%d", N, C);
+    CHECK_CLOSE(what, g_dw, c_dw, C, TOL_RMS_DW);
+    // run to run
+    upload(d_dw, dw_pre, (size_t)C * 4);
+    upload(d_dx, dx_pre, nx * 4);
+    G.ops->rmsnorm_backward(d_dx, d_dw, d_dout, d_x, d_w, d_rstd, N, C);
+    float *g_dw2 = dget(d_dw, C);
+    ck_assert_msg(memcmp(g_dw, g_dw2, (size_t)C * 4) == 0, "rmsnorm dw: two runs differ (N=%d C=%d)", N, C);
+    free(x); free(w); free(dout); free(dx_pre); free(dw_pre); free(c_out); free(c_rstd); free(g_out); free(g_rstd);
+    free(c_dx); free(c_dw); free(g_dx); free(g_dw); free(g_dw2);
+}
+END_TEST
+
+// ---------------------------------------------------------------- RoPE
+typedef struct { int B, T, NX, HS; } rope_shape_t;
+static const rope_shape_t ROPE_SHAPES[] = {
+    {1, 1, 1, 2}, {1, 7, 4, 6}, {2, 33, 2, 10}, {1, 33, 6, 64}, {2, 5, 3, 18}, {1, 200, 1, 8}, {2, 33, 3, 128},
+};
+
+START_TEST(test_rope) {
+    const rope_shape_t s = ROPE_SHAPES[_i];
+    const size_t n = (size_t)s.B * s.T * s.NX * s.HS, nt = (size_t)s.T * (s.HS / 2);
+    rng_t rg = rng_make(400 + (uint64_t)_i);
+    float *x = fnew(n), *ct = fnew(nt), *st = fnew(nt);
+    fill_sym(x, n, 1.0, &rg);
+    rope_table(ct, st, s.T, s.HS, 10000.0);
+    float *d_x = dput(x, n), *d_c = dput(ct, nt), *d_s = dput(st, nt);
+    float *cx = fdup(x, n);
+    rope_forward(cx, ct, st, s.B, s.T, s.NX, s.HS);
+    G.ops->rope_forward(d_x, d_c, d_s, s.B, s.T, s.NX, s.HS);
+    float *g = dget(d_x, n);
+    char what[96];
+    snprintf(what, sizeof what, "rope forward B=%d T=%d NX=%d HS=%d", s.B, s.T, s.NX, s.HS);
+    CHECK_BITS(what, g, cx, n);
+    free(g);
+    rope_backward(cx, ct, st, s.B, s.T, s.NX, s.HS);
+    G.ops->rope_backward(d_x, d_c, d_s, s.B, s.T, s.NX, s.HS);
+    g = dget(d_x, n);
+    snprintf(what, sizeof what, "rope backward B=%d T=%d NX=%d HS=%d", s.B, s.T, s.NX, s.HS);
+    CHECK_BITS(what, g, cx, n);
+    free(g); free(x); free(ct); free(st); free(cx);
+}
+END_TEST
+
+// ---------------------------------------------------------------- attention
+typedef struct { int B, T, NH, NKV, HS; } att_shape_t;
+static const att_shape_t ATT_SHAPES[] = {
+    {1, 1, 4, 2, 6},   {2, 7, 4, 2, 10},  {1, 33, 6, 2, 10}, {1, 33, 6, 3, 16}, {2, 33, 4, 4, 6},  {1, 33, 4, 1, 8},
+    {1, 70, 2, 1, 16}, {1, 9, 2, 1, 260}, {1, 130, 2, 2, 6}, {2, 100, 6, 2, 64}, {1, 65, 2, 1, 128}, {1, 40, 2, 1, 300},
+    {1, 3, 1, 1, 1},   {1, 64, 6, 3, 7},
+};
+enum { ATTV_TILED = 0, ATTV_PLAIN, ATTV_COUNT }; // ATTV_TILED: tiled where it fits
+
+START_TEST(test_attention) {
+    const att_shape_t s = ATT_SHAPES[_i / ATTV_COUNT];
+    const int var = _i % ATTV_COUNT;
+    if (var == ATTV_PLAIN) cuda_kernels_set_test_limits(0, 0, 0, 1);
+    const size_t nq = (size_t)s.B * s.T * s.NH * s.HS, nk = (size_t)s.B * s.T * s.NKV * s.HS;
+    const size_t nl = (size_t)s.B * s.NH * s.T;
+    rng_t rg = rng_make(500 + (uint64_t)_i);
+    float *q = fnew(nq), *k = fnew(nk), *v = fnew(nk), *dout = fnew(nq);
+    fill_sym(q, nq, 1.5, &rg);
+    fill_sym(k, nk, 1.5, &rg);
+    fill_sym(v, nk, 1.0, &rg);
+    fill_sym(dout, nq, 1.0, &rg);
+    float *c_out = fnew(nq), *c_lse = fnew(nl);
+    attention_forward(c_out, c_lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.HS);
+    float *d_q = dput(q, nq), *d_k = dput(k, nk), *d_v = dput(v, nk), *d_dout = dput(dout, nq);
+    float *d_out = dpoison(nq), *d_lse = dpoison(nl);
+    G.ops->attention_forward(d_out, d_lse, d_q, d_k, d_v, s.B, s.T, s.NH, s.NKV, s.HS);
+    float *g_out = dget(d_out, nq), *g_lse = dget(d_lse, nl);
+    char what[128], tag[96];
+    snprintf(tag, sizeof tag, "B=%d T=%d NH=%d NKV=%d HS=%d %s", s.B, s.T, s.NH, s.NKV, s.HS,
+             var == ATTV_PLAIN ? "plain" : "tiled");
+    snprintf(what, sizeof what, "attention out %s", tag);
+    CHECK_CLOSE(what, g_out, c_out, nq, TOL_ATT_OUT);
+    snprintf(what, sizeof what, "attention lse %s", tag);
+    CHECK_CLOSE(what, g_lse, c_lse, nl, TOL_ATT_LSE);
+    G.ops->attention_forward(d_out, d_lse, d_q, d_k, d_v, s.B, s.T, s.NH, s.NKV, s.HS);
+    float *g_out2 = dget(d_out, nq);
+    ck_assert_msg(memcmp(g_out, g_out2, nq * 4) == 0, "attention out: two runs differ (%s)", tag);
+
+    // backward from the CPU's out and lse on both sides
+    float *c_dq = fnew(nq), *c_dk = fnew(nk), *c_dv = fnew(nk);
+    attention_backward(c_dq, c_dk, c_dv, dout, q, k, v, c_out, c_lse, s.B, s.T, s.NH, s.NKV, s.HS);
+    upload(d_out, c_out, nq * 4);
+    upload(d_lse, c_lse, nl * 4);
+    float *d_dq = dpoison(nq), *d_dk = dpoison(nk), *d_dv = dpoison(nk);
+    G.ops->attention_backward(d_dq, d_dk, d_dv, d_dout, d_q, d_k, d_v, d_out, d_lse, s.B, s.T, s.NH, s.NKV, s.HS);
+    float *g_dq = dget(d_dq, nq), *g_dk = dget(d_dk, nk), *g_dv = dget(d_dv, nk);
+    snprintf(what, sizeof what, "attention dq %s", tag);
+    CHECK_CLOSE(what, g_dq, c_dq, nq, TOL_ATT_DQ);
+    snprintf(what, sizeof what, "attention dk %s", tag);
+    CHECK_CLOSE(what, g_dk, c_dk, nk, TOL_ATT_DK);
+    snprintf(what, sizeof what, "attention dv %s", tag);
+    CHECK_CLOSE(what, g_dv, c_dv, nk, TOL_ATT_DV);
+    poison(d_dq, nq * 4);
+    poison(d_dk, nk * 4);
+    G.ops->attention_backward(d_dq, d_dk, d_dv, d_dout, d_q, d_k, d_v, d_out, d_lse, s.B, s.T, s.NH, s.NKV, s.HS);
+    float *g_dq2 = dget(d_dq, nq), *g_dk2 = dget(d_dk, nk);
+    ck_assert_msg(memcmp(g_dq, g_dq2, nq * 4) == 0 && memcmp(g_dk, g_dk2, nk * 4) == 0,
+                  "attention backward: two runs differ (%s)", tag);
+    free(q); free(k); free(v); free(dout); free(c_out); free(c_lse); free(g_out); free(g_lse); free(g_out2);
+    free(c_dq); free(c_dk); free(c_dv); free(g_dq); free(g_dk); free(g_dv); free(g_dq2); free(g_dk2);
+}
+END_TEST
+
+// ---------------------------------------------------------------- SwiGLU
+static const size_t SWIGLU_N[] = {1, 7, 33 * 72 * 4, 40001, 64 * 30};
+
+static void swiglu_check(const float *gate, const float *up, const float *dout, size_t n, const char *tag) {
+    float *c_out = fnew(n), *c_dg = fnew(n), *c_du = fnew(n);
+    swiglu_forward(c_out, gate, up, n);
+    swiglu_backward(c_dg, c_du, dout, gate, up, n);
+    float *d_g = dput(gate, n), *d_u = dput(up, n), *d_d = dput(dout, n);
+    float *d_out = dpoison(n), *d_dg = dpoison(n), *d_du = dpoison(n);
+    G.ops->swiglu_forward(d_out, d_g, d_u, n);
+    G.ops->swiglu_backward(d_dg, d_du, d_d, d_g, d_u, n);
+    float *g_out = dget(d_out, n), *g_dg = dget(d_dg, n), *g_du = dget(d_du, n);
+    char what[96];
+    snprintf(what, sizeof what, "swiglu out %s n=%zu", tag, n);
+    CHECK_CLOSE(what, g_out, c_out, n, TOL_SWIGLU_OUT);
+    snprintf(what, sizeof what, "swiglu dgate %s n=%zu", tag, n);
+    CHECK_CLOSE(what, g_dg, c_dg, n, TOL_SWIGLU_DGATE);
+    snprintf(what, sizeof what, "swiglu dup %s n=%zu", tag, n);
+    CHECK_CLOSE(what, g_du, c_du, n, TOL_SWIGLU_DUP);
+    free(c_out); free(c_dg); free(c_du); free(g_out); free(g_dg); free(g_du);
+}
+
+START_TEST(test_swiglu) {
+    const size_t n = SWIGLU_N[_i];
+    rng_t rg = rng_make(600 + (uint64_t)_i);
+    float *g = fnew(n), *u = fnew(n), *d = fnew(n);
+    fill_sym(g, n, 6.0, &rg);
+    fill_sym(u, n, 1.0, &rg);
+    fill_sym(d, n, 1.0, &rg);
+    swiglu_check(g, u, d, n, "random");
+    free(g); free(u); free(d);
+}
+END_TEST
+
+START_TEST(test_swiglu_extremes) {
+    // e^−g overflows for g < −88.7 (silu → −0), underflows to denormals near g = 87..103
+    float g[] = {-1e30f, -1000.0f, -100.0f, -88.8f, -88.0f, -50.0f, -1.2785f, -1e-30f, 0.0f, -0.0f, 1e-30f,
+                 1.0f,   50.0f,    87.5f,   90.0f,  100.0f, 104.0f, 1000.0f,  1e30f};
+    const size_t n = sizeof g / sizeof g[0];
+    float u[sizeof g / sizeof g[0]], d[sizeof g / sizeof g[0]];
+    for (size_t i = 0; i < n; i++) { u[i] = 0.75f; d[i] = -1.25f; }
+    swiglu_check(g, u, d, n, "extremes");
+}
+END_TEST
+
+// ---------------------------------------------------------------- embedding
+typedef struct { int N, C, V; } emb_shape_t;
+static const emb_shape_t EMB_SHAPES[] = {{1, 1, 1}, {1, 48, 5}, {33, 10, 7}, {66, 72, 11}, {300, 130, 3}, {64, 200, 1000}};
+
+START_TEST(test_embedding) {
+    const emb_shape_t s = EMB_SHAPES[_i];
+    const size_t nw = (size_t)s.V * s.C, no = (size_t)s.N * s.C;
+    rng_t rg = rng_make(700 + (uint64_t)_i);
+    int *tok = xmalloc((size_t)s.N * sizeof(int));
+    for (int n = 0; n < s.N; n++) tok[n] = (int)(rng_next(&rg) % (uint64_t)s.V); // repeats when N > V
+    float *wte = fnew(nw), *dout = fnew(no), *dw_pre = fnew(nw);
+    fill_sym(wte, nw, 1.0, &rg);
+    fill_sym(dout, no, 1.0, &rg);
+    fill_sym(dw_pre, nw, 1.0, &rg);
+    int *d_tok = dput_bytes(tok, (size_t)s.N * sizeof(int));
+    float *d_wte = dput(wte, nw), *d_out = dpoison(no);
+    float *c_out = fnew(no);
+    embedding_forward(c_out, tok, wte, s.N, s.C);
+    G.ops->embedding_forward(d_out, d_tok, d_wte, s.N, s.C);
+    float *g_out = dget(d_out, no);
+    char what[96];
+    snprintf(what, sizeof what, "embedding out N=%d C=%d V=%d", s.N, s.C, s.V);
+    CHECK_BITS(what, g_out, c_out, no);
+    float *c_dw = fdup(dw_pre, nw), *d_dw = dput(dw_pre, nw), *d_dout = dput(dout, no);
+    embedding_backward(c_dw, dout, tok, s.N, s.C);
+    G.ops->embedding_backward(d_dw, d_dout, d_tok, s.N, s.C);
+    float *g_dw = dget(d_dw, nw);
+    snprintf(what, sizeof what, "embedding dwte (+=) N=%d C=%d V=%d", s.N, s.C, s.V);
+    CHECK_BITS(what, g_dw, c_dw, nw);
+    free(tok); free(wte); free(dout); free(dw_pre); free(c_out); free(g_out); free(c_dw); free(g_dw);
+}
+END_TEST
+
+// ---------------------------------------------------------------- cross-entropy
+typedef struct { int N, V; double amp; } ce_shape_t;
+static const ce_shape_t CE_SHAPES[] = {{1, 1, 1}, {1, 5, 1}, {7, 48, 1}, {33, 256, 4}, {4, 1000, 100}, {3, 32000, 10}, {5, 32003, 4}};
+
+START_TEST(test_crossentropy) {
+    const ce_shape_t s = CE_SHAPES[_i];
+    const size_t nl = (size_t)s.N * s.V;
+    const float dscale = 1.0f / (float)s.N;
+    rng_t rg = rng_make(800 + (uint64_t)_i);
+    float *x = fnew(nl);
+    fill_sym(x, nl, s.amp, &rg);
+    int *tgt = xmalloc((size_t)s.N * sizeof(int));
+    for (int n = 0; n < s.N; n++) tgt[n] = (int)(rng_next(&rg) % (uint64_t)s.V);
+    float *c_dx = fnew(nl), *c_loss = fnew(s.N), *c_loss2 = fnew(s.N);
+    crossentropy_forward_backward(c_dx, c_loss, x, tgt, s.N, s.V, dscale);
+    crossentropy_forward(c_loss2, x, tgt, s.N, s.V);
+    float *d_x = dput(x, nl);
+    int *d_tgt = dput_bytes(tgt, (size_t)s.N * sizeof(int));
+    float *d_dx = dpoison(nl), *d_loss = dpoison(s.N);
+    char what[96];
+    G.ops->crossentropy_forward_backward(d_dx, d_loss, d_x, d_tgt, s.N, s.V, dscale);
+    float *g_dx = dget(d_dx, nl), *g_loss = dget(d_loss, s.N);
+    snprintf(what, sizeof what, "crossentropy loss N=%d V=%d", s.N, s.V);
+    CHECK_CLOSE(what, g_loss, c_loss, s.N, TOL_CE_LOSS);
+    snprintf(what, sizeof what, "crossentropy dlogits N=%d V=%d", s.N, s.V);
+    CHECK_CLOSE(what, g_dx, c_dx, nl, TOL_CE_DLOGITS);
+    free(g_loss);
+    poison(d_loss, (size_t)s.N * 4);
+    G.ops->crossentropy_forward(d_loss, d_x, d_tgt, s.N, s.V);
+    g_loss = dget(d_loss, s.N);
+    snprintf(what, sizeof what, "crossentropy loss (forward only) N=%d V=%d", s.N, s.V);
+    CHECK_CLOSE(what, g_loss, c_loss2, s.N, TOL_CE_LOSS);
+    // dlogits aliasing logits: the same numbers
+    free(g_loss);
+    poison(d_loss, (size_t)s.N * 4);
+    G.ops->crossentropy_forward_backward(d_x, d_loss, d_x, d_tgt, s.N, s.V, dscale);
+    float *g_ax = dget(d_x, nl);
+    g_loss = dget(d_loss, s.N);
+    snprintf(what, sizeof what, "crossentropy dlogits in place N=%d V=%d", s.N, s.V);
+    CHECK_BITS(what, g_ax, g_dx, nl);
+    snprintf(what, sizeof what, "crossentropy loss in place N=%d V=%d", s.N, s.V);
+    CHECK_CLOSE(what, g_loss, c_loss, s.N, TOL_CE_LOSS);
+    free(x); free(tgt); free(c_dx); free(c_loss); free(c_loss2); free(g_dx); free(g_loss); free(g_ax);
+}
+END_TEST
+
+// ---------------------------------------------------------------- AdamW
+// Bit-identical to the scalar reference (kernels/cpu/adamw.c) on finite inputs spread over
+// many decades (the NaN payload is the one documented difference: not tested).
+typedef struct { size_t n; float wd, grad_scale; int t; } adam_case_t;
+static const adam_case_t ADAM_CASES[] = {{4099, 0.1f, 0.37f, 3}, {70001, 0.0f, 1.0f, 1}, {513, 0.1f, 1.0f, 1000}, {1, 0.1f, 2.0f, 7}};
+
+START_TEST(test_adamw) {
+    const adam_case_t ac = ADAM_CASES[_i];
+    const size_t n = ac.n;
+    rng_t r = rng_make(900 + (uint64_t)_i);
+    float *master = fnew(n), *m = fnew(n), *v = fnew(n), *g = fnew(n);
+    for (size_t i = 0; i < n; i++) {
+        double sg = rng_unif(&r) < 0.5 ? -1 : 1, sm = rng_unif(&r) < 0.5 ? -1 : 1, sp = rng_unif(&r) < 0.5 ? -1 : 1;
+        g[i] = (float)(sg * pow(10.0, -12 + 18 * rng_unif(&r)));
+        m[i] = (float)(sm * pow(10.0, -12 + 18 * rng_unif(&r)));
+        v[i] = (float)pow(10.0, -24 + 36 * rng_unif(&r));
+        master[i] = (float)(sp * pow(10.0, -6 + 9 * rng_unif(&r)));
+        if (i % 97 == 5) g[i] = 0.0f;
+        if (i % 89 == 7) m[i] = 0.0f, v[i] = 0.0f;
+        if (i % 83 == 11) master[i] = f_of(0x00000123u); // a denormal
+    }
+    adamw_params_t hp = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .wd = ac.wd, .grad_scale = ac.grad_scale};
+    hp.bc1 = (float)(1.0 - pow(0.9, ac.t));
+    hp.bc2 = (float)(1.0 - pow(0.95, ac.t));
+    float *d_master = dalloc(n * 4), *d_m = dalloc(n * 4), *d_v = dalloc(n * 4), *d_g = dput(g, n);
+    float *d_p32 = dalloc(n * 4);
+    uint16_t *d_p16 = dalloc(n * 2);
+    for (int outs = 0; outs < 4; outs++) { // p16 and p32 each present or NULL
+        const int w16 = outs & 1, w32 = outs & 2;
+        float *cm = fdup(master, n), *cmm = fdup(m, n), *cv = fdup(v, n), *c32 = fnew(n);
+        uint16_t *c16 = xmalloc(n * 2);
+        memset(c32, 0xFF, n * 4);
+        memset(c16, 0xFF, n * 2);
+        adamw_update_scalar(cm, cmm, cv, w16 ? c16 : NULL, w32 ? c32 : NULL, g, n, &hp);
+        upload(d_master, master, n * 4);
+        upload(d_m, m, n * 4);
+        upload(d_v, v, n * 4);
+        poison(d_p32, n * 4);
+        poison(d_p16, n * 2);
+        G.ops->adamw_update(d_master, d_m, d_v, w16 ? d_p16 : NULL, w32 ? d_p32 : NULL, d_g, n, &hp);
+        float *gm = dget(d_master, n), *gmm = dget(d_m, n), *gv = dget(d_v, n), *g32 = dget(d_p32, n);
+        uint16_t *g16 = xmalloc(n * 2);
+        backend_copy_d2h(&G, g16, d_p16, n * 2);
+        char what[96];
+        snprintf(what, sizeof what, "adamw master n=%zu (p16 %d, p32 %d)", n, !!w16, !!w32);
+        CHECK_BITS(what, gm, cm, n);
+        snprintf(what, sizeof what, "adamw m n=%zu", n);
+        CHECK_BITS(what, gmm, cmm, n);
+        snprintf(what, sizeof what, "adamw v n=%zu", n);
+        CHECK_BITS(what, gv, cv, n);
+        snprintf(what, sizeof what, "adamw p32 n=%zu (written %d)", n, !!w32);
+        CHECK_BITS(what, g32, c32, n); // NULL: both stay all-ones
+        ck_assert_msg(memcmp(g16, c16, n * 2) == 0, "adamw p16 n=%zu (written %d): not bit-identical", n, !!w16);
+        free(cm); free(cmm); free(cv); free(c32); free(c16); free(gm); free(gmm); free(gv); free(g32); free(g16);
+    }
+    free(master); free(m); free(v); free(g);
+}
+END_TEST
+
+// ---------------------------------------------------------------- arena and device memory
+// These build their own backends (no fixture).
+static size_t mem_free(void) {
+    size_t f = 0, t = 0;
+    ck_assert_int_eq(cudaMemGetInfo(&f, &t), cudaSuccess);
+    return f;
+}
+
+START_TEST(test_arena_budget) {
+    ck_assert_int_eq(cudaFree(NULL), cudaSuccess); // this process's context, before measuring
+    const size_t free0 = mem_free();
+    config_t cfg = test_cfg();
+    cfg.hbm_budget = 256 * MiB;
+    backend_t be;
+    char err[512] = "";
+    int rc = backend_cuda_init(&be, &cfg, err, sizeof err);
+    ck_assert_msg(rc == 0, "backend_cuda_init: %s", err);
+    ck_assert_uint_eq(be.budget, 256 * MiB);
+    const uint64_t used0 = be.used; // the cuBLASLt workspace and the kernel scratch
+    ck_assert_msg(used0 >= CUDA_LT_WORKSPACE_BYTES && used0 <= be.budget, "init used %llu of %llu",
+                  (unsigned long long)used0, (unsigned long long)be.budget);
+    // fill the arena with odd-sized pieces: contiguous, inside one budget-sized range, then
+    // the next one fails with backend_alloc's message and changes nothing
+    const size_t piece = 3 * MiB + 1, sz = 3 * MiB + 4096;
+    char *first = NULL, *prev = NULL;
+    int count = 0;
+    for (;;) {
+        void *p = NULL;
+        uint64_t used = be.used;
+        rc = backend_alloc(&be, piece, "probe", &p, err, sizeof err);
+        if (rc != 0) {
+            ck_assert_int_eq(rc, -ENOMEM);
+            ck_assert_uint_eq(be.used, used);
+            break;
+        }
+        ck_assert_uint_eq(((uintptr_t)p) % 4096, 0);
+        if (!first) first = p;
+        else ck_assert_ptr_eq(p, prev + sz);
+        prev = p;
+        count++;
+        backend_memset(&be, p, 0x5A, piece); // touch it
+    }
+    backend_sync(&be);
+    ck_assert_msg(strstr(err, "probe: needs 3.0 MiB on the device, --hbm-budget 256.0 MiB with ") &&
+                      strstr(err, "(raise --hbm-budget)"), "message: %s", err);
+    ck_assert_int_eq(count, (int)((256 * MiB - used0) / sz));
+    ck_assert_msg(be.used <= be.budget && be.peak <= be.budget && be.budget - be.used < sz, "used %llu peak %llu budget %llu",
+                  (unsigned long long)be.used, (unsigned long long)be.peak, (unsigned long long)be.budget);
+    ck_assert_msg((uint64_t)(prev + sz - first) <= be.budget - used0, "pieces span more than the arena");
+    // device memory in use: the arena (allocated once, at init) plus the runtime's own
+    const size_t free1 = mem_free();
+    ck_assert_msg(free0 - free1 >= be.budget, "the arena is not allocated up front: %zu bytes in use", free0 - free1);
+    ck_assert_msg(free0 - free1 <= be.budget + RUNTIME_SLACK, "device memory in use %zu > budget %llu + %llu", free0 - free1,
+                  (unsigned long long)be.budget, (unsigned long long)RUNTIME_SLACK);
+    backend_free(&be);
+    backend_free(&be); // twice: NULL-safe
+    const size_t free2 = mem_free();
+    ck_assert_msg(free2 + RUNTIME_SLACK >= free0, "after backend_free %zu bytes free, %zu before init", free2, free0);
+}
+END_TEST
+
+START_TEST(test_memory_no_growth) {
+    // Every op once (both matmul modes, both attention paths, a sumsq round): device memory
+    // grows by no more than the arena plus the runtime's lazily loaded kernels.
+    ck_assert_int_eq(cudaFree(NULL), cudaSuccess);
+    const size_t free0 = mem_free();
+    config_t cfg = test_cfg();
+    cfg.hbm_budget = 512 * MiB;
+    char err[512] = "";
+    int rc = backend_cuda_init(&G, &cfg, err, sizeof err);
+    ck_assert_msg(rc == 0, "backend_cuda_init: %s", err);
+    G_up = 1;
+    const size_t free_init = mem_free();
+    const int B = 2, T = 64, NH = 4, NKV = 2, HS = 64, C = NH * HS, F = 3 * C, V = 1000, N = B * T;
+    float *x = dalloc((size_t)N * F * 4), *y = dalloc((size_t)N * F * 4), *z = dalloc((size_t)N * F * 4);
+    float *w = dalloc((size_t)V * C * 4), *dw = dalloc((size_t)V * C * 4), *big = dalloc((size_t)N * V * 4);
+    float *lse = dalloc((size_t)B * NH * T * 4), *rs = dalloc((size_t)N * 4), *ls = dalloc((size_t)N * 4);
+    int *tok = dalloc((size_t)N * sizeof(int));
+    uint16_t *p16 = dalloc((size_t)V * C * 2);
+    const adamw_params_t hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .wd = 0.1f, .grad_scale = 1, .bc1 = 0.1f, .bc2 = 0.05f};
+    for (int fp32 = 0; fp32 < 2; fp32++) {
+        cuda_kernels_set_fp32_matmul(fp32);
+        G.ops->matmul_forward(big, x, w, N, C, V);
+        G.ops->matmul_backward_input(x, big, w, N, C, V, 0);
+        G.ops->matmul_backward_weight(dw, big, x, N, C, V);
+        G.ops->matmul_forward(y, x, w, N, C, F);
+    }
+    for (int plain = 0; plain < 2; plain++) {
+        cuda_kernels_set_test_limits(0, 0, 0, plain);
+        G.ops->attention_forward(y, lse, x, z, z, B, T, NH, NKV, HS);
+        G.ops->attention_backward(x, z, w, y, x, z, z, y, lse, B, T, NH, NKV, HS);
+    }
+    G.ops->rmsnorm_forward(y, rs, x, w, N, C, 1e-5f);
+    G.ops->rmsnorm_backward(x, dw, y, x, w, rs, N, C);
+    G.ops->rope_forward(x, w, w, B, T, NH, HS);
+    G.ops->rope_backward(x, w, w, B, T, NH, HS);
+    G.ops->swiglu_forward(x, y, z, (size_t)N * C);
+    G.ops->swiglu_backward(x, y, z, x, y, (size_t)N * C);
+    G.ops->embedding_forward(x, tok, w, N, C);
+    G.ops->embedding_backward(dw, x, tok, N, C);
+    G.ops->crossentropy_forward_backward(big, ls, big, tok, N, V, 1.0f / N);
+    G.ops->crossentropy_forward(ls, big, tok, N, V);
+    G.ops->bf16_round_n(x, (size_t)N * C);
+    G.ops->bf16_to_f32_n(y, p16, (size_t)N * C);
+    G.ops->add_inplace(x, y, (size_t)N * C);
+    G.ops->adamw_update(w, dw, z, p16, y, x, (size_t)N * C, &hp);
+    (void)G.ops->sumsq(x, (size_t)N * C);
+    backend_sync(&G);
+    const size_t free1 = mem_free();
+    ck_assert_msg(free_init >= free1 && free_init - free1 <= RUNTIME_SLACK,
+                  "the ops took %zd bytes of device memory beyond the arena", (ssize_t)(free_init - free1));
+    ck_assert_msg(free0 - free1 <= G.budget + RUNTIME_SLACK, "device memory in use %zu > budget %llu + %llu",
+                  free0 - free1, (unsigned long long)G.budget, (unsigned long long)RUNTIME_SLACK);
+    gpu_down();
+}
+END_TEST
+
+START_TEST(test_budget_default_and_limits) {
+    ck_assert_int_eq(cudaFree(NULL), cudaSuccess);
+    size_t free0 = 0, total = 0;
+    ck_assert_int_eq(cudaMemGetInfo(&free0, &total), cudaSuccess);
+    config_t cfg = test_cfg();
+    backend_t be;
+    char err[512] = "";
+    // larger than the device: refused with a line naming the budget and the free memory
+    cfg.hbm_budget = (uint64_t)total + GiB;
+    int rc = backend_cuda_init(&be, &cfg, err, sizeof err);
+    ck_assert_int_eq(rc, -ENOMEM);
+    ck_assert_msg(strstr(err, "--hbm-budget") && strstr(err, "free of"), "message: %s", err);
+    // too small for the kernels' own memory: backend_alloc's message for the workspace
+    cfg.hbm_budget = 16 * MiB;
+    rc = backend_cuda_init(&be, &cfg, err, sizeof err);
+    ck_assert_int_eq(rc, -ENOMEM);
+    ck_assert_msg(strstr(err, "cuBLASLt workspace: needs 32.0 MiB on the device, --hbm-budget 16.0 MiB"), "message: %s", err);
+    // unset: free memory minus max(1 GiB, 5%), measured after the backend's own setup
+    cfg.hbm_budget = 0;
+    rc = backend_cuda_init(&be, &cfg, err, sizeof err);
+    ck_assert_msg(rc == 0, "backend_cuda_init (default budget): %s", err);
+    const uint64_t reserve = total / 20 > GiB ? total / 20 : GiB;
+    ck_assert_msg(be.budget <= free0 - reserve && be.budget + reserve + 512 * MiB >= free0,
+                  "default budget %llu: free %zu, reserve %llu", (unsigned long long)be.budget, free0,
+                  (unsigned long long)reserve);
+    backend_free(&be);
+}
+END_TEST
+
+// ---------------------------------------------------------------- suite
+static int probe_in_child(char *why, size_t len) {
+    // The parent must not touch CUDA (Check forks every test): ask in a child.
+    int fd[2];
+    if (pipe(fd) != 0) return 0;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        char msg[300];
+        int n = cuda_probe_devices(msg + 4, sizeof msg - 4);
+        memcpy(msg, &n, 4);
+        ssize_t w = write(fd[1], msg, sizeof msg);
+        _exit(w == (ssize_t)sizeof msg ? 0 : 1);
+    }
+    close(fd[1]);
+    char msg[300];
+    memset(msg, 0, sizeof msg);
+    ssize_t got = 0, r;
+    while (got < (ssize_t)sizeof msg && (r = read(fd[0], msg + got, sizeof msg - got)) > 0) got += r;
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (got != (ssize_t)sizeof msg) { snprintf(why, len, "the probe child failed"); return 0; }
+    int n;
+    memcpy(&n, msg, 4);
+    msg[sizeof msg - 1] = 0;
+    size_t m = strnlen(msg + 4, len - 1);
+    memcpy(why, msg + 4, m);
+    why[m] = 0;
+    return n;
+}
+
+static TCase *tcase(Suite *s, const char *name, int fixture) {
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, 300);
+    if (fixture) tcase_add_checked_fixture(tc, gpu_up, gpu_down);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
+static Suite *cuda_suite(void) {
+    Suite *s = suite_create("cuda_kernels");
+    TCase *tc = tcase(s, "backend", 1);
+    tcase_add_test(tc, test_op_table);
+    tcase_add_test(tc, test_copies);
+    tcase_add_test(tc, test_copy_order);
+    tc = tcase(s, "elementwise", 1);
+    tcase_add_test(tc, test_bf16);
+    tcase_add_test(tc, test_add_inplace);
+    tcase_add_loop_test(tc, test_sumsq, 0, NELEMS(SUMSQ_CASES));
+    tc = tcase(s, "matmul", 1);
+    tcase_add_loop_test(tc, test_matmul, 0, NELEMS(MM_SHAPES) * MMV_COUNT);
+    tcase_add_test(tc, test_matmul_degenerate);
+    tc = tcase(s, "rmsnorm", 1);
+    tcase_add_loop_test(tc, test_rmsnorm, 0, NELEMS(RMS_SHAPES));
+    tc = tcase(s, "rope", 1);
+    tcase_add_loop_test(tc, test_rope, 0, NELEMS(ROPE_SHAPES));
+    tc = tcase(s, "attention", 1);
+    tcase_add_loop_test(tc, test_attention, 0, NELEMS(ATT_SHAPES) * ATTV_COUNT);
+    tc = tcase(s, "swiglu", 1);
+    tcase_add_loop_test(tc, test_swiglu, 0, NELEMS(SWIGLU_N));
+    tcase_add_test(tc, test_swiglu_extremes);
+    tc = tcase(s, "embedding", 1);
+    tcase_add_loop_test(tc, test_embedding, 0, NELEMS(EMB_SHAPES));
+    tc = tcase(s, "crossentropy", 1);
+    tcase_add_loop_test(tc, test_crossentropy, 0, NELEMS(CE_SHAPES));
+    tc = tcase(s, "adamw", 1);
+    tcase_add_loop_test(tc, test_adamw, 0, NELEMS(ADAM_CASES));
+    tc = tcase(s, "memory", 0);
+    tcase_add_test(tc, test_arena_budget);
+    tcase_add_test(tc, test_memory_no_growth);
+    tcase_add_test(tc, test_budget_default_and_limits);
+    return s;
+}
+
+int main(void) {
+    char why[256] = "";
+    int ngpu = probe_in_child(why, sizeof why);
+    if (ngpu <= 0) {
+        fprintf(stderr, "test_cuda_kernels: no usable GPU (%s): skipped\n", why);
+        return 77;
+    }
+    SRunner *sr = srunner_create(cuda_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+#endif // TT_HAVE_CUDA
