@@ -1177,10 +1177,11 @@ START_TEST(io_fault_keeps_last_checkpoint) {
     static const struct { const char *fault, *says; } f[] = {
         {"TT_IO_FAULT=write:eio@16", "optimizer: nvme write of 'optimizer states of "},
         {"TT_IO_FAULT=read:eio@40", "step 4: checkpoint: nvme read of 'optimizer states of "},
+        {"TT_IO_FAULT=write:errno=ENOSPC@16", "optimizer: nvme write of 'optimizer states of "}, // a full disk
     };
     const char *nvme[] = {"--optimizer", "nvme", NULL};
     args_t *a = malloc(sizeof *a);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         char dir[1200], folder[1300], latest[64];
         snprintf(dir, sizeof dir, "%s/ck%d", tmp, i);
         snprintf(folder, sizeof folder, "%s/step-00000002", dir);
@@ -1194,8 +1195,8 @@ START_TEST(io_fault_keeps_last_checkpoint) {
         arg(a, "--save-every=2");
         run_t r = run(a, env);
         ck_assert_msg(r.rc == 1, "%s: exit %d (want 1):\n%s", fault, r.rc, r.err);
-        ck_assert_msg(strstr(r.err, f[i].says) && strstr(r.err, "Input/output error"), "%s: want \"%s\" in:\n%s",
-                      fault, f[i].says, r.err);
+        ck_assert_msg(strstr(r.err, f[i].says) && strstr(r.err, i == 2 ? "No space left on device" : "Input/output error"),
+                      "%s: want \"%s\" in:\n%s", fault, f[i].says, r.err);
         if (i == 1) ck_assert_msg(strstr(r.err, "(the previous checkpoint is intact)"), "%s", r.err);
         ck_assert_msg(!strcmp(r.ck[2], REF.ck[2]) && !r.ck[4][0], "%s: checkpoints logged: 2 %s, 4 %s", fault,
                       r.ck[2], r.ck[4]);
