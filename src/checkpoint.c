@@ -253,6 +253,16 @@ int checkpoint_info(const char *dir, ckpt_info_t *info, char *err, size_t errlen
         (rc = json_get_double(model, "norm_eps", &info->norm_eps, err, errlen)) != 0 ||
         (rc = json_get_string(model, "precision", &prec, err, errlen)) != 0)
         goto bad;
+    const json_t *sched = NULL;
+    int64_t warm = 0, steps = 0;
+    if ((rc = json_get_object(root, "schedule", &sched, err, errlen)) != 0 ||
+        (rc = json_get_double(sched, "lr", &info->lr, err, errlen)) != 0 ||
+        (rc = json_get_double(sched, "min_lr", &info->min_lr, err, errlen)) != 0 ||
+        (rc = json_get_int64(sched, "warmup", 0, INT32_MAX, &warm, err, errlen)) != 0 ||
+        (rc = json_get_int64(sched, "steps", 1, INT32_MAX, &steps, err, errlen)) != 0)
+        goto bad;
+    info->warmup = (int)warm;
+    info->steps = (int)steps;
     if (C % NH || NH % NKV || (C / NH) % 2 || !(info->rope_theta > 0) || !(info->norm_eps > 0)) {
         ERR("%s: the model's shape is inconsistent (dim %lld, heads %lld, kv_heads %lld)", path, (long long)C,
             (long long)NH, (long long)NKV);

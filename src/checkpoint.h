@@ -31,6 +31,8 @@ typedef struct {
     precision_t precision;
     int model_bf16;           // model.safetensors holds BF16 (the master is in the optimizer file)
     char data[TT_PATH_MAX];   // the training data source it was saved with
+    double lr, min_lr;        // the learning-rate schedule it was trained with
+    int warmup, steps;
 } ckpt_info_t;
 
 // Resolves a --resume argument: a checkpoint folder (has state.json), a --save directory

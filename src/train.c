@@ -113,6 +113,9 @@ static volatile sig_atomic_t stop_signal;
 static void on_signal(int sig) {
     if (stop_signal) _exit(128 + sig);
     stop_signal = sig;
+    static const char msg[] = "tiertrain: stopping after this step (and saving, with --save); signal again to stop at once\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1); // async-signal-safe; nothing to do if it fails
+    (void)w;
 }
 
 static void catch_signals(void) {
@@ -217,6 +220,11 @@ int train_run(const config_t *cfg_in) {
         if (rc != 0) runtime_error("--resume %s: %s", cfg->resume, err);
         fprintf(out, "resumed: %s at step %d (params_hash %s, %.1f s)\n", ck.dir, ck.step, ck.params_hash,
                 (now_ms() - t0) / 1e3);
+        // allowed, but then the run is not the one the checkpoint came from: say so
+        if (ck.lr != cfg->lr || ck.min_lr != cfg->min_lr || ck.warmup != cfg->warmup || ck.steps != cfg->steps)
+            notice("--resume %s: the checkpoint was trained with --lr %g --min-lr %g --warmup %d --steps %d; this run's "
+                   "schedule differs, so its learning rates differ from the run that saved it",
+                   cfg->resume, ck.lr, ck.min_lr, ck.warmup, ck.steps);
     }
     fflush(out);
     catch_signals();

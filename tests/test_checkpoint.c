@@ -1135,7 +1135,16 @@ START_TEST(double_sigint) {
     pid_t pid = spawn(a, env);
     wait_for(pid, dir, saving_step_2_or_later, "a second save");
     kill(pid, SIGINT);
-    msleep(5);
+    // a second signal sent before the first was handled would merge with it (signals do not
+    // queue): wait for the handler's line, then send it
+    for (int waited = 0;; waited += 5) {
+        char *e = spawn_output("err");
+        int seen = strstr(e, "signal again to stop at once") != NULL;
+        free(e);
+        if (seen) break;
+        ck_assert_msg(waited < 30000, "the first SIGINT was not acknowledged in 30 s");
+        msleep(5);
+    }
     kill(pid, SIGINT);
     int status = 0;
     ck_assert_msg(reap(pid, 60000, &status), "no exit 60 s after two SIGINTs");
