@@ -296,6 +296,7 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
         tr->nhcache = (int)(n < (uint64_t)m->nshards ? n : (uint64_t)m->nshards);
     }
     tr->hcache = calloc((size_t)tr->nhcache + 1, sizeof *tr->hcache);
+    tr->losses_host = calloc((size_t)tr->N, sizeof *tr->losses_host);
     tr->hcache_shard = calloc((size_t)tr->nhcache + 1, sizeof *tr->hcache_shard);
     tr->p = calloc(ns, sizeof *tr->p);
     tr->p_host = calloc(ns, sizeof *tr->p_host);
@@ -313,7 +314,7 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     tr->pstage = calloc((size_t)tr->nslots, sizeof *tr->pstage);
     if (!tr->p || !tr->p_host || !tr->p_off || !tr->p_crc || !tr->g || !tr->gcur || !tr->master || !tr->m ||
         !tr->v || !tr->o_off || !tr->o_crc || !tr->o_name || !tr->pslot || !tr->pstage ||
-        !tr->hcache || !tr->hcache_shard) {
+        !tr->hcache || !tr->hcache_shard || !tr->losses_host) {
         snprintf(err, errlen, "out of memory for the shard tables");
         return -ENOMEM;
     }
@@ -480,6 +481,7 @@ void trainer_free(trainer_t *tr) {
     free(tr->p); free(tr->p_host); free(tr->p_off); free(tr->p_crc); free(tr->g); free(tr->gcur);
     free(tr->master); free(tr->m); free(tr->v); free(tr->o_off); free(tr->o_crc); free(tr->o_name);
     free(tr->pslot); free(tr->pstage); free(tr->uses); free(tr->hcache); free(tr->hcache_shard);
+    free(tr->losses_host);
     backend_free(&tr->be);
     model_free(&tr->model);
     if (tr->sync_inited) {
@@ -562,7 +564,7 @@ static void block_forward(trainer_t *tr, int layer, const float *W, const float 
     rnd(tr, a->att, NC);
     op->matmul_forward(a->tmp, a->att, tensor_of(tr, W, s, BW_O), N, C, C);
     rnd(tr, a->tmp, NC);
-    memcpy(a->x2, x, NC * sizeof(float));
+    backend_copy_d2d(&tr->be, a->x2, x, NC * sizeof(float));
     op->add_inplace(a->x2, a->tmp, NC);
     rnd(tr, a->x2, NC);
 
@@ -575,7 +577,7 @@ static void block_forward(trainer_t *tr, int layer, const float *W, const float 
     rnd(tr, a->h, NF);
     op->matmul_forward(a->tmp, a->h, tensor_of(tr, W, s, BW_DOWN), N, F, C);
     rnd(tr, a->tmp, NC);
-    memcpy(out, a->x2, NC * sizeof(float));
+    backend_copy_d2d(&tr->be, out, a->x2, NC * sizeof(float));
     op->add_inplace(out, a->tmp, NC);
     rnd(tr, out, NC);
 }
@@ -728,9 +730,10 @@ static void head_forward(trainer_t *tr, int mb, const float *Wh, const float *Wo
     rnd(tr, tr->a.logits, (size_t)tr->N * m->V);
 }
 
-static double mean_loss(const trainer_t *tr) {
+static double mean_loss(trainer_t *tr) {
+    backend_copy_d2h(&tr->be, tr->losses_host, tr->a.losses, (size_t)tr->N * sizeof(float));
     double sum = 0; // fixed order: row 0..N-1
-    for (int i = 0; i < tr->N; i++) sum += tr->a.losses[i];
+    for (int i = 0; i < tr->N; i++) sum += tr->losses_host[i];
     return sum / tr->N;
 }
 
@@ -746,7 +749,7 @@ static double head_forward_backward(trainer_t *tr, int mb, const float *Wh, cons
     double th = trace_now_ms();
     use_microbatch(tr, mb);
     head_forward(tr, mb, Wh, Wout);
-    memcpy(tr->targets, targets, (size_t)N * sizeof(int)); // host → device (CPU: a copy)
+    backend_copy_h2d(&tr->be, tr->targets, targets, (size_t)N * sizeof(int));
     op->crossentropy_forward_backward(a->logits, a->losses, a->logits, tr->targets, N, V, dscale);
     double loss = mean_loss(tr);
     float *dlogits = a->logits; // (N, V), in place
@@ -756,7 +759,7 @@ static double head_forward_backward(trainer_t *tr, int mb, const float *Wh, cons
     op->matmul_backward_input(a->dln, dlogits, Wout, N, C, V, 0);
     op->matmul_backward_weight(dWout, dlogits, a->xf, N, C, V);
     rnd(tr, a->dln, NC);
-    memset(a->dres, 0, NC * sizeof(float));
+    backend_memset(&tr->be, a->dres, 0, NC * sizeof(float));
     op->rmsnorm_backward(a->dres, grad_of(Gh, tr, hs, HW_NORM), a->dln, ckpt_in(tr, mb, m->L),
                          tensor_of(tr, Wh, hs, HW_NORM), a->rstdf, N, C);
     rnd(tr, a->dres, NC);
@@ -780,7 +783,7 @@ double trainer_forward(trainer_t *tr, const int *tokens, const int *targets) {
     const model_t *m = &tr->model;
     ckpt_forget(tr);
     use_microbatch(tr, 0);
-    memcpy(tr->tokens, tokens, (size_t)tr->N * sizeof(int)); // host → device (CPU: a copy)
+    backend_copy_h2d(&tr->be, tr->tokens, tokens, (size_t)tr->N * sizeof(int));
     const float *wte = weights_acquire(tr, 0, 1);
     embed_forward(tr, 0, wte);
     weights_release(tr, 0);
@@ -794,7 +797,7 @@ double trainer_forward(trainer_t *tr, const int *tokens, const int *targets) {
     const float *Wout = head_acquire(tr, &Wh);
     head_forward(tr, 0, Wh, Wout);
     head_release(tr);
-    memcpy(tr->targets, targets, (size_t)tr->N * sizeof(int));
+    backend_copy_h2d(&tr->be, tr->targets, targets, (size_t)tr->N * sizeof(int));
     tr->be.ops->crossentropy_forward(tr->a.losses, tr->a.logits, tr->targets, tr->N, tr->model.V);
     return tr->fault[0] ? NAN : mean_loss(tr);
 }
@@ -811,13 +814,13 @@ double trainer_step_fb(trainer_t *tr, const int *tokens, const int *targets, int
     if (vertical && nmb > tr->nmb) runtime_error("step: %d micro-batches, room for %d", nmb, tr->nmb);
     begin_step(tr, nmb);
     ckpt_forget(tr);
-    if (m->tie) memset(tr->gtie, 0, m->shards[0].numel_padded * sizeof(float));
+    if (m->tie) backend_memset(&tr->be, tr->gtie, 0, m->shards[0].numel_padded * sizeof(float));
     double loss = 0;
     const float *Wh, *Wout;
     if (vertical) {
         for (int mb = 0; mb < nmb; mb++) {
             use_microbatch(tr, mb);
-            memcpy(tr->tokens, tokens + (size_t)mb * N, N * sizeof(int)); // host → device (CPU: a copy)
+            backend_copy_h2d(&tr->be, tr->tokens, tokens + (size_t)mb * N, N * sizeof(int));
         }
         const float *wte = weights_acquire(tr, 0, 1);
         for (int mb = 0; mb < nmb; mb++) embed_forward(tr, mb, wte);
@@ -849,7 +852,7 @@ double trainer_step_fb(trainer_t *tr, const int *tokens, const int *targets, int
     } else {
         for (int mb = 0; mb < nmb; mb++) {
             use_microbatch(tr, mb);
-            memcpy(tr->tokens, tokens + (size_t)mb * N, N * sizeof(int));
+            backend_copy_h2d(&tr->be, tr->tokens, tokens + (size_t)mb * N, N * sizeof(int));
             const float *wte = weights_acquire(tr, 0, 1);
             embed_forward(tr, mb, wte);
             weights_release(tr, 0);

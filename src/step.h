@@ -90,6 +90,7 @@ typedef struct {
     float *rope_cos, *rope_sin; // [device] (T, HS/2)
     int *tokens;              // [device] the current micro-batch's tokens (points into tokens_all)
     int *targets;             // [device] (N)
+    float *losses_host;       // (N) per-row losses read back from the device
     int *uses;                // the use order of a training step's parameters
     int nuses, nuses_eval;
     // ---- the optimizer thread: a step's update runs shard 0..n-1 while the next step's
