@@ -60,6 +60,7 @@ static int nvme_io(trainer_t *tr, int write, uint64_t off, uint64_t len, void *b
 // ---------------------------------------------------------------- the optimizer thread
 
 static void *opt_main(void *arg);
+static void grads_zero(trainer_t *tr, int s);
 
 // Waits until shard's update (if one is in flight) is final. Any thread. Returns 0, or the
 // update's -errno (message in tr->opt_err) when it failed before reaching the shard.
@@ -327,6 +328,11 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     uint64_t pool = host_pool_bytes(tr);
     hostmem_opts_from_config(&ho, cfg, pool ? pool : 4096);
     ho.quiet = 1; // the tier report says what the pool is
+    if (tr->be.vt) { // a device backend pins the pool its own way (CUDA: cudaHostRegister), so copies are DMA
+        ho.pin_fn = backend_host_pin;
+        ho.unpin_fn = backend_host_unpin;
+        ho.pin_arg = &tr->be;
+    }
     if ((rc = hostmem_init(&tr->host, &ho, err, errlen)) != 0) return rc;
     uint64_t nvme_bytes = 0;
     for (int s = 0; s < m->nshards; s++) {
@@ -380,6 +386,7 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
         tr->hcache_shard[i] = -1;
     }
     if (cfg->grads_tier == TIER_HOST) DEV(tr->gslot, big * sizeof(float), "gradient slot");
+    else if (tr->be.vt) HOST(tr->gstage, big * sizeof(float), "gradient staging"); // device memory the CPU cannot read
     if (m->tie) DEV(tr->gtie, m->shards[0].numel_padded * sizeof(float), "tied head gradient");
     if (cfg->optim_tier == TIER_NVME) {
         HOST(tr->ostage[0], 3 * big * sizeof(float), "optimizer staging");
@@ -422,7 +429,21 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     DEV(tr->targets, N * sizeof(int), "targets");
 #undef DEV
 #undef HOST
-    rope_table(tr->rope_cos, tr->rope_sin, tr->T, m->HS, m->rope_theta);
+    { // computed on the host, copied to the device
+        size_t rn = (size_t)tr->T * (size_t)(m->HS / 2);
+        float *rc = malloc(rn * sizeof(float)), *rs = malloc(rn * sizeof(float));
+        if (!rc || !rs) {
+            free(rc);
+            free(rs);
+            snprintf(err, errlen, "out of memory for the RoPE table");
+            return -ENOMEM;
+        }
+        rope_table(rc, rs, tr->T, m->HS, m->rope_theta);
+        backend_copy_h2d(&tr->be, tr->rope_cos, rc, rn * sizeof(float));
+        backend_copy_h2d(&tr->be, tr->rope_sin, rs, rn * sizeof(float));
+        free(rc);
+        free(rs);
+    }
 
     // The use order of one micro-batch: forward embed, blocks, head (+ the embedding when the
     // head is tied); backward blocks L-1..0. A step repeats it accum times.
@@ -508,8 +529,7 @@ void trainer_sync_params(trainer_t *tr) {
 void trainer_zero_grads(trainer_t *tr) {
     char err[512];
     if (trainer_optimizer_wait(tr, err, sizeof err) != 0) runtime_error("%s", err);
-    for (int s = 0; s < tr->model.nshards; s++)
-        memset(tr->g[s], 0, tr->model.shards[s].numel_padded * sizeof(float));
+    for (int s = 0; s < tr->model.nshards; s++) grads_zero(tr, s);
 }
 
 static int build_uses(const trainer_t *tr, int *uses, int reps, int backward) {
@@ -896,8 +916,10 @@ double trainer_forward_backward(trainer_t *tr, const int *tokens, const int *tar
 
 double trainer_grad_norm(trainer_t *tr) {
     double ss = 0;
-    for (int s = 0; s < tr->model.nshards; s++)
-        ss += tr->be.ops->sumsq(tr->g[s], tr->model.shards[s].numel_padded);
+    for (int s = 0; s < tr->model.nshards; s++) { // host homes on the host; the same fixed order either way
+        size_t n = tr->model.shards[s].numel_padded;
+        ss += tr->cfg->grads_tier == TIER_HOST ? sumsq(tr->g[s], n) : tr->be.ops->sumsq(tr->g[s], n);
+    }
     return sqrt(ss);
 }
 
@@ -913,7 +935,8 @@ static void adamw_shard(trainer_t *tr, int s, float *master, float *mm, float *v
         size_t o = te->offset;
         uint16_t *p16 = tr->bf16 ? (uint16_t *)pc + o : NULL;
         float *p32 = tr->bf16 ? NULL : (float *)pc + o;
-        tr->be.ops->adamw_update(master + o, mm + o, vv + o, p16, p32, g + o, te->numel, hp);
+        // the states are in host memory here: the CPU update (the device one is --optimizer device on a GPU)
+        adamw_update(master + o, mm + o, vv + o, p16, p32, g + o, te->numel, hp);
     }
     trace_span(TRACK_OPTIM, "adamw", sh->name, t0, trace_now_ms());
 }
@@ -968,6 +991,20 @@ static int o32_finish(trainer_t *tr, io_ticket_t *t, int *inflight, char *err, s
     return 0;
 }
 
+// Shard s's gradients where the host-side update can read them: the home itself when the
+// CPU can address it, else (device-resident gradients on a GPU) a host copy.
+static const float *grads_for_update(trainer_t *tr, int s) {
+    if (!tr->gstage) return tr->g[s];
+    backend_copy_d2h(&tr->be, tr->gstage, tr->g[s], tr->model.shards[s].numel_padded * sizeof(float));
+    return tr->gstage;
+}
+
+static void grads_zero(trainer_t *tr, int s) {
+    size_t bytes = tr->model.shards[s].numel_padded * sizeof(float);
+    if (tr->cfg->grads_tier == TIER_DEVICE) backend_memset(&tr->be, tr->g[s], 0, bytes);
+    else memset(tr->g[s], 0, bytes);
+}
+
 // Shard s is final: the next step may use it.
 static void opt_publish(trainer_t *tr, int s) {
     pthread_mutex_lock(&tr->opt_mu);
@@ -994,8 +1031,8 @@ static int optimizer_run(trainer_t *tr, int t, float lr, float grad_scale, char 
     if (cfg->optim_tier != TIER_NVME) {
         for (int s = 0; s < m->nshards && rc == 0; s++) {
             void *pc = params_build_buffer(tr, s);
-            adamw_shard(tr, s, tr->master[s], tr->m[s], tr->v[s], tr->g[s], pc, &hp);
-            memset(tr->g[s], 0, m->shards[s].numel_padded * sizeof(float));
+            adamw_shard(tr, s, tr->master[s], tr->m[s], tr->v[s], grads_for_update(tr, s), pc, &hp);
+            grads_zero(tr, s);
             rc = params_store(tr, s, pc, err, errlen);
             if (rc == 0) opt_publish(tr, s);
         }
@@ -1015,8 +1052,8 @@ static int optimizer_run(trainer_t *tr, int t, float lr, float grad_scale, char 
             size_t n = m->shards[s].numel_padded;
             float *master = tr->ostage[b], *mm = master + n, *vv = mm + n;
             void *pc = params_build_buffer(tr, s);
-            adamw_shard(tr, s, master, mm, vv, tr->g[s], pc, &hp);
-            memset(tr->g[s], 0, n * sizeof(float));
+            adamw_shard(tr, s, master, mm, vv, grads_for_update(tr, s), pc, &hp);
+            grads_zero(tr, s);
             if ((rc = params_store(tr, s, pc, err, errlen)) == 0) {
                 opt_publish(tr, s); // the new parameters are home; the states' write may still run
                 rc = o32_submit(tr, &wr[b], IO_WRITE, s, b, &wr_shard[b], err, errlen);

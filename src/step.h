@@ -60,6 +60,8 @@ typedef struct {
     // ---- gradients, one home per --grads
     float **g;                // (nshards) [device] resident or [host] homes
     float *gslot;             // [device] where a host-resident shard's gradients visit
+    float *gstage;            // [host] device-resident gradients read back for the update, on a
+                              // backend whose memory the CPU cannot address (else NULL)
     float *gtie;              // [device] tied head: the LM head's share of the embedding
                               // gradient, summed over micro-batches, added at the step's end
     float **gcur;             // (nshards) the device copy being accumulated, while acquired
