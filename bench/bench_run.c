@@ -38,20 +38,17 @@ int bench_run_steps(const config_t *cfg, int steps, bench_run_t *r, char *err, s
         rc = -ENOMEM;
         goto out;
     }
-    const float dscale = 1.0f / ((float)tr.N * (float)cfg->accum);
     for (int step = 1; step <= steps && rc == 0; step++) {
         double s0 = now_ms();
         for (int mb = 0; mb < cfg->accum; mb++)
             data_next(data, DATA_TRAIN, inputs + (size_t)mb * tr.N, targets + (size_t)mb * tr.N);
-        double loss = trainer_step_fb(&tr, inputs, targets, cfg->accum, dscale);
-        if (tr.fault[0]) {
-            snprintf(err, errlen, "step %d: %s", step, tr.fault);
-            rc = -EIO;
+        double loss, norm;
+        float lr;
+        char e2[512];
+        if ((rc = trainer_train_step(&tr, step, inputs, targets, &loss, &norm, &lr, e2, sizeof e2)) != 0) {
+            snprintf(err, errlen, "step %d: %s", step, e2);
             break;
         }
-        double norm = trainer_grad_norm(&tr);
-        float scale = cfg->clip > 0 && norm > cfg->clip ? (float)(cfg->clip / (norm + 1e-6)) : 1.0f;
-        rc = trainer_optimizer_step(&tr, step, lr_schedule(cfg, step), scale, err, errlen);
         ms[step - 1] = now_ms() - s0;
         if (step == 1) r->first_loss = loss;
         r->last_loss = loss;

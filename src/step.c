@@ -1162,6 +1162,22 @@ int trainer_states_put(trainer_t *tr, int s, char *err, size_t errlen) {
     return params_store(tr, s, pc, err, errlen);
 }
 
+int trainer_train_step(trainer_t *tr, int t, const int *tokens, const int *targets, double *loss, double *norm,
+                       float *lr, char *err, size_t errlen) {
+    const config_t *cfg = tr->cfg;
+    const float dscale = 1.0f / ((float)tr->N * (float)cfg->accum); // a mean over the step's tokens
+    *loss = trainer_step_fb(tr, tokens, targets, cfg->accum, dscale);
+    if (tr->fault[0]) {
+        snprintf(err, errlen, "%s", tr->fault);
+        return -EIO;
+    }
+    *norm = trainer_grad_norm(tr);
+    float scale = cfg->clip > 0 && *norm > cfg->clip ? (float)(cfg->clip / (*norm + 1e-6)) : 1.0f;
+    *lr = lr_schedule(cfg, t);
+    // starts the update; the next step's forward overlaps it, shard by shard
+    return trainer_optimizer_step(tr, t, *lr, scale, err, errlen);
+}
+
 uint64_t trainer_params_hash(trainer_t *tr) {
     uint64_t h = FNV64_INIT;
     char err[512];

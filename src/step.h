@@ -147,6 +147,12 @@ double trainer_grad_norm(trainer_t *tr);
 // or the previous update's -errno with one line in err (an NVMe failure names shard, file
 // and offset). Clipping must be decided before (grad_scale): every gradient is final here.
 int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, char *err, size_t errlen);
+// One optimizer step t over its accum micro-batches (tokens, targets: accum × N): forward
+// and backward, the global norm and the clip factor, the learning rate of step t, and the
+// update started on the optimizer thread. Returns 0 with the mean loss, the norm (before
+// clipping) and the rate; or -errno with one line in err (a failed fetch or update).
+int trainer_train_step(trainer_t *tr, int t, const int *tokens, const int *targets, double *loss, double *norm,
+                       float *lr, char *err, size_t errlen);
 // Waits for the update in flight to end. Returns 0 or its -errno with one line in err.
 int trainer_optimizer_wait(trainer_t *tr, char *err, size_t errlen);
 // The FP32 master, m and v of shard s in host memory (numel_padded each): the host homes,
