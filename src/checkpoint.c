@@ -457,10 +457,11 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
 
 // ---------------------------------------------------------------- save
 
-// Writes the tensors of every shard through w: what(s) picks the arrays of shard s.
+// Writes the tensors of every shard through w: per tensor, the parts asked for (master,
+// exp_avg, exp_avg_sq, in that order), the master as BF16 when bf16.
 enum { PART_MASTER = 1, PART_M = 2, PART_V = 4 };
 
-static int write_states(trainer_t *tr, st_writer_t *w, const char *path, int bf16, int per_tensor_parts, char *err,
+static int write_states(trainer_t *tr, st_writer_t *w, int bf16, int per_tensor_parts, uint64_t *hash, char *err,
                         size_t errlen) {
     const model_t *m = &tr->model;
     uint16_t buf[8192];
@@ -476,6 +477,7 @@ static int write_states(trainer_t *tr, st_writer_t *w, const char *path, int bf1
                 static const int bit[3] = {PART_MASTER, PART_M, PART_V};
                 if (!(per_tensor_parts & bit[k])) continue;
                 const float *src = parts[k]; // per tensor: master (when asked), exp_avg, exp_avg_sq
+                if (k == 0 && hash) *hash = fnv1a64(*hash, src, te->numel * sizeof(float)); // = trainer_params_hash
                 if (bf16 && per_tensor_parts == PART_MASTER) {
                     for (size_t i = 0; i < te->numel && rc == 0; i += 8192) {
                         size_t n = te->numel - i < 8192 ? te->numel - i : 8192;
@@ -487,7 +489,6 @@ static int write_states(trainer_t *tr, st_writer_t *w, const char *path, int bf1
                 }
                 if (rc != 0) {
                     ERR("%s", st_writer_error(w)[0] ? st_writer_error(w) : strerror(-rc));
-                    (void)path;
                     return rc;
                 }
             }
@@ -496,7 +497,8 @@ static int write_states(trainer_t *tr, st_writer_t *w, const char *path, int bf1
     return 0;
 }
 
-static int write_model(trainer_t *tr, const char *path, int bf16, char *err, size_t errlen) {
+// model.safetensors; *hash gets the params_hash of the masters it streams (one pass, not two).
+static int write_model(trainer_t *tr, const char *path, int bf16, uint64_t *hash, char *err, size_t errlen) {
     const model_t *m = &tr->model;
     int n = count_tensors(m), k = 0;
     st_tensor_t *decl = calloc((size_t)n, sizeof *decl);
@@ -511,7 +513,8 @@ static int write_model(trainer_t *tr, const char *path, int bf16, char *err, siz
     free(decl);
     free(names);
     if (rc != 0) return rc;
-    rc = write_states(tr, w, path, bf16, PART_MASTER, err, errlen);
+    *hash = FNV64_INIT;
+    rc = write_states(tr, w, bf16, PART_MASTER, hash, err, errlen);
     if (rc != 0) {
         st_writer_free(w);
         return rc;
@@ -538,7 +541,7 @@ static int write_optimizer(trainer_t *tr, const char *path, int with_master, cha
     free(decl);
     free(names);
     if (rc != 0) return rc;
-    rc = write_states(tr, w, path, 0, (with_master ? PART_MASTER : 0) | PART_M | PART_V, err, errlen);
+    rc = write_states(tr, w, 0, (with_master ? PART_MASTER : 0) | PART_M | PART_V, NULL, err, errlen);
     if (rc != 0) {
         st_writer_free(w);
         return rc;
@@ -621,7 +624,7 @@ static void prune(const char *dir, int keep, const char *keep_name) {
     }
 }
 
-int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t params_hash, char *where, size_t wlen,
+int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t *params_hash, char *where, size_t wlen,
                     char *err, size_t errlen) {
     const config_t *c = tr->cfg;
     const char *dir = c->save_dir;
@@ -643,7 +646,7 @@ int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t params_ha
         return -e;
     }
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    rc = write_model(tr, path, c->save_bf16, err, errlen);
+    rc = write_model(tr, path, c->save_bf16, params_hash, err, errlen);
     test_delay();
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
@@ -657,7 +660,7 @@ int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t params_ha
     }
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/state.json", tmp);
-        rc = write_state_json(tr, d, step, params_hash, path, err, errlen);
+        rc = write_state_json(tr, d, step, *params_hash, path, err, errlen);
         test_delay();
     }
     if (rc == 0) rc = fsync_dir(tmp, err, errlen);

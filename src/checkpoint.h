@@ -50,8 +50,9 @@ int checkpoint_check_config(const ckpt_info_t *info, const config_t *cfg, char *
 // finite. Returns 0 or -errno with one line (bad files: -EINVAL; I/O: the errno).
 int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weights_only, char *err, size_t errlen);
 // Saves tr's state after `step` under cfg->save_dir, updates latest, keeps the newest
-// --keep-last. Waits for the optimizer first. Writes the folder's path into where. Returns
+// --keep-last. Waits for the optimizer first. Writes the folder's path into where and the
+// params_hash of the saved weights (computed while writing them) into *params_hash. Returns
 // 0, or -errno with one line; on failure the temporary folder is removed and nothing that
 // was visible changes.
-int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t params_hash, char *where, size_t wlen,
+int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t *params_hash, char *where, size_t wlen,
                     char *err, size_t errlen);

@@ -901,6 +901,9 @@ static void ref_teardown(void) {
 static void ck_ref(void) {
     ck_assert_msg(REF.rc == 0, "the reference run failed (%d):\n%s", REF.rc, REF.err);
     for (int k = 1; k <= REF_STEPS; k++) ck_assert_msg(REF.ck[k][0], "the reference logged no checkpoint at %d", k);
+    // the hash a save takes while streaming the masters is trainer_params_hash's
+    ck_assert_msg(!strcmp(REF.hash, REF.ck[REF_STEPS]), "summary params_hash %s, last checkpoint's %s", REF.hash,
+                  REF.ck[REF_STEPS]);
 }
 
 // Resumes `from` (a folder or a --save directory) for one more step: it must load, print
@@ -1178,14 +1181,15 @@ END_TEST
 //   write:eio@16 — tiny has 4 shards, each under one 1 MiB piece: the store writes 4 pieces
 //     at init (the zeroed states) and 4 per update, so pieces 13–16 are step 3's update;
 //     its failure surfaces when step 4 waits for the optimizer, after step 2's save.
-//   read:eio@40 — reads are 4 per update; a save reads 4 for the params_hash, 4 for
-//     model.safetensors and 4 for optimizer.safetensors; so 21–28 are steps 3–4's updates
-//     and 37–40 step 4's optimizer.safetensors: the save fails half-written.
+//   read:eio@31 — reads are 4 per update, and a save reads 4 for model.safetensors (the
+//     params_hash is taken as the masters stream by) and 4 for optimizer.safetensors: steps
+//     1–2's updates are 1–8, step 2's save 9–16, steps 3–4's updates 17–24, step 4's save
+//     25–32, so 31 falls in step 4's optimizer.safetensors: the save fails half-written.
 START_TEST(io_fault_keeps_last_checkpoint) {
     ck_ref();
     static const struct { const char *fault, *says; } f[] = {
         {"TT_IO_FAULT=write:eio@16", "optimizer: nvme write of 'optimizer states of "},
-        {"TT_IO_FAULT=read:eio@40", "step 4: checkpoint: nvme read of 'optimizer states of "},
+        {"TT_IO_FAULT=read:eio@31", "step 4: checkpoint: nvme read of 'optimizer states of "},
         {"TT_IO_FAULT=write:errno=ENOSPC@16", "optimizer: nvme write of 'optimizer states of "}, // a full disk
     };
     const char *nvme[] = {"--optimizer", "nvme", NULL};
