@@ -9,9 +9,10 @@
 // on the CUDA backend it is one cudaMalloc of the whole budget at init, carved by the same
 // accounting (backend_alloc). Pointers given to ops are device pointers.
 //
-// The CUDA backend is not chosen by backend_init yet (the trainer still touches device
-// pointers from the host): backend_cuda_init builds one, for the GPU tests and the wiring
-// step that follows.
+// Threads: ops are queued by one thread (the trainer's compute thread). Copies, memsets and
+// events may come from any thread (the scheduler's worker fetches parameters, the optimizer
+// thread reads gradients back and zeroes them); each orders itself against the ops as said
+// below.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -58,6 +59,10 @@ typedef struct {
     void (*sync)(struct backend *be);
     int (*register_host)(struct backend *be, void *h, size_t n);
     void (*unregister_host)(struct backend *be, void *h);
+    int (*event_create)(struct backend *be, void **ev, char *err, size_t errlen);
+    void (*event_destroy)(struct backend *be, void *ev);
+    void (*event_record)(struct backend *be, void *ev);
+    void (*copy_after)(struct backend *be, void *d_dst, const void *h_src, size_t n, void *ev);
 } backend_vt_t;
 
 typedef struct backend {
@@ -74,23 +79,35 @@ typedef struct backend {
 } backend_t;
 
 // Chooses and initializes the backend for cfg->device (auto: a GPU when one is usable and
-// the build has the CUDA backend, else the CPU with one notice). Bad choices (--device cuda
-// without a usable GPU) print one line and exit 2: this runs before any work.
+// the build has the CUDA backend, else the CPU with one notice unless --quiet). Bad choices
+// (--device cuda without a usable GPU, a GPU that fails to start, --hbm-budget over its
+// free memory) print one line and exit 2: this runs before any work.
 void backend_init(backend_t *be, const config_t *cfg);
 void backend_free(backend_t *be); // NULL-safe; releases the whole arena
+
+// What backend_init will choose, without building it (the plan runs first): DEVICE_CPU or
+// DEVICE_CUDA, exiting 2 like backend_init on an impossible --device. For CUDA, *hbm_default
+// gets the budget backend_init would take when --hbm-budget is unset (free memory minus the
+// reserve), else 0. Quiet: backend_init says what it chose.
+device_kind_t backend_resolve(const config_t *cfg, uint64_t *hbm_default);
+// For the plan before backend_init: when a GPU will run, cfg->device becomes DEVICE_CUDA and
+// an unset --hbm-budget its default, said in one notice unless --quiet (backend_init then
+// takes that budget). Otherwise cfg is unchanged.
+void backend_resolve_config(config_t *cfg);
 
 // Device memory from the arena, 4 KiB-aligned, zero-filled. Returns 0, or -ENOMEM with
 // one line in err: "<what>: needs X, --hbm-budget Y with Z in use (raise --hbm-budget ...)".
 int backend_alloc(backend_t *be, size_t bytes, const char *what, void **out, char *err, size_t errlen);
 
 // Copies between host and device memory; both complete before returning (the host buffer
-// may be reused, the device data is in place). On the CUDA backend they run on the h2d /
-// d2h copy stream, ordered by events after every op queued so far (whose inputs or outputs
-// they may overwrite or read) and before every op queued later.
+// may be reused, the device data is in place, so ops queued later see it). On the CUDA
+// backend they run on the h2d / d2h copy stream, ordered by an event after every op queued
+// so far (whose inputs or outputs they may overwrite or read).
 void backend_copy_h2d(backend_t *be, void *d_dst, const void *h_src, size_t n);
 void backend_copy_d2h(backend_t *be, void *h_dst, const void *d_src, size_t n);
-// The same, returning at once on the CUDA backend: same stream order, but the host buffer
-// must stay untouched (h2d) / unread (d2h) until backend_sync. The CPU backend copies now.
+// The same, returning at once on the CUDA backend: same stream order, and ops queued later
+// wait for the copy, but the host buffer must stay untouched (h2d) / unread (d2h) until
+// backend_sync. The CPU backend copies now.
 void backend_copy_h2d_async(backend_t *be, void *d_dst, const void *h_src, size_t n);
 void backend_copy_d2h_async(backend_t *be, void *h_dst, const void *d_src, size_t n);
 // Device to device, and a byte fill of device memory: queued in order with the ops (the
@@ -98,6 +115,16 @@ void backend_copy_d2h_async(backend_t *be, void *h_dst, const void *d_src, size_
 void backend_copy_d2d(backend_t *be, void *d_dst, const void *d_src, size_t n);
 void backend_memset(backend_t *be, void *d_dst, int byte, size_t n);
 void backend_sync(backend_t *be); // waits for all queued work
+
+// Per-buffer ordering, so that a copy into a device buffer waits only for the ops using
+// that buffer instead of every op queued so far (the trainer keeps one event per parameter
+// slot). An event marks the ops queued on the compute stream up to its record. The CPU
+// backend runs ops at once: its events are NULL and these do nothing but the copy.
+int backend_event_create(backend_t *be, void **ev, char *err, size_t errlen); // 0 or -errno with one line
+void backend_event_destroy(backend_t *be, void *ev);                          // NULL-safe
+void backend_event_record(backend_t *be, void *ev); // by the thread queueing the ops
+// backend_copy_h2d, ordered after ev's ops only (NULL: after nothing); complete on return.
+void backend_copy_h2d_after(backend_t *be, void *d_dst, const void *h_src, size_t n, void *ev);
 
 // Page-locks host memory for fast, truly asynchronous copies (cudaHostRegister); a no-op
 // returning 0 on the CPU backend. Returns 0 or -errno (with one notice naming the CUDA
@@ -117,6 +144,11 @@ int backend_host_unpin(void *addr, size_t len, void *be);
 // than the free memory, a CUDA error), everything released. One CUDA backend per process.
 // Builds without CUDA answer -ENODEV ("this build has no CUDA support").
 int backend_cuda_init(backend_t *be, const config_t *cfg, char *err, size_t errlen);
+
+// Device bytes the CUDA backend takes for itself on top of the trainer's allocations (the
+// cuBLASLt workspace and the kernels' scratch for cfg's shapes): what the plan adds on a
+// GPU. 0 in builds without CUDA.
+uint64_t backend_cuda_overhead(const config_t *cfg);
 
 // ---------------------------------------------------------------- shared by the backends
 // be->threads from cfg (--threads, else $OMP_NUM_THREADS, else every core), OpenMP set to

@@ -1,5 +1,5 @@
 // backend_cpu.c — the CPU backend: OpenBLAS + OpenMP kernels over a capped arena in RAM.
-// Also backend_init's device choice (auto/cpu/cuda), since it decides which backend runs,
+// Also backend_init's device choice (auto/cpu/cuda: backend_resolve), since it decides which backend runs,
 // and what every backend shares: the arena accounting in backend_alloc (the budget check
 // and its message, used/peak) and the entry points that hand device work to backend_t.vt
 // (backend_cuda.c) when a device backend set it.
@@ -38,20 +38,48 @@ static const backend_ops_t cpu_ops = {
     .adamw_update = adamw_update, // AVX-512/AVX2/scalar by CPU: the same bits
 };
 
-// Which device runs: exits 2 on an impossible explicit choice (before any work).
-static void choose_device(const config_t *cfg) {
+device_kind_t backend_resolve(const config_t *cfg, uint64_t *hbm_default) {
+    if (hbm_default) *hbm_default = 0;
+    if (cfg->device == DEVICE_CPU) return DEVICE_CPU;
 #ifdef TT_HAVE_CUDA
     char why[256] = "";
     int ngpu = cuda_probe_devices(why, sizeof why);
-    if (cfg->device == DEVICE_CUDA) {
-        if (ngpu == 0) usage_error("--device cuda: no usable GPU (%s); use --device cpu or auto", why);
-        usage_error("--device cuda: %d GPU(s) found, but the CUDA backend is not wired into the trainer yet; use --device cpu or auto", ngpu);
+    if (ngpu > 0) {
+        size_t free_b = 0, total_b = 0;
+        if (hbm_default && cuda_probe_memory(&free_b, &total_b, why, sizeof why) == 0)
+            *hbm_default = cuda_default_budget(free_b, total_b);
+        return DEVICE_CUDA;
     }
-    if (cfg->device == DEVICE_AUTO && ngpu > 0 && !cfg->quiet)
-        notice("--device auto: %d GPU(s) found, but the CUDA backend is not wired into the trainer yet; running on the CPU", ngpu);
+    if (cfg->device == DEVICE_CUDA) usage_error("--device cuda: no usable GPU (%s); use --device cpu or auto", why);
 #else
     if (cfg->device == DEVICE_CUDA)
         usage_error("--device cuda: this build has no CUDA support (rebuild where nvcc is found, or with -DTT_CUDA=ON); use --device cpu or auto");
+#endif
+    return DEVICE_CPU;
+}
+
+void backend_resolve_config(config_t *cfg) {
+    uint64_t hbm = 0;
+    if (backend_resolve(cfg, &hbm) != DEVICE_CUDA) return;
+    cfg->device = DEVICE_CUDA;
+    if (cfg->hbm_budget == 0 && hbm) {
+        cfg->hbm_budget = hbm;
+        char a[32];
+        if (!cfg->quiet)
+            notice("--hbm-budget not set: using %s of GPU 0 (its free memory less max(1 GiB, 5%%) for the CUDA runtime)",
+                   format_bytes(a, sizeof a, hbm));
+    }
+}
+
+// --device auto found no GPU: one notice saying why (unless --quiet).
+static void say_cpu(const config_t *cfg) {
+    if (cfg->device != DEVICE_AUTO || cfg->quiet) return;
+#ifdef TT_HAVE_CUDA
+    char why[256] = "";
+    cuda_probe_devices(why, sizeof why);
+    notice("--device auto: no usable GPU (%s); running on the CPU", why);
+#else
+    notice("--device auto: this build has no CUDA support; running on the CPU");
 #endif
 }
 
@@ -68,7 +96,15 @@ void backend_setup_host_threads(backend_t *be, const config_t *cfg) {
 }
 
 void backend_init(backend_t *be, const config_t *cfg) {
-    choose_device(cfg);
+    if (backend_resolve(cfg, NULL) == DEVICE_CUDA) {
+        char err[768];
+        int rc = backend_cuda_init(be, cfg, err, sizeof err);
+        if (rc == -ENOMEM || rc == -ENODEV) // the budget, or no GPU after all: the user's to fix
+            usage_error("--device %s: %s (or --device cpu)", cfg->device == DEVICE_CUDA ? "cuda" : "auto", err);
+        if (rc != 0) runtime_error("--device %s: %s (or --device cpu)", cfg->device == DEVICE_CUDA ? "cuda" : "auto", err);
+        return;
+    }
+    say_cpu(cfg);
     memset(be, 0, sizeof *be);
     be->name = "cpu";
     be->kind = DEVICE_CPU;
@@ -78,6 +114,11 @@ void backend_init(backend_t *be, const config_t *cfg) {
 }
 
 #ifndef TT_HAVE_CUDA
+uint64_t backend_cuda_overhead(const config_t *cfg) {
+    (void)cfg;
+    return 0;
+}
+
 int backend_cuda_init(backend_t *be, const config_t *cfg, char *err, size_t errlen) {
     (void)cfg;
     memset(be, 0, sizeof *be);
@@ -170,6 +211,24 @@ int backend_register_host(backend_t *be, void *h, size_t n) {
 
 void backend_unregister_host(backend_t *be, void *h) {
     if (be->vt) be->vt->unregister_host(be, h);
+}
+
+int backend_event_create(backend_t *be, void **ev, char *err, size_t errlen) {
+    *ev = NULL;
+    return be->vt ? be->vt->event_create(be, ev, err, errlen) : 0;
+}
+
+void backend_event_destroy(backend_t *be, void *ev) {
+    if (be->vt && ev) be->vt->event_destroy(be, ev);
+}
+
+void backend_event_record(backend_t *be, void *ev) {
+    if (be->vt) be->vt->event_record(be, ev);
+}
+
+void backend_copy_h2d_after(backend_t *be, void *d_dst, const void *h_src, size_t n, void *ev) {
+    if (be->vt) be->vt->copy_after(be, d_dst, h_src, n, ev);
+    else if (n) memcpy(d_dst, h_src, n);
 }
 
 int backend_host_pin(void *addr, size_t len, void *be) { return backend_register_host(be, addr, len); }

@@ -3,25 +3,25 @@
 // d2h) ordered by events, the cuBLASLt handle and workspace, and the op table of
 // kernels/cuda (cuda_kernels.h). Built only with CUDA (CMake drops this file otherwise).
 //
-// What it does not do: choose itself (backend_init still runs the CPU backend; the trainer
-// touches device pointers from the host until the wiring step), allocate after init
-// (nothing calls cudaMalloc again; never managed memory), or free single allocations.
+// What it does not do: allocate after init (nothing calls cudaMalloc again; never managed
+// memory), or free single allocations.
 //
 // Streams and events. Ops run on the compute stream (cuda_kernels_set_stream). A copy
-// between host and device runs on its copy stream and is ordered both ways against the
-// ops: the copy stream first waits for an event recorded on the compute stream (the ops
-// queued so far may still read or write its device buffer), and the compute stream then
-// waits for an event recorded after the copy (ops queued later see its data, and do not
-// overwrite a buffer it still reads). The record-then-wait pairs of concurrent callers are
-// serialized by one mutex, so an event is never re-recorded between its record and wait.
-// Synchronous copies then wait for their stream. This is conservative — a copy never
-// overlaps an op queued before it — and right for the trainer's current use; the
-// scheduler's wiring can order by per-buffer events instead.
+// between host and device runs on its copy stream after an event recorded on the compute
+// stream: the ops queued so far (which may still read or write its device buffer) come
+// first. A synchronous copy then waits for its stream, so ops queued after it returns see
+// its data; an asynchronous one also makes the compute stream wait for it (ops queued later
+// must neither read its destination early nor overwrite a buffer it still reads). The
+// record-then-wait pairs of concurrent callers are serialized by one mutex, so an event is
+// never re-recorded between its record and wait. backend_copy_h2d_after orders by a
+// caller's event instead (the trainer records one per parameter slot when its last reader
+// is queued): a streamed shard's copy waits only for the ops that read the slot's previous
+// shard, and so overlaps the ops queued since.
 //
 // Errors: init returns -errno with one line (budget, device, CUDA error) and releases
 // everything. After init a failing CUDA call is a device failure the run cannot survive:
 // one line naming the call, file and line, exit 1 (runtime_error).
-// Called by the GPU tests (tests/gpu) and, once wired, backend_init.
+// Called by backend_init (--device auto|cuda) and the GPU tests (tests/gpu).
 #include "backend.h"
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -33,8 +33,6 @@
 #include "cuda_probe.h"
 #include "util.h"
 
-#define GiB ((uint64_t)1 << 30)
-#define MiB ((uint64_t)1 << 20)
 
 typedef struct {
     int device;
@@ -142,11 +140,45 @@ static void cuda_copy(backend_t *be, void *dst, const void *src, size_t n, backe
     cudaCheck(cudaEventRecord(d->ev_compute, d->compute)); // the ops queued so far ...
     cudaCheck(cudaStreamWaitEvent(s, d->ev_compute, 0));   // ... come before the copy
     cudaCheck(cudaMemcpyAsync(dst, src, n, h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s));
-    cudaCheck(cudaEventRecord(done, s));                   // the copy comes before ...
-    cudaCheck(cudaStreamWaitEvent(d->compute, done, 0));   // ... the ops queued later
+    if (async) {
+        cudaCheck(cudaEventRecord(done, s));                 // the copy comes before ...
+        cudaCheck(cudaStreamWaitEvent(d->compute, done, 0)); // ... the ops queued later
+    }
     pthread_mutex_unlock(&d->lock);
     if (!async) cudaCheck(cudaStreamSynchronize(s)); // our copy and anything before it on s
     nvtxRangePop();
+}
+
+static void cuda_copy_after(backend_t *be, void *dst, const void *src, size_t n, void *ev) {
+    cuda_dev_t *d = be->dev;
+    if (n == 0) return;
+    nvtxRangePushA("copy_h2d_slot");
+    if (ev) cudaCheck(cudaStreamWaitEvent(d->h2d, (cudaEvent_t)ev, 0)); // the slot's last readers
+    cudaCheck(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, d->h2d));
+    cudaCheck(cudaStreamSynchronize(d->h2d));
+    nvtxRangePop();
+}
+
+static int cuda_event_create(backend_t *be, void **ev, char *err, size_t errlen) {
+    (void)be;
+    cudaEvent_t e = NULL;
+    cudaError_t rc = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    if (rc != cudaSuccess) {
+        snprintf(err, errlen, "cudaEventCreateWithFlags failed: %s (%s)", cudaGetErrorString(rc), cudaGetErrorName(rc));
+        return -EIO;
+    }
+    *ev = e;
+    return 0;
+}
+
+static void cuda_event_destroy(backend_t *be, void *ev) {
+    (void)be;
+    if (ev) cudaEventDestroy((cudaEvent_t)ev); // at teardown: nothing to do if it fails
+}
+
+static void cuda_event_record(backend_t *be, void *ev) {
+    cuda_dev_t *d = be->dev;
+    if (ev) cudaCheck(cudaEventRecord((cudaEvent_t)ev, d->compute));
 }
 
 static void cuda_memset(backend_t *be, void *d_dst, int byte, size_t n) {
@@ -192,6 +224,10 @@ static const backend_vt_t cuda_vt = {
     .sync = cuda_sync,
     .register_host = cuda_register_host,
     .unregister_host = cuda_unregister_host,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .copy_after = cuda_copy_after,
 };
 
 // ---------------------------------------------------------------- init
@@ -209,6 +245,14 @@ static void model_limits(const config_t *cfg, int *rows, int *dim, size_t *weigh
     *rows = n > 0x7fffffffL ? 0x7fffffff : (int)n;
     *dim = dmax > 0x7fffffffL ? 0x7fffffff : (int)dmax;
     *weight = (size_t)dmax * (size_t)C;
+}
+
+uint64_t backend_cuda_overhead(const config_t *cfg) {
+    int rows = 0, dim = 0;
+    size_t weight = 0;
+    model_limits(cfg, &rows, &dim, &weight);
+    size_t sb = cuda_kernels_scratch_bytes(rows, dim, weight, cfg->precision == PREC_FP32);
+    return ALIGN_UP((uint64_t)CUDA_LT_WORKSPACE_BYTES, 4096) + ALIGN_UP((uint64_t)sb, 4096);
 }
 
 #define INIT_CHECK(call)                                                                                 \
@@ -273,18 +317,18 @@ int backend_cuda_init(backend_t *be, const config_t *cfg, char *err, size_t errl
     // ---- the budget and the arena
     size_t free_b = 0, total_b = 0;
     INIT_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    uint64_t reserve = total_b / 20 > GiB ? total_b / 20 : GiB; // max(1 GiB, 5%)
+    uint64_t reserve = cuda_reserve_bytes(total_b);
     uint64_t budget = cfg->hbm_budget;
     char a[32], b[32], c[32], r[32];
     if (budget == 0) {
-        if (free_b <= reserve + 64 * MiB) {
+        budget = cuda_default_budget(free_b, total_b);
+        if (budget == 0) {
             snprintf(err, errlen, "GPU %d (%s): %s free of %s, less than the %s kept for the CUDA runtime (free the GPU, or set --hbm-budget)",
                      d->device, d->name, format_bytes(a, sizeof a, free_b), format_bytes(b, sizeof b, total_b),
                      format_bytes(r, sizeof r, reserve));
             rc = -ENOMEM;
             goto fail;
         }
-        budget = ((uint64_t)free_b - reserve) & ~(2 * MiB - 1); // whole 2 MiB pages
         if (!cfg->quiet)
             notice("--hbm-budget not set: using %s on GPU %d (%s): %s free of %s, %s kept for the CUDA runtime",
                    format_bytes(a, sizeof a, budget), d->device, d->name, format_bytes(b, sizeof b, free_b),

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include "backend.h"
 #include "hostmem.h"
 #include "util.h"
 
@@ -155,14 +156,28 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
         nhcache = (int)(n < (uint64_t)m->nshards ? n : (uint64_t)m->nshards);
         host += nhcache * big * pbytes;
     }
-    if (cfg->grads_tier == TIER_DEVICE) dev += P * 4;
-    else { dev += big * 4; host += P * 4; }
-    if (cfg->optim_tier == TIER_NVME) { host += 2 * 3 * big * 4; nvme += P * 12; }
-    else host += P * 12;
+    if (cfg->grads_tier == TIER_DEVICE) {
+        dev += P * 4;
+        if (cfg->device == DEVICE_CUDA) host += big * 4; // read back a shard at a time for the host update
+    } else {
+        dev += big * 4;
+        host += P * 4;
+    }
+    switch (cfg->optim_tier) {
+    case TIER_NVME: host += 2 * 3 * big * 4; nvme += P * 12; break;
+    case TIER_HOST: host += P * 12; break;
+    case TIER_DEVICE: // states in the arena; a host staging shard for checkpoints and the hash;
+        dev += P * 12; // new weights built on the device when their home is not
+        host += 3 * big * 4;
+        if (cfg->params_tier != TIER_DEVICE) dev += big * pbytes;
+        break;
+    }
+    if (cfg->device == DEVICE_CUDA) dev += (double)backend_cuda_overhead(cfg); // cuBLASLt workspace, kernel scratch
     p->device_bytes = (uint64_t)dev;
     p->host_bytes = (uint64_t)host;
     p->nvme_bytes = (uint64_t)nvme;
-    p->ram_needed = p->device_bytes + p->host_bytes;
+    // the CPU backend's arena is RAM too; a GPU's is not
+    p->ram_needed = cfg->device == DEVICE_CUDA ? p->host_bytes : p->device_bytes + p->host_bytes;
     p->mem_available = hostmem_mem_available();
     p->nvme_free = p->nvme_bytes ? plan_nvme_free(cfg) : 0;
     // 2 FLOPs per multiply-add: forward 2·P·N, recompute 2·P·N, backward 4·P·N; attention
@@ -174,7 +189,14 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     // ---- traffic per step on each link (what step.c's counters measure)
     const double Pp = P * pbytes, G = P * 4, NC4 = N * C * 4;
     if (cfg->params_tier != TIER_DEVICE) stream_traffic(cfg, m, nslots, nhcache, p, pbytes);
-    if (cfg->params_tier == TIER_DEVICE) p->h2d_bytes += (uint64_t)Pp; // the optimizer's new weights
+    // the optimizer's new weights travel to their home: built on the host for a device home,
+    // on the device for a host or NVMe home when the optimizer runs there
+    if (cfg->optim_tier == TIER_DEVICE) {
+        if (cfg->params_tier != TIER_DEVICE) p->d2h_bytes += (uint64_t)Pp;
+        if (cfg->grads_tier == TIER_HOST) p->h2d_bytes += (uint64_t)G; // gradients to the update
+    } else if (cfg->params_tier == TIER_DEVICE) {
+        p->h2d_bytes += (uint64_t)Pp;
+    }
     if (cfg->params_tier == TIER_NVME) p->nvme_write_bytes += (uint64_t)Pp;
     if (cfg->grads_tier == TIER_HOST) { // every visit reads and writes the shard's gradients
         double visits = (vertical ? 1 : cfg->accum) * G + (m->tie ? emb * 4 : 0);
@@ -197,7 +219,9 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     p->t_ms[PLAN_D2H] = 1e3 * (double)p->d2h_bytes / prof->d2h_Bps;
     p->t_ms[PLAN_NVME_READ] = 1e3 * (double)p->nvme_read_bytes / prof->nvme_read_Bps;
     p->t_ms[PLAN_NVME_WRITE] = 1e3 * (double)p->nvme_write_bytes / prof->nvme_write_Bps;
-    p->t_ms[PLAN_ADAM] = 1e3 * P / prof->adam_params_per_s;
+    // AdamW on a GPU (--optimizer device) streams 28 bytes per parameter through HBM: a
+    // fraction of a step, not modeled; on the CPU backend it runs at the measured host rate.
+    p->t_ms[PLAN_ADAM] = cfg->optim_tier == TIER_DEVICE && cfg->device == DEVICE_CUDA ? 0 : 1e3 * P / prof->adam_params_per_s;
     for (int r = 0; r < PLAN_NRES; r++)
         if (p->t_ms[r] > p->floor_ms) { p->floor_ms = p->t_ms[r]; p->bound = r; }
 
@@ -225,10 +249,15 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
             snprintf(fix + strlen(fix), sizeof fix - strlen(fix), "the FP32 gradients (%s) stay in RAM: ",
                      format_bytes(g, sizeof g, p->grads_bytes));
         }
-        snprintf(p->reason, sizeof p->reason, "needs %s of RAM (device arena %s + host %s), %s available (%sa smaller "
-                 "--model, --batch or --seq)",
-                 format_bytes(a, sizeof a, p->ram_needed), format_bytes(b, sizeof b, p->device_bytes),
-                 format_bytes(c, sizeof c, p->host_bytes), format_bytes(d, sizeof d, p->mem_available), fix);
+        if (cfg->device == DEVICE_CUDA)
+            snprintf(p->reason, sizeof p->reason, "needs %s of RAM (host states and staging), %s available (%sa smaller "
+                     "--model, --batch or --seq)",
+                     format_bytes(a, sizeof a, p->ram_needed), format_bytes(d, sizeof d, p->mem_available), fix);
+        else
+            snprintf(p->reason, sizeof p->reason, "needs %s of RAM (device arena %s + host %s), %s available (%sa smaller "
+                     "--model, --batch or --seq)",
+                     format_bytes(a, sizeof a, p->ram_needed), format_bytes(b, sizeof b, p->device_bytes),
+                     format_bytes(c, sizeof c, p->host_bytes), format_bytes(d, sizeof d, p->mem_available), fix);
     } else if (p->nvme_bytes && p->nvme_bytes > p->nvme_free) {
         p->feasible = 0;
         snprintf(p->reason, sizeof p->reason, "NVMe states need %s, %s free under --nvme-path %.200s (free space, or add "
@@ -286,7 +315,7 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
             format_bytes(a, sizeof a, p->params_bytes), tn[cfg->params_tier]);
     fprintf(f, "  gradients (fp32)     %12s   %s\n", format_bytes(a, sizeof a, p->grads_bytes), tn[cfg->grads_tier]);
     fprintf(f, "  master + m + v       %12s   %s\n", format_bytes(a, sizeof a, p->optim_bytes),
-            cfg->optim_tier == TIER_NVME ? "nvme" : "host");
+            tn[cfg->optim_tier]);
     fprintf(f, "  activations          %12s   device\n", format_bytes(a, sizeof a, p->acts_bytes));
     fprintf(f, "  device total         %12s   (--hbm-budget %s)\n", format_bytes(a, sizeof a, p->device_bytes),
             cfg->hbm_budget ? format_bytes(b, sizeof b, cfg->hbm_budget) : "none");
@@ -294,8 +323,8 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
             cfg->host_budget ? format_bytes(b, sizeof b, cfg->host_budget) : "none");
     fprintf(f, "  nvme total           %12s   of %s free (--nvme-path %s)\n", format_bytes(a, sizeof a, p->nvme_bytes),
             p->nvme_bytes ? format_bytes(b, sizeof b, p->nvme_free) : "-", cfg->nvme_path[0] ? cfg->nvme_path : "default");
-    fprintf(f, "  RAM (cpu backend)    %12s   of %s available\n", format_bytes(a, sizeof a, p->ram_needed),
-            format_bytes(b, sizeof b, p->mem_available));
+    fprintf(f, "  RAM (%s)    %12s   of %s available\n", cfg->device == DEVICE_CUDA ? "host only  " : "cpu backend",
+            format_bytes(a, sizeof a, p->ram_needed), format_bytes(b, sizeof b, p->mem_available));
     fprintf(f, "compute per step: %.3g TFLOP (matmuls incl. recompute, causal attention)\n", p->flops_per_step / 1e12);
     fprintf(f, "traffic per step: host->device %s, device->host %s, nvme read %s, nvme write %s (%llu parameter "
                "fetches)\n",

@@ -23,7 +23,7 @@ typedef struct {
     uint64_t device_bytes;   // what the device arena must hold
     uint64_t host_bytes;     // what the host must hold (homes and staging)
     uint64_t nvme_bytes;     // what the NVMe store must hold
-    uint64_t ram_needed;     // CPU backend: device arena and host are the same RAM, counted once
+    uint64_t ram_needed;     // host bytes, plus the device arena on the CPU backend (the same RAM)
     uint64_t mem_available;  // /proc/meminfo MemAvailable
     uint64_t nvme_free;      // free bytes under --nvme-path (statvfs, each filesystem once); 0 when unused
     double flops_per_step;   // matmul FLOPs incl. the recompute, plus attention

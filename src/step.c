@@ -103,6 +103,12 @@ static int fetch_params(void *ctx, int shard, int pos, void *dst, char *err, siz
     trainer_t *tr = ctx;
     size_t bytes = pbytes_of(tr, shard);
     const void *src = NULL;
+    int slot = 0;
+    while (slot < tr->nslots && tr->pslot[slot] != dst) slot++;
+    if (slot == tr->nslots) {
+        snprintf(err, errlen, "parameters of %s: fetch into an unknown slot", tr->model.shards[shard].name);
+        return -EINVAL;
+    }
     if (opt_wait_shard(tr, shard) != 0) { // its home is not updated: the step is void
         snprintf(err, errlen, "%s", tr->opt_err);
         return tr->opt_rc;
@@ -124,8 +130,6 @@ static int fetch_params(void *ctx, int shard, int pos, void *dst, char *err, siz
             src = tr->hcache[hit];
             stat_add(&tr->stats.cache_hits, 1);
         } else {
-            int slot = 0;
-            while (slot < tr->nslots && tr->pslot[slot] != dst) slot++;
             void *buf = ci >= 0 ? tr->hcache[ci] : tr->pstage[slot];
             char what[64];
             snprintf(what, sizeof what, "parameters of %s", tr->model.shards[shard].name);
@@ -140,7 +144,8 @@ static int fetch_params(void *ctx, int shard, int pos, void *dst, char *err, siz
         }
     }
     double t0 = trace_now_ms();
-    backend_copy_h2d(&tr->be, dst, src, bytes);
+    // after the ops reading the slot's previous shard only: the copy overlaps the ops queued since
+    backend_copy_h2d_after(&tr->be, dst, src, bytes, tr->slot_ev[slot]);
     trace_span(TRACK_COPY, "fetch", tr->model.shards[shard].name, t0, trace_now_ms());
     stat_add(&tr->stats.h2d_bytes, bytes);
     return 0;
@@ -158,13 +163,20 @@ static const void *params_acquire(trainer_t *tr, int shard) {
     const void *p = sched_acquire(tr->sched, shard, err, sizeof err);
     if (!p) {
         fault(tr, err);
-        return tr->pslot[0];
+        p = tr->pslot[0];
     }
+    int slot = 0;
+    while (slot < tr->nslots - 1 && tr->pslot[slot] != p) slot++;
+    tr->slot_of[shard] = slot;
     return p;
 }
 
+// The ops reading the shard's slot are queued: its event marks them, so that a later fetch
+// into the slot waits for them (and nothing else) before overwriting it.
 static void params_release(trainer_t *tr, int shard) {
-    if (tr->cfg->params_tier != TIER_DEVICE) sched_release(tr->sched, shard);
+    if (tr->cfg->params_tier == TIER_DEVICE) return;
+    backend_event_record(&tr->be, tr->slot_ev[tr->slot_of[shard]]);
+    sched_release(tr->sched, shard);
 }
 
 // FP32 weights of a shard for compute: the compute copy itself in fp32 mode, else the BF16
@@ -256,7 +268,7 @@ static uint64_t host_pool_bytes(const trainer_t *tr) {
         uint64_t n = m->shards[s].numel_padded;
         if (cfg->params_tier == TIER_HOST) total += ALIGN_UP(n * tr->pbytes, 4096);
         if (cfg->grads_tier == TIER_HOST) total += ALIGN_UP(n * 4, 4096);
-        if (cfg->optim_tier != TIER_NVME) total += 3 * ALIGN_UP(n * 4, 4096);
+        if (cfg->optim_tier == TIER_HOST) total += 3 * ALIGN_UP(n * 4, 4096);
     }
     uint64_t big = m->max_shard_numel;
     if (cfg->params_tier == TIER_NVME) total += (uint64_t)tr->nslots * ALIGN_UP(big * tr->pbytes, 4096);
@@ -264,6 +276,8 @@ static uint64_t host_pool_bytes(const trainer_t *tr) {
     if (cfg->ckpt_tier == CKPT_HOST)
         total += ALIGN_UP((uint64_t)tr->nmb * (uint64_t)(m->L + 1) * (uint64_t)tr->N * (uint64_t)m->C * 4, 4096);
     if (cfg->optim_tier == TIER_NVME) total += 2 * ALIGN_UP(3 * big * 4, 4096);
+    if (cfg->optim_tier == TIER_DEVICE) total += ALIGN_UP(3 * big * 4, 4096);
+    if (cfg->grads_tier == TIER_DEVICE && tr->be.vt) total += ALIGN_UP(big * 4, 4096); // gstage
     if (cfg->params_tier != TIER_HOST) total += ALIGN_UP(big * tr->pbytes, 4096);
     return total;
 }
@@ -313,9 +327,11 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     tr->o_name = calloc(ns, sizeof *tr->o_name);
     tr->pslot = calloc((size_t)tr->nslots, sizeof *tr->pslot);
     tr->pstage = calloc((size_t)tr->nslots, sizeof *tr->pstage);
+    tr->slot_ev = calloc((size_t)tr->nslots + 1, sizeof *tr->slot_ev);
+    tr->slot_of = calloc(ns, sizeof *tr->slot_of);
     if (!tr->p || !tr->p_host || !tr->p_off || !tr->p_crc || !tr->g || !tr->gcur || !tr->master || !tr->m ||
         !tr->v || !tr->o_off || !tr->o_crc || !tr->o_name || !tr->pslot || !tr->pstage ||
-        !tr->hcache || !tr->hcache_shard || !tr->losses_host) {
+        !tr->hcache || !tr->hcache_shard || !tr->losses_host || !tr->slot_ev || !tr->slot_of) {
         snprintf(err, errlen, "out of memory for the shard tables");
         return -ENOMEM;
     }
@@ -364,17 +380,22 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
         snprintf(what, sizeof what, "gradients of %s", sh->name);
         if (cfg->grads_tier == TIER_DEVICE) DEV(tr->g[s], sh->numel_padded * sizeof(float), what);
         else HOST(tr->g[s], sh->numel_padded * sizeof(float), what);
-        if (cfg->optim_tier != TIER_NVME) {
-            snprintf(what, sizeof what, "optimizer states of %s", sh->name);
+        snprintf(what, sizeof what, "optimizer states of %s", sh->name);
+        if (cfg->optim_tier == TIER_HOST) {
             HOST(tr->master[s], sh->numel_padded * sizeof(float), what);
             HOST(tr->m[s], sh->numel_padded * sizeof(float), what);
             HOST(tr->v[s], sh->numel_padded * sizeof(float), what);
+        } else if (cfg->optim_tier == TIER_DEVICE) {
+            DEV(tr->master[s], 3 * sh->numel_padded * sizeof(float), what);
+            tr->m[s] = tr->master[s] + sh->numel_padded;
+            tr->v[s] = tr->m[s] + sh->numel_padded;
         }
     }
     if (cfg->params_tier != TIER_DEVICE) {
         for (int i = 0; i < tr->nslots; i++) {
             DEV(tr->pslot[i], big * tr->pbytes, "parameter slots");
             if (cfg->params_tier == TIER_NVME) HOST(tr->pstage[i], big * tr->pbytes, "parameter staging");
+            if ((rc = backend_event_create(&tr->be, &tr->slot_ev[i], err, errlen)) != 0) return rc;
         }
         if ((rc = sched_init(&tr->sched, m->nshards, tr->nslots, tr->pslot, cfg->prefetch, fetch_params, tr,
                              err, errlen)) != 0)
@@ -391,6 +412,10 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     if (cfg->optim_tier == TIER_NVME) {
         HOST(tr->ostage[0], 3 * big * sizeof(float), "optimizer staging");
         HOST(tr->ostage[1], 3 * big * sizeof(float), "optimizer staging");
+    }
+    if (cfg->optim_tier == TIER_DEVICE) {
+        HOST(tr->ostage[0], 3 * big * sizeof(float), "optimizer staging");
+        if (cfg->params_tier != TIER_DEVICE) DEV(tr->pnew, big * tr->pbytes, "new parameters");
     }
     if (tr->bf16) {
         DEV(tr->wbuf[0], big * sizeof(float), "FP32 weight scratch");
@@ -457,7 +482,7 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     // ---- initial weights: master from the seed, shard by shard; the compute copy from it
     for (int s = 0; s < m->nshards; s++) {
         float *master = tr->master[s], *mm = tr->m[s], *vv = tr->v[s];
-        if (cfg->optim_tier == TIER_NVME) {
+        if (cfg->optim_tier != TIER_HOST) { // built in the staging shard, then written home
             size_t n = m->shards[s].numel_padded;
             master = tr->ostage[0];
             mm = master + n;
@@ -469,6 +494,7 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
         if (cfg->optim_tier == TIER_NVME &&
             (rc = nvme_io(tr, 1, tr->o_off[s], obytes_of(tr, s), master, &tr->o_crc[s], tr->o_name[s], s, err, errlen)) != 0)
             return rc;
+        if (cfg->optim_tier == TIER_DEVICE) backend_copy_h2d(&tr->be, tr->master[s], master, obytes_of(tr, s));
         void *pc = params_build_buffer(tr, s);
         if (tr->bf16) bf16_from_f32_n(pc, master, m->shards[s].numel_padded);
         else memcpy(pc, master, m->shards[s].numel_padded * sizeof(float));
@@ -497,12 +523,13 @@ void trainer_free(trainer_t *tr) {
         pthread_join(tr->opt_thread, NULL);
     }
     sched_free(tr->sched); // first: its worker may be copying from the homes
+    for (int i = 0; tr->slot_ev && i < tr->nslots; i++) backend_event_destroy(&tr->be, tr->slot_ev[i]);
     nvme_store_free(tr->nvme);
     hostmem_free(tr->host);
     free(tr->p); free(tr->p_host); free(tr->p_off); free(tr->p_crc); free(tr->g); free(tr->gcur);
     free(tr->master); free(tr->m); free(tr->v); free(tr->o_off); free(tr->o_crc); free(tr->o_name);
     free(tr->pslot); free(tr->pstage); free(tr->uses); free(tr->hcache); free(tr->hcache_shard);
-    free(tr->losses_host);
+    free(tr->losses_host); free(tr->slot_ev); free(tr->slot_of);
     backend_free(&tr->be);
     model_free(&tr->model);
     if (tr->sync_inited) {
@@ -924,9 +951,10 @@ double trainer_grad_norm(trainer_t *tr) {
 }
 
 // One shard's AdamW over its tensors (wd on matrices only); writes master/m/v in place and
-// the new compute copy into pc.
+// the new compute copy into pc. dev: everything is device memory and the backend's update
+// runs (queued on the compute stream); else the CPU's, on host memory.
 static void adamw_shard(trainer_t *tr, int s, float *master, float *mm, float *vv, const float *g, void *pc,
-                        adamw_params_t *hp) {
+                        adamw_params_t *hp, int dev) {
     const shard_t *sh = &tr->model.shards[s];
     double t0 = trace_now_ms();
     for (int ti = 0; ti < sh->ntensors; ti++) {
@@ -935,8 +963,8 @@ static void adamw_shard(trainer_t *tr, int s, float *master, float *mm, float *v
         size_t o = te->offset;
         uint16_t *p16 = tr->bf16 ? (uint16_t *)pc + o : NULL;
         float *p32 = tr->bf16 ? NULL : (float *)pc + o;
-        // the states are in host memory here: the CPU update (the device one is --optimizer device on a GPU)
-        adamw_update(master + o, mm + o, vv + o, p16, p32, g + o, te->numel, hp);
+        if (dev) tr->be.ops->adamw_update(master + o, mm + o, vv + o, p16, p32, g + o, te->numel, hp);
+        else adamw_update(master + o, mm + o, vv + o, p16, p32, g + o, te->numel, hp);
     }
     trace_span(TRACK_OPTIM, "adamw", sh->name, t0, trace_now_ms());
 }
@@ -1016,22 +1044,59 @@ static void opt_publish(trainer_t *tr, int s) {
 // One step's AdamW over every shard in order 0..n-1, on the optimizer thread: reads each
 // shard's gradients, zeroes them, writes master/m/v and the new compute copy to its home,
 // then publishes the shard. Returns 0 or -errno with one line in err.
-static int optimizer_run(trainer_t *tr, int t, float lr, float grad_scale, char *err, size_t errlen) {
-    const config_t *cfg = tr->cfg;
-    const model_t *m = &tr->model;
-    double t0 = now_ms();
+static adamw_params_t adamw_hp(const config_t *cfg, int t, float lr, float grad_scale) {
     adamw_params_t hp = {
         .lr = lr, .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2, .eps = (float)cfg->eps,
         .grad_scale = grad_scale,
         .bc1 = (float)(1.0 - pow(cfg->beta1, t)), .bc2 = (float)(1.0 - pow(cfg->beta2, t)),
     };
+    return hp;
+}
+
+// --optimizer device: the update of every shard queued on the compute stream by the calling
+// (compute) thread, where the states live; the gradients come up first when their home is
+// the host, and the new compute copy goes down to a host or NVMe home. The ops that follow
+// (the next forward) come after it in stream order, so nothing waits for it on the host.
+static int optimizer_run_device(trainer_t *tr, int t, float lr, float grad_scale, char *err, size_t errlen) {
+    const config_t *cfg = tr->cfg;
+    const model_t *m = &tr->model;
+    double t0 = now_ms();
+    adamw_params_t hp = adamw_hp(cfg, t, lr, grad_scale);
+    for (int s = 0; s < m->nshards; s++) {
+        size_t n = m->shards[s].numel_padded;
+        const float *g = tr->g[s];
+        if (cfg->grads_tier == TIER_HOST) {
+            backend_copy_h2d(&tr->be, tr->gslot, tr->g[s], n * sizeof(float));
+            stat_add(&tr->stats.h2d_bytes, n * sizeof(float));
+            g = tr->gslot;
+        }
+        void *pd = cfg->params_tier == TIER_DEVICE ? tr->p[s] : tr->pnew;
+        adamw_shard(tr, s, tr->master[s], tr->m[s], tr->v[s], g, pd, &hp, 1);
+        grads_zero(tr, s);
+        if (cfg->params_tier != TIER_DEVICE) {
+            void *pc = params_build_buffer(tr, s);
+            backend_copy_d2h(&tr->be, pc, tr->pnew, pbytes_of(tr, s));
+            stat_add(&tr->stats.d2h_bytes, pbytes_of(tr, s));
+            int rc = params_store(tr, s, pc, err, errlen);
+            if (rc != 0) return rc;
+        }
+    }
+    tr->stats.opt_ms += now_ms() - t0;
+    return 0;
+}
+
+static int optimizer_run(trainer_t *tr, int t, float lr, float grad_scale, char *err, size_t errlen) {
+    const config_t *cfg = tr->cfg;
+    const model_t *m = &tr->model;
+    double t0 = now_ms();
+    adamw_params_t hp = adamw_hp(cfg, t, lr, grad_scale);
     // Gradients live in arena memory or the host pool; both are host-addressable on the CPU
     // backend (the CUDA backend copies device-resident gradients back first).
     int rc = 0;
-    if (cfg->optim_tier != TIER_NVME) {
+    if (cfg->optim_tier == TIER_HOST) {
         for (int s = 0; s < m->nshards && rc == 0; s++) {
             void *pc = params_build_buffer(tr, s);
-            adamw_shard(tr, s, tr->master[s], tr->m[s], tr->v[s], grads_for_update(tr, s), pc, &hp);
+            adamw_shard(tr, s, tr->master[s], tr->m[s], tr->v[s], grads_for_update(tr, s), pc, &hp, 0);
             grads_zero(tr, s);
             rc = params_store(tr, s, pc, err, errlen);
             if (rc == 0) opt_publish(tr, s);
@@ -1052,7 +1117,7 @@ static int optimizer_run(trainer_t *tr, int t, float lr, float grad_scale, char 
             size_t n = m->shards[s].numel_padded;
             float *master = tr->ostage[b], *mm = master + n, *vv = mm + n;
             void *pc = params_build_buffer(tr, s);
-            adamw_shard(tr, s, master, mm, vv, grads_for_update(tr, s), pc, &hp);
+            adamw_shard(tr, s, master, mm, vv, grads_for_update(tr, s), pc, &hp, 0);
             grads_zero(tr, s);
             if ((rc = params_store(tr, s, pc, err, errlen)) == 0) {
                 opt_publish(tr, s); // the new parameters are home; the states' write may still run
@@ -1114,6 +1179,7 @@ int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, cha
     if (rc != 0) return rc;
     // The homes change from here: no fetch may be in flight, and every slot's copy goes stale.
     if (tr->sched) sched_invalidate(tr->sched);
+    if (tr->cfg->optim_tier == TIER_DEVICE) return optimizer_run_device(tr, t, lr, grad_scale, err, errlen);
     pthread_mutex_lock(&tr->opt_mu);
     tr->opt_req.t = t;
     tr->opt_req.lr = lr;
@@ -1129,7 +1195,7 @@ int trainer_states_get(trainer_t *tr, int s, int fill_zero, float **master, floa
                        size_t errlen) {
     int rc = trainer_optimizer_wait(tr, err, errlen);
     if (rc != 0) return rc;
-    if (tr->cfg->optim_tier != TIER_NVME) {
+    if (tr->cfg->optim_tier == TIER_HOST) {
         *master = tr->master[s];
         *m = tr->m[s];
         *v = tr->v[s];
@@ -1137,6 +1203,7 @@ int trainer_states_get(trainer_t *tr, int s, int fill_zero, float **master, floa
     }
     size_t n = tr->model.shards[s].numel_padded;
     if (fill_zero) memset(tr->ostage[0], 0, obytes_of(tr, s));
+    else if (tr->cfg->optim_tier == TIER_DEVICE) backend_copy_d2h(&tr->be, tr->ostage[0], tr->master[s], obytes_of(tr, s));
     else if ((rc = nvme_io(tr, 0, tr->o_off[s], obytes_of(tr, s), tr->ostage[0], &tr->o_crc[s], tr->o_name[s], s, err,
                            errlen)) != 0)
         return rc;
@@ -1153,6 +1220,9 @@ int trainer_states_put(trainer_t *tr, int s, char *err, size_t errlen) {
         if ((rc = nvme_io(tr, 1, tr->o_off[s], obytes_of(tr, s), tr->ostage[0], &tr->o_crc[s], tr->o_name[s], s, err,
                           errlen)) != 0)
             return rc;
+        master = tr->ostage[0];
+    } else if (tr->cfg->optim_tier == TIER_DEVICE) {
+        backend_copy_h2d(&tr->be, tr->master[s], tr->ostage[0], obytes_of(tr, s));
         master = tr->ostage[0];
     }
     if (tr->sched) sched_invalidate(tr->sched); // slots may hold the old weights
@@ -1189,6 +1259,9 @@ uint64_t trainer_params_hash(trainer_t *tr) {
             if (nvme_io(tr, 0, tr->o_off[s], obytes_of(tr, s), tr->ostage[0], &tr->o_crc[s], tr->o_name[s], s, err,
                         sizeof err) != 0)
                 runtime_error("%s", err);
+            master = tr->ostage[0];
+        } else if (tr->cfg->optim_tier == TIER_DEVICE) {
+            backend_copy_d2h(&tr->be, tr->ostage[0], tr->master[s], tr->model.shards[s].numel_padded * sizeof(float));
             master = tr->ostage[0];
         }
         for (int ti = 0; ti < sh->ntensors; ti++)

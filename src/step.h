@@ -57,6 +57,9 @@ typedef struct {
     int nslots;
     void **pslot;             // [device] (nslots) slots of the largest shard
     void **pstage;            // [host] (nslots) NVMe staging, one per slot
+    void **slot_ev;           // (nslots) backend events: each slot's last reader queued (CUDA: the
+                              // fetch into it waits for that alone); NULL on the CPU backend
+    int *slot_of;             // (nshards) the slot a shard was acquired into (compute thread)
     // ---- gradients, one home per --grads
     float **g;                // (nshards) [device] resident or [host] homes
     float *gslot;             // [device] where a host-resident shard's gradients visit
@@ -66,11 +69,15 @@ typedef struct {
                               // gradient, summed over micro-batches, added at the step's end
     float **gcur;             // (nshards) the device copy being accumulated, while acquired
     // ---- optimizer states, one home per --optimizer
-    float **master, **m, **v; // [host] homes (--optimizer host|device), else NULL
+    float **master, **m, **v; // [host] homes (--optimizer host), [device] (--optimizer device: one
+                              // allocation per shard, m and v after master), else NULL
     uint64_t *o_off;          // [nvme] extent of (master, m, v) per shard
     char (*o_name)[64];       // "optimizer states of block.3": labels for NVMe messages
     uint32_t *o_crc;
-    float *ostage[2];         // [host] NVMe double buffer, (3, max shard) each
+    float *ostage[2];         // [host] NVMe double buffer, (3, max shard) each; [0] alone stages
+                              // device states (--optimizer device) for checkpoints and the hash
+    void *pnew;               // [device] --optimizer device with params off the device: the new
+                              // compute copy, read back to its home
     struct { const char *label; double t0; int track; } ospan[4]; // --trace: in-flight o32 reads [0,1], writes [2,3]
     void *pstage_opt;         // [host] the new compute copy of a shard bound for NVMe
     float *wbuf[2];           // [device] FP32 weights of up to two shards (BF16 mode)
@@ -146,6 +153,7 @@ double trainer_grad_norm(trainer_t *tr);
 // goes on with the next step, whose uses of a shard wait for that shard's update. Returns 0,
 // or the previous update's -errno with one line in err (an NVMe failure names shard, file
 // and offset). Clipping must be decided before (grad_scale): every gradient is final here.
+// --optimizer device: the whole update is queued on the compute stream here, by the caller.
 int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, char *err, size_t errlen);
 // One optimizer step t over its accum micro-batches (tokens, targets: accum × N): forward
 // and backward, the global norm and the clip factor, the learning rate of step t, and the
@@ -156,12 +164,12 @@ int trainer_train_step(trainer_t *tr, int t, const int *tokens, const int *targe
 // Waits for the update in flight to end. Returns 0 or its -errno with one line in err.
 int trainer_optimizer_wait(trainer_t *tr, char *err, size_t errlen);
 // The FP32 master, m and v of shard s in host memory (numel_padded each): the host homes,
-// or, for NVMe-resident states, the staging buffer — read from the extent, or zero-filled
+// or, for NVMe- or device-resident states, the staging buffer — read from home, or zero-filled
 // when fill_zero (the caller will overwrite them). Waits for the optimizer. Valid until the
 // next call. Returns 0 or -errno with one line in err.
 int trainer_states_get(trainer_t *tr, int s, int fill_zero, float **master, float **m, float **v, char *err,
                        size_t errlen);
-// After the caller changed what trainer_states_get gave: writes NVMe-resident states back
+// After the caller changed what trainer_states_get gave: writes NVMe- or device-resident states back
 // and rebuilds the shard's compute copy from the master. Returns 0 or -errno with one line.
 int trainer_states_put(trainer_t *tr, int s, char *err, size_t errlen);
 // 64-bit FNV-1a over the FP32 master weights of every tensor, in shard order.

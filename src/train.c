@@ -169,7 +169,9 @@ int train_run(const config_t *cfg_in) {
         start = ck.step + 1;
     }
 
-    // Before any allocation: does it fit? (The same check `tiertrain plan` prints.)
+    // Before any allocation: does it fit? (The same check `tiertrain plan` prints, for the
+    // device that will run: a GPU's memory is not RAM.)
+    backend_resolve_config(&resolved);
     model_t shape;
     model_init(&shape, cfg);
     plan_t plan;
@@ -334,6 +336,7 @@ int plan_run(const config_t *cfg_in) {
     model_t m;
     model_init(&m, cfg);
     print_model(&m, cfg, stdout);
+    backend_resolve_config(&resolved);
     plan_t p;
     profile_t prof;
     const profile_t *rates = train_load_profile(cfg, &prof);

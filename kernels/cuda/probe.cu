@@ -13,3 +13,13 @@ extern "C" int cuda_probe_devices(char *why, size_t why_len) {
     if (count <= 0 && why && why_len) snprintf(why, why_len, "cudaGetDeviceCount found no device");
     return count > 0 ? count : 0;
 }
+
+extern "C" int cuda_probe_memory(size_t *free_b, size_t *total_b, char *why, size_t why_len) {
+    cudaError_t rc = cudaSetDevice(0);
+    if (rc == cudaSuccess) rc = cudaMemGetInfo(free_b, total_b);
+    if (rc != cudaSuccess) {
+        if (why && why_len) snprintf(why, why_len, "%s (%d): %s", cudaGetErrorName(rc), (int)rc, cudaGetErrorString(rc));
+        return -1;
+    }
+    return 0;
+}

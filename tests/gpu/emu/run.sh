@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# run.sh — EMULATION ONLY: builds tests/gpu/test_cuda_kernels against kernels/cuda/*.cu run
-# on the CPU (emu_device.h: every CUDA thread a fiber, barriers and shuffles emulated) and
-# a host stand-in for the CUDA runtime and cuBLASLt (emu_runtime.cpp), then runs it.
-# Checks the kernels' logic — indexing, masking, tiling, barriers, reductions, chunking,
-# the GEMM operand mapping through the fallback kernel, the backend's arena — where no GPU
-# is at hand. It is not a GPU: cuBLASLt, streams, memory ordering and the GPU's libm are
-# not exercised; the real test on a GPU is `ctest -L gpu`.
-# Usage: tests/gpu/emu/run.sh [OUT_DIR]   (default /tmp/tt-emu); extra env passed to the test
-# (CK_RUN_CASE=matmul, TK_VERBOSE=1, ...).
+# run.sh — EMULATION ONLY: builds the GPU suites (tests/gpu/test_cuda_kernels.c and
+# test_cuda_train.c) against kernels/cuda/*.cu run on the CPU (emu_device.h: every CUDA
+# thread a fiber, barriers and shuffles emulated) and a host stand-in for the CUDA runtime
+# and cuBLASLt (emu_runtime.cpp), then runs them. Checks the kernels' logic — indexing,
+# masking, tiling, barriers, reductions, chunking, the GEMM operand mapping through the
+# fallback kernel, the backend's arena — and the trainer's use of the CUDA backend (every
+# device buffer reached through the backend, placements, the device optimizer) where no
+# GPU is at hand. It is not a GPU: cuBLASLt, streams, memory ordering and the GPU's libm
+# are not exercised (the stand-in runs every copy and op at once, in call order); the
+# real test on a GPU is `ctest -L gpu`.
+# Usage: tests/gpu/emu/run.sh [OUT_DIR [SUITE...]]   (default /tmp/tt-emu, both suites:
+# cuda_kernels cuda_train); extra env passed to the tests (CK_RUN_CASE=matmul, ...).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 out=${1:-/tmp/tt-emu}
+shift || true
+suites=("$@")
+(( ${#suites[@]} )) || suites=(cuda_kernels cuda_train)
 mkdir -p "$out/src" "$out/obj"
 jobs=$(nproc 2>/dev/null || echo 2)
 
@@ -19,7 +25,7 @@ cxxflags=(-std=c++17 -O2 -g -ffp-contract=off -Wall -Wextra -Wno-unused-paramete
           -I "$here/include" -I "$root/kernels" -I "$root/src")
 cflags=(-std=c11 -O2 -g -ffp-contract=off -Wall -Wextra -D_GNU_SOURCE -fopenmp -DTT_HAVE_CUDA=1
         -DTT_VERSION='"emu"' -DTT_SOURCE_DIR="\"$root\"" -DTT_BINARY='"/bin/false"' -DTT_TESTS_DIR="\"$root/tests\""
-        -I "$here/include" -I "$root/src" -I "$root/kernels" -I "$root/io" -I "$root/tests")
+        -I "$here/include" -I "$root/src" -I "$root/kernels" -I "$root/io" -I "$root/bench" -I "$root/tests")
 
 pids=()
 for f in "$root"/kernels/cuda/*.cu; do
@@ -33,9 +39,10 @@ for f in "$root"/kernels/cuda/*.cu; do
 done
 g++ -std=c++17 -O2 -g -Wall -Wextra -I "$here/include" -c "$here/emu_runtime.cpp" -o "$out/obj/emu_runtime.o" &
 pids+=($!)
-csrc=("$root"/src/backend_cpu.c "$root"/src/backend_cuda.c "$root"/src/util.c "$root"/kernels/cpu/*.c
-      "$root"/tests/testutil.c "$root"/tests/gpu/test_cuda_kernels.c)
+csrc=("$root"/src/*.c "$root"/kernels/cpu/*.c "$root"/io/*.c "$root"/bench/*.c "$root"/tests/testutil.c
+      "$root"/tests/gpu/test_cuda_kernels.c "$root"/tests/gpu/test_cuda_train.c)
 for f in "${csrc[@]}"; do
+  [[ $(basename "$f") == main.c ]] && continue
   gcc "${cflags[@]}" -c "$f" -o "$out/obj/c_$(basename "$f" .c).o" &
   pids+=($!)
   while (( $(jobs -rp | wc -l) >= jobs )); do sleep 0.2; done
@@ -43,6 +50,15 @@ done
 fail=0
 for p in "${pids[@]}"; do wait "$p" || fail=1; done
 (( fail == 0 )) || { echo "run.sh: build failed" >&2; exit 1; }
-g++ -fopenmp -o "$out/test_cuda_kernels_emu" "$out"/obj/*.o $(pkg-config --libs check openblas) -lm -lpthread
-echo "run.sh: built $out/test_cuda_kernels_emu; running" >&2
-OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} "$out/test_cuda_kernels_emu"
+common=()
+for o in "$out"/obj/*.o; do
+  case $(basename "$o") in c_test_cuda_kernels.o|c_test_cuda_train.o) ;; *) common+=("$o") ;; esac
+done
+libs=$(pkg-config --libs check openblas liburing numa hwloc)
+rc=0
+for suite in "${suites[@]}"; do
+  g++ -fopenmp -o "$out/test_${suite}_emu" "$out/obj/c_test_${suite}.o" "${common[@]}" $libs -lm -lpthread
+  echo "run.sh: built $out/test_${suite}_emu; running" >&2
+  TT_GPU_EMU=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} "$out/test_${suite}_emu" || rc=1
+done
+exit $rc
