@@ -86,14 +86,19 @@ static void run(const char *model, const char *device, const char *const *extra,
     const char *base[] = {"tiertrain", "train", "--model", model, "--device", device, "--steps", "3", "--warmup", "1",
                           "--batch", "2", "--quiet", "--nvme-path", nvme_dir, NULL};
     for (int i = 0; base[i]; i++) argv[n++] = (char *)base[i];
-    int seq_given = 0;
+    int seq_given = 0, budget_given = 0;
     for (int i = 0; extra && extra[i]; i++) {
         if (strcmp(extra[i], "--seq") == 0) seq_given = 1;
+        if (strcmp(extra[i], "--hbm-budget") == 0) budget_given = 1;
         argv[n++] = (char *)extra[i];
     }
     if (!seq_given) {
         argv[n++] = "--seq";
         argv[n++] = strcmp(model, "tiny") == 0 ? "64" : "128";
+    }
+    if (!budget_given && strcmp(device, "cpu") != 0) { // not the whole GPU for a small model
+        argv[n++] = "--hbm-budget";
+        argv[n++] = "2G";
     }
     argv[n] = NULL;
     config_t cfg;

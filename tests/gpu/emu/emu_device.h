@@ -2,7 +2,9 @@
 // where no GPU is at hand (tests/gpu/emu/run.sh force-includes it into the .cu files after
 // rewriting `k<<<g, b, s, st>>>(...)` to EMU_LAUNCH(k, g, b, s, st)(...) and `extern
 // __shared__` to emu::dyn_smem()).
-// Every CUDA thread is a fiber (ucontext); blocks run one after another, in a shuffled
+// A launch is queued on its stream like every copy and memset (emu_runtime.cpp runs queued
+// work only when the host waits for it, streams interleaved at random where their events
+// allow: what a real GPU may do). Every CUDA thread is a fiber; blocks run one after another, in a shuffled
 // order; inside a block the runnable fibers run in a shuffled order between barriers.
 // __syncthreads waits for every live thread of the block, __syncwarp and the shuffles for
 // every live lane of the warp; a barrier that cannot complete (lanes of one warp waiting
@@ -13,6 +15,7 @@
 #pragma once
 #include <math.h>
 #include <stdint.h>
+#include <functional>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,21 +33,28 @@ void warp_barrier();
 uint64_t *warp_slots();
 void *dyn_smem();
 void run_grid(dim3 g, dim3 b, size_t smem, void (*body)(void *), void *ctx);
+void enqueue_kernel(cudaStream_t s, std::function<void()> launch); // runs later, in stream order
 
 template <class F> struct Launcher;
 template <class... P> struct Launcher<void (*)(P...)> {
     void (*f)(P...);
     dim3 g, b;
     size_t smem;
+    cudaStream_t st;
     void operator()(P... p) const {
-        auto body = [&]() { f(p...); };
-        using B = decltype(body);
-        run_grid(g, b, smem, [](void *c) { (*(B *)c)(); }, &body);
+        void (*fn)(P...) = f;
+        const dim3 gg = g, bb = b;
+        const size_t sm = smem;
+        enqueue_kernel(st, [=]() { // the arguments by value, as a real launch copies them
+            auto body = [&]() { fn(p...); };
+            using B = decltype(body);
+            run_grid(gg, bb, sm, [](void *c) { (*(B *)c)(); }, &body);
+        });
     }
 };
 } // namespace emu
 
-#define EMU_LAUNCH(k, g, b, s, st) (emu::Launcher<decltype(&k)>{&k, dim3(g), dim3(b), (size_t)(s)})
+#define EMU_LAUNCH(k, g, b, s, st) (emu::Launcher<decltype(&k)>{&k, dim3(g), dim3(b), (size_t)(s), (st)})
 #define threadIdx (emu::g_cur->tid)
 #define blockIdx (emu::g_block)
 #define blockDim (emu::g_bdim)

@@ -1,7 +1,19 @@
 // emu_runtime.cpp — EMULATION ONLY: the fiber scheduler behind emu_device.h, and the CUDA
 // runtime / cuBLASLt entry points tiertrain calls, on the host: one fake device of
-// EMU_DEVICE_BYTES (4 GiB) whose "device memory" is host memory; streams execute at once
-// (every op and copy completes in call order, a valid serialization of the real streams).
+// EMU_DEVICE_BYTES (4 GiB) whose "device memory" is host memory.
+//
+// Streams are queues. A launch, copy, memset or event record is queued on its stream and
+// runs only when the host waits (cudaStreamSynchronize, cudaFree) for something that needs
+// it; cudaStreamWaitEvent queues a wait for the event's latest record. Waiting runs the
+// heads of the streams in a random order ($EMU_SEED) among those whose waits are met, so a
+// missing event between streams, a host read of device memory before its copy was waited
+// for, or a host buffer reused before its copy ran, shows up as wrong data (and a wait that
+// can never be met aborts, naming it). Every entry point takes one lock, so the trainer's
+// threads may call in at once. $EMU_EAGER=1 runs each item when queued instead (call order:
+// the old behaviour, for telling an ordering bug from a kernel bug).
+#include <deque>
+#include <map>
+#include <mutex>
 #include <vector>
 #include "emu_device.h"
 #include "cublasLt.h"
@@ -173,6 +185,68 @@ void run_grid(dim3 g, dim3 b, size_t smem, void (*body)(void *), void *ctx) {
 }
 } // namespace emu
 
+// ---------------------------------------------------------------- streams and events
+namespace emu {
+struct Item {
+    enum Kind { FN, RECORD, WAIT } kind;
+    std::function<void()> fn; // FN
+    intptr_t ev;              // RECORD, WAIT
+    uint64_t seq;             // RECORD: this record's number; WAIT: the record waited for
+};
+struct Event { uint64_t recorded = 0, completed = 0; };
+static std::recursive_mutex g_mu;
+static std::map<intptr_t, std::deque<Item>> g_queues; // by stream handle; 0 = the legacy stream
+static std::map<intptr_t, Event> g_events;
+
+static bool eager() {
+    static int e = -1;
+    if (e < 0) {
+        const char *v = getenv("EMU_EAGER");
+        e = v && *v && strcmp(v, "0") != 0;
+    }
+    return e;
+}
+
+static bool runnable(const Item &it) { return it.kind != Item::WAIT || g_events[it.ev].completed >= it.seq; }
+
+// Runs queued work, one stream head at a time in a random order among the runnable ones,
+// until done() holds.
+template <class Done> static void drain(Done done, const char *what) {
+    while (!done()) {
+        std::vector<std::deque<Item> *> ready;
+        for (auto &kv : g_queues)
+            if (!kv.second.empty() && runnable(kv.second.front())) ready.push_back(&kv.second);
+        if (ready.empty()) {
+            fprintf(stderr, "emu: %s can never finish: every stream with queued work waits for an event record that is "
+                            "never reached\n", what);
+            abort();
+        }
+        std::deque<Item> *q = ready[next_rand() % ready.size()];
+        Item it = std::move(q->front());
+        q->pop_front();
+        if (it.kind == Item::FN) it.fn();
+        else if (it.kind == Item::RECORD && it.seq > g_events[it.ev].completed) g_events[it.ev].completed = it.seq;
+    }
+}
+
+static bool all_idle() {
+    for (auto &kv : g_queues)
+        if (!kv.second.empty()) return false;
+    return true;
+}
+
+static void enqueue(cudaStream_t s, Item it) {
+    std::deque<Item> &q = g_queues[(intptr_t)s];
+    q.push_back(std::move(it));
+    if (eager()) drain([&] { return q.empty(); }, "an eager launch");
+}
+
+void enqueue_kernel(cudaStream_t s, std::function<void()> launch) {
+    std::lock_guard<std::recursive_mutex> lock(g_mu);
+    enqueue(s, Item{Item::FN, std::move(launch), 0, 0});
+}
+} // namespace emu
+
 // ---------------------------------------------------------------- CUDA runtime on the host
 static size_t g_used; // "device" bytes handed out by cudaMalloc
 struct Alloc { void *p; size_t n; };
@@ -192,7 +266,9 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     return cudaSuccess;
 }
 cudaError_t cudaFree(void *p) {
+    std::lock_guard<std::recursive_mutex> lock(emu::g_mu);
     if (!p) return cudaSuccess;
+    emu::drain(emu::all_idle, "cudaFree"); // like the real one: after all queued work
     for (size_t i = 0; i < g_allocs.size(); i++)
         if (g_allocs[i].p == p) {
             g_used -= g_allocs[i].n;
@@ -220,19 +296,58 @@ cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int dev) {
     return cudaSuccess;
 }
 static int g_objs;
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) { (void)f; *s = (cudaStream_t)(intptr_t)(++g_objs); return cudaSuccess; }
-cudaError_t cudaStreamDestroy(cudaStream_t s) { (void)s; return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f) { (void)s; (void)e; (void)f; return cudaSuccess; }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) { (void)f; *e = (cudaEvent_t)(intptr_t)(++g_objs); return cudaSuccess; }
-cudaError_t cudaEventDestroy(cudaEvent_t e) { (void)e; return cudaSuccess; }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { (void)e; (void)s; return cudaSuccess; }
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t s) {
-    (void)k; (void)s;
-    memmove(dst, src, n);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) {
+    std::lock_guard<std::recursive_mutex> lock(emu::g_mu);
+    (void)f;
+    *s = (cudaStream_t)(intptr_t)(++g_objs);
+    emu::g_queues[(intptr_t)*s];
     return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) { (void)s; memset(p, v, n); return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> lock(emu::g_mu);
+    std::deque<emu::Item> &q = emu::g_queues[(intptr_t)s];
+    emu::drain([&] { return q.empty(); }, "cudaStreamDestroy");
+    emu::g_queues.erase((intptr_t)s);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> lock(emu::g_mu);
+    std::deque<emu::Item> &q = emu::g_queues[(intptr_t)s];
+    emu::drain([&] { return q.empty(); }, "cudaStreamSynchronize");
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f) {
+    std::lock_guard<std::recursive_mutex> lock(emu::g_mu);
+    (void)f;
+    uint64_t seq = emu::g_events[(intptr_t)e].recorded;
+    if (seq) emu::enqueue(s, emu::Item{emu::Item::WAIT, {}, (intptr_t)e, seq}); // never recorded: nothing to wait for
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) {
+    std::lock_guard<std::recursive_mutex> lock(emu::g_mu);
+    (void)f;
+    *e = (cudaEvent_t)(intptr_t)(++g_objs);
+    emu::g_events[(intptr_t)*e];
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) { (void)e; return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> lock(emu::g_mu);
+    uint64_t seq = ++emu::g_events[(intptr_t)e].recorded;
+    emu::enqueue(s, emu::Item{emu::Item::RECORD, {}, (intptr_t)e, seq});
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> lock(emu::g_mu);
+    (void)k;
+    emu::enqueue(s, emu::Item{emu::Item::FN, [=] { memmove(dst, src, n); }, 0, 0});
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> lock(emu::g_mu);
+    emu::enqueue(s, emu::Item{emu::Item::FN, [=] { memset(p, v, n); }, 0, 0});
+    return cudaSuccess;
+}
 cudaError_t cudaHostRegister(void *p, size_t n, unsigned f) { (void)p; (void)n; (void)f; return cudaSuccess; }
 cudaError_t cudaHostUnregister(void *p) { (void)p; return cudaSuccess; }
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
