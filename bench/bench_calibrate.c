@@ -4,7 +4,8 @@
 // Each rate is measured through the code path a run uses, not a synthetic peer:
 //   gemm        the backend's matmul_forward / backward_input / backward_weight ops on
 //               device memory, on the small and 125m presets' shapes at N = 1024 rows
-//               (2·N·IC·OC FLOPs per call); every shape runs all three ops, so the rate is
+//               (on a GPU, whose small GEMMs would understate it: the 1b preset's at
+//               N = 8192) (2·N·IC·OC FLOPs per call); every shape runs all three ops, so the rate is
 //               total FLOPs / total median time, the three ops weighted equally as a
 //               step weights them (each matmul runs each once).
 //   h2d, d2h    backend_copy_h2d / d2h of 64 MiB between the pinned host pool (hostmem.h)
@@ -66,8 +67,10 @@ typedef struct {
 } gemm_shape_t;
 
 // small: C 384, F 1024 (MLP up, MLP down); 125m: C 768 (attention projection).
-static const gemm_shape_t SHAPES[] = {{1024, 384, 1024}, {1024, 1024, 384}, {1024, 768, 768}};
-#define NSHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
+static const gemm_shape_t CPU_SHAPES[] = {{1024, 384, 1024}, {1024, 1024, 384}, {1024, 768, 768}};
+// 1b at B·T = 8192: C 2048, F 5632 (MLP up, MLP down), the attention projection.
+static const gemm_shape_t GPU_SHAPES[] = {{8192, 2048, 5632}, {8192, 5632, 2048}, {8192, 2048, 2048}};
+#define NSHAPES 3
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -87,13 +90,14 @@ static void fill_rand(float *x, size_t n, uint64_t seed) {
 
 // ---------------------------------------------------------------- gemm
 
-// Device buffers for the largest shape; inputs filled through h_stage (≥ 4 MiB).
+// Device buffers for the largest shape; inputs filled through h_stage (COPY_BYTES).
 typedef struct {
     float *inp, *w, *dout; // (N, IC), (OC, IC), (N, OC)
     float *out, *dinp, *dw; // (N, OC), (N, IC), (OC, IC)
 } gemm_bufs_t;
 
 static int gemm_measure(backend_t *be, float *h_stage, int reps, double *flops_per_s, char *err, size_t errlen) {
+    const gemm_shape_t *SHAPES = be->vt ? GPU_SHAPES : CPU_SHAPES;
     size_t max_ni = 0, max_nw = 0, max_no = 0;
     for (int s = 0; s < NSHAPES; s++) {
         size_t ni = (size_t)SHAPES[s].N * SHAPES[s].IC, nw = (size_t)SHAPES[s].OC * SHAPES[s].IC, no = (size_t)SHAPES[s].N * SHAPES[s].OC;
@@ -113,11 +117,13 @@ static int gemm_measure(backend_t *be, float *h_stage, int reps, double *flops_p
     // Inputs through the backend's copy (device pointers need not be host-addressable).
     float *const ins[3] = {b.inp, b.w, b.dout};
     const size_t nins[3] = {max_ni, max_nw, max_no};
-    for (int i = 0; i < 3; i++) {
-        fill_rand(h_stage, nins[i], 0xca11b + (uint64_t)i);
-        backend_copy_h2d(be, ins[i], h_stage, nins[i] * sizeof(float));
-        backend_sync(be);
-    }
+    const size_t chunk = COPY_BYTES / sizeof(float); // h_stage's size
+    for (int i = 0; i < 3; i++)
+        for (size_t off = 0; off < nins[i]; off += chunk) {
+            size_t k = nins[i] - off < chunk ? nins[i] - off : chunk;
+            fill_rand(h_stage, k, 0xca11b + (uint64_t)i + off);
+            backend_copy_h2d(be, ins[i] + off, h_stage, k * sizeof(float));
+        }
     const backend_ops_t *op = be->ops;
     double flops_total = 0, time_total = 0;
     for (int s = 0; s < NSHAPES; s++) {
@@ -372,8 +378,8 @@ int bench_calibrate(const config_t *cfg) {
 
     // ---- the table
     char how[4][160];
-    snprintf(how[0], sizeof how[0], "%s matmul fwd+bwd_in+bwd_w, N 1024: 384x1024, 1024x384, 768x768; median of %d", be.name,
-             gemm_reps);
+    snprintf(how[0], sizeof how[0], "%s matmul fwd+bwd_in+bwd_w, %s; median of %d", be.name,
+             be.vt ? "N 8192: 2048x5632, 5632x2048, 2048x2048" : "N 1024: 384x1024, 1024x384, 768x768", gemm_reps);
     snprintf(how[1], sizeof how[1], "backend copy of %s, %s host pool; median of %d", format_bytes(a, sizeof a, COPY_BYTES),
              hinfo.pinned ? "pinned" : "unpinned", copy_reps);
     snprintf(how[2], sizeof how[2], "%s, sequential %s in %s requests, qd %d; median of %d", info.engine,

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # gpu_check.sh — everything a GPU box can tell us about tiertrain, in one go (< 8 minutes):
 # unpack the Debian packages of gpu-bundle/ (scripts/gpu-bundle.sh) into a private prefix,
-# build with -DTT_CUDA=ON, run the GPU tests (ctest -L gpu), `bench gemm`, and three short
-# training runs (1b resident; parameters and optimizer on the host; a model twice the
-# --hbm-budget, placed by --offload auto). Ends with one table: stage, status, key figure.
+# build with -DTT_CUDA=ON, run the GPU tests (ctest -L gpu: every kernel against its CPU
+# twin, a full step against the CPU, placement invariance, device memory), `bench gemm`
+# (our matmuls against bare cuBLASLt), and three short training runs of 1b: all resident
+# (tokens/s, MFU); parameters and optimizer on the host (ratio to resident); states twice
+# the --hbm-budget with parameters on the host and the optimizer on NVMe (ratio to the
+# plan's floor). Ends with one table: stage, status, key figure.
 #
 # Meant for a bare GPU box: CUDA 13, cmake, gcc; no network, no Debian archive. The bundle
 # is unpacked with `dpkg -x` (or ar + tar where there is no dpkg) into
@@ -17,10 +20,9 @@
 # run keeps within GPU_CHECK_BUDGET_S seconds (default 470). Full logs go to $OUT (or
 # ./gpu-check-out when $OUT is unset); the table also goes to $OUT/summary.txt.
 #
-# Training runs report the backend they really ran on (the "tiers (backend X" line): until
-# the CUDA backend is wired into the trainer, backend_init keeps the CPU one, so they run
-# on the CPU, at a reduced shape (--seq 128 --batch 1) that fits their timeout, and say
-# "cpu backend". Once train resolves to cuda, the same stages run the full shapes.
+# Training runs report the backend they really ran on (the "tiers (backend X" line); with a
+# GPU present, a run that did not pick it fails. Under --force without a GPU they run on
+# the CPU at a reduced shape (--seq 128 --batch 1) that fits their timeout, marked so.
 #
 # Usage: bench/gpu_check.sh [--dry-run] [--force]
 #   --dry-run  unpack the bundle, check the tools and look for a GPU; build and run nothing
@@ -266,16 +268,34 @@ if (( built )); then
   fi
   if [[ -z "$backend" ]]; then row "train backend" FAIL "a tiny run printed no backend (exit ${rc:-?}, see train-probe.log)"
   elif [[ "$backend" == cuda ]]; then row "train backend" PASS "train runs on the CUDA backend"
-  else row "train backend" PASS "train resolves to the $backend backend$(grep -q 'not wired' "$out/train-probe.log" && echo ': the CUDA backend is not wired into the trainer yet')"; fi
+  elif [[ -n "$gpu" ]]; then row "train backend" FAIL "train ran on the $backend backend although a GPU is present: $(grep -m1 'tiertrain:' "$out/train-probe.log" | cut -c1-100)"
+  else row "train backend" PASS "no GPU (--force): train runs on the $backend backend"; fi
+fi
+# The rates the plans' floors divide by, measured on this box (the GPU's GEMMs and copies,
+# this disk, this CPU's Adam); the training runs use them.
+profile_flags=()
+if (( built )); then
+  t=$(allow 60)
+  if (( t == 0 )); then row "bench calibrate" TIMEOUT "out of time"
+  else
+    run "$out/bench-calibrate.log" "$t" "$build/tiertrain" bench calibrate --size 512M --nvme-path /tmp --profile "$out/profile.json"
+    js=$(grep '^{"bench":"calibrate"' "$out/bench-calibrate.log" | tail -1)
+    if (( rc == 0 )) && [[ -n "$js" ]]; then
+      profile_flags=(--profile "$out/profile.json")
+      row "bench calibrate" PASS "$(grep -E '^(gemm|h2d|d2h|nvme|adam)' "$out/bench-calibrate.log" | awk '{printf "%s %s %s, ", $1, $2, $3}' | sed 's/, $//')"
+    else row "bench calibrate" "$([[ $rc == 124 || $rc == 137 ]] && echo TIMEOUT || echo FAIL)" "exit $rc (see bench-calibrate.log); the plans use built-in rates"; fi
+  fi
 fi
 # log name | stage | GPU-shape flags | CPU-shape flags (reduced to fit the timeout). The
-# third holds 2x its budget: 3b's BF16 parameters and FP32 gradients are 20 GB against 10G
-# (1b's 6.6 GB against 3G on the CPU).
+# third's states (1b: 1.1 G parameters x 16 bytes = 17.6 GB) are 2.2x its 8G budget.
 train_stages=(
   "train-1b-resident|train 1b resident|--model 1b --params device --grads device --optimizer device --steps 3|--model 1b --seq 128 --batch 1 --params device --grads device --optimizer device --steps 2"
   "train-1b-host|train 1b params+optim on host|--model 1b --params host --grads device --optimizer host --steps 3|--model 1b --seq 128 --batch 1 --params host --grads device --optimizer host --steps 2"
-  "train-2x-budget|train 2x hbm-budget (offload auto)|--model 3b --hbm-budget 10G --offload auto --steps 3|--model 1b --seq 128 --batch 1 --hbm-budget 3G --offload auto --steps 2"
+  "train-2x-budget|train 1b states 2x hbm-budget|--model 1b --hbm-budget 8G --params host --grads host --optimizer nvme --steps 2|--model 1b --seq 128 --batch 1 --hbm-budget 3G --params host --grads host --optimizer nvme --steps 2"
 )
+resident_tps=""
+# H200 dense BF16 peak, for MFU (the spec sheet's 989 TFLOP/s without sparsity)
+peak_flops=${GPU_PEAK_FLOPS:-989e12}
 for st in "${train_stages[@]}"; do
   IFS='|' read -r slug name gpuflags cpuflags <<< "$st"
   if (( ! built )); then row "$name" SKIP "not built"; continue; fi
@@ -285,14 +305,23 @@ for st in "${train_stages[@]}"; do
   t=$(allow 90)
   if (( t == 0 )); then row "$name" TIMEOUT "out of time"; continue; fi
   # shellcheck disable=SC2086
-  run "$out/$slug.log" "$t" "$build/tiertrain" train $flags --eval-every 0 --nvme-path /tmp --log "$out/$slug.jsonl"
+  run "$out/$slug.log" "$t" "$build/tiertrain" train $flags ${profile_flags[@]+"${profile_flags[@]}"} --eval-every 0 --nvme-path /tmp --log "$out/$slug.jsonl"
   ran_on=$(grep -o 'tiers (backend [a-z0-9]*' "$out/$slug.log" | awk '{print $3}' | tail -1)
   place=$(grep -o 'params [a-z]*, grads [a-z]*, optimizer [a-z]*' "$out/$slug.log" | tail -1)
   sum=$(grep '"event":"summary"' "$out/$slug.jsonl" 2>/dev/null | tail -1)
   if (( rc == 0 )) && [[ -n "$sum" ]]; then
     tps=$(grep -o '"tok_per_s":[0-9.]*' <<< "$sum" | cut -d: -f2); ms=$(grep -o '"step_ms":[0-9.]*' <<< "$sum" | cut -d: -f2)
     loss=$(grep -o '"final_loss":[0-9.]*' <<< "$sum" | cut -d: -f2); eff=$(grep -o '"efficiency":[0-9.]*' <<< "$sum" | cut -d: -f2)
-    fig="${tps} tok/s, ${ms} ms/step, loss ${loss}, efficiency ${eff}; ${place}"
+    fig="${tps} tok/s, ${ms} ms/step, loss ${loss}, ${eff} of the plan floor; ${place}"
+    case "$slug" in
+      train-1b-resident)
+        resident_tps=$tps
+        # MFU: 6 FLOPs per parameter per token (forward + backward), no recompute counted
+        np=$(grep -o '"params":[0-9]*' <<< "$sum" | head -1 | cut -d: -f2)
+        [[ -n "$np" && -n "$tps" ]] && fig="$fig; MFU $(awk -v n="$np" -v t="$tps" -v p="$peak_flops" 'BEGIN{printf "%.3f", 6*n*t/p}')" ;;
+      train-1b-host)
+        [[ -n "$resident_tps" && -n "$tps" ]] && fig="$fig; $(awk -v a="$tps" -v b="$resident_tps" 'BEGIN{printf "%.3f", a/b}') of resident" ;;
+    esac
     if [[ "$ran_on" == cuda ]]; then row "$name" PASS "$fig"
     else row "$name" PASS "cpu backend (not the GPU), reduced shape: $fig"; fi
   elif [[ $rc == 124 || $rc == 137 ]]; then row "$name" TIMEOUT "after ${secs}s on the ${ran_on:-${backend:-unknown}} backend (see $slug.log)"

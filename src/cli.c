@@ -155,7 +155,8 @@ static const flag_t flags[] = {
      .help = "home of the FP32 gradients; host: each shard's gradients visit the device for its backward"},
     {.name = "optimizer", .metavar = "device|host|nvme", .kind = FK_ENUM, FIELD(optim_tier), .def = "host",
      .values = "device|host|nvme", .group = G_RUN, .cmds = TP,
-     .help = "home of the FP32 master weights and Adam moments (12 bytes/parameter); nvme streams them "
+     .help = "home of the FP32 master weights and Adam moments (12 bytes/parameter), where AdamW runs: device "
+             "on the device after the backward, host on the CPU overlapping the next forward, nvme streams them "
              "through the host a shard at a time"},
     {.name = "offload", .metavar = "manual|auto", .kind = FK_ENUM, FIELD(offload_auto), .def = "manual",
      .values = "manual|auto", .group = G_RUN, .cmds = TP,
