@@ -6,6 +6,9 @@
 #include "config.h"
 
 int bench_gemm(const config_t *cfg); // bench/bench_gemm.c
+// bench gemm when the run resolves to the CUDA backend: the backend's matmul ops against bare
+// cublasLtMatmul (bench/bench_gemm_cuda.c, in builds with CUDA only; bench_gemm calls it).
+int bench_gemm_cuda(const config_t *cfg);
 int bench_io(const config_t *cfg);   // bench/bench_io.c
 int bench_adam(const config_t *cfg); // bench/bench_adam.c
 int bench_calibrate(const config_t *cfg); // bench/bench_calibrate.c: measures the rates and writes the profile

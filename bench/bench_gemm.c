@@ -9,8 +9,10 @@
 // splits; a wrong transpose would be O(1)), then REPS timed runs alternating kernel and
 // peer, median of each. Prints a table, then as the last line one JSON object
 // {"bench":"gemm", ...}. Does not touch the model, tiers or files. Called by main for
-// `tiertrain bench gemm`.
+// `tiertrain bench gemm`. When the run resolves to the CUDA backend (a usable GPU in a build
+// with CUDA: backend_resolve), it times the GPU instead: bench_gemm_cuda (bench/bench_gemm_cuda.c).
 #include "bench.h"
+#include "backend.h" // uses: backend_resolve
 #include "kernels.h"
 #include <cblas.h> // uses: cblas_sgemm, openblas_set_num_threads
 #include <math.h>
@@ -149,6 +151,12 @@ static double rel_diff(int op, const gemm_shape_t *s, const gemm_bufs_t *b) {
 }
 
 int bench_gemm(const config_t *cfg) {
+    // exits 2 on an impossible --device (cuda without a GPU, or in a build without CUDA)
+    if (cfg && backend_resolve(cfg, NULL) == DEVICE_CUDA) {
+#ifdef TT_HAVE_CUDA
+        return bench_gemm_cuda(cfg);
+#endif
+    }
     int threads = cfg && cfg->threads > 0 ? cfg->threads : omp_get_max_threads();
     omp_set_num_threads(threads);
     double t_start = now_s();

@@ -72,6 +72,7 @@ typedef struct {
 #define TP (CLI_CMD_TRAIN | CLI_CMD_PLAN)
 #define TPB (CLI_CMD_TRAIN | CLI_CMD_PLAN | CLI_CMD_BENCH)
 #define TPE (CLI_CMD_TRAIN | CLI_CMD_PLAN | CLI_CMD_EVAL)
+#define TPBE (CLI_CMD_TRAIN | CLI_CMD_PLAN | CLI_CMD_BENCH | CLI_CMD_EVAL)
 #define DIM_MAX 1048576.0
 
 static const flag_t flags[] = {
@@ -145,7 +146,7 @@ static const flag_t flags[] = {
      .group = G_OPTIM, .cmds = TP, .help = "Adam epsilon"},
     // ---- run
     {.name = "device", .metavar = "auto|cpu|cuda", .kind = FK_ENUM, FIELD(device), .def = "auto",
-     .values = "auto|cpu|cuda", .group = G_RUN, .cmds = TPE,
+     .values = "auto|cpu|cuda", .group = G_RUN, .cmds = TPBE,
      .help = "where compute runs; auto = cuda when a GPU is usable, else cpu"},
     {.name = "params", .metavar = "device|host|nvme", .kind = FK_ENUM, FIELD(params_tier), .def = "device",
      .values = "device|host|nvme", .group = G_RUN, .cmds = TP,
@@ -262,7 +263,7 @@ static const command_info_t commands[] = {
     {"plan", CMD_PLAN, CLI_CMD_PLAN, "tiertrain plan [flags]",
      "print the resolved configuration and what fits where, without training"},
     {"bench", CMD_BENCH, CLI_CMD_BENCH, "tiertrain bench gemm|io|adam|calibrate|overlap|capacity [flags]",
-     "gemm: matmul kernel GFLOP/s against plain cblas_sgemm; io: NVMe tier throughput; adam: AdamW update rate against "
+     "gemm: matmul kernel GFLOP/s against plain cblas_sgemm (on a GPU: against bare cuBLASLt, 1b's shapes); io: NVMe tier throughput; adam: AdamW update rate against "
      "memory bandwidth; calibrate: measure the rates the plan uses and write the profile; overlap: one model resident, "
      "streamed from host and from NVMe against the plan's floor; capacity: the largest model this machine's tiers hold, "
      "and two real steps of it"},

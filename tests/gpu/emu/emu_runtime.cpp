@@ -331,6 +331,19 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) {
     return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) { (void)e; return cudaSuccess; }
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    std::lock_guard<std::recursive_mutex> lock(emu::g_mu);
+    emu::Event &ev = emu::g_events[(intptr_t)e];
+    emu::drain([&] { return ev.completed >= ev.recorded; }, "cudaEventSynchronize");
+    return cudaSuccess;
+}
+// The emulation has no clock worth reporting: every interval is 1 ms.
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    (void)start; (void)end;
+    *ms = 1.0f;
+    return cudaSuccess;
+}
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     std::lock_guard<std::recursive_mutex> lock(emu::g_mu);
     uint64_t seq = ++emu::g_events[(intptr_t)e].recorded;
