@@ -47,6 +47,8 @@ typedef struct {
 struct backend;
 
 typedef enum { BACKEND_H2D = 0, BACKEND_D2H, BACKEND_D2D } backend_copy_dir_t;
+// The CUDA backend's three streams (the CPU backend has none: everything runs at once).
+typedef enum { BACKEND_STREAM_COMPUTE = 0, BACKEND_STREAM_H2D, BACKEND_STREAM_D2H } backend_stream_t;
 
 // What a device backend does its own way; the CPU backend leaves backend_t.vt NULL and the
 // functions below run their host versions. alloc gets the size already checked against
@@ -61,8 +63,10 @@ typedef struct {
     void (*unregister_host)(struct backend *be, void *h);
     int (*event_create)(struct backend *be, void **ev, char *err, size_t errlen);
     void (*event_destroy)(struct backend *be, void *ev);
-    void (*event_record)(struct backend *be, void *ev);
-    void (*copy_after)(struct backend *be, void *d_dst, const void *h_src, size_t n, void *ev);
+    void (*stream_record)(struct backend *be, backend_stream_t s, void *ev);
+    void (*stream_wait)(struct backend *be, backend_stream_t s, void *ev);
+    void (*stream_sync)(struct backend *be, backend_stream_t s);
+    void (*copy_enqueue)(struct backend *be, void *dst, const void *src, size_t n, backend_copy_dir_t dir);
 } backend_vt_t;
 
 typedef struct backend {
@@ -116,15 +120,25 @@ void backend_copy_d2d(backend_t *be, void *d_dst, const void *d_src, size_t n);
 void backend_memset(backend_t *be, void *d_dst, int byte, size_t n);
 void backend_sync(backend_t *be); // waits for all queued work
 
-// Per-buffer ordering, so that a copy into a device buffer waits only for the ops using
-// that buffer instead of every op queued so far (the trainer keeps one event per parameter
-// slot). An event marks the ops queued on the compute stream up to its record. The CPU
-// backend runs ops at once: its events are NULL and these do nothing but the copy.
+// Per-buffer ordering, so that a copy waits only for the work touching its buffers instead
+// of every op queued so far (the trainer's parameter slots, gradient slots and the
+// optimizer's reads). An event marks the work queued on a stream up to its record; a wait
+// makes the work queued on a stream from then on start after it. The CPU backend runs
+// everything at once: its events are NULL and these do nothing but the copies.
 int backend_event_create(backend_t *be, void **ev, char *err, size_t errlen); // 0 or -errno with one line
 void backend_event_destroy(backend_t *be, void *ev);                          // NULL-safe
-void backend_event_record(backend_t *be, void *ev); // by the thread queueing the ops
-// backend_copy_h2d, ordered after ev's ops only (NULL: after nothing); complete on return.
-void backend_copy_h2d_after(backend_t *be, void *d_dst, const void *h_src, size_t n, void *ev);
+void backend_event_record(backend_t *be, void *ev); // on the compute stream: the ops queued so far
+void backend_stream_record(backend_t *be, backend_stream_t s, void *ev);
+void backend_stream_wait(backend_t *be, backend_stream_t s, void *ev); // NULL: nothing to wait for
+void backend_stream_sync(backend_t *be, backend_stream_t s);           // the host waits for s
+// A copy queued on the h2d / d2h stream (dir), ordered only by that stream's own order and
+// waits: returns at once; the host buffer stays untouched (h2d) / unread (d2h) until the
+// stream is synced, and ops that use the device side must wait for an event recorded after
+// it. The CPU backend copies now.
+void backend_copy_enqueue(backend_t *be, void *dst, const void *src, size_t n, backend_copy_dir_t dir);
+// A copy (h2d or d2h) ordered after ev only (NULL: after nothing) instead of after every op
+// queued so far; complete on return.
+void backend_copy_after(backend_t *be, void *dst, const void *src, size_t n, backend_copy_dir_t dir, void *ev);
 
 // Page-locks host memory for fast, truly asynchronous copies (cudaHostRegister); a no-op
 // returning 0 on the CPU backend. Returns 0 or -errno (with one notice naming the CUDA

@@ -222,13 +222,30 @@ void backend_event_destroy(backend_t *be, void *ev) {
     if (be->vt && ev) be->vt->event_destroy(be, ev);
 }
 
-void backend_event_record(backend_t *be, void *ev) {
-    if (be->vt) be->vt->event_record(be, ev);
+void backend_event_record(backend_t *be, void *ev) { backend_stream_record(be, BACKEND_STREAM_COMPUTE, ev); }
+
+void backend_stream_record(backend_t *be, backend_stream_t s, void *ev) {
+    if (be->vt && ev) be->vt->stream_record(be, s, ev);
 }
 
-void backend_copy_h2d_after(backend_t *be, void *d_dst, const void *h_src, size_t n, void *ev) {
-    if (be->vt) be->vt->copy_after(be, d_dst, h_src, n, ev);
-    else if (n) memcpy(d_dst, h_src, n);
+void backend_stream_wait(backend_t *be, backend_stream_t s, void *ev) {
+    if (be->vt && ev) be->vt->stream_wait(be, s, ev);
+}
+
+void backend_stream_sync(backend_t *be, backend_stream_t s) {
+    if (be->vt) be->vt->stream_sync(be, s);
+}
+
+void backend_copy_enqueue(backend_t *be, void *dst, const void *src, size_t n, backend_copy_dir_t dir) {
+    if (be->vt) be->vt->copy_enqueue(be, dst, src, n, dir);
+    else if (n) memcpy(dst, src, n);
+}
+
+void backend_copy_after(backend_t *be, void *dst, const void *src, size_t n, backend_copy_dir_t dir, void *ev) {
+    backend_stream_t s = dir == BACKEND_D2H ? BACKEND_STREAM_D2H : BACKEND_STREAM_H2D;
+    backend_stream_wait(be, s, ev);
+    backend_copy_enqueue(be, dst, src, n, dir);
+    backend_stream_sync(be, s);
 }
 
 int backend_host_pin(void *addr, size_t len, void *be) { return backend_register_host(be, addr, len); }

@@ -13,10 +13,11 @@
 // its data; an asynchronous one also makes the compute stream wait for it (ops queued later
 // must neither read its destination early nor overwrite a buffer it still reads). The
 // record-then-wait pairs of concurrent callers are serialized by one mutex, so an event is
-// never re-recorded between its record and wait. backend_copy_h2d_after orders by a
-// caller's event instead (the trainer records one per parameter slot when its last reader
-// is queued): a streamed shard's copy waits only for the ops that read the slot's previous
-// shard, and so overlaps the ops queued since.
+// never re-recorded between its record and wait. The caller may order by its own events
+// instead (backend_stream_record / _wait, backend_copy_enqueue): the trainer records one
+// per parameter slot when its last reader is queued, so a streamed shard's copy waits only
+// for the ops that read the slot's previous shard and overlaps the ops queued since; host-
+// resident gradients visit two device slots the same way.
 //
 // Errors: init returns -errno with one line (budget, device, CUDA error) and releases
 // everything. After init a failing CUDA call is a device failure the run cannot survive:
@@ -149,14 +150,29 @@ static void cuda_copy(backend_t *be, void *dst, const void *src, size_t n, backe
     nvtxRangePop();
 }
 
-static void cuda_copy_after(backend_t *be, void *dst, const void *src, size_t n, void *ev) {
+static cudaStream_t stream_of(cuda_dev_t *d, backend_stream_t s) {
+    return s == BACKEND_STREAM_H2D ? d->h2d : s == BACKEND_STREAM_D2H ? d->d2h : d->compute;
+}
+
+static void cuda_copy_enqueue(backend_t *be, void *dst, const void *src, size_t n, backend_copy_dir_t dir) {
     cuda_dev_t *d = be->dev;
     if (n == 0) return;
-    nvtxRangePushA("copy_h2d_slot");
-    if (ev) cudaCheck(cudaStreamWaitEvent(d->h2d, (cudaEvent_t)ev, 0)); // the slot's last readers
-    cudaCheck(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, d->h2d));
-    cudaCheck(cudaStreamSynchronize(d->h2d));
+    const int h2d = dir == BACKEND_H2D;
+    nvtxRangePushA(h2d ? "copy_h2d_enqueue" : "copy_d2h_enqueue");
+    cudaCheck(cudaMemcpyAsync(dst, src, n, h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, h2d ? d->h2d : d->d2h));
     nvtxRangePop();
+}
+
+static void cuda_stream_record(backend_t *be, backend_stream_t s, void *ev) {
+    cudaCheck(cudaEventRecord((cudaEvent_t)ev, stream_of(be->dev, s)));
+}
+
+static void cuda_stream_wait(backend_t *be, backend_stream_t s, void *ev) {
+    cudaCheck(cudaStreamWaitEvent(stream_of(be->dev, s), (cudaEvent_t)ev, 0));
+}
+
+static void cuda_stream_sync(backend_t *be, backend_stream_t s) {
+    cudaCheck(cudaStreamSynchronize(stream_of(be->dev, s)));
 }
 
 static int cuda_event_create(backend_t *be, void **ev, char *err, size_t errlen) {
@@ -174,11 +190,6 @@ static int cuda_event_create(backend_t *be, void **ev, char *err, size_t errlen)
 static void cuda_event_destroy(backend_t *be, void *ev) {
     (void)be;
     if (ev) cudaEventDestroy((cudaEvent_t)ev); // at teardown: nothing to do if it fails
-}
-
-static void cuda_event_record(backend_t *be, void *ev) {
-    cuda_dev_t *d = be->dev;
-    if (ev) cudaCheck(cudaEventRecord((cudaEvent_t)ev, d->compute));
 }
 
 static void cuda_memset(backend_t *be, void *d_dst, int byte, size_t n) {
@@ -226,8 +237,10 @@ static const backend_vt_t cuda_vt = {
     .unregister_host = cuda_unregister_host,
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,
-    .event_record = cuda_event_record,
-    .copy_after = cuda_copy_after,
+    .stream_record = cuda_stream_record,
+    .stream_wait = cuda_stream_wait,
+    .stream_sync = cuda_stream_sync,
+    .copy_enqueue = cuda_copy_enqueue,
 };
 
 // ---------------------------------------------------------------- init

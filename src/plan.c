@@ -160,7 +160,7 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
         dev += P * 4;
         if (cfg->device == DEVICE_CUDA) host += big * 4; // read back a shard at a time for the host update
     } else {
-        dev += big * 4;
+        dev += 2 * big * 4; // two slots: one shard's visit overlaps the next one's copy up
         host += P * 4;
     }
     switch (cfg->optim_tier) {

@@ -145,7 +145,7 @@ static int fetch_params(void *ctx, int shard, int pos, void *dst, char *err, siz
     }
     double t0 = trace_now_ms();
     // after the ops reading the slot's previous shard only: the copy overlaps the ops queued since
-    backend_copy_h2d_after(&tr->be, dst, src, bytes, tr->slot_ev[slot]);
+    backend_copy_after(&tr->be, dst, src, bytes, BACKEND_H2D, tr->slot_ev[slot]);
     trace_span(TRACK_COPY, "fetch", tr->model.shards[shard].name, t0, trace_now_ms());
     stat_add(&tr->stats.h2d_bytes, bytes);
     return 0;
@@ -196,11 +196,17 @@ static void weights_release(trainer_t *tr, int shard) {
 
 // Writes a shard's new compute copy, already built in host memory (BF16 or FP32, see
 // params_build_buffer), to its home: a copy to the device, nothing for a host home (it was
-// built in place), or an NVMe write. Returns 0 or -errno with one line in err.
-static int params_store(trainer_t *tr, int shard, const void *compute, char *err, size_t errlen) {
+// built in place), or an NVMe write. A device home's copy waits for the ops queued so far,
+// or, from the optimizer thread, for those before the update (after = tr->step_ev: the
+// step's readers of the shard). Returns 0 or -errno with one line in err.
+static int params_store(trainer_t *tr, int shard, const void *compute, void *after, char *err, size_t errlen) {
     size_t bytes = pbytes_of(tr, shard);
     switch (tr->cfg->params_tier) {
-    case TIER_DEVICE: backend_copy_h2d(&tr->be, tr->p[shard], compute, bytes); stat_add(&tr->stats.h2d_bytes, bytes); return 0;
+    case TIER_DEVICE:
+        if (after) backend_copy_after(&tr->be, tr->p[shard], compute, bytes, BACKEND_H2D, after);
+        else backend_copy_h2d(&tr->be, tr->p[shard], compute, bytes);
+        stat_add(&tr->stats.h2d_bytes, bytes);
+        return 0;
     case TIER_HOST: if (tr->p_host[shard] != compute) memcpy(tr->p_host[shard], compute, bytes); return 0;
     case TIER_NVME: {
         char what[64];
@@ -226,27 +232,48 @@ static void *params_build_buffer(trainer_t *tr, int shard) {
 // ---------------------------------------------------------------- gradients
 
 // The device buffer a shard's gradients accumulate into during its backward. Host homes
-// visit the device slot (read, accumulate, write back: the same operations as when
-// resident, so the same bits); one shard at a time.
+// visit a device slot (read, accumulate, write back: the same operations as when resident,
+// so the same bits). The copies are queued, not waited for: the copy up waits for the slot's
+// last copy down and for this shard's own last write-back, the ops wait for the copy up, the
+// copy down for the ops. On a GPU the next shard's copy up thus runs during this shard's
+// backward, and its copy down during the next one's. The host reads a home only after
+// grads_host_sync.
 static float *grads_acquire(trainer_t *tr, int shard) {
     if (tr->cfg->grads_tier == TIER_DEVICE) return tr->g[shard];
     size_t bytes = tr->model.shards[shard].numel_padded * sizeof(float);
+    int i = tr->gslot_next;
+    tr->gslot_next ^= 1;
     double t0 = now_ms();
-    backend_copy_h2d(&tr->be, tr->gslot, tr->g[shard], bytes);
+    backend_stream_wait(&tr->be, BACKEND_STREAM_H2D, tr->gfree_ev[i]);
+    backend_stream_wait(&tr->be, BACKEND_STREAM_H2D, tr->gdone_ev[shard]);
+    backend_copy_enqueue(&tr->be, tr->gslot[i], tr->g[shard], bytes, BACKEND_H2D);
+    backend_stream_record(&tr->be, BACKEND_STREAM_H2D, tr->gup_ev[i]);
+    backend_stream_wait(&tr->be, BACKEND_STREAM_COMPUTE, tr->gup_ev[i]);
     tr->stats.copy_ms += now_ms() - t0;
     stat_add(&tr->stats.h2d_bytes, bytes);
-    tr->gcur[shard] = tr->gslot;
-    return tr->gslot;
+    tr->gslot_of[shard] = i;
+    tr->gcur[shard] = tr->gslot[i];
+    return tr->gslot[i];
 }
 
 static void grads_release(trainer_t *tr, int shard) {
     if (tr->cfg->grads_tier == TIER_DEVICE) return;
     size_t bytes = tr->model.shards[shard].numel_padded * sizeof(float);
+    int i = tr->gslot_of[shard];
     double t0 = now_ms();
-    backend_copy_d2h(&tr->be, tr->g[shard], tr->gcur[shard], bytes);
+    backend_event_record(&tr->be, tr->gops_ev);
+    backend_stream_wait(&tr->be, BACKEND_STREAM_D2H, tr->gops_ev);
+    backend_copy_enqueue(&tr->be, tr->g[shard], tr->gslot[i], bytes, BACKEND_D2H);
+    backend_stream_record(&tr->be, BACKEND_STREAM_D2H, tr->gfree_ev[i]);
+    backend_stream_record(&tr->be, BACKEND_STREAM_D2H, tr->gdone_ev[shard]);
     tr->stats.copy_ms += now_ms() - t0;
     stat_add(&tr->stats.d2h_bytes, bytes);
     tr->gcur[shard] = NULL;
+}
+
+// Host-resident gradients: every queued write-back has landed (before the host reads them).
+static void grads_host_sync(trainer_t *tr) {
+    if (tr->cfg->grads_tier == TIER_HOST) backend_stream_sync(&tr->be, BACKEND_STREAM_D2H);
 }
 
 static const float *tensor_of(const trainer_t *tr, const float *w, int shard, int t) {
@@ -319,6 +346,8 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     tr->p_crc = calloc(ns, sizeof *tr->p_crc);
     tr->g = calloc(ns, sizeof *tr->g);
     tr->gcur = calloc(ns, sizeof *tr->gcur);
+    tr->gslot_of = calloc(ns, sizeof *tr->gslot_of);
+    tr->gdone_ev = calloc(ns, sizeof *tr->gdone_ev);
     tr->master = calloc(ns, sizeof *tr->master);
     tr->m = calloc(ns, sizeof *tr->m);
     tr->v = calloc(ns, sizeof *tr->v);
@@ -331,7 +360,8 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     tr->slot_of = calloc(ns, sizeof *tr->slot_of);
     if (!tr->p || !tr->p_host || !tr->p_off || !tr->p_crc || !tr->g || !tr->gcur || !tr->master || !tr->m ||
         !tr->v || !tr->o_off || !tr->o_crc || !tr->o_name || !tr->pslot || !tr->pstage ||
-        !tr->hcache || !tr->hcache_shard || !tr->losses_host || !tr->slot_ev || !tr->slot_of) {
+        !tr->hcache || !tr->hcache_shard || !tr->losses_host || !tr->slot_ev || !tr->slot_of || !tr->gslot_of ||
+        !tr->gdone_ev) {
         snprintf(err, errlen, "out of memory for the shard tables");
         return -ENOMEM;
     }
@@ -406,8 +436,18 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
         HOST(tr->hcache[i], big * tr->pbytes, "parameter host cache");
         tr->hcache_shard[i] = -1;
     }
-    if (cfg->grads_tier == TIER_HOST) DEV(tr->gslot, big * sizeof(float), "gradient slot");
-    else if (tr->be.vt) HOST(tr->gstage, big * sizeof(float), "gradient staging"); // device memory the CPU cannot read
+    if (cfg->grads_tier == TIER_HOST) {
+        DEV(tr->gslot[0], big * sizeof(float), "gradient slots");
+        DEV(tr->gslot[1], big * sizeof(float), "gradient slots");
+        void **evs[] = {&tr->gup_ev[0], &tr->gup_ev[1], &tr->gfree_ev[0], &tr->gfree_ev[1], &tr->gops_ev};
+        for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
+            if ((rc = backend_event_create(&tr->be, evs[i], err, errlen)) != 0) return rc;
+        for (int s = 0; s < m->nshards; s++)
+            if ((rc = backend_event_create(&tr->be, &tr->gdone_ev[s], err, errlen)) != 0) return rc;
+    } else if (tr->be.vt) {
+        HOST(tr->gstage, big * sizeof(float), "gradient staging"); // device memory the CPU cannot read
+    }
+    if ((rc = backend_event_create(&tr->be, &tr->step_ev, err, errlen)) != 0) return rc;
     if (m->tie) DEV(tr->gtie, m->shards[0].numel_padded * sizeof(float), "tied head gradient");
     if (cfg->optim_tier == TIER_NVME) {
         HOST(tr->ostage[0], 3 * big * sizeof(float), "optimizer staging");
@@ -498,7 +538,7 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
         void *pc = params_build_buffer(tr, s);
         if (tr->bf16) bf16_from_f32_n(pc, master, m->shards[s].numel_padded);
         else memcpy(pc, master, m->shards[s].numel_padded * sizeof(float));
-        if ((rc = params_store(tr, s, pc, err, errlen)) != 0) return rc;
+        if ((rc = params_store(tr, s, pc, NULL, err, errlen)) != 0) return rc;
     }
     hostmem_info_t hi;
     hostmem_info(tr->host, &hi);
@@ -524,12 +564,15 @@ void trainer_free(trainer_t *tr) {
     }
     sched_free(tr->sched); // first: its worker may be copying from the homes
     for (int i = 0; tr->slot_ev && i < tr->nslots; i++) backend_event_destroy(&tr->be, tr->slot_ev[i]);
+    for (int s = 0; tr->gdone_ev && s < tr->model.nshards; s++) backend_event_destroy(&tr->be, tr->gdone_ev[s]);
+    void *evs[] = {tr->gup_ev[0], tr->gup_ev[1], tr->gfree_ev[0], tr->gfree_ev[1], tr->gops_ev, tr->step_ev};
+    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) backend_event_destroy(&tr->be, evs[i]);
     nvme_store_free(tr->nvme);
     hostmem_free(tr->host);
     free(tr->p); free(tr->p_host); free(tr->p_off); free(tr->p_crc); free(tr->g); free(tr->gcur);
     free(tr->master); free(tr->m); free(tr->v); free(tr->o_off); free(tr->o_crc); free(tr->o_name);
     free(tr->pslot); free(tr->pstage); free(tr->uses); free(tr->hcache); free(tr->hcache_shard);
-    free(tr->losses_host); free(tr->slot_ev); free(tr->slot_of);
+    free(tr->losses_host); free(tr->slot_ev); free(tr->slot_of); free(tr->gslot_of); free(tr->gdone_ev);
     backend_free(&tr->be);
     model_free(&tr->model);
     if (tr->sync_inited) {
@@ -549,13 +592,14 @@ void trainer_sync_params(trainer_t *tr) {
         void *pc = params_build_buffer(tr, s);
         if (tr->bf16) bf16_from_f32_n(pc, tr->master[s], n);
         else memcpy(pc, tr->master[s], n * sizeof(float));
-        if (params_store(tr, s, pc, err, sizeof err) != 0) runtime_error("%s", err);
+        if (params_store(tr, s, pc, NULL, err, sizeof err) != 0) runtime_error("%s", err);
     }
 }
 
 void trainer_zero_grads(trainer_t *tr) {
     char err[512];
     if (trainer_optimizer_wait(tr, err, sizeof err) != 0) runtime_error("%s", err);
+    grads_host_sync(tr);
     for (int s = 0; s < tr->model.nshards; s++) grads_zero(tr, s);
 }
 
@@ -942,6 +986,7 @@ double trainer_forward_backward(trainer_t *tr, const int *tokens, const int *tar
 // ---------------------------------------------------------------- optimizer
 
 double trainer_grad_norm(trainer_t *tr) {
+    grads_host_sync(tr);
     double ss = 0;
     for (int s = 0; s < tr->model.nshards; s++) { // host homes on the host; the same fixed order either way
         size_t n = tr->model.shards[s].numel_padded;
@@ -1023,7 +1068,9 @@ static int o32_finish(trainer_t *tr, io_ticket_t *t, int *inflight, char *err, s
 // CPU can address it, else (device-resident gradients on a GPU) a host copy.
 static const float *grads_for_update(trainer_t *tr, int s) {
     if (!tr->gstage) return tr->g[s];
-    backend_copy_d2h(&tr->be, tr->gstage, tr->g[s], tr->model.shards[s].numel_padded * sizeof(float));
+    // after the step's backward only, not the next step's forward queued meanwhile
+    backend_copy_after(&tr->be, tr->gstage, tr->g[s], tr->model.shards[s].numel_padded * sizeof(float), BACKEND_D2H,
+                       tr->step_ev);
     return tr->gstage;
 }
 
@@ -1065,10 +1112,10 @@ static int optimizer_run_device(trainer_t *tr, int t, float lr, float grad_scale
     for (int s = 0; s < m->nshards; s++) {
         size_t n = m->shards[s].numel_padded;
         const float *g = tr->g[s];
-        if (cfg->grads_tier == TIER_HOST) {
-            backend_copy_h2d(&tr->be, tr->gslot, tr->g[s], n * sizeof(float));
+        if (cfg->grads_tier == TIER_HOST) { // the write-backs have landed (trainer_optimizer_step)
+            backend_copy_h2d(&tr->be, tr->gslot[0], tr->g[s], n * sizeof(float));
             stat_add(&tr->stats.h2d_bytes, n * sizeof(float));
-            g = tr->gslot;
+            g = tr->gslot[0];
         }
         void *pd = cfg->params_tier == TIER_DEVICE ? tr->p[s] : tr->pnew;
         adamw_shard(tr, s, tr->master[s], tr->m[s], tr->v[s], g, pd, &hp, 1);
@@ -1077,7 +1124,7 @@ static int optimizer_run_device(trainer_t *tr, int t, float lr, float grad_scale
             void *pc = params_build_buffer(tr, s);
             backend_copy_d2h(&tr->be, pc, tr->pnew, pbytes_of(tr, s));
             stat_add(&tr->stats.d2h_bytes, pbytes_of(tr, s));
-            int rc = params_store(tr, s, pc, err, errlen);
+            int rc = params_store(tr, s, pc, NULL, err, errlen);
             if (rc != 0) return rc;
         }
     }
@@ -1098,7 +1145,7 @@ static int optimizer_run(trainer_t *tr, int t, float lr, float grad_scale, char 
             void *pc = params_build_buffer(tr, s);
             adamw_shard(tr, s, tr->master[s], tr->m[s], tr->v[s], grads_for_update(tr, s), pc, &hp, 0);
             grads_zero(tr, s);
-            rc = params_store(tr, s, pc, err, errlen);
+            rc = params_store(tr, s, pc, tr->step_ev, err, errlen);
             if (rc == 0) opt_publish(tr, s);
         }
     } else {
@@ -1119,7 +1166,7 @@ static int optimizer_run(trainer_t *tr, int t, float lr, float grad_scale, char 
             void *pc = params_build_buffer(tr, s);
             adamw_shard(tr, s, master, mm, vv, grads_for_update(tr, s), pc, &hp, 0);
             grads_zero(tr, s);
-            if ((rc = params_store(tr, s, pc, err, errlen)) == 0) {
+            if ((rc = params_store(tr, s, pc, tr->step_ev, err, errlen)) == 0) {
                 opt_publish(tr, s); // the new parameters are home; the states' write may still run
                 rc = o32_submit(tr, &wr[b], IO_WRITE, s, b, &wr_shard[b], err, errlen);
             }
@@ -1179,6 +1226,8 @@ int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, cha
     if (rc != 0) return rc;
     // The homes change from here: no fetch may be in flight, and every slot's copy goes stale.
     if (tr->sched) sched_invalidate(tr->sched);
+    grads_host_sync(tr);                        // the update reads host homes ...
+    backend_event_record(&tr->be, tr->step_ev); // ... and device ones after the backward
     if (tr->cfg->optim_tier == TIER_DEVICE) return optimizer_run_device(tr, t, lr, grad_scale, err, errlen);
     pthread_mutex_lock(&tr->opt_mu);
     tr->opt_req.t = t;
@@ -1229,7 +1278,7 @@ int trainer_states_put(trainer_t *tr, int s, char *err, size_t errlen) {
     void *pc = params_build_buffer(tr, s);
     if (tr->bf16) bf16_from_f32_n(pc, master, tr->model.shards[s].numel_padded);
     else memcpy(pc, master, tr->model.shards[s].numel_padded * sizeof(float));
-    return params_store(tr, s, pc, err, errlen);
+    return params_store(tr, s, pc, NULL, err, errlen);
 }
 
 int trainer_train_step(trainer_t *tr, int t, const int *tokens, const int *targets, double *loss, double *norm,

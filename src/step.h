@@ -62,7 +62,15 @@ typedef struct {
     int *slot_of;             // (nshards) the slot a shard was acquired into (compute thread)
     // ---- gradients, one home per --grads
     float **g;                // (nshards) [device] resident or [host] homes
-    float *gslot;             // [device] where a host-resident shard's gradients visit
+    float *gslot[2];          // [device] where host-resident shards' gradients visit, alternately:
+                              // one shard's copy up overlaps the previous one's backward
+    int gslot_next;           // the slot the next visit takes
+    int *gslot_of;            // (nshards) the slot a shard's visit holds
+    void *gup_ev[2];          // backend events: a slot's copy up has landed (compute waits)
+    void *gfree_ev[2];        // a slot's copy down has read it (the next copy up waits)
+    void *gops_ev;            // the visit's ops are queued (its copy down waits)
+    void **gdone_ev;          // (nshards) a shard's host home is written back (its next visit waits)
+    void *step_ev;            // the step's backward is queued: what the optimizer thread's copies wait for
     float *gstage;            // [host] device-resident gradients read back for the update, on a
                               // backend whose memory the CPU cannot address (else NULL)
     float *gtie;              // [device] tied head: the LM head's share of the embedding

@@ -5,10 +5,12 @@
 // Streams are queues. A launch, copy, memset or event record is queued on its stream and
 // runs only when the host waits (cudaStreamSynchronize, cudaFree) for something that needs
 // it; cudaStreamWaitEvent queues a wait for the event's latest record. Waiting runs the
-// heads of the streams in a random order ($EMU_SEED) among those whose waits are met, so a
-// missing event between streams, a host read of device memory before its copy was waited
-// for, or a host buffer reused before its copy ran, shows up as wrong data (and a wait that
-// can never be met aborts, naming it). Every entry point takes one lock, so the trainer's
+// queued work either lazily (the waited-for stream's own work in order, and of the others
+// only what its waits need: work nobody waits for stays queued) or by running the heads of
+// all streams in a random order among those whose waits are met ($EMU_SCHED=lazy|random;
+// by default a coin per wait; $EMU_SEED). So a missing event between streams, a host read
+// of device memory before its copy was waited for, or a host buffer reused before its copy
+// ran, shows up as wrong data (and a wait that can never be met aborts, naming it). Every entry point takes one lock, so the trainer's
 // threads may call in at once. $EMU_EAGER=1 runs each item when queued instead (call order:
 // the old behaviour, for telling an ordering bug from a kernel bug).
 #include <deque>
@@ -193,7 +195,10 @@ struct Item {
     intptr_t ev;              // RECORD, WAIT
     uint64_t seq;             // RECORD: this record's number; WAIT: the record waited for
 };
-struct Event { uint64_t recorded = 0, completed = 0; };
+struct Event {
+    uint64_t recorded = 0, completed = 0;
+    std::map<uint64_t, intptr_t> stream_of; // record number -> the stream it was queued on
+};
 static std::recursive_mutex g_mu;
 static std::map<intptr_t, std::deque<Item>> g_queues; // by stream handle; 0 = the legacy stream
 static std::map<intptr_t, Event> g_events;
@@ -209,6 +214,49 @@ static bool eager() {
 
 static bool runnable(const Item &it) { return it.kind != Item::WAIT || g_events[it.ev].completed >= it.seq; }
 
+static void run_item(std::deque<Item> &q) {
+    Item it = std::move(q.front());
+    q.pop_front();
+    if (it.kind == Item::FN) it.fn();
+    else if (it.kind == Item::RECORD && it.seq > g_events[it.ev].completed) g_events[it.ev].completed = it.seq;
+}
+
+// Lazily: runs stream sid's own work in order until done() holds, and of the other streams
+// only what its waits need (recursively). Work no wait needs stays queued as long as
+// possible: an op that should have waited for a copy runs before it.
+static void run_lazy(intptr_t sid, const std::function<bool()> &done, const char *what, int depth) {
+    if (depth > 64) {
+        fprintf(stderr, "emu: %s can never finish: the streams' event waits form a cycle\n", what);
+        abort();
+    }
+    std::deque<Item> &q = g_queues[sid];
+    while (!done()) {
+        if (q.empty()) {
+            fprintf(stderr, "emu: %s can never finish: it waits for an event record that is never queued\n", what);
+            abort();
+        }
+        const Item &h = q.front();
+        if (h.kind == Item::WAIT && g_events[h.ev].completed < h.seq) {
+            const intptr_t ev = h.ev;
+            const uint64_t seq = h.seq;
+            run_lazy(g_events[ev].stream_of[seq], [&] { return g_events[ev].completed >= seq; }, what, depth + 1);
+            continue;
+        }
+        run_item(q);
+    }
+}
+
+// Whether this wait runs lazily (above) or interleaves every stream at random (below):
+// $EMU_SCHED=lazy|random, else a coin per wait.
+static bool lazy_now() {
+    static int mode = -1; // 0 random, 1 lazy, 2 mixed
+    if (mode < 0) {
+        const char *v = getenv("EMU_SCHED");
+        mode = v && !strcmp(v, "lazy") ? 1 : v && !strcmp(v, "random") ? 0 : 2;
+    }
+    return mode == 2 ? (next_rand() & 1) : mode == 1;
+}
+
 // Runs queued work, one stream head at a time in a random order among the runnable ones,
 // until done() holds.
 template <class Done> static void drain(Done done, const char *what) {
@@ -221,12 +269,15 @@ template <class Done> static void drain(Done done, const char *what) {
                             "never reached\n", what);
             abort();
         }
-        std::deque<Item> *q = ready[next_rand() % ready.size()];
-        Item it = std::move(q->front());
-        q->pop_front();
-        if (it.kind == Item::FN) it.fn();
-        else if (it.kind == Item::RECORD && it.seq > g_events[it.ev].completed) g_events[it.ev].completed = it.seq;
+        run_item(*ready[next_rand() % ready.size()]);
     }
+}
+
+// Waits until stream sid's queue is empty, lazily or at random.
+static void sync_stream(intptr_t sid, const char *what) {
+    std::deque<Item> &q = g_queues[sid];
+    if (lazy_now()) run_lazy(sid, [&] { return q.empty(); }, what, 0);
+    else drain([&] { return q.empty(); }, what);
 }
 
 static bool all_idle() {
@@ -305,15 +356,13 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) {
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     std::lock_guard<std::recursive_mutex> lock(emu::g_mu);
-    std::deque<emu::Item> &q = emu::g_queues[(intptr_t)s];
-    emu::drain([&] { return q.empty(); }, "cudaStreamDestroy");
+    emu::sync_stream((intptr_t)s, "cudaStreamDestroy");
     emu::g_queues.erase((intptr_t)s);
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     std::lock_guard<std::recursive_mutex> lock(emu::g_mu);
-    std::deque<emu::Item> &q = emu::g_queues[(intptr_t)s];
-    emu::drain([&] { return q.empty(); }, "cudaStreamSynchronize");
+    emu::sync_stream((intptr_t)s, "cudaStreamSynchronize");
     return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f) {
@@ -335,7 +384,7 @@ cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e,
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     std::lock_guard<std::recursive_mutex> lock(emu::g_mu);
     emu::Event &ev = emu::g_events[(intptr_t)e];
-    emu::drain([&] { return ev.completed >= ev.recorded; }, "cudaEventSynchronize");
+    if (ev.recorded) emu::run_lazy(ev.stream_of[ev.recorded], [&] { return ev.completed >= ev.recorded; }, "cudaEventSynchronize", 0);
     return cudaSuccess;
 }
 // The emulation has no clock worth reporting: every interval is 1 ms.
@@ -346,7 +395,9 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) 
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     std::lock_guard<std::recursive_mutex> lock(emu::g_mu);
-    uint64_t seq = ++emu::g_events[(intptr_t)e].recorded;
+    emu::Event &ev = emu::g_events[(intptr_t)e];
+    uint64_t seq = ++ev.recorded;
+    ev.stream_of[seq] = (intptr_t)s;
     emu::enqueue(s, emu::Item{emu::Item::RECORD, {}, (intptr_t)e, seq});
     return cudaSuccess;
 }
