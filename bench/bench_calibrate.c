@@ -308,6 +308,11 @@ int bench_calibrate(const config_t *cfg) {
     hostmem_opts_t ho;
     hostmem_opts_from_config(&ho, cfg, COPY_BYTES + (uint64_t)nt * block);
     ho.budget = 0; // the benchmark's staging is not the run's host tier
+    if (be.vt) { // pinned the way a run pins its pool (CUDA: cudaHostRegister), so the copies are DMA
+        ho.pin_fn = backend_host_pin;
+        ho.unpin_fn = backend_host_unpin;
+        ho.pin_arg = &be;
+    }
     hostmem_t *hm = NULL;
     nvme_store_t *s = NULL;
     int rc = hostmem_init(&hm, &ho, err, sizeof err), exit_code = 1;
