@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "bench.h"
+#include "backend.h"
 #include "model.h"
 #include "plan.h"
 #include "train.h"
@@ -28,6 +29,7 @@ int bench_overlap(const config_t *cfg_in) {
     cfg.eval_every = 0;
     cfg.steps = OVERLAP_STEPS;
     cfg.offload_auto = 0;
+    backend_resolve_config(&cfg); // the plan's floor for the device that runs
     profile_t prof;
     const profile_t *rates = train_load_profile(&cfg, &prof);
     model_t m;

@@ -24,7 +24,15 @@ const profile_t *train_load_profile(const config_t *cfg, profile_t *prof) {
     char path[TT_PATH_MAX + 64], err[768];
     profile_path(cfg, path, sizeof path);
     int rc = profile_load(prof, path, err, sizeof err);
-    if (rc == 0) return prof;
+    if (rc == 0) {
+        // rates of another device (a CPU profile for a GPU run, or back) would misplace the floor
+        const char *dev = cfg->device == DEVICE_CUDA ? "cuda" : "cpu";
+        if (strcmp(prof->backend, dev) != 0 && !cfg->quiet)
+            notice("profile %s was measured on the %s backend and this run uses %s: the floor's rates may not apply "
+                   "(run tiertrain bench calibrate here%s)",
+                   path, prof->backend, dev, cfg->profile_path[0] ? " with another --profile" : "");
+        return prof;
+    }
     if (rc == -ENOENT && !cfg->profile_path[0]) return NULL;
     if (cfg->profile_path[0]) usage_error("--profile %s", err);
     notice("%s; the plan uses built-in rates", err);
