@@ -283,7 +283,7 @@ if (( built )); then
     js=$(grep '^{"bench":"calibrate"' "$out/bench-calibrate.log" | tail -1)
     if (( rc == 0 )) && [[ -n "$js" ]]; then
       profile_flags=(--profile "$out/profile.json")
-      row "bench calibrate" PASS "$(grep -E '^(gemm|h2d|d2h|nvme|adam)' "$out/bench-calibrate.log" | awk '{printf "%s %s %s, ", $1, $2, $3}' | sed 's/, $//')"
+      row "bench calibrate" PASS "$(grep -E '^(gemm|h2d|d2h|nvme|adam)' "$out/bench-calibrate.log" | cut -c1-32 | tr -s ' ' | sed 's/ $//' | paste -sd ',' | sed 's/,/, /g')"
     else row "bench calibrate" "$([[ $rc == 124 || $rc == 137 ]] && echo TIMEOUT || echo FAIL)" "exit $rc (see bench-calibrate.log); the plans use built-in rates"; fi
   fi
 fi
@@ -313,7 +313,7 @@ for st in "${train_stages[@]}"; do
   if (( rc == 0 )) && [[ -n "$sum" ]]; then
     tps=$(grep -o '"tok_per_s":[0-9.]*' <<< "$sum" | cut -d: -f2); ms=$(grep -o '"step_ms":[0-9.]*' <<< "$sum" | cut -d: -f2)
     loss=$(grep -o '"final_loss":[0-9.]*' <<< "$sum" | cut -d: -f2); eff=$(grep -o '"efficiency":[0-9.]*' <<< "$sum" | cut -d: -f2)
-    fig="${tps} tok/s, ${ms} ms/step, loss ${loss}, ${eff} of the plan floor; ${place}"
+    fig="${tps} tok/s, ${ms} ms/step, loss ${loss}, plan floor/step ${eff}; ${place}"
     case "$slug" in
       train-1b-resident)
         resident_tps=$tps
