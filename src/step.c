@@ -466,6 +466,15 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
         HOST(tr->ckpt_host, nck, "activation checkpoints");
         DEV(tr->xbuf[0], N * C * sizeof(float), "checkpoint buffers");
         DEV(tr->xbuf[1], N * C * sizeof(float), "checkpoint buffers");
+        int ntags = tr->nmb * (m->L + 1);
+        tr->xdone_ev = calloc((size_t)ntags, sizeof *tr->xdone_ev);
+        if (!tr->xdone_ev) { snprintf(err, errlen, "out of memory for the checkpoint events"); return -ENOMEM; }
+        tr->nxdone = ntags;
+        void **evs[] = {&tr->xfree_ev[0], &tr->xfree_ev[1], &tr->xops_ev};
+        for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
+            if ((rc = backend_event_create(&tr->be, evs[i], err, errlen)) != 0) return rc;
+        for (int t = 0; t < ntags; t++)
+            if ((rc = backend_event_create(&tr->be, &tr->xdone_ev[t], err, errlen)) != 0) return rc;
     } else {
         DEV(tr->ckpt, nck, "activation checkpoints");
     }
@@ -565,14 +574,16 @@ void trainer_free(trainer_t *tr) {
     sched_free(tr->sched); // first: its worker may be copying from the homes
     for (int i = 0; tr->slot_ev && i < tr->nslots; i++) backend_event_destroy(&tr->be, tr->slot_ev[i]);
     for (int s = 0; tr->gdone_ev && s < tr->model.nshards; s++) backend_event_destroy(&tr->be, tr->gdone_ev[s]);
-    void *evs[] = {tr->gup_ev[0], tr->gup_ev[1], tr->gfree_ev[0], tr->gfree_ev[1], tr->gops_ev, tr->step_ev};
+    for (int t = 0; tr->xdone_ev && t < tr->nxdone; t++) backend_event_destroy(&tr->be, tr->xdone_ev[t]);
+    void *evs[] = {tr->gup_ev[0], tr->gup_ev[1], tr->gfree_ev[0], tr->gfree_ev[1], tr->gops_ev, tr->step_ev,
+                   tr->xfree_ev[0], tr->xfree_ev[1], tr->xops_ev};
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) backend_event_destroy(&tr->be, evs[i]);
     nvme_store_free(tr->nvme);
     hostmem_free(tr->host);
     free(tr->p); free(tr->p_host); free(tr->p_off); free(tr->p_crc); free(tr->g); free(tr->gcur);
     free(tr->master); free(tr->m); free(tr->v); free(tr->o_off); free(tr->o_crc); free(tr->o_name);
     free(tr->pslot); free(tr->pstage); free(tr->uses); free(tr->hcache); free(tr->hcache_shard);
-    free(tr->losses_host); free(tr->slot_ev); free(tr->slot_of); free(tr->gslot_of); free(tr->gdone_ev);
+    free(tr->losses_host); free(tr->slot_ev); free(tr->slot_of); free(tr->gslot_of); free(tr->gdone_ev); free(tr->xdone_ev);
     backend_free(&tr->be);
     model_free(&tr->model);
     if (tr->sync_inited) {
@@ -728,7 +739,9 @@ static void block_backward(trainer_t *tr, int layer, const float *W, float *G, c
 // final residual. --checkpoints device keeps them all in the arena. --checkpoints host keeps
 // them in the host pool and moves them through two device buffers: a checkpoint is read
 // into the buffer not holding the current input (unless a buffer still holds it), and a
-// block's output is written into the other buffer and copied out.
+// block's output is written into the other buffer and copied out. The copy out is queued,
+// not waited for: the next writers of that buffer wait for it (on a GPU the next block runs
+// meanwhile), and so does the checkpoint's copy back in.
 static int ckpt_tag(const trainer_t *tr, int mb, int l) {
     return (tr->nmb > 1 ? mb : 0) * (tr->model.L + 1) + l;
 }
@@ -744,6 +757,8 @@ static float *ckpt_in(trainer_t *tr, int mb, int l) {
     int i = tr->xcur ^ 1;
     size_t bytes = ckpt_elems(tr) * sizeof(float);
     double t0 = now_ms();
+    backend_stream_wait(&tr->be, BACKEND_STREAM_H2D, tr->xfree_ev[i]); // the buffer's copy out has read it
+    backend_stream_wait(&tr->be, BACKEND_STREAM_H2D, tr->xdone_ev[tag]); // the host copy is written
     backend_copy_h2d(&tr->be, tr->xbuf[i], tr->ckpt_host + (size_t)tag * ckpt_elems(tr), bytes);
     tr->stats.copy_ms += now_ms() - t0;
     stat_add(&tr->stats.h2d_bytes, bytes);
@@ -756,7 +771,9 @@ static float *ckpt_in(trainer_t *tr, int mb, int l) {
 // Where to write checkpoint (mb, l) on the device; ckpt_commit then keeps it.
 static float *ckpt_out(trainer_t *tr, int mb, int l) {
     if (tr->ckpt) return tr->ckpt + (size_t)ckpt_tag(tr, mb, l) * ckpt_elems(tr);
-    return tr->xbuf[tr->xcur ^ 1];
+    int i = tr->xcur ^ 1;
+    backend_stream_wait(&tr->be, BACKEND_STREAM_COMPUTE, tr->xfree_ev[i]); // its last copy out has read it
+    return tr->xbuf[i];
 }
 
 static void ckpt_commit(trainer_t *tr, int mb, int l) {
@@ -764,7 +781,11 @@ static void ckpt_commit(trainer_t *tr, int mb, int l) {
     int tag = ckpt_tag(tr, mb, l), i = tr->xcur ^ 1;
     size_t bytes = ckpt_elems(tr) * sizeof(float);
     double t0 = now_ms();
-    backend_copy_d2h(&tr->be, tr->ckpt_host + (size_t)tag * ckpt_elems(tr), tr->xbuf[i], bytes);
+    backend_event_record(&tr->be, tr->xops_ev); // the ops writing it are queued
+    backend_stream_wait(&tr->be, BACKEND_STREAM_D2H, tr->xops_ev);
+    backend_copy_enqueue(&tr->be, tr->ckpt_host + (size_t)tag * ckpt_elems(tr), tr->xbuf[i], bytes, BACKEND_D2H);
+    backend_stream_record(&tr->be, BACKEND_STREAM_D2H, tr->xfree_ev[i]);
+    backend_stream_record(&tr->be, BACKEND_STREAM_D2H, tr->xdone_ev[tag]);
     tr->stats.copy_ms += now_ms() - t0;
     stat_add(&tr->stats.d2h_bytes, bytes);
     stat_add(&tr->stats.ckpt_d2h_bytes, bytes);

@@ -96,6 +96,10 @@ typedef struct {
     float *ckpt_host;         // [host] the same (--checkpoints host), else NULL
     float *xbuf[2];           // [device] --checkpoints host: where a checkpoint is read and written
     int xtag[2], xcur;        // which (micro-batch, layer) each xbuf holds (-1: none); the last input
+    void *xfree_ev[2];        // backend events: an xbuf's copy down has read it (its next writers wait)
+    void *xops_ev;            // a block's output is queued (its copy down waits)
+    void **xdone_ev;          // (nxdone = nmb·(L+1)) a checkpoint's host copy is written (its copy up waits)
+    int nxdone;
     float *dres_all;          // [device] (nmb, N, C) ∂L/∂residual of each micro-batch in backward
     int *tokens_all;          // [device] (nmb, N)
     // ---- --host-cache: host copies of NVMe-resident parameters (worker thread; see fetch_params)

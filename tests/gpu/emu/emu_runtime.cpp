@@ -7,8 +7,9 @@
 // it; cudaStreamWaitEvent queues a wait for the event's latest record. Waiting runs the
 // queued work either lazily (the waited-for stream's own work in order, and of the others
 // only what its waits need: work nobody waits for stays queued) or by running the heads of
-// all streams in a random order among those whose waits are met ($EMU_SCHED=lazy|random;
-// by default a coin per wait; $EMU_SEED). So a missing event between streams, a host read
+// all streams in a random order among those whose waits are met, or always the head of
+// the highest of a random ranking of the streams ($EMU_SCHED=lazy|random|priority; by
+// default a die per wait; $EMU_SEED). So a missing event between streams, a host read
 // of device memory before its copy was waited for, or a host buffer reused before its copy
 // ran, shows up as wrong data (and a wait that can never be met aborts, naming it). Every entry point takes one lock, so the trainer's
 // threads may call in at once. $EMU_EAGER=1 runs each item when queued instead (call order:
@@ -246,38 +247,50 @@ static void run_lazy(intptr_t sid, const std::function<bool()> &done, const char
     }
 }
 
-// Whether this wait runs lazily (above) or interleaves every stream at random (below):
-// $EMU_SCHED=lazy|random, else a coin per wait.
-static bool lazy_now() {
-    static int mode = -1; // 0 random, 1 lazy, 2 mixed
-    if (mode < 0) {
+// How a wait runs the queues: lazily (above); at random (each step a random runnable head);
+// or by priority (a random ranking of the streams per wait; always the highest-ranked
+// runnable head: one stream races ahead of the others, e.g. ops before a copy queued
+// earlier that nothing forced yet). $EMU_SCHED=lazy|random|priority, else a die per wait.
+enum { SCHED_RANDOM = 0, SCHED_LAZY, SCHED_PRIORITY };
+static int sched_now() {
+    static int mode = -2; // -1: mixed
+    if (mode == -2) {
         const char *v = getenv("EMU_SCHED");
-        mode = v && !strcmp(v, "lazy") ? 1 : v && !strcmp(v, "random") ? 0 : 2;
+        mode = !v ? -1 : !strcmp(v, "lazy") ? SCHED_LAZY : !strcmp(v, "random") ? SCHED_RANDOM
+             : !strcmp(v, "priority") ? SCHED_PRIORITY : -1;
     }
-    return mode == 2 ? (next_rand() & 1) : mode == 1;
+    return mode >= 0 ? mode : (int)(next_rand() % 3);
 }
 
-// Runs queued work, one stream head at a time in a random order among the runnable ones,
-// until done() holds.
-template <class Done> static void drain(Done done, const char *what) {
+// Runs queued work, one stream head at a time among the runnable ones (at random, or by a
+// random ranking of the streams), until done() holds.
+template <class Done> static void drain(Done done, const char *what, bool by_priority = false) {
+    std::map<intptr_t, uint64_t> rank;
+    for (auto &kv : g_queues) rank[kv.first] = next_rand();
     while (!done()) {
         std::vector<std::deque<Item> *> ready;
+        std::deque<Item> *best = NULL;
+        uint64_t best_rank = 0;
         for (auto &kv : g_queues)
-            if (!kv.second.empty() && runnable(kv.second.front())) ready.push_back(&kv.second);
+            if (!kv.second.empty() && runnable(kv.second.front())) {
+                ready.push_back(&kv.second);
+                if (!best || rank[kv.first] > best_rank) { best = &kv.second; best_rank = rank[kv.first]; }
+            }
         if (ready.empty()) {
             fprintf(stderr, "emu: %s can never finish: every stream with queued work waits for an event record that is "
                             "never reached\n", what);
             abort();
         }
-        run_item(*ready[next_rand() % ready.size()]);
+        run_item(by_priority ? *best : *ready[next_rand() % ready.size()]);
     }
 }
 
-// Waits until stream sid's queue is empty, lazily or at random.
+// Waits until stream sid's queue is empty.
 static void sync_stream(intptr_t sid, const char *what) {
     std::deque<Item> &q = g_queues[sid];
-    if (lazy_now()) run_lazy(sid, [&] { return q.empty(); }, what, 0);
-    else drain([&] { return q.empty(); }, what);
+    int m = sched_now();
+    if (m == SCHED_LAZY) run_lazy(sid, [&] { return q.empty(); }, what, 0);
+    else drain([&] { return q.empty(); }, what, m == SCHED_PRIORITY);
 }
 
 static bool all_idle() {
