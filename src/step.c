@@ -286,6 +286,19 @@ static float *grad_of(float *g, const trainer_t *tr, int shard, int t) {
 
 // ---------------------------------------------------------------- init / free
 
+// n backend events into ev[0..n) (NULL on the CPU backend); events_destroy is NULL-safe.
+static int events_create(trainer_t *tr, void **ev, int n, char *err, size_t errlen) {
+    for (int i = 0; i < n; i++) {
+        int rc = backend_event_create(&tr->be, &ev[i], err, errlen);
+        if (rc != 0) return rc;
+    }
+    return 0;
+}
+
+static void events_destroy(trainer_t *tr, void **ev, int n) {
+    for (int i = 0; ev && i < n; i++) backend_event_destroy(&tr->be, ev[i]);
+}
+
 // Host pool bytes for this placement (each allocation rounded to 4 KiB like the pool's).
 static uint64_t host_pool_bytes(const trainer_t *tr) {
     const config_t *cfg = tr->cfg;
@@ -425,8 +438,8 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
         for (int i = 0; i < tr->nslots; i++) {
             DEV(tr->pslot[i], big * tr->pbytes, "parameter slots");
             if (cfg->params_tier == TIER_NVME) HOST(tr->pstage[i], big * tr->pbytes, "parameter staging");
-            if ((rc = backend_event_create(&tr->be, &tr->slot_ev[i], err, errlen)) != 0) return rc;
         }
+        if ((rc = events_create(tr, tr->slot_ev, tr->nslots, err, errlen)) != 0) return rc;
         if ((rc = sched_init(&tr->sched, m->nshards, tr->nslots, tr->pslot, cfg->prefetch, fetch_params, tr,
                              err, errlen)) != 0)
             return rc;
@@ -439,15 +452,15 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     if (cfg->grads_tier == TIER_HOST) {
         DEV(tr->gslot[0], big * sizeof(float), "gradient slots");
         DEV(tr->gslot[1], big * sizeof(float), "gradient slots");
-        void **evs[] = {&tr->gup_ev[0], &tr->gup_ev[1], &tr->gfree_ev[0], &tr->gfree_ev[1], &tr->gops_ev};
-        for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
-            if ((rc = backend_event_create(&tr->be, evs[i], err, errlen)) != 0) return rc;
-        for (int s = 0; s < m->nshards; s++)
-            if ((rc = backend_event_create(&tr->be, &tr->gdone_ev[s], err, errlen)) != 0) return rc;
+        if ((rc = events_create(tr, tr->gup_ev, 2, err, errlen)) != 0 ||
+            (rc = events_create(tr, tr->gfree_ev, 2, err, errlen)) != 0 ||
+            (rc = events_create(tr, &tr->gops_ev, 1, err, errlen)) != 0 ||
+            (rc = events_create(tr, tr->gdone_ev, m->nshards, err, errlen)) != 0)
+            return rc;
     } else if (tr->be.vt) {
         HOST(tr->gstage, big * sizeof(float), "gradient staging"); // device memory the CPU cannot read
     }
-    if ((rc = backend_event_create(&tr->be, &tr->step_ev, err, errlen)) != 0) return rc;
+    if ((rc = events_create(tr, &tr->step_ev, 1, err, errlen)) != 0) return rc;
     if (m->tie) DEV(tr->gtie, m->shards[0].numel_padded * sizeof(float), "tied head gradient");
     if (cfg->optim_tier == TIER_NVME) {
         HOST(tr->ostage[0], 3 * big * sizeof(float), "optimizer staging");
@@ -470,11 +483,10 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
         tr->xdone_ev = calloc((size_t)ntags, sizeof *tr->xdone_ev);
         if (!tr->xdone_ev) { snprintf(err, errlen, "out of memory for the checkpoint events"); return -ENOMEM; }
         tr->nxdone = ntags;
-        void **evs[] = {&tr->xfree_ev[0], &tr->xfree_ev[1], &tr->xops_ev};
-        for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
-            if ((rc = backend_event_create(&tr->be, evs[i], err, errlen)) != 0) return rc;
-        for (int t = 0; t < ntags; t++)
-            if ((rc = backend_event_create(&tr->be, &tr->xdone_ev[t], err, errlen)) != 0) return rc;
+        if ((rc = events_create(tr, tr->xfree_ev, 2, err, errlen)) != 0 ||
+            (rc = events_create(tr, &tr->xops_ev, 1, err, errlen)) != 0 ||
+            (rc = events_create(tr, tr->xdone_ev, ntags, err, errlen)) != 0)
+            return rc;
     } else {
         DEV(tr->ckpt, nck, "activation checkpoints");
     }
@@ -572,12 +584,14 @@ void trainer_free(trainer_t *tr) {
         pthread_join(tr->opt_thread, NULL);
     }
     sched_free(tr->sched); // first: its worker may be copying from the homes
-    for (int i = 0; tr->slot_ev && i < tr->nslots; i++) backend_event_destroy(&tr->be, tr->slot_ev[i]);
-    for (int s = 0; tr->gdone_ev && s < tr->model.nshards; s++) backend_event_destroy(&tr->be, tr->gdone_ev[s]);
-    for (int t = 0; tr->xdone_ev && t < tr->nxdone; t++) backend_event_destroy(&tr->be, tr->xdone_ev[t]);
-    void *evs[] = {tr->gup_ev[0], tr->gup_ev[1], tr->gfree_ev[0], tr->gfree_ev[1], tr->gops_ev, tr->step_ev,
-                   tr->xfree_ev[0], tr->xfree_ev[1], tr->xops_ev};
-    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) backend_event_destroy(&tr->be, evs[i]);
+    events_destroy(tr, tr->slot_ev, tr->nslots);
+    events_destroy(tr, tr->gdone_ev, tr->model.nshards);
+    events_destroy(tr, tr->xdone_ev, tr->nxdone);
+    events_destroy(tr, tr->gup_ev, 2);
+    events_destroy(tr, tr->gfree_ev, 2);
+    events_destroy(tr, tr->xfree_ev, 2);
+    void *single[] = {tr->gops_ev, tr->step_ev, tr->xops_ev};
+    events_destroy(tr, single, 3);
     nvme_store_free(tr->nvme);
     hostmem_free(tr->host);
     free(tr->p); free(tr->p_host); free(tr->p_off); free(tr->p_crc); free(tr->g); free(tr->gcur);
@@ -600,9 +614,11 @@ void trainer_sync_params(trainer_t *tr) {
     if (tr->sched) sched_invalidate(tr->sched); // the worker is idle from here on
     for (int s = 0; s < tr->model.nshards; s++) {
         size_t n = tr->model.shards[s].numel_padded;
+        float *master, *mm, *vv; // wherever the states live (host, device or NVMe)
+        if (trainer_states_get(tr, s, 0, &master, &mm, &vv, err, sizeof err) != 0) runtime_error("%s", err);
         void *pc = params_build_buffer(tr, s);
-        if (tr->bf16) bf16_from_f32_n(pc, tr->master[s], n);
-        else memcpy(pc, tr->master[s], n * sizeof(float));
+        if (tr->bf16) bf16_from_f32_n(pc, master, n);
+        else memcpy(pc, master, n * sizeof(float));
         if (params_store(tr, s, pc, NULL, err, sizeof err) != 0) runtime_error("%s", err);
     }
 }

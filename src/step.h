@@ -136,8 +136,8 @@ typedef struct {
 int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen);
 void trainer_free(trainer_t *tr); // NULL-safe
 
-// Copies the FP32 master weights into the compute copy (BF16-rounded in bf16 mode).
-// Needs host-resident optimizer states (the tests load master weights directly).
+// Copies the FP32 master weights into the compute copy (BF16-rounded in bf16 mode), wherever
+// the optimizer states live (the tests load master weights directly into host homes).
 void trainer_sync_params(trainer_t *tr);
 // Zeroes every gradient (after waiting for an update in flight). A training loop need not
 // call it: the optimizer zeroes each shard's gradients once it has read them.
