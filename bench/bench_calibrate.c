@@ -42,6 +42,7 @@
 #include "kernels.h" // uses: adamw_update, adamw_update_path
 #include "profile.h"
 #include "util.h"
+#include "tier.h"
 
 #define MiB (1ull << 20)
 #define NVME_MAX (512 * MiB)       // store size unless --size is smaller
@@ -306,7 +307,7 @@ int bench_calibrate(const config_t *cfg) {
     // Host side: one pinned pool for the copy buffer and the io requests' buffers.
     const int nt = 2 * qd;
     hostmem_opts_t ho;
-    hostmem_opts_from_config(&ho, cfg, COPY_BYTES + (uint64_t)nt * block);
+    tier_hostmem_opts(&ho, cfg, COPY_BYTES + (uint64_t)nt * block);
     ho.budget = 0; // the benchmark's staging is not the run's host tier
     if (be.vt) { // pinned the way a run pins its pool (CUDA: cudaHostRegister), so the copies are DMA
         ho.pin_fn = backend_host_pin;
@@ -336,7 +337,7 @@ int bench_calibrate(const config_t *cfg) {
     struct iovec iov[IO_MAX_BUFS];
     int nreg = hostmem_regions(hm, iov, IO_MAX_BUFS);
     nvme_store_opts_t so;
-    nvme_store_opts_from_config(&so, cfg, size);
+    tier_nvme_opts(&so, cfg, size);
     so.block = block;
     so.qd = qd;
     so.bufs = iov;

@@ -20,6 +20,7 @@
 #include "hostmem.h"
 #include "io.h"
 #include "util.h"
+#include "tier.h"
 
 typedef struct {
     const char *name, *key;
@@ -70,7 +71,7 @@ int bench_io(const config_t *cfg) {
     // Buffers: one block per request slot, from the pinned pool the engine registers.
     int nt = 2 * qd;
     hostmem_opts_t ho;
-    hostmem_opts_from_config(&ho, cfg, (uint64_t)nt * block);
+    tier_hostmem_opts(&ho, cfg, (uint64_t)nt * block);
     ho.budget = 0; // the benchmark's staging is not the run's host tier
     ho.quiet = cfg->quiet; // the init report and the pinning fallback, if any, on stderr
     hostmem_t *hm = NULL;
@@ -87,7 +88,7 @@ int bench_io(const config_t *cfg) {
     int nreg = hostmem_regions(hm, iov, IO_MAX_BUFS);
 
     nvme_store_opts_t so;
-    nvme_store_opts_from_config(&so, cfg, size);
+    tier_nvme_opts(&so, cfg, size);
     so.block = block;
     so.qd = qd;
     so.bufs = iov;

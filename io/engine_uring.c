@@ -20,7 +20,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 #include "io_internal.h"
-#include "util.h" // format_bytes
 
 #define EFD_TAG UINT64_MAX  // user_data of the eventfd read; slots use their index
 #define IO_MAX_RETRIES 1000 // consecutive -EAGAIN/-EINTR on one piece before it fails
@@ -125,7 +124,7 @@ static int setup(uring_t *u) {
         int e = rcb < 0 ? -rcb : -rcf;
         char lim[64] = "unlimited", hint[256] = "";
         struct rlimit rl;
-        if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) format_bytes(lim, sizeof lim, rl.rlim_cur);
+        if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) io_format_bytes(lim, sizeof lim, rl.rlim_cur);
         if (e == ENOMEM || e == EPERM)
             snprintf(hint, sizeof hint, "; registered memory counts against RLIMIT_MEMLOCK (%s): raise it with `ulimit -l unlimited` "
                      "(or memlock in /etc/security/limits.conf), or run with CAP_IPC_LOCK", lim);

@@ -35,7 +35,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
-#include "config.h" // io_engine_kind_t, config_t (nvme_store_opts_from_config)
 
 #define IO_ALIGN 4096u       // offsets, lengths and buffers are multiples of this
 #define IO_MAX_PATHS 16      // --nvme-path directories
@@ -45,6 +44,7 @@ typedef struct nvme_store nvme_store_t;
 typedef struct io_ticket io_ticket_t;
 
 typedef enum { IO_READ = 0, IO_WRITE = 1 } io_op_t;
+typedef enum { IO_ENGINE_AUTO = 0, IO_ENGINE_URING, IO_ENGINE_PSYNC } io_engine_kind_t;
 
 // Called once per ticket, on an engine thread (the io thread, or a psync worker), after
 // the ticket's result is final (t->res valid) and just before waiters are released (so
@@ -113,10 +113,6 @@ typedef struct {
     io_free_fn free_bytes;    // NULL = statvfs
     void *free_arg;
 } nvme_store_opts_t;
-
-// Fills o from the run configuration (paths, block, qd, engine, sqpoll, verify, keep) for
-// a store of size bytes; the other fields are zero.
-void nvme_store_opts_from_config(nvme_store_opts_t *o, const config_t *cfg, uint64_t size);
 
 // Creates the store and starts its engine. Returns 0 and *out, or -errno with one line in
 // err (no "tiertrain: " prefix), having left no file behind. Errors it explains:
@@ -220,6 +216,15 @@ void nvme_store_info(const nvme_store_t *s, io_info_t *out);
 const char *nvme_store_file(const nvme_store_t *s, int i);
 // Maps a store offset to (file index, file offset): the striping rule above.
 void nvme_store_locate(const nvme_store_t *s, uint64_t off, int *file, uint64_t *foff);
+
+// ---------------------------------------------------------------- sizes (io/size.c)
+// The size syntax of every flag and message, here because io/ is the leaf that needs it first
+// (fault specs, space errors) and src/util.h's parse_size / format_bytes are these.
+// "512M", "4G", "1.5GiB", "4096", "64k" -> bytes: K/M/G/T and KiB/MiB/GiB/TiB are powers of
+// 1024, KB/MB/GB/TB powers of 1000. Returns 0, -EINVAL (not a size), -ERANGE (too large).
+int io_parse_size(const char *s, uint64_t *out);
+// 1536 -> "1.5 KiB" into buf; returns buf.
+char *io_format_bytes(char *buf, size_t len, uint64_t bytes);
 
 // 0 when a file in dir can be created, opened O_DIRECT and written+read 4 KiB through it;
 // else -errno (-EINVAL: the filesystem refuses O_DIRECT). Leaves nothing behind. Tests

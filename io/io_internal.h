@@ -9,7 +9,11 @@
 // piece (outside s->mu); the piece that brings the ticket's `left` to zero finalizes it.
 #pragma once
 #include <pthread.h>
+#include <stdarg.h>
 #include "io.h"
+
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+#define ALIGN_UP(a, b) (CEIL_DIV((a), (b)) * (b))
 
 #define IO_MAX_FAULTS 8
 
@@ -98,3 +102,6 @@ uint32_t io_fault_trim(io_piece_t *p, uint32_t len);
 int io_fault_apply(io_piece_t *p, int res);
 // Counts one fallback notice and prints it unless quiet.
 void io_notice(nvme_store_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// One line "tiertrain: <msg>" on stderr (io/ prints nothing else; src/util.c's notice is the same).
+void io_vnotice(const char *fmt, va_list ap);
+void io_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -17,7 +17,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include "crc32c.h"
-#include "util.h" // notice, format_bytes, parse_size, CEIL_DIV, ALIGN_UP
 
 #define ERR(...) (snprintf(err, errlen, __VA_ARGS__))
 
@@ -30,11 +29,25 @@ void io_notice(nvme_store_t *s, const char *fmt, ...) {
     if (s->quiet) return;
     va_list ap;
     va_start(ap, fmt);
-    vnotice(fmt, ap);
+    io_vnotice(fmt, ap);
     va_end(ap);
 }
 
-static const char *fmtb(char *buf, size_t len, uint64_t b) { return format_bytes(buf, len, b); }
+void io_vnotice(const char *fmt, va_list ap) {
+    char buf[1024];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    fprintf(stderr, "tiertrain: %s\n", buf);
+    fflush(stderr);
+}
+
+void io_say(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    io_vnotice(fmt, ap);
+    va_end(ap);
+}
+
+static const char *fmtb(char *buf, size_t len, uint64_t b) { return io_format_bytes(buf, len, b); }
 
 void nvme_store_locate(const nvme_store_t *s, uint64_t off, int *file, uint64_t *foff) {
     if (s->npaths == 1) {
@@ -83,7 +96,7 @@ static int parse_faults(const char *spec, int at_init, fault_spec_t *out, char *
                 break;
             }
             if (item[0] == 'f') {
-                if (parse_size(item + 5, &out->fake_free) != 0) {
+                if (io_parse_size(item + 5, &out->fake_free) != 0) {
                     ERR("io fault '%s': bad size (use e.g. free=1G)", item);
                     rc = -EINVAL;
                     break;
@@ -166,7 +179,7 @@ uint32_t io_fault_trim(io_piece_t *p, uint32_t len) {
 
 static int split_paths(nvme_store_t *s, const char *paths, char *err, size_t errlen) {
     const char *p = paths;
-    char def[TT_PATH_MAX];
+    char def[PATH_MAX];
     if (!p || !*p) {
         const char *t = getenv("TMPDIR");
         snprintf(def, sizeof def, "%s", t && *t ? t : "/tmp");
@@ -336,18 +349,6 @@ int nvme_dir_direct_ok(const char *dir) {
 
 // ---------------------------------------------------------------- init / free
 
-void nvme_store_opts_from_config(nvme_store_opts_t *o, const config_t *cfg, uint64_t size) {
-    memset(o, 0, sizeof *o);
-    o->paths = cfg->nvme_path;
-    o->size = size;
-    o->block = cfg->io_block;
-    o->qd = cfg->nvme_qd;
-    o->engine = cfg->io_engine;
-    o->sqpoll = cfg->io_sqpoll;
-    o->verify = cfg->io_verify;
-    o->keep = cfg->keep_nvme;
-}
-
 static void store_release(nvme_store_t *s) {
     for (int i = 0; i < s->npaths; i++) {
         if (s->fds[i] >= 0) close(s->fds[i]);
@@ -401,7 +402,7 @@ int nvme_store_init(nvme_store_t **out, const nvme_store_opts_t *o, char *err, s
         goto fail;
     }
     if ((rc = parse_faults(spec, 1, &fs, err, errlen)) != 0) goto fail;
-    if (!o->faults && spec && *spec && !s->quiet) notice("TT_IO_FAULT=%s: io fault injection armed", spec);
+    if (!o->faults && spec && *spec && !s->quiet) io_say("TT_IO_FAULT=%s: io fault injection armed", spec);
     memcpy(s->faults, fs.faults, sizeof fs.faults);
     s->nfaults = fs.nfaults;
     s->flags = fs.flags;

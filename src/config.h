@@ -5,13 +5,13 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <stdio.h>
+#include "io.h" // io_engine_kind_t
 
 #define TT_PATH_MAX 4096
 
 typedef enum { CMD_NONE = 0, CMD_TRAIN, CMD_PLAN, CMD_BENCH, CMD_TOKENIZE, CMD_EVAL } command_t;
 typedef enum { PREC_BF16 = 0, PREC_FP32 } precision_t;
 typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } device_kind_t;
-typedef enum { IO_ENGINE_AUTO = 0, IO_ENGINE_URING, IO_ENGINE_PSYNC } io_engine_kind_t;
 typedef enum { TIER_DEVICE = 0, TIER_HOST, TIER_NVME } tier_kind_t;
 typedef enum { SCHEDULE_AUTO = 0, SCHEDULE_HORIZONTAL, SCHEDULE_VERTICAL } schedule_t;
 typedef enum { CKPT_AUTO = 0, CKPT_DEVICE, CKPT_HOST } ckpt_tier_t;

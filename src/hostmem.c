@@ -131,16 +131,6 @@ static void touch_all(char *p, uint64_t n) {
 
 // ---------------------------------------------------------------- init / free
 
-void hostmem_opts_from_config(hostmem_opts_t *o, const config_t *cfg, uint64_t size) {
-    memset(o, 0, sizeof *o);
-    o->size = size;
-    o->budget = cfg->host_budget;
-    o->numa_node = cfg->numa_node;
-    o->pin = 1;
-    o->hugepages = 1;
-    o->quiet = cfg->quiet;
-}
-
 int hostmem_init(hostmem_t **out, const hostmem_opts_t *o, char *err, size_t errlen) {
     *out = NULL;
     if (errlen) err[0] = 0;

@@ -23,7 +23,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
-#include "config.h"
 
 typedef struct hostmem hostmem_t;
 
@@ -56,10 +55,6 @@ typedef struct {
     double touch_ms;          // time to touch every page at init
     int notices;              // fallback notices printed (or suppressed by quiet)
 } hostmem_info_t;
-
-// Fills o from the run configuration (budget, NUMA node, quiet) for a pool of size
-// bytes, with pin and hugepages on.
-void hostmem_opts_from_config(hostmem_opts_t *o, const config_t *cfg, uint64_t size);
 
 // Reserves, binds, touches and pins the pool; prints one notice with the size, node,
 // touch time and pinning (unless quiet). Returns 0 and *out, or -errno with one line in

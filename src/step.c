@@ -9,6 +9,7 @@
 #include <string.h>
 #include "trace.h"
 #include "util.h"
+#include "tier.h"
 
 // ---------------------------------------------------------------- helpers
 
@@ -385,7 +386,7 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     // ---- host pool and NVMe store, sized for this placement
     hostmem_opts_t ho;
     uint64_t pool = host_pool_bytes(tr);
-    hostmem_opts_from_config(&ho, cfg, pool ? pool : 4096);
+    tier_hostmem_opts(&ho, cfg, pool ? pool : 4096);
     ho.quiet = 1; // the tier report says what the pool is
     if (tr->be.vt) { // a device backend pins the pool its own way (CUDA: cudaHostRegister), so copies are DMA
         ho.pin_fn = backend_host_pin;
@@ -400,7 +401,7 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
     }
     if (nvme_bytes) {
         nvme_store_opts_t no;
-        nvme_store_opts_from_config(&no, cfg, nvme_bytes);
+        tier_nvme_opts(&no, cfg, nvme_bytes);
         struct iovec iov[IO_MAX_BUFS];
         no.nbufs = hostmem_regions(tr->host, iov, IO_MAX_BUFS);
         no.bufs = iov;

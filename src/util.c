@@ -1,5 +1,6 @@
 // util.c — see util.h. No state.
 #include "util.h"
+#include "io.h" // io_parse_size, io_format_bytes
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -59,44 +60,10 @@ void notice(const char *fmt, ...) {
     va_end(ap);
 }
 
-int parse_size(const char *s, uint64_t *out) {
-    if (!s || !*s) return -EINVAL;
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || !isfinite(v) || v < 0) return -EINVAL;
-    while (*end == ' ') end++;
-    double mult = 1;
-    if (*end) {
-        static const struct { const char *suffix; double mult; } units[] = {
-            {"B", 1},
-            {"K", 1024.0}, {"KiB", 1024.0}, {"KB", 1e3}, {"k", 1024.0},
-            {"M", 1048576.0}, {"MiB", 1048576.0}, {"MB", 1e6},
-            {"G", 1073741824.0}, {"GiB", 1073741824.0}, {"GB", 1e9},
-            {"T", 1099511627776.0}, {"TiB", 1099511627776.0}, {"TB", 1e12},
-        };
-        int found = 0;
-        for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-            if (strcmp(end, units[i].suffix) == 0) { mult = units[i].mult; found = 1; break; }
-        }
-        if (!found) return -EINVAL;
-    }
-    double bytes = v * mult;
-    if (bytes >= 18446744073709551615.0) return -ERANGE;
-    if (bytes != floor(bytes)) return -EINVAL; // "1.3B" or "0.1K": not a whole number of bytes
-    *out = (uint64_t)bytes;
-    return 0;
-}
+// One implementation of the size syntax, in the leaf that needs it first (io/size.c).
+int parse_size(const char *s, uint64_t *out) { return io_parse_size(s, out); }
 
-char *format_bytes(char *buf, size_t len, uint64_t bytes) {
-    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    double v = (double)bytes;
-    int u = 0;
-    while (v >= 1024.0 && u < 5) { v /= 1024.0; u++; }
-    if (u == 0) snprintf(buf, len, "%llu B", (unsigned long long)bytes);
-    else snprintf(buf, len, "%.1f %s", v, units[u]);
-    return buf;
-}
+char *format_bytes(char *buf, size_t len, uint64_t bytes) { return io_format_bytes(buf, len, bytes); }
 
 double now_ms(void) {
     struct timespec ts;
