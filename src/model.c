@@ -136,3 +136,21 @@ void model_tensor_hf_name(const model_t *m, int shard, int tensor, char *buf, si
     case SHARD_HEAD: snprintf(buf, len, tensor == HW_NORM ? "model.norm.weight" : "lm_head.weight"); break;
     }
 }
+
+int model_use_order(const model_t *m, int reps, int backward, int *uses) {
+    int n = 0;
+    for (int r = 0; r < reps; r++) {
+        for (int s = 0; s <= m->L; s++, n++) // embed, blocks
+            if (uses) uses[n] = s;
+        if (uses) uses[n] = model_head_shard(m);
+        n++;
+        if (m->tie) {
+            if (uses) uses[n] = 0;
+            n++;
+        }
+        if (backward)
+            for (int l = m->L - 1; l >= 0; l--, n++)
+                if (uses) uses[n] = model_block_shard(l);
+    }
+    return n;
+}

@@ -63,6 +63,11 @@ void model_init(model_t *m, const config_t *cfg);
 void model_free(model_t *m); // NULL-safe
 
 static inline int model_block_shard(int layer) { return 1 + layer; }
+// The parameter shards a phase acquires, in order: reps passes, each the forward (embed,
+// blocks 0..L-1, head, and the embedding again when the head is tied) and, with backward,
+// blocks L-1..0. Writes uses (NULL: only counts) and returns the count. The trainer's step
+// acquires in exactly this order; the scheduler and the plan's replay take it from here.
+int model_use_order(const model_t *m, int reps, int backward, int *uses);
 static inline int model_head_shard(const model_t *m) { return m->L + 1; }
 
 // Deterministic init of one shard's FP32 master weights from seed: each tensor has its own

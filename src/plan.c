@@ -8,6 +8,7 @@
 #include <sys/statvfs.h>
 #include "backend.h"
 #include "hostmem.h"
+#include "scheduler.h" // sched_belady
 #include "util.h"
 
 const char *const plan_resource_names[PLAN_NRES] = {"compute", "host->device", "device->host", "nvme read",
@@ -15,47 +16,24 @@ const char *const plan_resource_names[PLAN_NRES] = {"compute", "host->device", "
 
 // ---------------------------------------------------------------- replaying the use order
 
-// The parameter use order of one step, as trainer_step_fb acquires them (step.c).
-static int step_uses(const config_t *cfg, const model_t *m, int *uses) {
-    int reps = cfg->schedule == SCHEDULE_VERTICAL && cfg->accum > 1 ? 1 : cfg->accum, n = 0;
-    for (int r = 0; r < reps; r++) {
-        for (int s = 0; s <= m->L; s++) uses[n++] = s;
-        uses[n++] = model_head_shard(m);
-        if (m->tie) uses[n++] = 0;
-        for (int l = m->L - 1; l >= 0; l--) uses[n++] = model_block_shard(l);
-    }
-    return n;
-}
-
-static int next_use_of(const int *uses, int n, int shard, int from) {
-    for (int k = from; k < n; k++)
-        if (uses[k] == shard) return k;
-    return n + 1;
-}
-
-// Belady's rule over cap buffers: replays uses[0..n) and marks miss[k] for the uses that
-// must be copied in. bypass: a shard needed again later than everything held is not kept
-// (the host cache's rule); without it, a miss always takes a buffer (the device slots').
-// start: uses before it only warm the buffers (their misses are not counted). Returns the
-// misses counted.
+// Belady's rule over cap buffers (sched_belady, as the scheduler and the host cache keep
+// theirs): replays uses[0..n) and marks miss[k] for the uses that must be copied in. bypass:
+// a shard needed again later than everything held is not kept (the host cache's rule);
+// without it, a miss always takes a buffer (the device slots'). start: uses before it only
+// warm the buffers (their misses are not counted). Returns the misses counted.
 static int replay(const int *uses, int n, int cap, int bypass, int start, char *miss) {
-    int *held = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *held), nheld = 0, count = 0;
+    int *held = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *held), count = 0;
     if (!held) return n;
+    for (int i = 0; i < cap; i++) held[i] = SCHED_EMPTY;
     for (int k = 0; k < n; k++) {
         int hit = 0;
-        for (int i = 0; i < nheld; i++) hit |= held[i] == uses[k];
+        for (int i = 0; i < cap; i++) hit |= held[i] == uses[k];
         if (miss) miss[k] = !hit;
         if (hit) continue;
         if (k >= start) count++;
-        if (cap == 0) continue;
-        if (nheld < cap) { held[nheld++] = uses[k]; continue; }
-        int victim = -1, far = -1;
-        for (int i = 0; i < nheld; i++) {
-            int nu = next_use_of(uses, n, held[i], k + 1);
-            if (nu > far) { far = nu; victim = i; }
-        }
-        if (bypass && far <= next_use_of(uses, n, uses[k], k + 1)) continue;
-        held[victim] = uses[k];
+        int need = bypass ? sched_next_use(uses, n, uses[k], k + 1) : -1;
+        int victim = cap ? sched_belady(held, cap, uses, n, k + 1, need) : -1;
+        if (victim >= 0) held[victim] = uses[k];
     }
     free(held);
     return count;
@@ -65,12 +43,12 @@ static int replay(const int *uses, int n, int cap, int bypass, int start, char *
 // step) and, of those, NVMe reads the host cache does not absorb (the cache keeps its
 // contents across steps: the optimizer writes through it).
 static void stream_traffic(const config_t *cfg, const model_t *m, int nslots, int nhcache, plan_t *p, double pbytes) {
-    int reps = cfg->accum, per = 2 * m->L + 2 + (m->tie ? 1 : 0);
-    int n = per * reps;
+    const int vertical = cfg->schedule == SCHEDULE_VERTICAL && cfg->accum > 1;
+    int n = model_use_order(m, vertical ? 1 : cfg->accum, 1, NULL);
     int *uses = calloc((size_t)n, sizeof *uses), *fetch = calloc((size_t)n * 2, sizeof *fetch);
     char *miss = calloc((size_t)n, 1);
     if (!uses || !fetch || !miss) { free(uses); free(fetch); free(miss); return; }
-    n = step_uses(cfg, m, uses);
+    model_use_order(m, vertical ? 1 : cfg->accum, 1, uses);
     replay(uses, n, nslots, 0, 0, miss);
     int nf = 0;
     double bytes = 0;

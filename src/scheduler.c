@@ -1,12 +1,16 @@
 // scheduler.c — see scheduler.h.
 //
-// Concurrency: one mutex guards every slot's state, the task queue and the stats; one
-// condition variable `changed` is broadcast whenever a slot's state changes or a task is
-// queued. The worker takes the oldest queued slot, copies without the lock (the slot is
-// FETCHING: nobody else writes it, and the compute thread does not read it until READY),
-// then publishes READY/FAILED under the lock. The compute thread only reads a slot once it
-// is READY and pinned, and a pinned or FETCHING slot is never chosen for eviction, so a
-// slot's memory has exactly one writer at a time.
+// Fetches: one mutex guards every slot's state, the task queue and the stats; one condition
+// variable `changed` is broadcast whenever a slot's state changes or a task is queued. The
+// fetch worker takes the oldest queued slot, copies without the lock (the slot is FETCHING:
+// nobody else writes it, and the compute thread does not read it until READY), then
+// publishes READY/FAILED under the lock. The compute thread only reads a slot once it is
+// READY and pinned, and a pinned or FETCHING slot is never chosen for eviction, so a slot's
+// memory has exactly one writer at a time.
+//
+// Updates: their own mutex and condition variable (a leaf lock: the job runs without it and
+// no other lock is taken under it). `busy` says a job is queued or running, `done` how many
+// shards of it are final, `rc` its error, which stays once set.
 #include "scheduler.h"
 #include <errno.h>
 #include <pthread.h>
@@ -30,20 +34,50 @@ struct sched {
     int nshards, nslots, prefetch;
     slot_t *slots;
     int *where;          // (nshards) slot holding the shard, or -1
-    int *uses, nuses, cursor;
+    int *held;           // (nslots) scratch for pick_slot: what each slot holds, for sched_belady
+    int *uses, nuses, max_uses, cursor; // uses: (max_uses), allocated once
     int *queue, qhead, qtail; // ring of slot indices waiting for the worker (capacity nslots)
     sched_fetch_fn fetch;
     void *ctx;
     pthread_mutex_t mu;
     pthread_cond_t changed;
     pthread_t worker;
-    int stop, worker_started;
+    int stop, worker_started, sync_inited;
     sched_stats_t stats;
+    // ---- the update worker
+    pthread_mutex_t umu;
+    pthread_cond_t ucv;
+    pthread_t updater;
+    int updater_started;
+    int ubusy, udone, urc, ustop;
+    char uerr[512];
+    sched_update_fn ufn;
+    void *uctx;
 };
 
-// ---------------------------------------------------------------- worker
+// ---------------------------------------------------------------- Belady's rule
 
-static void *worker_main(void *arg) {
+int sched_next_use(const int *uses, int nuses, int shard, int from) {
+    for (int k = from < 0 ? 0 : from; k < nuses; k++)
+        if (uses[k] == shard) return k;
+    return INT32_MAX;
+}
+
+int sched_belady(const int *held, int n, const int *uses, int nuses, int from, int need) {
+    int best = -1, best_next = -1;
+    for (int i = 0; i < n; i++) {
+        if (held[i] == SCHED_EMPTY) return i;
+        if (held[i] == SCHED_BUSY) continue;
+        int nu = sched_next_use(uses, nuses, held[i], from);
+        if (nu > best_next) { best_next = nu; best = i; }
+    }
+    if (best < 0 || (need >= 0 && best_next <= need)) return -1;
+    return best;
+}
+
+// ---------------------------------------------------------------- workers
+
+static void *fetch_main(void *arg) {
     sched_t *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
@@ -71,53 +105,105 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+static void *update_main(void *arg) {
+    sched_t *s = arg;
+    pthread_mutex_lock(&s->umu);
+    for (;;) {
+        while (!s->ustop && !(s->ubusy && s->udone == 0 && s->urc == 0)) pthread_cond_wait(&s->ucv, &s->umu);
+        if (s->ustop) break;
+        sched_update_fn fn = s->ufn;
+        void *ctx = s->uctx;
+        pthread_mutex_unlock(&s->umu);
+        char err[512] = "";
+        int rc = fn(ctx, err, sizeof err);
+        pthread_mutex_lock(&s->umu);
+        if (rc != 0) {
+            s->urc = rc;
+            snprintf(s->uerr, sizeof s->uerr, "%s", err[0] ? err : strerror(-rc));
+        } else {
+            s->udone = s->nshards;
+        }
+        s->ubusy = 0;
+        pthread_cond_broadcast(&s->ucv);
+    }
+    pthread_mutex_unlock(&s->umu);
+    return NULL;
+}
+
 // ---------------------------------------------------------------- init / free
 
-int sched_init(sched_t **out, int nshards, int nslots, void *const *slots, int prefetch,
+int sched_init(sched_t **out, int nshards, int nslots, void *const *slots, int prefetch, int max_uses,
                sched_fetch_fn fetch, void *ctx, char *err, size_t errlen) {
     *out = NULL;
+    int rc = -ENOMEM;
     sched_t *s = calloc(1, sizeof *s);
     if (!s) goto oom;
     s->nshards = nshards;
     s->nslots = nslots;
     s->prefetch = prefetch;
+    s->max_uses = max_uses;
     s->fetch = fetch;
     s->ctx = ctx;
-    s->slots = calloc((size_t)nslots, sizeof *s->slots);
+    s->slots = calloc((size_t)nslots + 1, sizeof *s->slots);
+    s->held = calloc((size_t)nslots + 1, sizeof *s->held);
     s->where = malloc((size_t)nshards * sizeof *s->where);
-    s->queue = calloc((size_t)nslots, sizeof *s->queue);
-    if (!s->slots || !s->where || !s->queue) goto oom;
+    s->queue = calloc((size_t)nslots + 1, sizeof *s->queue);
+    s->uses = malloc((size_t)(max_uses > 0 ? max_uses : 1) * sizeof *s->uses);
+    if (!s->slots || !s->held || !s->where || !s->queue || !s->uses) goto oom;
     for (int i = 0; i < nslots; i++) { s->slots[i].buf = slots[i]; s->slots[i].shard = -1; }
     for (int i = 0; i < nshards; i++) s->where[i] = -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->changed, NULL);
-    int rc = pthread_create(&s->worker, NULL, worker_main, s);
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot start the copy worker: %s", strerror(rc));
-        sched_free(s);
-        return -rc;
+    pthread_mutex_init(&s->umu, NULL);
+    pthread_cond_init(&s->ucv, NULL);
+    s->sync_inited = 1;
+    if (nslots > 0) {
+        if ((rc = pthread_create(&s->worker, NULL, fetch_main, s)) != 0) {
+            snprintf(err, errlen, "cannot start the fetch worker: %s", strerror(rc));
+            goto fail;
+        }
+        s->worker_started = 1;
     }
-    s->worker_started = 1;
+    if ((rc = pthread_create(&s->updater, NULL, update_main, s)) != 0) {
+        snprintf(err, errlen, "cannot start the update worker: %s", strerror(rc));
+        goto fail;
+    }
+    s->updater_started = 1;
     *out = s;
     return 0;
 oom:
     snprintf(err, errlen, "out of memory for the scheduler");
+    rc = ENOMEM;
+fail:
     sched_free(s);
-    return -ENOMEM;
+    return -rc;
 }
 
 void sched_free(sched_t *s) {
     if (!s) return;
+    if (s->updater_started) { // after the job in flight, if any
+        pthread_mutex_lock(&s->umu);
+        while (s->ubusy) pthread_cond_wait(&s->ucv, &s->umu);
+        s->ustop = 1;
+        pthread_cond_broadcast(&s->ucv);
+        pthread_mutex_unlock(&s->umu);
+        pthread_join(s->updater, NULL);
+    }
     if (s->worker_started) {
         pthread_mutex_lock(&s->mu);
         s->stop = 1;
         pthread_cond_broadcast(&s->changed);
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->worker, NULL);
+    }
+    if (s->sync_inited) {
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->changed);
+        pthread_mutex_destroy(&s->umu);
+        pthread_cond_destroy(&s->ucv);
     }
     free(s->slots);
+    free(s->held);
     free(s->where);
     free(s->queue);
     free(s->uses);
@@ -126,28 +212,18 @@ void sched_free(sched_t *s) {
 
 // ---------------------------------------------------------------- planning (lock held)
 
-// Position of shard's first use at or after `from`, or INT32_MAX when it has none.
-static int next_use(const sched_t *s, int shard, int from) {
-    for (int k = from; k < s->nuses; k++)
-        if (s->uses[k] == shard) return k;
-    return INT32_MAX;
-}
-
 // A slot for a fetch needed at position `need`: an empty one, else the unpinned READY (or
 // FAILED) slot whose shard is next used farthest away — but, unless `force`, only if that is
 // later than `need` (Belady: never evict something needed sooner than what comes in).
 // -1 when none qualifies (with force: every slot is pinned or in flight).
 static int pick_slot(sched_t *s, int need, int from, int force) {
-    int best = -1, best_next = -1;
     for (int i = 0; i < s->nslots; i++) {
-        slot_t *sl = &s->slots[i];
-        if (sl->state == SLOT_EMPTY) return i;
-        if (sl->pins > 0 || (sl->state != SLOT_READY && sl->state != SLOT_FAILED)) continue;
-        int nu = next_use(s, sl->shard, from);
-        if (nu > best_next) { best_next = nu; best = i; }
+        const slot_t *sl = &s->slots[i];
+        s->held[i] = sl->state == SLOT_EMPTY                                          ? SCHED_EMPTY
+                     : sl->pins > 0 || (sl->state != SLOT_READY && sl->state != SLOT_FAILED) ? SCHED_BUSY
+                                                                                      : sl->shard;
     }
-    if (best < 0 || (!force && best_next <= need)) return -1;
-    return best;
+    return sched_belady(s->held, s->nslots, s->uses, s->nuses, from, force ? -1 : need);
 }
 
 static void enqueue_fetch(sched_t *s, int slot, int shard, int pos) {
@@ -178,21 +254,24 @@ static void prefetch_after(sched_t *s, int pos) {
 
 // ---------------------------------------------------------------- compute-thread API
 
-void sched_begin(sched_t *s, const int *uses, int nuses) {
+int sched_begin(sched_t *s, const int *uses, int nuses) {
+    if (nuses < 0 || nuses > s->max_uses) return -EINVAL;
     pthread_mutex_lock(&s->mu);
-    free(s->uses);
-    s->uses = malloc((size_t)(nuses ? nuses : 1) * sizeof *s->uses);
-    if (!s->uses) runtime_error("out of memory for the use order (%d uses)", nuses);
     memcpy(s->uses, uses, (size_t)nuses * sizeof *uses);
     s->nuses = nuses;
     s->cursor = 0;
-    prefetch_after(s, -1);
+    if (s->nslots > 0) prefetch_after(s, -1);
     pthread_mutex_unlock(&s->mu);
+    return 0;
 }
 
 const void *sched_acquire(sched_t *s, int shard, char *err, size_t errlen) {
+    if (s->nslots == 0) {
+        snprintf(err, errlen, "shard %d: no slots to fetch into", shard);
+        return NULL;
+    }
     pthread_mutex_lock(&s->mu);
-    int pos = next_use(s, shard, s->cursor);
+    int pos = sched_next_use(s->uses, s->nuses, shard, s->cursor);
     if (pos == INT32_MAX) pos = s->cursor - 1; // a use outside the order: fetch on demand
     else s->cursor = pos + 1;
     if (s->where[shard] >= 0) s->stats.hits++;
@@ -252,9 +331,48 @@ void sched_stats(const sched_t *s, sched_stats_t *out) {
     pthread_mutex_unlock((pthread_mutex_t *)&s->mu);
 }
 
-int sched_next_use(sched_t *s, int shard, int from) {
+int sched_cache_victim(sched_t *s, const int *held, int n, int shard, int pos) {
+    if (n == 0) return -1;
     pthread_mutex_lock(&s->mu);
-    int k = next_use(s, shard, from);
+    int need = sched_next_use(s->uses, s->nuses, shard, pos + 1);
+    int i = sched_belady(held, n, s->uses, s->nuses, pos + 1, need);
     pthread_mutex_unlock(&s->mu);
-    return k;
+    return i;
+}
+
+// ---------------------------------------------------------------- updates
+
+void sched_update_start(sched_t *s, sched_update_fn fn, void *ctx) {
+    pthread_mutex_lock(&s->umu);
+    s->ufn = fn;
+    s->uctx = ctx;
+    s->udone = 0;
+    s->ubusy = 1;
+    pthread_cond_broadcast(&s->ucv);
+    pthread_mutex_unlock(&s->umu);
+}
+
+void sched_update_publish(sched_t *s, int shard) {
+    pthread_mutex_lock(&s->umu);
+    s->udone = shard + 1;
+    pthread_cond_broadcast(&s->ucv);
+    pthread_mutex_unlock(&s->umu);
+}
+
+int sched_update_wait_shard(sched_t *s, int shard, char *err, size_t errlen) {
+    pthread_mutex_lock(&s->umu);
+    while (s->ubusy && s->udone <= shard && s->urc == 0) pthread_cond_wait(&s->ucv, &s->umu);
+    int rc = s->udone > shard ? 0 : s->urc;
+    if (rc != 0 && err) snprintf(err, errlen, "%s", s->uerr);
+    pthread_mutex_unlock(&s->umu);
+    return rc;
+}
+
+int sched_update_wait(sched_t *s, char *err, size_t errlen) {
+    pthread_mutex_lock(&s->umu);
+    while (s->ubusy) pthread_cond_wait(&s->ucv, &s->umu);
+    int rc = s->urc;
+    if (rc != 0 && err) snprintf(err, errlen, "%s", s->uerr);
+    pthread_mutex_unlock(&s->umu);
+    return rc;
 }

@@ -1,17 +1,38 @@
-// scheduler.h — streams shards into a fixed set of device slots in the order a step will use
-// them (DESIGN §4; named scheduler.h, not sched.h, which would shadow the system <sched.h>
-// that pthread.h includes, since src/ is on the include path). The step's use order is static and given up front (sched_begin), so the
-// scheduler prefetches up to --prefetch uses ahead and, when it must make room, evicts the
-// resident shard whose next use is farthest away (Belady's rule, exact here because the
-// future is known). Fetches run on one worker thread (the copy stream's stand-in on the CPU
-// backend; the CUDA backend's copy stream implements the same); compute waits only for the
-// shard it needs now, on a condition variable — nothing sleeps on a timer.
+// scheduler.h — the workers that move and update shards while compute runs (DESIGN §4; named
+// scheduler.h, not sched.h, which would shadow the system <sched.h> that pthread.h includes,
+// since src/ is on the include path).
+//
+// Fetches: streams shards into a fixed set of device slots in the order a phase will use
+// them. The use order is static and given up front (sched_begin), so the scheduler
+// prefetches up to --prefetch uses ahead and, when it must make room, evicts the resident
+// shard whose next use is farthest away (Belady's rule, exact here because the future is
+// known; sched_belady is the one implementation, also used by the host cache and the plan's
+// replay). Fetches run on the fetch worker; compute waits only for the shard it needs now.
+//
+// Updates: one update job at a time (a step's optimizer over shards 0..n-1) runs on the
+// update worker while compute goes on with the next step; the job publishes each shard as
+// it becomes final, and a use of a shard waits only for that shard (sched_update_wait_shard).
+//
+// Nothing sleeps on a timer: every wait is on a condition variable for the state it needs.
 //
 // What it does not do: know where a shard's home copy lives or how to copy it (the fetch
-// callback does: host memcpy, NVMe read + copy), or write anything back (slots are
-// read-only copies; the optimizer writes homes and then calls sched_invalidate).
-// Who calls it: step.c, on the compute thread only (acquire/release/begin/invalidate); the
-// callback runs on the worker thread.
+// callback does: host memcpy, NVMe read + copy), write anything back (slots are read-only
+// copies; the optimizer writes homes and then calls sched_invalidate), or any arithmetic
+// (the update callback does).
+//
+// Threads (every thread of a training process; the one list):
+//   compute    the caller of trainer_*: queues the ops, acquires and releases slots, starts
+//              updates, visits gradients and activation checkpoints (tier.c, acts.c).
+//   fetch      this scheduler's fetch worker: runs the fetch callback (tier.c: host copy,
+//              --host-cache, NVMe read), one fetch at a time; started when there are slots.
+//   update     this scheduler's update worker: runs the update callback (optim.c over the
+//              host or NVMe states), one job at a time.
+//   io         the NVMe store's engine (io/): the io_uring thread or the psync pool.
+//   OpenMP     the kernels' pool, used by whichever thread runs an op.
+// Lock order (a thread holding one may take those after it, never before):
+//   tier's host-cache lock  →  this scheduler's lock  →  the NVMe store's lock.
+// The update state has its own lock, a leaf: it is never held while another is taken.
+// Who calls it: tier.c (fetches), trainer.c and optim.c (updates), the plan (sched_belady).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -19,9 +40,12 @@
 typedef struct sched sched_t;
 
 // Copies shard's parameters from their home into dst (a device slot), for its use at
-// position pos of the current use order. Runs on the worker thread. Returns 0, or -errno
+// position pos of the current use order. Runs on the fetch worker. Returns 0, or -errno
 // with a one-line message in err.
 typedef int (*sched_fetch_fn)(void *ctx, int shard, int pos, void *dst, char *err, size_t errlen);
+// One update job, on the update worker: publishes shards 0..n-1 in that order as each becomes
+// final (sched_update_publish). Returns 0, or -errno with one line in err.
+typedef int (*sched_update_fn)(void *ctx, char *err, size_t errlen);
 
 typedef struct {
     uint64_t fetches;       // shards copied into slots
@@ -30,15 +54,19 @@ typedef struct {
     double wait_ms;         // time acquire spent waiting for a fetch
 } sched_stats_t;
 
-// nslots device buffers (each large enough for any shard); prefetch = uses looked ahead.
-// Starts the worker. Returns 0 or -errno (err filled).
-int sched_init(sched_t **out, int nshards, int nslots, void *const *slots, int prefetch,
+// nslots device buffers (each large enough for any shard; 0: no fetches, no fetch worker);
+// prefetch = uses looked ahead; max_uses = the longest use order sched_begin will be given.
+// Starts the workers. Returns 0 or -errno (err filled).
+int sched_init(sched_t **out, int nshards, int nslots, void *const *slots, int prefetch, int max_uses,
                sched_fetch_fn fetch, void *ctx, char *err, size_t errlen);
-void sched_free(sched_t *s); // NULL-safe; stops the worker after in-flight fetches end
+void sched_free(sched_t *s); // NULL-safe; waits for the update job and in-flight fetches, stops the workers
+
+// ---------------------------------------------------------------- fetches (compute thread)
 
 // The use order of the next phase (a step's forward and backward over every micro-batch,
-// or an evaluation's forwards). Copies uses. Starts prefetching its first uses.
-void sched_begin(sched_t *s, const int *uses, int nuses);
+// or an evaluation's forwards). Copies uses. Starts prefetching its first uses. Returns 0,
+// or -EINVAL when nuses exceeds max_uses (nothing changes).
+int sched_begin(sched_t *s, const int *uses, int nuses);
 // The slot holding shard for its next use in the order; waits for its fetch and issues
 // the prefetches that follow. Returns NULL on a failed fetch (message in err): the step
 // stops. Pins the slot until sched_release.
@@ -47,6 +75,33 @@ void sched_release(sched_t *s, int shard);
 // Every slot's copy is stale (the homes changed): waits for in-flight fetches, empties all.
 void sched_invalidate(sched_t *s);
 void sched_stats(const sched_t *s, sched_stats_t *out);
-// Position of shard's first use at or after `from` in the current order, or INT32_MAX when
-// it has none. Any thread (the fetch callback uses it to keep a host cache by next use).
-int sched_next_use(sched_t *s, int shard, int from);
+// For a cache of n buffers kept by the current use order (the fetch callback's --host-cache):
+// the buffer to read shard into for its use at pos (sched_belady with need = the shard's
+// next use after pos), or -1 to bypass the cache. Any thread; takes the scheduler's lock.
+int sched_cache_victim(sched_t *s, const int *held, int n, int shard, int pos);
+
+// ---------------------------------------------------------------- Belady's rule
+
+enum { SCHED_EMPTY = -1, SCHED_BUSY = -2 };
+// Position of shard's first use in uses[from..nuses), or INT32_MAX when it has none.
+int sched_next_use(const int *uses, int nuses, int shard, int from);
+// Belady's choice among n buffers, buffer i holding shard held[i] (SCHED_EMPTY: free, taken
+// at once; SCHED_BUSY: not a candidate, e.g. pinned or in flight): the one whose shard is
+// next used farthest from `from` (the first of equals). With need >= 0 only a shard next
+// used later than position need qualifies (never give up what is needed sooner than what
+// comes in). Returns the index, or -1 when none qualifies.
+int sched_belady(const int *held, int n, const int *uses, int nuses, int from, int need);
+
+// ---------------------------------------------------------------- updates
+
+// Starts fn(ctx) on the update worker and returns at once; the previous job must have ended
+// (sched_update_wait). Shards count as not final until published.
+void sched_update_start(sched_t *s, sched_update_fn fn, void *ctx);
+// From the job: shards 0..shard are final.
+void sched_update_publish(sched_t *s, int shard);
+// Waits until shard is final when a job is in flight. Any thread. Returns 0, or the job's
+// -errno with its message in err when it failed before publishing the shard.
+int sched_update_wait_shard(sched_t *s, int shard, char *err, size_t errlen);
+// Waits for the job in flight to end. Returns 0, or its -errno with its message in err (the
+// error stays: every later wait returns it).
+int sched_update_wait(sched_t *s, char *err, size_t errlen);

@@ -84,17 +84,9 @@ static int hcache_find(const trainer_t *tr, int shard) {
 }
 
 // --host-cache: the entry to read shard into for its use at pos, or -1 to bypass the cache
-// (every cached shard is needed again before this one). Belady's rule, as for device slots:
-// give up the entry whose shard is next used farthest away.
+// (every cached shard is needed again before this one): Belady's rule, as for device slots.
 static int hcache_victim(trainer_t *tr, int shard, int pos) {
-    if (tr->nhcache == 0) return -1;
-    int best = -1, best_next = -1;
-    for (int i = 0; i < tr->nhcache; i++) {
-        if (tr->hcache_shard[i] < 0) return i;
-        int nu = sched_next_use(tr->sched, tr->hcache_shard[i], pos + 1);
-        if (nu > best_next) { best_next = nu; best = i; }
-    }
-    return best_next > sched_next_use(tr->sched, shard, pos + 1) ? best : -1;
+    return sched_cache_victim(tr->sched, tr->hcache_shard, tr->nhcache, shard, pos);
 }
 
 // Scheduler callback, on its worker thread: copy a shard's parameters from their home into
@@ -435,13 +427,19 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
             tr->v[s] = tr->m[s] + sh->numel_padded;
         }
     }
+    // Room for the longest use order: a step's (vertical: one pass) or an evaluation's.
+    int accum = tr->nmb > 1 ? 1 : cfg->accum > 0 ? cfg->accum : 1;
+    int eval = cfg->eval_batches > 0 ? cfg->eval_batches : 1;
+    int maxn = model_use_order(m, accum > eval ? accum : eval, 1, NULL);
+    tr->uses = malloc((size_t)maxn * sizeof *tr->uses);
+    if (!tr->uses) { snprintf(err, errlen, "out of memory for the use order"); return -ENOMEM; }
     if (cfg->params_tier != TIER_DEVICE) {
         for (int i = 0; i < tr->nslots; i++) {
             DEV(tr->pslot[i], big * tr->pbytes, "parameter slots");
             if (cfg->params_tier == TIER_NVME) HOST(tr->pstage[i], big * tr->pbytes, "parameter staging");
         }
         if ((rc = events_create(tr, tr->slot_ev, tr->nslots, err, errlen)) != 0) return rc;
-        if ((rc = sched_init(&tr->sched, m->nshards, tr->nslots, tr->pslot, cfg->prefetch, fetch_params, tr,
+        if ((rc = sched_init(&tr->sched, m->nshards, tr->nslots, tr->pslot, cfg->prefetch, maxn, fetch_params, tr,
                              err, errlen)) != 0)
             return rc;
     }
@@ -531,15 +529,6 @@ int trainer_init(trainer_t *tr, const config_t *cfg, char *err, size_t errlen) {
         free(rc);
         free(rs);
     }
-
-    // The use order of one micro-batch: forward embed, blocks, head (+ the embedding when the
-    // head is tied); backward blocks L-1..0. A step repeats it accum times.
-    int per_mb = 2 * m->L + 2 + (m->tie ? 1 : 0);
-    int accum = tr->nmb > 1 ? 1 : cfg->accum > 0 ? cfg->accum : 1; // vertical: one pass per step
-    int eval = cfg->eval_batches > 0 ? cfg->eval_batches : 1;
-    int maxn = per_mb * (accum > eval ? accum : eval);
-    tr->uses = malloc((size_t)maxn * sizeof *tr->uses);
-    if (!tr->uses) { snprintf(err, errlen, "out of memory for the use order"); return -ENOMEM; }
 
     // ---- initial weights: master from the seed, shard by shard; the compute copy from it
     for (int s = 0; s < m->nshards; s++) {
@@ -631,31 +620,18 @@ void trainer_zero_grads(trainer_t *tr) {
     for (int s = 0; s < tr->model.nshards; s++) grads_zero(tr, s);
 }
 
-static int build_uses(const trainer_t *tr, int *uses, int reps, int backward) {
-    const model_t *m = &tr->model;
-    int n = 0;
-    for (int r = 0; r < reps; r++) {
-        for (int s = 0; s <= m->L; s++) uses[n++] = s; // embed, blocks
-        uses[n++] = model_head_shard(m);
-        if (m->tie) uses[n++] = 0;
-        if (backward)
-            for (int l = m->L - 1; l >= 0; l--) uses[n++] = model_block_shard(l);
-    }
-    return n;
-}
-
 // A step's use order: horizontal repeats one micro-batch's order nmb times; vertical uses
 // each shard once per pass (the acquires in trainer_step_fb follow the same order).
 static void begin_step(trainer_t *tr, int nmb) {
     if (!tr->sched) return;
-    int n = build_uses(tr, tr->uses, tr->nmb > 1 ? 1 : nmb, 1);
-    sched_begin(tr->sched, tr->uses, n);
+    int n = model_use_order(&tr->model, tr->nmb > 1 ? 1 : nmb, 1, tr->uses);
+    if (sched_begin(tr->sched, tr->uses, n) != 0) fault(tr, "step: a use order longer than the scheduler's room");
 }
 
 void trainer_begin_eval(trainer_t *tr, int nbatches) {
     if (!tr->sched) return;
-    int n = build_uses(tr, tr->uses, nbatches, 0);
-    sched_begin(tr->sched, tr->uses, n);
+    int n = model_use_order(&tr->model, nbatches, 0, tr->uses);
+    if (sched_begin(tr->sched, tr->uses, n) != 0) fault(tr, "evaluation: a use order longer than the scheduler's room");
 }
 
 // ---------------------------------------------------------------- block forward / backward

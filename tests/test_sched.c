@@ -66,7 +66,7 @@ static void run_order(int nshards, int nslots, int prefetch, int delay_us, int r
     fake_t f = {.max_delay_us = delay_us, .fail_shard = -1};
     sched_t *s = NULL;
     char err[256];
-    ck_assert_int_eq(sched_init(&s, nshards, nslots, slots, prefetch, fake_fetch, &f, err, sizeof err), 0);
+    ck_assert_int_eq(sched_init(&s, nshards, nslots, slots, prefetch, 1024, fake_fetch, &f, err, sizeof err), 0);
     int uses[1024];
     int n = make_order(uses, nshards, reps);
     f.order = uses; // the same order every step
@@ -109,7 +109,7 @@ START_TEST(belady_keeps_the_sooner_shard) {
     fake_t f = {.fail_shard = -1};
     sched_t *s = NULL;
     char err[256];
-    ck_assert_int_eq(sched_init(&s, 3, 2, slots, 0, fake_fetch, &f, err, sizeof err), 0);
+    ck_assert_int_eq(sched_init(&s, 3, 2, slots, 0, 4, fake_fetch, &f, err, sizeof err), 0);
     int uses[] = {0, 1, 2, 0};
     sched_begin(s, uses, 4);
     for (int k = 0; k < 4; k++) {
@@ -132,7 +132,7 @@ START_TEST(failed_fetch_fails_its_acquire) {
     fake_t f = {.max_delay_us = 200, .fail_shard = 2};
     sched_t *s = NULL;
     char err[256];
-    ck_assert_int_eq(sched_init(&s, 5, 3, slots, 2, fake_fetch, &f, err, sizeof err), 0);
+    ck_assert_int_eq(sched_init(&s, 5, 3, slots, 2, 64, fake_fetch, &f, err, sizeof err), 0);
     int uses[64];
     int n = make_order(uses, 5, 2);
     sched_begin(s, uses, n);
