@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "config.h"
+#include "trainer.h"
 
 int bench_gemm(const config_t *cfg); // bench/bench_gemm.c
 // bench gemm when the run resolves to the CUDA backend: the backend's matmul ops against bare
@@ -20,8 +21,7 @@ typedef struct {
     double first_loss, last_loss;
     uint64_t hash;           // params_hash after the steps
     size_t num_params;
-    uint64_t peak_device, host_bytes, nvme_read, nvme_write, h2d, d2h;
-    double fetch_wait_ms, opt_nvme_wait_ms;
+    trainer_info_t info;     // what the tiers held and moved (report.h prints the same)
 } bench_run_t;
 // Builds the trainer for cfg and runs `steps` steps on cfg's data. Returns 0 or -errno with
 // one line in err.

@@ -300,7 +300,8 @@ int bench_calibrate(const config_t *cfg) {
     profile_t prof;
     profile_defaults(&prof);
     backend_t be;
-    backend_init(&be, cfg); // exits 2 on an impossible --device
+    int rc0 = backend_init(&be, cfg, err, sizeof err);
+    if (rc0 != 0) fail_with(rc0, "bench calibrate: %s", err);
     snprintf(prof.backend, sizeof prof.backend, "%s", be.name);
     prof.threads = be.threads;
 
@@ -309,7 +310,7 @@ int bench_calibrate(const config_t *cfg) {
     hostmem_opts_t ho;
     tier_hostmem_opts(&ho, cfg, COPY_BYTES + (uint64_t)nt * block);
     ho.budget = 0; // the benchmark's staging is not the run's host tier
-    if (be.vt) { // pinned the way a run pins its pool (CUDA: cudaHostRegister), so the copies are DMA
+    if (!backend_host_addressable(&be)) { // pinned the way a run pins its pool (CUDA: cudaHostRegister), so the copies are DMA
         ho.pin_fn = backend_host_pin;
         ho.unpin_fn = backend_host_unpin;
         ho.pin_arg = &be;

@@ -113,18 +113,18 @@ int bench_capacity(const config_t *cfg_in) {
     }
     printf("\n%-26s %s\n", "parameters", format_bytes(a, sizeof a, p.params_bytes));
     printf("%-26s %.3fB\n", "count", r.num_params / 1e9);
-    printf("%-26s %s (peak)\n", "device arena", format_bytes(a, sizeof a, r.peak_device));
-    printf("%-26s %s\n", "host pool", format_bytes(a, sizeof a, r.host_bytes));
+    printf("%-26s %s (peak)\n", "device arena", format_bytes(a, sizeof a, r.info.device_peak));
+    printf("%-26s %s\n", "host pool", format_bytes(a, sizeof a, r.info.host_bytes));
     printf("%-26s %s\n", "nvme store", format_bytes(a, sizeof a, p.nvme_bytes));
     printf("%-26s %.1f s\n", "init (first touch + writes)", r.init_ms / 1e3);
     printf("%-26s %.1f s (the second step)\n", "step", r.step_ms / 1e3);
-    printf("%-26s %s read, %s written\n", "nvme traffic", format_bytes(a, sizeof a, r.nvme_read),
-           format_bytes(b, sizeof b, r.nvme_write));
+    printf("%-26s %s read, %s written\n", "nvme traffic", format_bytes(a, sizeof a, r.info.tier.nvme_read_bytes),
+           format_bytes(b, sizeof b, r.info.tier.nvme_write_bytes));
     printf("%-26s %.4f -> %.4f\n", "loss", r.first_loss, r.last_loss);
     printf("{\"bench\":\"capacity\",\"params\":%zu,\"state_bytes\":%llu,\"ram_bytes\":%llu,\"states_over_ram\":%.3f,"
            "\"s_per_step\":%.3f,\"loss\":%.6f,\"host_bytes\":%llu,\"nvme_bytes\":%llu,\"peak_device_bytes\":%llu}\n",
            r.num_params, (unsigned long long)states, (unsigned long long)ram, (double)states / (double)ram,
-           r.step_ms / 1e3, r.last_loss, (unsigned long long)r.host_bytes, (unsigned long long)p.nvme_bytes,
-           (unsigned long long)r.peak_device);
+           r.step_ms / 1e3, r.last_loss, (unsigned long long)r.info.host_bytes, (unsigned long long)p.nvme_bytes,
+           (unsigned long long)r.info.device_peak);
     return 0;
 }

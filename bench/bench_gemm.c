@@ -13,8 +13,10 @@
 // with CUDA: backend_resolve), it times the GPU instead: bench_gemm_cuda (bench/bench_gemm_cuda.c).
 #include "bench.h"
 #include "backend.h" // uses: backend_resolve
+#include "util.h"      // uses: fail_with
 #include "kernels.h"
 #include <cblas.h> // uses: cblas_sgemm, openblas_set_num_threads
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -152,7 +154,10 @@ static double rel_diff(int op, const gemm_shape_t *s, const gemm_bufs_t *b) {
 
 int bench_gemm(const config_t *cfg) {
     // exits 2 on an impossible --device (cuda without a GPU, or in a build without CUDA)
-    if (cfg && backend_resolve(cfg, NULL) == DEVICE_CUDA) {
+    device_kind_t kind = DEVICE_CPU;
+    char err[512];
+    if (cfg && backend_resolve(cfg, &kind, NULL, err, sizeof err) != 0) fail_with(-ENODEV, "bench gemm: %s", err);
+    if (kind == DEVICE_CUDA) {
 #ifdef TT_HAVE_CUDA
         return bench_gemm_cuda(cfg);
 #endif

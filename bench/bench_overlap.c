@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "bench.h"
+#include "report.h"
 #include "backend.h"
 #include "model.h"
 #include "plan.h"
@@ -29,7 +30,8 @@ int bench_overlap(const config_t *cfg_in) {
     cfg.eval_every = 0;
     cfg.steps = OVERLAP_STEPS;
     cfg.offload_auto = 0;
-    backend_resolve_config(&cfg); // the plan's floor for the device that runs
+    char err[768];
+    if (backend_resolve_config(&cfg, err, sizeof err) != 0) usage_error("bench overlap: %s", err); // the floor's device
     profile_t prof;
     const profile_t *rates = train_load_profile(&cfg, &prof);
     model_t m;
@@ -54,7 +56,6 @@ int bench_overlap(const config_t *cfg_in) {
             continue;
         }
         bench_run_t r;
-        char err[768];
         if (bench_run_steps(&cfg, OVERLAP_STEPS, &r, err, sizeof err) != 0) {
             printf("%-24s failed: %s\n", ways[w].name, err);
             failed = 1;
@@ -65,7 +66,7 @@ int bench_overlap(const config_t *cfg_in) {
         hash[w] = r.hash;
         printf("%-24s %10.1f %10.3f %10.1f %9.3f %-13s %9.1f ms %016llx\n", ways[w].name, r.step_ms,
                step_ms[0] > 0 ? r.step_ms / step_ms[0] : 0, p.floor_ms, r.step_ms / p.floor_ms,
-               plan_resource_names[p.bound], r.fetch_wait_ms + r.opt_nvme_wait_ms, (unsigned long long)r.hash);
+               plan_resource_names[p.bound], report_wait_ms(&r.info), (unsigned long long)r.hash);
         fflush(stdout);
     }
     model_free(&m);

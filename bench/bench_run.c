@@ -8,7 +8,7 @@
 #include <string.h>
 #include "bench.h"
 #include "data.h"
-#include "step.h"
+#include "trainer.h"
 #include "util.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -21,16 +21,16 @@ int bench_run_steps(const config_t *cfg, int steps, bench_run_t *r, char *err, s
     data_t *data = NULL;
     int rc = data_open(&data, cfg, err, errlen);
     if (rc != 0) return rc;
-    trainer_t tr;
+    trainer_t *tr = NULL;
     double t0 = now_ms();
     rc = trainer_init(&tr, cfg, err, errlen);
     r->init_ms = now_ms() - t0;
     if (rc != 0) {
-        trainer_free(&tr);
         data_free(data);
         return rc;
     }
-    size_t n = (size_t)tr.N * (size_t)cfg->accum;
+    const int N = trainer_rows(tr);
+    size_t n = (size_t)N * (size_t)cfg->accum;
     int *inputs = malloc(n * sizeof(int)), *targets = malloc(n * sizeof(int));
     double *ms = malloc((size_t)steps * sizeof(double));
     if (!inputs || !targets || !ms) {
@@ -41,11 +41,11 @@ int bench_run_steps(const config_t *cfg, int steps, bench_run_t *r, char *err, s
     for (int step = 1; step <= steps && rc == 0; step++) {
         double s0 = now_ms();
         for (int mb = 0; mb < cfg->accum; mb++)
-            data_next(data, DATA_TRAIN, inputs + (size_t)mb * tr.N, targets + (size_t)mb * tr.N);
+            data_next(data, DATA_TRAIN, inputs + (size_t)mb * N, targets + (size_t)mb * N);
         double loss, norm;
         float lr;
         char e2[512];
-        if ((rc = trainer_train_step(&tr, step, inputs, targets, &loss, &norm, &lr, e2, sizeof e2)) != 0) {
+        if ((rc = trainer_train_step(tr, step, inputs, targets, &loss, &norm, &lr, e2, sizeof e2)) != 0) {
             snprintf(err, errlen, "step %d: %s", step, e2);
             break;
         }
@@ -53,32 +53,21 @@ int bench_run_steps(const config_t *cfg, int steps, bench_run_t *r, char *err, s
         if (step == 1) r->first_loss = loss;
         r->last_loss = loss;
     }
-    if (rc == 0) rc = trainer_optimizer_wait(&tr, err, errlen);
+    if (rc == 0) rc = trainer_optimizer_wait(tr, err, errlen);
     if (rc == 0) {
         int k = steps > 1 ? steps - 1 : 1;
         double *timed = steps > 1 ? ms + 1 : ms;
         qsort(timed, (size_t)k, sizeof *timed, cmp_double);
         r->step_ms = k % 2 ? timed[k / 2] : 0.5 * (timed[k / 2 - 1] + timed[k / 2]);
-        r->hash = trainer_params_hash(&tr);
-        r->peak_device = tr.be.peak;
-        r->host_bytes = tr.host_bytes;
-        r->nvme_read = tr.stats.nvme_read_bytes;
-        r->nvme_write = tr.stats.nvme_write_bytes;
-        r->h2d = tr.stats.h2d_bytes;
-        r->d2h = tr.stats.d2h_bytes;
-        r->num_params = tr.model.num_params;
-        if (tr.sched) {
-            sched_stats_t st;
-            sched_stats(tr.sched, &st);
-            r->fetch_wait_ms = st.wait_ms;
-        }
-        r->opt_nvme_wait_ms = tr.stats.opt_nvme_wait_ms;
+        rc = trainer_params_hash(tr, &r->hash, err, errlen);
+        trainer_info(tr, &r->info);
+        r->num_params = trainer_model(tr)->num_params;
     }
 out:
     free(inputs);
     free(targets);
     free(ms);
-    trainer_free(&tr);
+    trainer_free(tr);
     data_free(data);
     return rc;
 }

@@ -19,6 +19,10 @@
 #include "config.h"
 #include "kernels.h"
 
+// The device is host memory (the CPU backend): the host may read and write device buffers
+// directly, and NVMe transfers may use them.
+#define backend_host_addressable(be) ((be)->vt == NULL)
+
 // The op table: one entry per kernel, same contract as kernels/kernels.h.
 typedef struct {
     void (*bf16_to_f32_n)(float *dst, const uint16_t *src, size_t n);
@@ -66,6 +70,7 @@ typedef struct {
     void (*stream_record)(struct backend *be, backend_stream_t s, void *ev);
     void (*stream_wait)(struct backend *be, backend_stream_t s, void *ev);
     void (*stream_sync)(struct backend *be, backend_stream_t s);
+    void (*event_sync)(struct backend *be, void *ev);
     void (*copy_enqueue)(struct backend *be, void *dst, const void *src, size_t n, backend_copy_dir_t dir);
 } backend_vt_t;
 
@@ -83,24 +88,26 @@ typedef struct backend {
 } backend_t;
 
 // Chooses and initializes the backend for cfg->device (auto: a GPU when one is usable and
-// the build has the CUDA backend, else the CPU with one notice unless --quiet). Bad choices
-// (--device cuda without a usable GPU, a GPU that fails to start, --hbm-budget over its
-// free memory) print one line and exit 2: this runs before any work.
-void backend_init(backend_t *be, const config_t *cfg);
+// the build has the CUDA backend, else the CPU with one notice unless --quiet). Returns 0, or
+// with one line in err: -ENODEV (--device cuda without a usable GPU), -EDQUOT (--hbm-budget
+// over the GPU's free memory) — the user's to fix — or another -errno (a GPU that fails to
+// start). Nothing is left to free on failure.
+int backend_init(backend_t *be, const config_t *cfg, char *err, size_t errlen);
 void backend_free(backend_t *be); // NULL-safe; releases the whole arena
 
-// What backend_init will choose, without building it (the plan runs first): DEVICE_CPU or
-// DEVICE_CUDA, exiting 2 like backend_init on an impossible --device. For CUDA, *hbm_default
-// gets the budget backend_init would take when --hbm-budget is unset (free memory minus the
-// reserve), else 0. Quiet: backend_init says what it chose.
-device_kind_t backend_resolve(const config_t *cfg, uint64_t *hbm_default);
+// What backend_init will choose, without building it (the plan runs first): *kind is
+// DEVICE_CPU or DEVICE_CUDA; for CUDA, *hbm_default (may be NULL) gets the budget backend_init
+// would take when --hbm-budget is unset (free memory minus the reserve), else 0. Returns 0,
+// or -ENODEV with one line like backend_init. Quiet: backend_init says what it chose.
+int backend_resolve(const config_t *cfg, device_kind_t *kind, uint64_t *hbm_default, char *err, size_t errlen);
 // For the plan before backend_init: when a GPU will run, cfg->device becomes DEVICE_CUDA and
 // an unset --hbm-budget its default, said in one notice unless --quiet (backend_init then
-// takes that budget). Otherwise cfg is unchanged.
-void backend_resolve_config(config_t *cfg);
+// takes that budget). Otherwise cfg is unchanged. Returns 0 or -ENODEV with one line.
+int backend_resolve_config(config_t *cfg, char *err, size_t errlen);
 
-// Device memory from the arena, 4 KiB-aligned, zero-filled. Returns 0, or -ENOMEM with
-// one line in err: "<what>: needs X, --hbm-budget Y with Z in use (raise --hbm-budget ...)".
+// Device memory from the arena, 4 KiB-aligned, zero-filled. Returns 0, or with one line in
+// err: -EDQUOT over the budget ("<what>: needs X on the device, --hbm-budget Y with Z in use
+// (raise --hbm-budget)"), -ENOMEM when the memory itself runs out.
 int backend_alloc(backend_t *be, size_t bytes, const char *what, void **out, char *err, size_t errlen);
 
 // Copies between host and device memory; both complete before returning (the host buffer
@@ -131,6 +138,7 @@ void backend_event_record(backend_t *be, void *ev); // on the compute stream: th
 void backend_stream_record(backend_t *be, backend_stream_t s, void *ev);
 void backend_stream_wait(backend_t *be, backend_stream_t s, void *ev); // NULL: nothing to wait for
 void backend_stream_sync(backend_t *be, backend_stream_t s);           // the host waits for s
+void backend_event_sync(backend_t *be, void *ev); // the host waits for ev's last record (never recorded, NULL: none)
 // A copy queued on the h2d / d2h stream (dir), ordered only by that stream's own order and
 // waits: returns at once; the host buffer stays untouched (h2d) / unread (d2h) until the
 // stream is synced, and ops that use the device side must wait for an event recorded after

@@ -38,9 +38,10 @@ static const backend_ops_t cpu_ops = {
     .adamw_update = adamw_update, // AVX-512/AVX2/scalar by CPU: the same bits
 };
 
-device_kind_t backend_resolve(const config_t *cfg, uint64_t *hbm_default) {
+int backend_resolve(const config_t *cfg, device_kind_t *kind, uint64_t *hbm_default, char *err, size_t errlen) {
+    *kind = DEVICE_CPU;
     if (hbm_default) *hbm_default = 0;
-    if (cfg->device == DEVICE_CPU) return DEVICE_CPU;
+    if (cfg->device == DEVICE_CPU) return 0;
 #ifdef TT_HAVE_CUDA
     char why[256] = "";
     int ngpu = cuda_probe_devices(why, sizeof why);
@@ -48,19 +49,28 @@ device_kind_t backend_resolve(const config_t *cfg, uint64_t *hbm_default) {
         size_t free_b = 0, total_b = 0;
         if (hbm_default && cuda_probe_memory(&free_b, &total_b, why, sizeof why) == 0)
             *hbm_default = cuda_default_budget(free_b, total_b);
-        return DEVICE_CUDA;
+        *kind = DEVICE_CUDA;
+        return 0;
     }
-    if (cfg->device == DEVICE_CUDA) usage_error("--device cuda: no usable GPU (%s); use --device cpu or auto", why);
+    if (cfg->device == DEVICE_CUDA) {
+        snprintf(err, errlen, "--device cuda: no usable GPU (%s); use --device cpu or auto", why);
+        return -ENODEV;
+    }
 #else
-    if (cfg->device == DEVICE_CUDA)
-        usage_error("--device cuda: this build has no CUDA support (rebuild where nvcc is found, or with -DTT_CUDA=ON); use --device cpu or auto");
+    if (cfg->device == DEVICE_CUDA) {
+        snprintf(err, errlen, "--device cuda: this build has no CUDA support (rebuild where nvcc is found, or with "
+                              "-DTT_CUDA=ON); use --device cpu or auto");
+        return -ENODEV;
+    }
 #endif
-    return DEVICE_CPU;
+    return 0;
 }
 
-void backend_resolve_config(config_t *cfg) {
+int backend_resolve_config(config_t *cfg, char *err, size_t errlen) {
     uint64_t hbm = 0;
-    if (backend_resolve(cfg, &hbm) != DEVICE_CUDA) return;
+    device_kind_t kind;
+    int rc = backend_resolve(cfg, &kind, &hbm, err, errlen);
+    if (rc != 0 || kind != DEVICE_CUDA) return rc;
     cfg->device = DEVICE_CUDA;
     if (cfg->hbm_budget == 0 && hbm) {
         cfg->hbm_budget = hbm;
@@ -69,6 +79,7 @@ void backend_resolve_config(config_t *cfg) {
             notice("--hbm-budget not set: using %s of GPU 0 (its free memory less max(1 GiB, 5%%) for the CUDA runtime)",
                    format_bytes(a, sizeof a, hbm));
     }
+    return 0;
 }
 
 // --device auto found no GPU: one notice saying why (unless --quiet).
@@ -95,22 +106,26 @@ void backend_setup_host_threads(backend_t *be, const config_t *cfg) {
     openblas_set_num_threads(1);
 }
 
-void backend_init(backend_t *be, const config_t *cfg) {
-    if (backend_resolve(cfg, NULL) == DEVICE_CUDA) {
-        char err[768];
-        int rc = backend_cuda_init(be, cfg, err, sizeof err);
-        if (rc == -ENOMEM || rc == -ENODEV) // the budget, or no GPU after all: the user's to fix
-            usage_error("--device %s: %s (or --device cpu)", cfg->device == DEVICE_CUDA ? "cuda" : "auto", err);
-        if (rc != 0) runtime_error("--device %s: %s (or --device cpu)", cfg->device == DEVICE_CUDA ? "cuda" : "auto", err);
-        return;
+int backend_init(backend_t *be, const config_t *cfg, char *err, size_t errlen) {
+    memset(be, 0, sizeof *be);
+    device_kind_t kind;
+    int rc = backend_resolve(cfg, &kind, NULL, err, errlen);
+    if (rc != 0) return rc;
+    if (kind == DEVICE_CUDA) {
+        char e[768];
+        const char *dev = cfg->device == DEVICE_CUDA ? "cuda" : "auto";
+        rc = backend_cuda_init(be, cfg, e, sizeof e);
+        if (rc != 0) snprintf(err, errlen, "--device %s: %s (or --device cpu)", dev, e);
+        // a budget the GPU cannot hold, or no GPU after all: the user's to fix
+        return rc == -ENOMEM ? -EDQUOT : rc;
     }
     say_cpu(cfg);
-    memset(be, 0, sizeof *be);
     be->name = "cpu";
     be->kind = DEVICE_CPU;
     be->ops = &cpu_ops;
     be->budget = cfg->hbm_budget;
     backend_setup_host_threads(be, cfg);
+    return 0;
 }
 
 #ifndef TT_HAVE_CUDA
@@ -174,7 +189,7 @@ int backend_alloc(backend_t *be, size_t bytes, const char *what, void **out, cha
         snprintf(err, errlen, "%s: needs %s on the device, --hbm-budget %s with %s in use (raise --hbm-budget)",
                  what, format_bytes(a, sizeof a, sz), format_bytes(b, sizeof b, be->budget),
                  format_bytes(c, sizeof c, be->used));
-        return -ENOMEM;
+        return -EDQUOT;
     }
     int rc = be->vt ? be->vt->alloc(be, sz, what, out, err, errlen) : cpu_alloc(be, sz, what, out, err, errlen);
     if (rc != 0) return rc;
@@ -234,6 +249,10 @@ void backend_stream_wait(backend_t *be, backend_stream_t s, void *ev) {
 
 void backend_stream_sync(backend_t *be, backend_stream_t s) {
     if (be->vt) be->vt->stream_sync(be, s);
+}
+
+void backend_event_sync(backend_t *be, void *ev) {
+    if (be->vt && ev) be->vt->event_sync(be, ev);
 }
 
 void backend_copy_enqueue(backend_t *be, void *dst, const void *src, size_t n, backend_copy_dir_t dir) {

@@ -175,6 +175,11 @@ static void cuda_stream_sync(backend_t *be, backend_stream_t s) {
     cudaCheck(cudaStreamSynchronize(stream_of(be->dev, s)));
 }
 
+static void cuda_event_sync(backend_t *be, void *ev) {
+    (void)be;
+    cudaCheck(cudaEventSynchronize((cudaEvent_t)ev));
+}
+
 static int cuda_event_create(backend_t *be, void **ev, char *err, size_t errlen) {
     (void)be;
     cudaEvent_t e = NULL;
@@ -240,6 +245,7 @@ static const backend_vt_t cuda_vt = {
     .stream_record = cuda_stream_record,
     .stream_wait = cuda_stream_wait,
     .stream_sync = cuda_stream_sync,
+    .event_sync = cuda_event_sync,
     .copy_enqueue = cuda_copy_enqueue,
 };
 

@@ -356,9 +356,10 @@ static int all_finite(const float *x, size_t n, int nonneg) {
     return 1;
 }
 
-// Reads tensor `name` of r into dst (FP32), converting from BF16 when the file holds BF16.
-static int load_tensor(const st_reader_t *r, const char *file, const st_tensor_t *want, float *dst, char *err,
-                       size_t errlen) {
+// Reads elements [lo, lo + n) of tensor `want` of r into dst (FP32), converting from BF16
+// when the file holds BF16; checks the name and the shape first.
+static int load_tensor(const st_reader_t *r, const char *file, const st_tensor_t *want, size_t lo, size_t n,
+                       float *dst, char *err, size_t errlen) {
     int idx = st_find(r, want->name);
     if (idx < 0) {
         ERR("%s: no tensor '%s' (a checkpoint of another model?)", file, want->name);
@@ -371,25 +372,71 @@ static int load_tensor(const st_reader_t *r, const char *file, const st_tensor_t
         ERR("%s: tensor '%s' has another shape than this model's (%d dims)", file, want->name, want->ndim);
         return -EINVAL;
     }
-    size_t numel = 1;
-    for (int d = 0; d < want->ndim; d++) numel *= (size_t)want->shape[d];
-    if (t->dtype == ST_F32) return st_read(r, idx, dst, 0, numel * 4, err, errlen);
+    if (t->dtype == ST_F32) return st_read(r, idx, dst, lo * 4, n * 4, err, errlen);
     if (t->dtype != ST_BF16) {
         ERR("%s: tensor '%s' is %s (accepted: F32, BF16)", file, want->name, st_dtype_name(t->dtype));
         return -EINVAL;
     }
     uint16_t buf[8192];
-    for (size_t i = 0; i < numel; i += 8192) {
-        size_t k = numel - i < 8192 ? numel - i : 8192;
-        int rc = st_read(r, idx, buf, i * 2, k * 2, err, errlen);
+    for (size_t i = 0; i < n; i += 8192) {
+        size_t k = n - i < 8192 ? n - i : 8192;
+        int rc = st_read(r, idx, buf, (lo + i) * 2, k * 2, err, errlen);
         if (rc != 0) return rc;
         bf16_to_f32_n(dst + i, buf, k);
     }
     return 0;
 }
 
+// The part of tensor te that lies in a shard's elements [lo, lo + n): [*a, *b), or none.
+static int tensor_in_chunk(const tensor_t *te, size_t lo, size_t n, size_t *a, size_t *b) {
+    *a = te->offset > lo ? te->offset : lo;
+    *b = te->offset + te->numel < lo + n ? te->offset + te->numel : lo + n;
+    return *a < *b;
+}
+
+// One tensor's share of a chunk: its master (from the model file, or the optimizer file's
+// .master when the model file is BF16) and, unless weights_only, its m and v; each checked
+// finite (v non-negative), naming the file and the tensor that holds a bad value.
+static int load_slice(const model_t *m, int s, int t, const ckpt_info_t *info, int weights_only,
+                      const st_reader_t *mr, const st_reader_t *orr, const char *mpath, const char *opath, size_t a,
+                      size_t b, float *master, float *mm, float *vv, char *err, size_t errlen) {
+    const tensor_t *te = &m->shards[s].tensors[t];
+    const size_t i0 = a - te->offset, n = b - a;
+    const int from_opt = info->model_bf16 && orr;
+    st_tensor_t want;
+    tname_t nm;
+    tensor_decl(m, s, t, from_opt ? ".master" : "", ST_F32, &want, nm);
+    int rc = load_tensor(from_opt ? orr : mr, from_opt ? opath : mpath, &want, i0, n, master, err, errlen);
+    if (rc == 0 && !weights_only) {
+        tensor_decl(m, s, t, ".exp_avg", ST_F32, &want, nm);
+        rc = load_tensor(orr, opath, &want, i0, n, mm, err, errlen);
+        if (rc == 0) {
+            tensor_decl(m, s, t, ".exp_avg_sq", ST_F32, &want, nm);
+            rc = load_tensor(orr, opath, &want, i0, n, vv, err, errlen);
+        }
+    }
+    if (rc != 0) return rc;
+    const char *file = NULL, *part = "";
+    if (!all_finite(master, n, 0)) {
+        file = from_opt ? opath : mpath;
+        part = from_opt ? ".master" : "";
+    } else if (!weights_only && !all_finite(mm, n, 0)) {
+        file = opath;
+        part = ".exp_avg";
+    } else if (!weights_only && !all_finite(vv, n, 1)) {
+        file = opath;
+        part = ".exp_avg_sq";
+    }
+    if (!file) return 0;
+    char hf[200];
+    model_tensor_hf_name(m, s, t, hf, sizeof hf);
+    ERR("%s: tensor '%s%s' holds a %s value (a corrupt checkpoint)", file, hf, part,
+        strcmp(part, ".exp_avg_sq") ? "non-finite" : "negative or non-finite");
+    return -EINVAL;
+}
+
 int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weights_only, char *err, size_t errlen) {
-    const model_t *m = &tr->model;
+    const model_t *m = trainer_model(tr);
     char mpath[TT_PATH_MAX + 64], opath[TT_PATH_MAX + 64];
     snprintf(mpath, sizeof mpath, "%s/model.safetensors", info->dir);
     snprintf(opath, sizeof opath, "%s/optimizer.safetensors", info->dir);
@@ -397,51 +444,18 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
     int rc = st_open(mpath, &mr, err, errlen);
     if (rc == 0 && (!weights_only || info->model_bf16)) rc = st_open(opath, &orr, err, errlen);
     for (int s = 0; s < m->nshards && rc == 0; s++) {
-        float *master, *mm, *vv;
-        if ((rc = trainer_states_get(tr, s, 1, &master, &mm, &vv, err, errlen)) != 0) break;
         const shard_t *sh = &m->shards[s];
-        for (int t = 0; t < sh->ntensors && rc == 0; t++) {
-            const tensor_t *te = &sh->tensors[t];
-            st_tensor_t want;
-            tname_t nm;
-            size_t o = te->offset;
-            if (info->model_bf16 && orr) {
-                tensor_decl(m, s, t, ".master", ST_F32, &want, nm);
-                rc = load_tensor(orr, opath, &want, master + o, err, errlen);
-            } else {
-                tensor_decl(m, s, t, "", ST_F32, &want, nm);
-                rc = load_tensor(mr, mpath, &want, master + o, err, errlen);
-            }
-            if (rc == 0 && !weights_only) {
-                tensor_decl(m, s, t, ".exp_avg", ST_F32, &want, nm);
-                rc = load_tensor(orr, opath, &want, mm + o, err, errlen);
-                if (rc == 0) {
-                    tensor_decl(m, s, t, ".exp_avg_sq", ST_F32, &want, nm);
-                    rc = load_tensor(orr, opath, &want, vv + o, err, errlen);
-                }
-            }
-            if (rc == 0) { // name the file and the tensor that holds the bad value
-                const char *file = NULL, *part = "";
-                if (!all_finite(master + o, te->numel, 0)) {
-                    file = info->model_bf16 && orr ? opath : mpath;
-                    part = info->model_bf16 && orr ? ".master" : "";
-                } else if (!weights_only && !all_finite(mm + o, te->numel, 0)) {
-                    file = opath;
-                    part = ".exp_avg";
-                } else if (!weights_only && !all_finite(vv + o, te->numel, 1)) {
-                    file = opath;
-                    part = ".exp_avg_sq";
-                }
-                if (file) {
-                    char hf[200];
-                    model_tensor_hf_name(m, s, t, hf, sizeof hf);
-                    ERR("%s: tensor '%s%s' holds a %s value (a corrupt checkpoint)", file, hf, part,
-                        strcmp(part, ".exp_avg_sq") ? "non-finite" : "negative or non-finite");
-                    rc = -EINVAL;
-                }
-            }
+        for (int c = 0; c < trainer_nchunks(tr, s) && rc == 0; c++) {
+            float *master, *mm, *vv;
+            if ((rc = trainer_states_get(tr, s, c, TIER_O32, 1, &master, &mm, &vv, err, errlen)) != 0) break;
+            size_t lo, n, a, b;
+            trainer_chunk_range(tr, s, c, &lo, &n);
+            for (int t = 0; t < sh->ntensors && rc == 0; t++)
+                if (tensor_in_chunk(&sh->tensors[t], lo, n, &a, &b))
+                    rc = load_slice(m, s, t, info, weights_only, mr, orr, mpath, opath, a, b, master + (a - lo),
+                                    mm + (a - lo), vv + (a - lo), err, errlen);
+            if (rc == 0) rc = trainer_states_put(tr, s, c, TIER_O32, err, errlen);
         }
-        if (rc == 0) rc = trainer_states_put(tr, s, err, errlen);
     }
     st_close(mr);
     st_close(orr);
@@ -457,64 +471,64 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
 
 // ---------------------------------------------------------------- save
 
-// Writes the tensors of every shard through w: per tensor, the parts asked for (master,
-// exp_avg, exp_avg_sq, in that order), the master as BF16 when bf16.
-enum { PART_MASTER = 1, PART_M = 2, PART_V = 4 };
-
-static int write_states(trainer_t *tr, st_writer_t *w, int bf16, int per_tensor_parts, uint64_t *hash, char *err,
-                        size_t errlen) {
-    const model_t *m = &tr->model;
+// Writes one state of every tensor through w, shard after shard, in tensor order: part 0 the
+// master (as BF16 when bf16; *hash, when given, takes trainer_params_hash of it on the way),
+// 1 Adam's m, 2 its v. A chunk at a time, so NVMe-resident states need one chunk of staging.
+static int write_part(trainer_t *tr, st_writer_t *w, int part, int bf16, uint64_t *hash, char *err, size_t errlen) {
+    const model_t *m = trainer_model(tr);
     uint16_t buf[8192];
     for (int s = 0; s < m->nshards; s++) {
-        float *master, *mm, *vv;
-        int rc = trainer_states_get(tr, s, 0, &master, &mm, &vv, err, errlen);
-        if (rc != 0) return rc;
         const shard_t *sh = &m->shards[s];
-        for (int t = 0; t < sh->ntensors; t++) {
-            const tensor_t *te = &sh->tensors[t];
-            const float *parts[3] = {master + te->offset, mm + te->offset, vv + te->offset};
-            for (int k = 0; k < 3; k++) {
-                static const int bit[3] = {PART_MASTER, PART_M, PART_V};
-                if (!(per_tensor_parts & bit[k])) continue;
-                const float *src = parts[k]; // per tensor: master (when asked), exp_avg, exp_avg_sq
-                if (k == 0 && hash) *hash = fnv1a64(*hash, src, te->numel * sizeof(float)); // = trainer_params_hash
-                if (bf16 && per_tensor_parts == PART_MASTER) {
-                    for (size_t i = 0; i < te->numel && rc == 0; i += 8192) {
-                        size_t n = te->numel - i < 8192 ? te->numel - i : 8192;
-                        bf16_from_f32_n(buf, src + i, n);
-                        rc = st_write(w, buf, n * 2);
+        for (int c = 0; c < trainer_nchunks(tr, s); c++) {
+            float *st[3];
+            int rc = trainer_states_get(tr, s, c, 1 << part, 0, &st[0], &st[1], &st[2], err, errlen);
+            if (rc != 0) return rc;
+            size_t lo, n, a, b;
+            trainer_chunk_range(tr, s, c, &lo, &n);
+            for (int t = 0; t < sh->ntensors && rc == 0; t++) {
+                if (!tensor_in_chunk(&sh->tensors[t], lo, n, &a, &b)) continue;
+                const float *src = st[part] + (a - lo);
+                if (hash) *hash = fnv1a64(*hash, src, (b - a) * sizeof(float));
+                if (bf16) {
+                    for (size_t i = 0; i < b - a && rc == 0; i += 8192) {
+                        size_t k = b - a - i < 8192 ? b - a - i : 8192;
+                        bf16_from_f32_n(buf, src + i, k);
+                        rc = st_write(w, buf, k * 2);
                     }
                 } else {
-                    rc = st_write(w, src, te->numel * 4);
+                    rc = st_write(w, src, (b - a) * 4);
                 }
-                if (rc != 0) {
-                    ERR("%s", st_writer_error(w)[0] ? st_writer_error(w) : strerror(-rc));
-                    return rc;
-                }
+            }
+            if (rc != 0) {
+                ERR("%s", st_writer_error(w)[0] ? st_writer_error(w) : strerror(-rc));
+                return rc;
             }
         }
     }
     return 0;
 }
 
-// model.safetensors; *hash gets the params_hash of the masters it streams (one pass, not two).
-static int write_model(trainer_t *tr, const char *path, int bf16, uint64_t *hash, char *err, size_t errlen) {
-    const model_t *m = &tr->model;
-    int n = count_tensors(m), k = 0;
+// A safetensors file of the given parts of every tensor (suffixes[k] names part parts[k]),
+// part after part, each in shard and tensor order: how write_part streams them.
+static int write_file(trainer_t *tr, const char *path, const char *format, int nparts, const int *parts,
+                      const char *const *suffixes, int bf16_master, uint64_t *hash, char *err, size_t errlen) {
+    const model_t *m = trainer_model(tr);
+    int per = count_tensors(m), n = per * nparts, k = 0;
     st_tensor_t *decl = calloc((size_t)n, sizeof *decl);
     tname_t *names = calloc((size_t)n, sizeof *names);
     if (!decl || !names) { free(decl); free(names); ERR("out of memory"); return -ENOMEM; }
-    for (int s = 0; s < m->nshards; s++)
-        for (int t = 0; t < m->shards[s].ntensors; t++, k++)
-            tensor_decl(m, s, t, "", bf16 ? ST_BF16 : ST_F32, &decl[k], names[k]);
-    st_meta_t meta[] = {{"format", "pt"}};
+    for (int p = 0; p < nparts; p++)
+        for (int s = 0; s < m->nshards; s++)
+            for (int t = 0; t < m->shards[s].ntensors; t++, k++)
+                tensor_decl(m, s, t, suffixes[p], parts[p] == 0 && bf16_master ? ST_BF16 : ST_F32, &decl[k], names[k]);
+    st_meta_t meta[] = {{"format", format}};
     st_writer_t *w = NULL;
     int rc = st_writer_open(&w, path, decl, n, meta, 1, err, errlen);
     free(decl);
     free(names);
     if (rc != 0) return rc;
-    *hash = FNV64_INIT;
-    rc = write_states(tr, w, bf16, PART_MASTER, hash, err, errlen);
+    for (int p = 0; p < nparts && rc == 0; p++)
+        rc = write_part(tr, w, parts[p], parts[p] == 0 && bf16_master, parts[p] == 0 ? hash : NULL, err, errlen);
     if (rc != 0) {
         st_writer_free(w);
         return rc;
@@ -522,35 +536,24 @@ static int write_model(trainer_t *tr, const char *path, int bf16, uint64_t *hash
     return st_writer_close(w, err, errlen);
 }
 
-// Adam m and v of every tensor (and the FP32 master when the model file is BF16).
+// model.safetensors; *hash gets the params_hash of the masters it streams (one pass, not two).
+static int write_model(trainer_t *tr, const char *path, int bf16, uint64_t *hash, char *err, size_t errlen) {
+    static const int parts[] = {0};
+    static const char *const suffixes[] = {""};
+    *hash = FNV64_INIT;
+    return write_file(tr, path, "pt", 1, parts, suffixes, bf16, hash, err, errlen);
+}
+
+// Adam m and v of every tensor (and the FP32 master first when the model file is BF16).
 static int write_optimizer(trainer_t *tr, const char *path, int with_master, char *err, size_t errlen) {
-    const model_t *m = &tr->model;
-    int per = with_master ? 3 : 2, n = count_tensors(m) * per, k = 0;
-    st_tensor_t *decl = calloc((size_t)n, sizeof *decl);
-    tname_t *names = calloc((size_t)n, sizeof *names);
-    if (!decl || !names) { free(decl); free(names); ERR("out of memory"); return -ENOMEM; }
-    for (int s = 0; s < m->nshards; s++)
-        for (int t = 0; t < m->shards[s].ntensors; t++) { // the order write_states writes them
-            if (with_master) { tensor_decl(m, s, t, ".master", ST_F32, &decl[k], names[k]); k++; }
-            tensor_decl(m, s, t, ".exp_avg", ST_F32, &decl[k], names[k]); k++;
-            tensor_decl(m, s, t, ".exp_avg_sq", ST_F32, &decl[k], names[k]); k++;
-        }
-    st_meta_t meta[] = {{"format", "tiertrain-adamw"}};
-    st_writer_t *w = NULL;
-    int rc = st_writer_open(&w, path, decl, n, meta, 1, err, errlen);
-    free(decl);
-    free(names);
-    if (rc != 0) return rc;
-    rc = write_states(tr, w, 0, (with_master ? PART_MASTER : 0) | PART_M | PART_V, NULL, err, errlen);
-    if (rc != 0) {
-        st_writer_free(w);
-        return rc;
-    }
-    return st_writer_close(w, err, errlen);
+    static const int parts[] = {0, 1, 2};
+    static const char *const suffixes[] = {".master", ".exp_avg", ".exp_avg_sq"};
+    int first = with_master ? 0 : 1;
+    return write_file(tr, path, "tiertrain-adamw", 3 - first, parts + first, suffixes + first, 0, NULL, err, errlen);
 }
 
 static int write_config_json(const trainer_t *tr, const char *path, int bf16, char *err, size_t errlen) {
-    const model_t *m = &tr->model;
+    const model_t *m = trainer_model(tr);
     char text[2048];
     snprintf(text, sizeof text,
              "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
@@ -566,8 +569,8 @@ static int write_config_json(const trainer_t *tr, const char *path, int bf16, ch
 
 static int write_state_json(const trainer_t *tr, const data_t *d, int step, uint64_t hash, const char *path,
                             char *err, size_t errlen) {
-    const config_t *c = tr->cfg;
-    const model_t *m = &tr->model;
+    const config_t *c = trainer_config(tr);
+    const model_t *m = trainer_model(tr);
     char data[TT_PATH_MAX * 2];
     if (json_escape(data, sizeof data, c->data, strlen(c->data)) < 0) snprintf(data, sizeof data, "\"?\"");
     char text[TT_PATH_MAX * 2 + 2048];
@@ -626,7 +629,7 @@ static void prune(const char *dir, int keep, const char *keep_name) {
 
 int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t *params_hash, char *where, size_t wlen,
                     char *err, size_t errlen) {
-    const config_t *c = tr->cfg;
+    const config_t *c = trainer_config(tr);
     const char *dir = c->save_dir;
     int rc = trainer_optimizer_wait(tr, err, errlen);
     if (rc != 0) return rc;

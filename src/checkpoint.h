@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include "config.h"
 #include "data.h"
-#include "step.h"
+#include "trainer.h"
 
 typedef struct {
     char dir[TT_PATH_MAX];    // the checkpoint folder

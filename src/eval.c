@@ -10,7 +10,7 @@
 #include <string.h>
 #include "checkpoint.h"
 #include "data.h"
-#include "step.h"
+#include "trainer.h"
 #include "util.h" // uses: usage_error, runtime_error, mallocCheck, now_ms
 
 // Bad input (exit 2) against an I/O or resource failure (exit 1), from the -errno that
@@ -117,11 +117,13 @@ int eval_run(const config_t *cfg) {
     else fprintf(out, "all cores\n");
     fflush(out);
 
-    trainer_t tr;
-    if ((rc = trainer_init(&tr, &ec, err, sizeof err)) != 0) runtime_error("%s", err);
-    if ((rc = checkpoint_load(&tr, NULL, &info, 1, err, sizeof err)) != 0) fail(rc, err);
-    fprintf(out, "  loaded: %.2fM parameters, backend %s (%d threads)\n", tr.model.num_params / 1e6, tr.be.name,
-            tr.be.threads);
+    trainer_t *tr = NULL;
+    if ((rc = trainer_init(&tr, &ec, err, sizeof err)) != 0) fail_with(rc, "%s", err);
+    if ((rc = checkpoint_load(tr, NULL, &info, 1, err, sizeof err)) != 0) fail(rc, err);
+    trainer_info_t ti;
+    trainer_info(tr, &ti);
+    fprintf(out, "  loaded: %.2fM parameters, backend %s (%d threads)\n", trainer_model(tr)->num_params / 1e6,
+            ti.backend, ti.threads);
     fflush(out);
 
     // ---- one forward per window; the mean over windows of each window's mean loss. Every
@@ -135,9 +137,9 @@ int eval_run(const config_t *cfg) {
             inputs[i] = u16 ? u16[base + i] : u8[base + i];
             targets[i] = u16 ? u16[base + i + 1] : u8[base + i + 1];
         }
-        trainer_begin_eval(&tr, 1);
-        double l = trainer_forward(&tr, inputs, targets);
-        if (tr.fault[0]) runtime_error("eval window %zu: %s", w, tr.fault);
+        trainer_begin_eval(tr, 1);
+        double l = trainer_forward(tr, inputs, targets);
+        if (trainer_fault(tr)) runtime_error("eval window %zu: %s", w, trainer_fault(tr));
         sum += l;
     }
     double ms = now_ms() - t0;
@@ -152,7 +154,7 @@ int eval_run(const config_t *cfg) {
     fflush(out);
     free(inputs);
     free(targets);
-    trainer_free(&tr);
+    trainer_free(tr);
     data_free(data);
     return 0;
 }

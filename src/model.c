@@ -102,26 +102,37 @@ void model_free(model_t *m) {
 }
 
 // ---------------------------------------------------------------- init
-void model_init_shard(const model_t *m, int shard, uint64_t seed, float *master) {
+void model_init_range(const model_t *m, int shard, uint64_t seed, size_t lo, size_t n, float *dst) {
     const shard_t *s = &m->shards[shard];
-    memset(master, 0, s->numel_padded * sizeof(float));
+    memset(dst, 0, n * sizeof(float));
     for (int ti = 0; ti < s->ntensors; ti++) {
         const tensor_t *t = &s->tensors[ti];
-        float *w = master + t->offset;
+        size_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->numel < lo + n ? t->offset + t->numel : lo + n;
+        if (a >= b) continue;
+        float *w = dst + (a - lo); // w[i - i0] is the tensor's element i
+        size_t i0 = a - t->offset, i1 = b - t->offset;
         if (t->init_std == 0) {
-            for (size_t i = 0; i < t->numel; i++) w[i] = 1.0f;
+            for (size_t i = i0; i < i1; i++) w[i - i0] = 1.0f;
             continue;
         }
+        // Box-Muller in double, two normals per pair of uniforms: element i's pair starts at
+        // draw i & ~1 of the tensor's splitmix64 stream, whose state advances by a constant
+        // per draw, so a range starts where the whole tensor's run would be.
         uint64_t state = mix64(mix64(seed, (uint64_t)shard), (uint64_t)ti);
-        // Box-Muller in double, two normals per pair of uniforms.
-        for (size_t i = 0; i < t->numel; i += 2) {
+        size_t first = i0 & ~(size_t)1;
+        state += (uint64_t)first * 0x9e3779b97f4a7c15ULL;
+        for (size_t i = first; i < i1; i += 2) {
             double u1 = ((splitmix64(&state) >> 11) + 1.0) * 0x1.0p-53; // (0, 1]
             double u2 = (splitmix64(&state) >> 11) * 0x1.0p-53;
             double r = sqrt(-2.0 * log(u1));
-            w[i] = (float)(r * cos(2.0 * M_PI * u2) * t->init_std);
-            if (i + 1 < t->numel) w[i + 1] = (float)(r * sin(2.0 * M_PI * u2) * t->init_std);
+            if (i >= i0) w[i - i0] = (float)(r * cos(2.0 * M_PI * u2) * t->init_std);
+            if (i + 1 >= i0 && i + 1 < i1) w[i + 1 - i0] = (float)(r * sin(2.0 * M_PI * u2) * t->init_std);
         }
     }
+}
+
+void model_init_shard(const model_t *m, int shard, uint64_t seed, float *master) {
+    model_init_range(m, shard, seed, 0, m->shards[shard].numel_padded, master);
 }
 
 // ---------------------------------------------------------------- export names

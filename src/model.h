@@ -74,6 +74,9 @@ static inline int model_head_shard(const model_t *m) { return m->L + 1; }
 // splitmix64 stream seeded from (seed, shard, tensor), so a shard can be initialized alone,
 // in any order, on any tier. Writes numel_padded floats (padding zeroed).
 void model_init_shard(const model_t *m, int shard, uint64_t seed, float *master);
+// The same for elements [lo, lo + n) of the shard only, into dst[0..n): the very values
+// model_init_shard writes there, so that a shard can be initialized a chunk at a time.
+void model_init_range(const model_t *m, int shard, uint64_t seed, size_t lo, size_t n, float *dst);
 
 // Hugging Face Llama name of a tensor, e.g. "model.layers.3.self_attn.q_proj.weight".
 void model_tensor_hf_name(const model_t *m, int shard, int tensor, char *buf, size_t len);

@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "hostmem.h"
 #include "scheduler.h" // sched_belady
+#include "json.h" // json_escape
 #include "util.h"
 
 const char *const plan_resource_names[PLAN_NRES] = {"compute", "host->device", "device->host", "nvme read",
@@ -98,62 +99,22 @@ uint64_t plan_nvme_free(const config_t *cfg) {
 void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p) {
     memset(p, 0, sizeof *p);
     p->prof = prof;
+    // What each tier holds: the very buffers trainer_init allocates (tier_layout).
+    tier_layout(cfg, m, cfg->device == DEVICE_CUDA ? DEVICE_CUDA : DEVICE_CPU, &p->lay);
+    const tier_layout_t *lay = &p->lay;
     const double P = (double)m->numel_padded;
-    const double N = (double)cfg->B * cfg->T, C = m->C, F = m->F, V = m->V;
-    const double KVD = (double)m->NKV * m->HS;
-    const int pbytes = cfg->precision == PREC_BF16 ? 2 : 4;
+    const double N = (double)cfg->B * cfg->T, C = m->C;
+    const int pbytes = (int)lay->pbytes, vertical = lay->vertical;
     p->params_bytes = (uint64_t)(P * pbytes);
     p->grads_bytes = (uint64_t)(P * 4);
     p->optim_bytes = (uint64_t)(P * 12);
-    // Micro-batches whose checkpoints and activation gradients are held at once.
-    const int vertical = cfg->schedule == SCHEDULE_VERTICAL && cfg->accum > 1;
-    const double nmb = vertical ? cfg->accum : 1;
-    const double ckpt = nmb * (m->L + 1) * N * C; // block inputs of every held micro-batch
-    // checkpoints (device or host); one block's forward and backward buffers (nmb × dres);
-    // head; FP32 weight scratch for two shards in bf16 mode; RoPE tables, tokens, targets;
-    // the tied head's gradient.
-    const double big = (double)m->max_shard_numel, emb = (double)m->shards[0].numel_padded;
-    double acts = (cfg->ckpt_tier == CKPT_HOST ? 2 * N * C : ckpt) + N * (10 * C + 4 * KVD + 6 * F + m->NH + 4) +
-                  nmb * N * C + N * V + (double)cfg->T * m->HS + (nmb + 1) * N;
-    if (pbytes == 2) acts += big + emb;
-    if (m->tie) acts += emb;
-    p->acts_bytes = (uint64_t)(acts * 4);
-    // Where each state's home is (the same rules as trainer_init).
-    int nslots = cfg->prefetch + 2 + (m->tie ? 1 : 0);
-    if (nslots > m->nshards) nslots = m->nshards;
-    double dev = p->acts_bytes, host = 0, nvme = 0;
-    if (cfg->ckpt_tier == CKPT_HOST) host += ckpt * 4;
-    switch (cfg->params_tier) {
-    case TIER_DEVICE: dev += P * pbytes; host += big * pbytes; break;
-    case TIER_HOST: dev += nslots * big * pbytes; host += P * pbytes; break;
-    case TIER_NVME: dev += nslots * big * pbytes; host += (nslots + 1) * big * pbytes; nvme += P * pbytes; break;
-    }
-    int nhcache = 0;
-    if (cfg->params_tier == TIER_NVME && cfg->host_cache) {
-        uint64_t n = cfg->host_cache / ALIGN_UP((uint64_t)(big * pbytes), 4096);
-        nhcache = (int)(n < (uint64_t)m->nshards ? n : (uint64_t)m->nshards);
-        host += nhcache * big * pbytes;
-    }
-    if (cfg->grads_tier == TIER_DEVICE) {
-        dev += P * 4;
-        if (cfg->device == DEVICE_CUDA) host += big * 4; // read back a shard at a time for the host update
-    } else {
-        dev += 2 * big * 4; // two slots: one shard's visit overlaps the next one's copy up
-        host += P * 4;
-    }
-    switch (cfg->optim_tier) {
-    case TIER_NVME: host += 2 * 3 * big * 4; nvme += P * 12; break;
-    case TIER_HOST: host += P * 12; break;
-    case TIER_DEVICE: // states in the arena; a host staging shard for checkpoints and the hash;
-        dev += P * 12; // new weights built on the device when their home is not
-        host += 3 * big * 4;
-        if (cfg->params_tier != TIER_DEVICE) dev += big * pbytes;
-        break;
-    }
-    if (cfg->device == DEVICE_CUDA) dev += (double)backend_cuda_overhead(cfg); // cuBLASLt workspace, kernel scratch
-    p->device_bytes = (uint64_t)dev;
-    p->host_bytes = (uint64_t)host;
-    p->nvme_bytes = (uint64_t)nvme;
+    p->acts_bytes = tier_part_bytes(lay, TIER_DEVICE, "activations") + tier_part_bytes(lay, TIER_DEVICE, "checkpoints") +
+                    tier_part_bytes(lay, TIER_DEVICE, "scratch");
+    p->backend_bytes = cfg->device == DEVICE_CUDA ? backend_cuda_overhead(cfg) : 0; // cuBLASLt workspace, kernel scratch
+    p->device_bytes = lay->device_bytes + p->backend_bytes;
+    p->host_bytes = lay->host_bytes;
+    p->nvme_bytes = lay->nvme_bytes;
+    const double emb = (double)m->shards[0].numel_padded;
     // the CPU backend's arena is RAM too; a GPU's is not
     p->ram_needed = cfg->device == DEVICE_CUDA ? p->host_bytes : p->device_bytes + p->host_bytes;
     p->mem_available = hostmem_mem_available();
@@ -166,7 +127,7 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
 
     // ---- traffic per step on each link (what step.c's counters measure)
     const double Pp = P * pbytes, G = P * 4, NC4 = N * C * 4;
-    if (cfg->params_tier != TIER_DEVICE) stream_traffic(cfg, m, nslots, nhcache, p, pbytes);
+    if (cfg->params_tier != TIER_DEVICE) stream_traffic(cfg, m, lay->nslots, lay->nhcache, p, pbytes);
     // the optimizer's new weights travel to their home: built on the host for a device home,
     // on the device for a host or NVMe home when the optimizer runs there
     if (cfg->optim_tier == TIER_DEVICE) {
@@ -285,6 +246,17 @@ int plan_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p,
     return 1;
 }
 
+// One tier's parts, as "    name   bytes" rows (the layout's order).
+static void print_parts(const plan_t *p, tier_kind_t tier, FILE *f) {
+    const char *names[TB_COUNT + 1];
+    char a[32];
+    tier_part_names(&p->lay, tier, names, TB_COUNT + 1);
+    for (int i = 0; names[i]; i++)
+        fprintf(f, "    %-18s %12s\n", names[i], format_bytes(a, sizeof a, tier_part_bytes(&p->lay, tier, names[i])));
+    if (tier == TIER_DEVICE && p->backend_bytes)
+        fprintf(f, "    %-18s %12s\n", "backend", format_bytes(a, sizeof a, p->backend_bytes));
+}
+
 void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
     char a[32], b[32], c[32], d[32];
     static const char *tn[] = {"device", "host", "nvme"};
@@ -297,8 +269,10 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
     fprintf(f, "  activations          %12s   device\n", format_bytes(a, sizeof a, p->acts_bytes));
     fprintf(f, "  device total         %12s   (--hbm-budget %s)\n", format_bytes(a, sizeof a, p->device_bytes),
             cfg->hbm_budget ? format_bytes(b, sizeof b, cfg->hbm_budget) : "none");
+    print_parts(p, TIER_DEVICE, f);
     fprintf(f, "  host total           %12s   (--host-budget %s)\n", format_bytes(a, sizeof a, p->host_bytes),
             cfg->host_budget ? format_bytes(b, sizeof b, cfg->host_budget) : "none");
+    print_parts(p, TIER_HOST, f);
     fprintf(f, "  nvme total           %12s   of %s free (--nvme-path %s)\n", format_bytes(a, sizeof a, p->nvme_bytes),
             p->nvme_bytes ? format_bytes(b, sizeof b, p->nvme_free) : "-", cfg->nvme_path[0] ? cfg->nvme_path : "default");
     fprintf(f, "  RAM (%s)    %12s   of %s available\n", cfg->device == DEVICE_CUDA ? "host only  " : "cpu backend",
@@ -315,4 +289,39 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
     fprintf(f, "  floor         %10.1f ms/step, bound by %s\n", p->floor_ms, plan_resource_names[p->bound]);
     if (p->feasible) fprintf(f, "feasible: yes\n");
     else fprintf(f, "feasible: no — %s\n", p->reason);
+}
+
+// {"name":bytes,...} of one tier's parts.
+static void json_parts(const plan_t *p, tier_kind_t tier, FILE *f) {
+    const char *names[TB_COUNT + 1];
+    tier_part_names(&p->lay, tier, names, TB_COUNT + 1);
+    fputc('{', f);
+    for (int i = 0; names[i]; i++)
+        fprintf(f, "%s\"%s\":%llu", i ? "," : "", names[i],
+                (unsigned long long)tier_part_bytes(&p->lay, tier, names[i]));
+    if (tier == TIER_DEVICE && p->backend_bytes)
+        fprintf(f, "%s\"backend\":%llu", names[0] ? "," : "", (unsigned long long)p->backend_bytes);
+    fputc('}', f);
+}
+
+void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f) {
+    static const char *tn[] = {"device", "host", "nvme"};
+    char reason[sizeof p->reason * 2 + 8];
+    if (json_escape(reason, sizeof reason, p->feasible ? "" : p->reason, p->feasible ? 0 : strlen(p->reason)) < 0)
+        snprintf(reason, sizeof reason, "\"?\"");
+    fprintf(f, "{\"plan\":\"%s\",\"params\":%zu,\"feasible\":%s,\"reason\":%s,\"params_home\":\"%s\","
+               "\"grads_home\":\"%s\",\"optimizer_home\":\"%s\",\"device_bytes\":%llu,\"host_bytes\":%llu,"
+               "\"nvme_bytes\":%llu,\"ram_bytes\":%llu,\"ram_available\":%llu,\"nvme_free\":%llu,\"device_parts\":",
+            cfg->preset[0] ? cfg->preset : "custom", m->num_params, p->feasible ? "true" : "false", reason,
+            tn[cfg->params_tier], tn[cfg->grads_tier], tn[cfg->optim_tier], (unsigned long long)p->device_bytes,
+            (unsigned long long)p->host_bytes, (unsigned long long)p->nvme_bytes, (unsigned long long)p->ram_needed,
+            (unsigned long long)p->mem_available, (unsigned long long)p->nvme_free);
+    json_parts(p, TIER_DEVICE, f);
+    fprintf(f, ",\"host_parts\":");
+    json_parts(p, TIER_HOST, f);
+    fprintf(f, ",\"h2d_bytes\":%llu,\"d2h_bytes\":%llu,\"nvme_read_bytes\":%llu,\"nvme_write_bytes\":%llu,"
+               "\"flops\":%.6g,\"floor_ms\":%.3f,\"bound\":\"%s\",\"rates\":\"%s\"}\n",
+            (unsigned long long)p->h2d_bytes, (unsigned long long)p->d2h_bytes, (unsigned long long)p->nvme_read_bytes,
+            (unsigned long long)p->nvme_write_bytes, p->flops_per_step, p->floor_ms, plan_resource_names[p->bound],
+            p->prof ? "profile" : "defaults");
 }

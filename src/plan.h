@@ -11,6 +11,7 @@
 #include "config.h"
 #include "model.h"
 #include "profile.h"
+#include "tier.h"
 
 enum { PLAN_COMPUTE = 0, PLAN_H2D, PLAN_D2H, PLAN_NVME_READ, PLAN_NVME_WRITE, PLAN_ADAM, PLAN_NRES };
 extern const char *const plan_resource_names[PLAN_NRES]; // "compute", "host->device", ...
@@ -19,7 +20,8 @@ typedef struct {
     uint64_t params_bytes;   // compute copy (BF16, or FP32 in fp32 mode), padded shards
     uint64_t grads_bytes;    // FP32 gradients
     uint64_t optim_bytes;    // FP32 master + m + v
-    uint64_t acts_bytes;     // checkpoints, one block's recompute, head, scratch
+    uint64_t acts_bytes;     // on the device: checkpoints, one block's recompute, head, scratch
+    uint64_t backend_bytes;  // the device backend's own (CUDA: cuBLASLt workspace, kernel scratch)
     uint64_t device_bytes;   // what the device arena must hold
     uint64_t host_bytes;     // what the host must hold (homes and staging)
     uint64_t nvme_bytes;     // what the NVMe store must hold
@@ -37,6 +39,7 @@ typedef struct {
     const profile_t *prof;   // the rates used
     int feasible;
     char reason[512];        // why not, and the flag that would fix it
+    tier_layout_t lay;       // every buffer, as trainer_init allocates it (device and host parts)
 } plan_t;
 
 // prof: the rates for the floor (kept by pointer in p; it must outlive p).
@@ -49,5 +52,8 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
 // reason).
 int plan_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len);
 void plan_print(const plan_t *p, const config_t *cfg, FILE *f);
+// The plan as one JSON line (`tiertrain plan`'s last line, and its --log): the model, whether
+// it fits and why not, each tier's bytes and named parts, RAM, traffic, the floor and its bound.
+void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f);
 // Free bytes over the --nvme-path directories (default $TMPDIR or /tmp), each filesystem once.
 uint64_t plan_nvme_free(const config_t *cfg);

@@ -1,6 +1,53 @@
-// tier.c — see tier.h.
+// tier.c — see tier.h. The residency table, the allocation of what tier_layout lists, and
+// moving states between homes and the device. tier_layout.c sizes; this file places and moves.
 #include "tier.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include "trace.h"
+#include "util.h"
+
+struct tier {
+    const config_t *cfg;
+    const model_t *m;
+    backend_t *be;
+    tier_layout_t lay;
+    hostmem_t *host;              // every host-resident home and staging buffer
+    nvme_store_t *nvme;           // NULL unless a state lives on NVMe
+    tier_entry_t (*table)[ST_COUNT]; // (nshards): the residency table
+    uint32_t *crcs;               // the table's NVMe CRCs, one per extent chunk
+    char (*label)[ST_COUNT][64];  // (nshards) "parameters of block.3", for messages
+    void **buf[TB_COUNT];         // (count) each non-per-shard buffer's allocations
+    sched_t *sched;
+    // ---- streamed parameters
+    void **slot_ev;               // (nslots) backend events: each slot's last reader is queued (a GPU
+                                  // fetch into it waits for that alone); NULL on the CPU backend
+    int *slot_of;                 // (nshards) the slot a shard was acquired into (compute thread)
+    // ---- --host-cache: host copies of NVMe-resident parameters. The fetch worker alone
+    // changes which shard an entry holds; the update writes through to an entry holding a
+    // shard it is updating (never one fetched meanwhile: a fetch of a shard waits for its
+    // update). hc_mu guards hcache_shard; sched_cache_victim takes the scheduler's lock
+    // under it (the lock order in scheduler.h).
+    int *hcache_shard;            // (nhcache) which shard each entry holds, -1 when empty
+    pthread_mutex_t hc_mu;
+    int hc_inited;
+    // ---- gradients not homed on the device visit two slots, alternately
+    visit_t gvisit;
+    int gnext;                    // the slot the next visit takes
+    int *gslot_of;                // (nshards) the slot a shard's visit holds
+    void *step_ev;                // the step's backward is queued: what the update's device reads wait for
+    tier_stats_t stats;
+};
+
+static void stat_add(uint64_t *counter, uint64_t n) { __atomic_fetch_add(counter, n, __ATOMIC_RELAXED); }
+
+static uint64_t state_bytes(const tier_t *t, int s, tier_state_t st) {
+    uint64_t n = t->m->shards[s].numel_padded;
+    return st == ST_P16 ? n * t->lay.pbytes : st == ST_G ? n * sizeof(float) : 3 * n * sizeof(float);
+}
+
+// ---------------------------------------------------------------- adapters
 
 void tier_hostmem_opts(hostmem_opts_t *o, const config_t *cfg, uint64_t size) {
     memset(o, 0, sizeof *o);
@@ -22,4 +69,554 @@ void tier_nvme_opts(nvme_store_opts_t *o, const config_t *cfg, uint64_t size) {
     o->sqpoll = cfg->io_sqpoll;
     o->verify = cfg->io_verify;
     o->keep = cfg->keep_nvme;
+}
+
+// ---------------------------------------------------------------- init / free
+
+static int fetch_params(void *ctx, int shard, int pos, void *dst, char *err, size_t errlen);
+
+// The host pool (pinned through the backend on a device that is not host memory, so copies
+// are DMA) and, when a state lives there, the NVMe store with every extent placed.
+static int init_stores(tier_t *t, char *err, size_t errlen) {
+    hostmem_opts_t ho;
+    tier_hostmem_opts(&ho, t->cfg, t->lay.host_bytes ? t->lay.host_bytes : 4096);
+    ho.quiet = 1; // the tier report says what the pool is
+    if (!t->lay.device_is_host) {
+        ho.pin_fn = backend_host_pin;
+        ho.unpin_fn = backend_host_unpin;
+        ho.pin_arg = t->be;
+    }
+    int rc = hostmem_init(&t->host, &ho, err, errlen);
+    if (rc != 0 || !t->lay.nvme_bytes) return rc;
+    // per shard: the compute copy's extent, then the chunks of (g,) master, m, v
+    uint64_t at = 0;
+    int nchunks = 0;
+    for (int s = 0; s < t->m->nshards; s++) nchunks += tier_nchunks(&t->lay, t->m, s) + 1;
+    t->crcs = calloc((size_t)nchunks * ST_COUNT, sizeof *t->crcs);
+    if (!t->crcs) { snprintf(err, errlen, "out of memory for the NVMe extents"); return -ENOMEM; }
+    uint32_t *next = t->crcs;
+    for (int s = 0; s < t->m->nshards; s++) {
+        int nc = tier_nchunks(&t->lay, t->m, s);
+        for (int st = 0; st < ST_COUNT; st++) {
+            tier_entry_t *e = &t->table[s][st];
+            if (e->home != TIER_NVME) continue;
+            e->off = at;
+            e->crc = next;
+            next += st == ST_P16 ? 1 : nc;
+            at += st == ST_P16 ? e->bytes : (uint64_t)t->lay.o32_parts * t->m->shards[s].numel_padded * sizeof(float);
+        }
+    }
+    nvme_store_opts_t no;
+    tier_nvme_opts(&no, t->cfg, t->lay.nvme_bytes);
+    struct iovec iov[IO_MAX_BUFS];
+    no.nbufs = hostmem_regions(t->host, iov, IO_MAX_BUFS);
+    no.bufs = iov;
+    return nvme_store_init(&t->nvme, &no, err, errlen);
+}
+
+// One allocation of spec b on its tier; what names it in errors.
+static int alloc_one(tier_t *t, const tier_spec_t *sp, uint64_t bytes, const char *what, void **out, char *err,
+                     size_t errlen) {
+    if (sp->tier == TIER_DEVICE) {
+        return backend_alloc(t->be, bytes, what, out, err, errlen);
+    }
+    *out = hostmem_alloc(t->host, bytes, what, err, errlen);
+    return *out ? 0 : -ENOMEM;
+}
+
+// Everything the layout lists, in its order: the homes into the table, the rest into buf[].
+static int alloc_all(tier_t *t, char *err, size_t errlen) {
+    static const tier_state_t home_of[] = {[TB_PARAMS] = ST_P16, [TB_GRADS] = ST_G, [TB_OPTIM] = ST_O32};
+    for (int b = 0; b < TB_COUNT; b++) {
+        const tier_spec_t *sp = &t->lay.spec[b];
+        if (!sp->what) continue;
+        if (sp->per_shard) {
+            for (int s = 0; s < t->m->nshards; s++) {
+                char what[96];
+                snprintf(what, sizeof what, sp->what, t->m->shards[s].name);
+                int rc = alloc_one(t, sp, tier_spec_bytes(&t->lay, t->m, b, s), what, &t->table[s][home_of[b]].addr,
+                                   err, errlen);
+                if (rc != 0) return rc;
+            }
+            continue;
+        }
+        t->buf[b] = calloc((size_t)sp->count + 1, sizeof *t->buf[b]);
+        if (!t->buf[b]) { snprintf(err, errlen, "out of memory for the buffer table"); return -ENOMEM; }
+        for (int i = 0; i < sp->count; i++) {
+            int rc = alloc_one(t, sp, sp->bytes, sp->what, &t->buf[b][i], err, errlen);
+            if (rc != 0) return rc;
+        }
+    }
+    return 0;
+}
+
+int tier_init(tier_t **out, const config_t *cfg, const model_t *m, backend_t *be, const tier_layout_t *lay,
+              char *err, size_t errlen) {
+    *out = NULL;
+    int rc = -ENOMEM;
+    tier_t *t = calloc(1, sizeof *t);
+    if (!t) goto oom;
+    t->cfg = cfg;
+    t->m = m;
+    t->be = be;
+    t->lay = *lay;
+    size_t ns = (size_t)m->nshards;
+    t->table = calloc(ns, sizeof *t->table);
+    t->label = calloc(ns, sizeof *t->label);
+    t->slot_of = calloc(ns, sizeof *t->slot_of);
+    t->gslot_of = calloc(ns, sizeof *t->gslot_of);
+    t->slot_ev = calloc((size_t)lay->nslots + 1, sizeof *t->slot_ev);
+    t->hcache_shard = calloc((size_t)lay->nhcache + 1, sizeof *t->hcache_shard);
+    if (!t->table || !t->label || !t->slot_of || !t->gslot_of || !t->slot_ev || !t->hcache_shard) goto oom;
+    pthread_mutex_init(&t->hc_mu, NULL);
+    t->hc_inited = 1;
+    static const char *const state_names[ST_COUNT] = {"parameters", "gradients", "optimizer states"};
+    for (int s = 0; s < m->nshards; s++)
+        for (int st = 0; st < ST_COUNT; st++) {
+            t->table[s][st].home = lay->home[st];
+            t->table[s][st].bytes = state_bytes(t, s, (tier_state_t)st);
+            snprintf(t->label[s][st], sizeof t->label[s][st], "%s of %s", state_names[st], m->shards[s].name);
+        }
+    for (int i = 0; i < lay->nhcache; i++) t->hcache_shard[i] = -1;
+    if ((rc = init_stores(t, err, errlen)) != 0) goto fail;
+    if ((rc = alloc_all(t, err, errlen)) != 0) goto fail;
+    for (int i = 0; i < lay->nslots; i++)
+        if ((rc = backend_event_create(be, &t->slot_ev[i], err, errlen)) != 0) goto fail;
+    if ((rc = backend_event_create(be, &t->step_ev, err, errlen)) != 0) goto fail;
+    if (lay->home[ST_G] != TIER_DEVICE) {
+        if ((rc = visit_init(&t->gvisit, be, t->buf[TB_GRAD_SLOTS][0], t->buf[TB_GRAD_SLOTS][1], m->nshards, err,
+                             errlen)) != 0)
+            goto fail;
+        t->gvisit.h2d_bytes = &t->stats.h2d_bytes;
+        t->gvisit.d2h_bytes = &t->stats.d2h_bytes;
+        t->gvisit.copy_ms = &t->stats.copy_ms;
+    }
+    if ((rc = sched_init(&t->sched, m->nshards, lay->nslots, t->buf[TB_PARAM_SLOTS], cfg->prefetch, lay->max_uses,
+                         fetch_params, t, err, errlen)) != 0)
+        goto fail;
+    *out = t;
+    return 0;
+oom:
+    snprintf(err, errlen, "out of memory for the residency table");
+    rc = -ENOMEM;
+fail:
+    tier_free(t);
+    return rc;
+}
+
+void tier_free(tier_t *t) {
+    if (!t) return;
+    sched_free(t->sched); // first: its workers may be copying from the homes
+    for (int i = 0; t->slot_ev && i < t->lay.nslots; i++) backend_event_destroy(t->be, t->slot_ev[i]);
+    backend_event_destroy(t->be, t->step_ev);
+    visit_free(&t->gvisit);
+    nvme_store_free(t->nvme);
+    hostmem_free(t->host);
+    for (int b = 0; b < TB_COUNT; b++) free(t->buf[b]);
+    if (t->hc_inited) pthread_mutex_destroy(&t->hc_mu);
+    free(t->table);
+    free(t->label);
+    free(t->crcs);
+    free(t->slot_of);
+    free(t->gslot_of);
+    free(t->slot_ev);
+    free(t->hcache_shard);
+    free(t);
+}
+
+const tier_layout_t *tier_layout_of(const tier_t *t) { return &t->lay; }
+tier_entry_t *tier_entry(tier_t *t, int shard, tier_state_t st) { return &t->table[shard][st]; }
+void *tier_buf(const tier_t *t, tier_buf_t b, int i) {
+    return t->buf[b] && i < t->lay.spec[b].count ? t->buf[b][i] : NULL;
+}
+sched_t *tier_sched(tier_t *t) { return t->sched; }
+void *tier_step_event(tier_t *t) { return t->step_ev; }
+tier_stats_t *tier_stats(tier_t *t) { return &t->stats; }
+
+uint64_t tier_host_used(const tier_t *t) {
+    hostmem_info_t hi;
+    hostmem_info(t->host, &hi);
+    return hi.used;
+}
+
+int tier_nvme_info(const tier_t *t, io_info_t *out) {
+    if (!t->nvme) return -ENOENT;
+    nvme_store_info(t->nvme, out);
+    return 0;
+}
+
+int tier_nvme_io(tier_t *t, io_op_t op, uint64_t off, uint64_t len, void *buf, uint32_t *crc, const char *what,
+                 char *err, size_t errlen) {
+    double t0 = trace_now_ms();
+    io_ticket_t tk;
+    memset(&tk, 0, sizeof tk);
+    io_req_t r = {.op = op, .off = off, .len = len, .buf = buf, .name = what, .crc = op == IO_WRITE ? 0 : *crc};
+    int rc = nvme_store_submit(t->nvme, &tk, &r);
+    if (rc == 0) rc = io_ticket_wait(&tk);
+    if (rc != 0) {
+        if (tk.store) io_ticket_message(&tk, err, errlen);
+        else snprintf(err, errlen, "%s: %s", what, strerror(-rc));
+        return rc;
+    }
+    trace_span(op == IO_WRITE ? TRACK_NVME_WRITE : TRACK_NVME_READ, op == IO_WRITE ? "write" : "read", what, t0,
+               trace_now_ms());
+    if (op == IO_WRITE) {
+        *crc = tk.crc;
+        stat_add(&t->stats.nvme_write_bytes, len);
+    } else {
+        stat_add(&t->stats.nvme_read_bytes, len);
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------- parameters
+
+int tier_begin(tier_t *t, const int *uses, int n, char *err, size_t errlen) {
+    if (t->lay.nslots == 0) return 0;
+    int rc = sched_begin(t->sched, uses, n);
+    if (rc != 0) snprintf(err, errlen, "a use order of %d shards, room for %d", n, t->lay.max_uses);
+    return rc;
+}
+
+static int hcache_find(const tier_t *t, int shard) {
+    for (int i = 0; i < t->lay.nhcache; i++)
+        if (t->hcache_shard[i] == shard) return i;
+    return -1;
+}
+
+// The scheduler's fetch callback, on its fetch worker: copies a shard's parameters from
+// their home into a device slot (NVMe: from the host cache when it holds the shard, else
+// read through a cache entry, taken by Belady's rule, or the slot's staging buffer).
+static int fetch_params(void *ctx, int shard, int pos, void *dst, char *err, size_t errlen) {
+    tier_t *t = ctx;
+    const tier_entry_t *e = &t->table[shard][ST_P16];
+    const char *name = t->m->shards[shard].name;
+    int slot = 0;
+    while (slot < t->lay.nslots && t->buf[TB_PARAM_SLOTS][slot] != dst) slot++;
+    if (slot == t->lay.nslots) {
+        snprintf(err, errlen, "parameters of %s: fetch into an unknown slot", name);
+        return -EINVAL;
+    }
+    int rc = sched_update_wait_shard(t->sched, shard, err, errlen); // its home is not updated: the step is void
+    if (rc != 0) return rc;
+    const void *src = e->addr;
+    if (e->home == TIER_NVME) {
+        pthread_mutex_lock(&t->hc_mu);
+        int hit = hcache_find(t, shard), ci = -1;
+        if (hit < 0) {
+            ci = sched_cache_victim(t->sched, t->hcache_shard, t->lay.nhcache, shard, pos < 0 ? 0 : pos);
+            if (ci >= 0) t->hcache_shard[ci] = -1; // not valid until the read lands
+        }
+        pthread_mutex_unlock(&t->hc_mu);
+        if (hit >= 0) {
+            src = t->buf[TB_HOST_CACHE][hit];
+            stat_add(&t->stats.cache_hits, 1);
+        } else {
+            void *buf = ci >= 0 ? t->buf[TB_HOST_CACHE][ci] : t->buf[TB_PARAM_STAGING][slot];
+            rc = tier_nvme_io(t, IO_READ, e->off, e->bytes, buf, &e->crc[0], t->label[shard][ST_P16], err, errlen);
+            if (rc != 0) return rc;
+            if (ci >= 0) {
+                pthread_mutex_lock(&t->hc_mu);
+                t->hcache_shard[ci] = shard;
+                pthread_mutex_unlock(&t->hc_mu);
+            }
+            src = buf;
+        }
+    }
+    double t0 = trace_now_ms();
+    // after the ops reading the slot's previous shard only: the copy overlaps the ops queued since
+    backend_copy_after(t->be, dst, src, e->bytes, BACKEND_H2D, t->slot_ev[slot]);
+    trace_span(TRACK_COPY, "fetch", name, t0, trace_now_ms());
+    stat_add(&t->stats.h2d_bytes, e->bytes);
+    return 0;
+}
+
+int tier_params_acquire(tier_t *t, int shard, const void **p, char *err, size_t errlen) {
+    const tier_entry_t *e = &t->table[shard][ST_P16];
+    if (e->home == TIER_DEVICE) {
+        *p = e->addr;
+        return sched_update_wait_shard(t->sched, shard, err, errlen);
+    }
+    *p = sched_acquire(t->sched, shard, err, errlen);
+    int rc = *p ? 0 : -EIO;
+    if (!*p) *p = t->buf[TB_PARAM_SLOTS][0];
+    int slot = 0;
+    while (slot < t->lay.nslots - 1 && t->buf[TB_PARAM_SLOTS][slot] != *p) slot++;
+    t->slot_of[shard] = slot;
+    return rc;
+}
+
+// The ops reading the shard's slot are queued: its event marks them, so that a later fetch
+// into the slot waits for them (and nothing else) before overwriting it.
+void tier_params_release(tier_t *t, int shard) {
+    if (t->table[shard][ST_P16].home == TIER_DEVICE) return;
+    backend_event_record(t->be, t->slot_ev[t->slot_of[shard]]);
+    sched_release(t->sched, shard);
+}
+
+void tier_params_invalidate(tier_t *t) {
+    if (t->lay.nslots) sched_invalidate(t->sched);
+}
+
+// A host home is built in place; device memory the CPU can address is too on the CPU
+// backend, but a GPU's is not, so device (and NVMe) homes take the build buffer.
+void *tier_params_build(tier_t *t, int shard) {
+    tier_entry_t *e = &t->table[shard][ST_P16];
+    return e->home == TIER_HOST ? e->addr : t->buf[TB_PARAM_BUILD][0];
+}
+
+int tier_params_store(tier_t *t, int shard, const void *compute, void *after, char *err, size_t errlen) {
+    tier_entry_t *e = &t->table[shard][ST_P16];
+    switch (e->home) {
+    case TIER_DEVICE:
+        if (after) backend_copy_after(t->be, e->addr, compute, e->bytes, BACKEND_H2D, after);
+        else backend_copy_h2d(t->be, e->addr, compute, e->bytes);
+        stat_add(&t->stats.h2d_bytes, e->bytes);
+        return 0;
+    case TIER_HOST:
+        if (e->addr != compute) memcpy(e->addr, compute, e->bytes);
+        return 0;
+    case TIER_NVME: {
+        pthread_mutex_lock(&t->hc_mu); // write-through: a cached copy stays current
+        int ci = hcache_find(t, shard);
+        if (ci >= 0) memcpy(t->buf[TB_HOST_CACHE][ci], compute, e->bytes);
+        pthread_mutex_unlock(&t->hc_mu);
+        return tier_nvme_io(t, IO_WRITE, e->off, e->bytes, (void *)compute, &e->crc[0], t->label[shard][ST_P16], err,
+                            errlen);
+    }
+    }
+    return -EINVAL;
+}
+
+// ---------------------------------------------------------------- gradients
+
+// A host home visits a slot: the copy up waits for the slot's last copy down and for this
+// shard's own last write-back, the ops wait for the copy up, the copy down for the ops (visit.h).
+// On a GPU the next shard's copy up thus runs during this shard's backward.
+float *tier_grads_acquire(tier_t *t, int shard, int last, char *err, size_t errlen) {
+    (void)last, (void)err, (void)errlen;
+    tier_entry_t *e = &t->table[shard][ST_G];
+    if (e->home == TIER_DEVICE) return e->addr;
+    int i = t->gnext;
+    t->gnext ^= 1;
+    visit_up(&t->gvisit, i, shard, e->addr, e->bytes);
+    t->gslot_of[shard] = i;
+    return t->gvisit.buf[i];
+}
+
+int tier_grads_release(tier_t *t, int shard, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    tier_entry_t *e = &t->table[shard][ST_G];
+    e->dirty = 1;
+    if (e->home == TIER_DEVICE) return 0;
+    visit_down(&t->gvisit, t->gslot_of[shard], shard, e->addr, e->bytes);
+    return 0;
+}
+
+int tier_grads_finish(tier_t *t, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    if (t->lay.home[ST_G] == TIER_HOST) visit_sync(&t->gvisit); // the host reads the homes ...
+    backend_event_record(t->be, t->step_ev);                    // ... and the update's device reads come after
+    return 0;
+}
+
+double tier_grads_sumsq(tier_t *t, int shard) {
+    const tier_entry_t *e = &t->table[shard][ST_G];
+    size_t n = t->m->shards[shard].numel_padded;
+    return e->home == TIER_HOST ? sumsq(e->addr, n) : t->be->ops->sumsq(e->addr, n);
+}
+
+int tier_grads_zero_all(tier_t *t, char *err, size_t errlen) {
+    int rc = tier_grads_finish(t, err, errlen);
+    for (int s = 0; s < t->m->nshards && rc == 0; s++) tier_grads_consumed(t, s);
+    return rc;
+}
+
+int tier_grads_get(tier_t *t, int shard, const float **g, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    tier_entry_t *e = &t->table[shard][ST_G];
+    if (e->home == TIER_DEVICE && !t->lay.device_is_host) {
+        float *stage = t->buf[TB_GRAD_STAGING][0];
+        size_t lo, n;
+        tier_chunk_range(&t->lay, t->m, shard, 0, &lo, &n);
+        if (n < t->m->shards[shard].numel_padded) {
+            snprintf(err, errlen, "gradients of %s: larger than the staging buffer", t->m->shards[shard].name);
+            return -E2BIG;
+        }
+        backend_copy_d2h(t->be, stage, e->addr, e->bytes);
+        *g = stage;
+        return 0;
+    }
+    *g = e->addr;
+    return 0;
+}
+
+const float *tier_grads_for_update(tier_t *t, int shard, int c, int half) {
+    (void)half;
+    tier_entry_t *e = &t->table[shard][ST_G];
+    size_t lo, n;
+    tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
+    const float *g = (const float *)e->addr + lo;
+    if (e->home == TIER_DEVICE && !t->lay.device_is_host) {
+        // after the step's backward only, not the next step's forward queued meanwhile
+        float *stage = t->buf[TB_GRAD_STAGING][0];
+        backend_copy_after(t->be, stage, g, n * sizeof(float), BACKEND_D2H, t->step_ev);
+        return stage;
+    }
+    return g;
+}
+
+void tier_grads_consumed(tier_t *t, int shard) {
+    tier_entry_t *e = &t->table[shard][ST_G];
+    if (e->home == TIER_DEVICE) backend_memset(t->be, e->addr, 0, e->bytes);
+    else if (e->home == TIER_HOST) memset(e->addr, 0, e->bytes);
+    e->dirty = 0;
+}
+
+const float *tier_grads_device(tier_t *t, int shard) {
+    tier_entry_t *e = &t->table[shard][ST_G];
+    if (e->home == TIER_DEVICE) return e->addr;
+    float *slot = t->gvisit.buf[0]; // the host home's write-backs have landed (tier_grads_finish)
+    backend_copy_h2d(t->be, slot, e->addr, e->bytes);
+    stat_add(&t->stats.h2d_bytes, e->bytes);
+    return slot;
+}
+
+// ---------------------------------------------------------------- optimizer states
+
+// Floats of the staging layout of chunk c: (g,) master, m, v, each n elements.
+static float *stage_part(tier_t *t, int half, size_t n, int part) {
+    return (float *)t->buf[TB_OPTIM_STAGING][half] + (size_t)(t->lay.o32_parts - 3 + part) * n;
+}
+
+void tier_o32_views(tier_t *t, int shard, int c, int half, float **master, float **m, float **v) {
+    tier_entry_t *e = &t->table[shard][ST_O32];
+    size_t lo, n, total = t->m->shards[shard].numel_padded;
+    tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
+    if (e->home == TIER_NVME) {
+        *master = stage_part(t, half, n, 0);
+        *m = stage_part(t, half, n, 1);
+        *v = stage_part(t, half, n, 2);
+        return;
+    }
+    float *base = e->addr;
+    *master = base + lo;
+    *m = base + total + lo;
+    *v = base + 2 * total + lo;
+}
+
+// The NVMe extent of chunk c of shard's (g,) master, m, v: every chunk before it is full.
+static uint64_t chunk_off(const tier_t *t, int shard, int c) {
+    return t->table[shard][ST_O32].off + (uint64_t)c * t->lay.chunk_elems * t->lay.o32_parts * sizeof(float);
+}
+
+static void xfer_done(io_ticket_t *tk, void *arg) {
+    const tier_xfer_t *x = arg;
+    (void)tk;
+    trace_span(x->op == IO_READ ? TRACK_NVME_READ : TRACK_NVME_WRITE, x->op == IO_READ ? "read" : "write",
+               x->label, x->t0, trace_now_ms());
+}
+
+int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int half, char *err, size_t errlen) {
+    tier_entry_t *e = &t->table[shard][ST_O32];
+    size_t lo, n;
+    tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
+    memset(x, 0, sizeof *x);
+    x->op = op;
+    x->shard = shard;
+    x->chunk = c;
+    x->half = half;
+    x->label = t->m->shards[shard].name;
+    x->t0 = trace_now_ms();
+    const uint64_t o32 = 3 * n * sizeof(float);
+    io_req_t r = {.op = op, .off = chunk_off(t, shard, c) + (uint64_t)(t->lay.o32_parts - 3) * n * sizeof(float),
+                  .len = o32, .buf = stage_part(t, half, n, 0), .name = t->label[shard][ST_O32],
+                  .crc = op == IO_READ ? e->crc[c] : 0};
+    if (trace_enabled()) {
+        r.cb = xfer_done;
+        r.cb_arg = x;
+    }
+    int rc = nvme_store_submit(t->nvme, &x->tk[0], &r);
+    if (rc != 0) {
+        snprintf(err, errlen, "%s: %s", t->label[shard][ST_O32], strerror(-rc));
+        return rc;
+    }
+    x->n = 1;
+    return 0;
+}
+
+int tier_o32_finish(tier_t *t, tier_xfer_t *x, char *err, size_t errlen) {
+    int rc = 0;
+    for (int k = 0; k < x->n; k++) {
+        double t0 = now_ms();
+        int r = io_ticket_wait(&x->tk[k]);
+        t->stats.opt_nvme_wait_ms += now_ms() - t0;
+        if (r != 0) {
+            if (rc == 0) io_ticket_message(&x->tk[k], err, errlen);
+            if (rc == 0) rc = r;
+            continue;
+        }
+        if (x->op == IO_WRITE) {
+            t->table[x->shard][ST_O32].crc[x->chunk] = x->tk[k].crc;
+            stat_add(&t->stats.nvme_write_bytes, x->tk[k].len);
+        } else {
+            stat_add(&t->stats.nvme_read_bytes, x->tk[k].len);
+        }
+    }
+    x->n = 0;
+    return rc;
+}
+
+int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **master, float **m, float **v,
+                 char *err, size_t errlen) {
+    tier_entry_t *e = &t->table[shard][ST_O32];
+    size_t lo, n, total = t->m->shards[shard].numel_padded;
+    tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
+    float *dst[3];
+    if (e->home == TIER_HOST) {
+        tier_o32_views(t, shard, c, 0, &dst[0], &dst[1], &dst[2]);
+    } else {
+        for (int k = 0; k < 3; k++) dst[k] = stage_part(t, 0, n, k);
+    }
+    *master = dst[0];
+    *m = dst[1];
+    *v = dst[2];
+    if (fill_zero) {
+        for (int k = 0; k < 3; k++)
+            if (parts & (1 << k)) memset(dst[k], 0, n * sizeof(float));
+        return 0;
+    }
+    if (e->home == TIER_DEVICE) {
+        for (int k = 0; k < 3; k++)
+            if (parts & (1 << k)) backend_copy_d2h(t->be, dst[k], (float *)e->addr + k * total + lo, n * sizeof(float));
+    } else if (e->home == TIER_NVME) {
+        // the parts asked for, as one read from the first to the last of them; all three with
+        // --io-verify, whose CRC covers the chunk's whole extent
+        int k0 = 0, k1 = 2;
+        if (!(parts & TIER_O32)) return 0;
+        if (!t->cfg->io_verify) {
+            while (!(parts & (1 << k0))) k0++;
+            while (!(parts & (1 << k1))) k1--;
+        }
+        uint64_t off = chunk_off(t, shard, c) + (uint64_t)(t->lay.o32_parts - 3 + k0) * n * sizeof(float);
+        return tier_nvme_io(t, IO_READ, off, (uint64_t)(k1 - k0 + 1) * n * sizeof(float), dst[k0], &e->crc[c],
+                            t->label[shard][ST_O32], err, errlen);
+    }
+    return 0;
+}
+
+int tier_o32_put(tier_t *t, int shard, int c, int parts, char *err, size_t errlen) {
+    tier_entry_t *e = &t->table[shard][ST_O32];
+    size_t lo, n, total = t->m->shards[shard].numel_padded;
+    tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
+    if (e->home == TIER_DEVICE) {
+        for (int k = 0; k < 3; k++)
+            if (parts & (1 << k))
+                backend_copy_h2d(t->be, (float *)e->addr + k * total + lo, stage_part(t, 0, n, k), n * sizeof(float));
+    } else if (e->home == TIER_NVME) {
+        uint64_t off = chunk_off(t, shard, c) + (uint64_t)(t->lay.o32_parts - 3) * n * sizeof(float);
+        return tier_nvme_io(t, IO_WRITE, off, 3 * n * sizeof(float), stage_part(t, 0, n, 0), &e->crc[c],
+                            t->label[shard][ST_O32], err, errlen);
+    }
+    return 0;
 }

@@ -1,12 +1,37 @@
-// tier.h — residency: where each shard's states live and the tiers that hold them (the
-// device arena through the backend, the host pool, the NVMe store). For now, the adapters
-// from the run configuration to the host pool's and the NVMe store's options, so that
-// hostmem and io/ never see config_t.
+// tier.h — residency (DESIGN §4): where every shard's states live, what holds them, and how
+// they move between the device arena, the host pool and the NVMe store.
+//
+// One table lists every shard's states — p16 (the compute copy: BF16, or FP32 in fp32 mode),
+// g (FP32 gradients), o32 (FP32 master, Adam m and v) — with each one's home, its address
+// there (device, host or NVMe extent), whether it holds anything (g) and the CRC of its last
+// NVMe write. tier_layout() is the one place any buffer of a run is sized or counted: tier_init
+// allocates exactly what it lists and the plan sums it, so the two agree by construction.
+//
+// What it does:
+//   * owns the host pool and the NVMe store (and the config adapters for both);
+//   * streams parameters that do not live on the device into the scheduler's slots (the fetch
+//     callback: a host copy, or an NVMe read through --host-cache, kept by Belady's rule);
+//   * visits gradients whose home is not the device through two device slots (visit.h); with
+//     --grads nvme a shard's gradient goes to NVMe once final for the step, next to its o32;
+//   * gives the optimizer its states a chunk at a time (host or device homes in place, NVMe
+//     through a double buffer it drives) and takes each shard's new compute copy home.
+// What it does not do: arithmetic (step.c, optim.c), choose what to fetch or when (scheduler.c),
+// activation checkpoints (acts.c).
+// Who calls it: trainer.c (init/free, states for checkpoints), step.c (parameters and gradients
+// for compute, on the compute thread), optim.c (on the update worker, or the compute thread for
+// --optimizer device), plan.c (tier_layout only). The fetch callback runs on the fetch worker.
+// Errors: tier_init returns -errno with one line; the runtime path returns -errno with one line
+// naming the shard, the state and, for NVMe, the file and offset. Nothing here exits.
 #pragma once
+#include <pthread.h>
 #include <stdint.h>
+#include "backend.h"
 #include "config.h"
 #include "hostmem.h"
 #include "io.h"
+#include "model.h"
+#include "scheduler.h"
+#include "visit.h"
 
 // The host pool's options from the run configuration (budget, NUMA node, quiet) for a pool
 // of size bytes, with pin and hugepages on.
@@ -14,3 +39,205 @@ void tier_hostmem_opts(hostmem_opts_t *o, const config_t *cfg, uint64_t size);
 // The NVMe store's options from the run configuration (paths, block, qd, engine, sqpoll,
 // verify, keep) for a store of size bytes; the other fields are zero.
 void tier_nvme_opts(nvme_store_opts_t *o, const config_t *cfg, uint64_t size);
+
+// ---------------------------------------------------------------- the layout
+
+typedef enum { ST_P16 = 0, ST_G, ST_O32, ST_COUNT } tier_state_t;
+
+// Every buffer a run allocates, by purpose (in allocation order).
+typedef enum {
+    TB_PARAMS = 0,     // per shard: p16 home (--params device|host)
+    TB_GRADS,          // per shard: g home (--grads device|host)
+    TB_OPTIM,          // per shard: master | m | v, one allocation (--optimizer device|host)
+    TB_PARAM_SLOTS,    // device: slots the streamed parameters visit (nslots × the largest shard)
+    TB_PARAM_STAGING,  // host: one per slot, NVMe → slot (--params nvme)
+    TB_PARAM_BUILD,    // host: the optimizer's new compute copy of a shard bound for a device or NVMe home
+    TB_HOST_CACHE,     // host: --host-cache entries (--params nvme)
+    TB_GRAD_SLOTS,     // device: two slots where gradients not homed on the device visit
+    TB_GRAD_STAGING,   // host: device-resident gradients read back for the host update (GPU)
+    TB_OPTIM_STAGING,  // host: the NVMe double buffer, or device states' staging for checkpoints
+    TB_NEW_PARAMS,     // device: --optimizer device's new compute copy when its home is elsewhere
+    TB_TIED_GRAD,      // device: the tied LM head's share of the embedding gradient
+    TB_WEIGHTS,        // device: FP32 weights of the largest shard (bf16 mode)
+    TB_WEIGHTS_EMB,    // device: FP32 weights of the embedding (bf16 mode; the tied head)
+    TB_ACTS,           // device or host: activation checkpoints (nmb, L+1, N, C)
+    TB_ACT_BUFS,       // device: the two buffers host checkpoints visit
+    TB_ACT_GRADS,      // device: ∂L/∂residual of each held micro-batch (nmb, N, C)
+    TB_SCRATCH,        // device: one block's intermediates and the head (acts_scratch_t)
+    TB_ROPE,           // device: RoPE cos and sin (T, HS/2) each
+    TB_TOKENS,         // device: (nmb, N)
+    TB_TARGETS,        // device: (N)
+    TB_COUNT
+} tier_buf_t;
+
+typedef struct {
+    const char *what;   // names the allocation in budget errors; per shard: a format taking its name
+    const char *part;   // the plan's name for what it holds ("param_slots"), shared by related buffers
+    tier_kind_t tier;   // TIER_DEVICE or TIER_HOST
+    int per_shard;      // one allocation per shard of numel_padded × elem bytes, else count of bytes each
+    int count;
+    uint64_t bytes;
+    uint64_t elem;
+    uint64_t total;     // Σ allocations, each rounded up to 4 KiB as the backend and the pool round
+} tier_spec_t;
+
+// The optimizer updates a shard a chunk at a time: NVMe staging holds two chunks, not two shards.
+#define TIER_CHUNK_ELEMS ((size_t)1 << 22)
+
+typedef struct {
+    tier_kind_t home[ST_COUNT]; // from --params, --grads, --optimizer
+    int acts_host;              // --checkpoints host
+    int nshards, nslots, nhcache;
+    int nmb;                    // micro-batches whose activations are held at once (vertical: --accum)
+    int vertical;               // the step runs every micro-batch through a block before the next
+    int device_is_host;         // the CPU backend: device memory is host memory
+    size_t pbytes;              // bytes per element of the compute copy
+    size_t chunk_elems;         // elements of an optimizer chunk (all chunks of a shard but its last)
+    int o32_parts;              // floats per element of an NVMe chunk: master, m, v, and g first with --grads nvme
+    int max_uses;               // the longest use order (a step's or an evaluation's)
+    tier_spec_t spec[TB_COUNT];
+    uint64_t device_bytes, host_bytes, nvme_bytes;
+} tier_layout_t;
+
+// Sizes and counts every buffer of a run of cfg on device (DEVICE_CPU or DEVICE_CUDA). Pure.
+void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, tier_layout_t *lay);
+// Bytes of buffer b for shard s (per-shard buffers) or of each of its allocations.
+uint64_t tier_spec_bytes(const tier_layout_t *lay, const model_t *m, tier_buf_t b, int s);
+// Bytes of part name on tier (TIER_DEVICE or TIER_HOST) in lay; names in order with tier_part_names.
+uint64_t tier_part_bytes(const tier_layout_t *lay, tier_kind_t tier, const char *part);
+// The part names of tier, NULL-terminated, in the order they first appear.
+int tier_part_names(const tier_layout_t *lay, tier_kind_t tier, const char **names, int max);
+// Chunks of shard s and the element range [*lo, *lo + *n) of chunk c.
+int tier_nchunks(const tier_layout_t *lay, const model_t *m, int s);
+void tier_chunk_range(const tier_layout_t *lay, const model_t *m, int s, int c, size_t *lo, size_t *n);
+
+// ---------------------------------------------------------------- the residency table
+
+typedef struct {
+    tier_kind_t home;   // where the state lives
+    void *addr;         // its memory when its home is the device or the host pool
+    uint64_t off;       // its NVMe extent (p16: the shard; g/o32: its first chunk, chunks in order)
+    uint64_t bytes;     // its size
+    uint32_t *crc;      // NVMe: the CRC32C of each chunk's (p16: the extent's) last write (--io-verify)
+    int dirty;          // g: holds a sum the optimizer has not consumed (else zero: a visit starts
+                        // from zeros instead of reading it); p16, o32: 0
+} tier_entry_t;
+
+typedef struct {
+    uint64_t h2d_bytes, d2h_bytes;            // host ↔ device copies of parameters, gradients, activations
+    uint64_t nvme_read_bytes, nvme_write_bytes;
+    uint64_t act_h2d_bytes, act_d2h_bytes;    // of which activation checkpoints (--checkpoints host)
+    uint64_t cache_hits;                      // --host-cache: streamed fetches served from host
+    double opt_ms;                            // time in the optimizer step
+    double opt_nvme_wait_ms;                  // of which waiting for optimizer-state reads/writes
+    double copy_ms;                           // compute thread queuing gradient and checkpoint copies
+} tier_stats_t;
+
+typedef struct tier tier_t;
+
+// Allocates everything lay lists (device buffers through be, host buffers from a pool it
+// creates, an NVMe store when a state lives there), starts the scheduler. Returns 0, or
+// -EDQUOT (over --hbm-budget), -ENOMEM, or another -errno, with one line in err; everything
+// made is released.
+int tier_init(tier_t **out, const config_t *cfg, const model_t *m, backend_t *be, const tier_layout_t *lay,
+              char *err, size_t errlen);
+void tier_free(tier_t *t); // NULL-safe; stops the scheduler's workers first
+
+const tier_layout_t *tier_layout_of(const tier_t *t);
+tier_entry_t *tier_entry(tier_t *t, int shard, tier_state_t st);
+void *tier_buf(const tier_t *t, tier_buf_t b, int i); // the i-th allocation of a non-per-shard buffer
+sched_t *tier_sched(tier_t *t);
+void *tier_step_event(tier_t *t); // recorded by tier_grads_finish: the step's backward is queued
+tier_stats_t *tier_stats(tier_t *t);
+uint64_t tier_host_used(const tier_t *t);                  // host pool bytes in use
+int tier_nvme_info(const tier_t *t, io_info_t *out);       // 0, or -ENOENT when there is no store
+
+// An NVMe transfer of one extent, waited for. Returns 0 or -errno with the ticket's message.
+int tier_nvme_io(tier_t *t, io_op_t op, uint64_t off, uint64_t len, void *buf, uint32_t *crc, const char *what,
+                 char *err, size_t errlen);
+
+// ---------------------------------------------------------------- parameters
+
+// The use order of the next phase (model_use_order). Returns 0 or -EINVAL with one line.
+int tier_begin(tier_t *t, const int *uses, int n, char *err, size_t errlen);
+// The compute copy of shard on the device for one use in the phase's order, in *p (waits for
+// the shard's update in flight). Returns 0, or -errno with one line in err when it cannot be
+// had: *p is then device memory of the shard's size all the same (stale or zeros), so that
+// the phase can finish and report the fault.
+int tier_params_acquire(tier_t *t, int shard, const void **p, char *err, size_t errlen);
+// Every op reading it is queued.
+void tier_params_release(tier_t *t, int shard);
+// The homes change (an update, a load): no streamed copy may be used again.
+void tier_params_invalidate(tier_t *t);
+// Where the optimizer builds shard's new compute copy: the home itself when host memory,
+// else the build buffer (tier_params_store then takes it home).
+void *tier_params_build(tier_t *t, int shard);
+// Takes shard's new compute copy (built where tier_params_build said) to its home. A device
+// home's copy waits for the ops queued so far, or, with after (an event), for those before it
+// only. Returns 0 or -errno with one line.
+int tier_params_store(tier_t *t, int shard, const void *compute, void *after, char *err, size_t errlen);
+
+// ---------------------------------------------------------------- gradients
+
+// The device buffer shard's gradients accumulate into for one backward visit; last: no
+// later visit this step. Host and NVMe homes visit a slot (read, accumulate, write back: the
+// same operations as when resident, so the same bits). Pair with tier_grads_release.
+float *tier_grads_acquire(tier_t *t, int shard, int last, char *err, size_t errlen);
+// The visit's ops are queued: its copy down (and, final on NVMe, the write) is queued.
+// Returns 0 or -errno with one line.
+int tier_grads_release(tier_t *t, int shard, char *err, size_t errlen);
+// The step's backward is queued: every write-back lands (host homes readable by the host,
+// NVMe writes complete), and the optimizer's device reads are ordered after it.
+int tier_grads_finish(tier_t *t, char *err, size_t errlen);
+// Σ g² of shard (after tier_grads_finish), the same value wherever it lives.
+double tier_grads_sumsq(tier_t *t, int shard);
+// Zeroes every gradient (homes and the dirty marks). Returns 0 or -errno.
+int tier_grads_zero_all(tier_t *t, char *err, size_t errlen);
+// The host view of shard's gradients (after tier_grads_finish): the home, or a staging copy
+// (valid until the next call). Returns 0 or -errno with one line.
+int tier_grads_get(tier_t *t, int shard, const float **g, char *err, size_t errlen);
+
+// ---------------------------------------------------------------- optimizer states
+
+// What of a chunk an access wants: the master, m, v (and for the update, g).
+enum { TIER_MASTER = 1, TIER_M = 2, TIER_V = 4, TIER_MV = 6, TIER_O32 = 7 };
+
+// An NVMe transfer of one chunk's states through a staging half: one request, or two when
+// --io-verify checks g and o32 apart (each extent carries its own CRC).
+typedef struct {
+    io_ticket_t tk[2];
+    int n;                  // requests in flight (0: none)
+    io_op_t op;
+    int shard, chunk, half;
+    const char *label;      // --trace: the shard's name
+    double t0;              // --trace: when it was queued
+} tier_xfer_t;
+
+// Views of chunk c of shard's states for the update: the home when it is host or device
+// memory, else staging half `half` (after its read).
+void tier_o32_views(tier_t *t, int shard, int c, int half, float **master, float **m, float **v);
+// Queues the NVMe read (with the chunk's gradients when they live on NVMe) or the write back
+// of chunk c through staging half `half`. Returns 0 or -errno with one line.
+int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int half, char *err, size_t errlen);
+// Waits for x (nothing when idle), counts its bytes and keeps the CRCs of a write. Returns 0
+// or -errno with the ticket's message.
+int tier_o32_finish(tier_t *t, tier_xfer_t *x, char *err, size_t errlen);
+// The gradients of chunk c of shard where the host update reads them: the home, the NVMe
+// staging half (read with the states), or a copy from the device (queued after the step's
+// backward only).
+const float *tier_grads_for_update(tier_t *t, int shard, int c, int half);
+// After the update read them: a device or host home is zeroed (the next backward adds to it).
+void tier_grads_consumed(tier_t *t, int shard);
+// The device copy of shard's gradients for --optimizer device: the home, or (host) a slot it
+// is copied into. Returns the device pointer.
+const float *tier_grads_device(tier_t *t, int shard);
+
+// Chunk c of shard's states in host memory for a checkpoint or the hash: the home, or the
+// staging half 0 read from its home (only the parts asked for), or zeros with fill_zero (the
+// caller overwrites them). Pointers at the chunk's first element; valid until the next call;
+// the optimizer must be idle. Returns 0 or -errno with one line.
+int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **master, float **m, float **v,
+                 char *err, size_t errlen);
+// After the caller changed what tier_o32_get gave: writes those parts home (an NVMe chunk is
+// written whole: get it with every part first). Returns 0 or -errno with one line.
+int tier_o32_put(tier_t *t, int shard, int c, int parts, char *err, size_t errlen);

@@ -14,7 +14,8 @@
 #include "json.h"
 #include "model.h"
 #include "plan.h"
-#include "step.h"
+#include "report.h"
+#include "trainer.h"
 #include "trace.h"
 #include "util.h"
 
@@ -48,67 +49,16 @@ static void print_model(const model_t *m, const config_t *cfg, FILE *f) {
 }
 
 static double eval_loss(trainer_t *tr, data_t *d, int *inputs, int *targets) {
+    const config_t *cfg = trainer_config(tr);
     data_rewind(d, DATA_VAL);
-    trainer_begin_eval(tr, tr->cfg->eval_batches);
+    trainer_begin_eval(tr, cfg->eval_batches);
     double sum = 0;
-    for (int i = 0; i < tr->cfg->eval_batches; i++) {
+    for (int i = 0; i < cfg->eval_batches; i++) {
         data_next(d, DATA_VAL, inputs, targets);
         sum += trainer_forward(tr, inputs, targets);
     }
-    if (tr->fault[0]) runtime_error("evaluation: %s", tr->fault);
-    return sum / tr->cfg->eval_batches;
-}
-
-static double fetch_wait_ms(const trainer_t *tr) {
-    if (!tr->sched) return 0;
-    sched_stats_t st;
-    sched_stats(tr->sched, &st);
-    return st.wait_ms;
-}
-
-static const char *tier_name(tier_kind_t t) {
-    return t == TIER_DEVICE ? "device" : t == TIER_HOST ? "host" : "nvme";
-}
-
-// Where each state lived, what each tier held at peak, what moved between them and how long
-// compute waited on each; then the achieved step time against the plan's floor.
-static void print_tier_report(const trainer_t *tr, const config_t *cfg, const plan_t *plan, double step_ms, FILE *out) {
-    char a[32], b[32], c[32], d[32];
-    static const char *sched_name[] = {"auto", "horizontal", "vertical"};
-    fprintf(out, "tiers (backend %s, %d threads): params %s, grads %s, optimizer %s, checkpoints %s, prefetch %d, "
-                 "schedule %s\n",
-            tr->be.name, tr->be.threads, tier_name(cfg->params_tier), tier_name(cfg->grads_tier),
-            tier_name(cfg->optim_tier), cfg->ckpt_tier == CKPT_HOST ? "host" : "device", cfg->prefetch,
-            sched_name[cfg->schedule]);
-    fprintf(out, "  tier     peak        budget      moved                               compute waited\n");
-    fprintf(out, "  device   %-10s  %-10s  in %-10s out %-10s          %.1f ms for parameter fetches\n",
-            format_bytes(a, sizeof a, tr->be.peak), cfg->hbm_budget ? format_bytes(b, sizeof b, cfg->hbm_budget) : "none",
-            format_bytes(c, sizeof c, tr->stats.h2d_bytes), format_bytes(d, sizeof d, tr->stats.d2h_bytes),
-            fetch_wait_ms(tr));
-    fprintf(out, "  host     %-10s  %-10s  checkpoints in %s, out %s      %.1f ms copying gradients and checkpoints\n",
-            format_bytes(a, sizeof a, tr->host_bytes), cfg->host_budget ? format_bytes(b, sizeof b, cfg->host_budget) : "none",
-            format_bytes(c, sizeof c, tr->stats.ckpt_h2d_bytes), format_bytes(d, sizeof d, tr->stats.ckpt_d2h_bytes),
-            tr->stats.copy_ms);
-    if (tr->nvme) {
-        io_info_t ii;
-        nvme_store_info(tr->nvme, &ii);
-        fprintf(out, "  nvme     %-10s  (%s, %d path%s)  read %-10s written %-10s  %.1f ms for optimizer states\n",
-                format_bytes(a, sizeof a, ii.size), ii.engine, ii.npaths, ii.npaths == 1 ? "" : "s",
-                format_bytes(b, sizeof b, tr->stats.nvme_read_bytes), format_bytes(c, sizeof c, tr->stats.nvme_write_bytes),
-                tr->stats.opt_nvme_wait_ms);
-    }
-    if (tr->sched) {
-        sched_stats_t st;
-        sched_stats(tr->sched, &st);
-        fprintf(out, "  sched    %d slots, %llu fetches, %llu hits, %llu evictions", tr->nslots,
-                (unsigned long long)st.fetches, (unsigned long long)st.hits, (unsigned long long)st.evictions);
-        if (tr->nhcache) fprintf(out, "; host cache %d shards, %llu hits", tr->nhcache, (unsigned long long)tr->stats.cache_hits);
-        fputc('\n', out);
-    }
-    fprintf(out, "  optimizer %.1f ms in all (%s AdamW)\n", tr->stats.opt_ms, adamw_update_path());
-    fprintf(out, "  step     %.1f ms achieved, floor %.1f ms (bound by %s; rates: %s): efficiency %.2f\n", step_ms,
-            plan->floor_ms, plan_resource_names[plan->bound], plan->prof ? plan->prof->source : "built-in defaults",
-            step_ms > 0 ? plan->floor_ms / step_ms : 0.0);
+    if (trainer_fault(tr)) runtime_error("evaluation: %s", trainer_fault(tr));
+    return sum / cfg->eval_batches;
 }
 
 // ---------------------------------------------------------------- train
@@ -179,7 +129,7 @@ int train_run(const config_t *cfg_in) {
 
     // Before any allocation: does it fit? (The same check `tiertrain plan` prints, for the
     // device that will run: a GPU's memory is not RAM.)
-    backend_resolve_config(&resolved);
+    if (backend_resolve_config(&resolved, err, sizeof err) != 0) usage_error("%s", err);
     model_t shape;
     model_init(&shape, cfg);
     plan_t plan;
@@ -212,15 +162,14 @@ int train_run(const config_t *cfg_in) {
         if (trc != 0) usage_error("--trace %s: %s (give a writable path)", cfg->trace_path, strerror(-trc));
     }
 
-    trainer_t tr;
+    trainer_t *tr = NULL;
     int rc = trainer_init(&tr, cfg, err, sizeof err);
-    if (rc == -ENOMEM && strstr(err, "--hbm-budget")) usage_error("%s", err);
-    if (rc != 0) runtime_error("%s", err);
-    print_model(&tr.model, cfg, out);
+    if (rc != 0) fail_with(rc, "%s", err);
+    print_model(trainer_model(tr), cfg, out);
     fprintf(out, "data: %s\n", data_describe(data));
     if (cfg->resume[0]) {
         double t0 = now_ms();
-        rc = checkpoint_load(&tr, data, &ck, 0, err, sizeof err);
+        rc = checkpoint_load(tr, data, &ck, 0, err, sizeof err);
         if (rc != 0 && log) { // a bad checkpoint is bad input: it leaves no output behind
             fclose(log);
             unlink(cfg->log_path);
@@ -241,7 +190,7 @@ int train_run(const config_t *cfg_in) {
     char saved[TT_PATH_MAX + 64] = "";
     int saved_step = 0;
 
-    const int N = tr.N;
+    const int N = trainer_rows(tr);
     int *inputs = mallocCheck((size_t)N * (size_t)cfg->accum * sizeof(int)); // the step's micro-batches
     int *targets = mallocCheck((size_t)N * (size_t)cfg->accum * sizeof(int));
     double first_loss = NAN, last_loss = NAN, total_ms = 0, last_val = NAN;
@@ -254,7 +203,7 @@ int train_run(const config_t *cfg_in) {
             data_next(data, DATA_TRAIN, inputs + (size_t)mb * N, targets + (size_t)mb * N);
         double loss, norm;
         float lr;
-        if (trainer_train_step(&tr, step, inputs, targets, &loss, &norm, &lr, err, sizeof err) != 0)
+        if (trainer_train_step(tr, step, inputs, targets, &loss, &norm, &lr, err, sizeof err) != 0)
             runtime_error("step %d: %s", step, err);
         double ms = now_ms() - t0;
         if (!isfinite(loss)) runtime_error("step %d: loss is %g (lower --lr or check the data)", step, loss);
@@ -270,18 +219,18 @@ int train_run(const config_t *cfg_in) {
             fprintf(log, "{\"event\":\"step\",\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6f,\"step_ms\":%.3f,\"tok_per_s\":%.1f}\n",
                     step, loss, lr, norm, ms, tok_s);
         if (cfg->eval_every > 0 && (step % cfg->eval_every == 0 || step == cfg->steps)) {
-            last_val = eval_loss(&tr, data, inputs, targets);
+            last_val = eval_loss(tr, data, inputs, targets);
             fprintf(out, "eval  %5d | val loss %.4f\n", step, last_val);
             if (log) fprintf(log, "{\"event\":\"eval\",\"step\":%d,\"val_loss\":%.6f}\n", step, last_val);
         }
         if (cfg->save_dir[0] && cfg->save_every > 0 && step % cfg->save_every == 0 && step < cfg->steps) {
-            save_checkpoint(&tr, data, step, log, saved, sizeof saved);
+            save_checkpoint(tr, data, step, log, saved, sizeof saved);
             saved_step = step;
         }
         fflush(out);
     }
     if (cfg->save_dir[0] && last_step >= start && saved_step != last_step) {
-        save_checkpoint(&tr, data, last_step, log, saved, sizeof saved);
+        save_checkpoint(tr, data, last_step, log, saved, sizeof saved);
         saved_step = last_step;
     }
     if (stop_signal) { // a clean stop: the step finished, the checkpoint (if any) is complete
@@ -289,7 +238,7 @@ int train_run(const config_t *cfg_in) {
         if (log) fclose(log);
         size_t tw, td;
         if (cfg->trace_path[0]) trace_close(&tw, &td);
-        trainer_free(&tr);
+        trainer_free(tr);
         data_free(data);
         free(inputs);
         free(targets);
@@ -298,26 +247,20 @@ int train_run(const config_t *cfg_in) {
         return 128 + sig;
     }
 
-    if (trainer_optimizer_wait(&tr, err, sizeof err) != 0) runtime_error("step %d: %s", cfg->steps, err);
+    if (trainer_optimizer_wait(tr, err, sizeof err) != 0) runtime_error("step %d: %s", cfg->steps, err);
     double step_ms = timed_steps ? total_ms / timed_steps : 0;
     double tok_s = step_ms > 0 ? (double)N * cfg->accum / (step_ms / 1e3) : 0;
-    uint64_t hash = trainer_params_hash(&tr);
+    uint64_t hash = 0;
+    if (trainer_params_hash(tr, &hash, err, sizeof err) != 0) runtime_error("params_hash: %s", err);
     fprintf(out, "done: %d steps, loss %.4f -> %.4f, %.1f ms/step, %.0f tok/s, params_hash %016llx\n",
             cfg->steps, first_loss, last_loss, step_ms, tok_s, (unsigned long long)hash);
+    trainer_info_t info;
+    trainer_info(tr, &info);
     if (log) {
-        fprintf(log, "{\"event\":\"summary\",\"params\":%zu,\"steps\":%d,\"first_loss\":%.6f,\"final_loss\":%.6f,"
-                     "\"val_loss\":%.6f,\"tok_per_s\":%.1f,\"step_ms\":%.3f,\"peak_device_bytes\":%llu,"
-                     "\"peak_host_bytes\":%llu,\"nvme_bytes_read\":%llu,\"nvme_bytes_written\":%llu,"
-                     "\"h2d_bytes\":%llu,\"d2h_bytes\":%llu,\"fetch_wait_ms\":%.3f,\"optimizer_nvme_wait_ms\":%.3f,"
-                     "\"copy_ms\":%.3f,\"optimizer_ms\":%.3f,\"host_cache_hits\":%llu,\"floor_ms\":%.3f,"
-                     "\"efficiency\":%.4f,\"bound\":\"%s\",\"params_hash\":\"%016llx\"}\n",
-                tr.model.num_params, cfg->steps, first_loss, last_loss, isfinite(last_val) ? last_val : -1.0, tok_s,
-                step_ms, (unsigned long long)tr.be.peak, (unsigned long long)tr.host_bytes,
-                (unsigned long long)tr.stats.nvme_read_bytes, (unsigned long long)tr.stats.nvme_write_bytes,
-                (unsigned long long)tr.stats.h2d_bytes, (unsigned long long)tr.stats.d2h_bytes, fetch_wait_ms(&tr),
-                tr.stats.opt_nvme_wait_ms, tr.stats.copy_ms, tr.stats.opt_ms, (unsigned long long)tr.stats.cache_hits,
-                plan.floor_ms, step_ms > 0 ? plan.floor_ms / step_ms : 0.0, plan_resource_names[plan.bound],
-                (unsigned long long)hash);
+        report_run_t run = {.params = trainer_model(tr)->num_params, .steps = cfg->steps, .first_loss = first_loss,
+                            .final_loss = last_loss, .val_loss = last_val, .step_ms = step_ms, .tok_per_s = tok_s,
+                            .hash = hash};
+        report_summary(log, &info, &plan, &run);
         if (fclose(log) != 0) runtime_error("--log %s: %s", cfg->log_path, strerror(errno));
     }
     if (cfg->trace_path[0]) {
@@ -327,10 +270,10 @@ int train_run(const config_t *cfg_in) {
                 dropped ? " (buffer full: later spans dropped)" : "");
     }
     // The tier report, last.
-    print_tier_report(&tr, cfg, &plan, step_ms, out);
+    report_tiers(out, cfg, &info, &plan, step_ms);
     free(inputs);
     free(targets);
-    trainer_free(&tr);
+    trainer_free(tr);
     data_free(data);
     return 0;
 }
@@ -344,7 +287,8 @@ int plan_run(const config_t *cfg_in) {
     model_t m;
     model_init(&m, cfg);
     print_model(&m, cfg, stdout);
-    backend_resolve_config(&resolved);
+    char err[512];
+    if (backend_resolve_config(&resolved, err, sizeof err) != 0) usage_error("%s", err);
     plan_t p;
     profile_t prof;
     const profile_t *rates = train_load_profile(cfg, &prof);
@@ -356,6 +300,13 @@ int plan_run(const config_t *cfg_in) {
         plan_compute(cfg, &m, rates, &p);
     }
     plan_print(&p, cfg, stdout);
+    plan_json(&p, cfg, &m, stdout);
+    if (cfg->log_path[0]) { // the same object, for scripts
+        FILE *log = fopen(cfg->log_path, "w");
+        if (!log) usage_error("--log %s: %s (give a writable path)", cfg->log_path, strerror(errno));
+        plan_json(&p, cfg, &m, log);
+        if (fclose(log) != 0) runtime_error("--log %s: %s", cfg->log_path, strerror(errno));
+    }
     model_free(&m);
     return p.feasible ? 0 : 2;
 }

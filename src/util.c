@@ -51,6 +51,16 @@ void runtime_error(const char *fmt, ...) {
     exit(1);
 }
 
+int exit_code_of(int rc) { return rc == -EINVAL || rc == -ENOENT || rc == -ENODEV || rc == -EDQUOT ? 2 : 1; }
+
+void fail_with(int rc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vline(fmt, ap);
+    va_end(ap);
+    exit(exit_code_of(rc));
+}
+
 void vnotice(const char *fmt, va_list ap) { vline(fmt, ap); }
 
 void notice(const char *fmt, ...) {

@@ -19,6 +19,12 @@ void *aligned_alloc_check(size_t align, size_t size, const char *file, int line)
 void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 // Runtime failure after work began: one line, exit 1.
 void runtime_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+// The exit code a library's -errno deserves: 2 when the user's input or request is at fault
+// (-EINVAL a bad value or file, -ENOENT a missing file, -ENODEV a device that is not there,
+// -EDQUOT over a budget), else 1 (a failure at run time). For the faces (train, eval, bench).
+int exit_code_of(int rc);
+// One line "tiertrain: <msg>" on stderr, exit exit_code_of(rc).
+void fail_with(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 // One informational line "tiertrain: <msg>" on stderr.
 void notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void vnotice(const char *fmt, va_list ap);

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "checkpoint.h"
-#include "step.h"
+#include "trainer.h"
 #include "testutil.h"
 
 enum { T_TINY = 64 }; // the tiny preset's sequence length, the checkpoint's T
@@ -138,9 +138,9 @@ static double forward_windows(size_t nwin, precision_t prec) {
     cfg.device = DEVICE_CPU; cfg.params_tier = TIER_DEVICE; cfg.grads_tier = TIER_DEVICE; cfg.optim_tier = TIER_HOST;
     cfg.schedule = SCHEDULE_HORIZONTAL; cfg.ckpt_tier = CKPT_DEVICE; cfg.prefetch = 2;
     cfg.lr = 1e-3; cfg.beta1 = 0.9; cfg.beta2 = 0.95; cfg.eps = 1e-8;
-    trainer_t tr;
+    trainer_t *tr = NULL;
     ck_assert_msg(trainer_init(&tr, &cfg, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(checkpoint_load(&tr, NULL, &info, 1, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(checkpoint_load(tr, NULL, &info, 1, err, sizeof err) == 0, "%s", err);
 
     char *text = tu_slurp(g_text);
     ck_assert(text != NULL);
@@ -150,10 +150,10 @@ static double forward_windows(size_t nwin, precision_t prec) {
         const unsigned char *t = (const unsigned char *)text + w * (T_TINY + 1);
         ck_assert((w + 1) * (T_TINY + 1) <= g_ntext);
         for (int i = 0; i < T_TINY; i++) { inputs[i] = t[i]; targets[i] = t[i + 1]; }
-        sum += trainer_forward(&tr, inputs, targets);
+        sum += trainer_forward(tr, inputs, targets);
     }
     free(text);
-    trainer_free(&tr);
+    trainer_free(tr);
     return sum / (double)nwin;
 }
 

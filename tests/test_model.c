@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "step.h"
+#include "trainer.h"
 #include "testutil.h"
 
 typedef struct {
@@ -92,50 +92,61 @@ static void run_reference(const char *fixture, precision_t prec) {
     fixture_load(&fx, fixture);
     config_t cfg;
     config_for(&cfg, &fx, prec);
-    trainer_t tr;
+    trainer_t *tr = NULL;
     char err[256];
     ck_assert_msg(trainer_init(&tr, &cfg, err, sizeof err) == 0, "%s", err);
-    ck_assert_uint_eq(tr.model.num_params, fx.nparam);
+    const model_t *m = trainer_model(tr);
+    ck_assert_uint_eq(m->num_params, fx.nparam);
 
+    // the reference weights, loaded through the trainer's state API (a shard per chunk here)
     const float *raw = fx.raw;
     size_t off = 0;
-    for (int s = 0; s < tr.model.nshards; s++) {
-        const shard_t *sh = &tr.model.shards[s];
+    for (int s = 0; s < m->nshards; s++) {
+        const shard_t *sh = &m->shards[s];
+        ck_assert_int_eq(trainer_nchunks(tr, s), 1);
+        float *master, *mm, *vv;
+        ck_assert_msg(trainer_states_get(tr, s, 0, TIER_O32, 0, &master, &mm, &vv, err, sizeof err) == 0, "%s", err);
         for (int t = 0; t < sh->ntensors; t++) {
-            memcpy(tr.master[s] + sh->tensors[t].offset, raw + off, sh->tensors[t].numel * sizeof(float));
+            memcpy(master + sh->tensors[t].offset, raw + off, sh->tensors[t].numel * sizeof(float));
             off += 2 * sh->tensors[t].numel;
         }
+        ck_assert_msg(trainer_states_put(tr, s, 0, TIER_O32, err, sizeof err) == 0, "%s", err);
     }
     ck_assert_uint_eq(off, 2 * fx.nparam);
-    trainer_sync_params(&tr);
 
     const size_t N = (size_t)fx.B * fx.T;
-    double loss = trainer_forward(&tr, fx.tokens, fx.targets);
+    double loss = trainer_forward(tr, fx.tokens, fx.targets);
     int bf = prec == PREC_BF16;
     double lt = bf ? BF16_LOSS_TOL : FP32_LOSS_TOL;
     ck_assert_msg(fabs(loss - fx.loss) <= lt * fabs(fx.loss), "loss %.8f vs reference %.8f", loss, fx.loss);
     double la = bf ? BF16_LOGITS_ATOL_FRAC * max_abs(fx.logits, N * fx.V) : FP32_LOGITS_ATOL;
-    ck_assert(tu_close_f("logits", tr.a.logits, fx.logits, N * fx.V, la, bf ? BF16_RTOL : FP32_LOGITS_RTOL));
+    float *logits = malloc(N * fx.V * sizeof(float));
+    ck_assert_ptr_nonnull(logits);
+    trainer_logits(tr, logits);
+    ck_assert(tu_close_f("logits", logits, fx.logits, N * fx.V, la, bf ? BF16_RTOL : FP32_LOGITS_RTOL));
+    free(logits);
 
-    trainer_zero_grads(&tr);
-    double loss2 = trainer_forward_backward(&tr, fx.tokens, fx.targets, 1.0f / (float)N);
+    ck_assert_msg(trainer_zero_grads(tr, err, sizeof err) == 0, "%s", err);
+    double loss2 = trainer_forward_backward(tr, fx.tokens, fx.targets, 1, 1.0f / (float)N);
     ck_assert_msg(loss2 == loss, "forward_backward loss %.9g != forward loss %.9g", loss2, loss);
     off = 0;
     int ok = 1;
-    for (int s = 0; s < tr.model.nshards; s++) {
-        const shard_t *sh = &tr.model.shards[s];
+    for (int s = 0; s < m->nshards; s++) {
+        const shard_t *sh = &m->shards[s];
+        const float *g;
+        ck_assert_msg(trainer_grads_get(tr, s, &g, err, sizeof err) == 0, "%s", err);
         for (int t = 0; t < sh->ntensors; t++) {
             const tensor_t *te = &sh->tensors[t];
             const float *ref = raw + off + te->numel;
             char what[96];
             snprintf(what, sizeof what, "%s %s grad (%s)", sh->name, te->name, bf ? "bf16" : "fp32");
             double ga = bf ? BF16_GRAD_ATOL_FRAC * max_abs(ref, te->numel) : FP32_GRAD_ATOL;
-            ok &= tu_close_f(what, tr.g[s] + te->offset, ref, te->numel, ga, bf ? BF16_RTOL : FP32_GRAD_RTOL);
+            ok &= tu_close_f(what, g + te->offset, ref, te->numel, ga, bf ? BF16_RTOL : FP32_GRAD_RTOL);
             off += 2 * te->numel;
         }
     }
     ck_assert_msg(ok, "gradients differ from the PyTorch reference (see above)");
-    trainer_free(&tr);
+    trainer_free(tr);
     fixture_free(&fx);
 }
 

@@ -868,7 +868,7 @@ START_TEST(test_arena_budget) {
         uint64_t used = be.used;
         rc = backend_alloc(&be, piece, "probe", &p, err, sizeof err);
         if (rc != 0) {
-            ck_assert_int_eq(rc, -ENOMEM);
+            ck_assert_int_eq(rc, -EDQUOT);
             ck_assert_uint_eq(be.used, used);
             break;
         }
@@ -969,7 +969,7 @@ START_TEST(test_budget_default_and_limits) {
     // too small for the kernels' own memory: backend_alloc's message for the workspace
     cfg.hbm_budget = 16 * MiB;
     rc = backend_cuda_init(&be, &cfg, err, sizeof err);
-    ck_assert_int_eq(rc, -ENOMEM);
+    ck_assert_int_eq(rc, -EDQUOT);
     ck_assert_msg(strstr(err, "cuBLASLt workspace: needs 32.0 MiB on the device, --hbm-budget 16.0 MiB"), "message: %s", err);
     // unset: free memory minus max(1 GiB, 5%), measured after the backend's own setup
     cfg.hbm_budget = 0;

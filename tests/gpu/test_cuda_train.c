@@ -27,7 +27,7 @@
 #include <unistd.h>
 #include "backend.h"
 #include "config.h"
-#include "step.h"
+#include "trainer.h"
 #include "util.h"
 #include "testutil.h"
 #ifdef TT_HAVE_CUDA
@@ -111,11 +111,13 @@ static void run(const char *model, const char *device, const char *const *extra,
         ck_assert_int_eq(cudaFree(NULL), cudaSuccess); // the context first, so it is not counted
         free0 = mem_free();
     }
-    trainer_t tr;
+    trainer_t *tr = NULL;
     char err[768] = "";
     int rc = trainer_init(&tr, &cfg, err, sizeof err);
     ck_assert_msg(rc == 0, "trainer_init (%s on %s): %s", model, device, err);
-    snprintf(r->backend, sizeof r->backend, "%s", tr.be.name);
+    trainer_info_t info;
+    trainer_info(tr, &info);
+    snprintf(r->backend, sizeof r->backend, "%s", info.backend);
     const size_t N = (size_t)cfg.B * (size_t)cfg.T * (size_t)cfg.accum;
     int *tokens = malloc(N * sizeof(int)), *targets = malloc(N * sizeof(int));
     ck_assert(tokens && targets);
@@ -126,20 +128,21 @@ static void run(const char *model, const char *device, const char *const *extra,
         }
         double loss = 0, norm = 0;
         float lr = 0;
-        rc = trainer_train_step(&tr, t, tokens, targets, &loss, &norm, &lr, err, sizeof err);
+        rc = trainer_train_step(tr, t, tokens, targets, &loss, &norm, &lr, err, sizeof err);
         ck_assert_msg(rc == 0, "step %d: %s", t, err);
         ck_assert_msg(isfinite(loss) && isfinite(norm), "step %d: loss %g, norm %g", t, loss, norm);
         r->loss[t - 1] = loss;
         r->norm[t - 1] = norm;
     }
-    r->hash = trainer_params_hash(&tr);
-    r->peak = tr.be.peak;
-    r->budget = tr.be.budget;
-    if (strcmp(tr.be.name, "cuda") == 0) {
+    ck_assert_msg(trainer_params_hash(tr, &r->hash, err, sizeof err) == 0, "%s", err);
+    trainer_info(tr, &info);
+    r->peak = info.device_peak;
+    r->budget = info.device_budget;
+    if (strcmp(info.backend, "cuda") == 0) {
         size_t f = mem_free();
         r->dev_used = free0 > f ? free0 - f : 0;
     }
-    trainer_free(&tr);
+    trainer_free(tr);
     free(tokens);
     free(targets);
 }
@@ -237,12 +240,12 @@ START_TEST(test_budget_too_small) {
     cfg.hbm_budget = backend_cuda_overhead(&cfg) + 4 * MiB;
     char want[64], a[32];
     snprintf(want, sizeof want, "--hbm-budget %s with", format_bytes(a, sizeof a, cfg.hbm_budget));
-    trainer_t tr;
+    trainer_t *tr = NULL;
     char err[768] = "";
     int rc = trainer_init(&tr, &cfg, err, sizeof err);
-    ck_assert_int_eq(rc, -ENOMEM);
+    ck_assert_int_eq(rc, -EDQUOT);
+    ck_assert_ptr_null(tr);
     ck_assert_msg(strstr(err, want) && strstr(err, "(raise --hbm-budget)"), "message: %s", err);
-    trainer_free(&tr);
 }
 END_TEST
 

@@ -1,0 +1,103 @@
+// acts.c — see acts.h.
+#include "acts.h"
+#include <string.h>
+#include "util.h"
+
+// ---------------------------------------------------------------- the scratch
+
+void acts_scratch_sizes(const model_t *m, size_t N, uint64_t bytes[ACTS_NSCRATCH]) {
+    const uint64_t f = sizeof(float), C = (uint64_t)m->C, F = (uint64_t)m->F, V = (uint64_t)m->V;
+    const uint64_t KVD = (uint64_t)m->NKV * (uint64_t)m->HS, NH = (uint64_t)m->NH;
+    const uint64_t sizes[ACTS_NSCRATCH] = {
+        N * C, N, N * C, N * KVD, N * KVD, N * C, N * NH, N * C, N * C, N, N * F, N * F, N * F, N * C, // forward
+        N * C, N * C, N * KVD, N * KVD, N * C, N * F, N * F, N * F,                                   // backward
+        N * C, N, N * V, N,                                                                            // head
+    };
+    for (int i = 0; i < ACTS_NSCRATCH; i++) bytes[i] = sizes[i] * f;
+}
+
+uint64_t acts_scratch_total(const model_t *m, size_t N) {
+    uint64_t bytes[ACTS_NSCRATCH], total = 0;
+    acts_scratch_sizes(m, N, bytes);
+    for (int i = 0; i < ACTS_NSCRATCH; i++) total += ALIGN_UP(bytes[i], (uint64_t)4096);
+    return total;
+}
+
+void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) {
+    _Static_assert(sizeof(acts_scratch_t) == ACTS_NSCRATCH * sizeof(float *), "acts_scratch_t: one pointer per size");
+    uint64_t bytes[ACTS_NSCRATCH], off = 0;
+    acts_scratch_sizes(m, N, bytes);
+    for (int i = 0; i < ACTS_NSCRATCH; i++) {
+        a->buf[i] = (float *)((char *)base + off);
+        off += ALIGN_UP(bytes[i], (uint64_t)4096);
+    }
+}
+
+// ---------------------------------------------------------------- the checkpoint store
+
+int acts_init(acts_t *a, backend_t *be, int nmb, int L, size_t elems, float *dev, float *host, float *buf0,
+              float *buf1, const acts_counters_t *cnt, char *err, size_t errlen) {
+    memset(a, 0, sizeof *a);
+    a->be = be;
+    a->nmb = nmb;
+    a->L = L;
+    a->elems = elems;
+    a->dev = dev;
+    a->host = host;
+    a->tag[0] = a->tag[1] = -1;
+    a->act_h2d = cnt->act_h2d;
+    a->act_d2h = cnt->act_d2h;
+    if (dev) return 0;
+    int rc = visit_init(&a->visit, be, buf0, buf1, nmb * (L + 1), err, errlen);
+    a->visit.h2d_bytes = cnt->h2d_bytes;
+    a->visit.d2h_bytes = cnt->d2h_bytes;
+    a->visit.copy_ms = cnt->copy_ms;
+    return rc;
+}
+
+void acts_free(acts_t *a) {
+    if (!a) return;
+    visit_free(&a->visit);
+    memset(a, 0, sizeof *a);
+}
+
+static int act_tag(const acts_t *a, int mb, int l) { return (a->nmb > 1 ? mb : 0) * (a->L + 1) + l; }
+
+static void count(uint64_t *counter, uint64_t n) {
+    if (counter) __atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
+}
+
+float *acts_in(acts_t *a, int mb, int l) {
+    int tag = act_tag(a, mb, l);
+    if (a->dev) return a->dev + (size_t)tag * a->elems;
+    for (int i = 0; i < 2; i++)
+        if (a->tag[i] == tag) { a->cur = i; return a->visit.buf[i]; }
+    int i = a->cur ^ 1;
+    size_t bytes = a->elems * sizeof(float);
+    visit_used(&a->visit, i); // whatever ops read it before are queued: the copy up comes after them
+    visit_up(&a->visit, i, tag, a->host + (size_t)tag * a->elems, bytes);
+    count(a->act_h2d, bytes);
+    a->tag[i] = tag;
+    a->cur = i;
+    return a->visit.buf[i];
+}
+
+float *acts_out(acts_t *a, int mb, int l) {
+    if (a->dev) return a->dev + (size_t)act_tag(a, mb, l) * a->elems;
+    int i = a->cur ^ 1;
+    visit_open(&a->visit, i); // its last copy down has read it
+    return a->visit.buf[i];
+}
+
+void acts_commit(acts_t *a, int mb, int l) {
+    if (a->dev) return;
+    int tag = act_tag(a, mb, l), i = a->cur ^ 1;
+    size_t bytes = a->elems * sizeof(float);
+    visit_down(&a->visit, i, tag, a->host + (size_t)tag * a->elems, bytes);
+    count(a->act_d2h, bytes);
+    a->tag[i] = tag;
+    if (a->tag[i ^ 1] == tag) a->tag[i ^ 1] = -1; // an older copy of it
+    a->cur = i;
+}
+
+void acts_forget(acts_t *a) { a->tag[0] = a->tag[1] = -1; }

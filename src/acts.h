@@ -1,0 +1,76 @@
+// acts.h — activations: the checkpoint store (each block's input for the backward's recompute,
+// "acts"; "ckpt" means saved checkpoints only) and the shape of the step's device scratch.
+//
+// The store: act(mb, l) is block l's input for micro-batch mb, act(mb, L) the final residual.
+// --checkpoints device keeps them all in the arena. --checkpoints host keeps them in the host
+// pool and moves them through two device buffers (visit.h): an act is copied up into the
+// buffer not holding the current input (unless a buffer still holds it), and a block's output
+// is written into the other buffer and copied down. Nothing waits on the host: the next
+// writers of a buffer wait for its copy down, and so does the act's next copy up.
+//
+// The scratch: one block's forward intermediates (recomputed in the backward), its backward,
+// and the head, for B·T rows; acts_scratch_sizes gives each buffer's size (tier_layout counts
+// them), acts_scratch_carve points them into one device allocation.
+//
+// What it does not do: allocate (the trainer allocates what tier_layout lists), or know which
+// tier anything else lives in. Who calls it: step.c (compute thread), tier_layout.c (sizes).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "backend.h"
+#include "model.h"
+#include "visit.h"
+
+// ---------------------------------------------------------------- the scratch
+
+enum { ACTS_NSCRATCH = 26 };
+typedef union {
+    struct {
+        // forward intermediates of one block (N = B·T rows), recomputed in the backward
+        float *ln1, *rstd1, *q, *k, *v, *att, *lse, *x2, *ln2, *rstd2, *gate, *up, *h, *tmp;
+        // the block's backward
+        float *dln, *dq, *dk, *dv, *datt, *dgate, *dup, *dh;
+        // the head
+        float *xf, *rstdf, *logits, *losses;
+    };
+    float *buf[ACTS_NSCRATCH];
+} acts_scratch_t;
+
+// Bytes of each scratch buffer, in the order of acts_scratch_t, for N rows of model m.
+void acts_scratch_sizes(const model_t *m, size_t N, uint64_t bytes[ACTS_NSCRATCH]);
+// Points a's buffers into base (one device allocation of acts_scratch_total bytes), each at
+// a 4 KiB boundary.
+void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N);
+uint64_t acts_scratch_total(const model_t *m, size_t N); // Σ bytes, each rounded up to 4 KiB
+
+// ---------------------------------------------------------------- the checkpoint store
+
+typedef struct {
+    uint64_t *h2d_bytes, *d2h_bytes;   // all copies between host and device (or NULL)
+    uint64_t *act_h2d, *act_d2h;       // of which activation checkpoints (or NULL)
+    double *copy_ms;                   // the compute thread queuing them (or NULL)
+} acts_counters_t;
+
+typedef struct {
+    backend_t *be;
+    int nmb, L;               // micro-batches held (vertical: --accum, else 1), blocks
+    size_t elems;             // N·C floats per act
+    float *dev;               // [device] (nmb, L+1, N, C) with --checkpoints device, else NULL
+    float *host;              // [host] the same with --checkpoints host, else NULL
+    visit_t visit;            // --checkpoints host: the two device buffers
+    int tag[2], cur;          // the act each buffer holds (-1: none); the buffer of the current input
+    uint64_t *act_h2d, *act_d2h;
+} acts_t;
+
+// dev: the device store, or host + buf0/buf1 (two device buffers of N·C floats) for
+// --checkpoints host. Returns 0 or -errno with one line in err.
+int acts_init(acts_t *a, backend_t *be, int nmb, int L, size_t elems, float *dev, float *host, float *buf0,
+              float *buf1, const acts_counters_t *cnt, char *err, size_t errlen);
+void acts_free(acts_t *a); // NULL-safe
+// The device copy of act (mb, l), for reading.
+float *acts_in(acts_t *a, int mb, int l);
+// Where to write act (mb, l) on the device; acts_commit then keeps it.
+float *acts_out(acts_t *a, int mb, int l);
+void acts_commit(acts_t *a, int mb, int l);
+// A new phase: no buffer holds a current act.
+void acts_forget(acts_t *a);

@@ -1,0 +1,128 @@
+// optim.c — see optim.h.
+#include "optim.h"
+#include <math.h>
+#include <string.h>
+#include "trace.h"
+#include "util.h"
+
+float optim_lr(const config_t *cfg, int t) {
+    if (cfg->warmup > 0 && t <= cfg->warmup) return (float)(cfg->lr * t / cfg->warmup);
+    int decay_steps = cfg->steps - cfg->warmup;
+    if (decay_steps <= 0) return (float)cfg->lr;
+    double frac = (double)(t - cfg->warmup) / decay_steps;
+    if (frac > 1) frac = 1;
+    double coeff = 0.5 * (1.0 + cos(M_PI * frac));
+    return (float)(cfg->min_lr + coeff * (cfg->lr - cfg->min_lr));
+}
+
+adamw_params_t optim_hparams(const config_t *cfg, int t, float lr, float grad_scale) {
+    adamw_params_t hp = {
+        .lr = lr, .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2, .eps = (float)cfg->eps,
+        .grad_scale = grad_scale,
+        .bc1 = (float)(1.0 - pow(cfg->beta1, t)), .bc2 = (float)(1.0 - pow(cfg->beta2, t)),
+    };
+    return hp;
+}
+
+// AdamW over the elements [lo, lo + n) of shard s, tensor by tensor (weight decay on matrices
+// only): master, m, v and g point at element lo; the new compute copy goes into pc (the whole
+// shard's). dev: device memory and the backend's update (queued), else the CPU's.
+static void adamw_chunk(const model_t *md, const config_t *cfg, const backend_t *be, int s, size_t lo, size_t n,
+                        float *master, float *m, float *v, const float *g, void *pc, size_t pbytes,
+                        adamw_params_t *hp) {
+    const shard_t *sh = &md->shards[s];
+    double t0 = trace_now_ms();
+    for (int ti = 0; ti < sh->ntensors; ti++) {
+        const tensor_t *te = &sh->tensors[ti];
+        size_t a = te->offset > lo ? te->offset : lo, b = te->offset + te->numel < lo + n ? te->offset + te->numel : lo + n;
+        if (a >= b) continue;
+        hp->wd = te->decay ? (float)cfg->wd : 0.0f;
+        size_t k = a - lo;
+        uint16_t *p16 = pbytes == 2 ? (uint16_t *)pc + a : NULL;
+        float *p32 = pbytes == 2 ? NULL : (float *)pc + a;
+        if (be) be->ops->adamw_update(master + k, m + k, v + k, p16, p32, g + k, b - a, hp);
+        else adamw_update(master + k, m + k, v + k, p16, p32, g + k, b - a, hp);
+    }
+    trace_span(TRACK_OPTIM, "adamw", sh->name, t0, trace_now_ms());
+}
+
+// After the last chunk of shard s: its gradients are consumed, its new compute copy goes home
+// (a device home's copy after the step's readers of the shard only), and it is published.
+static int shard_done(tier_t *tier, int s, void *pc, char *err, size_t errlen) {
+    tier_grads_consumed(tier, s);
+    int rc = tier_params_store(tier, s, pc, tier_step_event(tier), err, errlen);
+    if (rc == 0) sched_update_publish(tier_sched(tier), s);
+    return rc;
+}
+
+int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, float lr, float grad_scale,
+                   char *err, size_t errlen) {
+    const tier_layout_t *lay = tier_layout_of(tier);
+    const int nvme = lay->home[ST_O32] == TIER_NVME;
+    double t0 = now_ms();
+    adamw_params_t hp = optim_hparams(cfg, t, lr, grad_scale);
+    // NVMe: chunk k+1's states are read into one half of the double buffer while chunk k is
+    // updated in the other and written back; a half is read into again only after its write
+    // has completed. Each in-flight transfer remembers its chunk.
+    tier_xfer_t rd[2], wr[2];
+    memset(rd, 0, sizeof rd);
+    memset(wr, 0, sizeof wr);
+    int rc = nvme ? tier_o32_submit(tier, &rd[0], IO_READ, 0, 0, 0, err, errlen) : 0;
+    for (int s = 0, k = 0; s < md->nshards && rc == 0; s++) {
+        const int nc = tier_nchunks(lay, md, s);
+        void *pc = tier_params_build(tier, s);
+        for (int c = 0; c < nc && rc == 0; c++, k++) {
+            const int b = k & 1, nb = b ^ 1;
+            if (nvme) {
+                int ns = c + 1 < nc ? s : s + 1, ncx = c + 1 < nc ? c + 1 : 0;
+                if (ns < md->nshards && (rc = tier_o32_finish(tier, &wr[nb], err, errlen)) == 0)
+                    rc = tier_o32_submit(tier, &rd[nb], IO_READ, ns, ncx, nb, err, errlen);
+                if (rc == 0) rc = tier_o32_finish(tier, &rd[b], err, errlen);
+                if (rc != 0) break;
+            }
+            size_t lo, n;
+            tier_chunk_range(lay, md, s, c, &lo, &n);
+            float *master, *m, *v;
+            tier_o32_views(tier, s, c, b, &master, &m, &v);
+            adamw_chunk(md, cfg, NULL, s, lo, n, master, m, v, tier_grads_for_update(tier, s, c, b), pc, lay->pbytes,
+                        &hp);
+            if (c == nc - 1) rc = shard_done(tier, s, pc, err, errlen); // the states' write may still run
+            if (rc == 0 && nvme) rc = tier_o32_submit(tier, &wr[b], IO_WRITE, s, c, b, err, errlen);
+        }
+    }
+    // every submitted transfer ends before its buffer is reused or freed; the first error wins
+    for (int b = 0; b < 2; b++) {
+        char e2[512];
+        int r1 = tier_o32_finish(tier, &rd[b], e2, sizeof e2);
+        if (r1 != 0 && rc == 0) { rc = r1; snprintf(err, errlen, "%s", e2); }
+        int r2 = tier_o32_finish(tier, &wr[b], e2, sizeof e2);
+        if (r2 != 0 && rc == 0) { rc = r2; snprintf(err, errlen, "%s", e2); }
+    }
+    tier_stats(tier)->opt_ms += now_ms() - t0;
+    return rc;
+}
+
+int optim_run_device(tier_t *tier, const model_t *md, const config_t *cfg, const backend_t *be, int t, float lr,
+                     float grad_scale, char *err, size_t errlen) {
+    const tier_layout_t *lay = tier_layout_of(tier);
+    double t0 = now_ms();
+    adamw_params_t hp = optim_hparams(cfg, t, lr, grad_scale);
+    for (int s = 0; s < md->nshards; s++) {
+        const float *g = tier_grads_device(tier, s);
+        tier_entry_t *p16 = tier_entry(tier, s, ST_P16);
+        void *pd = p16->home == TIER_DEVICE ? p16->addr : tier_buf(tier, TB_NEW_PARAMS, 0);
+        float *master, *m, *v;
+        tier_o32_views(tier, s, 0, 0, &master, &m, &v);
+        adamw_chunk(md, cfg, be, s, 0, md->shards[s].numel_padded, master, m, v, g, pd, lay->pbytes, &hp);
+        tier_grads_consumed(tier, s);
+        if (p16->home != TIER_DEVICE) {
+            void *pc = tier_params_build(tier, s);
+            backend_copy_d2h((backend_t *)be, pc, pd, p16->bytes);
+            __atomic_fetch_add(&tier_stats(tier)->d2h_bytes, p16->bytes, __ATOMIC_RELAXED);
+            int rc = tier_params_store(tier, s, pc, NULL, err, errlen);
+            if (rc != 0) return rc;
+        }
+    }
+    tier_stats(tier)->opt_ms += now_ms() - t0;
+    return 0;
+}

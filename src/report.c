@@ -1,0 +1,63 @@
+// report.c — see report.h.
+#include "report.h"
+#include <math.h>
+#include "kernels.h" // adamw_update_path
+#include "util.h"
+
+static const char *tier_name(tier_kind_t t) { return t == TIER_DEVICE ? "device" : t == TIER_HOST ? "host" : "nvme"; }
+
+double report_wait_ms(const trainer_info_t *info) { return info->sched.wait_ms + info->tier.opt_nvme_wait_ms; }
+
+void report_tiers(FILE *out, const config_t *cfg, const trainer_info_t *info, const plan_t *plan, double step_ms) {
+    char a[32], b[32], c[32], d[32];
+    static const char *sched_name[] = {"auto", "horizontal", "vertical"};
+    const tier_stats_t *ts = &info->tier;
+    fprintf(out, "tiers (backend %s, %d threads): params %s, grads %s, optimizer %s, checkpoints %s, prefetch %d, "
+                 "schedule %s\n",
+            info->backend, info->threads, tier_name(cfg->params_tier), tier_name(cfg->grads_tier),
+            tier_name(cfg->optim_tier), cfg->ckpt_tier == CKPT_HOST ? "host" : "device", cfg->prefetch,
+            sched_name[cfg->schedule]);
+    fprintf(out, "  tier     peak        budget      moved                               compute waited\n");
+    fprintf(out, "  device   %-10s  %-10s  in %-10s out %-10s          %.1f ms for parameter fetches\n",
+            format_bytes(a, sizeof a, info->device_peak),
+            cfg->hbm_budget ? format_bytes(b, sizeof b, cfg->hbm_budget) : "none",
+            format_bytes(c, sizeof c, ts->h2d_bytes), format_bytes(d, sizeof d, ts->d2h_bytes), info->sched.wait_ms);
+    fprintf(out, "  host     %-10s  %-10s  checkpoints in %s, out %s      %.1f ms copying gradients and checkpoints\n",
+            format_bytes(a, sizeof a, info->host_bytes),
+            cfg->host_budget ? format_bytes(b, sizeof b, cfg->host_budget) : "none",
+            format_bytes(c, sizeof c, ts->act_h2d_bytes), format_bytes(d, sizeof d, ts->act_d2h_bytes), ts->copy_ms);
+    if (info->has_nvme)
+        fprintf(out, "  nvme     %-10s  (%s, %d path%s)  read %-10s written %-10s  %.1f ms for optimizer states\n",
+                format_bytes(a, sizeof a, info->nvme.size), info->nvme.engine, info->nvme.npaths,
+                info->nvme.npaths == 1 ? "" : "s", format_bytes(b, sizeof b, ts->nvme_read_bytes),
+                format_bytes(c, sizeof c, ts->nvme_write_bytes), ts->opt_nvme_wait_ms);
+    if (info->nslots) {
+        fprintf(out, "  sched    %d slots, %llu fetches, %llu hits, %llu evictions", info->nslots,
+                (unsigned long long)info->sched.fetches, (unsigned long long)info->sched.hits,
+                (unsigned long long)info->sched.evictions);
+        if (info->nhcache)
+            fprintf(out, "; host cache %d shards, %llu hits", info->nhcache, (unsigned long long)ts->cache_hits);
+        fputc('\n', out);
+    }
+    fprintf(out, "  optimizer %.1f ms in all (%s AdamW)\n", ts->opt_ms, adamw_update_path());
+    fprintf(out, "  step     %.1f ms achieved, floor %.1f ms (bound by %s; rates: %s): efficiency %.2f\n", step_ms,
+            plan->floor_ms, plan_resource_names[plan->bound], plan->prof ? plan->prof->source : "built-in defaults",
+            step_ms > 0 ? plan->floor_ms / step_ms : 0.0);
+}
+
+void report_summary(FILE *log, const trainer_info_t *info, const plan_t *plan, const report_run_t *r) {
+    const tier_stats_t *ts = &info->tier;
+    fprintf(log, "{\"event\":\"summary\",\"params\":%zu,\"steps\":%d,\"first_loss\":%.6f,\"final_loss\":%.6f,"
+                 "\"val_loss\":%.6f,\"tok_per_s\":%.1f,\"step_ms\":%.3f,\"peak_device_bytes\":%llu,"
+                 "\"peak_host_bytes\":%llu,\"nvme_bytes_read\":%llu,\"nvme_bytes_written\":%llu,"
+                 "\"h2d_bytes\":%llu,\"d2h_bytes\":%llu,\"fetch_wait_ms\":%.3f,\"optimizer_nvme_wait_ms\":%.3f,"
+                 "\"copy_ms\":%.3f,\"optimizer_ms\":%.3f,\"host_cache_hits\":%llu,\"floor_ms\":%.3f,"
+                 "\"efficiency\":%.4f,\"bound\":\"%s\",\"params_hash\":\"%016llx\"}\n",
+            r->params, r->steps, r->first_loss, r->final_loss, isfinite(r->val_loss) ? r->val_loss : -1.0,
+            r->tok_per_s, r->step_ms, (unsigned long long)info->device_peak, (unsigned long long)info->host_bytes,
+            (unsigned long long)ts->nvme_read_bytes, (unsigned long long)ts->nvme_write_bytes,
+            (unsigned long long)ts->h2d_bytes, (unsigned long long)ts->d2h_bytes, info->sched.wait_ms,
+            ts->opt_nvme_wait_ms, ts->copy_ms, ts->opt_ms, (unsigned long long)ts->cache_hits, plan->floor_ms,
+            r->step_ms > 0 ? plan->floor_ms / r->step_ms : 0.0, plan_resource_names[plan->bound],
+            (unsigned long long)r->hash);
+}

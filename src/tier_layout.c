@@ -1,0 +1,125 @@
+// tier_layout.c — tier_layout (see tier.h): the one place a run's buffers are sized and
+// counted. tier_init allocates exactly these; plan.c sums them.
+#include <string.h>
+#include "acts.h"
+#include "tier.h"
+#include "util.h"
+
+#define PAGE ((uint64_t)4096)
+
+static void spec(tier_layout_t *lay, tier_buf_t b, const char *what, const char *part, tier_kind_t tier, int count,
+                 uint64_t bytes) {
+    lay->spec[b] = (tier_spec_t){.what = what, .part = part, .tier = tier, .count = count, .bytes = bytes};
+}
+
+static void spec_shards(tier_layout_t *lay, tier_buf_t b, const char *what, const char *part, tier_kind_t tier,
+                        uint64_t elem) {
+    lay->spec[b] = (tier_spec_t){.what = what, .part = part, .tier = tier, .per_shard = 1, .count = 1, .elem = elem};
+}
+
+uint64_t tier_spec_bytes(const tier_layout_t *lay, const model_t *m, tier_buf_t b, int s) {
+    const tier_spec_t *sp = &lay->spec[b];
+    return sp->per_shard ? (uint64_t)m->shards[s].numel_padded * sp->elem : sp->bytes;
+}
+
+int tier_nchunks(const tier_layout_t *lay, const model_t *m, int s) {
+    return (int)CEIL_DIV(m->shards[s].numel_padded, lay->chunk_elems);
+}
+
+void tier_chunk_range(const tier_layout_t *lay, const model_t *m, int s, int c, size_t *lo, size_t *n) {
+    size_t total = m->shards[s].numel_padded;
+    *lo = (size_t)c * lay->chunk_elems;
+    *n = total - *lo < lay->chunk_elems ? total - *lo : lay->chunk_elems;
+}
+
+void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, tier_layout_t *lay) {
+    memset(lay, 0, sizeof *lay);
+    const tier_kind_t P = cfg->params_tier, G = cfg->grads_tier, O = cfg->optim_tier;
+    lay->home[ST_P16] = P;
+    lay->home[ST_G] = G;
+    lay->home[ST_O32] = O;
+    lay->acts_host = cfg->ckpt_tier == CKPT_HOST;
+    lay->nshards = m->nshards;
+    lay->device_is_host = device != DEVICE_CUDA;
+    lay->pbytes = cfg->precision == PREC_BF16 ? 2 : 4;
+    lay->vertical = cfg->schedule == SCHEDULE_VERTICAL && cfg->accum > 1;
+    lay->nmb = lay->vertical ? cfg->accum : 1;
+    lay->nslots = P == TIER_DEVICE ? 0 : cfg->prefetch + 2 + (m->tie ? 1 : 0);
+    if (lay->nslots > m->nshards) lay->nslots = m->nshards;
+    const uint64_t big = m->max_shard_numel, emb = m->shards[0].numel_padded, pb = lay->pbytes, f = sizeof(float);
+    if (P == TIER_NVME && cfg->host_cache) {
+        uint64_t n = cfg->host_cache / ALIGN_UP(big * pb, PAGE);
+        lay->nhcache = (int)(n < (uint64_t)m->nshards ? n : (uint64_t)m->nshards);
+    }
+    lay->chunk_elems = big;
+    lay->o32_parts = 3;
+    // the longest use order: a step's (vertical: one pass) or an evaluation's forwards
+    int reps = lay->vertical ? 1 : cfg->accum > 0 ? cfg->accum : 1, eval = cfg->eval_batches > 0 ? cfg->eval_batches : 1;
+    lay->max_uses = model_use_order(m, reps > eval ? reps : eval, 1, NULL);
+
+    const uint64_t N = (uint64_t)cfg->B * (uint64_t)cfg->T, NC = N * (uint64_t)m->C;
+    const uint64_t ostage = (uint64_t)lay->o32_parts * lay->chunk_elems * f;
+    const tier_kind_t D = TIER_DEVICE, H = TIER_HOST;
+    if (P != TIER_NVME) spec_shards(lay, TB_PARAMS, "parameters of %s", "params", P, pb);
+    if (G != TIER_NVME) spec_shards(lay, TB_GRADS, "gradients of %s", "grads", G, f);
+    if (O != TIER_NVME) spec_shards(lay, TB_OPTIM, "optimizer states of %s", "optimizer", O, 3 * f);
+    spec(lay, TB_PARAM_SLOTS, "parameter slots", "param_slots", D, lay->nslots, big * pb);
+    spec(lay, TB_PARAM_STAGING, "parameter staging", "param_staging", H, P == TIER_NVME ? lay->nslots : 0, big * pb);
+    spec(lay, TB_PARAM_BUILD, "parameter staging", "param_staging", H, P != TIER_HOST, big * pb);
+    spec(lay, TB_HOST_CACHE, "parameter host cache", "host_cache", H, lay->nhcache, big * pb);
+    spec(lay, TB_GRAD_SLOTS, "gradient slots", "grad_slots", D, G != TIER_DEVICE ? 2 : 0, big * f);
+    spec(lay, TB_GRAD_STAGING, "gradient staging", "grad_staging", H, G == TIER_DEVICE && !lay->device_is_host,
+         lay->chunk_elems * f);
+    spec(lay, TB_OPTIM_STAGING, "optimizer staging", "optimizer_staging", H, O == TIER_NVME ? 2 : O == TIER_DEVICE,
+         ostage);
+    spec(lay, TB_NEW_PARAMS, "new parameters", "scratch", D, O == TIER_DEVICE && P != TIER_DEVICE, big * pb);
+    spec(lay, TB_TIED_GRAD, "tied head gradient", "scratch", D, m->tie, emb * f);
+    spec(lay, TB_WEIGHTS, "FP32 weight scratch", "scratch", D, pb == 2, big * f);
+    spec(lay, TB_WEIGHTS_EMB, "FP32 weight scratch", "scratch", D, pb == 2, emb * f);
+    spec(lay, TB_ACTS, "activation checkpoints", "checkpoints", lay->acts_host ? H : D, 1,
+         (uint64_t)lay->nmb * (uint64_t)(m->L + 1) * NC * f);
+    spec(lay, TB_ACT_BUFS, "checkpoint buffers", "checkpoints", D, lay->acts_host ? 2 : 0, NC * f);
+    spec(lay, TB_ACT_GRADS, "activation gradients", "activations", D, 1, (uint64_t)lay->nmb * NC * f);
+    spec(lay, TB_SCRATCH, "activations", "activations", D, 1, acts_scratch_total(m, N));
+    spec(lay, TB_ROPE, "RoPE table", "scratch", D, 2, (uint64_t)cfg->T * (uint64_t)(m->HS / 2) * f);
+    spec(lay, TB_TOKENS, "tokens", "scratch", D, 1, (uint64_t)lay->nmb * N * sizeof(int));
+    spec(lay, TB_TARGETS, "targets", "scratch", D, 1, N * sizeof(int));
+
+    for (int b = 0; b < TB_COUNT; b++) {
+        tier_spec_t *sp = &lay->spec[b];
+        if (!sp->what) continue;
+        if (sp->per_shard)
+            for (int s = 0; s < m->nshards; s++) sp->total += ALIGN_UP(tier_spec_bytes(lay, m, b, s), PAGE);
+        else
+            sp->total = (uint64_t)sp->count * ALIGN_UP(sp->bytes ? sp->bytes : 1, PAGE);
+        if (sp->tier == TIER_DEVICE) lay->device_bytes += sp->total;
+        else lay->host_bytes += sp->total;
+    }
+    // NVMe: per shard, the compute copy's extent, then its chunks of (g,) master, m, v
+    for (int s = 0; s < m->nshards; s++) {
+        uint64_t n = m->shards[s].numel_padded;
+        if (P == TIER_NVME) lay->nvme_bytes += n * pb;
+        if (O == TIER_NVME) lay->nvme_bytes += (uint64_t)lay->o32_parts * n * f;
+    }
+}
+
+uint64_t tier_part_bytes(const tier_layout_t *lay, tier_kind_t tier, const char *part) {
+    uint64_t total = 0;
+    for (int b = 0; b < TB_COUNT; b++)
+        if (lay->spec[b].what && lay->spec[b].tier == tier && !strcmp(lay->spec[b].part, part))
+            total += lay->spec[b].total;
+    return total;
+}
+
+int tier_part_names(const tier_layout_t *lay, tier_kind_t tier, const char **names, int max) {
+    int n = 0;
+    for (int b = 0; b < TB_COUNT; b++) {
+        const tier_spec_t *sp = &lay->spec[b];
+        if (!sp->what || sp->tier != tier || sp->total == 0) continue;
+        int seen = 0;
+        for (int i = 0; i < n; i++) seen |= !strcmp(names[i], sp->part);
+        if (!seen && n < max - 1) names[n++] = sp->part;
+    }
+    names[n] = NULL;
+    return n;
+}

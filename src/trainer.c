@@ -1,0 +1,235 @@
+// trainer.c — see trainer.h. Threads and their lock order: scheduler.h.
+#include "trainer.h"
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend.h"
+#include "optim.h"
+#include "step.h"
+#include "util.h"
+
+struct trainer {
+    const config_t *cfg;
+    model_t model;
+    backend_t be;
+    int model_inited, be_inited, step_inited;
+    tier_layout_t lay;
+    tier_t *tier;
+    step_t step;
+    struct { int t; float lr, grad_scale; } req; // the update in flight (read by the update worker)
+    struct { int s, c; float *master; } got;     // the last trainer_states_get (trainer_states_put rebuilds from it)
+};
+
+// ---------------------------------------------------------------- init / free
+
+// The initial weights: each chunk's master from the seed (m and v zero), written home, and
+// the shard's compute copy built from them.
+static int init_weights(trainer_t *tr, char *err, size_t errlen) {
+    const model_t *m = &tr->model;
+    for (int s = 0; s < m->nshards; s++) {
+        for (int c = 0; c < tier_nchunks(&tr->lay, m, s); c++) {
+            float *master, *mm, *vv;
+            int rc = trainer_states_get(tr, s, c, TIER_O32, 1, &master, &mm, &vv, err, errlen);
+            if (rc != 0) return rc;
+            size_t lo, n;
+            tier_chunk_range(&tr->lay, m, s, c, &lo, &n);
+            model_init_range(m, s, tr->cfg->seed, lo, n, master);
+            if ((rc = trainer_states_put(tr, s, c, TIER_O32, err, errlen)) != 0) return rc;
+        }
+    }
+    return 0;
+}
+
+int trainer_init(trainer_t **out, const config_t *cfg, char *err, size_t errlen) {
+    *out = NULL;
+    trainer_t *tr = calloc(1, sizeof *tr);
+    if (!tr) {
+        snprintf(err, errlen, "out of memory for the trainer");
+        return -ENOMEM;
+    }
+    tr->cfg = cfg;
+    tr->got.s = -1;
+    model_init(&tr->model, cfg);
+    tr->model_inited = 1;
+    int rc = backend_init(&tr->be, cfg, err, errlen);
+    if (rc != 0) goto fail;
+    tr->be_inited = 1;
+    tier_layout(cfg, &tr->model, tr->be.kind, &tr->lay);
+    if ((rc = tier_init(&tr->tier, cfg, &tr->model, &tr->be, &tr->lay, err, errlen)) != 0) goto fail;
+    if ((rc = step_init(&tr->step, cfg, &tr->model, &tr->be, tr->tier, err, errlen)) != 0) goto fail;
+    tr->step_inited = 1;
+    if ((rc = init_weights(tr, err, errlen)) != 0) goto fail;
+    memset(tier_stats(tr->tier), 0, sizeof(tier_stats_t)); // the run's figures start here
+    *out = tr;
+    return 0;
+fail:
+    trainer_free(tr);
+    return rc;
+}
+
+void trainer_free(trainer_t *tr) {
+    if (!tr) return;
+    if (tr->tier) sched_update_wait(tier_sched(tr->tier), NULL, 0); // the update in flight uses everything
+    if (tr->step_inited) step_free(&tr->step);
+    tier_free(tr->tier);
+    if (tr->be_inited) backend_free(&tr->be);
+    if (tr->model_inited) model_free(&tr->model);
+    free(tr);
+}
+
+const model_t *trainer_model(const trainer_t *tr) { return &tr->model; }
+const config_t *trainer_config(const trainer_t *tr) { return tr->cfg; }
+int trainer_rows(const trainer_t *tr) { return tr->step.N; }
+const char *trainer_fault(const trainer_t *tr) { return tr->step.fault[0] ? tr->step.fault : NULL; }
+
+void trainer_info(const trainer_t *tr, trainer_info_t *out) {
+    memset(out, 0, sizeof *out);
+    out->backend = tr->be.name;
+    out->threads = tr->be.threads;
+    out->device_peak = tr->be.peak;
+    out->device_budget = tr->be.budget;
+    out->host_bytes = tier_host_used(tr->tier);
+    out->nslots = tr->lay.nslots;
+    out->nhcache = tr->lay.nhcache;
+    out->tier = *tier_stats(tr->tier);
+    sched_stats(tier_sched(tr->tier), &out->sched);
+    out->has_nvme = tier_nvme_info(tr->tier, &out->nvme) == 0;
+}
+
+// ---------------------------------------------------------------- compute
+
+void trainer_begin_eval(trainer_t *tr, int nbatches) { step_begin_eval(&tr->step, nbatches); }
+
+double trainer_forward(trainer_t *tr, const int *tokens, const int *targets) {
+    return step_forward(&tr->step, tokens, targets);
+}
+
+void trainer_logits(trainer_t *tr, float *dst) {
+    backend_copy_d2h(&tr->be, dst, tr->step.a.logits, (size_t)tr->step.N * (size_t)tr->model.V * sizeof(float));
+}
+
+double trainer_forward_backward(trainer_t *tr, const int *tokens, const int *targets, int nmb, float dscale) {
+    return step_forward_backward(&tr->step, tokens, targets, nmb, dscale);
+}
+
+double trainer_grad_norm(trainer_t *tr) {
+    char err[512];
+    if (tier_grads_finish(tr->tier, err, sizeof err) != 0) return NAN;
+    double ss = 0; // shard order, whatever the placement
+    for (int s = 0; s < tr->model.nshards; s++) ss += tier_grads_sumsq(tr->tier, s);
+    return sqrt(ss);
+}
+
+int trainer_grads_get(trainer_t *tr, int s, const float **g, char *err, size_t errlen) {
+    int rc = tier_grads_finish(tr->tier, err, errlen);
+    return rc ? rc : tier_grads_get(tr->tier, s, g, err, errlen);
+}
+
+int trainer_zero_grads(trainer_t *tr, char *err, size_t errlen) {
+    int rc = trainer_optimizer_wait(tr, err, errlen);
+    return rc ? rc : tier_grads_zero_all(tr->tier, err, errlen);
+}
+
+// ---------------------------------------------------------------- the step
+
+// The scheduler's update job: one step's AdamW over the host or NVMe states.
+static int update_job(void *ctx, char *err, size_t errlen) {
+    trainer_t *tr = ctx;
+    char e[512] = "";
+    int rc = optim_run_host(tr->tier, &tr->model, tr->cfg, tr->req.t, tr->req.lr, tr->req.grad_scale, e, sizeof e);
+    if (rc != 0) snprintf(err, errlen, "optimizer: %s", e);
+    return rc;
+}
+
+int trainer_optimizer_wait(trainer_t *tr, char *err, size_t errlen) {
+    return sched_update_wait(tier_sched(tr->tier), err, errlen);
+}
+
+int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, char *err, size_t errlen) {
+    int rc = trainer_optimizer_wait(tr, err, errlen); // every shard of the last update was used already
+    if (rc != 0) return rc;
+    tier_params_invalidate(tr->tier); // the homes change from here: every slot's copy goes stale
+    if ((rc = tier_grads_finish(tr->tier, err, errlen)) != 0) return rc;
+    if (tr->lay.home[ST_O32] == TIER_DEVICE)
+        return optim_run_device(tr->tier, &tr->model, tr->cfg, &tr->be, t, lr, grad_scale, err, errlen);
+    tr->req.t = t;
+    tr->req.lr = lr;
+    tr->req.grad_scale = grad_scale;
+    sched_update_start(tier_sched(tr->tier), update_job, tr);
+    return 0;
+}
+
+int trainer_train_step(trainer_t *tr, int t, const int *tokens, const int *targets, double *loss, double *norm,
+                       float *lr, char *err, size_t errlen) {
+    const config_t *cfg = tr->cfg;
+    const float dscale = 1.0f / ((float)tr->step.N * (float)cfg->accum); // a mean over the step's tokens
+    *loss = step_forward_backward(&tr->step, tokens, targets, cfg->accum, dscale);
+    if (tr->step.fault[0]) {
+        snprintf(err, errlen, "%s", tr->step.fault);
+        return -EIO;
+    }
+    *norm = trainer_grad_norm(tr);
+    float scale = cfg->clip > 0 && *norm > cfg->clip ? (float)(cfg->clip / (*norm + 1e-6)) : 1.0f;
+    *lr = optim_lr(cfg, t);
+    // starts the update; the next step's forward overlaps it, shard by shard
+    return trainer_optimizer_step(tr, t, *lr, scale, err, errlen);
+}
+
+// ---------------------------------------------------------------- states
+
+int trainer_nchunks(const trainer_t *tr, int s) { return tier_nchunks(&tr->lay, &tr->model, s); }
+
+void trainer_chunk_range(const trainer_t *tr, int s, int c, size_t *lo, size_t *n) {
+    tier_chunk_range(&tr->lay, &tr->model, s, c, lo, n);
+}
+
+int trainer_states_get(trainer_t *tr, int s, int c, int parts, int fill_zero, float **master, float **m, float **v,
+                       char *err, size_t errlen) {
+    int rc = trainer_optimizer_wait(tr, err, errlen);
+    if (rc == 0) rc = tier_o32_get(tr->tier, s, c, parts, fill_zero, master, m, v, err, errlen);
+    tr->got.s = rc == 0 ? s : -1;
+    tr->got.c = c;
+    tr->got.master = rc == 0 ? *master : NULL;
+    return rc;
+}
+
+int trainer_states_put(trainer_t *tr, int s, int c, int parts, char *err, size_t errlen) {
+    if (tr->got.s != s || tr->got.c != c) {
+        snprintf(err, errlen, "states of %s chunk %d: put without a get", tr->model.shards[s].name, c);
+        return -EINVAL;
+    }
+    int rc = tier_o32_put(tr->tier, s, c, parts, err, errlen);
+    if (rc != 0 || !(parts & TIER_MASTER)) return rc;
+    // the compute copy of the chunk, from its master; the shard goes home after its last chunk
+    tier_params_invalidate(tr->tier); // slots may hold the old weights
+    size_t lo, n;
+    tier_chunk_range(&tr->lay, &tr->model, s, c, &lo, &n);
+    void *pc = tier_params_build(tr->tier, s);
+    if (tr->lay.pbytes == 2) bf16_from_f32_n((uint16_t *)pc + lo, tr->got.master, n);
+    else memcpy((float *)pc + lo, tr->got.master, n * sizeof(float));
+    if (c + 1 < trainer_nchunks(tr, s)) return 0;
+    return tier_params_store(tr->tier, s, pc, NULL, err, errlen);
+}
+
+int trainer_params_hash(trainer_t *tr, uint64_t *hash, char *err, size_t errlen) {
+    uint64_t h = FNV64_INIT;
+    for (int s = 0; s < tr->model.nshards; s++) {
+        const shard_t *sh = &tr->model.shards[s];
+        for (int c = 0; c < trainer_nchunks(tr, s); c++) {
+            float *master, *mm, *vv;
+            int rc = trainer_states_get(tr, s, c, TIER_MASTER, 0, &master, &mm, &vv, err, errlen);
+            if (rc != 0) return rc;
+            size_t lo, n;
+            trainer_chunk_range(tr, s, c, &lo, &n);
+            for (int ti = 0; ti < sh->ntensors; ti++) { // the tensors' bytes in order, a chunk's share at a time
+                const tensor_t *te = &sh->tensors[ti];
+                size_t a = te->offset > lo ? te->offset : lo;
+                size_t b = te->offset + te->numel < lo + n ? te->offset + te->numel : lo + n;
+                if (a < b) h = fnv1a64(h, master + (a - lo), (b - a) * sizeof(float));
+            }
+        }
+    }
+    *hash = h;
+    return 0;
+}

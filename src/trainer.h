@@ -1,0 +1,107 @@
+// trainer.h — the trainer: a model, its backend, its states on their tiers, and the training
+// step over them (DESIGN §3). Opaque: callers go through these functions.
+//
+// A training step is the forward and backward of --accum micro-batches (step.h), the global
+// gradient norm and the clip factor, and AdamW started over every shard (optim.h): on the
+// scheduler's update worker for host or NVMe states, overlapping the next step's forward
+// (whose use of a shard waits only for that shard's update), or queued on the compute stream
+// for --optimizer device. Every buffer is allocated in trainer_init (tier_layout lists them);
+// nothing allocates inside a step. Every placement gives the same bits (DESIGN §3).
+//
+// What it does not do: parse flags, print, or exit (train.c, eval.c and the benches do).
+// Who calls it: train.c, eval.c, checkpoint.c, bench/, the tests; all on one thread (the
+// compute thread of scheduler.h's list).
+// Errors: -errno with one line in err: -EDQUOT over --hbm-budget, -ENODEV no usable device,
+// -EINVAL a configuration the backend refuses (the user's to fix), others at run time.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "config.h"
+#include "io.h"
+#include "model.h"
+#include "scheduler.h"
+#include "tier.h"
+
+typedef struct trainer trainer_t;
+
+// Builds the model layout, the backend, every buffer of every tier and the initial weights
+// from cfg->seed. Returns 0 and *out, or -errno with one line in err (everything released).
+int trainer_init(trainer_t **out, const config_t *cfg, char *err, size_t errlen);
+void trainer_free(trainer_t *tr); // NULL-safe; waits for the update in flight
+
+const model_t *trainer_model(const trainer_t *tr);
+const config_t *trainer_config(const trainer_t *tr);
+int trainer_rows(const trainer_t *tr); // N = B·T rows per micro-batch
+
+// What the run held and moved, for reports.
+typedef struct {
+    const char *backend;      // "cpu", "cuda"
+    int threads;
+    uint64_t device_peak;     // the arena's high-water mark
+    uint64_t device_budget;   // its cap (0 = none)
+    uint64_t host_bytes;      // the host pool's bytes in use
+    int nslots, nhcache;      // parameter slots, host-cache entries
+    tier_stats_t tier;
+    sched_stats_t sched;
+    int has_nvme;
+    io_info_t nvme;           // when has_nvme
+} trainer_info_t;
+void trainer_info(const trainer_t *tr, trainer_info_t *out);
+// The failure that voided the last phase (a fetch or a visit), or NULL.
+const char *trainer_fault(const trainer_t *tr);
+
+// ---------------------------------------------------------------- compute
+
+// Starts an evaluation of nbatches forwards (the scheduler learns their use order).
+void trainer_begin_eval(trainer_t *tr, int nbatches);
+// Forward only over (B, T) tokens. Returns the mean loss, or NaN (trainer_fault says why).
+double trainer_forward(trainer_t *tr, const int *tokens, const int *targets);
+// The last forward's logits (N, V) into dst (host memory).
+void trainer_logits(trainer_t *tr, float *dst);
+// Forward + backward of nmb micro-batches (tokens, targets: nmb × N; nmb ≤ --accum when
+// vertical), gradients scaled by dscale (1 / (N · accum) for a mean over the step's tokens).
+// Returns the mean of the micro-batch losses, or NaN (trainer_fault says why).
+double trainer_forward_backward(trainer_t *tr, const int *tokens, const int *targets, int nmb, float dscale);
+// √(Σ g²) over every shard, in shard order: the same bits for any thread count or placement.
+double trainer_grad_norm(trainer_t *tr);
+// Shard s's gradients in host memory (after a backward): the home or a staging copy, valid
+// until the next call. Returns 0 or -errno with one line.
+int trainer_grads_get(trainer_t *tr, int s, const float **g, char *err, size_t errlen);
+// Zeroes every gradient (after waiting for an update in flight). A training loop need not:
+// the optimizer consumes each shard's gradients. Returns 0 or -errno with one line.
+int trainer_zero_grads(trainer_t *tr, char *err, size_t errlen);
+
+// ---------------------------------------------------------------- the step
+
+// Starts AdamW over every shard for 1-based step t and returns: host/NVMe states update on the
+// update worker while the caller goes on (each shard's gradients consumed once read); --optimizer
+// device queues the whole update here. Returns 0, or the previous update's -errno with one line
+// (an NVMe failure names the shard, file and offset). Clipping is decided before (grad_scale).
+int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, char *err, size_t errlen);
+// One optimizer step t over its accum micro-batches (tokens, targets: accum × N): forward and
+// backward, the global norm and the clip factor, the learning rate of step t, and the update
+// started. Returns 0 with the mean loss, the norm (before clipping) and the rate; or -errno
+// with one line (a failed fetch or update).
+int trainer_train_step(trainer_t *tr, int t, const int *tokens, const int *targets, double *loss, double *norm,
+                       float *lr, char *err, size_t errlen);
+// Waits for the update in flight to end. Returns 0 or its -errno with one line.
+int trainer_optimizer_wait(trainer_t *tr, char *err, size_t errlen);
+
+// ---------------------------------------------------------------- states
+
+// A shard's FP32 states go by chunks (tier.h): chunk c covers elements [*lo, *lo + *n).
+int trainer_nchunks(const trainer_t *tr, int s);
+void trainer_chunk_range(const trainer_t *tr, int s, int c, size_t *lo, size_t *n);
+// Chunk c of shard s's master, m and v in host memory (pointers at element lo): the host
+// homes, or a staging buffer read from home (only `parts`, TIER_MASTER|TIER_M|TIER_V), or
+// zeros with fill_zero (the caller overwrites them). Waits for the optimizer. Valid until the
+// next call. Returns 0 or -errno with one line.
+int trainer_states_get(trainer_t *tr, int s, int c, int parts, int fill_zero, float **master, float **m, float **v,
+                       char *err, size_t errlen);
+// After the caller changed what trainer_states_get gave: writes those parts home; put a
+// shard's chunks in order: after its last, the shard's compute copy is rebuilt from the
+// master. Returns 0 or -errno with one line.
+int trainer_states_put(trainer_t *tr, int s, int c, int parts, char *err, size_t errlen);
+// 64-bit FNV-1a over the FP32 master weights of every tensor, in shard order (waits for the
+// optimizer). Returns 0 or -errno with one line.
+int trainer_params_hash(trainer_t *tr, uint64_t *hash, char *err, size_t errlen);
