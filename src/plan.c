@@ -56,7 +56,8 @@ static void stream_traffic(const config_t *cfg, const model_t *m, int nslots, in
     for (int k = 0; k < n; k++)
         if (miss[k]) { fetch[nf++] = uses[k]; bytes += (double)m->shards[uses[k]].numel_padded * pbytes; }
     p->param_fetches = (uint64_t)nf;
-    p->h2d_bytes += (uint64_t)bytes;
+    // NVMe reads land in the slots themselves where the device is host memory (CPU backend)
+    if (cfg->params_tier == TIER_HOST || !p->lay.device_is_host) p->h2d_bytes += (uint64_t)bytes;
     if (cfg->params_tier == TIER_NVME) {
         memcpy(fetch + nf, fetch, (size_t)nf * sizeof *fetch); // two steps: count the second
         char *cmiss = malloc((size_t)nf * 2);
@@ -133,7 +134,7 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     if (cfg->optim_tier == TIER_DEVICE) {
         if (cfg->params_tier != TIER_DEVICE) p->d2h_bytes += (uint64_t)Pp;
         if (cfg->grads_tier == TIER_HOST) p->h2d_bytes += (uint64_t)G; // gradients to the update
-    } else if (cfg->params_tier == TIER_DEVICE) {
+    } else if (cfg->params_tier == TIER_DEVICE && !lay->device_is_host) { // the CPU backend builds it in place
         p->h2d_bytes += (uint64_t)Pp;
     }
     if (cfg->params_tier == TIER_NVME) p->nvme_write_bytes += (uint64_t)Pp;

@@ -299,6 +299,7 @@ static int fetch_params(void *ctx, int shard, int pos, void *dst, char *err, siz
     }
     int rc = sched_update_wait_shard(t->sched, shard, err, errlen); // its home is not updated: the step is void
     if (rc != 0) return rc;
+    double t0 = trace_now_ms(); // the fetch's span: its NVMe read (when any) and its copy
     const void *src = e->addr;
     if (e->home == TIER_NVME) {
         pthread_mutex_lock(&t->hc_mu);
@@ -312,7 +313,8 @@ static int fetch_params(void *ctx, int shard, int pos, void *dst, char *err, siz
             src = t->buf[TB_HOST_CACHE][hit];
             stat_add(&t->stats.cache_hits, 1);
         } else {
-            void *buf = ci >= 0 ? t->buf[TB_HOST_CACHE][ci] : t->buf[TB_PARAM_STAGING][slot];
+            // through a cache entry, else straight into the slot when it is host memory
+            void *buf = ci >= 0 ? t->buf[TB_HOST_CACHE][ci] : t->lay.device_is_host ? dst : t->buf[TB_PARAM_STAGING][slot];
             rc = tier_nvme_io(t, IO_READ, e->off, e->bytes, buf, &e->crc[0], t->label[shard][ST_P16], err, errlen);
             if (rc != 0) return rc;
             if (ci >= 0) {
@@ -323,11 +325,12 @@ static int fetch_params(void *ctx, int shard, int pos, void *dst, char *err, siz
             src = buf;
         }
     }
-    double t0 = trace_now_ms();
-    // after the ops reading the slot's previous shard only: the copy overlaps the ops queued since
-    backend_copy_after(t->be, dst, src, e->bytes, BACKEND_H2D, t->slot_ev[slot]);
+    if (src != dst) { // not read in place
+        // after the ops reading the slot's previous shard only: the copy overlaps the ops queued since
+        backend_copy_after(t->be, dst, src, e->bytes, BACKEND_H2D, t->slot_ev[slot]);
+        stat_add(&t->stats.h2d_bytes, e->bytes);
+    }
     trace_span(TRACK_COPY, "fetch", name, t0, trace_now_ms());
-    stat_add(&t->stats.h2d_bytes, e->bytes);
     return 0;
 }
 
@@ -358,17 +361,20 @@ void tier_params_invalidate(tier_t *t) {
     if (t->lay.nslots) sched_invalidate(t->sched);
 }
 
-// A host home is built in place; device memory the CPU can address is too on the CPU
-// backend, but a GPU's is not, so device (and NVMe) homes take the build buffer.
+// A host home is built in place, and so is a device home the CPU can address (the CPU
+// backend: its next readers wait for the shard's publication); a GPU's home and an NVMe
+// home take the build buffer.
 void *tier_params_build(tier_t *t, int shard) {
     tier_entry_t *e = &t->table[shard][ST_P16];
-    return e->home == TIER_HOST ? e->addr : t->buf[TB_PARAM_BUILD][0];
+    int in_place = e->home == TIER_HOST || (e->home == TIER_DEVICE && t->lay.device_is_host);
+    return in_place ? e->addr : t->buf[TB_PARAM_BUILD][0];
 }
 
 int tier_params_store(tier_t *t, int shard, const void *compute, void *after, char *err, size_t errlen) {
     tier_entry_t *e = &t->table[shard][ST_P16];
     switch (e->home) {
     case TIER_DEVICE:
+        if (e->addr == compute) return 0; // built in place
         if (after) backend_copy_after(t->be, e->addr, compute, e->bytes, BACKEND_H2D, after);
         else backend_copy_h2d(t->be, e->addr, compute, e->bytes);
         stat_add(&t->stats.h2d_bytes, e->bytes);

@@ -1,5 +1,6 @@
 // tier_layout.c — tier_layout (see tier.h): the one place a run's buffers are sized and
 // counted. tier_init allocates exactly these; plan.c sums them.
+#include <stdlib.h>
 #include <string.h>
 #include "acts.h"
 #include "tier.h"
@@ -51,7 +52,13 @@ void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, ti
         uint64_t n = cfg->host_cache / ALIGN_UP(big * pb, PAGE);
         lay->nhcache = (int)(n < (uint64_t)m->nshards ? n : (uint64_t)m->nshards);
     }
-    lay->chunk_elems = big;
+    // TT_OPT_CHUNK=N (a testing hook; a multiple of SHARD_ALIGN_ELEMS): another chunk size, to
+    // show that it changes memory, never bits.
+    lay->chunk_elems = TIER_CHUNK_ELEMS;
+    const char *hook = getenv("TT_OPT_CHUNK");
+    long long want = hook ? atoll(hook) : 0;
+    if (want >= SHARD_ALIGN_ELEMS && want % SHARD_ALIGN_ELEMS == 0) lay->chunk_elems = (size_t)want;
+    if (lay->chunk_elems > big) lay->chunk_elems = big;
     lay->o32_parts = 3;
     // the longest use order: a step's (vertical: one pass) or an evaluation's forwards
     int reps = lay->vertical ? 1 : cfg->accum > 0 ? cfg->accum : 1, eval = cfg->eval_batches > 0 ? cfg->eval_batches : 1;
@@ -64,8 +71,12 @@ void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, ti
     if (G != TIER_NVME) spec_shards(lay, TB_GRADS, "gradients of %s", "grads", G, f);
     if (O != TIER_NVME) spec_shards(lay, TB_OPTIM, "optimizer states of %s", "optimizer", O, 3 * f);
     spec(lay, TB_PARAM_SLOTS, "parameter slots", "param_slots", D, lay->nslots, big * pb);
-    spec(lay, TB_PARAM_STAGING, "parameter staging", "param_staging", H, P == TIER_NVME ? lay->nslots : 0, big * pb);
-    spec(lay, TB_PARAM_BUILD, "parameter staging", "param_staging", H, P != TIER_HOST, big * pb);
+    // NVMe reads land in the slot itself when the device is host memory (the CPU backend)
+    spec(lay, TB_PARAM_STAGING, "parameter staging", "param_staging", H,
+         P == TIER_NVME && !lay->device_is_host ? lay->nslots : 0, big * pb);
+    // the new compute copy is built in place in host memory: a host home, or the CPU backend's device
+    spec(lay, TB_PARAM_BUILD, "parameter staging", "param_staging", H,
+         P == TIER_NVME || (P == TIER_DEVICE && !lay->device_is_host), big * pb);
     spec(lay, TB_HOST_CACHE, "parameter host cache", "host_cache", H, lay->nhcache, big * pb);
     spec(lay, TB_GRAD_SLOTS, "gradient slots", "grad_slots", D, G != TIER_DEVICE ? 2 : 0, big * f);
     spec(lay, TB_GRAD_STAGING, "gradient staging", "grad_staging", H, G == TIER_DEVICE && !lay->device_is_host,

@@ -139,6 +139,26 @@ END_TEST
 START_TEST(invariance_tied_fp32) { check_invariance(base_tied, _i); }
 END_TEST
 
+// The optimizer streams NVMe states a chunk at a time (TT_OPT_CHUNK shrinks the chunk from
+// the largest shard to 2048 elements): the same bits, in a host pool smaller by the staging
+// it no longer needs.
+START_TEST(chunks_change_memory_not_bits) {
+    const char *extra[] = {"--params", "nvme", "--optimizer", "nvme", "--prefetch", "1", NULL};
+    char *chunked[] = {"TT_OPT_CHUNK=2048", NULL};
+    run_t whole = train(base_bf16, extra, NULL);
+    run_t part = train(base_bf16, extra, chunked);
+    run_t ref = train(base_bf16, reference, NULL);
+    char *a = fingerprint(&ref), *b = fingerprint(&whole), *c = fingerprint(&part);
+    ck_assert_str_eq(a, b);
+    ck_assert_str_eq(a, c);
+    // tiny's largest shard (a block) is 51200 elements: two halves of (master, m, v) take 1.2 MiB whole, 48 KiB chunked
+    unsigned long long hw = summary_u64(&whole, "peak_host_bytes"), hp = summary_u64(&part, "peak_host_bytes");
+    ck_assert_msg(hw - hp == 2 * 3 * (51200 - 2048) * 4ull, "host pool: %llu whole, %llu chunked", hw, hp);
+    free(a); free(b); free(c);
+    run_free(&whole); run_free(&part); run_free(&ref);
+}
+END_TEST
+
 // ---------------------------------------------------------------- budgets and capacity
 
 // `small` at batch 1 × seq 32: its states (16 B/parameter ≈ 154 MB) exceed a 32 MiB device
@@ -276,6 +296,7 @@ int main(void) {
     tcase_set_timeout(inv, 300);
     tcase_add_loop_test(inv, invariance_bf16, 0, NPLACEMENTS);
     tcase_add_loop_test(inv, invariance_tied_fp32, 0, NPLACEMENTS);
+    tcase_add_test(inv, chunks_change_memory_not_bits);
     suite_add_tcase(s, inv);
     TCase *cap = tcase_create("capacity");
     tcase_add_checked_fixture(cap, setup, teardown);
