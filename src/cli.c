@@ -151,9 +151,11 @@ static const flag_t flags[] = {
     {.name = "params", .metavar = "device|host|nvme", .kind = FK_ENUM, FIELD(params_tier), .def = "device",
      .values = "device|host|nvme", .group = G_RUN, .cmds = TP,
      .help = "home of the BF16 parameters; host/nvme stream each shard to the device before its use"},
-    {.name = "grads", .metavar = "device|host", .kind = FK_ENUM, FIELD(grads_tier), .def = "device",
-     .values = "device|host", .group = G_RUN, .cmds = TP,
-     .help = "home of the FP32 gradients; host: each shard's gradients visit the device for its backward"},
+    {.name = "grads", .metavar = "device|host|nvme", .kind = FK_ENUM, FIELD(grads_tier), .def = "device",
+     .values = "device|host|nvme", .group = G_RUN, .cmds = TP,
+     .help = "home of the FP32 gradients; host: each shard's gradients visit the device for its backward; nvme: "
+             "as host, and each shard's final gradient goes to NVMe next to its optimizer states, so they need no "
+             "RAM (needs --optimizer nvme)"},
     {.name = "optimizer", .metavar = "device|host|nvme", .kind = FK_ENUM, FIELD(optim_tier), .def = "host",
      .values = "device|host|nvme", .group = G_RUN, .cmds = TP,
      .help = "home of the FP32 master weights and Adam moments (12 bytes/parameter), where AdamW runs: device "
@@ -1078,6 +1080,9 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         // --schedule auto / --checkpoints auto resolve here, so every run prints what it does
         if (cfg->schedule == SCHEDULE_AUTO) cfg->schedule = cfg->accum > 1 ? SCHEDULE_VERTICAL : SCHEDULE_HORIZONTAL;
         if (cfg->ckpt_tier == CKPT_AUTO) cfg->ckpt_tier = cfg->schedule == SCHEDULE_VERTICAL ? CKPT_HOST : CKPT_DEVICE;
+        if (cfg->grads_tier == TIER_NVME && cfg->optim_tier != TIER_NVME && !cfg->offload_auto)
+            usage_error("--grads nvme: needs --optimizer nvme (the optimizer reads each shard's gradient with its "
+                        "states, in one extent; add --optimizer nvme, or keep --grads host)");
         if (cfg->host_cache && cfg->params_tier != TIER_NVME && !cfg->offload_auto)
             usage_error("--host-cache %s: caches NVMe-resident parameters, but --params is not nvme (drop --host-cache "
                         "or add --params nvme)", format_bytes((char[32]){0}, 32, cfg->host_cache));
@@ -1183,7 +1188,7 @@ void config_print(const config_t *c, FILE *f) {
         char w2[32], w3[32];
         fprintf(f, "  tiers: params %s, grads %s, optimizer %s, prefetch %d",
                 enum_word("device|host|nvme", (int)c->params_tier, w, sizeof w),
-                enum_word("device|host", (int)c->grads_tier, w2, sizeof w2),
+                enum_word("device|host|nvme", (int)c->grads_tier, w2, sizeof w2),
                 enum_word("device|host|nvme", (int)c->optim_tier, w3, sizeof w3), c->prefetch);
     }
     fprintf(f, ", schedule %s, checkpoints %s", enum_word("auto|horizontal|vertical", (int)c->schedule, w, sizeof w),

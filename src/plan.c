@@ -97,38 +97,13 @@ uint64_t plan_nvme_free(const config_t *cfg) {
 }
 
 
-void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p) {
-    memset(p, 0, sizeof *p);
-    p->prof = prof;
-    // What each tier holds: the very buffers trainer_init allocates (tier_layout).
-    tier_layout(cfg, m, cfg->device == DEVICE_CUDA ? DEVICE_CUDA : DEVICE_CPU, &p->lay);
+// Bytes each link moves per step (what the tier's counters measure).
+static void plan_traffic(const config_t *cfg, const model_t *m, plan_t *p) {
     const tier_layout_t *lay = &p->lay;
-    const double P = (double)m->numel_padded;
-    const double N = (double)cfg->B * cfg->T, C = m->C;
-    const int pbytes = (int)lay->pbytes, vertical = lay->vertical;
-    p->params_bytes = (uint64_t)(P * pbytes);
-    p->grads_bytes = (uint64_t)(P * 4);
-    p->optim_bytes = (uint64_t)(P * 12);
-    p->acts_bytes = tier_part_bytes(lay, TIER_DEVICE, "activations") + tier_part_bytes(lay, TIER_DEVICE, "checkpoints") +
-                    tier_part_bytes(lay, TIER_DEVICE, "scratch");
-    p->backend_bytes = cfg->device == DEVICE_CUDA ? backend_cuda_overhead(cfg) : 0; // cuBLASLt workspace, kernel scratch
-    p->device_bytes = lay->device_bytes + p->backend_bytes;
-    p->host_bytes = lay->host_bytes;
-    p->nvme_bytes = lay->nvme_bytes;
-    const double emb = (double)m->shards[0].numel_padded;
-    // the CPU backend's arena is RAM too; a GPU's is not
-    p->ram_needed = cfg->device == DEVICE_CUDA ? p->host_bytes : p->device_bytes + p->host_bytes;
-    p->mem_available = hostmem_mem_available();
-    p->nvme_free = p->nvme_bytes ? plan_nvme_free(cfg) : 0;
-    // 2 FLOPs per multiply-add: forward 2·P·N, recompute 2·P·N, backward 4·P·N; attention
-    // (causal: half the T×T products) 4·N·T·C per pass, four passes (fwd, recompute, bwd ×2).
-    double mm = 8.0 * (double)m->num_params * N * cfg->accum;
-    double att = 4.0 * 4.0 * N * cfg->T * C / 2.0 * m->L * cfg->accum;
-    p->flops_per_step = mm + att;
-
-    // ---- traffic per step on each link (what step.c's counters measure)
-    const double Pp = P * pbytes, G = P * 4, NC4 = N * C * 4;
-    if (cfg->params_tier != TIER_DEVICE) stream_traffic(cfg, m, lay->nslots, lay->nhcache, p, pbytes);
+    const double P = (double)m->numel_padded, N = (double)cfg->B * cfg->T, C = m->C;
+    const double Pp = P * (double)lay->pbytes, G = P * 4, NC4 = N * C * 4, emb4 = (double)m->shards[0].numel_padded * 4;
+    const int vertical = lay->vertical;
+    if (cfg->params_tier != TIER_DEVICE) stream_traffic(cfg, m, lay->nslots, lay->nhcache, p, (double)lay->pbytes);
     // the optimizer's new weights travel to their home: built on the host for a device home,
     // on the device for a host or NVMe home when the optimizer runs there
     if (cfg->optim_tier == TIER_DEVICE) {
@@ -138,10 +113,19 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
         p->h2d_bytes += (uint64_t)Pp;
     }
     if (cfg->params_tier == TIER_NVME) p->nvme_write_bytes += (uint64_t)Pp;
-    if (cfg->grads_tier == TIER_HOST) { // every visit reads and writes the shard's gradients
-        double visits = (vertical ? 1 : cfg->accum) * G + (m->tie ? emb * 4 : 0);
+    // each shard's gradient visits the device once per pass (the tied embedding once more)
+    const double visits = (vertical ? 1 : cfg->accum) * G + (m->tie ? emb4 : 0), again = visits - G;
+    if (cfg->grads_tier == TIER_HOST) { // every visit reads and writes the home
         p->h2d_bytes += (uint64_t)visits;
         p->d2h_bytes += (uint64_t)visits;
+    }
+    if (cfg->grads_tier == TIER_NVME) { // every visit writes; visits after a shard's first read back its partial sum
+        p->nvme_write_bytes += (uint64_t)visits;
+        p->nvme_read_bytes += (uint64_t)(again + G); // + the optimizer's read of each final gradient
+        if (!lay->device_is_host) {
+            p->d2h_bytes += (uint64_t)visits;
+            p->h2d_bytes += (uint64_t)again;
+        }
     }
     if (cfg->ckpt_tier == CKPT_HOST) { // each checkpoint written once; read back about once (twice when vertical)
         p->d2h_bytes += (uint64_t)(cfg->accum * (m->L + 1) * NC4);
@@ -151,7 +135,10 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
         p->nvme_read_bytes += (uint64_t)(P * 12);
         p->nvme_write_bytes += (uint64_t)(P * 12);
     }
-    // ---- the floor: each resource's work over its measured rate
+}
+
+// Each resource's work over its measured rate; the largest is the floor.
+static void plan_floor(const config_t *cfg, const profile_t *prof, double P, plan_t *p) {
     profile_t defaults;
     if (!prof) { profile_defaults(&defaults); prof = &defaults; p->prof = NULL; }
     p->t_ms[PLAN_COMPUTE] = 1e3 * p->flops_per_step / prof->gemm_flops;
@@ -164,31 +151,40 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     p->t_ms[PLAN_ADAM] = cfg->optim_tier == TIER_DEVICE && cfg->device == DEVICE_CUDA ? 0 : 1e3 * P / prof->adam_params_per_s;
     for (int r = 0; r < PLAN_NRES; r++)
         if (p->t_ms[r] > p->floor_ms) { p->floor_ms = p->t_ms[r]; p->bound = r; }
+}
 
-    char a[32], b[32], c[32], d[32];
+// What would still move states out of RAM in this placement, as "--flag, " items.
+static void ram_fixes(const config_t *cfg, const plan_t *p, char *fix, size_t len) {
+    fix[0] = 0;
+    if (cfg->optim_tier != TIER_NVME) strcat(fix, "--optimizer nvme, ");
+    if (cfg->params_tier != TIER_NVME) strcat(fix, "--params nvme, ");
+    if (cfg->grads_tier == TIER_HOST) {
+        char g[32];
+        snprintf(fix + strlen(fix), len - strlen(fix), "--grads nvme (the FP32 gradients: %s), ",
+                 format_bytes(g, sizeof g, p->grads_bytes));
+    }
+    if (cfg->ckpt_tier == CKPT_HOST && p->lay.vertical) strcat(fix, "--schedule horizontal, ");
+    if (p->lay.nhcache) strcat(fix, "a smaller --host-cache, ");
+}
+
+// Does it fit the budgets, RAM and NVMe free space? Else the reason and what would fix it.
+static void plan_check(const config_t *cfg, plan_t *p) {
+    char a[32], b[32], c[32], d[32], fix[320];
     p->feasible = 1;
+    ram_fixes(cfg, p, fix, sizeof fix);
     if (cfg->hbm_budget && p->device_bytes > cfg->hbm_budget) {
         p->feasible = 0;
         snprintf(p->reason, sizeof p->reason,
                  "device states need %s, over --hbm-budget %s (raise --hbm-budget, lower --batch/--seq, "
-                 "or move states off the device: --params host|nvme, --grads host)",
+                 "or move states off the device: --params host|nvme, --grads host|nvme)",
                  format_bytes(a, sizeof a, p->device_bytes), format_bytes(b, sizeof b, cfg->hbm_budget));
     } else if (cfg->host_budget && p->host_bytes > cfg->host_budget) {
         p->feasible = 0;
-        snprintf(p->reason, sizeof p->reason, "host states need %s, over --host-budget %s (raise --host-budget, or --optimizer nvme / --params nvme)",
-                 format_bytes(a, sizeof a, p->host_bytes), format_bytes(b, sizeof b, cfg->host_budget));
+        snprintf(p->reason, sizeof p->reason, "host states need %s, over --host-budget %s (raise --host-budget, %s"
+                 "or a smaller --model, --batch or --seq)",
+                 format_bytes(a, sizeof a, p->host_bytes), format_bytes(b, sizeof b, cfg->host_budget), fix);
     } else if (p->mem_available && p->ram_needed > p->mem_available) {
         p->feasible = 0;
-        // what would still move states out of RAM, in this placement
-        char fix[256] = "";
-        if (cfg->optim_tier != TIER_NVME) strcat(fix, "--optimizer nvme, ");
-        if (cfg->params_tier != TIER_NVME) strcat(fix, "--params nvme, ");
-        if (cfg->ckpt_tier == CKPT_HOST && vertical) strcat(fix, "--schedule horizontal, ");
-        if (cfg->grads_tier == TIER_HOST) {
-            char g[32];
-            snprintf(fix + strlen(fix), sizeof fix - strlen(fix), "the FP32 gradients (%s) stay in RAM: ",
-                     format_bytes(g, sizeof g, p->grads_bytes));
-        }
         if (cfg->device == DEVICE_CUDA)
             snprintf(p->reason, sizeof p->reason, "needs %s of RAM (host states and staging), %s available (%sa smaller "
                      "--model, --batch or --seq)",
@@ -207,12 +203,45 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     }
 }
 
+void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p) {
+    memset(p, 0, sizeof *p);
+    p->prof = prof;
+    // What each tier holds: the very buffers trainer_init allocates (tier_layout).
+    tier_layout(cfg, m, cfg->device == DEVICE_CUDA ? DEVICE_CUDA : DEVICE_CPU, &p->lay);
+    const tier_layout_t *lay = &p->lay;
+    const double P = (double)m->numel_padded, N = (double)cfg->B * cfg->T, C = m->C;
+    p->params_bytes = (uint64_t)(P * (double)lay->pbytes);
+    p->grads_bytes = (uint64_t)(P * 4);
+    p->optim_bytes = (uint64_t)(P * 12);
+    p->acts_bytes = tier_part_bytes(lay, TIER_DEVICE, "activations") + tier_part_bytes(lay, TIER_DEVICE, "checkpoints") +
+                    tier_part_bytes(lay, TIER_DEVICE, "scratch");
+    p->backend_bytes = cfg->device == DEVICE_CUDA ? backend_cuda_overhead(cfg) : 0; // cuBLASLt workspace, kernel scratch
+    p->device_bytes = lay->device_bytes + p->backend_bytes;
+    p->host_bytes = lay->host_bytes;
+    p->nvme_bytes = lay->nvme_bytes;
+    // the CPU backend's arena is RAM too; a GPU's is not
+    p->ram_needed = cfg->device == DEVICE_CUDA ? p->host_bytes : p->device_bytes + p->host_bytes;
+    p->mem_available = hostmem_mem_available();
+    p->nvme_free = p->nvme_bytes ? plan_nvme_free(cfg) : 0;
+    // 2 FLOPs per multiply-add: forward 2·P·N, recompute 2·P·N, backward 4·P·N; attention
+    // (causal: half the T×T products) 4·N·T·C per pass, four passes (fwd, recompute, bwd ×2).
+    double mm = 8.0 * (double)m->num_params * N * cfg->accum;
+    double att = 4.0 * 4.0 * N * cfg->T * C / 2.0 * m->L * cfg->accum;
+    p->flops_per_step = mm + att;
+    plan_traffic(cfg, m, p);
+    plan_floor(cfg, prof, P, p);
+    plan_check(cfg, p);
+}
+
 int plan_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len) {
     static const struct { tier_kind_t params, grads, optim; } order[] = {
         {TIER_DEVICE, TIER_DEVICE, TIER_HOST}, {TIER_HOST, TIER_DEVICE, TIER_HOST},
         {TIER_HOST, TIER_HOST, TIER_HOST},     {TIER_DEVICE, TIER_DEVICE, TIER_NVME},
         {TIER_HOST, TIER_DEVICE, TIER_NVME},   {TIER_HOST, TIER_HOST, TIER_NVME},
         {TIER_NVME, TIER_DEVICE, TIER_NVME},   {TIER_NVME, TIER_HOST, TIER_NVME},
+        // gradients off RAM too: NVMe then holds everything but staging and activations
+        {TIER_DEVICE, TIER_NVME, TIER_NVME},   {TIER_HOST, TIER_NVME, TIER_NVME},
+        {TIER_NVME, TIER_NVME, TIER_NVME},
     };
     static const char *tn[] = {"device", "host", "nvme"};
     const int n = (int)(sizeof order / sizeof order[0]);

@@ -37,6 +37,18 @@ struct tier {
     int gnext;                    // the slot the next visit takes
     int *gslot_of;                // (nshards) the slot a shard's visit holds
     void *step_ev;                // the step's backward is queued: what the update's device reads wait for
+    // ---- --grads nvme: a visit's gradient goes to its shard's chunks on NVMe, from the slot
+    // itself where the device is host memory, else from the slot's staging copy once its copy
+    // down has landed (submitted at the next visit's release, so the host waits at most one
+    // shard behind the device). Compute thread only.
+    struct {
+        int shard;                // whose gradient the slot's write carries, -1: none in flight
+        int queued;               // its copy down is queued, its write not yet submitted (GPU)
+        int last;                 // the shard's last visit this step: Σ g² is taken from the host copy
+        io_ticket_t *tk;          // (max chunks) one write per chunk
+        int ntk;
+    } gw[2];
+    double *gss;                  // (nshards) Σ g² of each shard's final gradient (--grads nvme)
     tier_stats_t stats;
 };
 
@@ -100,11 +112,13 @@ static int init_stores(tier_t *t, char *err, size_t errlen) {
         for (int st = 0; st < ST_COUNT; st++) {
             tier_entry_t *e = &t->table[s][st];
             if (e->home != TIER_NVME) continue;
-            e->off = at;
             e->crc = next;
             next += st == ST_P16 ? 1 : nc;
+            if (st == ST_G) continue; // g lies first in each of the shard's optimizer chunks (placed next)
+            e->off = at;
             at += st == ST_P16 ? e->bytes : (uint64_t)t->lay.o32_parts * t->m->shards[s].numel_padded * sizeof(float);
         }
+        t->table[s][ST_G].off = t->table[s][ST_O32].off;
     }
     nvme_store_opts_t no;
     tier_nvme_opts(&no, t->cfg, t->lay.nvme_bytes);
@@ -183,6 +197,17 @@ int tier_init(tier_t **out, const config_t *cfg, const model_t *m, backend_t *be
     for (int i = 0; i < lay->nslots; i++)
         if ((rc = backend_event_create(be, &t->slot_ev[i], err, errlen)) != 0) goto fail;
     if ((rc = backend_event_create(be, &t->step_ev, err, errlen)) != 0) goto fail;
+    if (lay->home[ST_G] == TIER_NVME) {
+        int maxc = 0;
+        for (int s = 0; s < m->nshards; s++) maxc = tier_nchunks(lay, m, s) > maxc ? tier_nchunks(lay, m, s) : maxc;
+        t->gss = calloc(ns, sizeof *t->gss);
+        for (int i = 0; i < 2; i++) {
+            t->gw[i].shard = -1;
+            t->gw[i].tk = calloc((size_t)maxc, sizeof *t->gw[i].tk);
+            if (!t->gw[i].tk) goto oom;
+        }
+        if (!t->gss) goto oom;
+    }
     if (lay->home[ST_G] != TIER_DEVICE) {
         if ((rc = visit_init(&t->gvisit, be, t->buf[TB_GRAD_SLOTS][0], t->buf[TB_GRAD_SLOTS][1], m->nshards, err,
                              errlen)) != 0)
@@ -221,6 +246,9 @@ void tier_free(tier_t *t) {
     free(t->gslot_of);
     free(t->slot_ev);
     free(t->hcache_shard);
+    free(t->gss);
+    free(t->gw[0].tk);
+    free(t->gw[1].tk);
     free(t);
 }
 
@@ -396,38 +424,142 @@ int tier_params_store(tier_t *t, int shard, const void *compute, void *after, ch
 
 // ---------------------------------------------------------------- gradients
 
-// A host home visits a slot: the copy up waits for the slot's last copy down and for this
-// shard's own last write-back, the ops wait for the copy up, the copy down for the ops (visit.h).
-// On a GPU the next shard's copy up thus runs during this shard's backward.
+// The NVMe extent of chunk c of shard's (g,) master, m, v: every chunk before it is full.
+static uint64_t chunk_off(const tier_t *t, int shard, int c) {
+    return t->table[shard][ST_O32].off + (uint64_t)c * t->lay.chunk_elems * t->lay.o32_parts * sizeof(float);
+}
+
+// --grads nvme: the host copy of slot i's gradient: the slot itself, or its staging buffer.
+static float *gnvme_host(const tier_t *t, int i) {
+    return t->lay.device_is_host ? t->gvisit.buf[i] : t->buf[TB_GRAD_NVME][i];
+}
+
+// Submits the write of slot i's gradient (its data is on the host) to its shard's chunks; a
+// final one's Σ g² is taken on the way, from the very bytes written.
+static int gnvme_submit(tier_t *t, int i, char *err, size_t errlen) {
+    const int s = t->gw[i].shard;
+    const float *h = gnvme_host(t, i);
+    t->gw[i].queued = 0;
+    if (t->gw[i].last) t->gss[s] = sumsq(h, t->m->shards[s].numel_padded);
+    for (int c = 0; c < tier_nchunks(&t->lay, t->m, s); c++) {
+        size_t lo, n;
+        tier_chunk_range(&t->lay, t->m, s, c, &lo, &n);
+        io_req_t r = {.op = IO_WRITE, .off = chunk_off(t, s, c), .len = n * sizeof(float), .buf = (void *)(h + lo),
+                      .name = t->label[s][ST_G]};
+        memset(&t->gw[i].tk[c], 0, sizeof t->gw[i].tk[c]);
+        int rc = nvme_store_submit(t->nvme, &t->gw[i].tk[c], &r);
+        if (rc != 0) {
+            snprintf(err, errlen, "%s: %s", t->label[s][ST_G], strerror(-rc));
+            return rc;
+        }
+        t->gw[i].ntk = c + 1;
+    }
+    return 0;
+}
+
+// Slot i's write is done (submitted first when its copy down was still queued): the slot and
+// its staging are free again. Counts the bytes and keeps each chunk's CRC.
+static int gnvme_wait(tier_t *t, int i, char *err, size_t errlen) {
+    int rc = 0;
+    if (t->gw[i].queued) {
+        visit_wait_down(&t->gvisit, i);
+        rc = gnvme_submit(t, i, err, errlen);
+    }
+    for (int k = 0; k < t->gw[i].ntk; k++) {
+        io_ticket_t *tk = &t->gw[i].tk[k];
+        int r = io_ticket_wait(tk);
+        if (r != 0 && rc == 0) {
+            io_ticket_message(tk, err, errlen);
+            rc = r;
+        }
+        if (r == 0) {
+            t->table[t->gw[i].shard][ST_G].crc[k] = tk->crc;
+            stat_add(&t->stats.nvme_write_bytes, tk->len);
+        }
+    }
+    t->gw[i].ntk = 0;
+    t->gw[i].shard = -1;
+    return rc;
+}
+
+// A partial sum of an earlier micro-batch (horizontal --accum with --grads nvme), read back
+// into slot i's host copy after every write in flight.
+static int gnvme_read(tier_t *t, int shard, int i, char *err, size_t errlen) {
+    int rc = gnvme_wait(t, i ^ 1, err, errlen);
+    float *h = gnvme_host(t, i);
+    tier_entry_t *e = &t->table[shard][ST_G];
+    for (int c = 0; rc == 0 && c < tier_nchunks(&t->lay, t->m, shard); c++) {
+        size_t lo, n;
+        tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
+        rc = tier_nvme_io(t, IO_READ, chunk_off(t, shard, c), n * sizeof(float), h + lo, &e->crc[c],
+                          t->label[shard][ST_G], err, errlen);
+    }
+    return rc;
+}
+
+// A host or NVMe home visits a slot (visit.h): the copy up waits for the slot's last copy down
+// and for this shard's own last write-back, the ops wait for the copy up, the copy down for the
+// ops; on a GPU the next shard's copy up thus runs during this shard's backward. A gradient the
+// optimizer consumed is all zeros: its visit starts from a zeroed slot instead of a read.
 float *tier_grads_acquire(tier_t *t, int shard, int last, char *err, size_t errlen) {
-    (void)last, (void)err, (void)errlen;
     tier_entry_t *e = &t->table[shard][ST_G];
     if (e->home == TIER_DEVICE) return e->addr;
     int i = t->gnext;
     t->gnext ^= 1;
-    visit_up(&t->gvisit, i, shard, e->addr, e->bytes);
     t->gslot_of[shard] = i;
+    if (e->home == TIER_HOST) {
+        visit_up(&t->gvisit, i, shard, e->addr, e->bytes);
+        return t->gvisit.buf[i];
+    }
+    if (gnvme_wait(t, i, err, errlen) != 0) return NULL; // the slot's (and its staging's) last write
+    t->gw[i].last = last;
+    if (e->dirty) {
+        if (gnvme_read(t, shard, i, err, errlen) != 0) return NULL;
+        if (!t->lay.device_is_host) visit_up(&t->gvisit, i, shard, gnvme_host(t, i), e->bytes);
+    } else {
+        visit_open(&t->gvisit, i);
+        backend_memset(t->be, t->gvisit.buf[i], 0, e->bytes);
+    }
     return t->gvisit.buf[i];
 }
 
 int tier_grads_release(tier_t *t, int shard, char *err, size_t errlen) {
-    (void)err, (void)errlen;
     tier_entry_t *e = &t->table[shard][ST_G];
     e->dirty = 1;
     if (e->home == TIER_DEVICE) return 0;
-    visit_down(&t->gvisit, t->gslot_of[shard], shard, e->addr, e->bytes);
+    const int i = t->gslot_of[shard];
+    if (e->home == TIER_HOST) {
+        visit_down(&t->gvisit, i, shard, e->addr, e->bytes);
+        return 0;
+    }
+    t->gw[i].shard = shard;
+    if (t->lay.device_is_host) return gnvme_submit(t, i, err, errlen); // the ops are done: write from the slot
+    visit_down(&t->gvisit, i, shard, gnvme_host(t, i), e->bytes);
+    t->gw[i].queued = 1;
+    // the other slot's copy down was queued one visit ago: it goes to NVMe now
+    if (t->gw[i ^ 1].queued) {
+        visit_wait_down(&t->gvisit, i ^ 1);
+        return gnvme_submit(t, i ^ 1, err, errlen);
+    }
     return 0;
 }
 
 int tier_grads_finish(tier_t *t, char *err, size_t errlen) {
-    (void)err, (void)errlen;
+    int rc = 0;
     if (t->lay.home[ST_G] == TIER_HOST) visit_sync(&t->gvisit); // the host reads the homes ...
-    backend_event_record(t->be, t->step_ev);                    // ... and the update's device reads come after
-    return 0;
+    if (t->lay.home[ST_G] == TIER_NVME)                          // ... or NVMe holds every gradient ...
+        for (int i = 0; i < 2; i++) {
+            char e2[512];
+            int r = gnvme_wait(t, i, e2, sizeof e2);
+            if (r != 0 && rc == 0) { rc = r; snprintf(err, errlen, "%s", e2); }
+        }
+    backend_event_record(t->be, t->step_ev); // ... and the update's device reads come after
+    return rc;
 }
 
 double tier_grads_sumsq(tier_t *t, int shard) {
     const tier_entry_t *e = &t->table[shard][ST_G];
+    if (e->home == TIER_NVME) return t->gss[shard]; // taken as the final gradient was written
     size_t n = t->m->shards[shard].numel_padded;
     return e->home == TIER_HOST ? sumsq(e->addr, n) : t->be->ops->sumsq(e->addr, n);
 }
@@ -439,8 +571,14 @@ int tier_grads_zero_all(tier_t *t, char *err, size_t errlen) {
 }
 
 int tier_grads_get(tier_t *t, int shard, const float **g, char *err, size_t errlen) {
-    (void)err, (void)errlen;
     tier_entry_t *e = &t->table[shard][ST_G];
+    if (e->home == TIER_NVME) { // read back whole into a slot's host copy (both are idle after the step)
+        float *h = gnvme_host(t, 0);
+        if (!e->dirty) memset(h, 0, e->bytes);
+        else if (gnvme_read(t, shard, 0, err, errlen) != 0) return -EIO;
+        *g = h;
+        return 0;
+    }
     if (e->home == TIER_DEVICE && !t->lay.device_is_host) {
         float *stage = t->buf[TB_GRAD_STAGING][0];
         size_t lo, n;
@@ -458,8 +596,8 @@ int tier_grads_get(tier_t *t, int shard, const float **g, char *err, size_t errl
 }
 
 const float *tier_grads_for_update(tier_t *t, int shard, int c, int half) {
-    (void)half;
     tier_entry_t *e = &t->table[shard][ST_G];
+    if (e->home == TIER_NVME) return t->buf[TB_OPTIM_STAGING][half]; // read with the states, first in the chunk
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     const float *g = (const float *)e->addr + lo;
@@ -476,7 +614,8 @@ void tier_grads_consumed(tier_t *t, int shard) {
     tier_entry_t *e = &t->table[shard][ST_G];
     if (e->home == TIER_DEVICE) backend_memset(t->be, e->addr, 0, e->bytes);
     else if (e->home == TIER_HOST) memset(e->addr, 0, e->bytes);
-    e->dirty = 0;
+    e->dirty = 0; // NVMe: the next visit starts from zeros and overwrites the extent
+
 }
 
 const float *tier_grads_device(tier_t *t, int shard) {
@@ -511,11 +650,6 @@ void tier_o32_views(tier_t *t, int shard, int c, int half, float **master, float
     *v = base + 2 * total + lo;
 }
 
-// The NVMe extent of chunk c of shard's (g,) master, m, v: every chunk before it is full.
-static uint64_t chunk_off(const tier_t *t, int shard, int c) {
-    return t->table[shard][ST_O32].off + (uint64_t)c * t->lay.chunk_elems * t->lay.o32_parts * sizeof(float);
-}
-
 static void xfer_done(io_ticket_t *tk, void *arg) {
     const tier_xfer_t *x = arg;
     (void)tk;
@@ -523,8 +657,10 @@ static void xfer_done(io_ticket_t *tk, void *arg) {
                x->label, x->t0, trace_now_ms());
 }
 
+// A read takes the chunk's gradients with its states when they live on NVMe: one request of
+// g, master, m, v — or, with --io-verify, two, since g and the states were written apart and
+// each write's CRC covers its own extent. A write puts back master, m, v only.
 int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int half, char *err, size_t errlen) {
-    tier_entry_t *e = &t->table[shard][ST_O32];
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     memset(x, 0, sizeof *x);
@@ -534,20 +670,28 @@ int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int
     x->half = half;
     x->label = t->m->shards[shard].name;
     x->t0 = trace_now_ms();
-    const uint64_t o32 = 3 * n * sizeof(float);
-    io_req_t r = {.op = op, .off = chunk_off(t, shard, c) + (uint64_t)(t->lay.o32_parts - 3) * n * sizeof(float),
-                  .len = o32, .buf = stage_part(t, half, n, 0), .name = t->label[shard][ST_O32],
-                  .crc = op == IO_READ ? e->crc[c] : 0};
-    if (trace_enabled()) {
-        r.cb = xfer_done;
-        r.cb_arg = x;
+    const uint64_t part = n * sizeof(float), g = (uint64_t)(t->lay.o32_parts - 3) * part;
+    const int with_g = op == IO_READ && g > 0, apart = with_g && t->cfg->io_verify;
+    struct { uint64_t off, len; void *buf; uint32_t crc; } req[2] = {
+        {chunk_off(t, shard, c) + (with_g ? 0 : g), with_g && !apart ? g + 3 * part : apart ? g : 3 * part,
+         with_g ? (void *)t->buf[TB_OPTIM_STAGING][half] : stage_part(t, half, n, 0),
+         op == IO_WRITE ? 0 : apart ? t->table[shard][ST_G].crc[c] : t->table[shard][ST_O32].crc[c]},
+        {chunk_off(t, shard, c) + g, 3 * part, stage_part(t, half, n, 0), t->table[shard][ST_O32].crc[c]},
+    };
+    for (int k = 0; k < 1 + apart; k++) {
+        io_req_t r = {.op = op, .off = req[k].off, .len = req[k].len, .buf = req[k].buf,
+                      .name = t->label[shard][apart && k == 0 ? ST_G : ST_O32], .crc = req[k].crc};
+        if (trace_enabled()) {
+            r.cb = xfer_done;
+            r.cb_arg = x;
+        }
+        int rc = nvme_store_submit(t->nvme, &x->tk[k], &r);
+        if (rc != 0) {
+            snprintf(err, errlen, "%s: %s", t->label[shard][ST_O32], strerror(-rc));
+            return rc;
+        }
+        x->n = k + 1;
     }
-    int rc = nvme_store_submit(t->nvme, &x->tk[0], &r);
-    if (rc != 0) {
-        snprintf(err, errlen, "%s: %s", t->label[shard][ST_O32], strerror(-rc));
-        return rc;
-    }
-    x->n = 1;
     return 0;
 }
 

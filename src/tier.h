@@ -55,6 +55,7 @@ typedef enum {
     TB_HOST_CACHE,     // host: --host-cache entries (--params nvme)
     TB_GRAD_SLOTS,     // device: two slots where gradients not homed on the device visit
     TB_GRAD_STAGING,   // host: device-resident gradients read back for the host update (GPU)
+    TB_GRAD_NVME,      // host: --grads nvme on a GPU: each slot's gradient copied down on its way to NVMe
     TB_OPTIM_STAGING,  // host: the NVMe double buffer, or device states' staging for checkpoints
     TB_NEW_PARAMS,     // device: --optimizer device's new compute copy when its home is elsewhere
     TB_TIED_GRAD,      // device: the tied LM head's share of the embedding gradient
@@ -81,8 +82,10 @@ typedef struct {
     uint64_t total;     // Σ allocations, each rounded up to 4 KiB as the backend and the pool round
 } tier_spec_t;
 
-// The optimizer updates a shard a chunk at a time: NVMe staging holds two chunks, not two shards.
+// The optimizer updates a shard a chunk at a time: NVMe staging holds two chunks, not two
+// shards (4M elements: 16 MiB per state; halved down to 64K while over --host-budget).
 #define TIER_CHUNK_ELEMS ((size_t)1 << 22)
+#define TIER_CHUNK_MIN ((size_t)1 << 16)
 
 typedef struct {
     tier_kind_t home[ST_COUNT]; // from --params, --grads, --optimizer

@@ -33,37 +33,11 @@ void tier_chunk_range(const tier_layout_t *lay, const model_t *m, int s, int c, 
     *n = total - *lo < lay->chunk_elems ? total - *lo : lay->chunk_elems;
 }
 
-void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, tier_layout_t *lay) {
-    memset(lay, 0, sizeof *lay);
+// Every buffer's spec and the tiers' totals, for the counts and chunk size already in lay.
+static void layout_specs(const config_t *cfg, const model_t *m, tier_layout_t *lay) {
     const tier_kind_t P = cfg->params_tier, G = cfg->grads_tier, O = cfg->optim_tier;
-    lay->home[ST_P16] = P;
-    lay->home[ST_G] = G;
-    lay->home[ST_O32] = O;
-    lay->acts_host = cfg->ckpt_tier == CKPT_HOST;
-    lay->nshards = m->nshards;
-    lay->device_is_host = device != DEVICE_CUDA;
-    lay->pbytes = cfg->precision == PREC_BF16 ? 2 : 4;
-    lay->vertical = cfg->schedule == SCHEDULE_VERTICAL && cfg->accum > 1;
-    lay->nmb = lay->vertical ? cfg->accum : 1;
-    lay->nslots = P == TIER_DEVICE ? 0 : cfg->prefetch + 2 + (m->tie ? 1 : 0);
-    if (lay->nslots > m->nshards) lay->nslots = m->nshards;
     const uint64_t big = m->max_shard_numel, emb = m->shards[0].numel_padded, pb = lay->pbytes, f = sizeof(float);
-    if (P == TIER_NVME && cfg->host_cache) {
-        uint64_t n = cfg->host_cache / ALIGN_UP(big * pb, PAGE);
-        lay->nhcache = (int)(n < (uint64_t)m->nshards ? n : (uint64_t)m->nshards);
-    }
-    // TT_OPT_CHUNK=N (a testing hook; a multiple of SHARD_ALIGN_ELEMS): another chunk size, to
-    // show that it changes memory, never bits.
-    lay->chunk_elems = TIER_CHUNK_ELEMS;
-    const char *hook = getenv("TT_OPT_CHUNK");
-    long long want = hook ? atoll(hook) : 0;
-    if (want >= SHARD_ALIGN_ELEMS && want % SHARD_ALIGN_ELEMS == 0) lay->chunk_elems = (size_t)want;
-    if (lay->chunk_elems > big) lay->chunk_elems = big;
-    lay->o32_parts = 3;
-    // the longest use order: a step's (vertical: one pass) or an evaluation's forwards
-    int reps = lay->vertical ? 1 : cfg->accum > 0 ? cfg->accum : 1, eval = cfg->eval_batches > 0 ? cfg->eval_batches : 1;
-    lay->max_uses = model_use_order(m, reps > eval ? reps : eval, 1, NULL);
-
+    lay->device_bytes = lay->host_bytes = 0;
     const uint64_t N = (uint64_t)cfg->B * (uint64_t)cfg->T, NC = N * (uint64_t)m->C;
     const uint64_t ostage = (uint64_t)lay->o32_parts * lay->chunk_elems * f;
     const tier_kind_t D = TIER_DEVICE, H = TIER_HOST;
@@ -81,6 +55,9 @@ void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, ti
     spec(lay, TB_GRAD_SLOTS, "gradient slots", "grad_slots", D, G != TIER_DEVICE ? 2 : 0, big * f);
     spec(lay, TB_GRAD_STAGING, "gradient staging", "grad_staging", H, G == TIER_DEVICE && !lay->device_is_host,
          lay->chunk_elems * f);
+    // --grads nvme writes a slot's gradient straight from the slot when the device is host memory
+    spec(lay, TB_GRAD_NVME, "gradient staging", "grad_staging", H, G == TIER_NVME && !lay->device_is_host ? 2 : 0,
+         big * f);
     spec(lay, TB_OPTIM_STAGING, "optimizer staging", "optimizer_staging", H, O == TIER_NVME ? 2 : O == TIER_DEVICE,
          ostage);
     spec(lay, TB_NEW_PARAMS, "new parameters", "scratch", D, O == TIER_DEVICE && P != TIER_DEVICE, big * pb);
@@ -106,11 +83,49 @@ void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, ti
         if (sp->tier == TIER_DEVICE) lay->device_bytes += sp->total;
         else lay->host_bytes += sp->total;
     }
+}
+
+void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, tier_layout_t *lay) {
+    memset(lay, 0, sizeof *lay);
+    const tier_kind_t P = cfg->params_tier, G = cfg->grads_tier, O = cfg->optim_tier;
+    lay->home[ST_P16] = P;
+    lay->home[ST_G] = G;
+    lay->home[ST_O32] = O;
+    lay->acts_host = cfg->ckpt_tier == CKPT_HOST;
+    lay->nshards = m->nshards;
+    lay->device_is_host = device != DEVICE_CUDA;
+    lay->pbytes = cfg->precision == PREC_BF16 ? 2 : 4;
+    lay->vertical = cfg->schedule == SCHEDULE_VERTICAL && cfg->accum > 1;
+    lay->nmb = lay->vertical ? cfg->accum : 1;
+    lay->nslots = P == TIER_DEVICE ? 0 : cfg->prefetch + 2 + (m->tie ? 1 : 0);
+    if (lay->nslots > m->nshards) lay->nslots = m->nshards;
+    const uint64_t big = m->max_shard_numel, pb = lay->pbytes;
+    if (P == TIER_NVME && cfg->host_cache) {
+        uint64_t n = cfg->host_cache / ALIGN_UP(big * pb, PAGE);
+        lay->nhcache = (int)(n < (uint64_t)m->nshards ? n : (uint64_t)m->nshards);
+    }
+    lay->o32_parts = G == TIER_NVME ? 4 : 3; // --grads nvme: g first in each chunk, read with its states
+    // the longest use order: a step's (vertical: one pass) or an evaluation's forwards
+    int reps = lay->vertical ? 1 : cfg->accum > 0 ? cfg->accum : 1, eval = cfg->eval_batches > 0 ? cfg->eval_batches : 1;
+    lay->max_uses = model_use_order(m, reps > eval ? reps : eval, 1, NULL);
+
+    // The optimizer's chunk: TIER_CHUNK_ELEMS, or the largest shard when smaller; halved (down to
+    // TIER_CHUNK_MIN) while the host tier is over --host-budget, since it changes memory, never
+    // bits. TT_OPT_CHUNK=N (a testing hook; a multiple of SHARD_ALIGN_ELEMS) sets it.
+    const char *hook = getenv("TT_OPT_CHUNK");
+    long long want = hook ? atoll(hook) : 0;
+    size_t chunk = want >= SHARD_ALIGN_ELEMS && want % SHARD_ALIGN_ELEMS == 0 ? (size_t)want : TIER_CHUNK_ELEMS;
+    for (;;) {
+        lay->chunk_elems = chunk < big ? chunk : big;
+        layout_specs(cfg, m, lay);
+        if (want || !cfg->host_budget || lay->host_bytes <= cfg->host_budget || chunk / 2 < TIER_CHUNK_MIN) break;
+        chunk /= 2;
+    }
     // NVMe: per shard, the compute copy's extent, then its chunks of (g,) master, m, v
     for (int s = 0; s < m->nshards; s++) {
         uint64_t n = m->shards[s].numel_padded;
         if (P == TIER_NVME) lay->nvme_bytes += n * pb;
-        if (O == TIER_NVME) lay->nvme_bytes += (uint64_t)lay->o32_parts * n * f;
+        if (cfg->optim_tier == TIER_NVME) lay->nvme_bytes += (uint64_t)lay->o32_parts * n * sizeof(float);
     }
 }
 

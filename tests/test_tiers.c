@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "json.h"
 #include "plan.h"
 #include "trainer.h"
 #include "testutil.h"
@@ -104,6 +105,12 @@ static const char *const placements[][16] = {
     {"--params", "nvme", "--grads", "device", "--optimizer", "host", "--prefetch", "8", VT, "--checkpoints",
      "device"}, // prefetch deeper than the slots
     {"--params", "device", "--grads", "host", "--optimizer", "device", "--prefetch", "3", H, "--checkpoints", "device"},
+    // --grads nvme (with --optimizer nvme): horizontal --accum reads partial sums back, vertical
+    // writes each shard's gradient once
+    {"--params", "nvme", "--grads", "nvme", "--optimizer", "nvme", "--prefetch", "1", H, "--checkpoints", "device"},
+    {"--params", "host", "--grads", "nvme", "--optimizer", "nvme", "--prefetch", "2", VT, "--checkpoints", "host"},
+    {"--params", "device", "--grads", "nvme", "--optimizer", "nvme", "--prefetch", "0", H, "--checkpoints", "host",
+     "--io-verify"},
 };
 #undef H
 #undef VT
@@ -196,6 +203,69 @@ START_TEST(nvme_makes_it_fit) {
 }
 END_TEST
 
+// `small`'s FP32 gradients alone are 36.8 MiB: with --grads nvme a 32 MiB host budget holds
+// the run (staging only; the optimizer's chunks shrink to fit), and it gives the resident bits.
+START_TEST(grads_leave_ram) {
+    const char *base[] = {"--model", "small", "--batch", "1", "--seq", "32", "--steps", "2", "--eval-every", "0",
+                          "--quiet", NULL};
+    const char *host[] = {"--host-budget", "32M", "--params", "nvme", "--grads", "host", "--optimizer", "nvme", NULL};
+    run_t refused = train(base, host, NULL);
+    ck_assert_int_eq(refused.rc, 2);
+    ck_assert_msg(strstr(refused.err, "over --host-budget 32.0 MiB") && strstr(refused.err, "--grads nvme"), "%s",
+                  refused.err);
+    const char *nvme[] = {"--host-budget", "32M", "--params", "nvme", "--grads", "nvme", "--optimizer", "nvme", NULL};
+    run_t r = train(base, nvme, NULL);
+    run_t ref = train(base, NULL, NULL);
+    char *a = fingerprint(&ref), *b = fingerprint(&r);
+    ck_assert_str_eq(a, b);
+    ck_assert_uint_le(summary_u64(&r, "peak_host_bytes"), 32ull << 20);
+    // every step writes each final gradient once (36.8 MiB) and the optimizer reads it back
+    ck_assert_uint_ge(summary_u64(&r, "nvme_bytes_written"), 2 * 9638784ull * 4);
+    free(a); free(b);
+    run_free(&refused); run_free(&r); run_free(&ref);
+}
+END_TEST
+
+// `tiertrain plan` ends with one JSON object; --log writes the same. 7b at batch 1 × seq 1024
+// with every state on NVMe needs under 8 GiB of RAM (staging and activations only).
+START_TEST(plan_json_line) {
+    char log[1200];
+    snprintf(log, sizeof log, "%s/plan.json", nvme_dir);
+    char *argv[] = {(char *)tu_binary(), "plan", "--model", "7b", "--batch", "1", "--seq", "1024", "--params", "nvme",
+                    "--grads", "nvme", "--optimizer", "nvme", "--host-budget", "4G", "--device", "cpu", "--log", log,
+                    NULL};
+    run_t r = {0};
+    r.rc = tu_run(argv, NULL, &r.out, &r.err);
+    ck_assert_msg(r.rc == 0 || r.rc == 2, "plan: exit %d: %s", r.rc, r.err); // 2: this disk too small for 113 GiB
+    const char *last = strrchr(r.out, '{');
+    ck_assert_ptr_nonnull(last);
+    while (last > r.out && last[-1] != '\n') last--; // the start of the last line
+    char *file = tu_slurp(log);
+    ck_assert_ptr_nonnull(file);
+    ck_assert_str_eq(last, file);
+    json_t *root = NULL;
+    char err[512];
+    ck_assert_msg(json_parse(file, strlen(file), log, NULL, &root, err, sizeof err) == 0, "%s", err);
+    int64_t ram = 0, host = 0, params = 0, slots = 0;
+    ck_assert(json_get_int64(root, "ram_bytes", 0, INT64_MAX, &ram, err, sizeof err) == 0);
+    ck_assert(json_get_int64(root, "host_bytes", 0, INT64_MAX, &host, err, sizeof err) == 0);
+    ck_assert(json_get_int64(root, "params", 0, INT64_MAX, &params, err, sizeof err) == 0);
+    const json_t *parts = json_get(root, "device_parts");
+    ck_assert_ptr_nonnull(parts);
+    ck_assert(json_get_int64(parts, "param_slots", 0, INT64_MAX, &slots, err, sizeof err) == 0);
+    ck_assert_msg(ram < (8ll << 30), "7b with every state on NVMe needs %lld bytes of RAM", (long long)ram);
+    ck_assert_msg(host <= (4ll << 30), "host %lld over --host-budget 4G", (long long)host);
+    ck_assert_int_eq(params, 6738415616ll);
+    ck_assert_int_eq(slots, 4ll * 202383360 * 2); // --prefetch 2 + 2 slots of the largest block, BF16
+    for (const char *k = "plan\0feasible\0reason\0nvme_bytes\0floor_ms\0bound\0"; *k; k += strlen(k) + 1)
+        ck_assert_msg(json_get(root, k) != NULL, "no \"%s\" in %s", k, file);
+    json_free(root);
+    free(file);
+    unlink(log);
+    run_free(&r);
+}
+END_TEST
+
 // ---------------------------------------------------------------- faults
 
 // An EIO on the k-th NVMe request fails the step naming what was being moved, the file and
@@ -212,6 +282,15 @@ START_TEST(io_error_names_shard_and_file) {
                       "%s: message: %s", fault_specs[i], r.err);
         run_free(&r);
     }
+    // --grads nvme: init writes 4 shards' states and compute copies (8 writes); the 9th is the
+    // first gradient a backward finishes, the head's
+    const char *gextra[] = {"--params", "nvme", "--grads", "nvme", "--optimizer", "nvme", NULL};
+    char *genv[] = {"TT_IO_FAULT=write:eio@9", NULL};
+    run_t g = train(base_bf16, gextra, genv);
+    ck_assert_msg(g.rc == 1, "grads nvme: exit %d, stderr: %s", g.rc, g.err);
+    ck_assert_msg(strstr(g.err, "step 1: ") && strstr(g.err, "gradients of head") && strstr(g.err, "Input/output error"),
+                  "grads nvme: message: %s", g.err);
+    run_free(&g);
 }
 END_TEST
 
@@ -264,6 +343,7 @@ START_TEST(plan_matches_allocation) {
     cfg.threads = 1; cfg.nvme_qd = 8; cfg.io_block = 1 << 20; cfg.numa_node = -1; cfg.quiet = 1;
     snprintf(cfg.nvme_path, sizeof cfg.nvme_path, "%s", nvme_dir);
     cfg.params_tier = pl[_i % 4][0]; cfg.grads_tier = pl[_i % 4][1]; cfg.optim_tier = pl[_i % 4][2];
+    if (_i >= 16) { cfg.grads_tier = TIER_NVME; cfg.optim_tier = TIER_NVME; } // with the gradients' staging
     if (_i >= 8) { // vertical: both micro-batches' checkpoints, on the host; a host cache of 3 MiB
         cfg.schedule = SCHEDULE_VERTICAL;
         cfg.ckpt_tier = _i % 3 ? CKPT_HOST : CKPT_DEVICE;
@@ -302,7 +382,9 @@ int main(void) {
     tcase_add_checked_fixture(cap, setup, teardown);
     tcase_set_timeout(cap, 300);
     tcase_add_test(cap, nvme_makes_it_fit);
-    tcase_add_loop_test(cap, plan_matches_allocation, 0, 16);
+    tcase_add_loop_test(cap, plan_matches_allocation, 0, 20);
+    tcase_add_test(cap, grads_leave_ram);
+    tcase_add_test(cap, plan_json_line);
     suite_add_tcase(s, cap);
     TCase *flt = tcase_create("faults");
     tcase_add_checked_fixture(flt, setup, teardown);

@@ -193,6 +193,11 @@ static const char *const placements[][20] = {
     {BASE, "--optimizer", "device", "--params", "host", "--grads", "host", NULL},
     {"--accum", "2", "--schedule", "vertical", "--checkpoints", "host", "--params", "nvme", "--host-cache", "1M",
      "--grads", "host", NULL},
+    // gradients on NVMe: copied down through staging and written a visit later; horizontal
+    // --accum reads each partial sum back up
+    {"--accum", "2", "--schedule", "horizontal", "--params", "host", "--grads", "nvme", "--optimizer", "nvme", NULL},
+    {"--accum", "2", "--schedule", "vertical", "--checkpoints", "host", "--params", "nvme", "--grads", "nvme",
+     "--optimizer", "nvme", NULL},
 };
 #undef BASE
 enum { NPLACEMENTS = sizeof placements / sizeof placements[0] };
