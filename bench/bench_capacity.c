@@ -1,16 +1,18 @@
-// bench_capacity.c — `tiertrain bench capacity`: the largest model whose states this
+// bench_capacity.c — `tiertrain bench capacity`: the largest realistic model whose states this
 // machine's tiers hold by the plan, then two real steps of it. The states go where they are
-// cheapest to hold: parameters and optimizer states on NVMe (--nvme-path), gradients on the
-// host (the one state that cannot go to NVMe yet), activations on the device. Limits: the
-// device arena (--hbm-budget), the host (--host-budget, and 90% of MemAvailable), the NVMe
-// paths' free space (95%). Widths come from the presets (7b down to small; sequence 64,
-// batch 1); for each the layer count is pushed as high as the plan allows, and the largest
-// model wins. Then it trains 2 steps of it and reports parameters, bytes per tier, s/step
-// and the loss.
+// cheapest to hold: parameters, gradients and optimizer states on NVMe (--nvme-path), so RAM
+// holds only staging and activations; activations on the device. Limits: the device arena
+// (--hbm-budget), the host (--host-budget, and 90% of MemAvailable), the NVMe paths' free
+// space (95%). Widths come from the presets (70b down to small; sequence 64, batch 1); a
+// width's depth runs from half its preset's layers to twice them (a model, not a stack of
+// 3,000 thin layers), as high as the plan allows, and the largest model wins. Then it trains
+// 2 steps of it and reports parameters, bytes per tier, the RAM it really took (the tiers'
+// peak and the process's), states ÷ RAM, s/step and the loss.
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include "bench.h"
 #include "hostmem.h"
 #include "model.h"
@@ -25,12 +27,24 @@ static int fits(config_t *cfg, uint64_t host_limit, uint64_t nvme_limit, plan_t 
     return p->feasible && p->ram_needed <= host_limit && p->nvme_bytes <= nvme_limit;
 }
 
+// The deepest L in [lo, hi] that fits (lo fits), by bisection.
+static int deepest(config_t *c, int lo, int hi, uint64_t host_limit, uint64_t nvme_limit, plan_t *p) {
+    while (lo < hi) {
+        c->L = lo + (hi - lo + 1) / 2;
+        if (fits(c, host_limit, nvme_limit, p)) lo = c->L;
+        else hi = c->L - 1;
+    }
+    c->L = lo;
+    fits(c, host_limit, nvme_limit, p);
+    return lo;
+}
+
 int bench_capacity(const config_t *cfg_in) {
-    static const char *widths[] = {"7b", "3b", "1b", "350m", "125m", "small"};
+    static const char *widths[] = {"70b", "30b", "13b", "7b", "3b", "1b", "350m", "125m", "small"};
     config_t cfg = *cfg_in;
     cfg.command = CMD_TRAIN;
     cfg.params_tier = TIER_NVME;
-    cfg.grads_tier = TIER_HOST;
+    cfg.grads_tier = TIER_NVME;
     cfg.optim_tier = TIER_NVME;
     cfg.ckpt_tier = CKPT_DEVICE;
     cfg.schedule = SCHEDULE_HORIZONTAL;
@@ -50,39 +64,29 @@ int bench_capacity(const config_t *cfg_in) {
            cfg.hbm_budget ? format_bytes(a, sizeof a, cfg.hbm_budget) : "none (the host limit)",
            format_bytes(b, sizeof b, host_limit), format_bytes(c, sizeof c, avail),
            format_bytes(a, sizeof a, nvme_limit));
-    printf("placement: params nvme, grads host, optimizer nvme, checkpoints device; batch 1 x seq 64\n\n");
-    printf("%-8s %8s %14s %12s %12s %12s\n", "width", "layers", "params", "states", "host", "nvme");
+    printf("placement: params, grads and optimizer nvme, checkpoints device; batch 1 x seq 64; depth from half to "
+           "twice the preset's\n\n");
+    printf("%-8s %8s %14s %12s %12s %12s\n", "width", "layers", "params", "states", "RAM", "nvme");
     config_t best;
     size_t best_params = 0;
     for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
         config_t c1 = cfg;
         model_preset(widths[w], &c1);
         c1.T = 64;
+        const int lmin = (c1.L + 1) / 2, lmax = 2 * c1.L;
         plan_t p;
-        c1.L = 1;
+        c1.L = lmin;
         if (!fits(&c1, host_limit, nvme_limit, &p)) {
-            printf("%-8s %8s  one layer does not fit: %s\n", widths[w], "-", p.feasible ? "over the host or nvme limit" : p.reason);
+            printf("%-8s %8s  %d layers do not fit: %s\n", widths[w], "-", lmin,
+                   p.feasible ? "over the host or nvme limit" : p.reason);
             continue;
         }
-        int lo = 1, hi = 2; // largest L that fits: lo fits, hi does not
-        for (;;) {
-            c1.L = hi;
-            if (!fits(&c1, host_limit, nvme_limit, &p) || hi >= 4096) break;
-            lo = hi;
-            hi *= 2;
-        }
-        while (hi - lo > 1) {
-            c1.L = (lo + hi) / 2;
-            if (fits(&c1, host_limit, nvme_limit, &p)) lo = c1.L;
-            else hi = c1.L;
-        }
-        c1.L = lo;
-        fits(&c1, host_limit, nvme_limit, &p);
+        int L = deepest(&c1, lmin, lmax, host_limit, nvme_limit, &p);
         model_t m;
         model_init(&m, &c1);
         size_t np = m.num_params;
         model_free(&m);
-        printf("%-8s %8d %13.2fB %12s %12s %12s\n", widths[w], lo, np / 1e9,
+        printf("%-8s %8d %13.2fB %12s %12s %12s\n", widths[w], L, np / 1e9,
                format_bytes(a, sizeof a, p.params_bytes + p.grads_bytes + p.optim_bytes),
                format_bytes(b, sizeof b, p.ram_needed), format_bytes(c, sizeof c, p.nvme_bytes));
         if (np > best_params) { best_params = np; best = c1; }
@@ -97,9 +101,9 @@ int bench_capacity(const config_t *cfg_in) {
     plan_t p;
     plan_compute(&best, &m, NULL, &p);
     uint64_t states = p.params_bytes + p.grads_bytes + p.optim_bytes;
-    printf("\nlargest: %s width, %d layers: %.3fB parameters, states %s = %.2f x RAM (%s available)\n", best.preset,
-           best.L, m.num_params / 1e9, format_bytes(a, sizeof a, states), (double)states / (double)ram,
-           format_bytes(b, sizeof b, ram));
+    printf("\nlargest: %s width, %d layers: %.3fB parameters, states %s = %.2f x RAM (%s available), the plan's RAM %s\n",
+           best.preset, best.L, m.num_params / 1e9, format_bytes(a, sizeof a, states), (double)states / (double)ram,
+           format_bytes(b, sizeof b, ram), format_bytes(c, sizeof c, p.ram_needed));
     model_free(&m);
     printf("training 2 steps of it (init writes the NVMe states first) ...\n");
     fflush(stdout);
@@ -111,20 +115,28 @@ int bench_capacity(const config_t *cfg_in) {
                best_params, (unsigned long long)states, (unsigned long long)ram);
         return 1;
     }
+    struct rusage ru;
+    uint64_t rss = getrusage(RUSAGE_SELF, &ru) == 0 ? (uint64_t)ru.ru_maxrss * 1024 : 0;
+    const uint64_t tiers = r.info.device_peak + r.info.host_bytes; // the CPU backend's arena is RAM too
     printf("\n%-26s %s\n", "parameters", format_bytes(a, sizeof a, p.params_bytes));
     printf("%-26s %.3fB\n", "count", r.num_params / 1e9);
     printf("%-26s %s (peak)\n", "device arena", format_bytes(a, sizeof a, r.info.device_peak));
     printf("%-26s %s\n", "host pool", format_bytes(a, sizeof a, r.info.host_bytes));
+    printf("%-26s %s (arena + pool), %s max RSS of the process\n", "RAM peak", format_bytes(a, sizeof a, tiers),
+           format_bytes(b, sizeof b, rss));
+    printf("%-26s %s, %.2f x RAM\n", "states", format_bytes(a, sizeof a, states), (double)states / (double)ram);
     printf("%-26s %s\n", "nvme store", format_bytes(a, sizeof a, p.nvme_bytes));
     printf("%-26s %.1f s\n", "init (first touch + writes)", r.init_ms / 1e3);
     printf("%-26s %.1f s (the second step)\n", "step", r.step_ms / 1e3);
     printf("%-26s %s read, %s written\n", "nvme traffic", format_bytes(a, sizeof a, r.info.tier.nvme_read_bytes),
            format_bytes(b, sizeof b, r.info.tier.nvme_write_bytes));
     printf("%-26s %.4f -> %.4f\n", "loss", r.first_loss, r.last_loss);
-    printf("{\"bench\":\"capacity\",\"params\":%zu,\"state_bytes\":%llu,\"ram_bytes\":%llu,\"states_over_ram\":%.3f,"
-           "\"s_per_step\":%.3f,\"loss\":%.6f,\"host_bytes\":%llu,\"nvme_bytes\":%llu,\"peak_device_bytes\":%llu}\n",
-           r.num_params, (unsigned long long)states, (unsigned long long)ram, (double)states / (double)ram,
-           r.step_ms / 1e3, r.last_loss, (unsigned long long)r.info.host_bytes, (unsigned long long)p.nvme_bytes,
+    printf("{\"bench\":\"capacity\",\"width\":\"%s\",\"layers\":%d,\"params\":%zu,\"state_bytes\":%llu,\"ram_bytes\":%llu,"
+           "\"states_over_ram\":%.3f,\"ram_peak_bytes\":%llu,\"max_rss_bytes\":%llu,\"s_per_step\":%.3f,\"init_s\":%.3f,"
+           "\"loss\":%.6f,\"host_bytes\":%llu,\"nvme_bytes\":%llu,\"peak_device_bytes\":%llu}\n",
+           best.preset, best.L, r.num_params, (unsigned long long)states, (unsigned long long)ram,
+           (double)states / (double)ram, (unsigned long long)tiers, (unsigned long long)rss, r.step_ms / 1e3,
+           r.init_ms / 1e3, r.last_loss, (unsigned long long)r.info.host_bytes, (unsigned long long)p.nvme_bytes,
            (unsigned long long)r.info.device_peak);
     return 0;
 }
