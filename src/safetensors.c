@@ -516,6 +516,99 @@ static int cmp_by_name(const void *a, const void *b, void *base) {
     return strcmp(t[*(const int *)a].name, t[*(const int *)b].name);
 }
 
+// Opens r->path and reads its 8-byte header length and the JSON header into *hdr (the
+// caller frees it), checking both against the file's size. Returns 0 or -errno with a line.
+static int read_header(st_reader_t *r, char **hdr, char *err, size_t errlen) {
+    r->fd = open(r->path, O_RDONLY | O_CLOEXEC);
+    if (r->fd < 0) return rerr(r, err, errlen, -errno, "%s", strerror(errno));
+    struct stat st;
+    if (fstat(r->fd, &st) != 0) return rerr(r, err, errlen, -errno, "fstat: %s", strerror(errno));
+    if (!S_ISREG(st.st_mode)) return rerr(r, err, errlen, S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL, "not a regular file");
+    r->file_size = (uint64_t)st.st_size;
+    if (r->file_size < 8)
+        return rerr(r, err, errlen, -EINVAL, "%" PRIu64 " bytes, too small for a safetensors file (its header length "
+                    "alone is 8 bytes)", r->file_size);
+    unsigned char le[8];
+    int rc = pread_all(r->fd, le, 8, 0);
+    if (rc < 0) {
+        rerr(r, err, errlen, rc, "reading the header length: %s", strerror(-rc));
+        return rc;
+    }
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = n << 8 | le[i];
+    if (n > ST_MAX_HEADER)
+        return rerr(r, err, errlen, -EINVAL, "header length %" PRIu64 " is over the limit of %llu bytes (not a "
+                    "safetensors file?)", n, ST_MAX_HEADER);
+    if (n > r->file_size - 8)
+        return rerr(r, err, errlen, -EINVAL, "header length %" PRIu64 " runs past the end of the file (%" PRIu64 " bytes "
+                    "leave at most %" PRIu64 "; truncated?)", n, r->file_size, r->file_size - 8);
+    r->header_len = n;
+    r->data_start = 8 + n;
+    *hdr = malloc(n ? n : 1);
+    if (!*hdr) return rerr(r, err, errlen, -ENOMEM, "out of memory for the %" PRIu64 "-byte header", n);
+    if ((rc = pread_all(r->fd, *hdr, n, 8)) < 0) {
+        rerr(r, err, errlen, rc, "reading the header: %s", strerror(-rc));
+        return rc;
+    }
+    if (n == 0 || (*hdr)[0] != '{')
+        return rerr(r, err, errlen, -EINVAL, "the header does not start with '{' (it must be a JSON object)");
+    return 0;
+}
+
+// The header's entries: __metadata__, and a tensor for every other key.
+static int parse_entries(st_reader_t *r, uint64_t data_len, char *err, size_t errlen) {
+    const json_t *root = r->json; // an object: the header starts with '{' and parsed whole
+    st_tensor_t *tensors = calloc(root->n ? root->n : 1, sizeof *tensors); // r's, read-only once open
+    r->tensors = tensors;
+    r->by_name = malloc((root->n ? root->n : 1) * sizeof *r->by_name);
+    if (!tensors || !r->by_name) return rerr(r, err, errlen, -ENOMEM, "out of memory for %zu tensors", root->n);
+    for (size_t i = 0; i < root->n; i++) {
+        const json_t *e = &root->kids[i];
+        int rc;
+        if (e->key_len == 12 && memcmp(e->key, "__metadata__", 12) == 0) {
+            st_meta_t *meta = calloc(e->type == JSON_OBJECT && e->n ? e->n : 1, sizeof *meta);
+            r->meta = meta;
+            if (!meta) return rerr(r, err, errlen, -ENOMEM, "out of memory");
+            if ((rc = parse_meta(r, e, meta, &r->nmeta, err, errlen))) return rc;
+            continue;
+        }
+        if (memchr(e->key, 0, e->key_len)) {
+            char nm[128];
+            return rerr(r, err, errlen, -EINVAL, "tensor %s: the name holds a NUL character (\\u0000)",
+                        shown(nm, sizeof nm, e->key, e->key_len));
+        }
+        if ((rc = parse_tensor(r, e, data_len, &tensors[r->ntensors], err, errlen))) return rc;
+        r->ntensors++;
+    }
+    return 0;
+}
+
+// The tensors must tile the data section: sorted by offset, each starts where the last ended.
+static int check_tiling(st_reader_t *r, uint64_t data_len, char *err, size_t errlen) {
+    st_tensor_t *tensors = (st_tensor_t *)r->tensors; // allocated by parse_entries, still being built
+    qsort(tensors, (size_t)r->ntensors, sizeof *tensors, cmp_by_offset);
+    uint64_t prev_end = 0;
+    for (int i = 0; i < r->ntensors; i++) {
+        const st_tensor_t *t = &tensors[i];
+        char a[128], b[128];
+        if (t->begin < prev_end) {
+            const st_tensor_t *p = &tensors[i - 1];
+            return rerr(r, err, errlen, -EINVAL, "tensors %s [%" PRIu64 ", %" PRIu64 "] and %s [%" PRIu64 ", %" PRIu64
+                        "] overlap", shown(a, sizeof a, p->name, strlen(p->name)), p->begin, p->end,
+                        shown(b, sizeof b, t->name, strlen(t->name)), t->begin, t->end);
+        }
+        if (t->begin > prev_end)
+            return rerr(r, err, errlen, -EINVAL, "data section bytes [%" PRIu64 ", %" PRIu64 ") belong to no tensor (a "
+                        "hole before tensor %s; the tensors must cover the data section exactly)", prev_end, t->begin,
+                        shown(b, sizeof b, t->name, strlen(t->name)));
+        prev_end = t->end;
+    }
+    if (prev_end != data_len)
+        return rerr(r, err, errlen, -EINVAL, "data section bytes [%" PRIu64 ", %" PRIu64 ") belong to no tensor (after "
+                    "the last one; the tensors must cover the data section exactly)", prev_end, data_len);
+    return 0;
+}
+
 int st_open(const char *path, st_reader_t **out, char *err, size_t errlen) {
     *out = NULL;
     if (!path) return werr(err, errlen, -EINVAL, "safetensors: no path");
@@ -526,59 +619,8 @@ int st_open(const char *path, st_reader_t **out, char *err, size_t errlen) {
         free(r);
         return werr(err, errlen, -ENOMEM, "%s: out of memory", path);
     }
-    r->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (r->fd < 0) {
-        rc = rerr(r, err, errlen, -errno, "%s", strerror(errno));
-        goto fail;
-    }
-    struct stat st;
-    if (fstat(r->fd, &st) != 0) {
-        rc = rerr(r, err, errlen, -errno, "fstat: %s", strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = rerr(r, err, errlen, S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL, "not a regular file");
-        goto fail;
-    }
-    r->file_size = (uint64_t)st.st_size;
-    if (r->file_size < 8) {
-        rc = rerr(r, err, errlen, -EINVAL, "%" PRIu64 " bytes, too small for a safetensors file (its header length "
-                  "alone is 8 bytes)", r->file_size);
-        goto fail;
-    }
-    unsigned char le[8];
-    if ((rc = pread_all(r->fd, le, 8, 0)) < 0) {
-        rerr(r, err, errlen, rc, "reading the header length: %s", strerror(-rc));
-        goto fail;
-    }
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--) n = n << 8 | le[i];
-    if (n > ST_MAX_HEADER) {
-        rc = rerr(r, err, errlen, -EINVAL, "header length %" PRIu64 " is over the limit of %llu bytes (not a "
-                  "safetensors file?)", n, ST_MAX_HEADER);
-        goto fail;
-    }
-    if (n > r->file_size - 8) {
-        rc = rerr(r, err, errlen, -EINVAL, "header length %" PRIu64 " runs past the end of the file (%" PRIu64 " bytes "
-                  "leave at most %" PRIu64 "; truncated?)", n, r->file_size, r->file_size - 8);
-        goto fail;
-    }
-    r->header_len = n;
-    r->data_start = 8 + n;
-    uint64_t data_len = r->file_size - r->data_start;
-    hdr = malloc(n ? n : 1);
-    if (!hdr) {
-        rc = rerr(r, err, errlen, -ENOMEM, "out of memory for the %" PRIu64 "-byte header", n);
-        goto fail;
-    }
-    if ((rc = pread_all(r->fd, hdr, n, 8)) < 0) {
-        rerr(r, err, errlen, rc, "reading the header: %s", strerror(-rc));
-        goto fail;
-    }
-    if (n == 0 || hdr[0] != '{') {
-        rc = rerr(r, err, errlen, -EINVAL, "the header does not start with '{' (it must be a JSON object)");
-        goto fail;
-    }
+    r->fd = -1;
+    if ((rc = read_header(r, &hdr, err, errlen)) < 0) goto fail;
     if (asprintf(&r->header_name, "%s: header", path) < 0) {
         r->header_name = NULL;
         rc = rerr(r, err, errlen, -ENOMEM, "out of memory");
@@ -586,70 +628,14 @@ int st_open(const char *path, st_reader_t **out, char *err, size_t errlen) {
     }
     // Depth 8: the format needs 3; deeper values fail with a message about the field.
     json_limits_t lim = {.max_depth = 8, .max_bytes = ST_MAX_HEADER, .max_values = 0};
-    if ((rc = json_parse(hdr, n, r->header_name, &lim, &r->json, err, errlen)) < 0) goto fail;
+    if ((rc = json_parse(hdr, r->header_len, r->header_name, &lim, &r->json, err, errlen)) < 0) goto fail;
     free(hdr);
     hdr = NULL;
-
-    const json_t *root = r->json; // an object: the header starts with '{' and parsed whole
-    st_tensor_t *tensors = calloc(root->n ? root->n : 1, sizeof *tensors);
-    st_meta_t *meta = NULL;
-    r->tensors = tensors;
-    r->by_name = malloc((root->n ? root->n : 1) * sizeof *r->by_name);
-    if (!tensors || !r->by_name) {
-        rc = rerr(r, err, errlen, -ENOMEM, "out of memory for %zu tensors", root->n);
+    const uint64_t data_len = r->file_size - r->data_start;
+    if ((rc = parse_entries(r, data_len, err, errlen)) != 0 || (rc = check_tiling(r, data_len, err, errlen)) != 0)
         goto fail;
-    }
-    for (size_t i = 0; i < root->n; i++) {
-        const json_t *e = &root->kids[i];
-        if (e->key_len == 12 && memcmp(e->key, "__metadata__", 12) == 0) {
-            meta = calloc(e->type == JSON_OBJECT && e->n ? e->n : 1, sizeof *meta);
-            r->meta = meta;
-            if (!meta) {
-                rc = rerr(r, err, errlen, -ENOMEM, "out of memory");
-                goto fail;
-            }
-            if ((rc = parse_meta(r, e, meta, &r->nmeta, err, errlen))) goto fail;
-            continue;
-        }
-        if (memchr(e->key, 0, e->key_len)) {
-            char nm[128];
-            rc = rerr(r, err, errlen, -EINVAL, "tensor %s: the name holds a NUL character (\\u0000)",
-                      shown(nm, sizeof nm, e->key, e->key_len));
-            goto fail;
-        }
-        if ((rc = parse_tensor(r, e, data_len, &tensors[r->ntensors], err, errlen))) goto fail;
-        r->ntensors++;
-    }
-
-    // The tensors must tile the data section: sorted by offset, each starts where the last ended.
-    qsort(tensors, (size_t)r->ntensors, sizeof *tensors, cmp_by_offset);
-    uint64_t prev_end = 0;
-    for (int i = 0; i < r->ntensors; i++) {
-        const st_tensor_t *t = &tensors[i];
-        char a[128], b[128];
-        if (t->begin < prev_end) {
-            const st_tensor_t *p = &tensors[i - 1];
-            rc = rerr(r, err, errlen, -EINVAL, "tensors %s [%" PRIu64 ", %" PRIu64 "] and %s [%" PRIu64 ", %" PRIu64
-                      "] overlap", shown(a, sizeof a, p->name, strlen(p->name)), p->begin, p->end,
-                      shown(b, sizeof b, t->name, strlen(t->name)), t->begin, t->end);
-            goto fail;
-        }
-        if (t->begin > prev_end) {
-            rc = rerr(r, err, errlen, -EINVAL, "data section bytes [%" PRIu64 ", %" PRIu64 ") belong to no tensor (a "
-                      "hole before tensor %s; the tensors must cover the data section exactly)", prev_end, t->begin,
-                      shown(b, sizeof b, t->name, strlen(t->name)));
-            goto fail;
-        }
-        prev_end = t->end;
-    }
-    if (prev_end != data_len) {
-        rc = rerr(r, err, errlen, -EINVAL, "data section bytes [%" PRIu64 ", %" PRIu64 ") belong to no tensor (after "
-                  "the last one; the tensors must cover the data section exactly)", prev_end, data_len);
-        goto fail;
-    }
-
     for (int i = 0; i < r->ntensors; i++) r->by_name[i] = i;
-    qsort_r(r->by_name, (size_t)r->ntensors, sizeof *r->by_name, cmp_by_name, tensors);
+    qsort_r(r->by_name, (size_t)r->ntensors, sizeof *r->by_name, cmp_by_name, (void *)r->tensors);
     // json.c rejects duplicate keys, so names are unique; r->json owns the name strings.
     *out = r;
     return 0;

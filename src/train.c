@@ -104,177 +104,213 @@ static void save_checkpoint(trainer_t *tr, const data_t *data, int step, FILE *l
     }
 }
 
-int train_run(const config_t *cfg_in) {
-    FILE *out = stdout;
-    config_t resolved = *cfg_in; // --offload auto may choose the homes
-    const config_t *cfg = &resolved;
-    config_print(cfg, out);
+// One `train` run: what its phases share.
+typedef struct {
+    config_t cfg;             // resolved: --offload auto may choose the homes, a GPU the budget
+    data_t *data;
+    ckpt_info_t ck;           // --resume's checkpoint
+    int start;                // the first step to run
+    plan_t plan;
+    profile_t prof;
+    FILE *log;                // --log, or NULL
+    trainer_t *tr;
+    int N;                    // rows per micro-batch
+    int *inputs, *targets;    // (accum, N) the step's micro-batches
+    double first_loss, last_loss, total_ms, last_val;
+    int timed_steps, last_step;
+    char saved[TT_PATH_MAX + 64]; // the newest checkpoint this run saved
+    int saved_step;
+} run_t;
 
+// Everything that can be refused is, before any allocation: the data, --resume's checkpoint
+// against this model, and whether the placement fits (the check `tiertrain plan` prints, for
+// the device that will run: a GPU's memory is not RAM). Exits 2 on bad input.
+static void run_check(run_t *r) {
+    config_t *cfg = &r->cfg;
     char err[768] = "";
-    data_t *data = NULL;
-    if (data_open(&data, cfg, err, sizeof err) != 0) usage_error("%s", err);
-    // --resume: the checkpoint must exist, parse and match this model before anything else
-    ckpt_info_t ck;
-    int start = 1;
+    if (data_open(&r->data, cfg, err, sizeof err) != 0) usage_error("%s", err);
+    r->start = 1;
     if (cfg->resume[0]) {
         char dir[TT_PATH_MAX];
         if (checkpoint_resolve(cfg->resume, dir, sizeof dir, err, sizeof err) != 0) usage_error("%s", err);
-        if (checkpoint_info(dir, &ck, err, sizeof err) != 0) usage_error("--resume %s: %s", cfg->resume, err);
-        if (checkpoint_check_config(&ck, cfg, err, sizeof err) != 0) usage_error("%s", err);
-        if (ck.step >= cfg->steps)
+        if (checkpoint_info(dir, &r->ck, err, sizeof err) != 0) usage_error("--resume %s: %s", cfg->resume, err);
+        if (checkpoint_check_config(&r->ck, cfg, err, sizeof err) != 0) usage_error("%s", err);
+        if (r->ck.step >= cfg->steps)
             usage_error("--resume %s: the checkpoint is at step %d and --steps is %d: nothing left to do (raise --steps)",
-                        cfg->resume, ck.step, cfg->steps);
-        start = ck.step + 1;
+                        cfg->resume, r->ck.step, cfg->steps);
+        r->start = r->ck.step + 1;
     }
-
-    // Before any allocation: does it fit? (The same check `tiertrain plan` prints, for the
-    // device that will run: a GPU's memory is not RAM.)
-    if (backend_resolve_config(&resolved, err, sizeof err) != 0) usage_error("%s", err);
+    if (backend_resolve_config(cfg, err, sizeof err) != 0) usage_error("%s", err);
     model_t shape;
     model_init(&shape, cfg);
-    plan_t plan;
-    profile_t prof;
-    const profile_t *rates = train_load_profile(cfg, &prof);
+    const profile_t *rates = train_load_profile(cfg, &r->prof);
     if (cfg->offload_auto) {
         char why[1024];
-        int ok = plan_auto(&resolved, &shape, rates, &plan, why, sizeof why);
-        if (!ok) usage_error("%s", why);
-        fprintf(out, "%s\n", why);
+        if (!plan_auto(cfg, &shape, rates, &r->plan, why, sizeof why)) usage_error("%s", why);
+        printf("%s\n", why);
     } else {
-        plan_compute(cfg, &shape, rates, &plan);
+        plan_compute(cfg, &shape, rates, &r->plan);
     }
-    int nshards = shape.nshards;
     model_free(&shape);
-    if (!plan.feasible) usage_error("%s", plan.reason);
+    if (!r->plan.feasible) usage_error("%s", r->plan.reason);
+}
 
-    // Output files only once the run is known to be possible: bad input leaves none behind.
-    FILE *log = NULL;
+// Output files only once the run is known to be possible: bad input leaves none behind.
+static void run_open_outputs(run_t *r) {
+    const config_t *cfg = &r->cfg;
     if (cfg->log_path[0]) {
-        log = fopen(cfg->log_path, "w");
-        if (!log) usage_error("--log %s: %s (give a writable path)", cfg->log_path, strerror(errno));
+        r->log = fopen(cfg->log_path, "w");
+        if (!r->log) usage_error("--log %s: %s (give a writable path)", cfg->log_path, strerror(errno));
     }
     // --trace: room for every span of the run (a few per shard per micro-batch), capped.
     if (cfg->trace_path[0]) {
-        size_t per_step = (size_t)(nshards * 8) * (size_t)(cfg->accum + 1) + 64;
+        size_t per_step = (size_t)(r->plan.lay.nshards * 8) * (size_t)(cfg->accum + 1) + 64;
         size_t max_events = per_step * (size_t)(cfg->steps + 1);
         if (max_events > (size_t)4 << 20) max_events = (size_t)4 << 20;
         int trc = trace_open(cfg->trace_path, max_events);
         if (trc != 0) usage_error("--trace %s: %s (give a writable path)", cfg->trace_path, strerror(-trc));
     }
+}
 
-    trainer_t *tr = NULL;
-    int rc = trainer_init(&tr, cfg, err, sizeof err);
-    if (rc != 0) fail_with(rc, "%s", err);
-    print_model(trainer_model(tr), cfg, out);
-    fprintf(out, "data: %s\n", data_describe(data));
-    if (cfg->resume[0]) {
-        double t0 = now_ms();
-        rc = checkpoint_load(tr, data, &ck, 0, err, sizeof err);
-        if (rc != 0 && log) { // a bad checkpoint is bad input: it leaves no output behind
-            fclose(log);
-            unlink(cfg->log_path);
-        }
-        // a corrupt file (EINVAL) or a file missing from the folder (ENOENT) is bad input
-        if (rc == -EINVAL || rc == -ENOENT) usage_error("--resume %s: %s", cfg->resume, err);
-        if (rc != 0) runtime_error("--resume %s: %s", cfg->resume, err);
-        fprintf(out, "resumed: %s at step %d (params_hash %s, %.1f s)\n", ck.dir, ck.step, ck.params_hash,
-                (now_ms() - t0) / 1e3);
-        // allowed, but then the run is not the one the checkpoint came from: say so
-        if (ck.lr != cfg->lr || ck.min_lr != cfg->min_lr || ck.warmup != cfg->warmup || ck.steps != cfg->steps)
-            notice("--resume %s: the checkpoint was trained with --lr %g --min-lr %g --warmup %d --steps %d; this run's "
-                   "schedule differs, so its learning rates differ from the run that saved it",
-                   cfg->resume, ck.lr, ck.min_lr, ck.warmup, ck.steps);
+// --resume: the checkpoint's states into the trainer, its data positions into the data.
+static void run_resume(run_t *r) {
+    const config_t *cfg = &r->cfg;
+    char err[768];
+    double t0 = now_ms();
+    int rc = checkpoint_load(r->tr, r->data, &r->ck, 0, err, sizeof err);
+    if (rc != 0 && r->log) { // a bad checkpoint is bad input: it leaves no output behind
+        fclose(r->log);
+        unlink(cfg->log_path);
     }
-    fflush(out);
-    catch_signals();
-    char saved[TT_PATH_MAX + 64] = "";
-    int saved_step = 0;
+    // a corrupt file (EINVAL) or a file missing from the folder (ENOENT) is bad input
+    if (rc == -EINVAL || rc == -ENOENT) usage_error("--resume %s: %s", cfg->resume, err);
+    if (rc != 0) runtime_error("--resume %s: %s", cfg->resume, err);
+    printf("resumed: %s at step %d (params_hash %s, %.1f s)\n", r->ck.dir, r->ck.step, r->ck.params_hash,
+           (now_ms() - t0) / 1e3);
+    // allowed, but then the run is not the one the checkpoint came from: say so
+    const ckpt_info_t *ck = &r->ck;
+    if (ck->lr != cfg->lr || ck->min_lr != cfg->min_lr || ck->warmup != cfg->warmup || ck->steps != cfg->steps)
+        notice("--resume %s: the checkpoint was trained with --lr %g --min-lr %g --warmup %d --steps %d; this run's "
+               "schedule differs, so its learning rates differ from the run that saved it",
+               cfg->resume, ck->lr, ck->min_lr, ck->warmup, ck->steps);
+}
 
-    const int N = trainer_rows(tr);
-    int *inputs = mallocCheck((size_t)N * (size_t)cfg->accum * sizeof(int)); // the step's micro-batches
-    int *targets = mallocCheck((size_t)N * (size_t)cfg->accum * sizeof(int));
-    double first_loss = NAN, last_loss = NAN, total_ms = 0, last_val = NAN;
-    int timed_steps = 0;
-
-    int last_step = start - 1;
-    for (int step = start; step <= cfg->steps && !stop_signal; step++) {
+// The steps, each printed and logged; evaluations and checkpoints on their schedule. Stops
+// early, after a whole step, on SIGINT/SIGTERM.
+static void run_steps(run_t *r) {
+    const config_t *cfg = &r->cfg;
+    char err[768];
+    const int N = r->N;
+    r->first_loss = r->last_loss = r->last_val = NAN;
+    r->last_step = r->start - 1;
+    for (int step = r->start; step <= cfg->steps && !stop_signal; step++) {
         double t0 = now_ms();
         for (int mb = 0; mb < cfg->accum; mb++)
-            data_next(data, DATA_TRAIN, inputs + (size_t)mb * N, targets + (size_t)mb * N);
+            data_next(r->data, DATA_TRAIN, r->inputs + (size_t)mb * N, r->targets + (size_t)mb * N);
         double loss, norm;
         float lr;
-        if (trainer_train_step(tr, step, inputs, targets, &loss, &norm, &lr, err, sizeof err) != 0)
+        if (trainer_train_step(r->tr, step, r->inputs, r->targets, &loss, &norm, &lr, err, sizeof err) != 0)
             runtime_error("step %d: %s", step, err);
         double ms = now_ms() - t0;
         if (!isfinite(loss)) runtime_error("step %d: loss is %g (lower --lr or check the data)", step, loss);
-        if (step == start) first_loss = loss;
-        last_loss = loss;
-        last_step = step;
-        if (step > start || cfg->steps == start) { total_ms += ms; timed_steps++; }
+        if (step == r->start) r->first_loss = loss;
+        r->last_loss = loss;
+        r->last_step = step;
+        if (step > r->start || cfg->steps == r->start) { r->total_ms += ms; r->timed_steps++; }
         double tok_s = (double)N * cfg->accum / (ms / 1e3);
         if (!cfg->quiet)
-            fprintf(out, "step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %8.1f ms | %8.0f tok/s\n",
-                    step, cfg->steps, loss, lr, norm, ms, tok_s);
-        if (log)
-            fprintf(log, "{\"event\":\"step\",\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6f,\"step_ms\":%.3f,\"tok_per_s\":%.1f}\n",
-                    step, loss, lr, norm, ms, tok_s);
+            printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %8.1f ms | %8.0f tok/s\n", step, cfg->steps, loss,
+                   lr, norm, ms, tok_s);
+        if (r->log)
+            fprintf(r->log, "{\"event\":\"step\",\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6f,\"step_ms\":%.3f,"
+                            "\"tok_per_s\":%.1f}\n", step, loss, lr, norm, ms, tok_s);
         if (cfg->eval_every > 0 && (step % cfg->eval_every == 0 || step == cfg->steps)) {
-            last_val = eval_loss(tr, data, inputs, targets);
-            fprintf(out, "eval  %5d | val loss %.4f\n", step, last_val);
-            if (log) fprintf(log, "{\"event\":\"eval\",\"step\":%d,\"val_loss\":%.6f}\n", step, last_val);
+            r->last_val = eval_loss(r->tr, r->data, r->inputs, r->targets);
+            printf("eval  %5d | val loss %.4f\n", step, r->last_val);
+            if (r->log) fprintf(r->log, "{\"event\":\"eval\",\"step\":%d,\"val_loss\":%.6f}\n", step, r->last_val);
         }
         if (cfg->save_dir[0] && cfg->save_every > 0 && step % cfg->save_every == 0 && step < cfg->steps) {
-            save_checkpoint(tr, data, step, log, saved, sizeof saved);
-            saved_step = step;
+            save_checkpoint(r->tr, r->data, step, r->log, r->saved, sizeof r->saved);
+            r->saved_step = step;
         }
-        fflush(out);
+        fflush(stdout);
     }
-    if (cfg->save_dir[0] && last_step >= start && saved_step != last_step) {
-        save_checkpoint(tr, data, last_step, log, saved, sizeof saved);
-        saved_step = last_step;
+    if (cfg->save_dir[0] && r->last_step >= r->start && r->saved_step != r->last_step) {
+        save_checkpoint(r->tr, r->data, r->last_step, r->log, r->saved, sizeof r->saved);
+        r->saved_step = r->last_step;
     }
-    if (stop_signal) { // a clean stop: the step finished, the checkpoint (if any) is complete
-        int sig = stop_signal;
-        if (log) fclose(log);
-        size_t tw, td;
-        if (cfg->trace_path[0]) trace_close(&tw, &td);
-        trainer_free(tr);
-        data_free(data);
-        free(inputs);
-        free(targets);
-        fprintf(stderr, "tiertrain: stopped by %s after step %d; %s%s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
-                last_step, saved[0] ? "checkpoint: " : "no checkpoint (no --save)", saved);
-        return 128 + sig;
-    }
+}
 
-    if (trainer_optimizer_wait(tr, err, sizeof err) != 0) runtime_error("step %d: %s", cfg->steps, err);
-    double step_ms = timed_steps ? total_ms / timed_steps : 0;
-    double tok_s = step_ms > 0 ? (double)N * cfg->accum / (step_ms / 1e3) : 0;
+static void run_free(run_t *r) {
+    free(r->inputs);
+    free(r->targets);
+    trainer_free(r->tr);
+    data_free(r->data);
+}
+
+// The summary (and its JSONL line), the trace file, and the tier report last.
+static void run_finish(run_t *r) {
+    const config_t *cfg = &r->cfg;
+    char err[768];
+    if (trainer_optimizer_wait(r->tr, err, sizeof err) != 0) runtime_error("step %d: %s", cfg->steps, err);
+    double step_ms = r->timed_steps ? r->total_ms / r->timed_steps : 0;
+    double tok_s = step_ms > 0 ? (double)r->N * cfg->accum / (step_ms / 1e3) : 0;
     uint64_t hash = 0;
-    if (trainer_params_hash(tr, &hash, err, sizeof err) != 0) runtime_error("params_hash: %s", err);
-    fprintf(out, "done: %d steps, loss %.4f -> %.4f, %.1f ms/step, %.0f tok/s, params_hash %016llx\n",
-            cfg->steps, first_loss, last_loss, step_ms, tok_s, (unsigned long long)hash);
+    if (trainer_params_hash(r->tr, &hash, err, sizeof err) != 0) runtime_error("params_hash: %s", err);
+    printf("done: %d steps, loss %.4f -> %.4f, %.1f ms/step, %.0f tok/s, params_hash %016llx\n", cfg->steps,
+           r->first_loss, r->last_loss, step_ms, tok_s, (unsigned long long)hash);
     trainer_info_t info;
-    trainer_info(tr, &info);
-    if (log) {
-        report_run_t run = {.params = trainer_model(tr)->num_params, .steps = cfg->steps, .first_loss = first_loss,
-                            .final_loss = last_loss, .val_loss = last_val, .step_ms = step_ms, .tok_per_s = tok_s,
-                            .hash = hash};
-        report_summary(log, &info, &plan, &run);
-        if (fclose(log) != 0) runtime_error("--log %s: %s", cfg->log_path, strerror(errno));
+    trainer_info(r->tr, &info);
+    if (r->log) {
+        report_run_t run = {.params = trainer_model(r->tr)->num_params, .steps = cfg->steps,
+                            .first_loss = r->first_loss, .final_loss = r->last_loss, .val_loss = r->last_val,
+                            .step_ms = step_ms, .tok_per_s = tok_s, .hash = hash};
+        report_summary(r->log, &info, &r->plan, &run);
+        if (fclose(r->log) != 0) runtime_error("--log %s: %s", cfg->log_path, strerror(errno));
     }
     if (cfg->trace_path[0]) {
         size_t written = 0, dropped = 0;
         if (trace_close(&written, &dropped) != 0) runtime_error("--trace %s: write failed", cfg->trace_path);
-        fprintf(out, "trace: %zu spans written to %s%s\n", written, cfg->trace_path,
-                dropped ? " (buffer full: later spans dropped)" : "");
+        printf("trace: %zu spans written to %s%s\n", written, cfg->trace_path,
+               dropped ? " (buffer full: later spans dropped)" : "");
     }
-    // The tier report, last.
-    report_tiers(out, cfg, &info, &plan, step_ms);
-    free(inputs);
-    free(targets);
-    trainer_free(tr);
-    data_free(data);
+    report_tiers(stdout, cfg, &info, &r->plan, step_ms);
+}
+
+int train_run(const config_t *cfg_in) {
+    run_t *r = calloc(1, sizeof *r);
+    if (!r) runtime_error("out of memory for the run");
+    r->cfg = *cfg_in;
+    const config_t *cfg = &r->cfg;
+    config_print(cfg, stdout);
+    run_check(r);
+    run_open_outputs(r);
+    char err[768];
+    int rc = trainer_init(&r->tr, cfg, err, sizeof err);
+    if (rc != 0) fail_with(rc, "%s", err);
+    print_model(trainer_model(r->tr), cfg, stdout);
+    printf("data: %s\n", data_describe(r->data));
+    if (cfg->resume[0]) run_resume(r);
+    fflush(stdout);
+    catch_signals();
+    r->N = trainer_rows(r->tr);
+    r->inputs = mallocCheck((size_t)r->N * (size_t)cfg->accum * sizeof(int));
+    r->targets = mallocCheck((size_t)r->N * (size_t)cfg->accum * sizeof(int));
+    run_steps(r);
+    if (stop_signal) { // a clean stop: the step finished, the checkpoint (if any) is complete
+        int sig = stop_signal;
+        if (r->log) fclose(r->log);
+        size_t tw, td;
+        if (cfg->trace_path[0]) trace_close(&tw, &td);
+        fprintf(stderr, "tiertrain: stopped by %s after step %d; %s%s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                r->last_step, r->saved[0] ? "checkpoint: " : "no checkpoint (no --save)", r->saved);
+        run_free(r);
+        free(r);
+        return 128 + sig;
+    }
+    run_finish(r);
+    run_free(r);
+    free(r);
     return 0;
 }
 
