@@ -113,12 +113,12 @@ double trainer_forward_backward(trainer_t *tr, const int *tokens, const int *tar
     return step_forward_backward(&tr->step, tokens, targets, nmb, dscale);
 }
 
-double trainer_grad_norm(trainer_t *tr) {
-    char err[512];
-    if (tier_grads_finish(tr->tier, err, sizeof err) != 0) return NAN;
+int trainer_grad_norm(trainer_t *tr, double *norm, char *err, size_t errlen) {
+    int rc = tier_grads_finish(tr->tier, err, errlen); // every gradient is where its sum of squares is taken
     double ss = 0; // shard order, whatever the placement
-    for (int s = 0; s < tr->model.nshards; s++) ss += tier_grads_sumsq(tr->tier, s);
-    return sqrt(ss);
+    for (int s = 0; s < tr->model.nshards && rc == 0; s++) ss += tier_grads_sumsq(tr->tier, s);
+    *norm = rc == 0 ? sqrt(ss) : NAN;
+    return rc;
 }
 
 int trainer_grads_get(trainer_t *tr, int s, const float **g, char *err, size_t errlen) {
@@ -169,7 +169,8 @@ int trainer_train_step(trainer_t *tr, int t, const int *tokens, const int *targe
         snprintf(err, errlen, "%s", tr->step.fault);
         return -EIO;
     }
-    *norm = trainer_grad_norm(tr);
+    int rc = trainer_grad_norm(tr, norm, err, errlen);
+    if (rc != 0) return rc; // a gradient's write failed: the step is void
     float scale = cfg->clip > 0 && *norm > cfg->clip ? (float)(cfg->clip / (*norm + 1e-6)) : 1.0f;
     *lr = optim_lr(cfg, t);
     // starts the update; the next step's forward overlaps it, shard by shard

@@ -62,8 +62,9 @@ void trainer_logits(trainer_t *tr, float *dst);
 // vertical), gradients scaled by dscale (1 / (N · accum) for a mean over the step's tokens).
 // Returns the mean of the micro-batch losses, or NaN (trainer_fault says why).
 double trainer_forward_backward(trainer_t *tr, const int *tokens, const int *targets, int nmb, float dscale);
-// √(Σ g²) over every shard, in shard order: the same bits for any thread count or placement.
-double trainer_grad_norm(trainer_t *tr);
+// √(Σ g²) over every shard into *norm, in shard order: the same bits for any thread count or
+// placement. Returns 0, or -errno with one line when a gradient's write-back failed.
+int trainer_grad_norm(trainer_t *tr, double *norm, char *err, size_t errlen);
 // Shard s's gradients in host memory (after a backward): the home or a staging copy, valid
 // until the next call. Returns 0 or -errno with one line.
 int trainer_grads_get(trainer_t *tr, int s, const float **g, char *err, size_t errlen);

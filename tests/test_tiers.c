@@ -283,14 +283,19 @@ START_TEST(io_error_names_shard_and_file) {
         run_free(&r);
     }
     // --grads nvme: init writes 4 shards' states and compute copies (8 writes); the 9th is the
-    // first gradient a backward finishes, the head's
+    // first gradient a backward finishes, the head's (found when its slot is visited again),
+    // the 12th the last, the embedding's (found when the step gathers the norm)
     const char *gextra[] = {"--params", "nvme", "--grads", "nvme", "--optimizer", "nvme", NULL};
-    char *genv[] = {"TT_IO_FAULT=write:eio@9", NULL};
-    run_t g = train(base_bf16, gextra, genv);
-    ck_assert_msg(g.rc == 1, "grads nvme: exit %d, stderr: %s", g.rc, g.err);
-    ck_assert_msg(strstr(g.err, "step 1: ") && strstr(g.err, "gradients of head") && strstr(g.err, "Input/output error"),
-                  "grads nvme: message: %s", g.err);
-    run_free(&g);
+    const char *const gspecs[][2] = {{"TT_IO_FAULT=write:eio@9", "gradients of head"},
+                                     {"TT_IO_FAULT=write:eio@12", "gradients of embed"}};
+    for (int i = 0; i < 2; i++) {
+        char *genv[] = {(char *)gspecs[i][0], NULL};
+        run_t g = train(base_bf16, gextra, genv);
+        ck_assert_msg(g.rc == 1, "%s: exit %d, stderr: %s", gspecs[i][0], g.rc, g.err);
+        ck_assert_msg(strstr(g.err, "step 1: ") && strstr(g.err, gspecs[i][1]) && strstr(g.err, "Input/output error"),
+                      "%s: message: %s", gspecs[i][0], g.err);
+        run_free(&g);
+    }
 }
 END_TEST
 
