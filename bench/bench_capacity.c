@@ -46,7 +46,7 @@ int bench_capacity(const config_t *cfg_in) {
     cfg.params_tier = TIER_NVME;
     cfg.grads_tier = TIER_NVME;
     cfg.optim_tier = TIER_NVME;
-    cfg.ckpt_tier = CKPT_DEVICE;
+    cfg.acts_tier = ACTS_DEVICE;
     cfg.schedule = SCHEDULE_HORIZONTAL;
     cfg.offload_auto = 0;
     cfg.prefetch = 1;

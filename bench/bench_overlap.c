@@ -26,7 +26,7 @@ int bench_overlap(const config_t *cfg_in) {
     cfg.command = CMD_TRAIN;
     cfg.accum = 1;
     cfg.schedule = SCHEDULE_HORIZONTAL;
-    cfg.ckpt_tier = CKPT_DEVICE;
+    cfg.acts_tier = ACTS_DEVICE;
     cfg.eval_every = 0;
     cfg.steps = OVERLAP_STEPS;
     cfg.offload_auto = 0;

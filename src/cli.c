@@ -533,7 +533,7 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         check_nvme_paths(cfg->nvme_path);
         // --schedule auto / --checkpoints auto resolve here, so every run prints what it does
         if (cfg->schedule == SCHEDULE_AUTO) cfg->schedule = cfg->accum > 1 ? SCHEDULE_VERTICAL : SCHEDULE_HORIZONTAL;
-        if (cfg->ckpt_tier == CKPT_AUTO) cfg->ckpt_tier = cfg->schedule == SCHEDULE_VERTICAL ? CKPT_HOST : CKPT_DEVICE;
+        if (cfg->acts_tier == ACTS_AUTO) cfg->acts_tier = cfg->schedule == SCHEDULE_VERTICAL ? ACTS_HOST : ACTS_DEVICE;
         if (cfg->grads_tier == TIER_NVME && cfg->optim_tier != TIER_NVME && !cfg->offload_auto)
             usage_error("--grads nvme: needs --optimizer nvme (the optimizer reads each shard's gradient with its "
                         "states, in one extent; add --optimizer nvme, or keep --grads host)");

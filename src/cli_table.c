@@ -122,7 +122,7 @@ const flag_t cli_flags[] = {
      .help = "micro-batch order: horizontal runs each micro-batch through the whole model; vertical runs every "
              "micro-batch through block l before block l+1, so each streamed shard crosses each link once per "
              "step; auto = vertical when --accum > 1"},
-    {.name = "checkpoints", .metavar = "auto|device|host", .kind = FK_ENUM, FIELD(ckpt_tier), .def = "auto",
+    {.name = "checkpoints", .metavar = "auto|device|host", .kind = FK_ENUM, FIELD(acts_tier), .def = "auto",
      .values = "auto|device|host", .group = G_RUN, .cmds = TP,
      .help = "where the block-input activation checkpoints live; auto = host for the vertical schedule, else device"},
     {.name = "host-cache", .metavar = "SIZE", .kind = FK_SIZE, FIELD(host_cache), .def = "none", .lo = 0,

@@ -85,7 +85,7 @@ void config_print(const config_t *c, FILE *f) {
                 enum_word("device|host|nvme", (int)c->optim_tier, w3, sizeof w3), c->prefetch);
     }
     fprintf(f, ", schedule %s, checkpoints %s", enum_word("auto|horizontal|vertical", (int)c->schedule, w, sizeof w),
-            enum_word("auto|device|host", (int)c->ckpt_tier, b2, sizeof b2));
+            enum_word("auto|device|host", (int)c->acts_tier, b2, sizeof b2));
     if (c->host_cache) fprintf(f, ", host-cache %s", format_bytes(b1, sizeof b1, c->host_cache));
     fputc('\n', f);
     if (c->save_dir[0] || c->resume[0]) {

@@ -14,7 +14,7 @@ typedef enum { PREC_BF16 = 0, PREC_FP32 } precision_t;
 typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } device_kind_t;
 typedef enum { TIER_DEVICE = 0, TIER_HOST, TIER_NVME } tier_kind_t;
 typedef enum { SCHEDULE_AUTO = 0, SCHEDULE_HORIZONTAL, SCHEDULE_VERTICAL } schedule_t;
-typedef enum { CKPT_AUTO = 0, CKPT_DEVICE, CKPT_HOST } ckpt_tier_t;
+typedef enum { ACTS_AUTO = 0, ACTS_DEVICE, ACTS_HOST } acts_tier_t;
 
 typedef struct {
     command_t command;
@@ -54,7 +54,7 @@ typedef struct {
     int prefetch;            // --prefetch: shards fetched ahead of their use
     int offload_auto;        // --offload auto: plan picks the placement (overrides the three above)
     schedule_t schedule;     // --schedule; resolved by cli_parse (auto: vertical when accum > 1)
-    ckpt_tier_t ckpt_tier;   // --checkpoints; resolved by cli_parse (auto: host when vertical)
+    acts_tier_t acts_tier;   // --checkpoints; resolved by cli_parse (auto: host when vertical)
     uint64_t host_cache;     // --host-cache bytes: host copies of NVMe-resident parameters (0 = none)
     char profile_path[TT_PATH_MAX]; // --profile ("" = $XDG_CACHE_HOME or ~/.cache /tiertrain/profile.json)
     // ---- io / host tier

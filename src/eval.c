@@ -56,7 +56,7 @@ static void eval_config(config_t *ec, const config_t *cfg, const ckpt_info_t *in
     ec->optim_tier = TIER_HOST;
     ec->offload_auto = 0;
     ec->schedule = SCHEDULE_HORIZONTAL;
-    ec->ckpt_tier = CKPT_DEVICE;
+    ec->acts_tier = ACTS_DEVICE;
     ec->host_cache = 0;
     ec->hbm_budget = 0;
     ec->host_budget = 0;

@@ -127,7 +127,7 @@ static void plan_traffic(const config_t *cfg, const model_t *m, plan_t *p) {
             p->h2d_bytes += (uint64_t)again;
         }
     }
-    if (cfg->ckpt_tier == CKPT_HOST) { // each checkpoint written once; read back about once (twice when vertical)
+    if (cfg->acts_tier == ACTS_HOST) { // each checkpoint written once; read back about once (twice when vertical)
         p->d2h_bytes += (uint64_t)(cfg->accum * (m->L + 1) * NC4);
         p->h2d_bytes += (uint64_t)((vertical ? 2 : 1) * cfg->accum * m->L * NC4);
     }
@@ -163,7 +163,7 @@ static void ram_fixes(const config_t *cfg, const plan_t *p, char *fix, size_t le
         snprintf(fix + strlen(fix), len - strlen(fix), "--grads nvme (the FP32 gradients: %s), ",
                  format_bytes(g, sizeof g, p->grads_bytes));
     }
-    if (cfg->ckpt_tier == CKPT_HOST && p->lay.vertical) strcat(fix, "--schedule horizontal, ");
+    if (cfg->acts_tier == ACTS_HOST && p->lay.vertical) strcat(fix, "--schedule horizontal, ");
     if (p->lay.nhcache) strcat(fix, "a smaller --host-cache, ");
 }
 

@@ -15,7 +15,7 @@ void report_tiers(FILE *out, const config_t *cfg, const trainer_info_t *info, co
     fprintf(out, "tiers (backend %s, %d threads): params %s, grads %s, optimizer %s, checkpoints %s, prefetch %d, "
                  "schedule %s\n",
             info->backend, info->threads, tier_name(cfg->params_tier), tier_name(cfg->grads_tier),
-            tier_name(cfg->optim_tier), cfg->ckpt_tier == CKPT_HOST ? "host" : "device", cfg->prefetch,
+            tier_name(cfg->optim_tier), cfg->acts_tier == ACTS_HOST ? "host" : "device", cfg->prefetch,
             sched_name[cfg->schedule]);
     fprintf(out, "  tier     peak        budget      moved                               compute waited\n");
     fprintf(out, "  device   %-10s  %-10s  in %-10s out %-10s          %.1f ms for parameter fetches\n",

@@ -91,7 +91,7 @@ void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, ti
     lay->home[ST_P16] = P;
     lay->home[ST_G] = G;
     lay->home[ST_O32] = O;
-    lay->acts_host = cfg->ckpt_tier == CKPT_HOST;
+    lay->acts_host = cfg->acts_tier == ACTS_HOST;
     lay->nshards = m->nshards;
     lay->device_is_host = device != DEVICE_CUDA;
     lay->pbytes = cfg->precision == PREC_BF16 ? 2 : 4;

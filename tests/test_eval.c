@@ -136,7 +136,7 @@ static double forward_windows(size_t nwin, precision_t prec) {
     cfg.precision = prec;
     cfg.B = 1; cfg.accum = 1; cfg.steps = 1; cfg.eval_batches = 1; cfg.seed = 1;
     cfg.device = DEVICE_CPU; cfg.params_tier = TIER_DEVICE; cfg.grads_tier = TIER_DEVICE; cfg.optim_tier = TIER_HOST;
-    cfg.schedule = SCHEDULE_HORIZONTAL; cfg.ckpt_tier = CKPT_DEVICE; cfg.prefetch = 2;
+    cfg.schedule = SCHEDULE_HORIZONTAL; cfg.acts_tier = ACTS_DEVICE; cfg.prefetch = 2;
     cfg.lr = 1e-3; cfg.beta1 = 0.9; cfg.beta2 = 0.95; cfg.eps = 1e-8;
     trainer_t *tr = NULL;
     ck_assert_msg(trainer_init(&tr, &cfg, err, sizeof err) == 0, "%s", err);

@@ -351,7 +351,7 @@ START_TEST(plan_matches_allocation) {
     if (_i >= 16) { cfg.grads_tier = TIER_NVME; cfg.optim_tier = TIER_NVME; } // with the gradients' staging
     if (_i >= 8) { // vertical: both micro-batches' checkpoints, on the host; a host cache of 3 MiB
         cfg.schedule = SCHEDULE_VERTICAL;
-        cfg.ckpt_tier = _i % 3 ? CKPT_HOST : CKPT_DEVICE;
+        cfg.acts_tier = _i % 3 ? ACTS_HOST : ACTS_DEVICE;
         cfg.host_cache = cfg.params_tier == TIER_NVME ? 3u << 20 : 0;
     }
     model_t m;
