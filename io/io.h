@@ -31,6 +31,7 @@
 // never exits and never prints: it returns/records -errno. Fallback notices (engine,
 // registration, SQPOLL) are printed once per store with notice().
 #pragma once
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -223,6 +224,8 @@ void nvme_store_locate(const nvme_store_t *s, uint64_t off, int *file, uint64_t 
 // "512M", "4G", "1.5GiB", "4096", "64k" -> bytes: K/M/G/T and KiB/MiB/GiB/TiB are powers of
 // 1024, KB/MB/GB/TB powers of 1000. Returns 0, -EINVAL (not a size), -ERANGE (too large).
 int io_parse_size(const char *s, uint64_t *out);
+// One line "tiertrain: <msg>" on stderr (src/util.h's notice and errors print through it).
+void io_vnotice(const char *fmt, va_list ap);
 // 1536 -> "1.5 KiB" into buf; returns buf.
 char *io_format_bytes(char *buf, size_t len, uint64_t bytes);
 

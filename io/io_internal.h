@@ -102,6 +102,5 @@ uint32_t io_fault_trim(io_piece_t *p, uint32_t len);
 int io_fault_apply(io_piece_t *p, int res);
 // Counts one fallback notice and prints it unless quiet.
 void io_notice(nvme_store_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-// One line "tiertrain: <msg>" on stderr (io/ prints nothing else; src/util.c's notice is the same).
-void io_vnotice(const char *fmt, va_list ap);
+// io_vnotice (io.h) with arguments: io/ prints nothing else.
 void io_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

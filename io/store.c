@@ -34,7 +34,7 @@ void io_notice(nvme_store_t *s, const char *fmt, ...) {
 }
 
 void io_vnotice(const char *fmt, va_list ap) {
-    char buf[1024];
+    char buf[2048];
     vsnprintf(buf, sizeof buf, fmt, ap);
     fprintf(stderr, "tiertrain: %s\n", buf);
     fflush(stderr);

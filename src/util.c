@@ -28,12 +28,8 @@ void *aligned_alloc_check(size_t align, size_t size, const char *file, int line)
     return p;
 }
 
-static void vline(const char *fmt, va_list ap) {
-    char buf[2048];
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    fprintf(stderr, "tiertrain: %s\n", buf);
-    fflush(stderr);
-}
+// One line "tiertrain: <msg>" on stderr: io/'s (the leaf both use), so every line looks alike.
+static void vline(const char *fmt, va_list ap) { io_vnotice(fmt, ap); }
 
 void usage_error(const char *fmt, ...) {
     va_list ap;
