@@ -1,5 +1,5 @@
-// plan.c — see plan.h. The byte counts mirror trainer_init's allocations (step.c);
-// test_tiers (plan_matches_allocation) holds them to what is really allocated.
+// plan.c — see plan.h. The byte counts are tier_layout's, the list trainer_init allocates;
+// test_tiers (plan_matches_allocation) holds them equal to the byte.
 #include "plan.h"
 #include <stdio.h>
 #include <stdlib.h>

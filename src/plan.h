@@ -1,4 +1,5 @@
-// plan.h — what a configuration needs: bytes of each state, where they must fit, compute per
+// plan.h — what a configuration needs: bytes of each state and of every buffer (tier_layout,
+// the very list trainer_init allocates), where they must fit, compute per
 // step, and whether this machine can run it. `tiertrain plan` prints it; `train` runs the
 // same check before allocating anything and exits 2 when it fails.
 // Placements follow --params/--grads/--optimizer/--schedule/--checkpoints/--host-cache (the
@@ -46,8 +47,8 @@ typedef struct {
 void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p);
 // --offload auto: sets cfg's three homes to the feasible placement with the lowest predicted
 // floor (ties: the one adding less traffic, in the order all resident; params streamed from
-// host; + gradients on host; optimizer on NVMe; …; everything but activations off the
-// device), and fills p for it. Writes one line saying what it chose and why into why.
+// host; + gradients on host; optimizer on NVMe; …; then gradients on NVMe too, down to every
+// state on NVMe), and fills p for it. Writes one line saying what it chose and why into why.
 // Returns 1 when one fits, else 0 (cfg then holds the most offloaded candidate and p its
 // reason).
 int plan_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len);
