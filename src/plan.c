@@ -43,13 +43,14 @@ static int replay(const int *uses, int n, int cap, int bypass, int start, char *
 // Streamed parameters: shard copies to the device per step (the slots start empty each
 // step) and, of those, NVMe reads the host cache does not absorb (the cache keeps its
 // contents across steps: the optimizer writes through it).
-static void stream_traffic(const config_t *cfg, const model_t *m, int nslots, int nhcache, plan_t *p, double pbytes) {
-    const int vertical = cfg->schedule == SCHEDULE_VERTICAL && cfg->accum > 1;
-    int n = model_use_order(m, vertical ? 1 : cfg->accum, 1, NULL);
+static void stream_traffic(const config_t *cfg, const model_t *m, plan_t *p) {
+    const int nslots = p->lay.nslots, nhcache = p->lay.nhcache, reps = p->lay.vertical ? 1 : cfg->accum;
+    const double pbytes = (double)p->lay.pbytes;
+    int n = model_use_order(m, reps, 1, NULL);
     int *uses = calloc((size_t)n, sizeof *uses), *fetch = calloc((size_t)n * 2, sizeof *fetch);
     char *miss = calloc((size_t)n, 1);
     if (!uses || !fetch || !miss) { free(uses); free(fetch); free(miss); return; }
-    model_use_order(m, vertical ? 1 : cfg->accum, 1, uses);
+    model_use_order(m, reps, 1, uses);
     replay(uses, n, nslots, 0, 0, miss);
     int nf = 0;
     double bytes = 0;
@@ -103,7 +104,7 @@ static void plan_traffic(const config_t *cfg, const model_t *m, plan_t *p) {
     const double P = (double)m->numel_padded, N = (double)cfg->B * cfg->T, C = m->C;
     const double Pp = P * (double)lay->pbytes, G = P * 4, NC4 = N * C * 4, emb4 = (double)m->shards[0].numel_padded * 4;
     const int vertical = lay->vertical;
-    if (cfg->params_tier != TIER_DEVICE) stream_traffic(cfg, m, lay->nslots, lay->nhcache, p, (double)lay->pbytes);
+    if (cfg->params_tier != TIER_DEVICE) stream_traffic(cfg, m, p);
     // the optimizer's new weights travel to their home: built on the host for a device home,
     // on the device for a host or NVMe home when the optimizer runs there
     if (cfg->optim_tier == TIER_DEVICE) {

@@ -90,7 +90,7 @@ static void *fetch_main(void *arg) {
         int shard = sl->shard, pos = sl->pos;
         pthread_mutex_unlock(&s->mu);
         char err[256] = "";
-        int rc = s->fetch(s->ctx, shard, pos, sl->buf, err, sizeof err);
+        int rc = s->fetch(s->ctx, shard, pos, i, sl->buf, err, sizeof err);
         pthread_mutex_lock(&s->mu);
         if (rc == 0) {
             sl->state = SLOT_READY;
@@ -265,7 +265,7 @@ int sched_begin(sched_t *s, const int *uses, int nuses) {
     return 0;
 }
 
-const void *sched_acquire(sched_t *s, int shard, char *err, size_t errlen) {
+const void *sched_acquire(sched_t *s, int shard, int *slot_out, char *err, size_t errlen) {
     if (s->nslots == 0) {
         snprintf(err, errlen, "shard %d: no slots to fetch into", shard);
         return NULL;
@@ -294,6 +294,7 @@ const void *sched_acquire(sched_t *s, int shard, char *err, size_t errlen) {
     const void *buf = NULL;
     if (sl->state == SLOT_READY) {
         buf = sl->buf;
+        if (slot_out) *slot_out = slot;
     } else {
         snprintf(err, errlen, "%s", sl->err);
         sl->pins--;

@@ -39,10 +39,10 @@
 
 typedef struct sched sched_t;
 
-// Copies shard's parameters from their home into dst (a device slot), for its use at
-// position pos of the current use order. Runs on the fetch worker. Returns 0, or -errno
+// Copies shard's parameters from their home into dst (device slot number slot), for its use
+// at position pos of the current use order. Runs on the fetch worker. Returns 0, or -errno
 // with a one-line message in err.
-typedef int (*sched_fetch_fn)(void *ctx, int shard, int pos, void *dst, char *err, size_t errlen);
+typedef int (*sched_fetch_fn)(void *ctx, int shard, int pos, int slot, void *dst, char *err, size_t errlen);
 // One update job, on the update worker: publishes shards 0..n-1 in that order as each becomes
 // final (sched_update_publish). Returns 0, or -errno with one line in err.
 typedef int (*sched_update_fn)(void *ctx, char *err, size_t errlen);
@@ -67,10 +67,10 @@ void sched_free(sched_t *s); // NULL-safe; waits for the update job and in-fligh
 // or an evaluation's forwards). Copies uses. Starts prefetching its first uses. Returns 0,
 // or -EINVAL when nuses exceeds max_uses (nothing changes).
 int sched_begin(sched_t *s, const int *uses, int nuses);
-// The slot holding shard for its next use in the order; waits for its fetch and issues
-// the prefetches that follow. Returns NULL on a failed fetch (message in err): the step
-// stops. Pins the slot until sched_release.
-const void *sched_acquire(sched_t *s, int shard, char *err, size_t errlen);
+// The slot holding shard for its next use in the order (its number in *slot, when not NULL);
+// waits for its fetch and issues the prefetches that follow. Returns NULL on a failed fetch
+// (message in err; *slot untouched): the step stops. Pins the slot until sched_release.
+const void *sched_acquire(sched_t *s, int shard, int *slot, char *err, size_t errlen);
 void sched_release(sched_t *s, int shard);
 // Every slot's copy is stale (the homes changed): waits for in-flight fetches, empties all.
 void sched_invalidate(sched_t *s);

@@ -85,7 +85,7 @@ void tier_nvme_opts(nvme_store_opts_t *o, const config_t *cfg, uint64_t size) {
 
 // ---------------------------------------------------------------- init / free
 
-static int fetch_params(void *ctx, int shard, int pos, void *dst, char *err, size_t errlen);
+static int fetch_params(void *ctx, int shard, int pos, int slot, void *dst, char *err, size_t errlen);
 
 // The host pool (pinned through the backend on a device that is not host memory, so copies
 // are DMA) and, when a state lives there, the NVMe store with every extent placed.
@@ -102,9 +102,9 @@ static int init_stores(tier_t *t, char *err, size_t errlen) {
     if (rc != 0 || !t->lay.nvme_bytes) return rc;
     // per shard: the compute copy's extent, then the chunks of (g,) master, m, v
     uint64_t at = 0;
-    int nchunks = 0;
-    for (int s = 0; s < t->m->nshards; s++) nchunks += tier_nchunks(&t->lay, t->m, s) + 1;
-    t->crcs = calloc((size_t)nchunks * ST_COUNT, sizeof *t->crcs);
+    size_t ncrc = 0; // p16: one per shard; g, o32: one per chunk
+    for (int s = 0; s < t->m->nshards; s++) ncrc += 1 + 2 * (size_t)tier_nchunks(&t->lay, t->m, s);
+    t->crcs = calloc(ncrc, sizeof *t->crcs);
     if (!t->crcs) { snprintf(err, errlen, "out of memory for the NVMe extents"); return -ENOMEM; }
     uint32_t *next = t->crcs;
     for (int s = 0; s < t->m->nshards; s++) {
@@ -118,7 +118,7 @@ static int init_stores(tier_t *t, char *err, size_t errlen) {
             e->off = at;
             at += st == ST_P16 ? e->bytes : (uint64_t)t->lay.o32_parts * t->m->shards[s].numel_padded * sizeof(float);
         }
-        t->table[s][ST_G].off = t->table[s][ST_O32].off;
+        if (t->table[s][ST_G].home == TIER_NVME) t->table[s][ST_G].off = t->table[s][ST_O32].off;
     }
     nvme_store_opts_t no;
     tier_nvme_opts(&no, t->cfg, t->lay.nvme_bytes);
@@ -315,16 +315,10 @@ static int hcache_find(const tier_t *t, int shard) {
 // The scheduler's fetch callback, on its fetch worker: copies a shard's parameters from
 // their home into a device slot (NVMe: from the host cache when it holds the shard, else
 // read through a cache entry, taken by Belady's rule, or the slot's staging buffer).
-static int fetch_params(void *ctx, int shard, int pos, void *dst, char *err, size_t errlen) {
+static int fetch_params(void *ctx, int shard, int pos, int slot, void *dst, char *err, size_t errlen) {
     tier_t *t = ctx;
     const tier_entry_t *e = &t->table[shard][ST_P16];
     const char *name = t->m->shards[shard].name;
-    int slot = 0;
-    while (slot < t->lay.nslots && t->buf[TB_PARAM_SLOTS][slot] != dst) slot++;
-    if (slot == t->lay.nslots) {
-        snprintf(err, errlen, "parameters of %s: fetch into an unknown slot", name);
-        return -EINVAL;
-    }
     int rc = sched_update_wait_shard(t->sched, shard, err, errlen); // its home is not updated: the step is void
     if (rc != 0) return rc;
     double t0 = trace_now_ms(); // the fetch's span: its NVMe read (when any) and its copy
@@ -368,13 +362,11 @@ int tier_params_acquire(tier_t *t, int shard, const void **p, char *err, size_t 
         *p = e->addr;
         return sched_update_wait_shard(t->sched, shard, err, errlen);
     }
-    *p = sched_acquire(t->sched, shard, err, errlen);
-    int rc = *p ? 0 : -EIO;
-    if (!*p) *p = t->buf[TB_PARAM_SLOTS][0];
-    int slot = 0;
-    while (slot < t->lay.nslots - 1 && t->buf[TB_PARAM_SLOTS][slot] != *p) slot++;
+    int slot = 0; // a failed fetch hands out slot 0 (see tier.h)
+    const void *got = sched_acquire(t->sched, shard, &slot, err, errlen);
+    *p = got ? got : t->buf[TB_PARAM_SLOTS][0];
     t->slot_of[shard] = slot;
-    return rc;
+    return got ? 0 : -EIO;
 }
 
 // The ops reading the shard's slot are queued: its event marks them, so that a later fetch
@@ -457,14 +449,17 @@ static int gnvme_submit(tier_t *t, int i, char *err, size_t errlen) {
     return 0;
 }
 
-// Slot i's write is done (submitted first when its copy down was still queued): the slot and
-// its staging are free again. Counts the bytes and keeps each chunk's CRC.
+// Slot i's write is submitted: when its copy down is still queued (GPU), once it has landed.
+static int gnvme_flush(tier_t *t, int i, char *err, size_t errlen) {
+    if (!t->gw[i].queued) return 0;
+    visit_wait_down(&t->gvisit, i);
+    return gnvme_submit(t, i, err, errlen);
+}
+
+// Slot i's write is done (submitted first if need be): the slot and its staging are free
+// again. Counts the bytes and keeps each chunk's CRC.
 static int gnvme_wait(tier_t *t, int i, char *err, size_t errlen) {
-    int rc = 0;
-    if (t->gw[i].queued) {
-        visit_wait_down(&t->gvisit, i);
-        rc = gnvme_submit(t, i, err, errlen);
-    }
+    int rc = gnvme_flush(t, i, err, errlen);
     for (int k = 0; k < t->gw[i].ntk; k++) {
         io_ticket_t *tk = &t->gw[i].tk[k];
         int r = io_ticket_wait(tk);
@@ -536,12 +531,7 @@ int tier_grads_release(tier_t *t, int shard, char *err, size_t errlen) {
     if (t->lay.device_is_host) return gnvme_submit(t, i, err, errlen); // the ops are done: write from the slot
     visit_down(&t->gvisit, i, shard, gnvme_host(t, i), e->bytes);
     t->gw[i].queued = 1;
-    // the other slot's copy down was queued one visit ago: it goes to NVMe now
-    if (t->gw[i ^ 1].queued) {
-        visit_wait_down(&t->gvisit, i ^ 1);
-        return gnvme_submit(t, i ^ 1, err, errlen);
-    }
-    return 0;
+    return gnvme_flush(t, i ^ 1, err, errlen); // the other slot's copy down, queued one visit ago
 }
 
 int tier_grads_finish(tier_t *t, char *err, size_t errlen) {
@@ -615,7 +605,7 @@ void tier_grads_consumed(tier_t *t, int shard) {
     if (e->home == TIER_DEVICE) backend_memset(t->be, e->addr, 0, e->bytes);
     else if (e->home == TIER_HOST) memset(e->addr, 0, e->bytes);
     e->dirty = 0; // NVMe: the next visit starts from zeros and overwrites the extent
-
+    if (t->gss) t->gss[shard] = 0;
 }
 
 const float *tier_grads_device(tier_t *t, int shard) {
@@ -667,27 +657,32 @@ int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int
     x->op = op;
     x->shard = shard;
     x->chunk = c;
-    x->half = half;
     x->label = t->m->shards[shard].name;
     x->t0 = trace_now_ms();
-    const uint64_t part = n * sizeof(float), g = (uint64_t)(t->lay.o32_parts - 3) * part;
-    const int with_g = op == IO_READ && g > 0, apart = with_g && t->cfg->io_verify;
-    struct { uint64_t off, len; void *buf; uint32_t crc; } req[2] = {
-        {chunk_off(t, shard, c) + (with_g ? 0 : g), with_g && !apart ? g + 3 * part : apart ? g : 3 * part,
-         with_g ? (void *)t->buf[TB_OPTIM_STAGING][half] : stage_part(t, half, n, 0),
-         op == IO_WRITE ? 0 : apart ? t->table[shard][ST_G].crc[c] : t->table[shard][ST_O32].crc[c]},
-        {chunk_off(t, shard, c) + g, 3 * part, stage_part(t, half, n, 0), t->table[shard][ST_O32].crc[c]},
-    };
-    for (int k = 0; k < 1 + apart; k++) {
-        io_req_t r = {.op = op, .off = req[k].off, .len = req[k].len, .buf = req[k].buf,
-                      .name = t->label[shard][apart && k == 0 ? ST_G : ST_O32], .crc = req[k].crc};
+    const uint64_t base = chunk_off(t, shard, c), o32 = 3 * n * sizeof(float);
+    const uint64_t g = (uint64_t)(t->lay.o32_parts - 3) * n * sizeof(float); // 0 unless --grads nvme
+    float *stage = t->buf[TB_OPTIM_STAGING][half];
+    io_req_t r[2] = {{.op = op, .off = base + g, .len = o32, .buf = stage_part(t, half, n, 0),
+                      .name = t->label[shard][ST_O32], .crc = op == IO_READ ? t->table[shard][ST_O32].crc[c] : 0}};
+    int nreq = 1;
+    if (op == IO_READ && g && !t->cfg->io_verify) { // g and the states in one extent
+        r[0].off = base;
+        r[0].len = g + o32;
+        r[0].buf = stage;
+    } else if (op == IO_READ && g) { // g first, with its own CRC
+        r[1] = r[0];
+        r[0] = (io_req_t){.op = op, .off = base, .len = g, .buf = stage, .name = t->label[shard][ST_G],
+                          .crc = t->table[shard][ST_G].crc[c]};
+        nreq = 2;
+    }
+    for (int k = 0; k < nreq; k++) {
         if (trace_enabled()) {
-            r.cb = xfer_done;
-            r.cb_arg = x;
+            r[k].cb = xfer_done;
+            r[k].cb_arg = x;
         }
-        int rc = nvme_store_submit(t->nvme, &x->tk[k], &r);
+        int rc = nvme_store_submit(t->nvme, &x->tk[k], &r[k]);
         if (rc != 0) {
-            snprintf(err, errlen, "%s: %s", t->label[shard][ST_O32], strerror(-rc));
+            snprintf(err, errlen, "%s: %s", r[k].name, strerror(-rc));
             return rc;
         }
         x->n = k + 1;
@@ -717,17 +712,22 @@ int tier_o32_finish(tier_t *t, tier_xfer_t *x, char *err, size_t errlen) {
     return rc;
 }
 
+// Where tier_o32_get puts chunk c of shard's master, m, v: the host home, or staging half 0.
+static void got_views(tier_t *t, int shard, int c, float *dst[3]) {
+    size_t lo, n;
+    tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
+    if (t->table[shard][ST_O32].home == TIER_HOST) tier_o32_views(t, shard, c, 0, &dst[0], &dst[1], &dst[2]);
+    else
+        for (int k = 0; k < 3; k++) dst[k] = stage_part(t, 0, n, k);
+}
+
 int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **master, float **m, float **v,
                  char *err, size_t errlen) {
     tier_entry_t *e = &t->table[shard][ST_O32];
     size_t lo, n, total = t->m->shards[shard].numel_padded;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     float *dst[3];
-    if (e->home == TIER_HOST) {
-        tier_o32_views(t, shard, c, 0, &dst[0], &dst[1], &dst[2]);
-    } else {
-        for (int k = 0; k < 3; k++) dst[k] = stage_part(t, 0, n, k);
-    }
+    got_views(t, shard, c, dst);
     *master = dst[0];
     *m = dst[1];
     *v = dst[2];
@@ -769,4 +769,17 @@ int tier_o32_put(tier_t *t, int shard, int c, int parts, char *err, size_t errle
                             t->label[shard][ST_O32], err, errlen);
     }
     return 0;
+}
+
+int tier_params_from_master(tier_t *t, int shard, int c, char *err, size_t errlen) {
+    size_t lo, n;
+    tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
+    float *got[3];
+    got_views(t, shard, c, got);
+    tier_params_invalidate(t); // slots may hold the old weights
+    void *pc = tier_params_build(t, shard);
+    if (t->lay.pbytes == 2) bf16_from_f32_n((uint16_t *)pc + lo, got[0], n);
+    else memcpy((float *)pc + lo, got[0], n * sizeof(float));
+    if (c + 1 < tier_nchunks(&t->lay, t->m, shard)) return 0;
+    return tier_params_store(t, shard, pc, NULL, err, errlen);
 }

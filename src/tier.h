@@ -211,7 +211,7 @@ typedef struct {
     io_ticket_t tk[2];
     int n;                  // requests in flight (0: none)
     io_op_t op;
-    int shard, chunk, half;
+    int shard, chunk;
     const char *label;      // --trace: the shard's name
     double t0;              // --trace: when it was queued
 } tier_xfer_t;
@@ -244,3 +244,6 @@ int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **
 // After the caller changed what tier_o32_get gave: writes those parts home (an NVMe chunk is
 // written whole: get it with every part first). Returns 0 or -errno with one line.
 int tier_o32_put(tier_t *t, int shard, int c, int parts, char *err, size_t errlen);
+// Rebuilds chunk c of shard's compute copy from the master tier_o32_get gave (its chunks in
+// order); after the shard's last chunk the copy goes home. Returns 0 or -errno with one line.
+int tier_params_from_master(tier_t *t, int shard, int c, char *err, size_t errlen);

@@ -18,7 +18,6 @@ struct trainer {
     tier_t *tier;
     step_t step;
     struct { int t; float lr, grad_scale; } req; // the update in flight (read by the update worker)
-    struct { int s, c; float *master; } got;     // the last trainer_states_get (trainer_states_put rebuilds from it)
 };
 
 // ---------------------------------------------------------------- init / free
@@ -49,7 +48,6 @@ int trainer_init(trainer_t **out, const config_t *cfg, char *err, size_t errlen)
         return -ENOMEM;
     }
     tr->cfg = cfg;
-    tr->got.s = -1;
     model_init(&tr->model, cfg);
     tr->model_inited = 1;
     int rc = backend_init(&tr->be, cfg, err, errlen);
@@ -188,29 +186,12 @@ void trainer_chunk_range(const trainer_t *tr, int s, int c, size_t *lo, size_t *
 int trainer_states_get(trainer_t *tr, int s, int c, int parts, int fill_zero, float **master, float **m, float **v,
                        char *err, size_t errlen) {
     int rc = trainer_optimizer_wait(tr, err, errlen);
-    if (rc == 0) rc = tier_o32_get(tr->tier, s, c, parts, fill_zero, master, m, v, err, errlen);
-    tr->got.s = rc == 0 ? s : -1;
-    tr->got.c = c;
-    tr->got.master = rc == 0 ? *master : NULL;
-    return rc;
+    return rc ? rc : tier_o32_get(tr->tier, s, c, parts, fill_zero, master, m, v, err, errlen);
 }
 
 int trainer_states_put(trainer_t *tr, int s, int c, int parts, char *err, size_t errlen) {
-    if (tr->got.s != s || tr->got.c != c) {
-        snprintf(err, errlen, "states of %s chunk %d: put without a get", tr->model.shards[s].name, c);
-        return -EINVAL;
-    }
     int rc = tier_o32_put(tr->tier, s, c, parts, err, errlen);
-    if (rc != 0 || !(parts & TIER_MASTER)) return rc;
-    // the compute copy of the chunk, from its master; the shard goes home after its last chunk
-    tier_params_invalidate(tr->tier); // slots may hold the old weights
-    size_t lo, n;
-    tier_chunk_range(&tr->lay, &tr->model, s, c, &lo, &n);
-    void *pc = tier_params_build(tr->tier, s);
-    if (tr->lay.pbytes == 2) bf16_from_f32_n((uint16_t *)pc + lo, tr->got.master, n);
-    else memcpy((float *)pc + lo, tr->got.master, n * sizeof(float));
-    if (c + 1 < trainer_nchunks(tr, s)) return 0;
-    return tier_params_store(tr->tier, s, pc, NULL, err, errlen);
+    return rc || !(parts & TIER_MASTER) ? rc : tier_params_from_master(tr->tier, s, c, err, errlen);
 }
 
 int trainer_params_hash(trainer_t *tr, uint64_t *hash, char *err, size_t errlen) {

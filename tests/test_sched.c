@@ -23,12 +23,15 @@ typedef struct {
     atomic_int in_flight, max_in_flight;
     const int *order;     // the use order given to sched_begin, when checked
     atomic_int bad_pos;   // fetches whose pos did not name a use of their shard
+    void *const *slots;   // the slots given to sched_init, when checked
+    atomic_int bad_slot;  // fetches told a slot number that is not their buffer's
 } fake_t;
 
 // Fills the slot with the shard's pattern after a random delay (the fake copy engine may
 // sleep: it stands in for a disk; the scheduler itself never does).
-static int fake_fetch(void *ctx, int shard, int pos, void *dst, char *err, size_t errlen) {
+static int fake_fetch(void *ctx, int shard, int pos, int slot, void *dst, char *err, size_t errlen) {
     fake_t *f = ctx;
+    if (f->slots && f->slots[slot] != dst) atomic_fetch_add(&f->bad_slot, 1);
     if (f->order && (pos < 0 || f->order[pos] != shard)) atomic_fetch_add(&f->bad_pos, 1);
     int now = atomic_fetch_add(&f->in_flight, 1) + 1;
     int prev = atomic_load(&f->max_in_flight);
@@ -63,7 +66,7 @@ static void run_order(int nshards, int nslots, int prefetch, int delay_us, int r
     void *slots[16];
     char mem[16][SLOT_BYTES];
     for (int i = 0; i < nslots; i++) slots[i] = mem[i];
-    fake_t f = {.max_delay_us = delay_us, .fail_shard = -1};
+    fake_t f = {.max_delay_us = delay_us, .fail_shard = -1, .slots = slots};
     sched_t *s = NULL;
     char err[256];
     ck_assert_int_eq(sched_init(&s, nshards, nslots, slots, prefetch, 1024, fake_fetch, &f, err, sizeof err), 0);
@@ -73,8 +76,11 @@ static void run_order(int nshards, int nslots, int prefetch, int delay_us, int r
     for (int step = 0; step < 3; step++) {
         sched_begin(s, uses, n);
         for (int k = 0; k < n; k++) {
-            const unsigned char *p = sched_acquire(s, uses[k], err, sizeof err);
+            int slot = -1;
+            const unsigned char *p = sched_acquire(s, uses[k], &slot, err, sizeof err);
             ck_assert_msg(p != NULL, "acquire %d: %s", uses[k], err);
+            ck_assert_msg(slot >= 0 && slot < nslots && slots[slot] == p, "acquire %d: slot %d is not its buffer", uses[k],
+                          slot);
             for (int b = 0; b < SLOT_BYTES; b++)
                 ck_assert_msg(p[b] == uses[k] + 1, "use %d: slot holds shard %d's bytes, want shard %d", k, p[b] - 1,
                               uses[k]);
@@ -87,6 +93,7 @@ static void run_order(int nshards, int nslots, int prefetch, int delay_us, int r
     // every use was served; with room for every shard nothing is ever evicted
     ck_assert_uint_eq(st.fetches + 0, (uint64_t)atomic_load(&f.fetches));
     if (nslots >= nshards) ck_assert_uint_eq(st.evictions, 0);
+    ck_assert_msg(atomic_load(&f.bad_slot) == 0, "%d fetches were told another slot's number", atomic_load(&f.bad_slot));
     ck_assert_msg(atomic_load(&f.bad_pos) == 0, "%d fetches were told a position that is not their shard's use",
                   atomic_load(&f.bad_pos));
     sched_free(s);
@@ -113,7 +120,7 @@ START_TEST(belady_keeps_the_sooner_shard) {
     int uses[] = {0, 1, 2, 0};
     sched_begin(s, uses, 4);
     for (int k = 0; k < 4; k++) {
-        ck_assert_ptr_nonnull(sched_acquire(s, uses[k], err, sizeof err));
+        ck_assert_ptr_nonnull(sched_acquire(s, uses[k], NULL, err, sizeof err));
         sched_release(s, uses[k]);
     }
     sched_stats_t st;
@@ -139,7 +146,7 @@ START_TEST(failed_fetch_fails_its_acquire) {
     int failures = 0;
     for (int k = 0; k < n; k++) {
         err[0] = 0;
-        const unsigned char *p = sched_acquire(s, uses[k], err, sizeof err);
+        const unsigned char *p = sched_acquire(s, uses[k], NULL, err, sizeof err);
         if (uses[k] == 2) {
             ck_assert_ptr_null(p);
             ck_assert_str_eq(err, "shard 2: injected EIO");
