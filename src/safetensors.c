@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "crc32c.h"
 #include "json.h" // uses: json_parse, json_escape, json_num_uint64
 
 #define ST_IO_CHUNK ((size_t)1 << 30) // bytes per read()/write() call (Linux caps one at ~2 GiB)
@@ -78,6 +79,17 @@ static int write_all(int fd, const void *buf, size_t n, size_t *done) {
         if (w < 0) return -errno;
         if (w == 0) return -EIO;
         *done += (size_t)w;
+    }
+    return 0;
+}
+
+static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off) {
+    const char *p = buf;
+    for (size_t done = 0; done < n;) {
+        ssize_t k = pwrite(fd, p + done, n - done, (off_t)(off + done));
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return -errno;
+        done += (size_t)k;
     }
     return 0;
 }
@@ -148,6 +160,13 @@ struct st_writer {
     int ntensors;
     uint64_t *ends;        // (ntensors) data_offsets end of each tensor
     char **names;          // (ntensors) copies, for messages
+    // ST_CRC32C: the header stays in memory with 8 placeholder hex digits per tensor at
+    // crc_at[i]; st_write folds the bytes into crc[cur]; close writes the header again
+    char *header;          // (header_len) the whole header, length prefix included
+    size_t header_len;
+    size_t *crc_at;        // (ntensors) offset of tensor i's digits in header
+    uint32_t *crc;         // (ntensors)
+    int cur;               // the tensor st_write is in
     int err;               // first error (sticky), 0 while none
     char msg[4352];        // its message
 };
@@ -186,6 +205,9 @@ void st_writer_free(st_writer_t *w) {
     if (w->fd >= 0) close(w->fd);
     free(w->path);
     free(w->ends);
+    free(w->header);
+    free(w->crc_at);
+    free(w->crc);
     if (w->names)
         for (int i = 0; i < w->ntensors; i++) free(w->names[i]);
     free(w->names);
@@ -193,11 +215,14 @@ void st_writer_free(st_writer_t *w) {
 }
 
 // Builds the whole header (8-byte length + padded JSON) into b. 0 or -errno with err.
+// With crc_at, __metadata__ also gets "crc32c:<name>": "00000000" for every tensor, and
+// crc_at[i] the offset of tensor i's digits in b.
 static int build_header(sbuf_t *b, const char *path, const st_tensor_t *t, int n, const st_meta_t *meta, int nmeta,
-                        uint64_t *ends, char *err, size_t errlen) {
+                        uint64_t *ends, size_t *crc_at, char *err, size_t errlen) {
     char nm[128];
     sb_put(b, "\0\0\0\0\0\0\0\0{", 9);
-    if (nmeta > 0) {
+    const int has_meta = nmeta > 0 || (crc_at && n > 0);
+    if (has_meta) {
         sb_str(b, "\"__metadata__\":{");
         for (int i = 0; i < nmeta; i++) {
             if (!meta[i].key || !meta[i].value)
@@ -209,6 +234,23 @@ static int build_header(sbuf_t *b, const char *path, const st_tensor_t *t, int n
             if (sb_json(b, meta[i].value) < 0)
                 return werr(err, errlen, -EINVAL, "%s: __metadata__ %s: the value is not valid UTF-8", path,
                             shown(nm, sizeof nm, meta[i].key, strlen(meta[i].key)));
+            if (crc_at && !strncmp(meta[i].key, ST_CRC_KEY, strlen(ST_CRC_KEY)))
+                return werr(err, errlen, -EINVAL, "%s: __metadata__ %s: keys starting '" ST_CRC_KEY "' are the "
+                            "writer's own", path, shown(nm, sizeof nm, meta[i].key, strlen(meta[i].key)));
+        }
+        for (int i = 0; crc_at && i < n; i++) {
+            if (!t[i].name) return werr(err, errlen, -EINVAL, "%s: tensor %d has no name", path, i);
+            if (i || nmeta > 0) sb_str(b, ",");
+            char *key = malloc(strlen(ST_CRC_KEY) + strlen(t[i].name) + 1);
+            if (!key) { b->oom = 1; break; }
+            strcpy(key, ST_CRC_KEY);
+            strcat(key, t[i].name);
+            int bad = sb_json(b, key);
+            free(key);
+            if (bad < 0) return werr(err, errlen, -EINVAL, "%s: tensor %d: the name is not valid UTF-8", path, i);
+            sb_str(b, ":\"");
+            crc_at[i] = b->len;
+            sb_str(b, "00000000\"");
         }
         sb_str(b, "}");
     }
@@ -228,7 +270,7 @@ static int build_header(sbuf_t *b, const char *path, const st_tensor_t *t, int n
         uint64_t bytes;
         if (tensor_bytes(x->ndim, x->shape, x->dtype, &bytes) < 0 || __builtin_add_overflow(off, bytes, &ends[i]))
             return werr(err, errlen, -EINVAL, "%s: tensor %s: sizes overflow 64 bits", path, nm);
-        if (i || nmeta > 0) sb_str(b, ",");
+        if (i || has_meta) sb_str(b, ",");
         if (sb_json(b, x->name) < 0)
             return werr(err, errlen, -EINVAL, "%s: tensor %d: the name is not valid UTF-8", path, i);
         sb_str(b, ":{\"dtype\":\"");
@@ -258,6 +300,11 @@ static int build_header(sbuf_t *b, const char *path, const st_tensor_t *t, int n
 
 int st_writer_open(st_writer_t **out, const char *path, const st_tensor_t *tensors, int n, const st_meta_t *meta,
                    int nmeta, char *err, size_t errlen) {
+    return st_writer_open_flags(out, path, tensors, n, meta, nmeta, 0, err, errlen);
+}
+
+int st_writer_open_flags(st_writer_t **out, const char *path, const st_tensor_t *tensors, int n, const st_meta_t *meta,
+                         int nmeta, unsigned flags, char *err, size_t errlen) {
     *out = NULL;
     if (!path) return werr(err, errlen, -EINVAL, "safetensors writer: no path");
     if (n < 0 || (n > 0 && !tensors) || nmeta < 0 || (nmeta > 0 && !meta))
@@ -273,13 +320,18 @@ int st_writer_open(st_writer_t **out, const char *path, const st_tensor_t *tenso
     w->names = calloc((size_t)(n ? n : 1), sizeof *w->names);
     names = malloc(((size_t)n + (size_t)nmeta + 1) * sizeof *names);
     if (!w->path || !w->ends || !w->names || !names) goto oom;
+    if (flags & ST_CRC32C) {
+        w->crc_at = calloc((size_t)(n ? n : 1), sizeof *w->crc_at);
+        w->crc = calloc((size_t)(n ? n : 1), sizeof *w->crc);
+        if (!w->crc_at || !w->crc) goto oom;
+    }
     w->ntensors = n;
     for (int i = 0; i < n; i++) {
         if (tensors[i].name && !(w->names[i] = strdup(tensors[i].name))) goto oom;
         names[i] = tensors[i].name ? tensors[i].name : "";
     }
 
-    rc = build_header(&b, path, tensors, n, meta, nmeta, w->ends, err, errlen);
+    rc = build_header(&b, path, tensors, n, meta, nmeta, w->ends, w->crc_at, err, errlen);
     if (rc) goto fail;
     const char *dup;
     char nm[128];
@@ -307,6 +359,11 @@ int st_writer_open(st_writer_t **out, const char *path, const st_tensor_t *tenso
     if ((rc = write_all(w->fd, b.p, b.len, &done)) < 0) {
         werr(err, errlen, rc, "%s: write of the %zu-byte header failed at byte %zu: %s", path, b.len, done, strerror(-rc));
         goto fail;
+    }
+    if (w->crc) { // kept, to be written again with the checksums at close
+        w->header = b.p;
+        w->header_len = b.len;
+        b.p = NULL;
     }
     free(b.p);
     free(names);
@@ -342,7 +399,15 @@ int st_write(st_writer_t *w, const void *buf, size_t n) {
     if (n && !buf) return sticky(w, -EINVAL, "%s: a write of %zu bytes from NULL", w->path, n);
     size_t done = 0;
     int rc = write_all(w->fd, buf, n, &done);
-    w->written += done;
+    for (size_t k = 0; w->crc && k < done;) { // fold what went out into the tensors it belongs to
+        while (w->ends[w->cur] <= w->written) w->cur++;
+        size_t take = (size_t)(w->ends[w->cur] - w->written) < done - k ? (size_t)(w->ends[w->cur] - w->written)
+                                                                          : done - k;
+        w->crc[w->cur] = crc32c(w->crc[w->cur], (const char *)buf + k, take);
+        k += take;
+        w->written += take;
+    }
+    if (!w->crc) w->written += done;
     if (rc < 0)
         return sticky(w, rc, "%s: write at byte %" PRIu64 " failed: %s", w->path, w->data_start + w->written,
                       strerror(-rc));
@@ -364,6 +429,13 @@ int st_writer_close(st_writer_t *w, char *err, size_t errlen) {
                   "%" PRIu64 " of its %" PRIu64 " bytes", w->path, w->written, w->total,
                   shown(nm, sizeof nm, w->names[i], strlen(w->names[i])), w->written - begin, w->ends[i] - begin);
     }
+    for (int i = 0; !rc && w->crc && i < w->ntensors; i++) {
+        char hex[9];
+        snprintf(hex, sizeof hex, "%08x", w->crc[i]);
+        memcpy(w->header + w->crc_at[i], hex, 8);
+    }
+    if (!rc && w->crc && (rc = pwrite_all(w->fd, w->header, w->header_len, 0)) < 0)
+        werr(err, errlen, rc, "%s: rewriting the header with the checksums: %s", w->path, strerror(-rc));
     if (!rc && fsync(w->fd) != 0) rc = werr(err, errlen, -errno, "%s: fsync: %s", w->path, strerror(errno));
     int fd = w->fd;
     w->fd = -1;
@@ -381,6 +453,10 @@ void st_close(st_reader_t *r) {
     free((void *)r->tensors);
     free((void *)r->meta);
     free(r->by_name);
+    free(r->crc_want);
+    free(r->crc_run);
+    free(r->crc_pos);
+    free(r->crc_has);
     free(r->header_name);
     free((void *)r->path);
     free(r);
@@ -609,6 +685,30 @@ static int check_tiling(st_reader_t *r, uint64_t data_len, char *err, size_t err
     return 0;
 }
 
+// The "crc32c:<name>" entries of __metadata__ into crc_want / crc_has.
+static int parse_checksums(st_reader_t *r, char *err, size_t errlen) {
+    size_t n = r->ntensors ? (size_t)r->ntensors : 1, klen = strlen(ST_CRC_KEY);
+    r->crc_want = calloc(n, sizeof *r->crc_want);
+    r->crc_run = calloc(n, sizeof *r->crc_run);
+    r->crc_pos = calloc(n, sizeof *r->crc_pos);
+    r->crc_has = calloc(n, 1);
+    if (!r->crc_want || !r->crc_run || !r->crc_pos || !r->crc_has) return rerr(r, err, errlen, -ENOMEM, "out of memory");
+    for (int i = 0; i < r->nmeta; i++) {
+        const char *key = r->meta[i].key, *v = r->meta[i].value;
+        if (strncmp(key, ST_CRC_KEY, klen) != 0) continue;
+        char nm[128];
+        shown(nm, sizeof nm, key, strlen(key));
+        int idx = st_find(r, key + klen);
+        if (idx < 0) return rerr(r, err, errlen, -EINVAL, "__metadata__ %s names no tensor of the file", nm);
+        if (strlen(v) != 8 || strspn(v, "0123456789abcdef") != 8)
+            return rerr(r, err, errlen, -EINVAL, "__metadata__ %s: expected 8 lowercase hex digits", nm);
+        r->crc_want[idx] = (uint32_t)strtoul(v, NULL, 16);
+        r->crc_has[idx] = 1;
+        r->nchecked++;
+    }
+    return 0;
+}
+
 int st_open(const char *path, st_reader_t **out, char *err, size_t errlen) {
     *out = NULL;
     if (!path) return werr(err, errlen, -EINVAL, "safetensors: no path");
@@ -637,6 +737,7 @@ int st_open(const char *path, st_reader_t **out, char *err, size_t errlen) {
     for (int i = 0; i < r->ntensors; i++) r->by_name[i] = i;
     qsort_r(r->by_name, (size_t)r->ntensors, sizeof *r->by_name, cmp_by_name, (void *)r->tensors);
     // json.c rejects duplicate keys, so names are unique; r->json owns the name strings.
+    if ((rc = parse_checksums(r, err, errlen)) != 0) goto fail;
     *out = r;
     return 0;
 
@@ -687,4 +788,51 @@ int st_read(const st_reader_t *r, int idx, void *dst, uint64_t offset, size_t nb
         return werr(err, errlen, rc, "%s: tensor %s: reading %zu bytes at file byte %" PRIu64 " failed: %s", r->path, nm,
                     nbytes, at, strerror(-rc));
     return 0;
+}
+
+// Folds n bytes of tensor idx read at its byte offset into the running CRC when they continue
+// it; compares at the tensor's end.
+static int crc_fold(st_reader_t *r, int idx, const void *p, uint64_t offset, size_t n, char *err, size_t errlen) {
+    const st_tensor_t *t = &r->tensors[idx];
+    if (!r->crc_has[idx] || offset != r->crc_pos[idx]) return 0;
+    r->crc_run[idx] = crc32c(r->crc_run[idx], p, n);
+    r->crc_pos[idx] += n;
+    if (r->crc_pos[idx] < t->end - t->begin || r->crc_run[idx] == r->crc_want[idx]) return 0;
+    char nm[128];
+    r->crc_has[idx] = 0; // reported once
+    return werr(err, errlen, -EINVAL, "%s: tensor %s fails its CRC-32C check (stored %08x, read %08x): the file is "
+                "corrupt", r->path, shown(nm, sizeof nm, t->name, strlen(t->name)), r->crc_want[idx], r->crc_run[idx]);
+}
+
+int st_read_checked(st_reader_t *r, int idx, void *dst, uint64_t offset, size_t nbytes, char *err, size_t errlen) {
+    int rc = st_read(r, idx, dst, offset, nbytes, err, errlen);
+    return rc ? rc : crc_fold(r, idx, dst, offset, nbytes, err, errlen);
+}
+
+int st_verify_rest(st_reader_t *r, char *err, size_t errlen) {
+    if (!r) return werr(err, errlen, -EINVAL, "safetensors: verifying NULL");
+    enum { PIECE = 1 << 20 };
+    char *buf = NULL;
+    for (int i = 0; i < r->ntensors; i++) {
+        const uint64_t size = r->tensors[i].end - r->tensors[i].begin;
+        if (!r->crc_has[i] || (r->crc_pos[i] == size && size)) continue;
+        if (!buf && !(buf = malloc(PIECE))) return werr(err, errlen, -ENOMEM, "%s: out of memory", r->path);
+        int rc = size ? 0 : crc_fold(r, i, buf, 0, 0, err, errlen);
+        while (rc == 0 && r->crc_has[i] && r->crc_pos[i] < size) {
+            size_t k = size - r->crc_pos[i] < PIECE ? (size_t)(size - r->crc_pos[i]) : PIECE;
+            rc = st_read_checked(r, i, buf, r->crc_pos[i], k, err, errlen);
+        }
+        if (rc != 0) {
+            free(buf);
+            return rc;
+        }
+    }
+    free(buf);
+    return 0;
+}
+
+int st_unchecked(const st_reader_t *r) {
+    for (int i = 0; r && i < r->ntensors; i++)
+        if (!r->crc_has[i]) return i;
+    return -1;
 }

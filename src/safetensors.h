@@ -20,7 +20,8 @@
 //  - sorted by offset, the tensors tile the data section exactly: the first begins at 0, each
 //    begins where the previous ended (no overlap, no hole), the last ends at the end of the
 //    file (the reference's MetadataIncompleteBuffer rule);
-//  - "__metadata__", when present, is an object of strings; names and values hold no NUL.
+//  - "__metadata__", when present, is an object of strings; names and values hold no NUL;
+//    a key "crc32c:<name>" must name a tensor of the file and hold 8 lowercase hex digits.
 // Every failure is one line naming the file and the problem; runtime calls return -errno.
 #pragma once
 #include <stddef.h>
@@ -74,6 +75,14 @@ const char *st_writer_error(const st_writer_t *w); // "" while there is no error
 // fsync or close with one line in err. w is freed either way; the file stays on failure
 // (the checkpoint writes into a temporary directory and removes it).
 int st_writer_close(st_writer_t *w, char *err, size_t errlen);
+// st_writer_open with flags. ST_CRC32C: __metadata__ also holds "crc32c:<name>" → the
+// CRC-32C of that tensor's data bytes, 8 lowercase hex digits, for every tensor (after the
+// caller's entries; a caller key starting "crc32c:" is -EINVAL). The header is written with
+// placeholders at open and again, same length, with the checksums at close.
+#define ST_CRC32C 1u
+#define ST_CRC_KEY "crc32c:"
+int st_writer_open_flags(st_writer_t **out, const char *path, const st_tensor_t *tensors, int n, const st_meta_t *meta,
+                         int nmeta, unsigned flags, char *err, size_t errlen);
 // Abandons a writer: closes without checks or fsync, frees. NULL-safe.
 void st_writer_free(st_writer_t *w);
 
@@ -88,7 +97,11 @@ typedef struct {
     const st_tensor_t *tensors; // (ntensors) sorted by begin (file order)
     int nmeta;
     const st_meta_t *meta;     // (nmeta) in header order
+    int nchecked;              // tensors with a "crc32c:<name>" entry (ST_CRC32C files: all)
     // private
+    uint32_t *crc_want, *crc_run; // (ntensors) the stored checksum; the running one
+    uint64_t *crc_pos;         // (ntensors) bytes folded into crc_run, from the tensor's start
+    unsigned char *crc_has;    // (ntensors) 1 where a checksum is stored
     int fd;
     char *header_name;         // "PATH: header", the name json.c's messages and nodes use
     struct json *json;         // the parsed header: names point into it
@@ -109,4 +122,16 @@ const char *st_meta_get(const st_reader_t *r, const char *key);
 // -EINVAL (bad idx or a range past the tensor) / -EIO (the file shrank) / -errno, with one
 // line in err.
 int st_read(const st_reader_t *r, int idx, void *dst, uint64_t offset, size_t nbytes, char *err, size_t errlen);
+// st_read, and checks the data against its stored checksum: a read that continues where the
+// last checked read of tensor idx stopped extends its running CRC, and the read that reaches
+// the tensor's end compares it: -EINVAL on a mismatch, with the line
+//   "PATH: tensor 'NAME' fails its CRC-32C check (stored 1a2b3c4d, read 5e6f7a8b): the file is corrupt"
+// Other reads are not checked here (st_verify_rest checks those tensors). Not thread-safe on
+// one reader (st_read is).
+int st_read_checked(st_reader_t *r, int idx, void *dst, uint64_t offset, size_t nbytes, char *err, size_t errlen);
+// Checks every tensor with a stored checksum that st_read_checked has not checked whole,
+// reading what it has not folded in yet (a chunk at a time). 0, or -EINVAL / -errno as there.
+int st_verify_rest(st_reader_t *r, char *err, size_t errlen);
+// The index of the first tensor (in file order) with no stored checksum, or -1.
+int st_unchecked(const st_reader_t *r);
 void st_close(st_reader_t *r); // NULL-safe

@@ -292,6 +292,99 @@ START_TEST(test_round_trip) {
 END_TEST
 
 // The header as a second reader sees it: names, dtypes, shapes, offsets, padding, alignment.
+// CRC-32C bit by bit (reflected polynomial 0x82F63B78): shares no code with io/crc32c.c.
+static uint32_t crc_bitwise(const unsigned char *p, size_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    }
+    return ~c;
+}
+
+// ST_CRC32C: every tensor's checksum is in __metadata__ (equal to an independent CRC of its
+// bytes, however the writes were cut); checked reads pass on the file as written, and a
+// flipped byte fails whether it is found by a checked read or by st_verify_rest.
+START_TEST(test_checksums) {
+    const char *path = path_in("crc.safetensors");
+    st_tensor_t t[NDECL];
+    declare(t);
+    st_meta_t meta[] = {{"format", "pt"}};
+    st_writer_t *w = NULL;
+    char err[1024] = "";
+    ck_assert_msg(st_writer_open_flags(&w, path, t, NDECL, meta, 1, ST_CRC32C, err, sizeof err) == 0, "%s", err);
+    uint64_t total = 0;
+    for (int i = 0; i < NDECL; i++) total += decl_bytes(i);
+    unsigned char *all = malloc(total), *p = all;
+    for (int i = 0; i < NDECL; i++)
+        for (uint64_t j = 0; j < decl_bytes(i); j++) *p++ = pattern(i, j);
+    for (uint64_t off = 0, k = 0; off < total; k++) { // pieces of 1..7 bytes: every boundary case
+        size_t n = (size_t)(k % 7 + 1) < total - off ? (size_t)(k % 7 + 1) : (size_t)(total - off);
+        ck_assert_int_eq(st_write(w, all + off, n), 0);
+        off += n;
+    }
+    ck_assert_msg(st_writer_close(w, err, sizeof err) == 0, "%s", err);
+    st_reader_t *r = NULL;
+    ck_assert_msg(st_open(path, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(r->nchecked, NDECL);
+    ck_assert_int_eq(st_unchecked(r), -1);
+    ck_assert_str_eq(st_meta_get(r, "format"), "pt");
+    uint64_t at = 0;
+    for (int i = 0; i < NDECL; i++) {
+        char key[128], hex[9];
+        snprintf(key, sizeof key, "crc32c:%s", decl[i].name);
+        snprintf(hex, sizeof hex, "%08x", crc_bitwise(all + at, decl_bytes(i)));
+        ck_assert_msg(st_meta_get(r, key) && !strcmp(st_meta_get(r, key), hex), "%s: %s, want %s", key,
+                      st_meta_get(r, key) ? st_meta_get(r, key) : "(none)", hex);
+        unsigned char *buf = malloc(decl_bytes(i) + 1);
+        uint64_t half = decl_bytes(i) / 2;
+        ck_assert_msg(st_read_checked(r, st_find(r, decl[i].name), buf, 0, half, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(st_read_checked(r, st_find(r, decl[i].name), buf + half, half, decl_bytes(i) - half, err,
+                                      sizeof err) == 0, "%s", err);
+        ck_assert(!memcmp(buf, all + at, decl_bytes(i)));
+        free(buf);
+        at += decl_bytes(i);
+    }
+    ck_assert_msg(st_verify_rest(r, err, sizeof err) == 0, "%s", err);
+    uint64_t flip_at = r->data_start + r->tensors[1].begin + 5;
+    st_close(r);
+    // one bit of tensor 1 flipped
+    int fd = open(path, O_RDWR);
+    unsigned char b;
+    ck_assert(fd >= 0 && pread(fd, &b, 1, (off_t)flip_at) == 1);
+    b ^= 1;
+    ck_assert(pwrite(fd, &b, 1, (off_t)flip_at) == 1);
+    close(fd);
+    char want[512];
+    snprintf(want, sizeof want, "%s: tensor '%s' fails its CRC-32C check (stored ", path, decl[1].name);
+    for (int how = 0; how < 2; how++) {
+        ck_assert_msg(st_open(path, &r, err, sizeof err) == 0, "%s", err);
+        unsigned char buf[64];
+        int rc = how ? st_verify_rest(r, err, sizeof err)
+                     : st_read_checked(r, 1, buf, 0, (size_t)decl_bytes(1), err, sizeof err);
+        ck_assert_int_eq(rc, -EINVAL);
+        ck_assert_msg(!strncmp(err, want, strlen(want)) && strstr(err, "): the file is corrupt"), "%s", err);
+        st_close(r);
+    }
+    // the writer's keys are its own; a reader refuses entries that name no tensor or no CRC
+    st_meta_t mine[] = {{"crc32c:x", "00000000"}};
+    ck_assert_int_eq(st_writer_open_flags(&w, path, t, NDECL, mine, 1, ST_CRC32C, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "keys starting 'crc32c:' are the writer's own"), "%s", err);
+    static const struct { st_meta_t m; const char *says; } bad[] = {
+        {{"crc32c:nothing", "00000000"}, "__metadata__ 'crc32c:nothing' names no tensor of the file"},
+        {{"crc32c:model.norm.weight", "0000000G"}, "__metadata__ 'crc32c:model.norm.weight': expected 8 lowercase hex"},
+    };
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(st_writer_open(&w, path, t, NDECL, &bad[k].m, 1, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(st_write(w, all, total), 0);
+        ck_assert_msg(st_writer_close(w, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(st_open(path, &r, err, sizeof err), -EINVAL);
+        ck_assert_msg(strstr(err, bad[k].says), "%s", err);
+    }
+    free(all);
+}
+END_TEST
+
 START_TEST(test_header_independent) {
     const size_t pieces[] = {4096};
     const char *path = path_in("m.safetensors");
@@ -732,6 +825,7 @@ static Suite *st_suite(void) {
     tcase_add_checked_fixture(core, dir_setup, dir_teardown);
     tcase_add_loop_test(core, test_round_trip, 0, 3);
     tcase_add_test(core, test_header_independent);
+    tcase_add_test(core, test_checksums);
     tcase_add_test(core, test_reference_bytes);
     tcase_add_test(core, test_odd_names_and_layouts);
     tcase_set_timeout(core, 60);

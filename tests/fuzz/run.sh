@@ -39,7 +39,7 @@ flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -Wall -Wextra -Werr
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$root/src" -I"$root/io")
 declare -A srcs=(
   [json]="src/json.c"
-  [safetensors]="src/json.c src/safetensors.c"
+  [safetensors]="src/json.c src/safetensors.c io/crc32c.c"
   [tokens]="src/data.c src/util.c io/size.c"
 )
 declare -A maxlen=([json]=4096 [safetensors]=8192 [tokens]=8192)
