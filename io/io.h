@@ -121,7 +121,7 @@ typedef struct {
 //            network/FUSE filesystems); a malformed fault spec
 //   -ENOSPC  a path without room: "--nvme-path DIR: needs X, Y free (...)"
 //   -ENOENT, -EACCES, ...  a path that cannot hold the file
-//   -ENOSYS, -EPERM ...    --io-engine uring where io_uring is unavailable
+//   -ENODEV                --io-engine uring where io_uring is unavailable (the reason in err)
 // Not thread-safe with respect to the same *out; stores are independent of each other.
 int nvme_store_init(nvme_store_t **out, const nvme_store_opts_t *o, char *err, size_t errlen);
 

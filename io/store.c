@@ -421,9 +421,10 @@ int nvme_store_init(nvme_store_t **out, const nvme_store_opts_t *o, char *err, s
         s->ops = &io_engine_uring;
         rc = s->ops->start(s, uerr, sizeof uerr);
         if (rc == 0) goto started;
-        if (o->engine == IO_ENGINE_URING) {
+        if (o->engine == IO_ENGINE_URING) { // a request this machine cannot grant: -ENODEV, as for a device
             ERR("--io-engine uring: %s (use --io-engine auto or psync)", uerr);
             s->ops = NULL;
+            rc = -ENODEV;
             goto fail;
         }
         io_notice(s, "io_uring unavailable (%s); using the pread/pwrite thread pool instead (--io-engine psync)", uerr);
