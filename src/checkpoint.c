@@ -9,15 +9,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "crc32c.h"
 #include "json.h"
 #include "safetensors.h"
 #include "util.h"
 
 #define CKPT_FORMAT "tiertrain-checkpoint"
-#define CKPT_VERSION 1
+#define CKPT_VERSION 2 // 2: every tensor, config.json and state.json carry CRC-32C checksums
+#define STATE_CRC_KEY "\"state_crc32c\""
 #define ERR(...) snprintf(err, errlen, __VA_ARGS__)
 
 // ---------------------------------------------------------------- small file helpers
@@ -114,6 +118,7 @@ static int read_small(const char *path, char **out, size_t *len, char *err, size
         ERR("%s: unreadable or larger than 16 MiB", path);
         return -EIO;
     }
+    buf[n] = 0; // n < cap: text functions may treat it as a string
     *out = buf;
     *len = n;
     return 0;
@@ -203,6 +208,32 @@ int checkpoint_resolve(const char *arg, char *out, size_t len, char *err, size_t
     return 0;
 }
 
+// state.json's own checksum: "state_crc32c" (8 hex digits) is the CRC-32C of every byte of
+// text before that key; its "config_crc32c" into *config_crc.
+static int check_state_crc(const json_t *root, const char *text, const char *path, uint32_t *config_crc, char *err,
+                           size_t errlen) {
+    const char *want = NULL, *cfg = NULL, *kind = NULL;
+    int rc;
+    if ((rc = json_get_string(root, "checksums", &kind, err, errlen)) != 0 ||
+        (rc = json_get_string(root, "state_crc32c", &want, err, errlen)) != 0 ||
+        (rc = json_get_string(root, "config_crc32c", &cfg, err, errlen)) != 0)
+        return rc;
+    const char *at = strstr(text, STATE_CRC_KEY);
+    if (strcmp(kind, "crc32c") || strlen(want) != 8 || strspn(want, "0123456789abcdef") != 8 || strlen(cfg) != 8 ||
+        strspn(cfg, "0123456789abcdef") != 8 || !at) {
+        ERR("%s: checksums \"%s\", state_crc32c \"%s\", config_crc32c \"%s\" (expected crc32c and 8 lowercase hex "
+            "digits each): the file is corrupt", path, kind, want, cfg);
+        return -EINVAL;
+    }
+    uint32_t have = crc32c(0, text, (size_t)(at - text));
+    if (have != (uint32_t)strtoul(want, NULL, 16)) {
+        ERR("%s: fails its CRC-32C check (stored %s, read %08x): the file is corrupt or was edited", path, want, have);
+        return -EINVAL;
+    }
+    *config_crc = (uint32_t)strtoul(cfg, NULL, 16);
+    return 0;
+}
+
 int checkpoint_info(const char *dir, ckpt_info_t *info, char *err, size_t errlen) {
     memset(info, 0, sizeof *info);
     snprintf(info->dir, sizeof info->dir, "%s", dir);
@@ -215,8 +246,10 @@ int checkpoint_info(const char *dir, ckpt_info_t *info, char *err, size_t errlen
     snprintf(name, sizeof name, "%s", path);
     json_t *root = NULL;
     rc = json_parse(text, n, name, NULL, &root, err, errlen);
-    free(text);
-    if (rc != 0) return -EINVAL;
+    if (rc != 0) {
+        free(text);
+        return -EINVAL;
+    }
     const char *fmt = NULL, *hash = NULL, *prec = NULL, *mdt = NULL, *data = NULL;
     int64_t version = 0, step = 0, L, C, NH, NKV, F, V, T, tie;
     uint64_t tp = 0, vp = 0;
@@ -228,11 +261,16 @@ int checkpoint_info(const char *dir, ckpt_info_t *info, char *err, size_t errlen
         goto bad;
     }
     if ((rc = json_get_int64(root, "version", 1, 1000000, &version, err, errlen)) != 0) goto bad;
-    if (version != CKPT_VERSION) {
-        ERR("%s: checkpoint version %lld, this tiertrain reads version %d", path, (long long)version, CKPT_VERSION);
+    if (version < 1 || version > CKPT_VERSION) {
+        ERR("%s: checkpoint version %lld, this tiertrain reads versions 1 to %d", path, (long long)version,
+            CKPT_VERSION);
         rc = -EINVAL;
         goto bad;
     }
+    info->version = (int)version;
+    if (version >= 2 && (rc = check_state_crc(root, text, path, &info->config_crc, err, errlen)) != 0) goto bad;
+    free(text);
+    text = NULL;
     if ((rc = json_get_int64(root, "step", 1, INT32_MAX, &step, err, errlen)) != 0 ||
         (rc = json_get_uint64(root, "train_pos", UINT64_MAX, &tp, err, errlen)) != 0 ||
         (rc = json_get_uint64(root, "val_pos", UINT64_MAX, &vp, err, errlen)) != 0 ||
@@ -297,8 +335,15 @@ int checkpoint_info(const char *dir, ckpt_info_t *info, char *err, size_t errlen
     // config.json must be there and agree (it is what transformers reads)
     snprintf(path, sizeof path, "%s/config.json", dir);
     if ((rc = read_small(path, &text, &n, err, errlen)) != 0) return rc;
+    if (version >= 2 && crc32c(0, text, n) != info->config_crc) {
+        ERR("%s: fails its CRC-32C check (state.json has %08x, the file %08x): the file is corrupt or was edited", path,
+            info->config_crc, crc32c(0, text, n));
+        free(text);
+        return -EINVAL;
+    }
     rc = json_parse(text, n, path, NULL, &root, err, errlen);
     free(text);
+    text = NULL;
     if (rc != 0) return -EINVAL;
     int64_t hs = 0, layers = 0;
     if ((rc = json_get_int64(root, "hidden_size", 1, 1 << 20, &hs, err, errlen)) != 0 ||
@@ -313,6 +358,7 @@ int checkpoint_info(const char *dir, ckpt_info_t *info, char *err, size_t errlen
     json_free(root);
     return 0;
 bad:
+    free(text);
     json_free(root);
     return rc < 0 ? rc : -EINVAL;
 }
@@ -358,7 +404,7 @@ static int all_finite(const float *x, size_t n, int nonneg) {
 
 // Reads elements [lo, lo + n) of tensor `want` of r into dst (FP32), converting from BF16
 // when the file holds BF16; checks the name and the shape first.
-static int load_tensor(const st_reader_t *r, const char *file, const st_tensor_t *want, size_t lo, size_t n,
+static int load_tensor(st_reader_t *r, const char *file, const st_tensor_t *want, size_t lo, size_t n,
                        float *dst, char *err, size_t errlen) {
     int idx = st_find(r, want->name);
     if (idx < 0) {
@@ -372,7 +418,7 @@ static int load_tensor(const st_reader_t *r, const char *file, const st_tensor_t
         ERR("%s: tensor '%s' has another shape than this model's (%d dims)", file, want->name, want->ndim);
         return -EINVAL;
     }
-    if (t->dtype == ST_F32) return st_read(r, idx, dst, lo * 4, n * 4, err, errlen);
+    if (t->dtype == ST_F32) return st_read_checked(r, idx, dst, lo * 4, n * 4, err, errlen);
     if (t->dtype != ST_BF16) {
         ERR("%s: tensor '%s' is %s (accepted: F32, BF16)", file, want->name, st_dtype_name(t->dtype));
         return -EINVAL;
@@ -380,7 +426,7 @@ static int load_tensor(const st_reader_t *r, const char *file, const st_tensor_t
     uint16_t buf[8192];
     for (size_t i = 0; i < n; i += 8192) {
         size_t k = n - i < 8192 ? n - i : 8192;
-        int rc = st_read(r, idx, buf, (lo + i) * 2, k * 2, err, errlen);
+        int rc = st_read_checked(r, idx, buf, (lo + i) * 2, k * 2, err, errlen);
         if (rc != 0) return rc;
         bf16_to_f32_n(dst + i, buf, k);
     }
@@ -398,7 +444,7 @@ static int tensor_in_chunk(const tensor_t *te, size_t lo, size_t n, size_t *a, s
 // .master when the model file is BF16) and, unless weights_only, its m and v; each checked
 // finite (v non-negative), naming the file and the tensor that holds a bad value.
 static int load_slice(const model_t *m, int s, int t, const ckpt_info_t *info, int weights_only,
-                      const st_reader_t *mr, const st_reader_t *orr, const char *mpath, const char *opath, size_t a,
+                      st_reader_t *mr, st_reader_t *orr, const char *mpath, const char *opath, size_t a,
                       size_t b, float *master, float *mm, float *vv, char *err, size_t errlen) {
     const tensor_t *te = &m->shards[s].tensors[t];
     const size_t i0 = a - te->offset, n = b - a;
@@ -435,14 +481,28 @@ static int load_slice(const model_t *m, int s, int t, const ckpt_info_t *info, i
     return -EINVAL;
 }
 
+// A version-2 file must carry a checksum for every tensor (a version-1 one carries none).
+static int check_has_checksums(const st_reader_t *r, const ckpt_info_t *info, char *err, size_t errlen) {
+    int i = info->version < 2 ? -1 : st_unchecked(r);
+    if (i < 0) return 0;
+    ERR("%s: tensor '%.200s' has no crc32c entry in __metadata__ (a version-2 checkpoint has one for every tensor): "
+        "the file is corrupt", r->path, r->tensors[i].name);
+    return -EINVAL;
+}
+
 int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weights_only, char *err, size_t errlen) {
     const model_t *m = trainer_model(tr);
     char mpath[TT_PATH_MAX + 64], opath[TT_PATH_MAX + 64];
     snprintf(mpath, sizeof mpath, "%s/model.safetensors", info->dir);
     snprintf(opath, sizeof opath, "%s/optimizer.safetensors", info->dir);
     st_reader_t *mr = NULL, *orr = NULL;
+    if (info->version < 2)
+        notice("%s: saved without checksums (checkpoint version %d): loading it unverified", info->dir, info->version);
     int rc = st_open(mpath, &mr, err, errlen);
+    if (rc == 0) rc = check_has_checksums(mr, info, err, errlen);
     if (rc == 0 && (!weights_only || info->model_bf16)) rc = st_open(opath, &orr, err, errlen);
+    if (rc == 0 && orr) rc = check_has_checksums(orr, info, err, errlen);
+    uint64_t hash = FNV64_INIT; // of the masters, in the order the save hashed them
     for (int s = 0; s < m->nshards && rc == 0; s++) {
         const shard_t *sh = &m->shards[s];
         for (int c = 0; c < trainer_nchunks(tr, s) && rc == 0; c++) {
@@ -452,10 +512,22 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
             trainer_chunk_range(tr, s, c, &lo, &n);
             for (int t = 0; t < sh->ntensors && rc == 0; t++)
                 if (tensor_in_chunk(&sh->tensors[t], lo, n, &a, &b))
-                    rc = load_slice(m, s, t, info, weights_only, mr, orr, mpath, opath, a, b, master + (a - lo),
-                                    mm + (a - lo), vv + (a - lo), err, errlen);
+                    if ((rc = load_slice(m, s, t, info, weights_only, mr, orr, mpath, opath, a, b, master + (a - lo),
+                                         mm + (a - lo), vv + (a - lo), err, errlen)) == 0)
+                        hash = fnv1a64(hash, master + (a - lo), (b - a) * sizeof(float));
             if (rc == 0) rc = trainer_states_put(tr, s, c, TIER_O32, err, errlen);
         }
+    }
+    // what the load did not read (the BF16 model beside its FP32 master; tensors of no shard)
+    // is checked all the same: a corrupt file is never passed on as a good one
+    if (rc == 0) rc = st_verify_rest(mr, err, errlen);
+    if (rc == 0 && orr && !weights_only) rc = st_verify_rest(orr, err, errlen);
+    char got[17];
+    snprintf(got, sizeof got, "%016llx", (unsigned long long)hash);
+    if (rc == 0 && strcmp(got, info->params_hash) != 0) {
+        ERR("%s/state.json: params_hash %s, but the weights loaded hash to %s (files from different checkpoints, or a "
+            "corrupt one)", info->dir, info->params_hash, got);
+        rc = -EINVAL;
     }
     st_close(mr);
     st_close(orr);
@@ -523,7 +595,7 @@ static int write_file(trainer_t *tr, const char *path, const char *format, int n
                 tensor_decl(m, s, t, suffixes[p], parts[p] == 0 && bf16_master ? ST_BF16 : ST_F32, &decl[k], names[k]);
     st_meta_t meta[] = {{"format", format}};
     st_writer_t *w = NULL;
-    int rc = st_writer_open(&w, path, decl, n, meta, 1, err, errlen);
+    int rc = st_writer_open_flags(&w, path, decl, n, meta, 1, ST_CRC32C, err, errlen);
     free(decl);
     free(names);
     if (rc != 0) return rc;
@@ -552,7 +624,9 @@ static int write_optimizer(trainer_t *tr, const char *path, int with_master, cha
     return write_file(tr, path, "tiertrain-adamw", 3 - first, parts + first, suffixes + first, 0, NULL, err, errlen);
 }
 
-static int write_config_json(const trainer_t *tr, const char *path, int bf16, char *err, size_t errlen) {
+// config.json; *crc gets the CRC-32C of its text (state.json records it).
+static int write_config_json(const trainer_t *tr, const char *path, int bf16, uint32_t *crc, char *err,
+                             size_t errlen) {
     const model_t *m = trainer_model(tr);
     char text[2048];
     snprintf(text, sizeof text,
@@ -564,11 +638,14 @@ static int write_config_json(const trainer_t *tr, const char *path, int bf16, ch
              "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n  \"torch_dtype\": \"%s\"\n}\n",
              m->C, m->F, m->L, m->NH, m->NKV, m->HS, m->V, (double)m->norm_eps, m->rope_theta,
              m->tie ? "true" : "false", m->T, bf16 ? "bfloat16" : "float32");
+    *crc = crc32c(0, text, strlen(text));
     return write_text(path, text, err, errlen);
 }
 
-static int write_state_json(const trainer_t *tr, const data_t *d, int step, uint64_t hash, const char *path,
-                            char *err, size_t errlen) {
+// state.json. Its last member, "state_crc32c", is the CRC-32C of every byte before that key;
+// "config_crc32c" that of config.json.
+static int write_state_json(const trainer_t *tr, const data_t *d, int step, uint64_t hash, uint32_t config_crc,
+                            const char *path, char *err, size_t errlen) {
     const config_t *c = trainer_config(tr);
     const model_t *m = trainer_model(tr);
     char data[TT_PATH_MAX * 2];
@@ -582,19 +659,34 @@ static int write_state_json(const trainer_t *tr, const data_t *d, int step, uint
              "  \"schedule\": {\"lr\": %.17g, \"min_lr\": %.17g, \"warmup\": %d, \"steps\": %d},\n"
              "  \"optimizer\": {\"beta1\": %.17g, \"beta2\": %.17g, \"eps\": %.17g, \"wd\": %.17g, \"clip\": %.17g},\n"
              "  \"model\": {\"layers\": %d, \"dim\": %d, \"heads\": %d, \"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d,"
-             " \"seq\": %d, \"tie\": %d, \"rope_theta\": %.17g, \"norm_eps\": %.17g, \"precision\": \"%s\"}\n}\n",
+             " \"seq\": %d, \"tie\": %d, \"rope_theta\": %.17g, \"norm_eps\": %.17g, \"precision\": \"%s\"},\n"
+             "  \"checksums\": \"crc32c\",\n  \"config_crc32c\": \"%08x\",\n  ",
              CKPT_FORMAT, CKPT_VERSION, step, (unsigned long long)hash,
              (unsigned long long)(d ? data_position(d, DATA_TRAIN) : 0),
              (unsigned long long)(d ? data_position(d, DATA_VAL) : 0), data, c->B, c->accum,
              (unsigned long long)c->seed, c->save_bf16 ? "BF16" : "F32", c->lr, c->min_lr, c->warmup, c->steps,
              c->beta1, c->beta2, c->eps, c->wd, c->clip, m->L, m->C, m->NH, m->NKV, m->F, m->V, m->T, m->tie,
-             m->rope_theta, c->norm_eps, c->precision == PREC_FP32 ? "fp32" : "bf16");
+             m->rope_theta, c->norm_eps, c->precision == PREC_FP32 ? "fp32" : "bf16", config_crc);
+    size_t n = strlen(text);
+    snprintf(text + n, sizeof text - n, STATE_CRC_KEY ": \"%08x\"\n}\n", crc32c(0, text, n));
     return write_text(path, text, err, errlen);
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-// Removes leftovers of interrupted saves (.tmp-*) and all but the newest keep checkpoints.
+// A temporary name ends "-PID": the process that made it. Ours, or one no longer alive
+// (ESRCH), may be removed; a live other one's (a save in progress) may not. Names without a
+// pid are not ours to judge: left alone.
+static int tmp_is_ours_or_dead(const char *name) {
+    const char *dash = strrchr(name, '-');
+    if (!dash || !dash[1] || strspn(dash + 1, "0123456789") != strlen(dash + 1) || strlen(dash + 1) > 9) return 0;
+    pid_t pid = (pid_t)strtol(dash + 1, NULL, 10);
+    if (pid == getpid()) return 1;
+    return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+// Removes leftovers of interrupted saves (.tmp-*: this process's, or a dead one's) and all
+// but the newest keep checkpoints.
 static void prune(const char *dir, int keep, const char *keep_name) {
     DIR *d = opendir(dir);
     if (!d) return;
@@ -604,6 +696,7 @@ static void prune(const char *dir, int keep, const char *keep_name) {
     char p[TT_PATH_MAX + 300];
     while ((e = readdir(d))) {
         if (!strncmp(e->d_name, ".tmp-", 5)) {
+            if (!tmp_is_ours_or_dead(e->d_name)) continue; // another live process's save in progress
             snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
             struct stat st;
             if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) remove_folder(p);
@@ -656,14 +749,15 @@ int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t *params_h
         rc = write_optimizer(tr, path, c->save_bf16, err, errlen);
         test_delay();
     }
+    uint32_t config_crc = 0;
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/config.json", tmp);
-        rc = write_config_json(tr, path, c->save_bf16, err, errlen);
+        rc = write_config_json(tr, path, c->save_bf16, &config_crc, err, errlen);
         test_delay();
     }
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/state.json", tmp);
-        rc = write_state_json(tr, d, step, *params_hash, path, err, errlen);
+        rc = write_state_json(tr, d, step, *params_hash, config_crc, path, err, errlen);
         test_delay();
     }
     if (rc == 0) rc = fsync_dir(tmp, err, errlen);
@@ -702,4 +796,104 @@ int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t *params_h
     prune(dir, c->keep_last, name);
     snprintf(where, wlen, "%s", final);
     return 0;
+}
+
+// ---------------------------------------------------------------- one writer, space
+
+int checkpoint_lock(const char *dir, char *err, size_t errlen) {
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        int e = errno;
+        ERR("--save %s: cannot create it: %s (give a directory whose parent exists and is writable)", dir, strerror(e));
+        return -e;
+    }
+    char path[TT_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int e = errno;
+        ERR("--save %s: cannot open %s: %s", dir, path, strerror(e));
+        return -e;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[32] = "";
+        ssize_t n = e == EWOULDBLOCK ? pread(fd, pid, sizeof pid - 1, 0) : -1;
+        close(fd);
+        if (e != EWOULDBLOCK) {
+            ERR("--save %s: cannot lock %s: %s", dir, path, strerror(e));
+            return -e;
+        }
+        pid[n > 0 ? n : 0] = 0;
+        pid[strspn(pid, "0123456789")] = 0;
+        ERR("--save %s is in use by pid %s (another run saves there: give this run another --save, or wait for that "
+            "one to finish)", dir, pid[0] ? pid : "unknown");
+        return -EBUSY;
+    }
+    char line[32];
+    int k = snprintf(line, sizeof line, "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)k, 0) != k) {
+        int e = errno;
+        close(fd);
+        ERR("--save %s: cannot write %s: %s", dir, path, strerror(e));
+        return -e;
+    }
+    return fd;
+}
+
+int checkpoint_newest(const char *dir, char *out, size_t len) {
+    char e[256];
+    if (!dir[0] || checkpoint_resolve(dir, out, len, e, sizeof e) != 0) return -ENOENT;
+    return 0;
+}
+
+uint64_t checkpoint_bytes(const model_t *m, int bf16) {
+    const uint64_t block = 4096;
+    uint64_t data = 0, header = 64;
+    for (int s = 0; s < m->nshards; s++)
+        for (int t = 0; t < m->shards[s].ntensors; t++) {
+            char hf[200];
+            model_tensor_hf_name(m, s, t, hf, sizeof hf);
+            data += (uint64_t)m->shards[s].tensors[t].numel;
+            header += 2 * strlen(hf) + 120; // the entry and its crc32c entry, with suffixes
+        }
+    uint64_t model = 8 + header + data * (bf16 ? 2 : 4), optim = 8 + header * 3 + data * (bf16 ? 12 : 8);
+    uint64_t files = (model + block - 1) / block + (optim + block - 1) / block + 2 /* the two .json */;
+    return files * block;
+}
+
+// Bytes on disk of a flat folder's files.
+static uint64_t folder_bytes(const char *dir) {
+    DIR *d = opendir(dir);
+    uint64_t total = 0;
+    if (!d) return 0;
+    struct dirent *e;
+    char p[TT_PATH_MAX + 600];
+    struct stat st;
+    while ((e = readdir(d))) {
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (e->d_name[0] != '.' && lstat(p, &st) == 0 && S_ISREG(st.st_mode)) total += (uint64_t)st.st_blocks * 512;
+    }
+    closedir(d);
+    return total;
+}
+
+int checkpoint_existing(const char *dir, uint64_t *sizes, int cap) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    char *names[4096];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, "step-", 5) && strlen(e->d_name) == 13 && n < 4096 && n < cap &&
+            (names[n] = strdup(e->d_name)))
+            n++;
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    char p[TT_PATH_MAX + 300];
+    for (int i = 0; i < n; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        sizes[i] = folder_bytes(p);
+        free(names[i]);
+    }
+    return n;
 }

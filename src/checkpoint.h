@@ -25,6 +25,8 @@ typedef struct {
     int step;                 // optimizer steps done
     uint64_t train_pos, val_pos; // data positions (tokens into each split)
     char params_hash[17];     // as the run printed it
+    int version;              // 1: no checksums; 2: CRC-32C of every tensor, config.json, state.json
+    uint32_t config_crc;      // config.json's (version 2)
     // the model (config.json / state.json)
     int L, C, NH, NKV, F, V, T, tie;
     double rope_theta, norm_eps;
@@ -56,3 +58,19 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
 // was visible changes.
 int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t *params_hash, char *where, size_t wlen,
                     char *err, size_t errlen);
+
+// One writer per --save directory: creates dir when missing, takes flock(LOCK_EX) on
+// dir/.lock and writes this pid into it. Returns the open descriptor (the lock lasts until
+// it is closed or the process ends), -EBUSY with "--save DIR is in use by pid N (...)" when
+// another process holds it, or -errno with one line.
+int checkpoint_lock(const char *dir, char *err, size_t errlen);
+// The newest complete checkpoint under a --save directory: the folder its `latest` names,
+// when that folder has a state.json. Writes it into out and returns 0, or -ENOENT (none).
+int checkpoint_newest(const char *dir, char *out, size_t len);
+// Bytes one checkpoint of m takes on disk: both safetensors files with their headers (BF16
+// weights and an FP32 master in the optimizer file with bf16), config.json and state.json,
+// each rounded up to 4 KiB.
+uint64_t checkpoint_bytes(const model_t *m, int bf16);
+// The complete checkpoints (step-NNNNNNNN folders) already in dir, oldest first: how many
+// (at most cap) and each one's bytes on disk into sizes. 0 when dir does not exist.
+int checkpoint_existing(const char *dir, uint64_t *sizes, int cap);

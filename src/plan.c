@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include "checkpoint.h"
 #include "backend.h"
 #include "hostmem.h"
 #include "scheduler.h" // sched_belady
@@ -97,6 +98,93 @@ uint64_t plan_nvme_free(const config_t *cfg) {
     return total;
 }
 
+
+// The filesystem of path, or of its nearest existing parent (--save may not exist yet):
+// st_dev into *dev and free bytes into *free. 0, or -1 when none can be found.
+static int fs_of(const char *path, dev_t *dev, uint64_t *free) {
+    char p[TT_PATH_MAX];
+    snprintf(p, sizeof p, "%s", path[0] ? path : ".");
+    for (;;) {
+        struct stat st;
+        struct statvfs v;
+        if (stat(p, &st) == 0 && statvfs(p, &v) == 0) {
+            *dev = st.st_dev;
+            *free = (uint64_t)v.f_bavail * v.f_frsize;
+            return 0;
+        }
+        char *slash = strrchr(p, '/');
+        if (!slash) snprintf(p, sizeof p, ".");
+        else if (slash == p) p[1] = 0;
+        else *slash = 0;
+        if (!strcmp(p, ".") || !strcmp(p, "/")) {
+            if (stat(p, &st) != 0 || statvfs(p, &v) != 0) return -1;
+            *dev = st.st_dev;
+            *free = (uint64_t)v.f_bavail * v.f_frsize;
+            return 0;
+        }
+    }
+}
+
+// Whether one of the --nvme-path directories lives on filesystem dev.
+static int nvme_shares(const config_t *cfg, dev_t dev) {
+    char list[TT_PATH_MAX];
+    const char *t = getenv("TMPDIR");
+    snprintf(list, sizeof list, "%s", cfg->nvme_path[0] ? cfg->nvme_path : t && *t ? t : "/tmp");
+    for (char *save = NULL, *d = strtok_r(list, ",", &save); d; d = strtok_r(NULL, ",", &save)) {
+        struct stat st;
+        if (stat(d, &st) == 0 && st.st_dev == dev) return 1;
+    }
+    return 0;
+}
+
+void plan_save_space(const config_t *cfg, const model_t *m, int first_step, plan_t *p) {
+    p->save_bytes = p->save_need = p->save_free = 0;
+    p->save_count = 0;
+    if (!cfg->save_dir[0] || first_step > cfg->steps) return;
+    // the saves still to come: every --save-every steps, and at the end
+    const int every = cfg->save_every, K = cfg->keep_last;
+    int S = 1;
+    if (every > 0) S += cfg->steps / every - (first_step - 1) / every - (cfg->steps % every == 0);
+    p->save_bytes = checkpoint_bytes(m, cfg->save_bf16);
+    p->save_count = K > 0 && S > K + 1 ? K + 1 : S;
+    uint64_t need = (uint64_t)p->save_count * p->save_bytes;
+    // With --keep-last K, save j writes while this run's newest min(j - 1, K) and the newest
+    // K - (j - 1) checkpoints already there are kept: the others were pruned by then. The
+    // fullest of those moments counts (it stops changing once j passes K + 1 + E).
+    if (K > 0) {
+        static uint64_t sizes[4096]; // plan runs on one thread
+        int E = checkpoint_existing(cfg->save_dir, sizes, 4096);
+        need = 0;
+        for (int j = 1; j <= S && j <= K + E + 2; j++) {
+            int fresh = j - 1 < K ? j : K + 1, kept = K - (j - 1) < 0 ? 0 : K - (j - 1);
+            uint64_t freed = 0;
+            for (int i = 0; i < E - kept; i++) freed += sizes[i];
+            uint64_t at = (uint64_t)fresh * p->save_bytes;
+            at = at > freed ? at - freed : 0;
+            if (at > need) need = at;
+        }
+    }
+    p->save_need = need;
+    dev_t dev = 0;
+    uint64_t fs_free = 0;
+    const char *fake = getenv("TT_SAVE_FREE");
+    if (fake && *fake) {
+        if (parse_size(fake, &fs_free) != 0) fs_free = 0;
+    } else if (fs_of(cfg->save_dir, &dev, &fs_free) != 0) {
+        return; // nothing to measure against: the save itself will say
+    }
+    if (!(fake && *fake) && p->nvme_bytes && nvme_shares(cfg, dev)) // the NVMe states are allocated first
+        fs_free = fs_free > p->nvme_bytes ? fs_free - p->nvme_bytes : 0;
+    p->save_free = fs_free;
+    if (p->feasible && need > fs_free) {
+        char a[32], b[32], c[32];
+        p->feasible = 0;
+        snprintf(p->reason, sizeof p->reason, "--save %.150s: the checkpoints need %s (%d of %s at the fullest), %s "
+                 "free there (free space, give --save another filesystem, lower --keep-last, or --save-dtype bf16)",
+                 cfg->save_dir, format_bytes(b, sizeof b, need), p->save_count, format_bytes(a, sizeof a, p->save_bytes),
+                 format_bytes(c, sizeof c, fs_free));
+    }
+}
 
 // Bytes each link moves per step (what the tier's counters measure).
 static void plan_traffic(const config_t *cfg, const model_t *m, plan_t *p) {
@@ -232,6 +320,7 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     plan_traffic(cfg, m, p);
     plan_floor(cfg, prof, P, p);
     plan_check(cfg, p);
+    plan_save_space(cfg, m, 1, p);
 }
 
 int plan_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len) {
@@ -308,6 +397,10 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
             p->nvme_bytes ? format_bytes(b, sizeof b, p->nvme_free) : "-", cfg->nvme_path[0] ? cfg->nvme_path : "default");
     fprintf(f, "  RAM (%s)    %12s   of %s available\n", cfg->device == DEVICE_CUDA ? "host only  " : "cpu backend",
             format_bytes(a, sizeof a, p->ram_needed), format_bytes(b, sizeof b, p->mem_available));
+    if (cfg->save_dir[0])
+        fprintf(f, "  checkpoints          %12s   of %s free (--save %s: %d of %s at the fullest)\n",
+                format_bytes(a, sizeof a, p->save_need), format_bytes(b, sizeof b, p->save_free), cfg->save_dir,
+                p->save_count, format_bytes(c, sizeof c, p->save_bytes));
     fprintf(f, "compute per step: %.3g TFLOP (matmuls incl. recompute, causal attention)\n", p->flops_per_step / 1e12);
     fprintf(f, "traffic per step: host->device %s, device->host %s, nvme read %s, nvme write %s (%llu parameter "
                "fetches)\n",
@@ -351,8 +444,10 @@ void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f) 
     fprintf(f, ",\"host_parts\":");
     json_parts(p, TIER_HOST, f);
     fprintf(f, ",\"h2d_bytes\":%llu,\"d2h_bytes\":%llu,\"nvme_read_bytes\":%llu,\"nvme_write_bytes\":%llu,"
+               "\"save_bytes\":%llu,\"save_need\":%llu,\"save_free\":%llu,"
                "\"flops\":%.6g,\"floor_ms\":%.3f,\"bound\":\"%s\",\"rates\":\"%s\"}\n",
             (unsigned long long)p->h2d_bytes, (unsigned long long)p->d2h_bytes, (unsigned long long)p->nvme_read_bytes,
-            (unsigned long long)p->nvme_write_bytes, p->flops_per_step, p->floor_ms, plan_resource_names[p->bound],
-            p->prof ? "profile" : "defaults");
+            (unsigned long long)p->nvme_write_bytes, (unsigned long long)p->save_bytes,
+            (unsigned long long)p->save_need, (unsigned long long)p->save_free, p->flops_per_step, p->floor_ms,
+            plan_resource_names[p->bound], p->prof ? "profile" : "defaults");
 }

@@ -29,6 +29,11 @@ typedef struct {
     uint64_t ram_needed;     // host bytes, plus the device arena on the CPU backend (the same RAM)
     uint64_t mem_available;  // /proc/meminfo MemAvailable
     uint64_t nvme_free;      // free bytes under --nvme-path (statvfs, each filesystem once); 0 when unused
+    // --save: what its filesystem must hold at the run's fullest moment (plan_save_space)
+    uint64_t save_bytes;     // one checkpoint (checkpoint_bytes)
+    int save_count;          // checkpoints on disk from this run at the fullest moment
+    uint64_t save_need;      // new bytes then, less the older checkpoints pruned by then
+    uint64_t save_free;      // free bytes on its filesystem (less the NVMe states, when they share it)
     double flops_per_step;   // matmul FLOPs incl. the recompute, plus attention
     // per optimizer step
     uint64_t param_fetches;  // streamed parameter shards copied to the device
@@ -56,5 +61,11 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f);
 // The plan as one JSON line (`tiertrain plan`'s last line, and its --log): the model, whether
 // it fits and why not, each tier's bytes and named parts, RAM, traffic, the floor and its bound.
 void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f);
+// The --save facts of p (save_*) for a run whose first step is first_step, and p->feasible /
+// p->reason when the checkpoints cannot fit. plan_compute calls it with first_step 1; a
+// resumed run calls it again with its own. The fullest moment is the last save: the newest
+// --keep-last checkpoints (every one with --keep-last 0) plus the one being written, before
+// the oldest is pruned. TT_SAVE_FREE=SIZE (a testing hook) stands in for statvfs.
+void plan_save_space(const config_t *cfg, const model_t *m, int first_step, plan_t *p);
 // Free bytes over the --nvme-path directories (default $TMPDIR or /tmp), each filesystem once.
 uint64_t plan_nvme_free(const config_t *cfg);

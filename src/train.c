@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <unistd.h>
 #include "checkpoint.h"
 #include "data.h"
@@ -65,11 +66,35 @@ static double eval_loss(trainer_t *tr, data_t *d, int *inputs, int *targets) {
 
 // SIGINT/SIGTERM: the first finishes the current step (and saves, with --save); a second
 // stops at once — a half-written checkpoint is a .tmp-* folder nobody takes for one, and the
-// NVMe store's files were unlinked when opened.
+// NVMe store's files were unlinked when opened. The second prints one line first, saying
+// what was abandoned and which checkpoint is the newest complete one: written outside the
+// handler into the buffer not in use, then published with one store (a handler may only
+// write()).
 static volatile sig_atomic_t stop_signal;
+static char stop_lines[2][TT_PATH_MAX + 256];
+static size_t stop_lens[2];
+static volatile sig_atomic_t stop_line = -1; // the buffer the handler prints, -1 none
+
+static void set_stop_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void set_stop_line(const char *fmt, ...) {
+    int k = stop_line == 0 ? 1 : 0;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(stop_lines[k], sizeof stop_lines[k], fmt, ap);
+    va_end(ap);
+    stop_lens[k] = n < 0 ? 0 : (size_t)n < sizeof stop_lines[k] ? (size_t)n : sizeof stop_lines[k] - 1;
+    stop_line = k;
+}
 
 static void on_signal(int sig) {
-    if (stop_signal) _exit(128 + sig);
+    if (stop_signal) {
+        int k = stop_line;
+        if (k >= 0) {
+            ssize_t w = write(STDERR_FILENO, stop_lines[k], stop_lens[k]);
+            (void)w;
+        }
+        _exit(128 + sig);
+    }
     stop_signal = sig;
     static const char msg[] = "tiertrain: stopping after this step (and saving, with --save); signal again to stop at once\n";
     ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1); // async-signal-safe; nothing to do if it fails
@@ -85,15 +110,35 @@ static void catch_signals(void) {
     sigaction(SIGTERM, &sa, NULL);
 }
 
+// "the newest complete checkpoint is DIR/step-N" or "there is no complete checkpoint in DIR".
+static const char *newest_said(const config_t *cfg, char *out, size_t len) {
+    char dir[TT_PATH_MAX];
+    if (!cfg->save_dir[0]) snprintf(out, len, "no checkpoint was asked for (no --save)");
+    else if (checkpoint_newest(cfg->save_dir, dir, sizeof dir) == 0)
+        snprintf(out, len, "the newest complete checkpoint is %s", dir);
+    else snprintf(out, len, "there is no complete checkpoint in %s", cfg->save_dir);
+    return out;
+}
+
+// What a second signal will say while steps run (the save sets its own).
+static void stop_line_steps(const config_t *cfg) {
+    char said[TT_PATH_MAX + 64];
+    set_stop_line("tiertrain: second signal: stopped at once, in the middle of a step; %s\n",
+                  newest_said(cfg, said, sizeof said));
+}
+
 static void save_checkpoint(trainer_t *tr, const data_t *data, int step, FILE *log, char *where, size_t wlen) {
-    char err[768];
+    char err[768], said[TT_PATH_MAX + 64];
+    const config_t *cfg = trainer_config(tr);
+    newest_said(cfg, said, sizeof said);
+    set_stop_line("tiertrain: second signal: the save of step %d was abandoned; %s\n", step, said);
     // the update in flight must have landed before the hash: its error belongs to this step
-    if (trainer_optimizer_wait(tr, err, sizeof err) != 0)
-        runtime_error("step %d: %s (the previous checkpoint is intact)", step, err);
+    if (trainer_optimizer_wait(tr, err, sizeof err) != 0) runtime_error("step %d: %s (%s)", step, err, said);
     uint64_t hash = 0;
     double t0 = now_ms();
     if (checkpoint_save(tr, data, step, &hash, where, wlen, err, sizeof err) != 0)
-        runtime_error("step %d: checkpoint: %s (the previous checkpoint is intact)", step, err);
+        runtime_error("step %d: checkpoint: %s (%s)", step, err, newest_said(cfg, said, sizeof said));
+    stop_line_steps(cfg);
     fprintf(stdout, "checkpoint: step %d saved to %s (%.1f s)\n", step, where, (now_ms() - t0) / 1e3);
     if (log) {
         char esc[TT_PATH_MAX * 2];
@@ -119,6 +164,7 @@ typedef struct {
     double first_loss, last_loss, total_ms, last_val;
     int timed_steps, last_step;
     char saved[TT_PATH_MAX + 64]; // the newest checkpoint this run saved
+    int lock_fd;              // --save DIR/.lock, held for the run (0: none)
     int saved_step;
 } run_t;
 
@@ -151,8 +197,15 @@ static void run_check(run_t *r) {
     } else {
         plan_compute(cfg, &shape, rates, &r->plan);
     }
+    if (r->start > 1) plan_save_space(cfg, &shape, r->start, &r->plan); // the saves still to come
     model_free(&shape);
     if (!r->plan.feasible) usage_error("%s", r->plan.reason);
+    if (cfg->save_dir[0]) { // one writer per --save directory, for the whole run
+        int fd = checkpoint_lock(cfg->save_dir, err, sizeof err);
+        if (fd == -EBUSY) usage_error("%s", err);
+        if (fd < 0) fail_with(fd, "%s", err);
+        r->lock_fd = fd;
+    }
 }
 
 // Output files only once the run is known to be possible: bad input leaves none behind.
@@ -242,6 +295,7 @@ static void run_steps(run_t *r) {
 }
 
 static void run_free(run_t *r) {
+    if (r->lock_fd > 0) close(r->lock_fd);
     free(r->inputs);
     free(r->targets);
     trainer_free(r->tr);
@@ -292,6 +346,7 @@ int train_run(const config_t *cfg_in) {
     printf("data: %s\n", data_describe(r->data));
     if (cfg->resume[0]) run_resume(r);
     fflush(stdout);
+    stop_line_steps(cfg);
     catch_signals();
     r->N = trainer_rows(r->tr);
     r->inputs = mallocCheck((size_t)r->N * (size_t)cfg->accum * sizeof(int));

@@ -26,11 +26,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "crc32c.h"
 #include "testutil.h"
 
 // ---------------------------------------------------------------- folders and cleanup
@@ -159,7 +161,7 @@ static int list_dir(const char *dir, int *steps, int cap, int *ntmp) {
             steps[n++] = k;
         } else {
             ck_assert_msg(!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, "latest") ||
-                              !strncmp(e->d_name, ".tmp-", 5),
+                              !strcmp(e->d_name, ".lock") || !strncmp(e->d_name, ".tmp-", 5),
                           "%s: unexpected entry '%s'", dir, e->d_name);
         }
     }
@@ -738,7 +740,7 @@ static const hdr_tensor_t *hdr_find(const hdr_t *h, const char *name) {
 
 // ---------------------------------------------------------------- bad files
 
-static run_t good_ckpt; // the unchecked fixture's save run (only its rc matters)
+static run_t good_ckpt, good_bf16; // the unchecked fixture's save runs (only their rc matters)
 
 static void good_setup(void) {
     fix_setup();
@@ -747,12 +749,77 @@ static void good_setup(void) {
     argf(a, "--save=%s/ck", fixdir);
     arg(a, "--steps=2");
     good_ckpt = run(a, NULL);
+    train_args(a, base_crash);
+    argf(a, "--save=%s/ckb", fixdir);
+    arg(a, "--steps=2");
+    arg(a, "--save-dtype=bf16");
+    good_bf16 = run(a, NULL);
     free(a);
 }
 
 static void good_teardown(void) {
     run_free(&good_ckpt);
+    run_free(&good_bf16);
     fix_teardown();
+}
+
+// Rewrites the 8 hex digits of "crc32c:<name>" in a safetensors header to the CRC-32C of
+// the tensor's bytes as they are now (so a test's edit passes the checksum and reaches the
+// check behind it).
+static void fix_tensor_crc(const char *path, const char *name) {
+    hdr_t *h = malloc(sizeof *h);
+    const char *why = hdr_scan(path, h);
+    ck_assert_msg(!why, "%s: %s", path, why);
+    const hdr_tensor_t *t = hdr_find(h, name);
+    ck_assert_msg(t != NULL, "%s: no tensor '%s'", path, name);
+    FILE *f = fopen(path, "r+b");
+    ck_assert(f);
+    char *hdr = malloc(h->hlen + 1), *data = malloc((size_t)(t->end - t->begin) + 1);
+    ck_assert(fseek(f, 8, SEEK_SET) == 0 && fread(hdr, 1, h->hlen, f) == h->hlen);
+    hdr[h->hlen] = 0;
+    ck_assert(fseek(f, (long)(8 + h->hlen + (unsigned long long)t->begin), SEEK_SET) == 0);
+    ck_assert(fread(data, 1, (size_t)(t->end - t->begin), f) == (size_t)(t->end - t->begin));
+    char key[256], hex[9];
+    snprintf(key, sizeof key, "\"crc32c:%s\":\"", name);
+    char *at = strstr(hdr, key);
+    ck_assert_msg(at != NULL, "%s: no %s in the header", path, key);
+    snprintf(hex, sizeof hex, "%08x", crc32c(0, data, (size_t)(t->end - t->begin)));
+    ck_assert(fseek(f, (long)(8 + (at - hdr) + strlen(key)), SEEK_SET) == 0 && fwrite(hex, 1, 8, f) == 8);
+    ck_assert_int_eq(fclose(f), 0);
+    free(hdr);
+    free(data);
+    free(h);
+}
+
+// state.json's "state_crc32c", recomputed over the bytes before it (after a test's edit).
+static void fix_state_crc(const char *path) {
+    char *s = tu_slurp(path);
+    ck_assert_ptr_nonnull(s);
+    char *at = strstr(s, "\"state_crc32c\": \"");
+    ck_assert_msg(at != NULL, "%s: no state_crc32c in\n%s", path, s);
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08x", crc32c(0, s, (size_t)(at - s)));
+    memcpy(at + strlen("\"state_crc32c\": \""), hex, 8);
+    FILE *f = fopen(path, "w");
+    ck_assert(f && fputs(s, f) >= 0 && fclose(f) == 0);
+    free(s);
+}
+
+// Flips one bit of byte `byte` of tensor `name`'s data.
+static void flip_tensor_byte(const char *path, const char *name, long long byte) {
+    hdr_t *h = malloc(sizeof *h);
+    const char *why = hdr_scan(path, h);
+    ck_assert_msg(!why, "%s: %s", path, why);
+    const hdr_tensor_t *t = hdr_find(h, name);
+    ck_assert_msg(t && t->begin + byte < t->end, "%s: no tensor '%s' with byte %lld", path, name, byte);
+    int fd = open(path, O_RDWR);
+    unsigned char b;
+    off_t at = (off_t)(8 + h->hlen + (unsigned long long)(t->begin + byte));
+    ck_assert(fd >= 0 && pread(fd, &b, 1, at) == 1);
+    b ^= 0x40; // an exponent bit of a little-endian F32 or BF16 value at an odd byte
+    ck_assert(pwrite(fd, &b, 1, at) == 1);
+    close(fd);
+    free(h);
 }
 
 // Overwrites element `elem` of F32 tensor `name` in a safetensors file with value.
@@ -790,15 +857,33 @@ static void edit_text(const char *path, const char *from, const char *to) {
     free(s);
 }
 
-enum { BAD_TRUNCATED, BAD_STUB, BAD_HLEN, BAD_FORMAT, BAD_VERSION, BAD_NO_STEP, BAD_NAN_MODEL, BAD_NAN_OPTIMIZER,
-       BAD_NO_CONFIG, NBAD };
+// Replaces the first `from` in a (binary) file with `to`, of the same length, in place.
+static void edit_bytes(const char *path, const char *from, const char *to) {
+    ck_assert(strlen(from) == strlen(to));
+    FILE *f = fopen(path, "r+b");
+    ck_assert(f);
+    char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    char *at = memmem(buf, n, from, strlen(from));
+    ck_assert_msg(at != NULL, "%s: no '%s' in its first %zu bytes", path, from, n);
+    ck_assert(fseek(f, (long)(at - buf), SEEK_SET) == 0 && fwrite(to, 1, strlen(to), f) == strlen(to));
+    ck_assert_int_eq(fclose(f), 0);
+}
 
-// Each corruption of a copy of the step-2 checkpoint: resume exits 2 with one line that
-// starts "tiertrain: --resume B: B/<file>: " and says what is wrong.
+enum { BAD_TRUNCATED, BAD_STUB, BAD_HLEN, BAD_FORMAT, BAD_VERSION, BAD_NO_STEP, BAD_NAN_MODEL, BAD_NAN_OPTIMIZER,
+       BAD_NO_CONFIG, BAD_STATE_EDIT, BAD_CONFIG_EDIT, BAD_HASH, BAD_FLIP_MODEL, BAD_FLIP_OPTIMIZER,
+       BAD_FLIP_BF16_MODEL, BAD_FLIP_BF16_MASTER, BAD_NO_CRC, NBAD };
+
+// Each corruption of a copy of the step-2 checkpoint (the --save-dtype bf16 one for the
+// BF16 cases): resume exits 2 with one line that starts "tiertrain: --resume B: B/<file>: "
+// and says what is wrong. Edits that a checksum would catch first get their checksum
+// recomputed where the case is about the check behind it (the NaN, the missing key).
 START_TEST(bad_file) {
     ck_assert_msg(good_ckpt.rc == 0, "the fixture's save failed (%d):\n%s", good_ckpt.rc, good_ckpt.err);
+    ck_assert_msg(good_bf16.rc == 0, "the fixture's bf16 save failed (%d):\n%s", good_bf16.rc, good_bf16.err);
     char good[1200], bad[1200], file[1300], want[2048];
-    snprintf(good, sizeof good, "%s/ck/step-00000002", fixdir);
+    const int bf16 = _i == BAD_FLIP_BF16_MODEL || _i == BAD_FLIP_BF16_MASTER;
+    snprintf(good, sizeof good, "%s/%s/step-00000002", fixdir, bf16 ? "ckb" : "ck");
     snprintf(bad, sizeof bad, "%s/bad", tmp);
     copy_folder(good, bad);
     const char *name = NULL, *says = NULL;
@@ -833,26 +918,84 @@ START_TEST(bad_file) {
     case BAD_VERSION:
         name = "state.json";
         snprintf(file, sizeof file, "%s/%s", bad, name);
-        edit_text(file, "\"version\": 1,", "\"version\": 2,");
-        says = "checkpoint version 2, this tiertrain reads version 1\n";
+        edit_text(file, "\"version\": 2,", "\"version\": 3,");
+        says = "checkpoint version 3, this tiertrain reads versions 1 to 2\n";
         break;
     case BAD_NO_STEP:
         name = "state.json";
         snprintf(file, sizeof file, "%s/%s", bad, name);
         edit_text(file, "\"step\": 2,", "");
+        fix_state_crc(file);
         says = "missing key 'step'";
         break;
     case BAD_NAN_MODEL:
         name = "model.safetensors";
         snprintf(file, sizeof file, "%s/%s", bad, name);
         poke_float(file, "model.layers.1.mlp.up_proj.weight", 7, NAN);
+        fix_tensor_crc(file, "model.layers.1.mlp.up_proj.weight");
         says = "'model.layers.1.mlp.up_proj.weight'";
         break;
     case BAD_NAN_OPTIMIZER:
         name = "optimizer.safetensors";
         snprintf(file, sizeof file, "%s/%s", bad, name);
         poke_float(file, "model.layers.0.self_attn.k_proj.weight.exp_avg", 3, NAN);
+        fix_tensor_crc(file, "model.layers.0.self_attn.k_proj.weight.exp_avg");
         says = "'model.layers.0.self_attn.k_proj.weight";
+        break;
+    case BAD_STATE_EDIT: // a digit changed: the step, silently, without the checksum
+        name = "state.json";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        edit_text(file, "\"step\": 2,", "\"step\": 1,");
+        says = "state.json: fails its CRC-32C check (stored ";
+        break;
+    case BAD_CONFIG_EDIT:
+        name = "config.json";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        edit_text(file, "\"silu\"", "\"gelu\"");
+        says = "config.json: fails its CRC-32C check (state.json has ";
+        break;
+    case BAD_HASH: // every file intact, but state.json vouches for other weights
+        name = "state.json";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        char *st_text = tu_slurp(file), *ph = strstr(st_text, "\"params_hash\": \"");
+        ck_assert_ptr_nonnull(ph);
+        char other[64];
+        snprintf(other, sizeof other, "%.34s", ph);
+        other[31] = other[31] == '0' ? '1' : '0'; // the last hex digit
+        edit_text(file, (snprintf(want, sizeof want, "%.34s", ph), want), other);
+        free(st_text);
+        fix_state_crc(file);
+        says = "but the weights loaded hash to ";
+        break;
+    case BAD_FLIP_MODEL:
+        name = "model.safetensors";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        flip_tensor_byte(file, "model.layers.1.self_attn.v_proj.weight", 4 * 100 + 3);
+        says = "tensor 'model.layers.1.self_attn.v_proj.weight' fails its CRC-32C check (stored ";
+        break;
+    case BAD_FLIP_OPTIMIZER:
+        name = "optimizer.safetensors";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        flip_tensor_byte(file, "model.layers.0.mlp.down_proj.weight.exp_avg_sq", 4 * 17 + 3);
+        says = "tensor 'model.layers.0.mlp.down_proj.weight.exp_avg_sq' fails its CRC-32C check (stored ";
+        break;
+    case BAD_FLIP_BF16_MODEL: // the BF16 weights a resume does not load (it takes the FP32 master)
+        name = "model.safetensors";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        flip_tensor_byte(file, "model.norm.weight", 2 * 5 + 1);
+        says = "tensor 'model.norm.weight' fails its CRC-32C check (stored ";
+        break;
+    case BAD_FLIP_BF16_MASTER:
+        name = "optimizer.safetensors";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        flip_tensor_byte(file, "model.layers.1.input_layernorm.weight.master", 4 * 2 + 3);
+        says = "tensor 'model.layers.1.input_layernorm.weight.master' fails its CRC-32C check (stored ";
+        break;
+    case BAD_NO_CRC: // the checksum's key renamed (same length): the tensor is left without one
+        name = "model.safetensors";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        edit_bytes(file, "\"crc32c:model.norm.weight\"", "\"crc32x:model.norm.weight\"");
+        says = "tensor 'model.norm.weight' has no crc32c entry in __metadata__";
         break;
     case BAD_NO_CONFIG:
         name = "config.json";
@@ -870,6 +1013,30 @@ START_TEST(bad_file) {
     if (_i == BAD_NAN_MODEL || _i == BAD_NAN_OPTIMIZER)
         ck_assert_msg(strstr(r.err, "non-finite"), "want \"non-finite\" in:\n%s", r.err);
     run_free(&r);
+    free(a);
+}
+END_TEST
+
+// A version-1 checkpoint (saved before checksums) still resumes, with one notice saying it
+// is loaded unverified; the same folder as version 2 resumes without one, to the same bits.
+START_TEST(version1_unverified) {
+    ck_assert_msg(good_ckpt.rc == 0, "the fixture's save failed (%d):\n%s", good_ckpt.rc, good_ckpt.err);
+    char good[1200], old[1200], file[1300], want[1500];
+    snprintf(good, sizeof good, "%s/ck/step-00000002", fixdir);
+    snprintf(old, sizeof old, "%s/v1", tmp);
+    copy_folder(good, old);
+    snprintf(file, sizeof file, "%s/state.json", old);
+    edit_text(file, "\"version\": 2,", "\"version\": 1,");
+    args_t *a = malloc(sizeof *a);
+    run_t r1 = try_resume(a, old, NULL, 3), r2 = try_resume(a, good, NULL, 3);
+    ck_assert_msg(r1.rc == 0 && r2.rc == 0, "exits %d %d:\n%s\n%s", r1.rc, r2.rc, r1.err, r2.err);
+    snprintf(want, sizeof want, "tiertrain: %s: saved without checksums (checkpoint version 1): loading it unverified\n",
+             old);
+    ck_assert_msg(strstr(r1.err, want) && !strstr(r2.err, "unverified"), "want \"%s\" once:\n%s\n--\n%s", want, r1.err,
+                  r2.err);
+    ck_assert_str_eq(r1.hash, r2.hash);
+    run_free(&r1);
+    run_free(&r2);
     free(a);
 }
 END_TEST
@@ -1155,11 +1322,21 @@ START_TEST(double_sigint) {
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 130, "status %#x (want exit 130), stderr:\n%s", status,
                   err);
     ck_assert_msg(!strstr(err, "stopped by"), "the second SIGINT did not stop at once:\n%s", err);
-    free(err);
     int steps[64], ntmp, n = list_dir(dir, steps, 64, &ntmp);
     ck_assert_msg(ntmp >= 1, "no .tmp-* left: the signals did not land inside a save");
     char latest[64], folder[1300];
     ck_assert(read_latest(dir, latest, sizeof latest));
+    // its one line: which save was abandoned, and the newest complete checkpoint (latest's)
+    const char *line = strstr(err, "tiertrain: second signal: ");
+    int abandoned = 0;
+    ck_assert_msg(line && sscanf(line, "tiertrain: second signal: the save of step %d was abandoned;", &abandoned) == 1,
+                  "stderr:\n%s", err);
+    char want[1500];
+    snprintf(want, sizeof want, "tiertrain: second signal: the save of step %d was abandoned; the newest complete "
+             "checkpoint is %s/%s\n", abandoned, dir, latest);
+    ck_assert_str_eq(line, want);
+    ck_assert_msg(abandoned > step_of(latest), "abandoned step %d, latest %s", abandoned, latest);
+    free(err);
     int lk = step_of(latest), found = 0;
     for (int i = 0; i < n; i++) {
         snprintf(folder, sizeof folder, "%s/step-%08d", dir, steps[i]);
@@ -1210,7 +1387,11 @@ START_TEST(io_fault_keeps_last_checkpoint) {
         ck_assert_msg(r.rc == 1, "%s: exit %d (want 1):\n%s", fault, r.rc, r.err);
         ck_assert_msg(strstr(r.err, f[i].says) && strstr(r.err, i == 2 ? "No space left on device" : "Input/output error"),
                       "%s: want \"%s\" in:\n%s", fault, f[i].says, r.err);
-        if (i == 1) ck_assert_msg(strstr(r.err, "(the previous checkpoint is intact)"), "%s", r.err);
+        if (i == 1) {
+            char said[1400];
+            snprintf(said, sizeof said, "(the newest complete checkpoint is %s)\n", folder);
+            ck_assert_msg(strstr(r.err, said), "want \"%s\" in:\n%s", said, r.err);
+        }
         ck_assert_msg(!strcmp(r.ck[2], REF.ck[2]) && !r.ck[4][0], "%s: checkpoints logged: 2 %s, 4 %s", fault,
                       r.ck[2], r.ck[4]);
         run_free(&r);
@@ -1221,6 +1402,159 @@ START_TEST(io_fault_keeps_last_checkpoint) {
         ck_assert_str_eq(latest, "step-00000002");
         check_complete(folder, 2, REF.ck[2]);
         ck_resumes(a, dir, folder, 2, nvme);
+    }
+    free(a);
+}
+END_TEST
+
+// ---------------------------------------------------------------- one writer, space
+
+static int is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// Two trainers on one --save: the second is refused before any work, naming the first's
+// pid; pruning leaves another live process's .tmp-* alone and removes a dead one's; every
+// checkpoint of the first run is complete, with the reference's bits, and resumes.
+START_TEST(one_writer) {
+    ck_ref();
+    char dir[1200], live[1300], dead[1300];
+    snprintf(dir, sizeof dir, "%s/ck", tmp);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    pid_t gone = fork(); // a pid that is certainly dead: a child that exited and was reaped
+    ck_assert(gone >= 0);
+    if (gone == 0) _exit(0);
+    int st;
+    ck_assert(waitpid(gone, &st, 0) == gone);
+    snprintf(live, sizeof live, "%s/.tmp-step-00000099-%d", dir, (int)getpid()); // this test process: alive
+    snprintf(dead, sizeof dead, "%s/.tmp-step-00000098-%d", dir, (int)gone);
+    ck_assert(mkdir(live, 0755) == 0 && mkdir(dead, 0755) == 0);
+    char delay[] = "TT_CKPT_DELAY_MS=20";
+    char *env[] = {delay, NULL};
+    args_t *a = malloc(sizeof *a);
+    train_args(a, base_crash);
+    argf(a, "--steps=%d", CRASH_STEPS);
+    argf(a, "--save=%s", dir);
+    arg(a, "--save-every=1");
+    arg(a, "--keep-last=0");
+    pid_t pid = spawn(a, env);
+    wait_for(pid, dir, has_latest, "a first checkpoint");
+    for (int k = 0; k < 2; k++) { // a fresh run, and one resuming from the very directory
+        train_args(a, base_crash);
+        argf(a, "--steps=%d", CRASH_STEPS);
+        argf(a, "--save=%s", dir);
+        if (k) argf(a, "--resume=%s", dir);
+        run_t r = run(a, NULL);
+        ck_refused(&r, "a second writer", 1);
+        char want[1500];
+        snprintf(want, sizeof want, "tiertrain: --save %s is in use by pid %d (another run saves there: give this run "
+                 "another --save, or wait for that one to finish)\n", dir, (int)pid);
+        ck_assert_str_eq(r.err, want);
+        run_free(&r);
+    }
+    int status = 0;
+    ck_assert_msg(reap(pid, 120000, &status), "the first trainer did not finish in 120 s");
+    char *err = spawn_output("err");
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x, stderr:\n%s", status, err);
+    free(err);
+    ck_assert_msg(is_dir(live), "a live process's %s was pruned", live);
+    ck_assert_msg(!is_dir(dead), "a dead process's %s was left", dead);
+    rmdir(live);
+    int steps[64], ntmp, n = list_dir(dir, steps, 64, &ntmp);
+    ck_assert_msg(n == CRASH_STEPS && ntmp == 0, "%d step folders, %d .tmp-*", n, ntmp);
+    char folder[1300];
+    for (int i = 0; i < n; i++) {
+        snprintf(folder, sizeof folder, "%s/step-%08d", dir, steps[i]);
+        check_complete(folder, steps[i], REF.ck[steps[i]]);
+    }
+    snprintf(folder, sizeof folder, "%s/step-%08d", dir, CRASH_STEPS / 2);
+    ck_resumes(a, folder, folder, CRASH_STEPS / 2, NULL);
+    free(a);
+}
+END_TEST
+
+// The "save_*" numbers of plan's JSON line.
+static void plan_save(const char *const *extra, const char *free_env, unsigned long long *bytes,
+                      unsigned long long *need, int *rc) {
+    args_t *a = malloc(sizeof *a);
+    a->n = 0;
+    arg(a, TT_BINARY);
+    arg(a, "plan");
+    args(a, base_crash);
+    args(a, extra);
+    a->v[a->n] = NULL;
+    char env_s[64];
+    snprintf(env_s, sizeof env_s, "TT_SAVE_FREE=%s", free_env);
+    char *env[] = {env_s, NULL};
+    char *out = NULL, *err = NULL;
+    *rc = tu_run(a->v, env, &out, &err);
+    const char *j = strstr(out, "\"save_bytes\":");
+    ck_assert_msg(j && sscanf(j, "\"save_bytes\":%llu,\"save_need\":%llu", bytes, need) == 2, "plan printed:\n%s%s",
+                  out, err);
+    free(out);
+    free(err);
+    free(a);
+}
+
+// The checkpoints must fit on the --save filesystem at the run's fullest moment: plan
+// counts them (the newest --keep-last plus the one being written; every save with
+// --keep-last 0), train refuses before step 1 when they do not fit, on a statvfs answer
+// faked by TT_SAVE_FREE and on a real 1 MiB tmpfs where this machine lets us mount one.
+START_TEST(save_space) {
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/ck", tmp);
+    const char *k1[] = {"--steps=5", "--save-every=1", "--keep-last=1", "--save", dir, NULL};
+    const char *k3[] = {"--steps=5", "--save-every=1", "--keep-last=3", "--save", dir, NULL};
+    const char *k0[] = {"--steps=5", "--save-every=2", "--keep-last=0", "--save", dir, NULL};
+    unsigned long long bytes, need, b2, n2;
+    int rc;
+    plan_save(k1, "1G", &bytes, &need, &rc);
+    ck_assert_msg(rc == 0 && bytes > 400000 && need == 2 * bytes, "keep 1: rc %d, %llu of %llu", rc, need, bytes);
+    plan_save(k3, "1G", &b2, &n2, &rc);
+    ck_assert_msg(rc == 0 && b2 == bytes && n2 == 4 * bytes, "keep 3: rc %d, %llu of %llu", rc, n2, b2);
+    plan_save(k0, "1G", &b2, &n2, &rc); // saves at 2, 4 and the end
+    ck_assert_msg(rc == 0 && n2 == 3 * bytes, "keep all: rc %d, %llu of %llu", rc, n2, bytes);
+    char just[32];
+    snprintf(just, sizeof just, "%llu", 2 * bytes - 1); // one byte short
+    plan_save(k1, just, &b2, &n2, &rc);
+    ck_assert_int_eq(rc, 2);
+    // train: refused before any work, the directory not even created
+    args_t *a = malloc(sizeof *a);
+    train_args(a, base_crash);
+    args(a, k1);
+    char env_s[64];
+    snprintf(env_s, sizeof env_s, "TT_SAVE_FREE=%s", just);
+    char *env[] = {env_s, NULL};
+    run_t r = run(a, env);
+    ck_refused(&r, "a --save without room", 1);
+    char a_s[64];
+    ck_assert_msg(strstr(r.err, "tiertrain: --save ") && strstr(r.err, ": the checkpoints need ") &&
+                      strstr(r.err, "(2 of ") && strstr(r.err, " free there (free space, give --save another filesystem"),
+                  "%s", r.err);
+    ck_assert_msg(!exists(dir), "the refused run created %s", dir);
+    run_free(&r);
+    // a real small filesystem
+    char mnt[1200];
+    snprintf(mnt, sizeof mnt, "%s/mnt", tmp);
+    ck_assert_int_eq(mkdir(mnt, 0755), 0);
+    if (mount("tmpfs", mnt, "tmpfs", 0, "size=1M") != 0) {
+        fprintf(stderr, "save_space: cannot mount a tmpfs here (%s): the real-filesystem case is skipped\n",
+                strerror(errno));
+    } else {
+        char sub[1300];
+        snprintf(sub, sizeof sub, "%s/ck", mnt);
+        train_args(a, base_crash);
+        arg(a, "--steps=3");
+        argf(a, "--save=%s", sub);
+        r = run(a, NULL);
+        int mounted_exists = exists(sub);
+        umount2(mnt, MNT_DETACH);
+        ck_refused(&r, "a --save on a 1 MiB filesystem", 1);
+        snprintf(a_s, sizeof a_s, "%s", "1.0 MiB free there");
+        ck_assert_msg(strstr(r.err, ": the checkpoints need ") && strstr(r.err, a_s), "%s", r.err);
+        ck_assert(!mounted_exists);
+        run_free(&r);
     }
     free(a);
 }
@@ -1388,6 +1722,7 @@ int main(void) {
     tcase_add_checked_fixture(bad, setup, teardown);
     tcase_set_timeout(bad, 60 * slow);
     tcase_add_loop_test(bad, bad_file, 0, NBAD);
+    tcase_add_test(bad, version1_unverified);
     suite_add_tcase(s, bad);
 
     TCase *crash = tcase_create("crash");
@@ -1398,6 +1733,8 @@ int main(void) {
     tcase_add_test(crash, sigterm_saves);
     tcase_add_test(crash, double_sigint);
     tcase_add_test(crash, io_fault_keeps_last_checkpoint);
+    tcase_add_test(crash, one_writer);
+    tcase_add_test(crash, save_space);
     suite_add_tcase(s, crash);
 
     TCase *exp = tcase_create("export");
