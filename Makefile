@@ -58,9 +58,18 @@ clean:
 FUZZ_SECONDS ?= 600
 FUZZ_DIR     ?= build-fuzz
 
-.PHONY: fuzz
+.PHONY: fuzz fuzz-ckpt
 fuzz:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_DIR=$(CURDIR)/$(FUZZ_DIR) tests/fuzz/run.sh
+
+# Damaged checkpoint folders (a flip, a cut or a duplicated run of bytes anywhere in one of
+# their files), loaded by the ASan build for FUZZ_SECONDS: each must load to the pristine
+# folder's result or be refused with exit 2 and one line (tests/fuzz/ckpt_fuzz.py).
+fuzz-ckpt: deps
+	cmake -S . -B $(ASAN_BUILD) -DTT_SANITIZE=ON -DTT_CUDA=OFF -DTT_WERROR=$(WERROR) $(CMAKE_ARGS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target tiertrain
+	python3 tests/fuzz/ckpt_fuzz.py --binary $(ASAN_BUILD)/tiertrain --seconds $(FUZZ_SECONDS) \
+	  --work $(CURDIR)/$(FUZZ_DIR)/ckpt
 
 # A checkpoint against an independent float64 PyTorch Llama (tests/ref/check_export.py):
 # trains `tiny` untied (F32 model file) and tied (--save-dtype bf16) on a copy of this README,

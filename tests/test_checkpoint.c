@@ -1403,6 +1403,20 @@ START_TEST(io_fault_keeps_last_checkpoint) {
         check_complete(folder, 2, REF.ck[2]);
         ck_resumes(a, dir, folder, 2, nvme);
     }
+    // the first save fails (read 12 is in step 2's model.safetensors): there is none to name
+    char dir[1200], fault[] = "TT_IO_FAULT=read:eio@12", want[1400];
+    char *env[] = {fault, NULL};
+    snprintf(dir, sizeof dir, "%s/ck-first", tmp);
+    train_args(a, base_crash);
+    args(a, nvme);
+    arg(a, "--steps=8");
+    argf(a, "--save=%s", dir);
+    arg(a, "--save-every=2");
+    run_t r = run(a, env);
+    snprintf(want, sizeof want, "(there is no complete checkpoint in %s)\n", dir);
+    ck_assert_msg(r.rc == 1 && strstr(r.err, "step 2: checkpoint: nvme read of ") && strstr(r.err, want),
+                  "exit %d, want \"%s\" in:\n%s", r.rc, want, r.err);
+    run_free(&r);
     free(a);
 }
 END_TEST

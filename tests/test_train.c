@@ -198,6 +198,28 @@ START_TEST(device_budget_exceeded) {
 }
 END_TEST
 
+// --io-engine uring on a machine without io_uring (faked: TT_IO_FAULT=nouring) is a request
+// the machine cannot grant: exit 2 before step 1, one line naming the flag and the way out.
+START_TEST(uring_unavailable) {
+    char *dir = tu_tmpdir("uring");
+    char *argv[] = {(char *)tu_binary(), "train", "--model", "tiny", "--steps", "1", "--device", "cpu", "--threads", "1",
+                    "--optimizer", "nvme", "--nvme-path", dir, "--io-engine", "uring", "--quiet", NULL};
+    char fault[] = "TT_IO_FAULT=nouring";
+    char *env[] = {fault, NULL};
+    run_t r = {0};
+    r.rc = tu_run(argv, env, &r.out, &r.err);
+    ck_assert_msg(r.rc == 2, "exit %d (want 2):\n%s", r.rc, r.err);
+    // the fault hook announces itself first; the refusal is the one line after it
+    const char *line = strstr(r.err, "tiertrain: --io-engine uring: io_uring_setup: ");
+    ck_assert_msg(line && strstr(line, "(use --io-engine auto or psync)\n") && strchr(line, '\n') == line + strlen(line) - 1,
+                  "stderr:\n%s", r.err);
+    ck_assert_msg(!strstr(r.out, "step "), "a step ran:\n%s", r.out);
+    run_free(&r);
+    rmdir(dir);
+    free(dir);
+}
+END_TEST
+
 // A model that cannot fit this machine's RAM stops before allocating, with the numbers.
 START_TEST(too_big_for_ram) {
     const char *args[] = {"--model", "70b", "--steps", "1", NULL};
@@ -228,6 +250,7 @@ int main(void) {
     tcase_add_test(rep, summary_has_fields);
     tcase_add_test(rep, device_budget_exceeded);
     tcase_add_test(rep, too_big_for_ram);
+    tcase_add_test(rep, uring_unavailable);
     suite_add_tcase(s, rep);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
