@@ -90,40 +90,6 @@ static void remove_folder(const char *dir) {
     rmdir(dir);
 }
 
-// Reads a whole small file (JSON, latest). Returns 0 or -errno with one line.
-static int read_small(const char *path, char **out, size_t *len, char *err, size_t errlen) {
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        int e = errno;
-        ERR("%s: %s", path, strerror(e));
-        return -e;
-    }
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (n < cap) break;
-        if (cap >= (16u << 20)) { free(buf); buf = NULL; break; }
-        char *nb = realloc(buf, cap * 2);
-        if (!nb) { free(buf); buf = NULL; break; }
-        buf = nb;
-        cap *= 2;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf || bad) {
-        free(buf);
-        ERR("%s: unreadable or larger than 16 MiB", path);
-        return -EIO;
-    }
-    buf[n] = 0; // n < cap: text functions may treat it as a string
-    *out = buf;
-    *len = n;
-    return 0;
-}
-
 // ---------------------------------------------------------------- names and shapes
 
 typedef char tname_t[224];
@@ -183,7 +149,7 @@ int checkpoint_resolve(const char *arg, char *out, size_t len, char *err, size_t
     char *text = NULL;
     size_t n = 0;
     char e2[512];
-    if (read_small(latest, &text, &n, e2, sizeof e2) != 0) {
+    if (read_small_file(latest, &text, &n, e2, sizeof e2) != 0) {
         ERR("--resume %s: not a checkpoint (no state.json) and no readable latest file (give a checkpoint folder, a "
             "--save directory, or DIR/latest)", arg);
         return -ENOENT;
@@ -241,7 +207,7 @@ int checkpoint_info(const char *dir, ckpt_info_t *info, char *err, size_t errlen
     snprintf(path, sizeof path, "%s/state.json", dir);
     char *text = NULL;
     size_t n = 0;
-    int rc = read_small(path, &text, &n, err, errlen);
+    int rc = read_small_file(path, &text, &n, err, errlen);
     if (rc != 0) return rc;
     snprintf(name, sizeof name, "%s", path);
     json_t *root = NULL;
@@ -334,7 +300,7 @@ int checkpoint_info(const char *dir, ckpt_info_t *info, char *err, size_t errlen
     json_free(root);
     // config.json must be there and agree (it is what transformers reads)
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if ((rc = read_small(path, &text, &n, err, errlen)) != 0) return rc;
+    if ((rc = read_small_file(path, &text, &n, err, errlen)) != 0) return rc;
     if (version >= 2 && crc32c(0, text, n) != info->config_crc) {
         ERR("%s: fails its CRC-32C check (state.json has %08x, the file %08x): the file is corrupt or was edited", path,
             info->config_crc, crc32c(0, text, n));

@@ -95,3 +95,36 @@ uint64_t mix64(uint64_t a, uint64_t b) {
     splitmix64(&s);
     return splitmix64(&s);
 }
+
+int read_small_file(const char *path, char **out, size_t *len, char *err, size_t errlen) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        int e = errno;
+        snprintf(err, errlen, "%s: %s", path, strerror(e));
+        return -e;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (n < cap) break;
+        if (cap >= (16u << 20)) { free(buf); buf = NULL; break; }
+        char *nb = realloc(buf, cap * 2);
+        if (!nb) { free(buf); buf = NULL; break; }
+        buf = nb;
+        cap *= 2;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf || bad) {
+        free(buf);
+        snprintf(err, errlen, "%s: unreadable or larger than 16 MiB", path);
+        return -EIO;
+    }
+    buf[n] = 0; // n < cap: text functions may treat it as a string
+    *out = buf;
+    *len = n;
+    return 0;
+}

@@ -37,6 +37,10 @@ char *format_bytes(char *buf, size_t len, uint64_t bytes);
 
 double now_ms(void); // CLOCK_MONOTONIC in milliseconds
 
+// Reads a whole small file (JSON, a `latest` line; at most 16 MiB) into a malloc'd buffer,
+// NUL-terminated after its len bytes. Returns 0, or -errno with one line naming the file.
+int read_small_file(const char *path, char **out, size_t *len, char *err, size_t errlen);
+
 // FNV-1a 64 over bytes, continuing from h (start with FNV64_INIT).
 #define FNV64_INIT 0xcbf29ce484222325ULL
 uint64_t fnv1a64(uint64_t h, const void *data, size_t n);
