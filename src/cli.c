@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "hf.h"    // uses: hf_read_config
 #include "model.h" // uses: model_preset, model_preset_names
 #include "util.h"  // uses: usage_error, parse_size, format_bytes
 
@@ -413,6 +414,50 @@ static void check_shape(const config_t *c) {
                     "raise --accum)", c->B, c->T, (long long)c->B * c->T);
 }
 
+// --init-from: the shape is the folder's config.json. A shape flag given as well must say the
+// same (naming the field where it does not); --seq defaults to max_position_embeddings, at
+// most 1024, and may not exceed it.
+static void apply_init_from(config_t *cfg, const parsed_t *ps) {
+    const char *dir = cfg->init_from;
+    if (cfg->resume[0])
+        usage_error("--init-from %s and --resume %s: give one (--resume continues a tiertrain checkpoint with its "
+                    "optimizer state and data position; --init-from starts afresh from a folder's weights)", dir,
+                    cfg->resume);
+    if (seen(ps, "model"))
+        usage_error("--model %s: with --init-from the shape is %s/config.json's (drop --model)", cfg->preset, dir);
+    hf_config_t hc;
+    char err[1024];
+    int rc = hf_read_config(dir, &hc, err, sizeof err);
+    if (rc != 0) fail_with(rc == -EINVAL || rc == -ENOENT || rc == -ENOTDIR ? -EINVAL : rc, "%s", err);
+    const struct { const char *flag, *field; int *dst, val; } ints[] = {
+        {"layers", "num_hidden_layers", &cfg->L, hc.L},         {"dim", "hidden_size", &cfg->C, hc.C},
+        {"heads", "num_attention_heads", &cfg->NH, hc.NH},     {"kv-heads", "num_key_value_heads", &cfg->NKV, hc.NKV},
+        {"ffn", "intermediate_size", &cfg->F, hc.F},           {"vocab", "vocab_size", &cfg->V, hc.V},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        if (seen(ps, ints[i].flag) && *ints[i].dst != ints[i].val)
+            usage_error("--%s %d: %s/config.json has %s %d (drop --%s: the shape is the folder's)", ints[i].flag,
+                        *ints[i].dst, dir, ints[i].field, ints[i].val, ints[i].flag);
+        *ints[i].dst = ints[i].val;
+    }
+    if (seen(ps, "tie") && !hc.tie)
+        usage_error("--tie: %s/config.json has tie_word_embeddings false (drop --tie: the folder has its own "
+                    "lm_head)", dir);
+    cfg->tie = hc.tie;
+    if (seen(ps, "rope-theta") && cfg->rope_theta != hc.rope_theta)
+        usage_error("--rope-theta %g: %s/config.json has rope_theta %g (drop --rope-theta)", cfg->rope_theta, dir,
+                    hc.rope_theta);
+    if (seen(ps, "norm-eps") && (float)cfg->norm_eps != (float)hc.norm_eps)
+        usage_error("--norm-eps %g: %s/config.json has rms_norm_eps %g (drop --norm-eps)", cfg->norm_eps, dir,
+                    hc.norm_eps);
+    cfg->rope_theta = hc.rope_theta;
+    cfg->norm_eps = hc.norm_eps;
+    if (!seen(ps, "seq")) cfg->T = hc.max_pos < 1024 ? hc.max_pos : 1024;
+    else if (cfg->T > hc.max_pos)
+        usage_error("--seq %d: over max_position_embeddings %d of %s/config.json (the model was not trained for longer "
+                    "sequences; lower --seq)", cfg->T, hc.max_pos, dir);
+}
+
 static void check_data(const config_t *c) {
     if (strcmp(c->data, "synthetic") == 0) {
         if (c->V < 128)
@@ -517,6 +562,7 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
     switch (ci->cmd) {
     case CMD_TRAIN:
     case CMD_PLAN:
+        if (cfg->init_from[0]) apply_init_from(cfg, &ps);
         check_shape(cfg);
         if (cfg->min_lr > cfg->lr) {
             if (seen(&ps, "min-lr"))
@@ -547,7 +593,9 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         check_nvme_paths(cfg->nvme_path);
         break;
     case CMD_EVAL:
-        if (!cfg->resume[0]) usage_error("eval: missing --resume DIR (usage: %s)", ci->usage);
+        if (!cfg->resume[0] && !cfg->init_from[0])
+            usage_error("eval: missing --resume DIR or --init-from DIR (usage: %s)", ci->usage);
+        if (cfg->init_from[0]) apply_init_from(cfg, &ps);
         if (strcmp(cfg->data, "synthetic") != 0) check_input_path("--data", cfg->data, "a text file or an llm.c .bin token file");
         cfg->seq_given = seen(&ps, "seq");
         cfg->precision_given = seen(&ps, "precision");

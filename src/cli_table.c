@@ -183,6 +183,11 @@ const flag_t cli_flags[] = {
      .accepts = "a checkpoint folder, a --save directory, or DIR/latest", .group = G_OUTPUT, .cmds = TPE,
      .help = "continue from a checkpoint (bit-exact: same losses and params_hash as an uninterrupted run); eval: "
              "the checkpoint to evaluate"},
+    {.name = "init-from", .metavar = "DIR", .kind = FK_STRING, FIELD(init_from), .def = "", .def_show = "none",
+     .accepts = "a Hugging Face Llama folder: config.json and model.safetensors, or shards with "
+                "model.safetensors.index.json", .group = G_OUTPUT, .cmds = TPE,
+     .help = "start from published weights (F32, BF16 or F16; the shape comes from its config.json, the optimizer "
+             "state starts fresh); eval: the weights to evaluate"},
     {.name = "eval-tokens", .metavar = "N", .kind = FK_U64, FIELD(eval_tokens), .def = "0", .group = G_OUTPUT,
      .cmds = CLI_CMD_EVAL, .help = "tiertrain eval: use the data file's first N tokens (0 = all)"},
     {.name = "quiet", .kind = FK_SWITCH, FIELD(quiet), .group = G_OUTPUT, .cmds = TP,
@@ -211,7 +216,7 @@ const command_info_t cli_commands[] = {
      "memory bandwidth; calibrate: measure the rates the plan uses and write the profile; overlap: one model resident, "
      "streamed from host and from NVMe against the plan's floor; capacity: the largest model this machine's tiers hold, "
      "and two real steps of it"},
-    {"eval", CMD_EVAL, CLI_CMD_EVAL, "tiertrain eval --resume DIR --data FILE [--seq T] [--eval-tokens N] [--precision fp32|bf16]",
+    {"eval", CMD_EVAL, CLI_CMD_EVAL, "tiertrain eval --resume DIR|--init-from DIR --data FILE [--seq T] [--eval-tokens N] [--precision fp32|bf16]",
      "mean next-token loss of a checkpoint over a file's tokens, in consecutive non-overlapping windows of T+1"},
     {"tokenize", CMD_TOKENIZE, CLI_CMD_TOKENIZE, "tiertrain tokenize IN.txt -o OUT.bin",
      "write a text file's bytes as llm.c uint16 tokens (vocab 256)"},

@@ -76,6 +76,7 @@ typedef struct {
     int keep_last;           // --keep-last K checkpoints (0 = all)
     int save_bf16;           // --save-dtype bf16 (model.safetensors in BF16; the FP32 master goes with the optimizer state)
     char resume[TT_PATH_MAX];     // --resume DIR ("" = none): a checkpoint folder, or a --save DIR (its latest)
+    char init_from[TT_PATH_MAX];  // --init-from DIR ("" = none): a Hugging Face Llama folder (hf.h)
     uint64_t eval_tokens;    // --eval-tokens N (tiertrain eval; 0 = all)
     int seq_given, precision_given; // tiertrain eval: --seq / --precision given (else the checkpoint's)
     // ---- bench

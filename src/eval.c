@@ -10,6 +10,7 @@
 #include <string.h>
 #include "checkpoint.h"
 #include "data.h"
+#include "hf.h"
 #include "trainer.h"
 #include "util.h" // uses: usage_error, runtime_error, mallocCheck, now_ms
 
@@ -66,13 +67,30 @@ static void eval_config(config_t *ec, const config_t *cfg, const ckpt_info_t *in
     ec->save_dir[0] = 0;
 }
 
+// --init-from: the shape cli.c read from the folder's config.json, as a checkpoint's info.
+static void info_of_folder(ckpt_info_t *info, const config_t *cfg) {
+    memset(info, 0, sizeof *info);
+    snprintf(info->dir, sizeof info->dir, "%s", cfg->init_from);
+    info->L = cfg->L; info->C = cfg->C; info->NH = cfg->NH; info->NKV = cfg->NKV; info->F = cfg->F; info->V = cfg->V;
+    info->T = cfg->T;
+    info->tie = cfg->tie;
+    info->rope_theta = cfg->rope_theta;
+    info->norm_eps = cfg->norm_eps;
+    info->precision = cfg->precision;
+}
+
 int eval_run(const config_t *cfg) {
     FILE *out = stdout;
     char err[2048] = "", dir[TT_PATH_MAX];
-    int rc = checkpoint_resolve(cfg->resume, dir, sizeof dir, err, sizeof err);
-    if (rc != 0) fail(rc, err);
     ckpt_info_t info;
-    if ((rc = checkpoint_info(dir, &info, err, sizeof err)) != 0) fail(rc, err);
+    const int hf = cfg->init_from[0] != 0;
+    int rc;
+    if (hf) {
+        info_of_folder(&info, cfg);
+    } else {
+        if ((rc = checkpoint_resolve(cfg->resume, dir, sizeof dir, err, sizeof err)) != 0) fail(rc, err);
+        if ((rc = checkpoint_info(dir, &info, err, sizeof err)) != 0) fail(rc, err);
+    }
     config_t ec;
     eval_config(&ec, cfg, &info);
     const int T = ec.T;
@@ -100,18 +118,20 @@ int eval_run(const config_t *cfg) {
     }
 
     // ---- the resolved setup, first
-    fprintf(out, "tiertrain eval: checkpoint %s (step %d, params_hash %s; trained on %s)\n", info.dir, info.step,
-            info.params_hash, info.data[0] ? info.data : "?");
-    fprintf(out, "  model: L %d, C %d, heads %d (kv %d, size %d), ffn %d, vocab %d, %s, rope %g, norm-eps %g; "
-                 "model.safetensors %s\n",
+    if (hf)
+        fprintf(out, "tiertrain eval: weights from %s (a Hugging Face Llama folder)\n", info.dir);
+    else
+        fprintf(out, "tiertrain eval: checkpoint %s (step %d, params_hash %s; trained on %s)\n", info.dir, info.step,
+                info.params_hash, info.data[0] ? info.data : "?");
+    fprintf(out, "  model: L %d, C %d, heads %d (kv %d, size %d), ffn %d, vocab %d, %s, rope %g, norm-eps %g%s%s\n",
             ec.L, ec.C, ec.NH, ec.NKV, ec.NH ? ec.C / ec.NH : 0, ec.F, ec.V, ec.tie ? "tied" : "untied",
-            ec.rope_theta, ec.norm_eps, info.model_bf16 ? "bf16" : "fp32");
+            ec.rope_theta, ec.norm_eps, hf ? "" : "; model.safetensors ", hf ? "" : info.model_bf16 ? "bf16" : "fp32");
     fprintf(out, "  data: %s (%s, %zu tokens): %s %zu -> %zu windows of T+1 = %d (%zu tokens left over)\n",
             cfg->data, u16 ? "llm.c tokens" : strcmp(cfg->data, "synthetic") == 0 ? "built-in corpus" : "text", ntok,
             nuse == ntok ? "all" : "the first", nuse, W, T + 1, nuse - W * ((size_t)T + 1));
     fprintf(out, "  run: seq %d (%s), precision %s (%s), batch 1, device %s, threads ", T,
-            cfg->seq_given ? "--seq" : "the checkpoint's", prec_name(ec.precision),
-            cfg->precision_given ? "--precision" : "the checkpoint's",
+            cfg->seq_given ? "--seq" : hf ? "the folder's max_position_embeddings, at most 1024" : "the checkpoint's",
+            prec_name(ec.precision), cfg->precision_given ? "--precision" : hf ? "the default" : "the checkpoint's",
             ec.device == DEVICE_CPU ? "cpu" : ec.device == DEVICE_CUDA ? "cuda" : "auto");
     if (ec.threads) fprintf(out, "%d\n", ec.threads);
     else fprintf(out, "all cores\n");
@@ -119,7 +139,9 @@ int eval_run(const config_t *cfg) {
 
     trainer_t *tr = NULL;
     if ((rc = trainer_init(&tr, &ec, err, sizeof err)) != 0) fail_with(rc, "%s", err);
-    if ((rc = checkpoint_load(tr, NULL, &info, 1, err, sizeof err)) != 0) fail(rc, err);
+    if (hf) rc = hf_load(tr, info.dir, out, err, sizeof err);
+    else rc = checkpoint_load(tr, NULL, &info, 1, err, sizeof err);
+    if (rc != 0) fail(rc, err);
     trainer_info_t ti;
     trainer_info(tr, &ti);
     fprintf(out, "  loaded: %.2fM parameters, backend %s (%d threads)\n", trainer_model(tr)->num_params / 1e6,

@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include "checkpoint.h"
 #include "data.h"
+#include "hf.h"
 #include "json.h"
 #include "model.h"
 #include "plan.h"
@@ -44,7 +45,8 @@ const profile_t *train_load_profile(const config_t *cfg, profile_t *prof) {
 static void print_model(const model_t *m, const config_t *cfg, FILE *f) {
     char a[32];
     fprintf(f, "model: %s%s — %.2fM parameters in %d shards (largest %s as BF16), L=%d C=%d NH=%d NKV=%d HS=%d F=%d V=%d T=%d%s\n",
-            cfg->preset, cfg->preset[0] ? "" : "custom", m->num_params / 1e6, m->nshards,
+            cfg->init_from[0] ? "--init-from's" : cfg->preset, cfg->preset[0] || cfg->init_from[0] ? "" : "custom",
+            m->num_params / 1e6, m->nshards,
             format_bytes(a, sizeof a, m->max_shard_numel * 2), m->L, m->C, m->NH, m->NKV, m->HS, m->F, m->V, m->T,
             m->tie ? " tied" : "");
 }
@@ -248,6 +250,20 @@ static void run_resume(run_t *r) {
                cfg->resume, ck->lr, ck->min_lr, ck->warmup, ck->steps);
 }
 
+// --init-from: the folder's weights into the trainer (the optimizer state stays zero).
+static void run_init_from(run_t *r) {
+    const config_t *cfg = &r->cfg;
+    char err[1024];
+    int rc = hf_load(r->tr, cfg->init_from, stdout, err, sizeof err);
+    if (rc != 0 && r->log) { // bad weights are bad input: no output behind
+        fclose(r->log);
+        r->log = NULL;
+        unlink(cfg->log_path);
+    }
+    if (rc == -EINVAL || rc == -ENOENT) usage_error("%s", err);
+    if (rc != 0) runtime_error("%s", err);
+}
+
 // The steps, each printed and logged; evaluations and checkpoints on their schedule. Stops
 // early, after a whole step, on SIGINT/SIGTERM.
 static void run_steps(run_t *r) {
@@ -345,6 +361,7 @@ int train_run(const config_t *cfg_in) {
     print_model(trainer_model(r->tr), cfg, stdout);
     printf("data: %s\n", data_describe(r->data));
     if (cfg->resume[0]) run_resume(r);
+    if (cfg->init_from[0]) run_init_from(r);
     fflush(stdout);
     stop_line_steps(cfg);
     catch_signals();

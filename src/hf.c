@@ -1,0 +1,343 @@
+// hf.c — see hf.h. config.json through json.c, the weights through the safetensors reader:
+// every file the index names is opened (and validated) once, each tensor of the model is
+// looked up by its Hugging Face name, and its elements go into the master a chunk at a time,
+// converted to FP32 on the way.
+#include "hf.h"
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "json.h"
+#include "kernels.h" // uses: bf16_to_f32_n
+#include "model.h"
+#include "safetensors.h"
+#include "util.h"
+
+#define ERR(...) snprintf(err, errlen, __VA_ARGS__)
+enum { HF_MAX_FILES = 256 };
+
+// ---------------------------------------------------------------- config.json
+
+// An optional member: 0 with *out untouched when absent (or null), else as json_get_*.
+static int opt_int(const json_t *o, const char *key, int64_t lo, int64_t hi, int *out, char *err, size_t errlen) {
+    const json_t *v = json_get(o, key);
+    if (!v || v->type == JSON_NULL) return 0;
+    int64_t x;
+    int rc = json_as_int64(v, key, lo, hi, &x, err, errlen);
+    if (rc == 0) *out = (int)x;
+    return rc;
+}
+
+static int opt_double(const json_t *o, const char *key, double *out, char *err, size_t errlen) {
+    const json_t *v = json_get(o, key);
+    return !v || v->type == JSON_NULL ? 0 : json_as_double(v, key, out, err, errlen);
+}
+
+static int opt_bool(const json_t *o, const char *key, int *out, char *err, size_t errlen) {
+    const json_t *v = json_get(o, key);
+    return !v || v->type == JSON_NULL ? 0 : json_as_bool(v, key, out, err, errlen);
+}
+
+// The fields this model cannot be: one line naming the first.
+static int check_unsupported(const json_t *root, const char *path, char *err, size_t errlen) {
+    const char *s = NULL;
+    const json_t *v = json_get(root, "model_type");
+    if (v && (json_as_string(v, "model_type", &s, err, errlen) != 0 || strcmp(s, "llama") != 0)) {
+        ERR("%.400s: model_type \"%s\" (accepted: \"llama\"; this is a Llama trainer)", path, s ? s : "?");
+        return -EINVAL;
+    }
+    v = json_get(root, "hidden_act");
+    if (v && (json_as_string(v, "hidden_act", &s, err, errlen) != 0 || strcmp(s, "silu") != 0)) {
+        ERR("%.400s: hidden_act \"%s\" (accepted: \"silu\", the SwiGLU this model computes)", path, s ? s : "?");
+        return -EINVAL;
+    }
+    v = json_get(root, "rope_scaling");
+    if (v && v->type != JSON_NULL) {
+        ERR("%.400s: rope_scaling is set (accepted: null; scaled RoPE is not implemented)", path);
+        return -EINVAL;
+    }
+    static const char *const biases[] = {"attention_bias", "mlp_bias"};
+    for (int i = 0; i < 2; i++) {
+        int b = 0, rc = opt_bool(root, biases[i], &b, err, errlen);
+        if (rc != 0) return rc;
+        if (b) {
+            ERR("%.400s: %s is true (accepted: false; the model has no bias terms)", path, biases[i]);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+int hf_read_config(const char *dir, hf_config_t *hc, char *err, size_t errlen) {
+    char path[TT_PATH_MAX + 32], e2[768];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = NULL;
+    size_t n = 0;
+    json_t *root = NULL;
+    int rc = read_small_file(path, &text, &n, e2, sizeof e2);
+    if (rc == 0) rc = json_parse(text, n, path, NULL, &root, e2, sizeof e2) != 0 ? -EINVAL : 0;
+    free(text);
+    if (rc == 0 && root->type != JSON_OBJECT) {
+        snprintf(e2, sizeof e2, "%.400s: not a JSON object", path);
+        rc = -EINVAL;
+    }
+    memset(hc, 0, sizeof *hc);
+    int64_t L = 0, C = 0, NH = 0, F = 0, V = 0;
+    if (rc == 0 && ((rc = json_get_int64(root, "num_hidden_layers", 1, 4096, &L, e2, sizeof e2)) != 0 ||
+                    (rc = json_get_int64(root, "hidden_size", 2, 1 << 20, &C, e2, sizeof e2)) != 0 ||
+                    (rc = json_get_int64(root, "num_attention_heads", 1, 65536, &NH, e2, sizeof e2)) != 0 ||
+                    (rc = json_get_int64(root, "intermediate_size", 1, 4 << 20, &F, e2, sizeof e2)) != 0 ||
+                    (rc = json_get_int64(root, "vocab_size", 2, 1 << 24, &V, e2, sizeof e2)) != 0))
+        rc = -EINVAL;
+    hc->L = (int)L; hc->C = (int)C; hc->NH = (int)NH; hc->F = (int)F; hc->V = (int)V;
+    hc->NKV = hc->NH;
+    hc->rope_theta = 10000;
+    hc->norm_eps = 1e-6;
+    hc->max_pos = 2048;
+    int head_dim = NH ? (int)(C / NH) : 0;
+    if (rc == 0 && ((rc = opt_int(root, "num_key_value_heads", 1, 65536, &hc->NKV, e2, sizeof e2)) != 0 ||
+                    (rc = opt_int(root, "head_dim", 1, 1 << 20, &head_dim, e2, sizeof e2)) != 0 ||
+                    (rc = opt_int(root, "max_position_embeddings", 1, 1 << 30, &hc->max_pos, e2, sizeof e2)) != 0 ||
+                    (rc = opt_double(root, "rope_theta", &hc->rope_theta, e2, sizeof e2)) != 0 ||
+                    (rc = opt_double(root, "rms_norm_eps", &hc->norm_eps, e2, sizeof e2)) != 0 ||
+                    (rc = opt_bool(root, "tie_word_embeddings", &hc->tie, e2, sizeof e2)) != 0 ||
+                    (rc = check_unsupported(root, path, e2, sizeof e2)) != 0))
+        rc = -EINVAL;
+    if (rc == 0 && (C % NH != 0 || head_dim != C / NH)) {
+        snprintf(e2, sizeof e2, "%.400s: head_dim %d with hidden_size %lld and num_attention_heads %lld (accepted: "
+                 "head_dim = hidden_size / num_attention_heads)", path, head_dim, (long long)C, (long long)NH);
+        rc = -EINVAL;
+    }
+    if (rc == 0 && hc->NH % hc->NKV != 0) {
+        snprintf(e2, sizeof e2, "%.400s: num_key_value_heads %d does not divide num_attention_heads %d", path, hc->NKV,
+                 hc->NH);
+        rc = -EINVAL;
+    }
+    if (rc == 0 && (!(hc->rope_theta > 0) || !(hc->norm_eps > 0))) {
+        snprintf(e2, sizeof e2, "%.400s: rope_theta %g and rms_norm_eps %g must be positive", path, hc->rope_theta,
+                 hc->norm_eps);
+        rc = -EINVAL;
+    }
+    json_free(root);
+    if (rc != 0) ERR("--init-from %.1000s: %s", dir, e2);
+    return rc;
+}
+
+// ---------------------------------------------------------------- the files
+
+typedef struct {
+    int nfiles;
+    st_reader_t *r[HF_MAX_FILES];
+    char name[HF_MAX_FILES][128];
+    int nchecked, ntensors;        // over all files
+} hf_files_t;
+
+static void files_close(hf_files_t *f) {
+    for (int i = 0; i < f->nfiles; i++) st_close(f->r[i]);
+    f->nfiles = 0;
+}
+
+// Opens file `name` of dir (once): its index in f, or -errno with one line.
+static int files_open(hf_files_t *f, const char *dir, const char *name, char *err, size_t errlen) {
+    for (int i = 0; i < f->nfiles; i++)
+        if (strcmp(f->name[i], name) == 0) return i;
+    if (strchr(name, '/') || name[0] == '.' || strlen(name) >= sizeof f->name[0]) {
+        ERR("--init-from %s: model.safetensors.index.json names the file '%.100s' (accepted: a file name in the "
+            "folder)", dir, name);
+        return -EINVAL;
+    }
+    if (f->nfiles == HF_MAX_FILES) {
+        ERR("--init-from %s: more than %d weight files", dir, HF_MAX_FILES);
+        return -EINVAL;
+    }
+    char path[TT_PATH_MAX + 160];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int i = f->nfiles, rc = st_open(path, &f->r[i], err, errlen);
+    if (rc == -ENOENT) {
+        ERR("--init-from %s: %s is missing (%s; the folder is incomplete: download every shard)", dir, name,
+            strcmp(name, "model.safetensors") ? "model.safetensors.index.json names it" : "no index either");
+        return -EINVAL;
+    }
+    if (rc != 0) return rc;
+    snprintf(f->name[i], sizeof f->name[i], "%s", name);
+    f->nfiles++;
+    f->nchecked += f->r[i]->nchecked;
+    f->ntensors += f->r[i]->ntensors;
+    return i;
+}
+
+// The weight files: the index's shards, each opened, or model.safetensors alone.
+static int files_init(hf_files_t *f, const char *dir, json_t **index, char *err, size_t errlen) {
+    memset(f, 0, sizeof *f);
+    *index = NULL;
+    char path[TT_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        int i = files_open(f, dir, "model.safetensors", err, errlen);
+        return i < 0 ? i : 0;
+    }
+    char *text = NULL, e2[768];
+    size_t n = 0;
+    const json_t *map = NULL;
+    int rc = read_small_file(path, &text, &n, e2, sizeof e2);
+    if (rc == 0 && json_parse(text, n, path, NULL, index, e2, sizeof e2) != 0) rc = -EINVAL;
+    free(text);
+    if (rc == 0 && json_get_object(*index, "weight_map", &map, e2, sizeof e2) != 0) rc = -EINVAL;
+    for (size_t i = 0; rc == 0 && i < map->n; i++) {
+        const char *file = NULL;
+        if (json_as_string(&map->kids[i], "a weight_map entry", &file, e2, sizeof e2) != 0) rc = -EINVAL;
+        else if ((rc = files_open(f, dir, file, err, errlen)) >= 0) rc = 0;
+        else return rc;
+    }
+    if (rc != 0) ERR("--init-from %.1000s: %s", dir, e2);
+    return rc;
+}
+
+// The reader holding tensor `name` (the index's file for it, else any file that has it):
+// its index in f->r and the tensor's index in it, or -1.
+static int files_find(const hf_files_t *f, const json_t *index, const char *name, int *tix) {
+    const json_t *file = index ? json_get(json_get(index, "weight_map"), name) : NULL;
+    for (int i = 0; i < f->nfiles; i++) {
+        if (file && file->type == JSON_STRING && strcmp(f->name[i], file->s) != 0) continue;
+        if ((*tix = st_find(f->r[i], name)) >= 0) return i;
+    }
+    return -1;
+}
+
+// ---------------------------------------------------------------- the weights
+
+static float f16_to_f32(uint16_t h) {
+    const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+    const float sign = h & 0x8000 ? -1.0f : 1.0f;
+    if (e == 0) return sign * ldexpf((float)m, -24);          // zero and subnormals
+    if (e == 31) return m ? NAN : sign * INFINITY;
+    return sign * ldexpf((float)(m | 0x400), e - 25);
+}
+
+// Elements [lo, lo + n) of tensor idx of r into dst as FP32.
+static int read_as_f32(st_reader_t *r, int idx, size_t lo, size_t n, float *dst, char *err, size_t errlen) {
+    const st_tensor_t *t = &r->tensors[idx];
+    if (t->dtype == ST_F32) return st_read_checked(r, idx, dst, lo * 4, n * 4, err, errlen);
+    uint16_t buf[8192];
+    for (size_t i = 0; i < n; i += 8192) {
+        size_t k = n - i < 8192 ? n - i : 8192;
+        int rc = st_read_checked(r, idx, buf, (lo + i) * 2, k * 2, err, errlen);
+        if (rc != 0) return rc;
+        if (t->dtype == ST_BF16) bf16_to_f32_n(dst + i, buf, k);
+        else
+            for (size_t j = 0; j < k; j++) dst[i + j] = f16_to_f32(buf[j]);
+    }
+    return 0;
+}
+
+static void shape_text(char *buf, size_t len, int ndim, const uint64_t *shape) {
+    size_t w = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < ndim && d < ST_MAX_DIMS && w < len; d++)
+        w += (size_t)snprintf(buf + w, len - w, "%s%llu", d ? ", " : "", (unsigned long long)shape[d]);
+    if (w < len) snprintf(buf + w, len - w, "]");
+}
+
+// One tensor's share [a, b) of a chunk into master: found, its shape checked against the
+// model's, converted, every value finite.
+static int load_piece(const model_t *m, int s, int t, const hf_files_t *f, const json_t *index, const char *dir,
+                      size_t a, size_t b, float *master, char *err, size_t errlen) {
+    const tensor_t *te = &m->shards[s].tensors[t];
+    char hf[200];
+    model_tensor_hf_name(m, s, t, hf, sizeof hf);
+    int tix = -1, fi = files_find(f, index, hf, &tix);
+    if (fi < 0) {
+        ERR("--init-from %s: no tensor '%s' in %s (a checkpoint of another architecture, or an incomplete folder)",
+            dir, hf, index ? "the files model.safetensors.index.json names" : "model.safetensors");
+        return -EINVAL;
+    }
+    st_reader_t *r = f->r[fi];
+    const st_tensor_t *st = &r->tensors[tix];
+    const int ndim = te->rows == 1 ? 1 : 2;
+    const uint64_t want[2] = {ndim == 1 ? (uint64_t)te->cols : (uint64_t)te->rows, (uint64_t)te->cols};
+    if (st->ndim != ndim || st->shape[0] != want[0] || (ndim == 2 && st->shape[1] != want[1])) {
+        char got[96], need[64];
+        shape_text(got, sizeof got, st->ndim, st->shape);
+        shape_text(need, sizeof need, ndim, want);
+        ERR("%s: tensor '%s' has shape %s, config.json makes it %s (a config.json that does not belong with these "
+            "weights?)", r->path, hf, got, need);
+        return -EINVAL;
+    }
+    int rc = read_as_f32(r, tix, a - te->offset, b - a, master, err, errlen);
+    for (size_t i = 0; rc == 0 && i < b - a; i++)
+        if (!isfinite(master[i])) {
+            ERR("%s: tensor '%s' holds a non-finite value at element %zu", r->path, hf, a - te->offset + i);
+            rc = -EINVAL;
+        }
+    return rc;
+}
+
+// Tensors of the files that are not the model's: counted, the first named (a notice).
+static void say_skipped(const model_t *m, const hf_files_t *f, const char *dir) {
+    int used = 0;
+    for (int s = 0; s < m->nshards; s++) used += m->shards[s].ntensors;
+    if (f->ntensors <= used) return;
+    const char *first = NULL;
+    for (int i = 0; i < f->nfiles && !first; i++)
+        for (int k = 0; k < f->r[i]->ntensors && !first; k++) {
+            const char *nm = f->r[i]->tensors[k].name;
+            int found = 0;
+            for (int s = 0; s < m->nshards && !found; s++)
+                for (int t = 0; t < m->shards[s].ntensors && !found; t++) {
+                    char hf[200];
+                    model_tensor_hf_name(m, s, t, hf, sizeof hf);
+                    found = strcmp(hf, nm) == 0;
+                }
+            if (!found) first = nm;
+        }
+    if (first)
+        notice("--init-from %s: %d tensor%s of the folder %s not part of this model and %s skipped (the first: '%.120s')",
+               dir, f->ntensors - used, f->ntensors - used == 1 ? "" : "s", f->ntensors - used == 1 ? "is" : "are",
+               f->ntensors - used == 1 ? "was" : "were", first);
+}
+
+int hf_load(trainer_t *tr, const char *dir, FILE *out, char *err, size_t errlen) {
+    const model_t *m = trainer_model(tr);
+    double t0 = now_ms();
+    hf_files_t *f = calloc(1, sizeof *f);
+    if (!f) { ERR("out of memory"); return -ENOMEM; }
+    json_t *index = NULL;
+    int rc = files_init(f, dir, &index, err, errlen);
+    for (int s = 0; s < m->nshards && rc == 0; s++) {
+        const shard_t *sh = &m->shards[s];
+        for (int c = 0; c < trainer_nchunks(tr, s) && rc == 0; c++) {
+            float *master, *mm, *vv;
+            if ((rc = trainer_states_get(tr, s, c, TIER_O32, 1, &master, &mm, &vv, err, errlen)) != 0) break;
+            size_t lo, n;
+            trainer_chunk_range(tr, s, c, &lo, &n);
+            for (int t = 0; t < sh->ntensors && rc == 0; t++) {
+                const tensor_t *te = &sh->tensors[t];
+                size_t a = te->offset > lo ? te->offset : lo;
+                size_t b = te->offset + te->numel < lo + n ? te->offset + te->numel : lo + n;
+                if (a < b) rc = load_piece(m, s, t, f, index, dir, a, b, master + (a - lo), err, errlen);
+            }
+            if (rc == 0) rc = trainer_states_put(tr, s, c, TIER_O32, err, errlen); // m, v: the zeros asked for
+        }
+    }
+    for (int i = 0; i < f->nfiles && rc == 0; i++) rc = st_verify_rest(f->r[i], err, errlen);
+    uint64_t hash = 0;
+    if (rc == 0) rc = trainer_params_hash(tr, &hash, err, errlen);
+    if (rc == 0) { // notices once it loaded: a refusal stays one line
+        if (f->nchecked == 0)
+            notice("--init-from %s: the weights carry no checksums (a folder not saved by tiertrain): they loaded "
+                   "unverified", dir);
+        say_skipped(m, f, dir);
+        if (out)
+            fprintf(out, "initialized from %s: %d file%s, %d tensors%s, params_hash %016llx (%.1f s)\n", dir,
+                    f->nfiles, f->nfiles == 1 ? "" : "s", f->ntensors,
+                    f->nchecked == f->ntensors ? ", every checksum verified"
+                    : f->nchecked ? ", the checksums present verified" : "",
+                    (unsigned long long)hash, (now_ms() - t0) / 1e3);
+    }
+    json_free(index);
+    files_close(f);
+    free(f);
+    return rc;
+}

@@ -1,0 +1,35 @@
+// hf.h — --init-from DIR: start training (or eval) from a Hugging Face Llama folder.
+//
+// The folder holds config.json (LlamaConfig) and either model.safetensors or shards
+// model-0000k-of-0000n.safetensors named by model.safetensors.index.json ("weight_map":
+// tensor name → file). Weights may be F32, BF16 or F16; they become the FP32 master (and so
+// the compute copy), shard by shard and chunk by chunk through the trainer's state access, so
+// NVMe-resident states load without the model ever being whole in RAM. Adam's m and v start
+// at zero: the optimizer state is fresh (--resume is for tiertrain's own checkpoints, which
+// are such folders too, plus optimizer.safetensors and state.json).
+// Tensors that carry a crc32c entry (tiertrain's own folders) are checked; a folder without
+// any gets one notice that it loads unverified.
+// Who calls it: cli.c (the shape, before anything is sized), train.c and eval.c (the load).
+#pragma once
+#include <stddef.h>
+#include "config.h"
+#include "trainer.h"
+
+typedef struct {
+    int L, C, NH, NKV, F, V, tie;
+    int max_pos;              // max_position_embeddings
+    double rope_theta, norm_eps;
+} hf_config_t;
+
+// Reads DIR/config.json: the Llama shape, with HF's defaults for absent optional fields
+// (num_key_value_heads = heads, rope_theta 10000, rms_norm_eps 1e-6, tie_word_embeddings
+// false, max_position_embeddings 2048). Refuses, naming the field, what this model cannot
+// be: another model_type or hidden_act, head_dim ≠ hidden_size / heads, a rope_scaling that
+// is not null, attention_bias or mlp_bias true. Returns 0, or -EINVAL / -errno with one line
+// "--init-from DIR: config.json: ...".
+int hf_read_config(const char *dir, hf_config_t *hc, char *err, size_t errlen);
+// Loads the folder's weights into tr (built for hc's shape): every tensor of the model must
+// be there with its shape, as F32, BF16 or F16. Prints one line with what was loaded to out
+// (unless NULL). Returns 0, or -EINVAL (a bad or missing file, tensor, shape or dtype) /
+// -errno, with one line naming the file and the tensor.
+int hf_load(trainer_t *tr, const char *dir, FILE *out, char *err, size_t errlen);

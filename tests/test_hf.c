@@ -1,0 +1,305 @@
+// test_hf.c — --init-from DIR through the binary (src/hf.h), on the fixture that
+// tests/make_hf_fixture.py writes (tests/fixtures/hf_tiny: sharded, BF16, GQA, untied, no
+// checksums, as transformers saves a folder):
+//   loss      step 1 of a fine-tune from the folder has exactly the loss `eval --init-from`
+//             gives the same weights on the same tokens (fp32), under every placement;
+//   round     fine-tune, save, --init-from the saved folder: the weights arrive bit-exactly
+//             (the params_hash the save recorded), with every checksum verified;
+//   refusals  a dtype the loader does not take, a missing shard, a config.json that does not
+//             fit the weights, a shape flag that contradicts config.json, unsupported
+//             config fields, --init-from with --resume: exit 2 and one line each.
+#include <check.h>
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "testutil.h"
+
+#define FIXTURE TT_TESTS_DIR "/fixtures/hf_tiny"
+
+static char *tmp; // this test's folder
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st; (void)flag; (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void setup(void) { tmp = tu_tmpdir("hf"); }
+static void teardown(void) {
+    nftw(tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    free(tmp);
+    tmp = NULL;
+}
+
+typedef struct {
+    int rc;
+    char *out, *err;
+} run_t;
+
+static void run_free(run_t *r) {
+    free(r->out);
+    free(r->err);
+}
+
+// tiertrain CMD with the fixture's common flags and the NULL-terminated extra ones.
+static run_t run(const char *cmd, const char *const *extra) {
+    char *argv[64];
+    int n = 0;
+    argv[n++] = (char *)tu_binary();
+    argv[n++] = (char *)cmd;
+    static const char *const common[] = {"--device", "cpu", "--threads", "1", "--precision", "fp32", "--seq", "16", NULL};
+    for (int i = 0; common[i]; i++) argv[n++] = (char *)common[i];
+    for (int i = 0; extra[i]; i++) argv[n++] = (char *)extra[i];
+    argv[n] = NULL;
+    run_t r;
+    r.rc = tu_run(argv, NULL, &r.out, &r.err);
+    return r;
+}
+
+// A text file of bytes (vocab 256) for the data: a few KiB of this very source.
+static const char *data_file(void) {
+    static char path[1200];
+    snprintf(path, sizeof path, "%s/data.txt", tmp);
+    char *src = tu_slurp(TT_TESTS_DIR "/test_hf.c");
+    ck_assert_ptr_nonnull(src);
+    FILE *f = fopen(path, "w");
+    ck_assert(f && fputs(src, f) >= 0 && fclose(f) == 0);
+    free(src);
+    return path;
+}
+
+// The number after `key` in s (e.g. "loss " in a step line), as text up to a space or '|'.
+static int number_after(const char *s, const char *key, char *out, size_t cap) {
+    const char *p = s ? strstr(s, key) : NULL;
+    if (!p) return 0;
+    p += strlen(key);
+    size_t n = 0;
+    while (p[n] && p[n] != ' ' && p[n] != '|' && p[n] != ',' && p[n] != '\n' && n + 1 < cap) n++;
+    memcpy(out, p, n);
+    out[n] = 0;
+    return n > 0;
+}
+
+static void copy_folder(const char *from, const char *to) {
+    ck_assert_int_eq(mkdir(to, 0755), 0);
+    static const char *const files[] = {"config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors",
+                                        "model-00002-of-00002.safetensors", NULL};
+    for (int i = 0; files[i]; i++) {
+        char a[1200], b[1200];
+        snprintf(a, sizeof a, "%s/%s", from, files[i]);
+        snprintf(b, sizeof b, "%s/%s", to, files[i]);
+        FILE *in = fopen(a, "rb"), *out = fopen(b, "wb");
+        ck_assert_msg(in && out, "copy %s -> %s", a, b);
+        char buf[1 << 16];
+        size_t k;
+        while ((k = fread(buf, 1, sizeof buf, in)) > 0) ck_assert(fwrite(buf, 1, k, out) == k);
+        fclose(in);
+        ck_assert_int_eq(fclose(out), 0);
+    }
+}
+
+// Replaces the first `from` in a file with `to` (binary-safe; the file is small).
+static void edit(const char *path, const char *from, const char *to) {
+    FILE *f = fopen(path, "rb");
+    ck_assert(f);
+    static char buf[1 << 17];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    char *at = memmem(buf, n, from, strlen(from));
+    ck_assert_msg(at != NULL, "%s: no '%s'", path, from);
+    f = fopen(path, "wb");
+    ck_assert(f);
+    ck_assert(fwrite(buf, 1, (size_t)(at - buf), f) == (size_t)(at - buf));
+    ck_assert(fwrite(to, 1, strlen(to), f) == strlen(to));
+    size_t rest = n - (size_t)(at - buf) - strlen(from);
+    ck_assert(fwrite(at + strlen(from), 1, rest, f) == rest);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+// ---------------------------------------------------------------- loss
+
+static const char *const placements[][8] = {
+    {NULL},
+    {"--params", "host", "--grads", "host", "--optimizer", "nvme", NULL},
+    {"--params", "nvme", "--grads", "nvme", "--optimizer", "nvme", NULL},
+};
+
+// Step 1's loss is the forward of the folder's weights on the first T+1 tokens: what eval
+// computes over one window. And every placement trains the same bits from them.
+START_TEST(step1_loss_is_eval) {
+    const char *data = data_file();
+    const char *ev[] = {"--init-from", FIXTURE, "--data", data, "--eval-tokens", "17", NULL};
+    run_t e = run("eval", ev);
+    ck_assert_msg(e.rc == 0, "eval exit %d:\n%s", e.rc, e.err);
+    char eloss[64], want[64];
+    ck_assert_msg(number_after(e.out, "eval: loss ", eloss, sizeof eloss), "%s", e.out);
+    static char hash0[32];
+    for (int p = 0; p < 3; p++) {
+        const char *tr[24] = {"--init-from", FIXTURE, "--data", data, "--batch", "1", "--steps", "4", "--eval-every",
+                              "0", "--nvme-path", tmp};
+        int n = 12;
+        for (int i = 0; placements[p][i]; i++) tr[n++] = placements[p][i];
+        tr[n] = NULL;
+        run_t t = run("train", tr);
+        ck_assert_msg(t.rc == 0, "placement %d: train exit %d:\n%s", p, t.rc, t.err);
+        char tloss[64], hash[32];
+        const char *step1 = strstr(t.out, "step     1/4");
+        ck_assert_msg(number_after(step1, "loss ", tloss, sizeof tloss), "%s", t.out);
+        // the step line has 4 decimals, eval 6: the same value rounded
+        snprintf(want, sizeof want, "%.4f", strtod(eloss, NULL));
+        ck_assert_msg(!strcmp(tloss, want), "placement %d: step 1 loss %s, eval %s", p, tloss, eloss);
+        ck_assert_msg(strstr(t.out, "initialized from " FIXTURE ": 2 files, 21 tensors, params_hash "), "%s", t.out);
+        ck_assert_msg(strstr(t.err, "the weights carry no checksums (a folder not saved by tiertrain)"), "%s", t.err);
+        ck_assert_msg(number_after(t.out, "params_hash ", hash, sizeof hash), "%s", t.out);
+        const char *done = strstr(t.out, "done: ");
+        ck_assert_msg(done && number_after(done, "params_hash ", hash, sizeof hash), "%s", t.out);
+        if (p == 0) snprintf(hash0, sizeof hash0, "%s", hash);
+        else ck_assert_msg(!strcmp(hash, hash0), "placement %d: params_hash %s, resident %s", p, hash, hash0);
+        run_free(&t);
+    }
+    run_free(&e);
+}
+END_TEST
+
+// ---------------------------------------------------------------- round trip
+
+// Fine-tune, save (our own folder is an HF folder too), --init-from it: the weights are the
+// saved ones bit for bit, and their checksums are checked.
+START_TEST(round_trip) {
+    const char *data = data_file();
+    char save[1200], folder[1300], state[1400];
+    snprintf(save, sizeof save, "%s/save", tmp);
+    const char *tr[] = {"--init-from", FIXTURE, "--data", data, "--batch", "2", "--steps", "6", "--eval-every", "0",
+                        "--save", save, NULL};
+    run_t t = run("train", tr);
+    ck_assert_msg(t.rc == 0, "train exit %d:\n%s", t.rc, t.err);
+    snprintf(folder, sizeof folder, "%s/step-00000006", save);
+    snprintf(state, sizeof state, "%s/state.json", folder);
+    char *st = tu_slurp(state), hash[32], said[1600];
+    ck_assert_msg(st && number_after(st, "\"params_hash\": \"", hash, sizeof hash), "%s", st ? st : state);
+    hash[16] = 0;
+    const char *again[] = {"--init-from", folder, "--data", data, "--batch", "2", "--steps", "1", "--eval-every", "0",
+                           NULL};
+    run_t r = run("train", again);
+    ck_assert_msg(r.rc == 0, "train exit %d:\n%s", r.rc, r.err);
+    snprintf(said, sizeof said, "initialized from %s: 1 file, 21 tensors, every checksum verified, params_hash %s (",
+             folder, hash);
+    ck_assert_msg(strstr(r.out, said), "want \"%s\" in:\n%s", said, r.out);
+    ck_assert_msg(!strstr(r.err, "checksums"), "%s", r.err);
+    // the folder's own config.json gave the shape: seq 16 from max_position_embeddings
+    ck_assert_msg(strstr(r.out, "seq 16,"), "%s", r.out);
+    free(st);
+    run_free(&t);
+    run_free(&r);
+}
+END_TEST
+
+// ---------------------------------------------------------------- refusals
+
+enum { R_DTYPE, R_MISSING, R_SHAPE, R_FLAG, R_ROPE_SCALING, R_BIAS, R_RESUME, R_MODEL, R_TYPE, NREFUSE };
+
+START_TEST(refusals) {
+    char dir[1200], file[1300], want[2048];
+    snprintf(dir, sizeof dir, "%s/hf", tmp);
+    copy_folder(FIXTURE, dir);
+    const char *extra[8] = {NULL};
+    const char *says = NULL;
+    switch (_i) {
+    case R_DTYPE: // the same header length: "BF16" becomes "F64" and a space
+        snprintf(file, sizeof file, "%s/model-00002-of-00002.safetensors", dir);
+        edit(file, "\"dtype\":\"BF16\"", "\"dtype\":\"F64\" ");
+        says = "model-00002-of-00002.safetensors: tensor 'model.layers.1.input_layernorm.weight': dtype 'F64' is not "
+               "supported (accepted: F32, BF16, F16)\n";
+        break;
+    case R_MISSING:
+        snprintf(file, sizeof file, "%s/model-00002-of-00002.safetensors", dir);
+        ck_assert_int_eq(unlink(file), 0);
+        snprintf(want, sizeof want, "--init-from %s: model-00002-of-00002.safetensors is missing "
+                 "(model.safetensors.index.json names it; the folder is incomplete: download every shard)\n", dir);
+        says = want;
+        break;
+    case R_SHAPE:
+        snprintf(file, sizeof file, "%s/config.json", dir);
+        edit(file, "\"intermediate_size\": 48", "\"intermediate_size\": 64");
+        says = "model-00001-of-00002.safetensors: tensor 'model.layers.0.mlp.gate_proj.weight' has shape [48, 32], "
+               "config.json makes it [64, 32] (a config.json that does not belong with these weights?)\n";
+        break;
+    case R_FLAG:
+        extra[0] = "--layers";
+        extra[1] = "3";
+        snprintf(want, sizeof want, "--layers 3: %s/config.json has num_hidden_layers 2 (drop --layers: the shape is "
+                 "the folder's)\n", dir);
+        says = want;
+        break;
+    case R_ROPE_SCALING:
+        snprintf(file, sizeof file, "%s/config.json", dir);
+        edit(file, "\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}");
+        says = "/config.json: rope_scaling is set (accepted: null; scaled RoPE is not implemented)\n";
+        break;
+    case R_BIAS:
+        snprintf(file, sizeof file, "%s/config.json", dir);
+        edit(file, "\"attention_bias\": false", "\"attention_bias\": true");
+        says = "/config.json: attention_bias is true (accepted: false; the model has no bias terms)\n";
+        break;
+    case R_RESUME:
+        extra[0] = "--resume";
+        extra[1] = tmp;
+        snprintf(want, sizeof want, "--init-from %s and --resume %s: give one", dir, tmp);
+        says = want;
+        break;
+    case R_MODEL:
+        extra[0] = "--model";
+        extra[1] = "tiny";
+        snprintf(want, sizeof want, "--model tiny: with --init-from the shape is %s/config.json's (drop --model)\n", dir);
+        says = want;
+        break;
+    case R_TYPE:
+        snprintf(file, sizeof file, "%s/config.json", dir);
+        edit(file, "\"model_type\": \"llama\"", "\"model_type\": \"gpt2\"");
+        says = "/config.json: model_type \"gpt2\" (accepted: \"llama\"; this is a Llama trainer)\n";
+        break;
+    }
+    const char *data = data_file();
+    const char *args[16] = {"--init-from", dir, "--data", data, "--steps", "1", "--eval-every", "0"};
+    int n = 8;
+    for (int i = 0; extra[i]; i++) args[n++] = extra[i];
+    args[n] = NULL;
+    run_t r = run("train", args);
+    ck_assert_msg(r.rc == 2, "case %d: exit %d (want 2):\n%s", _i, r.rc, r.err);
+    size_t len = strlen(r.err);
+    ck_assert_msg(len > 0 && strchr(r.err, '\n') == r.err + len - 1 && !strncmp(r.err, "tiertrain: ", 11),
+                  "case %d: want one line, got:\n%s", _i, r.err);
+    ck_assert_msg(strstr(r.err, says), "case %d: want \"%s\" in:\n%s", _i, says, r.err);
+    ck_assert_msg(!strstr(r.out, "step "), "case %d: a step ran:\n%s", _i, r.out);
+    run_free(&r);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("hf");
+    const int slow = tu_sanitized() ? 4 : 1;
+    TCase *loss = tcase_create("loss");
+    tcase_add_checked_fixture(loss, setup, teardown);
+    tcase_set_timeout(loss, 60 * slow);
+    tcase_add_test(loss, step1_loss_is_eval);
+    suite_add_tcase(s, loss);
+    TCase *round = tcase_create("round");
+    tcase_add_checked_fixture(round, setup, teardown);
+    tcase_set_timeout(round, 60 * slow);
+    tcase_add_test(round, round_trip);
+    suite_add_tcase(s, round);
+    TCase *ref = tcase_create("refusals");
+    tcase_add_checked_fixture(ref, setup, teardown);
+    tcase_set_timeout(ref, 60 * slow);
+    tcase_add_loop_test(ref, refusals, 0, NREFUSE);
+    suite_add_tcase(s, ref);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
