@@ -252,8 +252,8 @@ static void expect_error(const char *const *args, int rc, const char *msg) {
 
 START_TEST(missing_resume) {
     const char *args[] = {"eval", "--data", g_text, NULL};
-    expect_error(args, 2, "tiertrain: eval: missing --resume DIR (usage: tiertrain eval --resume DIR --data FILE "
-                          "[--seq T] [--eval-tokens N] [--precision fp32|bf16])\n");
+    expect_error(args, 2, "tiertrain: eval: missing --resume DIR or --init-from DIR (usage: tiertrain eval --resume "
+                          "DIR|--init-from DIR --data FILE [--seq T] [--eval-tokens N] [--precision fp32|bf16])\n");
 }
 END_TEST
 
