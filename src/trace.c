@@ -21,6 +21,14 @@ static double origin;
 int trace_open(const char *path, size_t max_events) {
     trace_file = fopen(path, "w");
     if (!trace_file) return -errno;
+    // the opening goes out now: a path that cannot be written (a full disk, /dev/full) is
+    // refused before the run, not found after it
+    if (fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", trace_file) < 0 || fflush(trace_file) != 0) {
+        int e = errno ? errno : EIO;
+        fclose(trace_file);
+        trace_file = NULL;
+        return -e;
+    }
     events = calloc(max_events, sizeof *events);
     if (!events) { fclose(trace_file); trace_file = NULL; return -ENOMEM; }
     cap = max_events;
@@ -45,7 +53,6 @@ int trace_close(size_t *written, size_t *dropped) {
     static const char *tracks[] = {"", "compute", "parameter copies", "nvme reads", "nvme writes", "optimizer"};
     size_t n = atomic_load(&next);
     size_t kept = n < cap ? n : cap;
-    fprintf(trace_file, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
     for (int t = TRACK_COMPUTE; t <= TRACK_OPTIM; t++)
         fprintf(trace_file, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n", t,
                 tracks[t]);
@@ -56,7 +63,8 @@ int trace_close(size_t *written, size_t *dropped) {
     }
     fprintf(trace_file, "{\"name\":\"end\",\"ph\":\"i\",\"pid\":1,\"tid\":1,\"ts\":%.3f,\"s\":\"g\"}\n]}\n",
             (now_ms() - origin) * 1e3);
-    int rc = ferror(trace_file) ? -EIO : 0;
+    errno = 0;
+    int rc = fflush(trace_file) != 0 || ferror(trace_file) ? -(errno ? errno : EIO) : 0;
     if (fclose(trace_file) != 0 && rc == 0) rc = -errno;
     trace_file = NULL;
     free(events);
