@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include "crc32c.h"
 #include "json.h"
+#include "progress.h"
 #include "safetensors.h"
 #include "util.h"
 
@@ -469,6 +470,10 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
     if (rc == 0 && (!weights_only || info->model_bf16)) rc = st_open(opath, &orr, err, errlen);
     if (rc == 0 && orr) rc = check_has_checksums(orr, info, err, errlen);
     uint64_t hash = FNV64_INIT; // of the masters, in the order the save hashed them
+    char what[TT_PATH_MAX + 16];
+    snprintf(what, sizeof what, "loading %s", info->dir);
+    progress_t pg;
+    progress_begin(&pg, what, (uint64_t)m->numel_padded * (weights_only ? 4 : 12), 1);
     for (int s = 0; s < m->nshards && rc == 0; s++) {
         const shard_t *sh = &m->shards[s];
         for (int c = 0; c < trainer_nchunks(tr, s) && rc == 0; c++) {
@@ -482,8 +487,10 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
                                          mm + (a - lo), vv + (a - lo), err, errlen)) == 0)
                         hash = fnv1a64(hash, master + (a - lo), (b - a) * sizeof(float));
             if (rc == 0) rc = trainer_states_put(tr, s, c, TIER_O32, err, errlen);
+            progress_add(&pg, (uint64_t)n * (weights_only ? 4 : 12));
         }
     }
+    if (rc == 0) progress_end(&pg);
     // what the load did not read (the BF16 model beside its FP32 master; tensors of no shard)
     // is checked all the same: a corrupt file is never passed on as a good one
     if (rc == 0) rc = st_verify_rest(mr, err, errlen);
@@ -512,7 +519,8 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
 // Writes one state of every tensor through w, shard after shard, in tensor order: part 0 the
 // master (as BF16 when bf16; *hash, when given, takes trainer_params_hash of it on the way),
 // 1 Adam's m, 2 its v. A chunk at a time, so NVMe-resident states need one chunk of staging.
-static int write_part(trainer_t *tr, st_writer_t *w, int part, int bf16, uint64_t *hash, char *err, size_t errlen) {
+static int write_part(trainer_t *tr, st_writer_t *w, int part, int bf16, uint64_t *hash, progress_t *pg, char *err,
+                      size_t errlen) {
     const model_t *m = trainer_model(tr);
     uint16_t buf[8192];
     for (int s = 0; s < m->nshards; s++) {
@@ -541,6 +549,7 @@ static int write_part(trainer_t *tr, st_writer_t *w, int part, int bf16, uint64_
                 ERR("%s", st_writer_error(w)[0] ? st_writer_error(w) : strerror(-rc));
                 return rc;
             }
+            progress_add(pg, (uint64_t)n * (bf16 ? 2 : 4));
         }
     }
     return 0;
@@ -549,7 +558,8 @@ static int write_part(trainer_t *tr, st_writer_t *w, int part, int bf16, uint64_
 // A safetensors file of the given parts of every tensor (suffixes[k] names part parts[k]),
 // part after part, each in shard and tensor order: how write_part streams them.
 static int write_file(trainer_t *tr, const char *path, const char *format, int nparts, const int *parts,
-                      const char *const *suffixes, int bf16_master, uint64_t *hash, char *err, size_t errlen) {
+                      const char *const *suffixes, int bf16_master, uint64_t *hash, progress_t *pg, char *err,
+                      size_t errlen) {
     const model_t *m = trainer_model(tr);
     int per = count_tensors(m), n = per * nparts, k = 0;
     st_tensor_t *decl = calloc((size_t)n, sizeof *decl);
@@ -566,7 +576,7 @@ static int write_file(trainer_t *tr, const char *path, const char *format, int n
     free(names);
     if (rc != 0) return rc;
     for (int p = 0; p < nparts && rc == 0; p++)
-        rc = write_part(tr, w, parts[p], parts[p] == 0 && bf16_master, parts[p] == 0 ? hash : NULL, err, errlen);
+        rc = write_part(tr, w, parts[p], parts[p] == 0 && bf16_master, parts[p] == 0 ? hash : NULL, pg, err, errlen);
     if (rc != 0) {
         st_writer_free(w);
         return rc;
@@ -575,19 +585,22 @@ static int write_file(trainer_t *tr, const char *path, const char *format, int n
 }
 
 // model.safetensors; *hash gets the params_hash of the masters it streams (one pass, not two).
-static int write_model(trainer_t *tr, const char *path, int bf16, uint64_t *hash, char *err, size_t errlen) {
+static int write_model(trainer_t *tr, const char *path, int bf16, uint64_t *hash, progress_t *pg, char *err,
+                       size_t errlen) {
     static const int parts[] = {0};
     static const char *const suffixes[] = {""};
     *hash = FNV64_INIT;
-    return write_file(tr, path, "pt", 1, parts, suffixes, bf16, hash, err, errlen);
+    return write_file(tr, path, "pt", 1, parts, suffixes, bf16, hash, pg, err, errlen);
 }
 
 // Adam m and v of every tensor (and the FP32 master first when the model file is BF16).
-static int write_optimizer(trainer_t *tr, const char *path, int with_master, char *err, size_t errlen) {
+static int write_optimizer(trainer_t *tr, const char *path, int with_master, progress_t *pg, char *err,
+                           size_t errlen) {
     static const int parts[] = {0, 1, 2};
     static const char *const suffixes[] = {".master", ".exp_avg", ".exp_avg_sq"};
     int first = with_master ? 0 : 1;
-    return write_file(tr, path, "tiertrain-adamw", 3 - first, parts + first, suffixes + first, 0, NULL, err, errlen);
+    return write_file(tr, path, "tiertrain-adamw", 3 - first, parts + first, suffixes + first, 0, NULL, pg, err,
+                      errlen);
 }
 
 // config.json; *crc gets the CRC-32C of its text (state.json records it).
@@ -708,13 +721,18 @@ int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t *params_h
         return -e;
     }
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    rc = write_model(tr, path, c->save_bf16, params_hash, err, errlen);
+    char what[64];
+    snprintf(what, sizeof what, "saving %s", name);
+    progress_t pg;
+    progress_begin(&pg, what, checkpoint_bytes(trainer_model(tr), c->save_bf16), 1);
+    rc = write_model(tr, path, c->save_bf16, params_hash, &pg, err, errlen);
     test_delay();
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
-        rc = write_optimizer(tr, path, c->save_bf16, err, errlen);
+        rc = write_optimizer(tr, path, c->save_bf16, &pg, err, errlen);
         test_delay();
     }
+    if (rc == 0) progress_end(&pg);
     uint32_t config_crc = 0;
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/config.json", tmp);

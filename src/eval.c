@@ -11,6 +11,7 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "hf.h"
+#include "progress.h"
 #include "trainer.h"
 #include "util.h" // uses: usage_error, runtime_error, mallocCheck, now_ms
 
@@ -153,6 +154,8 @@ int eval_run(const config_t *cfg) {
     int *inputs = mallocCheck((size_t)T * sizeof(int));  // (1, T)
     int *targets = mallocCheck((size_t)T * sizeof(int)); // (1, T)
     double sum = 0, t0 = now_ms();
+    progress_t pg;
+    progress_begin(&pg, "evaluating (windows)", W, 0);
     for (size_t w = 0; w < W; w++) {
         size_t base = w * ((size_t)T + 1);
         for (int i = 0; i < T; i++) {
@@ -163,7 +166,9 @@ int eval_run(const config_t *cfg) {
         double l = trainer_forward(tr, inputs, targets);
         if (trainer_fault(tr)) runtime_error("eval window %zu: %s", w, trainer_fault(tr));
         sum += l;
+        progress_add(&pg, 1);
     }
+    progress_end(&pg);
     double ms = now_ms() - t0;
     double loss = sum / (double)W;
     if (!isfinite(loss)) runtime_error("eval: the loss is %g (the checkpoint's weights give non-finite logits)", loss);

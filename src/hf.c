@@ -12,6 +12,7 @@
 #include "json.h"
 #include "kernels.h" // uses: bf16_to_f32_n
 #include "model.h"
+#include "progress.h"
 #include "safetensors.h"
 #include "util.h"
 
@@ -305,6 +306,10 @@ int hf_load(trainer_t *tr, const char *dir, FILE *out, char *err, size_t errlen)
     if (!f) { ERR("out of memory"); return -ENOMEM; }
     json_t *index = NULL;
     int rc = files_init(f, dir, &index, err, errlen);
+    char what[TT_PATH_MAX + 16];
+    snprintf(what, sizeof what, "loading %s", dir);
+    progress_t pg;
+    progress_begin(&pg, what, (uint64_t)m->numel_padded * 4, 1);
     for (int s = 0; s < m->nshards && rc == 0; s++) {
         const shard_t *sh = &m->shards[s];
         for (int c = 0; c < trainer_nchunks(tr, s) && rc == 0; c++) {
@@ -319,8 +324,10 @@ int hf_load(trainer_t *tr, const char *dir, FILE *out, char *err, size_t errlen)
                 if (a < b) rc = load_piece(m, s, t, f, index, dir, a, b, master + (a - lo), err, errlen);
             }
             if (rc == 0) rc = trainer_states_put(tr, s, c, TIER_O32, err, errlen); // m, v: the zeros asked for
+            progress_add(&pg, (uint64_t)n * 4);
         }
     }
+    if (rc == 0) progress_end(&pg);
     for (int i = 0; i < f->nfiles && rc == 0; i++) rc = st_verify_rest(f->r[i], err, errlen);
     uint64_t hash = 0;
     if (rc == 0) rc = trainer_params_hash(tr, &hash, err, errlen);

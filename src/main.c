@@ -5,12 +5,14 @@
 #include "config.h"
 #include "data.h"
 #include "eval.h"
+#include "progress.h"
 #include "train.h"
 #include "util.h"
 
 int main(int argc, char **argv) {
     config_t cfg;
     cli_parse(argc, argv, &cfg); // exits on bad input, --help and --version
+    progress_quiet(cfg.quiet);
     switch (cfg.command) {
     case CMD_TRAIN: return train_run(&cfg);
     case CMD_PLAN: return plan_run(&cfg);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include "backend.h"
 #include "optim.h"
+#include "progress.h"
 #include "step.h"
 #include "util.h"
 
@@ -26,6 +27,8 @@ struct trainer {
 // the shard's compute copy built from them.
 static int init_weights(trainer_t *tr, char *err, size_t errlen) {
     const model_t *m = &tr->model;
+    progress_t pg;
+    progress_begin(&pg, "initializing the states (master, m, v)", (uint64_t)m->numel_padded * 12, 1);
     for (int s = 0; s < m->nshards; s++) {
         for (int c = 0; c < tier_nchunks(&tr->lay, m, s); c++) {
             float *master, *mm, *vv;
@@ -35,8 +38,10 @@ static int init_weights(trainer_t *tr, char *err, size_t errlen) {
             tier_chunk_range(&tr->lay, m, s, c, &lo, &n);
             model_init_range(m, s, tr->cfg->seed, lo, n, master);
             if ((rc = trainer_states_put(tr, s, c, TIER_O32, err, errlen)) != 0) return rc;
+            progress_add(&pg, (uint64_t)n * 12);
         }
     }
+    progress_end(&pg);
     return 0;
 }
 
@@ -57,7 +62,9 @@ int trainer_init(trainer_t **out, const config_t *cfg, char *err, size_t errlen)
     if ((rc = tier_init(&tr->tier, cfg, &tr->model, &tr->be, &tr->lay, err, errlen)) != 0) goto fail;
     if ((rc = step_init(&tr->step, cfg, &tr->model, &tr->be, tr->tier, err, errlen)) != 0) goto fail;
     tr->step_inited = 1;
-    if ((rc = init_weights(tr, err, errlen)) != 0) goto fail;
+    // a resume or --init-from writes every chunk of every state itself: seeding them first
+    // would only be overwritten (for NVMe-resident states, the whole store written twice)
+    if (!cfg->resume[0] && !cfg->init_from[0] && (rc = init_weights(tr, err, errlen)) != 0) goto fail;
     memset(tier_stats(tr->tier), 0, sizeof(tier_stats_t)); // the run's figures start here
     *out = tr;
     return 0;
