@@ -323,18 +323,20 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     plan_save_space(cfg, m, 1, p);
 }
 
+const plan_placement_t plan_placements[PLAN_NPLACEMENTS] = {
+    {TIER_DEVICE, TIER_DEVICE, TIER_HOST}, {TIER_HOST, TIER_DEVICE, TIER_HOST},
+    {TIER_HOST, TIER_HOST, TIER_HOST},     {TIER_DEVICE, TIER_DEVICE, TIER_NVME},
+    {TIER_HOST, TIER_DEVICE, TIER_NVME},   {TIER_HOST, TIER_HOST, TIER_NVME},
+    {TIER_NVME, TIER_DEVICE, TIER_NVME},   {TIER_NVME, TIER_HOST, TIER_NVME},
+    // gradients off RAM too: NVMe then holds everything but staging and activations
+    {TIER_DEVICE, TIER_NVME, TIER_NVME},   {TIER_HOST, TIER_NVME, TIER_NVME},
+    {TIER_NVME, TIER_NVME, TIER_NVME},
+};
+
 int plan_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len) {
-    static const struct { tier_kind_t params, grads, optim; } order[] = {
-        {TIER_DEVICE, TIER_DEVICE, TIER_HOST}, {TIER_HOST, TIER_DEVICE, TIER_HOST},
-        {TIER_HOST, TIER_HOST, TIER_HOST},     {TIER_DEVICE, TIER_DEVICE, TIER_NVME},
-        {TIER_HOST, TIER_DEVICE, TIER_NVME},   {TIER_HOST, TIER_HOST, TIER_NVME},
-        {TIER_NVME, TIER_DEVICE, TIER_NVME},   {TIER_NVME, TIER_HOST, TIER_NVME},
-        // gradients off RAM too: NVMe then holds everything but staging and activations
-        {TIER_DEVICE, TIER_NVME, TIER_NVME},   {TIER_HOST, TIER_NVME, TIER_NVME},
-        {TIER_NVME, TIER_NVME, TIER_NVME},
-    };
+    const plan_placement_t *order = plan_placements;
     static const char *tn[] = {"device", "host", "nvme"};
-    const int n = (int)(sizeof order / sizeof order[0]);
+    const int n = PLAN_NPLACEMENTS;
     char first_reason[512] = "";
     int best = -1, nfeasible = 0;
     double best_floor = 0;
@@ -413,6 +415,13 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
     fprintf(f, "  floor         %10.1f ms/step, bound by %s\n", p->floor_ms, plan_resource_names[p->bound]);
     if (p->feasible) fprintf(f, "feasible: yes\n");
     else fprintf(f, "feasible: no — %s\n", p->reason);
+    if (p->nsugg) fprintf(f, "what makes it fit (cheapest predicted floor first; add the flags to the command):\n");
+    for (int i = 0; i < p->nsugg; i++)
+        fprintf(f, "  %-48s floor %10.1f ms/step\n", p->sugg[i].change, p->sugg[i].floor_ms);
+    if (!p->feasible && !p->nsugg)
+        fprintf(f, "no change of placement, batch or budget makes it fit%s%s; a smaller --model or --seq does\n",
+                p->stuck[0] ? ": even with every state on NVMe at --batch 1, " : "", p->stuck);
+    if (p->max_batch) fprintf(f, "largest --batch that fits: %d\n", p->max_batch);
 }
 
 // {"name":bytes,...} of one tier's parts.
@@ -445,9 +454,16 @@ void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f) 
     json_parts(p, TIER_HOST, f);
     fprintf(f, ",\"h2d_bytes\":%llu,\"d2h_bytes\":%llu,\"nvme_read_bytes\":%llu,\"nvme_write_bytes\":%llu,"
                "\"save_bytes\":%llu,\"save_need\":%llu,\"save_free\":%llu,"
-               "\"flops\":%.6g,\"floor_ms\":%.3f,\"bound\":\"%s\",\"rates\":\"%s\"}\n",
+               "\"flops\":%.6g,\"floor_ms\":%.3f,\"bound\":\"%s\",\"rates\":\"%s\",",
             (unsigned long long)p->h2d_bytes, (unsigned long long)p->d2h_bytes, (unsigned long long)p->nvme_read_bytes,
             (unsigned long long)p->nvme_write_bytes, (unsigned long long)p->save_bytes,
             (unsigned long long)p->save_need, (unsigned long long)p->save_free, p->flops_per_step, p->floor_ms,
             plan_resource_names[p->bound], p->prof ? "profile" : "defaults");
+    fprintf(f, "\"hbm_budget\":%llu,\"host_budget\":%llu,\"t_ms\":{", (unsigned long long)cfg->hbm_budget,
+            (unsigned long long)cfg->host_budget);
+    for (int r = 0; r < PLAN_NRES; r++) fprintf(f, "%s\"%s\":%.3f", r ? "," : "", plan_resource_names[r], p->t_ms[r]);
+    fprintf(f, "},\"suggestions\":[");
+    for (int i = 0; i < p->nsugg; i++) // the changes are flags: nothing in them needs escaping
+        fprintf(f, "%s{\"change\":\"%s\",\"floor_ms\":%.3f}", i ? "," : "", p->sugg[i].change, p->sugg[i].floor_ms);
+    fprintf(f, "],\"max_batch\":%d}\n", p->max_batch);
 }

@@ -45,8 +45,19 @@ typedef struct {
     const profile_t *prof;   // the rates used
     int feasible;
     char reason[512];        // why not, and the flag that would fix it
+    // plan_advise: the cheapest changes that make it fit (lowest predicted floor first), or
+    // for one that fits, the largest --batch that still does
+    struct { char change[96]; double floor_ms; } sugg[3];
+    int nsugg;
+    int max_batch;           // 0: not asked, or it does not fit
+    char stuck[512];         // no change fits: why not even with every state on NVMe at --batch 1
     tier_layout_t lay;       // every buffer, as trainer_init allocates it (device and host parts)
 } plan_t;
+
+// The placements --offload auto tries, in its order (params, grads, optimizer homes).
+typedef struct { tier_kind_t params, grads, optim; } plan_placement_t;
+enum { PLAN_NPLACEMENTS = 11 };
+extern const plan_placement_t plan_placements[PLAN_NPLACEMENTS];
 
 // prof: the rates for the floor (kept by pointer in p; it must outlive p).
 void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p);
@@ -57,6 +68,14 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
 // Returns 1 when one fits, else 0 (cfg then holds the most offloaded candidate and p its
 // reason).
 int plan_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len);
+// What to change (plan_advice.c). For p infeasible: up to 3 changes — each a few flags to
+// paste after the command line, none already in effect — that make the same plan feasible,
+// cheapest predicted floor first: other homes for the states (as --offload auto tries them),
+// --checkpoints host, a smaller --batch with a larger --accum (the same tokens per step), the
+// budget that would suffice, --save-dtype bf16 or --keep-last 1; then pairs of a placement
+// with one of the others, while fewer than 3 fit alone. For p feasible: the largest --batch
+// that still fits (up to 65536). Fills p->sugg / nsugg / max_batch.
+void plan_advise(const config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p);
 void plan_print(const plan_t *p, const config_t *cfg, FILE *f);
 // The plan as one JSON line (`tiertrain plan`'s last line, and its --log): the model, whether
 // it fits and why not, each tier's bytes and named parts, RAM, traffic, the floor and its bound.

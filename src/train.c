@@ -216,6 +216,16 @@ static void run_open_outputs(run_t *r) {
     if (cfg->log_path[0]) {
         r->log = fopen(cfg->log_path, "w");
         if (!r->log) usage_error("--log %s: %s (give a writable path)", cfg->log_path, strerror(errno));
+        // the first line: the plan it runs under, as `tiertrain plan` ends (tiertrain report
+        // draws the memory picture and the floor from it)
+        model_t shape;
+        model_init(&shape, cfg);
+        plan_json(&r->plan, cfg, &shape, r->log);
+        model_free(&shape);
+        errno = 0;
+        if (fflush(r->log) != 0 || ferror(r->log))
+            usage_error("--log %s: write failed: %s (give a writable path with room)", cfg->log_path,
+                        strerror(errno ? errno : EIO));
     }
     // --trace: room for every span of the run (a few per shard per micro-batch), capped.
     if (cfg->trace_path[0]) {
@@ -264,6 +274,14 @@ static void run_init_from(run_t *r) {
     if (rc != 0) runtime_error("%s", err);
 }
 
+// Each step's --log line reaches the file as it is written: a write error (a full disk)
+// stops the run then, naming its cause, not after the last step.
+static void log_flush(run_t *r, int step) {
+    errno = 0;
+    if (fflush(r->log) != 0 || ferror(r->log))
+        runtime_error("step %d: --log %s: write failed: %s", step, r->cfg.log_path, strerror(errno ? errno : EIO));
+}
+
 // The steps, each printed and logged; evaluations and checkpoints on their schedule. Stops
 // early, after a whole step, on SIGINT/SIGTERM.
 static void run_steps(run_t *r) {
@@ -290,9 +308,11 @@ static void run_steps(run_t *r) {
         if (!cfg->quiet)
             printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %8.1f ms | %8.0f tok/s\n", step, cfg->steps, loss,
                    lr, norm, ms, tok_s);
-        if (r->log)
+        if (r->log) {
             fprintf(r->log, "{\"event\":\"step\",\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6f,\"step_ms\":%.3f,"
                             "\"tok_per_s\":%.1f}\n", step, loss, lr, norm, ms, tok_s);
+            log_flush(r, step);
+        }
         if (cfg->eval_every > 0 && (step % cfg->eval_every == 0 || step == cfg->steps)) {
             r->last_val = eval_loss(r->tr, r->data, r->inputs, r->targets);
             printf("eval  %5d | val loss %.4f\n", step, r->last_val);
@@ -340,7 +360,8 @@ static void run_finish(run_t *r) {
     }
     if (cfg->trace_path[0]) {
         size_t written = 0, dropped = 0;
-        if (trace_close(&written, &dropped) != 0) runtime_error("--trace %s: write failed", cfg->trace_path);
+        int trc = trace_close(&written, &dropped);
+        if (trc != 0) runtime_error("--trace %s: write failed: %s", cfg->trace_path, strerror(-trc));
         printf("trace: %zu spans written to %s%s\n", written, cfg->trace_path,
                dropped ? " (buffer full: later spans dropped)" : "");
     }
@@ -407,6 +428,7 @@ int plan_run(const config_t *cfg_in) {
     } else {
         plan_compute(cfg, &m, rates, &p);
     }
+    plan_advise(cfg, &m, rates, &p);
     plan_print(&p, cfg, stdout);
     plan_json(&p, cfg, &m, stdout);
     if (cfg->log_path[0]) { // the same object, for scripts

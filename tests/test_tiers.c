@@ -274,6 +274,111 @@ START_TEST(plan_json_line) {
 }
 END_TEST
 
+// `tiertrain plan` with args (plus --device cpu and --nvme-path nvme_dir): its JSON line,
+// parsed (the caller frees it), and its exit code.
+static json_t *plan_line(const char *const *args, int *rc) {
+    char *argv[64];
+    int n = 0;
+    argv[n++] = (char *)tu_binary();
+    argv[n++] = "plan";
+    argv[n++] = "--device";
+    argv[n++] = "cpu";
+    argv[n++] = "--nvme-path";
+    argv[n++] = nvme_dir;
+    for (int i = 0; args[i]; i++) argv[n++] = (char *)args[i];
+    argv[n] = NULL;
+    run_t r = {0};
+    *rc = tu_run(argv, NULL, &r.out, &r.err);
+    const char *last = strrchr(r.out, '{');
+    while (last && last > r.out && last[-1] != '\n') last--;
+    json_t *root = NULL;
+    char err[512];
+    ck_assert_msg(last && json_parse(last, strlen(last), "plan", NULL, &root, err, sizeof err) == 0, "%s\n%s", err,
+                  r.out);
+    run_free(&r);
+    return root;
+}
+
+// A plan that does not fit names changes that do — each pasted onto the same command line
+// is feasible by the same plan, and none is already in effect; a plan that fits names the
+// largest --batch that still does, and one more does not.
+START_TEST(plan_suggests_what_fits) {
+    static const char *const misfits[][16] = {
+        {"--model", "small", "--batch", "4", "--seq", "32", "--hbm-budget", "40M", "--host-budget", "96M", NULL},
+        {"--model", "small", "--batch", "1", "--seq", "32", "--host-budget", "32M", "--params", "nvme", "--grads",
+         "host", "--optimizer", "nvme", NULL},
+        {"--model", "small", "--batch", "16", "--seq", "128", "--hbm-budget", "120M", NULL},
+    };
+    for (int k = 0; k < 3; k++) {
+        int rc;
+        json_t *root = plan_line(misfits[k], &rc);
+        ck_assert_int_eq(rc, 2);
+        const json_t *sugg = json_get(root, "suggestions");
+        ck_assert_msg(sugg && sugg->type == JSON_ARRAY && sugg->n >= 1, "case %d: no suggestions", k);
+        double prev = 0;
+        for (size_t i = 0; i < sugg->n; i++) {
+            const char *change = NULL;
+            double floor_ms = 0;
+            char err[256];
+            ck_assert(json_get_string(&sugg->kids[i], "change", &change, err, sizeof err) == 0);
+            ck_assert(json_get_double(&sugg->kids[i], "floor_ms", &floor_ms, err, sizeof err) == 0);
+            ck_assert_msg(floor_ms >= prev, "case %d: not cheapest first", k);
+            prev = floor_ms;
+            const char *args[40];
+            int n = 0;
+            for (int j = 0; misfits[k][j]; j++) args[n++] = misfits[k][j];
+            char words[128], *save = NULL;
+            snprintf(words, sizeof words, "%s", change);
+            int nchange = 0;
+            for (char *w = strtok_r(words, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+                args[n++] = w;
+                nchange++;
+            }
+            args[n] = NULL;
+            // not in effect: some flag of the change gives a value the command line does not
+            int differs = 0;
+            for (int a = n - nchange; a + 1 < n; a += 2) {
+                int same = 0;
+                for (int j = 0; misfits[k][j] && misfits[k][j + 1]; j++)
+                    same |= !strcmp(misfits[k][j], args[a]) && !strcmp(misfits[k][j + 1], args[a + 1]);
+                differs |= !same;
+            }
+            ck_assert_msg(differs, "case %d: '%s' is already in effect", k, change);
+            int rc2;
+            json_t *fixed = plan_line(args, &rc2);
+            const json_t *f = json_get(fixed, "feasible");
+            ck_assert_msg(rc2 == 0 && f && f->type == JSON_TRUE, "case %d: '%s' does not make it fit (exit %d)", k,
+                          change, rc2);
+            double floor2 = 0;
+            char err2[256];
+            ck_assert(json_get_double(fixed, "floor_ms", &floor2, err2, sizeof err2) == 0);
+            ck_assert_msg(fabs(floor2 - floor_ms) <= 1e-3 * floor_ms + 1e-3, "case %d: '%s': floor %g, said %g", k,
+                          change, floor2, floor_ms);
+            json_free(fixed);
+        }
+        json_free(root);
+    }
+    // the largest batch: N fits, N + 1 does not
+    const char *fit[] = {"--model", "small", "--batch", "4", "--seq", "32", "--hbm-budget", "64M", "--params", "host",
+                         NULL};
+    int rc;
+    json_t *root = plan_line(fit, &rc);
+    int64_t maxb = 0;
+    char err[256];
+    ck_assert_int_eq(rc, 0);
+    ck_assert(json_get_int64(root, "max_batch", 1, 65536, &maxb, err, sizeof err) == 0);
+    json_free(root);
+    for (int d = 0; d < 2; d++) {
+        char b[16];
+        snprintf(b, sizeof b, "%lld", (long long)maxb + d);
+        const char *args[] = {"--model", "small", "--batch", b, "--seq", "32", "--hbm-budget", "64M", "--params",
+                              "host", NULL};
+        json_free(plan_line(args, &rc));
+        ck_assert_msg(rc == (d ? 2 : 0), "--batch %s: exit %d", b, rc);
+    }
+}
+END_TEST
+
 // ---------------------------------------------------------------- faults
 
 // An EIO on the k-th NVMe request fails the step naming what was being moved, the file and
@@ -398,6 +503,7 @@ int main(void) {
     tcase_add_loop_test(cap, plan_matches_allocation, 0, 20);
     tcase_add_test(cap, grads_leave_ram);
     tcase_add_test(cap, plan_json_line);
+    tcase_add_test(cap, plan_suggests_what_fits);
     suite_add_tcase(s, cap);
     TCase *flt = tcase_create("faults");
     tcase_add_checked_fixture(flt, setup, teardown);
