@@ -264,14 +264,14 @@ static void unknown_flag(const char *arg, size_t n, const command_info_t *ci) {
 }
 
 static void positional(const char *arg, const command_info_t *ci, parsed_t *ps) {
-    if (ci->cmd == CMD_TRAIN || ci->cmd == CMD_PLAN)
+    if (ci->cmd == CMD_TRAIN || ci->cmd == CMD_PLAN || ci->cmd == CMD_EVAL)
         usage_error("unexpected argument '%s' for 'tiertrain %s' (it takes flags only; see tiertrain %s --help)", arg,
                     ci->name, ci->name);
     if (ps->npositional >= 1) {
         if (ci->cmd == CMD_BENCH)
             usage_error("bench %s: unexpected second argument '%s' (one benchmark per run; accepted: %s)",
                         ps->positional[0], arg, BENCH_ACCEPTED);
-        usage_error("tokenize %s: unexpected second argument '%s' (usage: %s)", ps->positional[0], arg, ci->usage);
+        usage_error("%s %s: unexpected second argument '%s' (usage: %s)", ci->name, ps->positional[0], arg, ci->usage);
     }
     if (ci->cmd == CMD_BENCH) {
         size_t nb = sizeof cli_bench_names / sizeof cli_bench_names[0];
@@ -609,6 +609,16 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         check_input_path("tokenize: input", cfg->tok_in, "a readable text file");
         if (!ends_with(cfg->tok_out, ".bin"))
             usage_error("-o %s: token files must end in .bin (that is how --data tells them from text)", cfg->tok_out);
+        check_output_path("-o", cfg->tok_out);
+        break;
+    case CMD_REPORT:
+        if (ps.npositional == 0) usage_error("report: missing the run's --log file (usage: %s)", ci->usage);
+        if (strlen(ps.positional[0]) >= sizeof cfg->tok_in)
+            usage_error("report: input path too long (accepted: at most %zu bytes)", sizeof cfg->tok_in - 1);
+        snprintf(cfg->tok_in, sizeof cfg->tok_in, "%s", ps.positional[0]);
+        if (!cfg->tok_out[0]) usage_error("report %s: missing -o report.html (usage: %s)", cfg->tok_in, ci->usage);
+        check_input_path("report: input", cfg->tok_in, "a --log file of tiertrain train, or plan's JSON line");
+        if (cfg->trace_path[0]) check_input_path("--trace", cfg->trace_path, "a --trace file of tiertrain train");
         check_output_path("-o", cfg->tok_out);
         break;
     case CMD_NONE: break;

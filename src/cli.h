@@ -10,7 +10,7 @@
 // Subcommands as bits, for cli_flag_commands().
 enum {
     CLI_CMD_TRAIN = 1u << 0, CLI_CMD_PLAN = 1u << 1, CLI_CMD_BENCH = 1u << 2, CLI_CMD_TOKENIZE = 1u << 3,
-    CLI_CMD_EVAL = 1u << 4
+    CLI_CMD_EVAL = 1u << 4, CLI_CMD_REPORT = 1u << 5
 };
 
 size_t cli_flag_count(void);

@@ -164,9 +164,9 @@ const flag_t cli_flags[] = {
      .accepts = "a file path in an existing directory", .group = G_OUTPUT, .cmds = TP,
      .help = "write metrics as JSON Lines to FILE (see Metrics)"},
     {.name = "trace", .metavar = "FILE.json", .kind = FK_STRING, FIELD(trace_path), .def = "", .def_show = "none",
-     .accepts = "a file path in an existing directory", .group = G_OUTPUT, .cmds = TP,
+     .accepts = "a file path in an existing directory", .group = G_OUTPUT, .cmds = TP | CLI_CMD_REPORT,
      .help = "write Chrome trace events to FILE.json (open in Perfetto or chrome://tracing): compute, "
-             "parameter copies, NVMe reads and writes, optimizer"},
+             "parameter copies, NVMe reads and writes, optimizer; report: the trace to add"},
     {.name = "save", .metavar = "DIR", .kind = FK_STRING, FIELD(save_dir), .def = "", .def_show = "none",
      .accepts = "a directory (created if missing) in an existing parent", .group = G_OUTPUT, .cmds = TP,
      .help = "save checkpoints under DIR (DIR/step-NNNNNNNN/, DIR/latest names the newest): every --save-every "
@@ -190,8 +190,9 @@ const flag_t cli_flags[] = {
              "state starts fresh); eval: the weights to evaluate"},
     {.name = "eval-tokens", .metavar = "N", .kind = FK_U64, FIELD(eval_tokens), .def = "0", .group = G_OUTPUT,
      .cmds = CLI_CMD_EVAL, .help = "tiertrain eval: use the data file's first N tokens (0 = all)"},
-    {.name = "quiet", .kind = FK_SWITCH, FIELD(quiet), .group = G_OUTPUT, .cmds = TP,
-     .help = "no per-step lines; the configuration, evaluations and the summary still print"},
+    {.name = "quiet", .kind = FK_SWITCH, FIELD(quiet), .group = G_OUTPUT, .cmds = TPE,
+     .help = "no per-step lines and no progress lines; the configuration, evaluations and the summary still "
+             "print"},
     // ---- bench
     {.name = "size", .metavar = "SIZE", .kind = FK_SIZE, FIELD(bench_size), .def = "1G", .lo = 4096,
      .hi = HUGE_VAL, .align = 4096, .group = G_BENCH, .cmds = CLI_CMD_BENCH,
@@ -200,9 +201,10 @@ const flag_t cli_flags[] = {
      .hi = 4294967296.0, .group = G_BENCH, .cmds = CLI_CMD_BENCH,
      .help = "parameters the bench adam update runs over (units allowed: 256M = 256·2^20)"},
     // ---- tokenize
-    {.name = "out", .short_name = 'o', .metavar = "OUT.bin", .kind = FK_STRING, FIELD(tok_out), .def = "",
-     .def_show = "required", .accepts = "a path ending in .bin in an existing directory",
-     .group = G_TOKENIZE, .cmds = CLI_CMD_TOKENIZE, .help = "the token file to write"},
+    {.name = "out", .short_name = 'o', .metavar = "OUT", .kind = FK_STRING, FIELD(tok_out), .def = "",
+     .def_show = "required", .accepts = "a path in an existing directory (tokenize: ending in .bin)",
+     .group = G_TOKENIZE, .cmds = CLI_CMD_TOKENIZE | CLI_CMD_REPORT,
+     .help = "the file to write: tokenize's token file, report's HTML page"},
 };
 _Static_assert(sizeof cli_flags / sizeof cli_flags[0] == CLI_NFLAGS, "CLI_NFLAGS (cli_table.h) is the table's length");
 
@@ -220,6 +222,9 @@ const command_info_t cli_commands[] = {
      "mean next-token loss of a checkpoint over a file's tokens, in consecutive non-overlapping windows of T+1"},
     {"tokenize", CMD_TOKENIZE, CLI_CMD_TOKENIZE, "tiertrain tokenize IN.txt -o OUT.bin",
      "write a text file's bytes as llm.c uint16 tokens (vocab 256)"},
+    {"report", CMD_REPORT, CLI_CMD_REPORT, "tiertrain report RUN.jsonl [--trace T.json] -o report.html",
+     "one self-contained HTML page of a run's --log (or a partial one, or plan's JSON line): loss, step time "
+     "against the floor, the tiers, where the time went"},
 };
 _Static_assert(sizeof cli_commands / sizeof cli_commands[0] == CLI_NCOMMANDS, "CLI_NCOMMANDS (cli_table.h)");
 

@@ -9,7 +9,7 @@
 
 #define TT_PATH_MAX 4096
 
-typedef enum { CMD_NONE = 0, CMD_TRAIN, CMD_PLAN, CMD_BENCH, CMD_TOKENIZE, CMD_EVAL } command_t;
+typedef enum { CMD_NONE = 0, CMD_TRAIN, CMD_PLAN, CMD_BENCH, CMD_TOKENIZE, CMD_EVAL, CMD_REPORT } command_t;
 typedef enum { PREC_BF16 = 0, PREC_FP32 } precision_t;
 typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } device_kind_t;
 typedef enum { TIER_DEVICE = 0, TIER_HOST, TIER_NVME } tier_kind_t;
@@ -84,8 +84,8 @@ typedef struct {
     uint64_t bench_size;     // --size (bench io)
     uint64_t bench_params;   // --adam-params (bench adam)
     // ---- tokenize
-    char tok_in[TT_PATH_MAX];  // tiertrain tokenize IN.txt
-    char tok_out[TT_PATH_MAX]; // -o OUT.bin
+    char tok_in[TT_PATH_MAX];  // tiertrain tokenize IN.txt / tiertrain report RUN.jsonl
+    char tok_out[TT_PATH_MAX]; // -o OUT.bin (tokenize) / OUT.html (report)
 } config_t;
 
 // Parses argv into cfg (defaults, preset, flags), validates every value and the shape.

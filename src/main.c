@@ -6,6 +6,7 @@
 #include "data.h"
 #include "eval.h"
 #include "progress.h"
+#include "report.h"
 #include "train.h"
 #include "util.h"
 
@@ -26,6 +27,7 @@ int main(int argc, char **argv) {
         if (strcmp(cfg.bench_name, "calibrate") == 0) return bench_calibrate(&cfg);
         usage_error("bench %s: unknown benchmark (accepted: gemm, io, adam, calibrate, overlap, capacity)", cfg.bench_name);
     case CMD_EVAL: return eval_run(&cfg);
+    case CMD_REPORT: return report_html_run(&cfg);
     case CMD_NONE: break;
     }
     usage_error("no subcommand (accepted: train, plan, eval, bench, tokenize; see tiertrain --help)");

@@ -23,5 +23,9 @@ typedef struct {
 void report_tiers(FILE *out, const config_t *cfg, const trainer_info_t *info, const plan_t *plan, double step_ms);
 // The {"event":"summary",...} line of --log.
 void report_summary(FILE *log, const trainer_info_t *info, const plan_t *plan, const report_run_t *r);
+// `tiertrain report RUN.jsonl [--trace T.json] -o OUT.html` (report_html.c): the input in
+// cfg->tok_in, the page to cfg->tok_out (written to OUT.tmp, then renamed). Exits 2 on input
+// that is no log; returns 0.
+int report_html_run(const config_t *cfg);
 // Time compute waited for streamed parameters, and the optimizer for its NVMe states.
 double report_wait_ms(const trainer_info_t *info);

@@ -1,0 +1,132 @@
+// test_report.c — `tiertrain report` (src/report_html.c) on three inputs, its page read back
+// as text: a complete run's --log (and its --trace), the same log cut short as a crash leaves
+// it, and the JSON line of `tiertrain plan`. Each chart's <svg> must be there with as many
+// values as the input holds (12 steps, 3 evaluations), the page must fetch nothing, and bad
+// input is refused in one line. test_report_browser.c renders the same pages in Chromium.
+#include <check.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "report_check.h"
+#include "testutil.h"
+
+static char *tmp;
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st; (void)flag; (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void setup(void) { tmp = tu_tmpdir("report"); }
+static void teardown(void) {
+    nftw(tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    free(tmp);
+}
+
+START_TEST(complete_run) {
+    char html[1200];
+    rc_make_run(tmp);
+    char *page = rc_report(tmp, "run.jsonl", 1, html, sizeof html);
+    rc_check_charts(page, RC_STEPS, RC_EVALS, 1, 1);
+    ck_assert_msg(strstr(page, "This run is bound by <b>"), "no binding sentence");
+    ck_assert_msg(strstr(page, "<table id=\"tiers\">") && strstr(page, "<table id=\"links\">") &&
+                      strstr(page, "<table id=\"waits\">"), "no tier tables");
+    rc_check_self_contained(page);
+    free(page);
+}
+END_TEST
+
+// A crash leaves the log without its summary, the last line maybe cut short.
+START_TEST(partial_log) {
+    char html[1200], path[1200];
+    rc_make_run(tmp);
+    snprintf(path, sizeof path, "%s/run.jsonl", tmp);
+    char *log = tu_slurp(path);
+    ck_assert_ptr_nonnull(log);
+    // keep the plan line and the first 5 steps (with their evaluation), then half a line
+    char *p = log;
+    for (int lines = 0; lines < 7 && p; lines++) p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL;
+    ck_assert_ptr_nonnull(p);
+    snprintf(path, sizeof path, "%s/partial.jsonl", tmp);
+    FILE *f = fopen(path, "w");
+    ck_assert(f);
+    fwrite(log, 1, (size_t)(p - log) + 20, f); // + 20 bytes of the next line
+    ck_assert_int_eq(fclose(f), 0);
+    free(log);
+    char *page = rc_report(tmp, "partial.jsonl", 0, html, sizeof html);
+    ck_assert_int_eq(rc_chart_points(page, "loss"), 5 + 1);
+    ck_assert_int_eq(rc_series_points(page, "training loss"), 5);
+    ck_assert_int_eq(rc_series_points(page, "step time"), 5);
+    ck_assert_msg(strstr(page, "The log ends after step 5 without its summary"), "no partial-log sentence");
+    ck_assert_msg(strstr(page, "1 line not JSON (cut short?) skipped"), "the cut line is not reported");
+    ck_assert_msg(!strstr(page, "id=\"time-split\""), "a time split without a summary");
+    free(page);
+}
+END_TEST
+
+// plan's JSON line: the memory picture before any training.
+START_TEST(plan_line) {
+    char html[1200], log[1200];
+    snprintf(log, sizeof log, "%s/plan.json", tmp);
+    char *argv[] = {(char *)tu_binary(), "plan", "--model", "small", "--device", "cpu", "--params", "host",
+                    "--optimizer", "nvme", "--log", log, NULL};
+    char *out = NULL, *err = NULL;
+    ck_assert_msg(tu_run(argv, NULL, &out, &err) == 0, "%s", err);
+    free(out);
+    free(err);
+    char *page = rc_report(tmp, "plan.json", 0, html, sizeof html);
+    ck_assert_msg(!strstr(page, "id=\"loss\""), "a loss chart for a plan");
+    ck_assert_msg(rc_chart_points(page, "memory") >= 4 && rc_chart_points(page, "memory-host") >= 2 &&
+                      rc_chart_points(page, "floor") >= 2, "the plan's charts are missing");
+    ck_assert_msg(strstr(page, "The plan predicts ") && strstr(page, "it fits."), "no plan sentence");
+    rc_check_self_contained(page);
+    free(page);
+}
+END_TEST
+
+START_TEST(bad_input) {
+    char path[1200], html[1200];
+    snprintf(path, sizeof path, "%s/junk.jsonl", tmp);
+    FILE *f = fopen(path, "w");
+    ck_assert(f && fputs("hello\n{\"event\":\"other\"}\n", f) >= 0 && fclose(f) == 0);
+    snprintf(html, sizeof html, "%s/out.html", tmp);
+    char *argv[] = {(char *)tu_binary(), "report", path, "-o", html, NULL};
+    char *out = NULL, *err = NULL;
+    int rc = tu_run(argv, NULL, &out, &err);
+    char want[2600];
+    snprintf(want, sizeof want, "tiertrain: report %s: 2 lines, none a step, summary or plan (give a --log file of "
+             "tiertrain train, or the JSON line of tiertrain plan)\n", path);
+    ck_assert_int_eq(rc, 2);
+    ck_assert_str_eq(err, want);
+    ck_assert_msg(access(html, F_OK) != 0, "a refused report left %s", html);
+    free(out);
+    free(err);
+    char *argv2[] = {(char *)tu_binary(), "report", path, NULL};
+    rc = tu_run(argv2, NULL, &out, &err);
+    ck_assert_int_eq(rc, 2);
+    ck_assert_msg(strstr(err, "missing -o report.html"), "%s", err);
+    free(out);
+    free(err);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("report");
+    TCase *tc = tcase_create("report");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, complete_run);
+    tcase_add_test(tc, partial_log);
+    tcase_add_test(tc, plan_line);
+    tcase_add_test(tc, bad_input);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
