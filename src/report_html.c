@@ -293,6 +293,9 @@ static void binding(FILE *f, const run_log_t *lg) {
                 num(s, "efficiency", 0));
         if (fw / steps > 0.05 * step) fprintf(f, "; compute waited %.1f ms per step for parameters", fw / steps);
         fprintf(f, ".");
+        if (p && !strcmp(str(p, "rates", ""), "defaults"))
+            fprintf(f, " The floor comes from built-in rates, not this machine's: run <code>tiertrain bench "
+                       "calibrate</code> for one that means something.");
     } else if (p && lg->loss.n == 0) {
         fprintf(f, "The plan predicts %.1f ms per step, bound by <b>", num(p, "floor_ms", 0));
         html_text(f, str(p, "bound", "?"));

@@ -33,6 +33,8 @@ START_TEST(complete_run) {
     char *page = rc_report(tmp, "run.jsonl", 1, html, sizeof html);
     rc_check_charts(page, RC_STEPS, RC_EVALS, 1, 1);
     ck_assert_msg(strstr(page, "This run is bound by <b>"), "no binding sentence");
+    // the run had no calibration profile (rc_make_run points XDG_CACHE_HOME at an empty folder)
+    ck_assert_msg(strstr(page, "The floor comes from built-in rates, not this machine's"), "no word on the rates");
     ck_assert_msg(strstr(page, "<table id=\"tiers\">") && strstr(page, "<table id=\"links\">") &&
                       strstr(page, "<table id=\"waits\">"), "no tier tables");
     rc_check_self_contained(page);
