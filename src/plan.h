@@ -73,7 +73,8 @@ int plan_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p,
 // cheapest predicted floor first: other homes for the states (as --offload auto tries them),
 // --checkpoints host, a smaller --batch with a larger --accum (the same tokens per step), the
 // budget that would suffice, --save-dtype bf16 or --keep-last 1; then pairs of a placement
-// with one of the others, while fewer than 3 fit alone. For p feasible: the largest --batch
+// with one of the others, while fewer than 3 fit alone. Floors within 1% tie, and a tie goes
+// to a change that leaves the budgets alone, then to the shorter one. For p feasible: the largest --batch
 // that still fits (up to 65536). Fills p->sugg / nsugg / max_batch.
 void plan_advise(const config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p);
 void plan_print(const plan_t *p, const config_t *cfg, FILE *f);

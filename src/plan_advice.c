@@ -2,6 +2,7 @@
 // change?" and "it fits: how far can I go?". Every candidate is a copy of the configuration
 // with a few flags changed, judged by plan_compute itself, so an answer is never a change
 // that the same plan would refuse.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,11 +95,18 @@ static void singles(const config_t *cfg, const plan_t *p, cands_t *cs) {
 typedef struct {
     int i;
     double floor_ms;
+    int raises, words;   // raises a budget (the user set it for a reason); flags in the change
 } fit_t;
 
+// Cheapest first; floors within 1% of each other count as a tie, which goes to the change
+// that leaves the budgets alone, then to the shorter one.
 static int by_floor(const void *a, const void *b) {
     const fit_t *x = a, *y = b;
-    return x->floor_ms < y->floor_ms ? -1 : x->floor_ms > y->floor_ms ? 1 : x->i - y->i;
+    if (fabs(x->floor_ms - y->floor_ms) > 0.01 * fmax(x->floor_ms, y->floor_ms))
+        return x->floor_ms < y->floor_ms ? -1 : 1;
+    if (x->raises != y->raises) return x->raises - y->raises;
+    if (x->words != y->words) return x->words - y->words;
+    return x->i - y->i;
 }
 
 // Judges cs[from..) with plan_compute; appends the feasible ones to fits.
@@ -106,7 +114,11 @@ static void judge(const cands_t *cs, int from, const model_t *m, const profile_t
                   int *nfits) {
     for (int i = from; i < cs->n; i++) {
         plan_compute(&cs->c[i].cfg, m, prof, q);
-        if (q->feasible) fits[(*nfits)++] = (fit_t){i, q->floor_ms};
+        if (!q->feasible) continue;
+        const char *ch = cs->c[i].change;
+        int words = 1;
+        for (const char *c = ch; *c; c++) words += *c == ' ';
+        fits[(*nfits)++] = (fit_t){i, q->floor_ms, strstr(ch, "-budget") != NULL, words};
     }
 }
 
