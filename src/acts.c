@@ -23,6 +23,22 @@ uint64_t acts_scratch_total(const model_t *m, size_t N) {
     return total;
 }
 
+uint64_t acts_kept_total(const model_t *m, size_t N) {
+    uint64_t bytes[ACTS_NSCRATCH], total = 0;
+    acts_scratch_sizes(m, N, bytes);
+    for (int i = 0; i < ACTS_NKEPT; i++) total += ALIGN_UP(bytes[i], (uint64_t)4096);
+    return total;
+}
+
+void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) {
+    uint64_t bytes[ACTS_NSCRATCH], off = 0;
+    acts_scratch_sizes(m, N, bytes);
+    for (int i = 0; i < ACTS_NKEPT; i++) {
+        a->buf[i] = (float *)((char *)base + off);
+        off += ALIGN_UP(bytes[i], (uint64_t)4096);
+    }
+}
+
 void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) {
     _Static_assert(sizeof(acts_scratch_t) == ACTS_NSCRATCH * sizeof(float *), "acts_scratch_t: one pointer per size");
     uint64_t bytes[ACTS_NSCRATCH], off = 0;

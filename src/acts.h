@@ -23,7 +23,7 @@
 
 // ---------------------------------------------------------------- the scratch
 
-enum { ACTS_NSCRATCH = 26 };
+enum { ACTS_NSCRATCH = 26, ACTS_NKEPT = 13 }; // the first ACTS_NKEPT: what a kept block keeps
 typedef union {
     struct {
         // forward intermediates of one block (N = B·T rows), recomputed in the backward
@@ -42,6 +42,12 @@ void acts_scratch_sizes(const model_t *m, size_t N, uint64_t bytes[ACTS_NSCRATCH
 // a 4 KiB boundary.
 void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N);
 uint64_t acts_scratch_total(const model_t *m, size_t N); // Σ bytes, each rounded up to 4 KiB
+// --recompute: a kept block's forward intermediates (ln1 … h, what the backward reads) live in
+// an allocation of their own, acts_kept_total bytes, instead of the scratch; acts_kept_carve
+// points a's first ACTS_NKEPT buffers into it and leaves the rest (tmp, the backward's, the
+// head's) as they are.
+uint64_t acts_kept_total(const model_t *m, size_t N);
+void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N);
 
 // ---------------------------------------------------------------- the checkpoint store
 

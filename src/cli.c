@@ -458,6 +458,22 @@ static void apply_init_from(config_t *cfg, const parsed_t *ps) {
                     "sequences; lower --seq)", cfg->T, hc.max_pos, dir);
 }
 
+// --recompute's word or number (blocks recomputed) into cfg->kept_blocks; auto is left to
+// the plan (plan_recompute_auto), with nothing kept until then.
+static void resolve_recompute(config_t *cfg) {
+    const char *a = cfg->recompute_arg;
+    char *end = NULL;
+    long n = strtol(a, &end, 10);
+    cfg->recompute_auto = !strcmp(a, "auto");
+    cfg->kept_blocks = 0;
+    if (cfg->recompute_auto || !strcmp(a, "full")) cfg->kept_blocks = 0;
+    else if (!strcmp(a, "none")) cfg->kept_blocks = cfg->L;
+    else if (a[0] && *end == 0 && n >= 0 && n <= cfg->L) cfg->kept_blocks = cfg->L - (int)n;
+    else
+        usage_error("--recompute %s: accepted: auto, full, none, or a number of blocks 0..%d (the model has %d)", a,
+                    cfg->L, cfg->L);
+}
+
 static void check_data(const config_t *c) {
     if (strcmp(c->data, "synthetic") == 0) {
         if (c->V < 128)
@@ -564,6 +580,7 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
     case CMD_PLAN:
         if (cfg->init_from[0]) apply_init_from(cfg, &ps);
         check_shape(cfg);
+        resolve_recompute(cfg);
         if (cfg->min_lr > cfg->lr) {
             if (seen(&ps, "min-lr"))
                 usage_error("--min-lr %g: above --lr %g (accepted: 0..%g; the cosine decay goes from --lr down to "
@@ -578,8 +595,10 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         if (cfg->trace_path[0]) check_output_path("--trace", cfg->trace_path);
         check_nvme_paths(cfg->nvme_path);
         // --schedule auto / --checkpoints auto resolve here, so every run prints what it does
-        if (cfg->schedule == SCHEDULE_AUTO) cfg->schedule = cfg->accum > 1 ? SCHEDULE_VERTICAL : SCHEDULE_HORIZONTAL;
-        if (cfg->acts_tier == ACTS_AUTO) cfg->acts_tier = cfg->schedule == SCHEDULE_VERTICAL ? ACTS_HOST : ACTS_DEVICE;
+        cfg->schedule_auto = cfg->schedule == SCHEDULE_AUTO;
+        cfg->acts_auto = cfg->acts_tier == ACTS_AUTO;
+        if (cfg->schedule_auto) cfg->schedule = cfg->accum > 1 ? SCHEDULE_VERTICAL : SCHEDULE_HORIZONTAL;
+        if (cfg->acts_auto) cfg->acts_tier = cfg->schedule == SCHEDULE_VERTICAL ? ACTS_HOST : ACTS_DEVICE;
         if (cfg->grads_tier == TIER_NVME && cfg->optim_tier != TIER_NVME && !cfg->offload_auto)
             usage_error("--grads nvme: needs --optimizer nvme (the optimizer reads each shard's gradient with its "
                         "states, in one extent; add --optimizer nvme, or keep --grads host)");

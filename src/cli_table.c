@@ -125,6 +125,11 @@ const flag_t cli_flags[] = {
     {.name = "checkpoints", .metavar = "auto|device|host", .kind = FK_ENUM, FIELD(acts_tier), .def = "auto",
      .values = "auto|device|host", .group = G_RUN, .cmds = TP,
      .help = "where the block-input activation checkpoints live; auto = host for the vertical schedule, else device"},
+    {.name = "recompute", .metavar = "auto|full|none|N", .kind = FK_STRING, FIELD(recompute_arg), .def = "auto",
+     .accepts = "auto, full, none, or a number of blocks 0..layers", .group = G_RUN, .cmds = TP,
+     .help = "blocks whose forward the backward recomputes from their checkpoint; the others keep their "
+             "intermediates (faster, more device memory; the same bits either way): full = every block, none = "
+             "no block, auto = as few as the budgets and memory allow"},
     {.name = "host-cache", .metavar = "SIZE", .kind = FK_SIZE, FIELD(host_cache), .def = "none", .lo = 0,
      .hi = HUGE_VAL, .align = 1, .values = "none", .group = G_RUN, .cmds = TP,
      .help = "host memory for copies of NVMe-resident parameters, kept by next use (--params nvme); none = 0"},

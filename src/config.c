@@ -86,8 +86,9 @@ void config_print(const config_t *c, FILE *f) {
                 enum_word("device|host|nvme", (int)c->grads_tier, w2, sizeof w2),
                 enum_word("device|host|nvme", (int)c->optim_tier, w3, sizeof w3), c->prefetch);
     }
-    fprintf(f, ", schedule %s, checkpoints %s", enum_word("auto|horizontal|vertical", (int)c->schedule, w, sizeof w),
-            enum_word("auto|device|host", (int)c->acts_tier, b2, sizeof b2));
+    fprintf(f, ", schedule %s, checkpoints %s, recompute %s", enum_word("auto|horizontal|vertical", (int)c->schedule, w,
+            sizeof w), enum_word("auto|device|host", (int)c->acts_tier, b2, sizeof b2),
+            c->recompute_arg[0] ? c->recompute_arg : "full");
     if (c->host_cache) fprintf(f, ", host-cache %s", format_bytes(b1, sizeof b1, c->host_cache));
     fputc('\n', f);
     if (c->init_from[0]) fprintf(f, "  init: weights from --init-from %s, optimizer state fresh\n", c->init_from);

@@ -55,6 +55,11 @@ typedef struct {
     int offload_auto;        // --offload auto: plan picks the placement (overrides the three above)
     schedule_t schedule;     // --schedule; resolved by cli_parse (auto: vertical when accum > 1)
     acts_tier_t acts_tier;   // --checkpoints; resolved by cli_parse (auto: host when vertical)
+    int schedule_auto, acts_auto; // --schedule / --checkpoints were auto (as resolved above)
+    char recompute_arg[16];  // --recompute as given: auto|full|none|N (N: blocks recomputed)
+    int kept_blocks;         // blocks 0..kept_blocks-1 keep their forward intermediates for the backward
+                             // instead of recomputing them (0: every block recomputes, the zero default)
+    int recompute_auto;      // --recompute auto: plan_recompute_auto sets kept_blocks
     uint64_t host_cache;     // --host-cache bytes: host copies of NVMe-resident parameters (0 = none)
     char profile_path[TT_PATH_MAX]; // --profile ("" = $XDG_CACHE_HOME or ~/.cache /tiertrain/profile.json)
     // ---- io / host tier

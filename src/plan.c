@@ -312,10 +312,13 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     p->ram_needed = cfg->device == DEVICE_CUDA ? p->host_bytes : p->device_bytes + p->host_bytes;
     p->mem_available = hostmem_mem_available();
     p->nvme_free = p->nvme_bytes ? plan_nvme_free(cfg) : 0;
-    // 2 FLOPs per multiply-add: forward 2·P·N, recompute 2·P·N, backward 4·P·N; attention
-    // (causal: half the T×T products) 4·N·T·C per pass, four passes (fwd, recompute, bwd ×2).
-    double mm = 8.0 * (double)m->num_params * N * cfg->accum;
-    double att = 4.0 * 4.0 * N * cfg->T * C / 2.0 * m->L * cfg->accum;
+    // 2 FLOPs per multiply-add: forward 2·P·N, recompute 2·P·N (the share r of blocks that
+    // recompute), backward 4·P·N; attention (causal: half the T×T products) 4·N·T·C per pass:
+    // forward, recompute (r), backward ×2.
+    const int kept = cfg->kept_blocks < m->L ? cfg->kept_blocks : m->L;
+    const double r = (double)(m->L - kept) / m->L;
+    double mm = (6.0 + 2.0 * r) * (double)m->num_params * N * cfg->accum;
+    double att = 4.0 * (3.0 + r) * N * cfg->T * C / 2.0 * m->L * cfg->accum;
     p->flops_per_step = mm + att;
     plan_traffic(cfg, m, p);
     plan_floor(cfg, prof, P, p);
@@ -332,6 +335,33 @@ const plan_placement_t plan_placements[PLAN_NPLACEMENTS] = {
     {TIER_DEVICE, TIER_NVME, TIER_NVME},   {TIER_HOST, TIER_NVME, TIER_NVME},
     {TIER_NVME, TIER_NVME, TIER_NVME},
 };
+
+int plan_recompute_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len) {
+    why[0] = 0;
+    if (!cfg->recompute_auto) return 0;
+    // fits, with room: RAM (the CPU backend's arena is RAM too) is not filled to the last 15%
+    #define ROOMY(q) ((q)->feasible && (!(q)->mem_available || (q)->ram_needed <= (q)->mem_available / 20 * 17))
+    int lo = 0, hi = m->L; // the answer lies in [lo, hi]
+    cfg->kept_blocks = hi;
+    plan_compute(cfg, m, prof, p);
+    if (!ROOMY(p)) {
+        while (lo < hi) { // the most blocks kept that still fit (fitting only gets harder with more)
+            cfg->kept_blocks = lo + (hi - lo + 1) / 2;
+            plan_compute(cfg, m, prof, p);
+            if (ROOMY(p)) lo = cfg->kept_blocks;
+            else hi = cfg->kept_blocks - 1;
+        }
+        cfg->kept_blocks = lo;
+        plan_compute(cfg, m, prof, p);
+    }
+    #undef ROOMY
+    char a[32];
+    snprintf(why, len, "--recompute auto: %d of %d blocks keep their intermediates (%s on the device), %d recompute "
+             "(predicted floor %.1f ms/step)", cfg->kept_blocks, m->L,
+             format_bytes(a, sizeof a, tier_part_bytes(&p->lay, TIER_DEVICE, "kept_activations")),
+             m->L - cfg->kept_blocks, p->floor_ms);
+    return 1;
+}
 
 int plan_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len) {
     const plan_placement_t *order = plan_placements;
@@ -403,7 +433,8 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
         fprintf(f, "  checkpoints          %12s   of %s free (--save %s: %d of %s at the fullest)\n",
                 format_bytes(a, sizeof a, p->save_need), format_bytes(b, sizeof b, p->save_free), cfg->save_dir,
                 p->save_count, format_bytes(c, sizeof c, p->save_bytes));
-    fprintf(f, "compute per step: %.3g TFLOP (matmuls incl. recompute, causal attention)\n", p->flops_per_step / 1e12);
+    fprintf(f, "compute per step: %.3g TFLOP (matmuls incl. the recompute of %d of %d blocks, causal attention)\n",
+            p->flops_per_step / 1e12, cfg->L - (cfg->kept_blocks < cfg->L ? cfg->kept_blocks : cfg->L), cfg->L);
     fprintf(f, "traffic per step: host->device %s, device->host %s, nvme read %s, nvme write %s (%llu parameter "
                "fetches)\n",
             format_bytes(a, sizeof a, p->h2d_bytes), format_bytes(b, sizeof b, p->d2h_bytes),
@@ -459,8 +490,8 @@ void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f) 
             (unsigned long long)p->nvme_write_bytes, (unsigned long long)p->save_bytes,
             (unsigned long long)p->save_need, (unsigned long long)p->save_free, p->flops_per_step, p->floor_ms,
             plan_resource_names[p->bound], p->prof ? "profile" : "defaults");
-    fprintf(f, "\"hbm_budget\":%llu,\"host_budget\":%llu,\"t_ms\":{", (unsigned long long)cfg->hbm_budget,
-            (unsigned long long)cfg->host_budget);
+    fprintf(f, "\"hbm_budget\":%llu,\"host_budget\":%llu,\"kept_blocks\":%d,\"t_ms\":{",
+            (unsigned long long)cfg->hbm_budget, (unsigned long long)cfg->host_budget, cfg->kept_blocks);
     for (int r = 0; r < PLAN_NRES; r++) fprintf(f, "%s\"%s\":%.3f", r ? "," : "", plan_resource_names[r], p->t_ms[r]);
     fprintf(f, "},\"suggestions\":[");
     for (int i = 0; i < p->nsugg; i++) // the changes are flags: nothing in them needs escaping

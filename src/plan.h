@@ -54,6 +54,10 @@ typedef struct {
     tier_layout_t lay;       // every buffer, as trainer_init allocates it (device and host parts)
 } plan_t;
 
+// --recompute auto (cfg->recompute_auto): sets cfg->kept_blocks to the most blocks that can
+// keep their intermediates while the plan still fits with RAM to spare (15%), and fills p
+// for it; writes one line saying so into why and returns 1. Else returns 0 (why empty).
+int plan_recompute_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len);
 // The placements --offload auto tries, in its order (params, grads, optimizer homes).
 typedef struct { tier_kind_t params, grads, optim; } plan_placement_t;
 enum { PLAN_NPLACEMENTS = 11 };

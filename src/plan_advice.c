@@ -63,6 +63,9 @@ static void singles(const config_t *cfg, const plan_t *p, cands_t *cs) {
         config_t c = *cfg;
         c.B = cfg->B / d;
         c.accum = cfg->accum * d;
+        // what the command line with this change resolves to: auto schedules turn vertical
+        if (c.schedule_auto) c.schedule = c.accum > 1 ? SCHEDULE_VERTICAL : SCHEDULE_HORIZONTAL;
+        if (c.acts_auto) c.acts_tier = c.schedule == SCHEDULE_VERTICAL ? ACTS_HOST : ACTS_DEVICE;
         snprintf(ch, sizeof ch, "--batch %d --accum %d", c.B, c.accum);
         add(cs, &c, ch);
     }
@@ -110,11 +113,13 @@ static int by_floor(const void *a, const void *b) {
 }
 
 // Judges cs[from..) with plan_compute; appends the feasible ones to fits.
-static void judge(const cands_t *cs, int from, const model_t *m, const profile_t *prof, plan_t *q, fit_t *fits,
+static void judge(cands_t *cs, int from, const model_t *m, const profile_t *prof, plan_t *q, fit_t *fits,
                   int *nfits) {
     for (int i = from; i < cs->n; i++) {
         plan_compute(&cs->c[i].cfg, m, prof, q);
         if (!q->feasible) continue;
+        char why[512]; // as the run with this change would: --recompute auto decided on it
+        plan_recompute_auto(&cs->c[i].cfg, m, prof, q, why, sizeof why);
         const char *ch = cs->c[i].change;
         int words = 1;
         for (const char *c = ch; *c; c++) words += *c == ' ';

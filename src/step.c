@@ -86,6 +86,15 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     st->vertical = lay->vertical;
     const size_t N = (size_t)st->N;
     acts_scratch_carve(&st->a, tier_buf(tier, TB_SCRATCH, 0), m, N);
+    st->kept = lay->spec[TB_KEPT].count / lay->nmb;
+    if (st->kept) {
+        st->kept_base = calloc((size_t)lay->spec[TB_KEPT].count, sizeof *st->kept_base);
+        if (!st->kept_base) {
+            snprintf(err, errlen, "out of memory for the step's tables");
+            return -ENOMEM;
+        }
+        for (int i = 0; i < lay->spec[TB_KEPT].count; i++) st->kept_base[i] = tier_buf(tier, TB_KEPT, i);
+    }
     st->dres_all = st->dres = tier_buf(tier, TB_ACT_GRADS, 0);
     st->tokens_all = st->tokens = tier_buf(tier, TB_TOKENS, 0);
     st->targets = tier_buf(tier, TB_TARGETS, 0);
@@ -123,6 +132,7 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
 void step_free(step_t *st) {
     if (!st) return;
     acts_free(&st->acts);
+    free(st->kept_base);
     free(st->losses_host);
     free(st->uses);
     memset(st, 0, sizeof *st);
@@ -171,9 +181,9 @@ static void block_forward(step_t *st, int layer, const float *W, const float *x,
     rnd(st, out, NC);
 }
 
-// Recomputes block `layer` from its checkpoint x, then turns st->dres from ∂L/∂out into
-// ∂L/∂x and accumulates the block's parameter gradients into G.
-static void block_backward(step_t *st, int layer, const float *W, float *G, const float *x) {
+// Recomputes block `layer` from its checkpoint x (unless its intermediates were kept), then
+// turns st->dres from ∂L/∂out into ∂L/∂x and accumulates the block's parameter gradients into G.
+static void block_backward(step_t *st, int layer, const float *W, float *G, const float *x, int recompute) {
     const backend_ops_t *op = st->be->ops;
     const model_t *m = st->m;
     const int s = model_block_shard(layer);
@@ -181,7 +191,7 @@ static void block_backward(step_t *st, int layer, const float *W, float *G, cons
     const size_t NC = (size_t)N * C, NF = (size_t)N * F, NK = (size_t)N * KVD;
     acts_scratch_t *a = &st->a;
 
-    block_forward(st, layer, W, x, a->xf); // recompute; the output itself is not needed (xf is scratch here)
+    if (recompute) block_forward(st, layer, W, x, a->xf); // the output itself is not needed (xf is scratch here)
 
     // MLP: out = x2 + h·Wdᵀ
     op->matmul_backward_input(a->dh, st->dres, tensor_of(st, W, s, BW_DOWN), N, F, C, 0);
@@ -236,10 +246,23 @@ static void embed_forward(step_t *st, int mb, const float *wte) {
     acts_commit(&st->acts, mb, 0);
 }
 
+// --recompute: block l of micro-batch mb keeps its intermediates; then st->a's forward
+// buffers are pointed at them (the previous pointers into *saved) and 1 is returned.
+static int use_kept(step_t *st, int mb, int l, acts_scratch_t *saved) {
+    if (l >= st->kept) return 0;
+    *saved = st->a;
+    int k = st->nmb > 1 ? mb : 0;
+    acts_kept_carve(&st->a, st->kept_base[(size_t)k * (size_t)st->kept + (size_t)l], st->m, (size_t)st->N);
+    return 1;
+}
+
 static void block_forward_mb(step_t *st, int mb, int l, const float *W) {
     double t0 = trace_now_ms();
     const float *x = acts_in(&st->acts, mb, l);
+    acts_scratch_t saved;
+    int kept = use_kept(st, mb, l, &saved);
     block_forward(st, l, W, x, acts_out(&st->acts, mb, l + 1));
+    if (kept) st->a = saved;
     acts_commit(&st->acts, mb, l + 1);
     trace_span(TRACK_COMPUTE, "forward", st->m->shards[model_block_shard(l)].name, t0, trace_now_ms());
 }
@@ -308,7 +331,10 @@ static double head_forward_backward(step_t *st, int mb, const float *Wh, const f
 static void block_backward_mb(step_t *st, int mb, int l, const float *W, float *G) {
     double t0 = trace_now_ms();
     use_microbatch(st, mb);
-    block_backward(st, l, W, G, acts_in(&st->acts, mb, l));
+    acts_scratch_t saved;
+    int kept = use_kept(st, mb, l, &saved);
+    block_backward(st, l, W, G, acts_in(&st->acts, mb, l), !kept); // x: the input norm's backward reads it
+    if (kept) st->a = saved;
     trace_span(TRACK_COMPUTE, "backward", st->m->shards[model_block_shard(l)].name, t0, trace_now_ms());
 }
 

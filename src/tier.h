@@ -65,6 +65,7 @@ typedef enum {
     TB_ACT_BUFS,       // device: the two buffers host checkpoints visit
     TB_ACT_GRADS,      // device: ∂L/∂residual of each held micro-batch (nmb, N, C)
     TB_SCRATCH,        // device: one block's intermediates and the head (acts_scratch_t)
+    TB_KEPT,           // device: --recompute: kept blocks' intermediates, (nmb × kept blocks) of acts_kept_total
     TB_ROPE,           // device: RoPE cos and sin (T, HS/2) each
     TB_TOKENS,         // device: (nmb, N)
     TB_TARGETS,        // device: (N)

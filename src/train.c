@@ -199,6 +199,8 @@ static void run_check(run_t *r) {
     } else {
         plan_compute(cfg, &shape, rates, &r->plan);
     }
+    char rwhy[512];
+    if (r->plan.feasible && plan_recompute_auto(cfg, &shape, rates, &r->plan, rwhy, sizeof rwhy)) printf("%s\n", rwhy);
     if (r->start > 1) plan_save_space(cfg, &shape, r->start, &r->plan); // the saves still to come
     model_free(&shape);
     if (!r->plan.feasible) usage_error("%s", r->plan.reason);
@@ -428,6 +430,8 @@ int plan_run(const config_t *cfg_in) {
     } else {
         plan_compute(cfg, &m, rates, &p);
     }
+    char rwhy[512];
+    if (p.feasible && plan_recompute_auto(&resolved, &m, rates, &p, rwhy, sizeof rwhy)) printf("%s\n", rwhy);
     plan_advise(cfg, &m, rates, &p);
     plan_print(&p, cfg, stdout);
     plan_json(&p, cfg, &m, stdout);

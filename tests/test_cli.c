@@ -156,6 +156,8 @@ static const bad_case_t bad[] = {
     {{"train", "--host-cache", "1G", NULL}, {"--host-cache 1.0 GiB", "--params is not nvme", "--params nvme"}},
     {{"train", "--grads", "nvme", NULL}, {"--grads nvme", "needs --optimizer nvme", "add --optimizer nvme"}},
     {{"plan", "--grads", "nvme", "--optimizer", "device", NULL}, {"--grads nvme", "needs --optimizer nvme"}},
+    {{"plan", "--model", "tiny", "--recompute", "3", NULL}, {"--recompute 3", "0..2 (the model has 2)"}},
+    {{"plan", "--recompute", "most", NULL}, {"--recompute most", "auto, full, none"}},
     {{"train", "--grads", "disk", NULL}, {"--grads disk", "device, host, nvme"}},
     {{"train", "--save-every", "5", NULL}, {"--save-every 5", "needs --save DIR"}},
     {{"train", "--save", "@/in.txt", NULL}, {"--save", "in.txt", "not a directory"}},

@@ -146,6 +146,41 @@ END_TEST
 START_TEST(invariance_tied_fp32) { check_invariance(base_tied, _i); }
 END_TEST
 
+// --recompute: a block that keeps its forward intermediates gives the backward exactly what
+// recomputing them would (the same kernels on the same inputs): none, some or all blocks
+// kept, in both schedules and with host checkpoints, give the full recompute's bits, and the
+// kept ones cost the device what the plan says.
+START_TEST(recompute_keeps_bits) {
+    static const char *const settings[][8] = {
+        {"--recompute", "none", NULL},
+        {"--recompute", "1", NULL},
+        {"--recompute", "auto", NULL},
+        {"--recompute", "none", "--schedule", "horizontal", NULL},
+        {"--recompute", "1", "--checkpoints", "host", NULL},
+    };
+    const char *const *bases[] = {base_bf16, base_tied};
+    const char *full[] = {"--recompute", "full", NULL};
+    for (int b = 0; b < 2; b++) {
+        run_t ref = train(bases[b], full, NULL);
+        char *a = fingerprint(&ref);
+        unsigned long long dev_full = summary_u64(&ref, "peak_device_bytes");
+        for (int i = 0; i < 5; i++) {
+            run_t r = train(bases[b], settings[i], NULL);
+            char *c = fingerprint(&r);
+            ck_assert_msg(!strcmp(a, c), "base %d, --recompute %s %s: the bits changed:\n  full: %s\n  this: %s", b,
+                          settings[i][1], settings[i][2] ? settings[i][2] : "", a, c);
+            if (i == 0) // every block kept costs device memory, for each held micro-batch
+                ck_assert_msg(summary_u64(&r, "peak_device_bytes") > dev_full, "none kept nothing: %llu vs %llu",
+                              summary_u64(&r, "peak_device_bytes"), dev_full);
+            free(c);
+            run_free(&r);
+        }
+        free(a);
+        run_free(&ref);
+    }
+}
+END_TEST
+
 // The optimizer streams NVMe states a chunk at a time (TT_OPT_CHUNK shrinks the chunk from
 // the largest shard to 2048 elements): the same bits, in a host pool smaller by the staging
 // it no longer needs.
@@ -460,6 +495,7 @@ START_TEST(plan_matches_allocation) {
     cfg.rope_theta = 10000; cfg.norm_eps = 1e-5; cfg.seed = 1; cfg.device = DEVICE_CPU;
     cfg.threads = 1; cfg.nvme_qd = 8; cfg.io_block = 1 << 20; cfg.numa_node = -1; cfg.quiet = 1;
     snprintf(cfg.nvme_path, sizeof cfg.nvme_path, "%s", nvme_dir);
+    cfg.kept_blocks = _i % 3; // --recompute: 0, 1 or 2 blocks keep their intermediates (per held micro-batch)
     cfg.params_tier = pl[_i % 4][0]; cfg.grads_tier = pl[_i % 4][1]; cfg.optim_tier = pl[_i % 4][2];
     if (_i >= 16) { cfg.grads_tier = TIER_NVME; cfg.optim_tier = TIER_NVME; } // with the gradients' staging
     if (_i >= 8) { // vertical: both micro-batches' checkpoints, on the host; a host cache of 3 MiB
@@ -495,6 +531,7 @@ int main(void) {
     tcase_add_loop_test(inv, invariance_bf16, 0, NPLACEMENTS);
     tcase_add_loop_test(inv, invariance_tied_fp32, 0, NPLACEMENTS);
     tcase_add_test(inv, chunks_change_memory_not_bits);
+    tcase_add_test(inv, recompute_keeps_bits);
     suite_add_tcase(s, inv);
     TCase *cap = tcase_create("capacity");
     tcase_add_checked_fixture(cap, setup, teardown);

@@ -1,0 +1,89 @@
+#!/usr/bin/python3
+"""torch_peer.py — the CPU peer for `tiertrain train` at one shape: a plain Llama (RMSNorm,
+RoPE, SwiGLU, causal attention, untied head) in PyTorch fp32, AdamW, no recompute, on random
+tokens, timed after warm-up. Needs Debian's python3-torch (run it with /usr/bin/python3).
+
+Usage: bench/torch_peer.py [--layers 12 --dim 768 --heads 12 --ffn 2048 --vocab 256 --seq 256
+                            --batch 4 --steps 6 --threads 2]
+Prints a line per timed step and one JSON line {"peer":"torch",...,"tok_per_s":...}.
+"""
+import argparse
+import json
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+class Block(torch.nn.Module):
+    def __init__(self, C, NH, Fd):
+        super().__init__()
+        self.NH, self.HS = NH, C // NH
+        self.n1, self.n2 = torch.nn.Parameter(torch.ones(C)), torch.nn.Parameter(torch.ones(C))
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(C, C, bias=False) for _ in range(4))
+        self.gate, self.up = torch.nn.Linear(C, Fd, bias=False), torch.nn.Linear(C, Fd, bias=False)
+        self.down = torch.nn.Linear(Fd, C, bias=False)
+
+    @staticmethod
+    def norm(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
+
+    def forward(self, x, cos, sin, mask):
+        B, T, C = x.shape
+        h = self.norm(x, self.n1)
+        q, k, v = (t(h).view(B, T, self.NH, self.HS).transpose(1, 2) for t in (self.q, self.k, self.v))
+
+        def rope(t):
+            a, b = t[..., : self.HS // 2], t[..., self.HS // 2:]
+            return torch.cat((a * cos - b * sin, a * sin + b * cos), -1)
+
+        q, k = rope(q), rope(k)
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(self.HS) + mask
+        y = (att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + self.o(y)
+        h = self.norm(x, self.n2)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for k, v in dict(layers=12, dim=768, heads=12, ffn=2048, vocab=256, seq=256, batch=4, steps=6, threads=2).items():
+        ap.add_argument("--" + k, type=int, default=v)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    C, T, HS = a.dim, a.seq, a.dim // a.heads
+    emb = torch.nn.Embedding(a.vocab, C)
+    blocks = torch.nn.ModuleList(Block(C, a.heads, a.ffn) for _ in range(a.layers))
+    nf, head = torch.nn.Parameter(torch.ones(C)), torch.nn.Linear(C, a.vocab, bias=False)
+    params = list(emb.parameters()) + list(blocks.parameters()) + [nf] + list(head.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    inv = 10000 ** (-torch.arange(0, HS // 2, dtype=torch.float32) / (HS // 2))
+    ang = torch.arange(T, dtype=torch.float32)[:, None] * inv[None]
+    cos, sin = ang.cos(), ang.sin()
+    mask = torch.full((T, T), float("-inf")).triu(1)
+    times = []
+    for step in range(a.steps):
+        x = torch.randint(0, a.vocab, (a.batch, T + 1))
+        t0 = time.time()
+        h = emb(x[:, :-1])
+        for b in blocks:
+            h = b(h, cos, sin, mask)
+        logits = head(Block.norm(h, nf))
+        loss = F.cross_entropy(logits.view(-1, a.vocab), x[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        dt = time.time() - t0
+        if step > 0:
+            times.append(dt)
+        print("step %d: loss %.4f, %.1f ms" % (step + 1, loss.item(), dt * 1e3), flush=True)
+    ms = sum(times) / len(times) * 1e3
+    print(json.dumps({"peer": "torch", "torch": torch.__version__, "threads": a.threads, "step_ms": round(ms, 1),
+                      "tok_per_s": round(a.batch * T / (ms / 1e3), 1)}))
+
+
+if __name__ == "__main__":
+    main()
