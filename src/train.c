@@ -9,6 +9,8 @@
 #include <string.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include "checkpoint.h"
 #include "data.h"
@@ -23,10 +25,55 @@
 
 // ---------------------------------------------------------------- shared
 
+// No profile yet: the quick calibration, once, in a child (`tiertrain bench calibrate` on this
+// run's device, threads and --nvme-path), which writes the profile where the run looks for
+// it. The NVMe rate is measured on the run's own NVMe working set (at least 256 MiB, at most
+// 4 GiB: small files read from the page cache). TT_CALIBRATE=0 (the test suites) skips it.
+// Returns 0 once the profile is there.
+static int calibrate_once(const config_t *cfg, const char *path) {
+    const char *env = getenv("TT_CALIBRATE");
+    if (env && !strcmp(env, "0")) return -1;
+    model_t m;
+    model_init(&m, cfg);
+    const uint64_t per = (cfg->params_tier == TIER_NVME ? (cfg->precision == PREC_BF16 ? 2 : 4) : 0) +
+                         (cfg->optim_tier == TIER_NVME ? 12 + (cfg->grads_tier == TIER_NVME ? 4 : 0) : 0);
+    uint64_t size = (uint64_t)m.numel_padded * per;
+    model_free(&m);
+    size = size < (256ull << 20) ? 256ull << 20 : size > (4ull << 30) ? 4ull << 30 : size;
+    char sz[32], thr[16];
+    snprintf(sz, sizeof sz, "%lluM", (unsigned long long)(size >> 20));
+    snprintf(thr, sizeof thr, "%d", cfg->threads);
+    notice("no calibration profile at %s: measuring this machine's rates once (a few seconds, NVMe over %s), so the "
+           "floor is this machine's (tiertrain bench calibrate measures them at length)", path, sz);
+    double t0 = now_ms();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0) dup2(null, STDOUT_FILENO); // its table is for bench calibrate's own user
+        char *argv[] = {"tiertrain", "bench", "calibrate", "--size", sz, "--device",
+                        cfg->device == DEVICE_CUDA ? "cuda" : "cpu", "--threads", thr, "--profile", (char *)path,
+                        cfg->nvme_path[0] ? "--nvme-path" : NULL, (char *)cfg->nvme_path, NULL};
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        notice("the calibration failed (status %#x): the plan uses built-in rates", status);
+        return -1;
+    }
+    notice("calibrated in %.1f s; profile written to %s", (now_ms() - t0) / 1e3, path);
+    return 0;
+}
+
 const profile_t *train_load_profile(const config_t *cfg, profile_t *prof) {
     char path[TT_PATH_MAX + 64], err[768];
     profile_path(cfg, path, sizeof path);
     int rc = profile_load(prof, path, err, sizeof err);
+    if (rc == -ENOENT && !cfg->profile_path[0] && path[0] && calibrate_once(cfg, path) == 0)
+        rc = profile_load(prof, path, err, sizeof err);
     if (rc == 0) {
         // rates of another device (a CPU profile for a GPU run, or back) would misplace the floor
         const char *dev = cfg->device == DEVICE_CUDA ? "cuda" : "cpu";

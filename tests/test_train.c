@@ -220,6 +220,44 @@ START_TEST(uring_unavailable) {
 }
 END_TEST
 
+// No profile: the first plan measures this machine's rates once (the quick calibration in a
+// child), says so, and caches them where the next run finds them; the next run just uses them.
+START_TEST(calibrates_once) {
+    char *dir = tu_tmpdir("calib");
+    char xdg[1200], want[1400], profile[1300];
+    snprintf(xdg, sizeof xdg, "XDG_CACHE_HOME=%s/cache", dir);
+    snprintf(profile, sizeof profile, "%s/cache/tiertrain/profile.json", dir);
+    char on[] = "TT_CALIBRATE=1";
+    char *env[] = {xdg, on, NULL};
+    char *argv[] = {(char *)tu_binary(), "plan", "--model", "tiny", "--device", "cpu", "--threads", "1", "--nvme-path",
+                    dir, NULL};
+    for (int k = 0; k < 2; k++) {
+        run_t r = {0};
+        r.rc = tu_run(argv, env, &r.out, &r.err);
+        ck_assert_msg(r.rc == 0, "run %d: exit %d:\n%s", k, r.rc, r.err);
+        snprintf(want, sizeof want, "tiertrain: no calibration profile at %s: measuring this machine's rates once",
+                 profile);
+        if (k == 0) {
+            ck_assert_msg(strstr(r.err, want) && strstr(r.err, "calibrated in "), "run 0: stderr:\n%s", r.err);
+            ck_assert_msg(access(profile, F_OK) == 0, "no %s", profile);
+        } else {
+            ck_assert_msg(!strstr(r.err, "measuring"), "run 1 calibrated again:\n%s", r.err);
+        }
+        ck_assert_msg(strstr(r.out, "\"rates\":\"profile\"") && strstr(r.out, profile), "run %d: the plan did not use "
+                      "the profile:\n%s", k, r.out);
+        run_free(&r);
+    }
+    unlink(profile);
+    char p1[1300], p2[1300];
+    snprintf(p1, sizeof p1, "%s/cache/tiertrain", dir);
+    snprintf(p2, sizeof p2, "%s/cache", dir);
+    rmdir(p1);
+    rmdir(p2);
+    rmdir(dir);
+    free(dir);
+}
+END_TEST
+
 // A model that cannot fit this machine's RAM stops before allocating, with the numbers.
 START_TEST(too_big_for_ram) {
     const char *args[] = {"--model", "70b", "--steps", "1", NULL};
@@ -251,6 +289,7 @@ int main(void) {
     tcase_add_test(rep, device_budget_exceeded);
     tcase_add_test(rep, too_big_for_ram);
     tcase_add_test(rep, uring_unavailable);
+    tcase_add_test(rep, calibrates_once);
     suite_add_tcase(s, rep);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
