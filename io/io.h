@@ -196,6 +196,8 @@ typedef struct {
     uint64_t shorts;                        // short-transfer continuations
     uint64_t errors;                        // failed pieces
     uint64_t fixed;                         // pieces sent with a registered buffer
+    double busy_ms[2];                      // [IO_READ], [IO_WRITE]: time with at least one such
+                                            // request in flight (bytes / busy: the achieved rate)
 } io_stats_t;
 void nvme_store_stats(const nvme_store_t *s, io_stats_t *out); // thread-safe snapshot
 

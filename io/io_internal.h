@@ -81,6 +81,8 @@ struct nvme_store {
     uint64_t qseq;
     int stopping;
     uint64_t seq_all, seq_op[2];
+    uint64_t op_inflight[2];        // tickets of each op in flight, for the busy time
+    double op_since[2], op_busy_ms[2]; // when the op's current busy spell began; the spells so far
     io_fault_t faults[IO_MAX_FAULTS];
     int nfaults;
     // ---- stats

@@ -15,10 +15,18 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 #include "crc32c.h"
 
 #define ERR(...) (snprintf(err, errlen, __VA_ARGS__))
+
+// CLOCK_MONOTONIC in ms, for the busy time of each op.
+static double mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
 
 static _Atomic int store_counter; // file names stay unique across stores in one process
 
@@ -498,6 +506,7 @@ int nvme_store_submit(nvme_store_t *s, io_ticket_t *t, const io_req_t *r) {
         return -ESHUTDOWN;
     }
     t->qseq = ++s->qseq;
+    if (s->op_inflight[t->op]++ == 0) s->op_since[t->op] = mono_ms();
     if (s->qtail) s->qtail->qnext = t;
     else s->qhead = t;
     s->qtail = t;
@@ -574,6 +583,7 @@ static void ticket_finish(nvme_store_t *s, io_ticket_t *t) {
     // From here the waiter may reuse t; a wake on reused memory is at worst spurious.
     if (old == IO_TICKET_WAITING) futex(&t->state, FUTEX_WAKE_PRIVATE, INT_MAX);
     pthread_mutex_lock(&s->mu);
+    if (--s->op_inflight[t->op] == 0) s->op_busy_ms[t->op] += mono_ms() - s->op_since[t->op];
     if (--s->inflight == 0 && s->stopping) pthread_cond_broadcast(&s->idle_cv);
     pthread_mutex_unlock(&s->mu);
 }
@@ -662,6 +672,11 @@ void nvme_store_stats(const nvme_store_t *s, io_stats_t *o) {
     o->shorts = atomic_load(&m->st_shorts);
     o->errors = atomic_load(&m->st_errors);
     o->fixed = atomic_load(&m->st_fixed);
+    pthread_mutex_lock(&m->mu); // a spell in progress counts up to now
+    const double now = mono_ms();
+    for (int op = 0; op < 2; op++)
+        o->busy_ms[op] = m->op_busy_ms[op] + (m->op_inflight[op] ? now - m->op_since[op] : 0);
+    pthread_mutex_unlock(&m->mu);
 }
 
 void nvme_store_info(const nvme_store_t *s, io_info_t *o) {

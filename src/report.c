@@ -31,6 +31,13 @@ void report_tiers(FILE *out, const config_t *cfg, const trainer_info_t *info, co
                 format_bytes(a, sizeof a, info->nvme.size), info->nvme.engine, info->nvme.npaths,
                 info->nvme.npaths == 1 ? "" : "s", format_bytes(b, sizeof b, ts->nvme_read_bytes),
                 format_bytes(c, sizeof c, ts->nvme_write_bytes), ts->opt_nvme_wait_ms);
+    if (info->has_nvme) {
+        fprintf(out, "           achieved %.2f GB/s reading, %.2f GB/s writing (bytes / time with requests in flight)",
+                report_nvme_GBps(info, IO_READ), report_nvme_GBps(info, IO_WRITE));
+        if (plan->prof)
+            fprintf(out, "; calibrated %.2f and %.2f", plan->prof->nvme_read_Bps / 1e9, plan->prof->nvme_write_Bps / 1e9);
+        fputc('\n', out);
+    }
     if (info->nslots) {
         fprintf(out, "  sched    %d slots, %llu fetches, %llu hits, %llu evictions", info->nslots,
                 (unsigned long long)info->sched.fetches, (unsigned long long)info->sched.hits,
@@ -45,6 +52,12 @@ void report_tiers(FILE *out, const config_t *cfg, const trainer_info_t *info, co
             step_ms > 0 ? plan->floor_ms / step_ms : 0.0);
 }
 
+double report_nvme_GBps(const trainer_info_t *info, int op) {
+    const io_stats_t *s = &info->nvme_stats;
+    const double bytes = (double)(op == IO_READ ? s->bytes_read : s->bytes_written);
+    return s->busy_ms[op] > 0 ? bytes / (s->busy_ms[op] / 1e3) / 1e9 : 0;
+}
+
 void report_summary(FILE *log, const trainer_info_t *info, const plan_t *plan, const report_run_t *r) {
     const tier_stats_t *ts = &info->tier;
     fprintf(log, "{\"event\":\"summary\",\"params\":%zu,\"steps\":%d,\"first_loss\":%.6f,\"final_loss\":%.6f,"
@@ -52,12 +65,13 @@ void report_summary(FILE *log, const trainer_info_t *info, const plan_t *plan, c
                  "\"peak_host_bytes\":%llu,\"nvme_bytes_read\":%llu,\"nvme_bytes_written\":%llu,"
                  "\"h2d_bytes\":%llu,\"d2h_bytes\":%llu,\"fetch_wait_ms\":%.3f,\"optimizer_nvme_wait_ms\":%.3f,"
                  "\"copy_ms\":%.3f,\"optimizer_ms\":%.3f,\"host_cache_hits\":%llu,\"floor_ms\":%.3f,"
-                 "\"efficiency\":%.4f,\"bound\":\"%s\",\"params_hash\":\"%016llx\"}\n",
+                 "\"efficiency\":%.4f,\"bound\":\"%s\",\"nvme_read_GBps\":%.3f,\"nvme_write_GBps\":%.3f,"
+                 "\"params_hash\":\"%016llx\"}\n",
             r->params, r->steps, r->first_loss, r->final_loss, isfinite(r->val_loss) ? r->val_loss : -1.0,
             r->tok_per_s, r->step_ms, (unsigned long long)info->device_peak, (unsigned long long)info->host_bytes,
             (unsigned long long)ts->nvme_read_bytes, (unsigned long long)ts->nvme_write_bytes,
             (unsigned long long)ts->h2d_bytes, (unsigned long long)ts->d2h_bytes, info->sched.wait_ms,
             ts->opt_nvme_wait_ms, ts->copy_ms, ts->opt_ms, (unsigned long long)ts->cache_hits, plan->floor_ms,
             r->step_ms > 0 ? plan->floor_ms / r->step_ms : 0.0, plan_resource_names[plan->bound],
-            (unsigned long long)r->hash);
+            report_nvme_GBps(info, IO_READ), report_nvme_GBps(info, IO_WRITE), (unsigned long long)r->hash);
 }

@@ -273,6 +273,13 @@ int tier_nvme_info(const tier_t *t, io_info_t *out) {
     return 0;
 }
 
+int tier_nvme_stats(const tier_t *t, io_stats_t *out) {
+    memset(out, 0, sizeof *out);
+    if (!t->nvme) return -ENOENT;
+    nvme_store_stats(t->nvme, out);
+    return 0;
+}
+
 int tier_nvme_io(tier_t *t, io_op_t op, uint64_t off, uint64_t len, void *buf, uint32_t *crc, const char *what,
                  char *err, size_t errlen) {
     double t0 = trace_now_ms();

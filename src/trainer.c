@@ -100,6 +100,7 @@ void trainer_info(const trainer_t *tr, trainer_info_t *out) {
     out->tier = *tier_stats(tr->tier);
     sched_stats(tier_sched(tr->tier), &out->sched);
     out->has_nvme = tier_nvme_info(tr->tier, &out->nvme) == 0;
+    tier_nvme_stats(tr->tier, &out->nvme_stats);
 }
 
 // ---------------------------------------------------------------- compute

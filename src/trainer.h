@@ -45,6 +45,7 @@ typedef struct {
     sched_stats_t sched;
     int has_nvme;
     io_info_t nvme;           // when has_nvme
+    io_stats_t nvme_stats;    // the engine's counters, busy time included (zeros without a store)
 } trainer_info_t;
 void trainer_info(const trainer_t *tr, trainer_info_t *out);
 // The failure that voided the last phase (a fetch or a visit), or NULL.

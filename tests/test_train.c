@@ -162,7 +162,7 @@ START_TEST(summary_has_fields) {
         free(v);
     }
     const char *sum_keys[] = {"params", "steps", "final_loss", "tok_per_s", "step_ms", "peak_device_bytes",
-                              "peak_host_bytes", "params_hash"};
+                              "peak_host_bytes", "nvme_read_GBps", "nvme_write_GBps", "params_hash"};
     for (size_t i = 0; i < sizeof sum_keys / sizeof *sum_keys; i++) {
         char *v = json_field(r.log, "summary", sum_keys[i]);
         ck_assert_msg(v != NULL, "summary lacks %s", sum_keys[i]);
@@ -176,7 +176,24 @@ START_TEST(summary_has_fields) {
     free(val);
     // The resolved configuration comes first, the tier report last.
     ck_assert_msg(strstr(r.out, "tiers") != NULL, "no tier report in: %s", r.out);
+    char *none = json_field(r.log, "summary", "nvme_read_GBps");
+    ck_assert_msg(none && atof(none) == 0, "no NVMe, yet a read rate %s", none);
+    free(none);
     run_free(&r);
+    // with the optimizer on NVMe: the engine's achieved rates (bytes over busy time) are there
+    char *dir = tu_tmpdir("fields-nvme");
+    const char *nv[] = {"--model", "tiny", "--steps", "3", "--eval-every", "0", "--quiet", "--optimizer", "nvme",
+                        "--nvme-path", dir, NULL};
+    run_t n = train("fields_nvme", nv);
+    ck_assert_msg(n.rc == 0, "train exit %d: %s%s", n.rc, n.err, n.out);
+    char *rd = json_field(n.log, "summary", "nvme_read_GBps"), *wr = json_field(n.log, "summary", "nvme_write_GBps");
+    ck_assert_msg(rd && wr && atof(rd) > 0 && atof(wr) > 0, "rates %s %s", rd, wr);
+    ck_assert_msg(strstr(n.out, "achieved ") && strstr(n.out, " GB/s reading, "), "%s", n.out);
+    free(rd);
+    free(wr);
+    run_free(&n);
+    rmdir(dir);
+    free(dir);
 }
 END_TEST
 

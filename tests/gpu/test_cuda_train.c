@@ -4,8 +4,8 @@
 //    tolerances named below (the GPU's matmuls and attention sum in other orders, and
 //    BF16 rounding of activations turns those last-bit differences into BF16-ulp ones);
 //  - placement invariance on the GPU: parameters on device/host/NVMe, gradients on
-//    device/host, the optimizer on host/device/NVMe, both schedules and both checkpoint
-//    homes give the same losses and the same params_hash bits as the all-resident GPU run
+//    device/host, the optimizer on host/device/NVMe, both schedules, both checkpoint homes
+//    and --recompute none / 1 (kept blocks) give the same losses and the same params_hash bits as the all-resident GPU run
 //    (the same ops in the same order on the same device; AdamW on the GPU performs the
 //    CPU's IEEE sequence, so --optimizer device matches --optimizer host bit for bit);
 //  - device memory: the arena's high-water mark stays within --hbm-budget, the device's
@@ -198,6 +198,9 @@ static const char *const placements[][20] = {
     {"--accum", "2", "--schedule", "horizontal", "--params", "host", "--grads", "nvme", "--optimizer", "nvme", NULL},
     {"--accum", "2", "--schedule", "vertical", "--checkpoints", "host", "--params", "nvme", "--grads", "nvme",
      "--optimizer", "nvme", NULL},
+    // --recompute: kept blocks' intermediates in device buffers of their own, both schedules
+    {BASE, "--recompute", "none", NULL},
+    {"--accum", "2", "--schedule", "vertical", "--checkpoints", "host", "--recompute", "1", "--params", "host", NULL},
 };
 #undef BASE
 enum { NPLACEMENTS = sizeof placements / sizeof placements[0] };
