@@ -567,6 +567,7 @@ int io_queue_take(nvme_store_t *s, io_piece_t *p) {
 }
 
 static void ticket_finish(nvme_store_t *s, io_ticket_t *t) {
+    const io_op_t op = t->op; // t is the waiter's again once DONE is published below
     if (t->res == 0 && s->verify && t->op == IO_READ) {
         t->crc_read = crc32c(0, t->buf, t->len);
         if (t->crc_read != t->crc) {
@@ -583,7 +584,7 @@ static void ticket_finish(nvme_store_t *s, io_ticket_t *t) {
     // From here the waiter may reuse t; a wake on reused memory is at worst spurious.
     if (old == IO_TICKET_WAITING) futex(&t->state, FUTEX_WAKE_PRIVATE, INT_MAX);
     pthread_mutex_lock(&s->mu);
-    if (--s->op_inflight[t->op] == 0) s->op_busy_ms[t->op] += mono_ms() - s->op_since[t->op];
+    if (--s->op_inflight[op] == 0) s->op_busy_ms[op] += mono_ms() - s->op_since[op];
     if (--s->inflight == 0 && s->stopping) pthread_cond_broadcast(&s->idle_cv);
     pthread_mutex_unlock(&s->mu);
 }
