@@ -26,5 +26,15 @@ typedef struct {
 // Builds the trainer for cfg and runs `steps` steps on cfg's data. Returns 0 or -errno with
 // one line in err.
 int bench_run_steps(const config_t *cfg, int steps, bench_run_t *r, char *err, size_t errlen);
+// The same, calling hook->on_init once the trainer is built and hook->on_step after each
+// step (either may be NULL).
+typedef struct {
+    void (*on_init)(trainer_t *tr, void *arg);
+    void (*on_step)(trainer_t *tr, int step, void *arg);
+    void *arg;
+} bench_hook_t;
+int bench_run_steps_hooked(const config_t *cfg, int steps, const bench_hook_t *hook, bench_run_t *r, char *err,
+                           size_t errlen);
 int bench_overlap(const config_t *cfg);  // bench/bench_overlap.c
 int bench_capacity(const config_t *cfg); // bench/bench_capacity.c
+int bench_train(const config_t *cfg);    // bench/bench_train.c

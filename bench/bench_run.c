@@ -17,6 +17,11 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int bench_run_steps(const config_t *cfg, int steps, bench_run_t *r, char *err, size_t errlen) {
+    return bench_run_steps_hooked(cfg, steps, NULL, r, err, errlen);
+}
+
+int bench_run_steps_hooked(const config_t *cfg, int steps, const bench_hook_t *hook, bench_run_t *r, char *err,
+                           size_t errlen) {
     memset(r, 0, sizeof *r);
     data_t *data = NULL;
     int rc = data_open(&data, cfg, err, errlen);
@@ -29,6 +34,7 @@ int bench_run_steps(const config_t *cfg, int steps, bench_run_t *r, char *err, s
         data_free(data);
         return rc;
     }
+    if (hook && hook->on_init) hook->on_init(tr, hook->arg);
     const int N = trainer_rows(tr);
     size_t n = (size_t)N * (size_t)cfg->accum;
     int *inputs = malloc(n * sizeof(int)), *targets = malloc(n * sizeof(int));
@@ -50,6 +56,7 @@ int bench_run_steps(const config_t *cfg, int steps, bench_run_t *r, char *err, s
             break;
         }
         ms[step - 1] = now_ms() - s0;
+        if (hook && hook->on_step) hook->on_step(tr, step, hook->arg);
         if (step == 1) r->first_loss = loss;
         r->last_loss = loss;
     }

@@ -458,6 +458,14 @@ static void apply_init_from(config_t *cfg, const parsed_t *ps) {
                     "sequences; lower --seq)", cfg->T, hc.max_pos, dir);
 }
 
+// --schedule auto / --checkpoints auto resolve here, so every run prints what it does.
+static void resolve_schedule(config_t *cfg) {
+    cfg->schedule_auto = cfg->schedule == SCHEDULE_AUTO;
+    cfg->acts_auto = cfg->acts_tier == ACTS_AUTO;
+    if (cfg->schedule_auto) cfg->schedule = cfg->accum > 1 ? SCHEDULE_VERTICAL : SCHEDULE_HORIZONTAL;
+    if (cfg->acts_auto) cfg->acts_tier = cfg->schedule == SCHEDULE_VERTICAL ? ACTS_HOST : ACTS_DEVICE;
+}
+
 // --recompute's word or number (blocks recomputed) into cfg->kept_blocks; auto is left to
 // the plan (plan_recompute_auto), with nothing kept until then.
 static void resolve_recompute(config_t *cfg) {
@@ -594,11 +602,7 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
             usage_error("--save-every %d: needs --save DIR (where to put the checkpoints)", cfg->save_every);
         if (cfg->trace_path[0]) check_output_path("--trace", cfg->trace_path);
         check_nvme_paths(cfg->nvme_path);
-        // --schedule auto / --checkpoints auto resolve here, so every run prints what it does
-        cfg->schedule_auto = cfg->schedule == SCHEDULE_AUTO;
-        cfg->acts_auto = cfg->acts_tier == ACTS_AUTO;
-        if (cfg->schedule_auto) cfg->schedule = cfg->accum > 1 ? SCHEDULE_VERTICAL : SCHEDULE_HORIZONTAL;
-        if (cfg->acts_auto) cfg->acts_tier = cfg->schedule == SCHEDULE_VERTICAL ? ACTS_HOST : ACTS_DEVICE;
+        resolve_schedule(cfg);
         if (cfg->grads_tier == TIER_NVME && cfg->optim_tier != TIER_NVME && !cfg->offload_auto)
             usage_error("--grads nvme: needs --optimizer nvme (the optimizer reads each shard's gradient with its "
                         "states, in one extent; add --optimizer nvme, or keep --grads host)");
@@ -610,6 +614,15 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         if (ps.npositional == 0) usage_error("bench: missing benchmark name (accepted: %s)", BENCH_ACCEPTED);
         snprintf(cfg->bench_name, sizeof cfg->bench_name, "%s", ps.positional[0]);
         check_nvme_paths(cfg->nvme_path);
+        // the benchmarks that train take the training flags, resolved as train resolves them
+        static const char *const shape_flags[] = {"model", "layers", "dim", "heads", "kv-heads", "ffn", "vocab", NULL};
+        for (int i = 0; shape_flags[i]; i++) cfg->shape_given |= seen(&ps, shape_flags[i]);
+        cfg->seq_given = seen(&ps, "seq");
+        cfg->batch_given = seen(&ps, "batch");
+        cfg->steps_given = seen(&ps, "steps");
+        check_shape(cfg);
+        resolve_recompute(cfg);
+        resolve_schedule(cfg);
         break;
     case CMD_EVAL:
         if (!cfg->resume[0] && !cfg->init_from[0])

@@ -24,8 +24,9 @@ int main(int argc, char **argv) {
         if (strcmp(cfg.bench_name, "adam") == 0) return bench_adam(&cfg);
         if (strcmp(cfg.bench_name, "overlap") == 0) return bench_overlap(&cfg);
         if (strcmp(cfg.bench_name, "capacity") == 0) return bench_capacity(&cfg);
+        if (strcmp(cfg.bench_name, "train") == 0) return bench_train(&cfg);
         if (strcmp(cfg.bench_name, "calibrate") == 0) return bench_calibrate(&cfg);
-        usage_error("bench %s: unknown benchmark (accepted: gemm, io, adam, calibrate, overlap, capacity)", cfg.bench_name);
+        usage_error("bench %s: unknown benchmark (accepted: gemm, io, adam, calibrate, overlap, capacity, train)", cfg.bench_name);
     case CMD_EVAL: return eval_run(&cfg);
     case CMD_REPORT: return report_html_run(&cfg);
     case CMD_NONE: break;

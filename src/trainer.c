@@ -45,6 +45,8 @@ static int init_weights(trainer_t *tr, char *err, size_t errlen) {
     return 0;
 }
 
+struct backend *trainer_backend(trainer_t *tr) { return &tr->be; }
+
 int trainer_init(trainer_t **out, const config_t *cfg, char *err, size_t errlen) {
     *out = NULL;
     trainer_t *tr = calloc(1, sizeof *tr);

@@ -30,6 +30,8 @@ int trainer_init(trainer_t **out, const config_t *cfg, char *err, size_t errlen)
 void trainer_free(trainer_t *tr); // NULL-safe; waits for the update in flight
 
 const model_t *trainer_model(const trainer_t *tr);
+// The backend the trainer computes on (bench train wraps its op table to time the ops).
+struct backend *trainer_backend(trainer_t *tr);
 const config_t *trainer_config(const trainer_t *tr);
 int trainer_rows(const trainer_t *tr); // N = B·T rows per micro-batch
 

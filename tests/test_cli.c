@@ -148,7 +148,7 @@ static const bad_case_t bad[] = {
     {{"plan", "--nvme-path", "@,@/nodir", NULL}, {"--nvme-path", "nodir", "No such file"}},
     // switches, and flags of another subcommand
     {{"train", "--tie=yes", NULL}, {"--tie=yes", "takes no value"}},
-    {{"bench", "io", "--lr", "1", NULL}, {"--lr", "not accepted by 'tiertrain bench'", "train, plan"}},
+    {{"bench", "io", "--save", "x", NULL}, {"--save", "not accepted by 'tiertrain bench'", "train, plan"}},
     {{"train", "--size", "1G", NULL}, {"--size", "not accepted by 'tiertrain train'", "bench"}},
     // tiers and checkpoints
     {{"train", "--schedule", "diagonal", NULL}, {"--schedule diagonal", "auto, horizontal, vertical"}},

@@ -275,6 +275,34 @@ START_TEST(calibrates_once) {
 }
 END_TEST
 
+// bench train times the ops through a wrapped op table: its steps are train's own (the same
+// params_hash as `train` with the same flags), and it reports each part of the step.
+START_TEST(bench_train_reports) {
+    char *argv[] = {(char *)tu_binary(), "bench", "train", "--model", "tiny", "--steps", "3", "--device", "cpu",
+                    "--threads", "1", NULL};
+    run_t b = {0};
+    b.rc = tu_run(argv, NULL, &b.out, &b.err);
+    ck_assert_msg(b.rc == 0, "bench train exit %d:\n%s", b.rc, b.err);
+    const char *json = strstr(b.out, "{\"bench\":\"train\"");
+    ck_assert_msg(json, "no JSON line:\n%s", b.out);
+    static const char *const keys[] = {"\"tok_per_s\":", "\"gflops\":", "\"gemm_fraction\":", "\"gemm_ms\":",
+                                       "\"attention_ms\":", "\"other_ms\":", "\"wait_ms\":", NULL};
+    for (int i = 0; keys[i]; i++) ck_assert_msg(strstr(json, keys[i]), "no %s in %s", keys[i], json);
+    ck_assert_msg(atof(strstr(json, "\"gemm_ms\":") + 10) > 0 && atof(strstr(json, "\"attention_ms\":") + 15) > 0,
+                  "the timed ops were not counted: %s", json);
+    const char *h = strstr(json, "\"params_hash\":\"");
+    ck_assert_ptr_nonnull(h);
+    const char *args[] = {"--model", "tiny", "--steps", "3", "--device", "cpu", "--threads", "1", "--eval-every", "0",
+                          "--quiet", NULL};
+    run_t t = train("bench_peer", args);
+    char *hash = json_field(t.log, "summary", "params_hash");
+    ck_assert_msg(hash && !strncmp(h + 15, hash, 16), "bench train %.16s, train %s", h + 15, hash ? hash : "?");
+    free(hash);
+    run_free(&t);
+    run_free(&b);
+}
+END_TEST
+
 // A model that cannot fit this machine's RAM stops before allocating, with the numbers.
 START_TEST(too_big_for_ram) {
     const char *args[] = {"--model", "70b", "--steps", "1", NULL};
@@ -307,6 +335,7 @@ int main(void) {
     tcase_add_test(rep, too_big_for_ram);
     tcase_add_test(rep, uring_unavailable);
     tcase_add_test(rep, calibrates_once);
+    tcase_add_test(rep, bench_train_reports);
     suite_add_tcase(s, rep);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

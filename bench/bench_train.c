@@ -1,0 +1,144 @@
+// bench_train.c — `tiertrain bench train [train's flags]`: timed training steps of one shape
+// (default shape M: L 12, C 768, 12 heads, F 2048, V 256, T 256, B 4, as issue 13 measured
+// against PyTorch), after one untimed warm-up step. It reports tokens/s, the executed GFLOP/s
+// (the plan's FLOPs per step over the median step) and their fraction of the calibrated GEMM
+// rate, and where the mean timed step went: GEMMs, attention, everything else on the compute
+// thread, and waiting for parameters. The GEMM and attention times come from the run itself:
+// the trainer's op table is wrapped so that every matmul and attention call is timed (on a
+// GPU the backend is synchronized around each, which slows it a little: the split is for
+// reading, the tokens/s for comparing). --recompute auto resolves as train resolves it.
+// Ends with {"bench":"train",...}. bench/torch_peer.py is the PyTorch peer.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend.h"
+#include "bench.h"
+#include "model.h"
+#include "plan.h"
+#include "profile.h"
+#include "train.h"
+#include "util.h"
+
+enum { OP_GEMM = 0, OP_ATTN, NOPS };
+
+// The timing shim: one compute thread calls these, so plain statics do.
+static const backend_ops_t *real;
+static backend_ops_t timed;
+static backend_t *timed_be;
+static double op_ms[NOPS];
+static int counting; // after the warm-up step
+
+static double tick(void) {
+    backend_sync(timed_be);
+    return now_ms();
+}
+
+#define TIMED(kind, call)                                                                                              \
+    do {                                                                                                               \
+        double t0_ = counting ? tick() : 0;                                                                           \
+        call;                                                                                                          \
+        if (counting) op_ms[kind] += tick() - t0_;                                                                     \
+    } while (0)
+
+static void mm_fwd(float *out, const float *inp, const float *w, int N, int IC, int OC) {
+    TIMED(OP_GEMM, real->matmul_forward(out, inp, w, N, IC, OC));
+}
+static void mm_bwd_in(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int acc) {
+    TIMED(OP_GEMM, real->matmul_backward_input(dinp, dout, w, N, IC, OC, acc));
+}
+static void mm_bwd_w(float *dw, const float *dout, const float *inp, int N, int IC, int OC) {
+    TIMED(OP_GEMM, real->matmul_backward_weight(dw, dout, inp, N, IC, OC));
+}
+static void att_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int NH,
+                    int NKV, int HS) {
+    TIMED(OP_ATTN, real->attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS));
+}
+static void att_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k, const float *v,
+                    const float *out, const float *lse, int B, int T, int NH, int NKV, int HS) {
+    TIMED(OP_ATTN, real->attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS));
+}
+
+static void on_init(trainer_t *tr, void *arg) {
+    (void)arg;
+    timed_be = trainer_backend(tr);
+    real = timed_be->ops;
+    timed = *real;
+    timed.matmul_forward = mm_fwd;
+    timed.matmul_backward_input = mm_bwd_in;
+    timed.matmul_backward_weight = mm_bwd_w;
+    timed.attention_forward = att_fwd;
+    timed.attention_backward = att_bwd;
+    timed_be->ops = &timed;
+}
+
+static void on_step(trainer_t *tr, int step, void *arg) {
+    (void)tr;
+    (void)arg;
+    if (step == 1) counting = 1; // the warm-up's ops are not counted
+}
+
+int bench_train(const config_t *cfg_in) {
+    config_t cfg = *cfg_in;
+    cfg.command = CMD_TRAIN;
+    if (!cfg.shape_given) { // shape M
+        cfg.L = 12; cfg.C = 768; cfg.NH = 12; cfg.NKV = 12; cfg.F = 2048; cfg.V = 256;
+        snprintf(cfg.preset, sizeof cfg.preset, "M");
+    }
+    if (!cfg.seq_given && !cfg.shape_given) cfg.T = 256;
+    if (!cfg.batch_given) cfg.B = 4;
+    const int steps = cfg.steps_given ? cfg.steps : 5; // 1 warm-up + 4 timed
+    if (steps < 2) usage_error("bench train: --steps %d: at least 2 (one warm-up step is not timed)", steps);
+    cfg.steps = steps;
+    cfg.eval_every = 0;
+    char err[768];
+    if (backend_resolve_config(&cfg, err, sizeof err) != 0) usage_error("bench train: %s", err);
+    profile_t prof;
+    const profile_t *rates = train_load_profile(&cfg, &prof);
+    model_t m;
+    model_init(&m, &cfg);
+    plan_t *p = calloc(1, sizeof *p);
+    if (!p) runtime_error("bench train: out of memory");
+    char why[512] = "";
+    plan_compute(&cfg, &m, rates, p);
+    if (p->feasible) plan_recompute_auto(&cfg, &m, rates, p, why, sizeof why);
+    if (!p->feasible) usage_error("bench train: %s", p->reason);
+    printf("bench train: model %s (L %d, C %d, heads %d/%d, F %d, V %d), %.2fM parameters, batch %d x seq %d x accum "
+           "%d, %d steps (1 warm-up), recompute %d of %d blocks, device %s\n",
+           cfg.preset[0] ? cfg.preset : "custom", m.L, m.C, m.NH, m.NKV, m.F, m.V, m.num_params / 1e6, cfg.B, cfg.T,
+           cfg.accum, steps, m.L - (cfg.kept_blocks < m.L ? cfg.kept_blocks : m.L), m.L,
+           cfg.device == DEVICE_CUDA ? "cuda" : "cpu");
+    if (why[0]) printf("%s\n", why);
+    fflush(stdout);
+    bench_run_t r;
+    bench_hook_t hook = {on_init, on_step, NULL};
+    memset(op_ms, 0, sizeof op_ms);
+    counting = 0;
+    int rc = bench_run_steps_hooked(&cfg, steps, &hook, &r, err, sizeof err);
+    if (rc != 0) fail_with(rc, "bench train: %s", err);
+    const int timed_steps = steps - 1;
+    const double tokens = (double)cfg.B * cfg.T * cfg.accum, tok_s = tokens / (r.step_ms / 1e3);
+    const double gflops = p->flops_per_step / (r.step_ms / 1e3) / 1e9;
+    const double peak = rates ? rates->gemm_flops / 1e9 : 0;
+    const double gemm = op_ms[OP_GEMM] / timed_steps, att = op_ms[OP_ATTN] / timed_steps;
+    const double wait = r.info.sched.wait_ms / steps; // over every step: the counter is the run's
+    double other = r.step_ms - gemm - att - wait;
+    if (other < 0) other = 0;
+    printf("%-40s %12s\n", "what", "per step");
+    printf("%-40s %9.1f ms  (median of %d)\n", "step", r.step_ms, timed_steps);
+    printf("%-40s %9.1f ms  %5.1f%%\n", "GEMMs (matmul fwd, bwd input, weight)", gemm, 100 * gemm / r.step_ms);
+    printf("%-40s %9.1f ms  %5.1f%%\n", "attention (fwd, bwd)", att, 100 * att / r.step_ms);
+    printf("%-40s %9.1f ms  %5.1f%%\n", "waiting for parameters", wait, 100 * wait / r.step_ms);
+    printf("%-40s %9.1f ms  %5.1f%%\n", "the rest (norms, RoPE, SwiGLU, ...)", other, 100 * other / r.step_ms);
+    printf("tokens/s %.1f; executed %.1f GFLOP/s (the plan's %.3g TFLOP per step)%s", tok_s, gflops,
+           p->flops_per_step / 1e12, peak > 0 ? "" : "\n");
+    if (peak > 0) printf(", %.2f of the calibrated GEMM rate %.1f GFLOP/s\n", gflops / peak, peak);
+    printf("params_hash %016llx\n", (unsigned long long)r.hash);
+    printf("{\"bench\":\"train\",\"tok_per_s\":%.1f,\"gflops\":%.1f,\"gemm_fraction\":%.3f,\"step_ms\":%.1f,"
+           "\"gemm_ms\":%.1f,\"attention_ms\":%.1f,\"wait_ms\":%.1f,\"other_ms\":%.1f,\"kept_blocks\":%d,"
+           "\"params_hash\":\"%016llx\"}\n",
+           tok_s, gflops, peak > 0 ? gflops / peak : 0, r.step_ms, gemm, att, wait, other, cfg.kept_blocks,
+           (unsigned long long)r.hash);
+    free(p);
+    model_free(&m);
+    return 0;
+}
