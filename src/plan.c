@@ -342,6 +342,9 @@ int plan_recompute_auto(config_t *cfg, const model_t *m, const profile_t *prof, 
     // fits, with room: RAM (the CPU backend's arena is RAM too) is not filled to the last 15%
     #define ROOMY(q) ((q)->feasible && (!(q)->mem_available || (q)->ram_needed <= (q)->mem_available / 20 * 17))
     int lo = 0, hi = m->L; // the answer lies in [lo, hi]
+    cfg->kept_blocks = 0;
+    plan_compute(cfg, m, prof, p);
+    const double full_ms = p->floor_ms;
     cfg->kept_blocks = hi;
     plan_compute(cfg, m, prof, p);
     if (!ROOMY(p)) {
@@ -357,9 +360,9 @@ int plan_recompute_auto(config_t *cfg, const model_t *m, const profile_t *prof, 
     #undef ROOMY
     char a[32];
     snprintf(why, len, "--recompute auto: %d of %d blocks keep their intermediates (%s on the device), %d recompute "
-             "(predicted floor %.1f ms/step)", cfg->kept_blocks, m->L,
+             "(predicted floor %.1f ms/step; %.1f with every block recomputing)", cfg->kept_blocks, m->L,
              format_bytes(a, sizeof a, tier_part_bytes(&p->lay, TIER_DEVICE, "kept_activations")),
-             m->L - cfg->kept_blocks, p->floor_ms);
+             m->L - cfg->kept_blocks, p->floor_ms, full_ms);
     return 1;
 }
 
