@@ -16,38 +16,23 @@ void acts_scratch_sizes(const model_t *m, size_t N, uint64_t bytes[ACTS_NSCRATCH
     for (int i = 0; i < ACTS_NSCRATCH; i++) bytes[i] = sizes[i] * f;
 }
 
-uint64_t acts_scratch_total(const model_t *m, size_t N) {
-    uint64_t bytes[ACTS_NSCRATCH], total = 0;
-    acts_scratch_sizes(m, N, bytes);
-    for (int i = 0; i < ACTS_NSCRATCH; i++) total += ALIGN_UP(bytes[i], (uint64_t)4096);
-    return total;
-}
-
-uint64_t acts_kept_total(const model_t *m, size_t N) {
-    uint64_t bytes[ACTS_NSCRATCH], total = 0;
-    acts_scratch_sizes(m, N, bytes);
-    for (int i = 0; i < ACTS_NKEPT; i++) total += ALIGN_UP(bytes[i], (uint64_t)4096);
-    return total;
-}
-
-void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) {
-    uint64_t bytes[ACTS_NSCRATCH], off = 0;
-    acts_scratch_sizes(m, N, bytes);
-    for (int i = 0; i < ACTS_NKEPT; i++) {
-        a->buf[i] = (float *)((char *)base + off);
-        off += ALIGN_UP(bytes[i], (uint64_t)4096);
-    }
-}
-
-void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) {
+// The first n scratch buffers carved from base (when a is not NULL), each at a 4 KiB
+// boundary: their total bytes.
+static uint64_t carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int n) {
     _Static_assert(sizeof(acts_scratch_t) == ACTS_NSCRATCH * sizeof(float *), "acts_scratch_t: one pointer per size");
     uint64_t bytes[ACTS_NSCRATCH], off = 0;
     acts_scratch_sizes(m, N, bytes);
-    for (int i = 0; i < ACTS_NSCRATCH; i++) {
-        a->buf[i] = (float *)((char *)base + off);
+    for (int i = 0; i < n; i++) {
+        if (a) a->buf[i] = (float *)((char *)base + off);
         off += ALIGN_UP(bytes[i], (uint64_t)4096);
     }
+    return off;
 }
+
+uint64_t acts_scratch_total(const model_t *m, size_t N) { return carve(NULL, NULL, m, N, ACTS_NSCRATCH); }
+uint64_t acts_kept_total(const model_t *m, size_t N) { return carve(NULL, NULL, m, N, ACTS_NKEPT); }
+void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) { carve(a, base, m, N, ACTS_NSCRATCH); }
+void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) { carve(a, base, m, N, ACTS_NKEPT); }
 
 // ---------------------------------------------------------------- the checkpoint store
 

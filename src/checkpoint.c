@@ -385,27 +385,13 @@ static int load_tensor(st_reader_t *r, const char *file, const st_tensor_t *want
         ERR("%s: tensor '%s' has another shape than this model's (%d dims)", file, want->name, want->ndim);
         return -EINVAL;
     }
-    if (t->dtype == ST_F32) return st_read_checked(r, idx, dst, lo * 4, n * 4, err, errlen);
-    if (t->dtype != ST_BF16) {
+    if (t->dtype != ST_F32 && t->dtype != ST_BF16) {
         ERR("%s: tensor '%s' is %s (accepted: F32, BF16)", file, want->name, st_dtype_name(t->dtype));
         return -EINVAL;
     }
-    uint16_t buf[8192];
-    for (size_t i = 0; i < n; i += 8192) {
-        size_t k = n - i < 8192 ? n - i : 8192;
-        int rc = st_read_checked(r, idx, buf, (lo + i) * 2, k * 2, err, errlen);
-        if (rc != 0) return rc;
-        bf16_to_f32_n(dst + i, buf, k);
-    }
-    return 0;
+    return st_read_f32(r, idx, lo, n, dst, err, errlen);
 }
 
-// The part of tensor te that lies in a shard's elements [lo, lo + n): [*a, *b), or none.
-static int tensor_in_chunk(const tensor_t *te, size_t lo, size_t n, size_t *a, size_t *b) {
-    *a = te->offset > lo ? te->offset : lo;
-    *b = te->offset + te->numel < lo + n ? te->offset + te->numel : lo + n;
-    return *a < *b;
-}
 
 // One tensor's share of a chunk: its master (from the model file, or the optimizer file's
 // .master when the model file is BF16) and, unless weights_only, its m and v; each checked
@@ -482,7 +468,7 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
             size_t lo, n, a, b;
             trainer_chunk_range(tr, s, c, &lo, &n);
             for (int t = 0; t < sh->ntensors && rc == 0; t++)
-                if (tensor_in_chunk(&sh->tensors[t], lo, n, &a, &b))
+                if (model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b))
                     if ((rc = load_slice(m, s, t, info, weights_only, mr, orr, mpath, opath, a, b, master + (a - lo),
                                          mm + (a - lo), vv + (a - lo), err, errlen)) == 0)
                         hash = fnv1a64(hash, master + (a - lo), (b - a) * sizeof(float));
@@ -532,7 +518,7 @@ static int write_part(trainer_t *tr, st_writer_t *w, int part, int bf16, uint64_
             size_t lo, n, a, b;
             trainer_chunk_range(tr, s, c, &lo, &n);
             for (int t = 0; t < sh->ntensors && rc == 0; t++) {
-                if (!tensor_in_chunk(&sh->tensors[t], lo, n, &a, &b)) continue;
+                if (!model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b)) continue;
                 const float *src = st[part] + (a - lo);
                 if (hash) *hash = fnv1a64(*hash, src, (b - a) * sizeof(float));
                 if (bf16) {
@@ -651,7 +637,7 @@ static int write_state_json(const trainer_t *tr, const data_t *d, int step, uint
     return write_text(path, text, err, errlen);
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_name(const void *a, const void *b) { return strcmp(a, b); } // step_name_t elements
 
 // A temporary name ends "-PID": the process that made it. Ours, or one no longer alive
 // (ESRCH), may be removed; a live other one's (a save in progress) may not. Names without a
@@ -666,37 +652,49 @@ static int tmp_is_ours_or_dead(const char *name) {
 
 // Removes leftovers of interrupted saves (.tmp-*: this process's, or a dead one's) and all
 // but the newest keep checkpoints.
+typedef char step_name_t[16]; // "step-NNNNNNNN"
+
+// The step-NNNNNNNN folders of dir, oldest first: how many (at most cap), or 0 when dir
+// cannot be read.
+static int step_folders(const char *dir, step_name_t *names, int cap) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < cap)
+        if (!strncmp(e->d_name, "step-", 5) && strlen(e->d_name) == 13) snprintf(names[n++], sizeof names[0], "%s", e->d_name);
+    closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], cmp_name);
+    return n;
+}
+
+enum { MAX_STEP_FOLDERS = 4096 };
+
 static void prune(const char *dir, int keep, const char *keep_name) {
     DIR *d = opendir(dir);
     if (!d) return;
-    char *names[4096];
-    int n = 0;
     struct dirent *e;
     char p[TT_PATH_MAX + 300];
     while ((e = readdir(d))) {
-        if (!strncmp(e->d_name, ".tmp-", 5)) {
-            if (!tmp_is_ours_or_dead(e->d_name)) continue; // another live process's save in progress
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            struct stat st;
-            if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) remove_folder(p);
-            else unlink(p);
-            continue;
-        }
-        if (!strncmp(e->d_name, "step-", 5) && strlen(e->d_name) == 13 && n < 4096) names[n++] = strdup(e->d_name);
+        if (strncmp(e->d_name, ".tmp-", 5) || !tmp_is_ours_or_dead(e->d_name)) continue; // a live save stays
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) remove_folder(p);
+        else unlink(p);
     }
     closedir(d);
-    qsort(names, (size_t)n, sizeof *names, cmp_str);
-    for (int i = 0; i < n; i++) {
-        if (names[i] && keep > 0 && i < n - keep && strcmp(names[i], keep_name) != 0) {
-            // out of sight in one rename first: a crash in the middle of the unlinks must not
-            // leave a visible step-* folder with files missing
-            char gone[TT_PATH_MAX + 300];
-            snprintf(p, sizeof p, "%s/%s", dir, names[i]);
-            snprintf(gone, sizeof gone, "%s/.tmp-gone-%s-%d", dir, names[i], (int)getpid());
-            if (rename(p, gone) == 0) remove_folder(gone);
-        }
-        free(names[i]);
+    step_name_t *names = keep > 0 ? malloc(MAX_STEP_FOLDERS * sizeof *names) : NULL;
+    int n = names ? step_folders(dir, names, MAX_STEP_FOLDERS) : 0;
+    for (int i = 0; i < n - keep; i++) {
+        if (!strcmp(names[i], keep_name)) continue;
+        // out of sight in one rename first: a crash in the middle of the unlinks must not
+        // leave a visible step-* folder with files missing
+        char gone[TT_PATH_MAX + 300];
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        snprintf(gone, sizeof gone, "%s/.tmp-gone-%s-%d", dir, names[i], (int)getpid());
+        if (rename(p, gone) == 0) remove_folder(gone);
     }
+    free(names);
 }
 
 int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t *params_hash, char *where, size_t wlen,
@@ -862,22 +860,13 @@ static uint64_t folder_bytes(const char *dir) {
 }
 
 int checkpoint_existing(const char *dir, uint64_t *sizes, int cap) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    char *names[4096];
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (!strncmp(e->d_name, "step-", 5) && strlen(e->d_name) == 13 && n < 4096 && n < cap &&
-            (names[n] = strdup(e->d_name)))
-            n++;
-    closedir(d);
-    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    step_name_t *names = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *names);
+    int n = names ? step_folders(dir, names, cap) : 0;
     char p[TT_PATH_MAX + 300];
     for (int i = 0; i < n; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);
         sizes[i] = folder_bytes(p);
-        free(names[i]);
     }
+    free(names);
     return n;
 }

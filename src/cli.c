@@ -462,8 +462,7 @@ static void apply_init_from(config_t *cfg, const parsed_t *ps) {
 static void resolve_schedule(config_t *cfg) {
     cfg->schedule_auto = cfg->schedule == SCHEDULE_AUTO;
     cfg->acts_auto = cfg->acts_tier == ACTS_AUTO;
-    if (cfg->schedule_auto) cfg->schedule = cfg->accum > 1 ? SCHEDULE_VERTICAL : SCHEDULE_HORIZONTAL;
-    if (cfg->acts_auto) cfg->acts_tier = cfg->schedule == SCHEDULE_VERTICAL ? ACTS_HOST : ACTS_DEVICE;
+    config_resolve_schedule(cfg);
 }
 
 // --recompute's word or number (blocks recomputed) into cfg->kept_blocks; auto is left to

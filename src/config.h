@@ -100,3 +100,7 @@ typedef struct {
 void cli_parse(int argc, char **argv, config_t *cfg);
 // Prints the resolved configuration (the first thing every run prints).
 void config_print(const config_t *cfg, FILE *f);
+// What --schedule auto and --checkpoints auto stand for at cfg's --accum (where
+// schedule_auto / acts_auto say they were auto): vertical when --accum > 1, and then host
+// checkpoints. cli_parse resolves with it, and plan advice after changing --accum.
+void config_resolve_schedule(config_t *cfg);

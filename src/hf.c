@@ -10,7 +10,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "json.h"
-#include "kernels.h" // uses: bf16_to_f32_n
 #include "model.h"
 #include "progress.h"
 #include "safetensors.h"
@@ -132,11 +131,15 @@ typedef struct {
     int nfiles;
     st_reader_t *r[HF_MAX_FILES];
     char name[HF_MAX_FILES][128];
+    unsigned char *used[HF_MAX_FILES]; // (r[i]->ntensors) 1 once the model took the tensor
     int nchecked, ntensors;        // over all files
 } hf_files_t;
 
 static void files_close(hf_files_t *f) {
-    for (int i = 0; i < f->nfiles; i++) st_close(f->r[i]);
+    for (int i = 0; i < f->nfiles; i++) {
+        st_close(f->r[i]);
+        free(f->used[i]);
+    }
     f->nfiles = 0;
 }
 
@@ -162,6 +165,11 @@ static int files_open(hf_files_t *f, const char *dir, const char *name, char *er
         return -EINVAL;
     }
     if (rc != 0) return rc;
+    if (!(f->used[i] = calloc((size_t)f->r[i]->ntensors + 1, 1))) {
+        st_close(f->r[i]);
+        ERR("--init-from %s: out of memory", dir);
+        return -ENOMEM;
+    }
     snprintf(f->name[i], sizeof f->name[i], "%s", name);
     f->nfiles++;
     f->nchecked += f->r[i]->nchecked;
@@ -210,40 +218,9 @@ static int files_find(const hf_files_t *f, const json_t *index, const char *name
 
 // ---------------------------------------------------------------- the weights
 
-static float f16_to_f32(uint16_t h) {
-    const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
-    const float sign = h & 0x8000 ? -1.0f : 1.0f;
-    if (e == 0) return sign * ldexpf((float)m, -24);          // zero and subnormals
-    if (e == 31) return m ? NAN : sign * INFINITY;
-    return sign * ldexpf((float)(m | 0x400), e - 25);
-}
-
-// Elements [lo, lo + n) of tensor idx of r into dst as FP32.
-static int read_as_f32(st_reader_t *r, int idx, size_t lo, size_t n, float *dst, char *err, size_t errlen) {
-    const st_tensor_t *t = &r->tensors[idx];
-    if (t->dtype == ST_F32) return st_read_checked(r, idx, dst, lo * 4, n * 4, err, errlen);
-    uint16_t buf[8192];
-    for (size_t i = 0; i < n; i += 8192) {
-        size_t k = n - i < 8192 ? n - i : 8192;
-        int rc = st_read_checked(r, idx, buf, (lo + i) * 2, k * 2, err, errlen);
-        if (rc != 0) return rc;
-        if (t->dtype == ST_BF16) bf16_to_f32_n(dst + i, buf, k);
-        else
-            for (size_t j = 0; j < k; j++) dst[i + j] = f16_to_f32(buf[j]);
-    }
-    return 0;
-}
-
-static void shape_text(char *buf, size_t len, int ndim, const uint64_t *shape) {
-    size_t w = (size_t)snprintf(buf, len, "[");
-    for (int d = 0; d < ndim && d < ST_MAX_DIMS && w < len; d++)
-        w += (size_t)snprintf(buf + w, len - w, "%s%llu", d ? ", " : "", (unsigned long long)shape[d]);
-    if (w < len) snprintf(buf + w, len - w, "]");
-}
-
 // One tensor's share [a, b) of a chunk into master: found, its shape checked against the
 // model's, converted, every value finite.
-static int load_piece(const model_t *m, int s, int t, const hf_files_t *f, const json_t *index, const char *dir,
+static int load_piece(const model_t *m, int s, int t, hf_files_t *f, const json_t *index, const char *dir,
                       size_t a, size_t b, float *master, char *err, size_t errlen) {
     const tensor_t *te = &m->shards[s].tensors[t];
     char hf[200];
@@ -256,17 +233,18 @@ static int load_piece(const model_t *m, int s, int t, const hf_files_t *f, const
     }
     st_reader_t *r = f->r[fi];
     const st_tensor_t *st = &r->tensors[tix];
+    f->used[fi][tix] = 1;
     const int ndim = te->rows == 1 ? 1 : 2;
     const uint64_t want[2] = {ndim == 1 ? (uint64_t)te->cols : (uint64_t)te->rows, (uint64_t)te->cols};
     if (st->ndim != ndim || st->shape[0] != want[0] || (ndim == 2 && st->shape[1] != want[1])) {
         char got[96], need[64];
-        shape_text(got, sizeof got, st->ndim, st->shape);
-        shape_text(need, sizeof need, ndim, want);
+        st_shape_str(got, sizeof got, st->ndim, st->shape);
+        st_shape_str(need, sizeof need, ndim, want);
         ERR("%s: tensor '%s' has shape %s, config.json makes it %s (a config.json that does not belong with these "
             "weights?)", r->path, hf, got, need);
         return -EINVAL;
     }
-    int rc = read_as_f32(r, tix, a - te->offset, b - a, master, err, errlen);
+    int rc = st_read_f32(r, tix, a - te->offset, b - a, master, err, errlen);
     for (size_t i = 0; rc == 0 && i < b - a; i++)
         if (!isfinite(master[i])) {
             ERR("%s: tensor '%s' holds a non-finite value at element %zu", r->path, hf, a - te->offset + i);
@@ -276,27 +254,15 @@ static int load_piece(const model_t *m, int s, int t, const hf_files_t *f, const
 }
 
 // Tensors of the files that are not the model's: counted, the first named (a notice).
-static void say_skipped(const model_t *m, const hf_files_t *f, const char *dir) {
-    int used = 0;
-    for (int s = 0; s < m->nshards; s++) used += m->shards[s].ntensors;
-    if (f->ntensors <= used) return;
+static void say_skipped(const hf_files_t *f, const char *dir) {
+    int skipped = 0;
     const char *first = NULL;
-    for (int i = 0; i < f->nfiles && !first; i++)
-        for (int k = 0; k < f->r[i]->ntensors && !first; k++) {
-            const char *nm = f->r[i]->tensors[k].name;
-            int found = 0;
-            for (int s = 0; s < m->nshards && !found; s++)
-                for (int t = 0; t < m->shards[s].ntensors && !found; t++) {
-                    char hf[200];
-                    model_tensor_hf_name(m, s, t, hf, sizeof hf);
-                    found = strcmp(hf, nm) == 0;
-                }
-            if (!found) first = nm;
-        }
-    if (first)
+    for (int i = 0; i < f->nfiles; i++)
+        for (int k = 0; k < f->r[i]->ntensors; k++)
+            if (!f->used[i][k] && !skipped++) first = f->r[i]->tensors[k].name;
+    if (skipped)
         notice("--init-from %s: %d tensor%s of the folder %s not part of this model and %s skipped (the first: '%.120s')",
-               dir, f->ntensors - used, f->ntensors - used == 1 ? "" : "s", f->ntensors - used == 1 ? "is" : "are",
-               f->ntensors - used == 1 ? "was" : "were", first);
+               dir, skipped, skipped == 1 ? "" : "s", skipped == 1 ? "is" : "are", skipped == 1 ? "was" : "were", first);
 }
 
 int hf_load(trainer_t *tr, const char *dir, FILE *out, char *err, size_t errlen) {
@@ -318,10 +284,9 @@ int hf_load(trainer_t *tr, const char *dir, FILE *out, char *err, size_t errlen)
             size_t lo, n;
             trainer_chunk_range(tr, s, c, &lo, &n);
             for (int t = 0; t < sh->ntensors && rc == 0; t++) {
-                const tensor_t *te = &sh->tensors[t];
-                size_t a = te->offset > lo ? te->offset : lo;
-                size_t b = te->offset + te->numel < lo + n ? te->offset + te->numel : lo + n;
-                if (a < b) rc = load_piece(m, s, t, f, index, dir, a, b, master + (a - lo), err, errlen);
+                size_t a, b;
+                if (model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b))
+                    rc = load_piece(m, s, t, f, index, dir, a, b, master + (a - lo), err, errlen);
             }
             if (rc == 0) rc = trainer_states_put(tr, s, c, TIER_O32, err, errlen); // m, v: the zeros asked for
             progress_add(&pg, (uint64_t)n * 4);
@@ -335,7 +300,7 @@ int hf_load(trainer_t *tr, const char *dir, FILE *out, char *err, size_t errlen)
         if (f->nchecked == 0)
             notice("--init-from %s: the weights carry no checksums (a folder not saved by tiertrain): they loaded "
                    "unverified", dir);
-        say_skipped(m, f, dir);
+        say_skipped(f, dir);
         if (out)
             fprintf(out, "initialized from %s: %d file%s, %d tensors%s, params_hash %016llx (%.1f s)\n", dir,
                     f->nfiles, f->nfiles == 1 ? "" : "s", f->ntensors,

@@ -136,6 +136,12 @@ void model_init_shard(const model_t *m, int shard, uint64_t seed, float *master)
 }
 
 // ---------------------------------------------------------------- export names
+int model_tensor_in_range(const tensor_t *te, size_t lo, size_t n, size_t *a, size_t *b) {
+    *a = te->offset > lo ? te->offset : lo;
+    *b = te->offset + te->numel < lo + n ? te->offset + te->numel : lo + n;
+    return *a < *b;
+}
+
 void model_tensor_hf_name(const model_t *m, int shard, int tensor, char *buf, size_t len) {
     const shard_t *s = &m->shards[shard];
     static const char *block_names[BW_COUNT] = {

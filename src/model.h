@@ -80,3 +80,5 @@ void model_init_range(const model_t *m, int shard, uint64_t seed, size_t lo, siz
 
 // Hugging Face Llama name of a tensor, e.g. "model.layers.3.self_attn.q_proj.weight".
 void model_tensor_hf_name(const model_t *m, int shard, int tensor, char *buf, size_t len);
+// The part of tensor te inside a shard's elements [lo, lo + n) (a chunk): [*a, *b) and 1, or 0.
+int model_tensor_in_range(const tensor_t *te, size_t lo, size_t n, size_t *a, size_t *b);

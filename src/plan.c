@@ -104,25 +104,17 @@ uint64_t plan_nvme_free(const config_t *cfg) {
 static int fs_of(const char *path, dev_t *dev, uint64_t *free) {
     char p[TT_PATH_MAX];
     snprintf(p, sizeof p, "%s", path[0] ? path : ".");
-    for (;;) {
-        struct stat st;
-        struct statvfs v;
-        if (stat(p, &st) == 0 && statvfs(p, &v) == 0) {
-            *dev = st.st_dev;
-            *free = (uint64_t)v.f_bavail * v.f_frsize;
-            return 0;
-        }
+    struct stat st;
+    struct statvfs v;
+    while (stat(p, &st) != 0 || statvfs(p, &v) != 0) { // up one level: "a/b" → "a" → "."; "/a" → "/"
         char *slash = strrchr(p, '/');
+        if (!strcmp(p, ".") || !strcmp(p, "/")) return -1;
         if (!slash) snprintf(p, sizeof p, ".");
-        else if (slash == p) p[1] = 0;
-        else *slash = 0;
-        if (!strcmp(p, ".") || !strcmp(p, "/")) {
-            if (stat(p, &st) != 0 || statvfs(p, &v) != 0) return -1;
-            *dev = st.st_dev;
-            *free = (uint64_t)v.f_bavail * v.f_frsize;
-            return 0;
-        }
+        else slash[slash == p] = 0;
     }
+    *dev = st.st_dev;
+    *free = (uint64_t)v.f_bavail * v.f_frsize;
+    return 0;
 }
 
 // Whether one of the --nvme-path directories lives on filesystem dev.

@@ -63,9 +63,7 @@ static void singles(const config_t *cfg, const plan_t *p, cands_t *cs) {
         config_t c = *cfg;
         c.B = cfg->B / d;
         c.accum = cfg->accum * d;
-        // what the command line with this change resolves to: auto schedules turn vertical
-        if (c.schedule_auto) c.schedule = c.accum > 1 ? SCHEDULE_VERTICAL : SCHEDULE_HORIZONTAL;
-        if (c.acts_auto) c.acts_tier = c.schedule == SCHEDULE_VERTICAL ? ACTS_HOST : ACTS_DEVICE;
+        config_resolve_schedule(&c); // what the command line with this change resolves to
         snprintf(ch, sizeof ch, "--batch %d --accum %d", c.B, c.accum);
         add(cs, &c, ch);
     }

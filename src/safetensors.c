@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,11 +53,12 @@ static const char *shown(char *buf, size_t len, const char *s, size_t n) {
     return buf;
 }
 
-static void shape_str(char *buf, size_t len, int ndim, const uint64_t *shape) {
+const char *st_shape_str(char *buf, size_t len, int ndim, const uint64_t *shape) {
     size_t w = (size_t)snprintf(buf, len, "[");
     for (int d = 0; d < ndim && w < len; d++)
         w += (size_t)snprintf(buf + w, len - w, "%s%" PRIu64, d ? ", " : "", shape[d]);
     if (w < len) snprintf(buf + w, len - w, "]");
+    return buf;
 }
 
 // numel · dtype size of t, or -1 when it overflows 64 bits.
@@ -530,7 +532,7 @@ static int parse_tensor(st_reader_t *r, const json_t *e, uint64_t data_len, st_t
         if (rc) return rc;
     }
     char sh[256];
-    shape_str(sh, sizeof sh, t->ndim, t->shape);
+    st_shape_str(sh, sizeof sh, t->ndim, t->shape);
     uint64_t need;
     if (tensor_bytes(t->ndim, t->shape, t->dtype, &need) < 0)
         return rerr(r, err, errlen, -EINVAL, "tensor %s: shape %s of %s has more bytes than 64 bits count", nm, sh,
@@ -835,4 +837,30 @@ int st_unchecked(const st_reader_t *r) {
     for (int i = 0; r && i < r->ntensors; i++)
         if (!r->crc_has[i]) return i;
     return -1;
+}
+
+static float half_to_f32(uint16_t h) {
+    const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+    const float sign = h & 0x8000 ? -1.0f : 1.0f;
+    if (e == 0) return sign * ldexpf((float)m, -24); // zero and subnormals
+    if (e == 31) return m ? NAN : sign * INFINITY;
+    return sign * ldexpf((float)(m | 0x400), e - 25);
+}
+
+int st_read_f32(st_reader_t *r, int idx, uint64_t first, size_t n, float *dst, char *err, size_t errlen) {
+    if (!r || idx < 0 || idx >= r->ntensors) return werr(err, errlen, -EINVAL, "safetensors: no tensor %d", idx);
+    const st_dtype_t dt = r->tensors[idx].dtype;
+    if (dt == ST_F32) return st_read_checked(r, idx, dst, first * 4, n * 4, err, errlen);
+    uint16_t buf[8192];
+    for (size_t i = 0; i < n; i += 8192) {
+        size_t k = n - i < 8192 ? n - i : 8192;
+        int rc = st_read_checked(r, idx, buf, (first + i) * 2, k * 2, err, errlen);
+        if (rc != 0) return rc;
+        for (size_t j = 0; j < k; j++) {
+            uint32_t bits = (uint32_t)buf[j] << 16; // BF16: the top half of an FP32
+            if (dt == ST_BF16) memcpy(&dst[i + j], &bits, 4);
+            else dst[i + j] = half_to_f32(buf[j]);
+        }
+    }
+    return 0;
 }

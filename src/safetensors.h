@@ -7,7 +7,8 @@
 // the caller appends every tensor's bytes in declared order in as many st_write calls as it
 // likes (a model larger than RAM goes out a shard at a time). The reader validates the whole
 // header at open and then reads any byte range of any tensor with pread.
-// Does not convert dtypes, mmap, or know tiertrain's tensor names (model.h has those).
+// Does not mmap or know tiertrain's tensor names (model.h has those); the one conversion is
+// st_read_f32's widening of BF16 and F16.
 // Called by the checkpoint code.
 //
 // What the reader accepts (as the reference implementation does, plus the README's rules):
@@ -134,4 +135,10 @@ int st_read_checked(st_reader_t *r, int idx, void *dst, uint64_t offset, size_t 
 int st_verify_rest(st_reader_t *r, char *err, size_t errlen);
 // The index of the first tensor (in file order) with no stored checksum, or -1.
 int st_unchecked(const st_reader_t *r);
+// Elements [first, first + n) of tensor idx as FP32 into dst, through st_read_checked (so
+// the checksum is checked as they stream by): F32 as stored, BF16 and F16 widened exactly.
+// The one dtype conversion this file does. 0 or -errno as st_read_checked.
+int st_read_f32(st_reader_t *r, int idx, uint64_t first, size_t n, float *dst, char *err, size_t errlen);
+// "[4, 16]": a shape for messages, into buf (returned).
+const char *st_shape_str(char *buf, size_t len, int ndim, const uint64_t *shape);
 void st_close(st_reader_t *r); // NULL-safe

@@ -35,9 +35,10 @@ static int calibrate_once(const config_t *cfg, const char *path) {
     if (env && !strcmp(env, "0")) return -1;
     model_t m;
     model_init(&m, cfg);
-    const uint64_t per = (cfg->params_tier == TIER_NVME ? (cfg->precision == PREC_BF16 ? 2 : 4) : 0) +
-                         (cfg->optim_tier == TIER_NVME ? 12 + (cfg->grads_tier == TIER_NVME ? 4 : 0) : 0);
-    uint64_t size = (uint64_t)m.numel_padded * per;
+    tier_layout_t *lay = malloc(sizeof *lay); // what this run will hold on NVMe: the layout says
+    if (lay) tier_layout(cfg, &m, cfg->device == DEVICE_CUDA ? DEVICE_CUDA : DEVICE_CPU, lay);
+    uint64_t size = lay ? lay->nvme_bytes : 0;
+    free(lay);
     model_free(&m);
     size = size < (256ull << 20) ? 256ull << 20 : size > (4ull << 30) ? 4ull << 30 : size;
     char sz[32], thr[16];

@@ -198,6 +198,27 @@ START_TEST(round_trip) {
 }
 END_TEST
 
+// The same folder declared tied: the model has no lm_head of its own, so the folder's
+// lm_head.weight is the one tensor skipped, said once, and the run goes on.
+START_TEST(tied_skips_lm_head) {
+    char dir[1200], file[1300];
+    snprintf(dir, sizeof dir, "%s/hf", tmp);
+    copy_folder(FIXTURE, dir);
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    edit(file, "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true");
+    const char *data = data_file();
+    const char *args[] = {"--init-from", dir, "--data", data, "--steps", "1", "--eval-every", "0", NULL};
+    run_t r = run("train", args);
+    ck_assert_msg(r.rc == 0, "exit %d:\n%s", r.rc, r.err);
+    char want[1400];
+    snprintf(want, sizeof want, "tiertrain: --init-from %s: 1 tensor of the folder is not part of this model and was "
+             "skipped (the first: 'lm_head.weight')\n", dir);
+    ck_assert_msg(strstr(r.err, want), "want \"%s\" in:\n%s", want, r.err);
+    ck_assert_msg(strstr(r.out, "2 files, 21 tensors"), "%s", r.out);
+    run_free(&r);
+}
+END_TEST
+
 // ---------------------------------------------------------------- refusals
 
 enum { R_DTYPE, R_MISSING, R_SHAPE, R_FLAG, R_ROPE_SCALING, R_BIAS, R_RESUME, R_MODEL, R_TYPE, NREFUSE };
@@ -291,6 +312,7 @@ int main(void) {
     tcase_add_checked_fixture(round, setup, teardown);
     tcase_set_timeout(round, 60 * slow);
     tcase_add_test(round, round_trip);
+    tcase_add_test(round, tied_skips_lm_head);
     suite_add_tcase(s, round);
     TCase *ref = tcase_create("refusals");
     tcase_add_checked_fixture(ref, setup, teardown);
