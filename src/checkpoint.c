@@ -1,19 +1,18 @@
 // checkpoint.c — see checkpoint.h. Files are written with plain write() + fsync; tensors go
 // through the streaming safetensors writer a shard at a time, so NVMe-resident states never
 // need more host memory than one shard's staging buffer.
+// The --save directory around the folders (one writer, pruning, space) is ckpt_dir.c.
 #include "checkpoint.h"
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "ckpt_dir.h"
 #include "crc32c.h"
 #include "json.h"
 #include "progress.h"
@@ -73,22 +72,6 @@ static int fsync_dir(const char *dir, char *err, size_t errlen) {
     if (fd >= 0) close(fd);
     if (rc != 0) ERR("%s: fsync: %s", dir, strerror(-rc));
     return rc;
-}
-
-// Removes a checkpoint folder (flat: files only) or a temporary one. Best effort.
-static void remove_folder(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        char p[TT_PATH_MAX + 300];
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
 }
 
 // ---------------------------------------------------------------- names and shapes
@@ -637,66 +620,6 @@ static int write_state_json(const trainer_t *tr, const data_t *d, int step, uint
     return write_text(path, text, err, errlen);
 }
 
-static int cmp_name(const void *a, const void *b) { return strcmp(a, b); } // step_name_t elements
-
-// A temporary name ends "-PID": the process that made it. Ours, or one no longer alive
-// (ESRCH), may be removed; a live other one's (a save in progress) may not. Names without a
-// pid are not ours to judge: left alone.
-static int tmp_is_ours_or_dead(const char *name) {
-    const char *dash = strrchr(name, '-');
-    if (!dash || !dash[1] || strspn(dash + 1, "0123456789") != strlen(dash + 1) || strlen(dash + 1) > 9) return 0;
-    pid_t pid = (pid_t)strtol(dash + 1, NULL, 10);
-    if (pid == getpid()) return 1;
-    return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
-}
-
-// Removes leftovers of interrupted saves (.tmp-*: this process's, or a dead one's) and all
-// but the newest keep checkpoints.
-typedef char step_name_t[16]; // "step-NNNNNNNN"
-
-// The step-NNNNNNNN folders of dir, oldest first: how many (at most cap), or 0 when dir
-// cannot be read.
-static int step_folders(const char *dir, step_name_t *names, int cap) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < cap)
-        if (!strncmp(e->d_name, "step-", 5) && strlen(e->d_name) == 13) snprintf(names[n++], sizeof names[0], "%s", e->d_name);
-    closedir(d);
-    qsort(names, (size_t)n, sizeof names[0], cmp_name);
-    return n;
-}
-
-enum { MAX_STEP_FOLDERS = 4096 };
-
-static void prune(const char *dir, int keep, const char *keep_name) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[TT_PATH_MAX + 300];
-    while ((e = readdir(d))) {
-        if (strncmp(e->d_name, ".tmp-", 5) || !tmp_is_ours_or_dead(e->d_name)) continue; // a live save stays
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) remove_folder(p);
-        else unlink(p);
-    }
-    closedir(d);
-    step_name_t *names = keep > 0 ? malloc(MAX_STEP_FOLDERS * sizeof *names) : NULL;
-    int n = names ? step_folders(dir, names, MAX_STEP_FOLDERS) : 0;
-    for (int i = 0; i < n - keep; i++) {
-        if (!strcmp(names[i], keep_name)) continue;
-        // out of sight in one rename first: a crash in the middle of the unlinks must not
-        // leave a visible step-* folder with files missing
-        char gone[TT_PATH_MAX + 300];
-        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
-        snprintf(gone, sizeof gone, "%s/.tmp-gone-%s-%d", dir, names[i], (int)getpid());
-        if (rename(p, gone) == 0) remove_folder(gone);
-    }
-    free(names);
-}
-
 int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t *params_hash, char *where, size_t wlen,
                     char *err, size_t errlen) {
     const config_t *c = trainer_config(tr);
@@ -708,7 +631,7 @@ int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t *params_h
         ERR("--save %s: %s", dir, strerror(e));
         return -e;
     }
-    prune(dir, 0, ""); // leftovers of an interrupted save are never taken for a checkpoint
+    ckpt_prune(dir, 0, ""); // leftovers of an interrupted save are never taken for a checkpoint
     char name[32], tmp[TT_PATH_MAX + 64], final[TT_PATH_MAX + 64], path[TT_PATH_MAX + 128];
     snprintf(name, sizeof name, "step-%08d", step);
     snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%d", dir, name, (int)getpid());
@@ -748,7 +671,7 @@ int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t *params_h
         // one atomic step, so `latest` never names a missing folder; tmp then holds the old
         // one. ENOENT (nothing to swap with) or EINVAL (no RENAME_EXCHANGE): plain rename.
         if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
-            remove_folder(tmp);
+            ckpt_remove_folder(tmp);
         } else if (rename(tmp, final) != 0) {
             int e = errno;
             ERR("--save %s: rename %s -> %s: %s", dir, tmp, final, strerror(e));
@@ -757,7 +680,7 @@ int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t *params_h
     }
     if (rc == 0) rc = fsync_dir(dir, err, errlen);
     if (rc != 0) {
-        remove_folder(tmp);
+        ckpt_remove_folder(tmp);
         return rc;
     }
     test_delay(); // between the folder's rename and latest's
@@ -775,98 +698,7 @@ int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t *params_h
         unlink(ltmp);
         return rc;
     }
-    prune(dir, c->keep_last, name);
+    ckpt_prune(dir, c->keep_last, name);
     snprintf(where, wlen, "%s", final);
     return 0;
-}
-
-// ---------------------------------------------------------------- one writer, space
-
-int checkpoint_lock(const char *dir, char *err, size_t errlen) {
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-        int e = errno;
-        ERR("--save %s: cannot create it: %s (give a directory whose parent exists and is writable)", dir, strerror(e));
-        return -e;
-    }
-    char path[TT_PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s/.lock", dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        int e = errno;
-        ERR("--save %s: cannot open %s: %s", dir, path, strerror(e));
-        return -e;
-    }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        int e = errno;
-        char pid[32] = "";
-        ssize_t n = e == EWOULDBLOCK ? pread(fd, pid, sizeof pid - 1, 0) : -1;
-        close(fd);
-        if (e != EWOULDBLOCK) {
-            ERR("--save %s: cannot lock %s: %s", dir, path, strerror(e));
-            return -e;
-        }
-        pid[n > 0 ? n : 0] = 0;
-        pid[strspn(pid, "0123456789")] = 0;
-        ERR("--save %s is in use by pid %s (another run saves there: give this run another --save, or wait for that "
-            "one to finish)", dir, pid[0] ? pid : "unknown");
-        return -EBUSY;
-    }
-    char line[32];
-    int k = snprintf(line, sizeof line, "%d\n", (int)getpid());
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)k, 0) != k) {
-        int e = errno;
-        close(fd);
-        ERR("--save %s: cannot write %s: %s", dir, path, strerror(e));
-        return -e;
-    }
-    return fd;
-}
-
-int checkpoint_newest(const char *dir, char *out, size_t len) {
-    char e[256];
-    if (!dir[0] || checkpoint_resolve(dir, out, len, e, sizeof e) != 0) return -ENOENT;
-    return 0;
-}
-
-uint64_t checkpoint_bytes(const model_t *m, int bf16) {
-    const uint64_t block = 4096;
-    uint64_t data = 0, header = 64;
-    for (int s = 0; s < m->nshards; s++)
-        for (int t = 0; t < m->shards[s].ntensors; t++) {
-            char hf[200];
-            model_tensor_hf_name(m, s, t, hf, sizeof hf);
-            data += (uint64_t)m->shards[s].tensors[t].numel;
-            header += 2 * strlen(hf) + 120; // the entry and its crc32c entry, with suffixes
-        }
-    uint64_t model = 8 + header + data * (bf16 ? 2 : 4), optim = 8 + header * 3 + data * (bf16 ? 12 : 8);
-    uint64_t files = (model + block - 1) / block + (optim + block - 1) / block + 2 /* the two .json */;
-    return files * block;
-}
-
-// Bytes on disk of a flat folder's files.
-static uint64_t folder_bytes(const char *dir) {
-    DIR *d = opendir(dir);
-    uint64_t total = 0;
-    if (!d) return 0;
-    struct dirent *e;
-    char p[TT_PATH_MAX + 600];
-    struct stat st;
-    while ((e = readdir(d))) {
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        if (e->d_name[0] != '.' && lstat(p, &st) == 0 && S_ISREG(st.st_mode)) total += (uint64_t)st.st_blocks * 512;
-    }
-    closedir(d);
-    return total;
-}
-
-int checkpoint_existing(const char *dir, uint64_t *sizes, int cap) {
-    step_name_t *names = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *names);
-    int n = names ? step_folders(dir, names, cap) : 0;
-    char p[TT_PATH_MAX + 300];
-    for (int i = 0; i < n; i++) {
-        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
-        sizes[i] = folder_bytes(p);
-    }
-    free(names);
-    return n;
 }
