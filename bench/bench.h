@@ -38,3 +38,4 @@ int bench_run_steps_hooked(const config_t *cfg, int steps, const bench_hook_t *h
 int bench_overlap(const config_t *cfg);  // bench/bench_overlap.c
 int bench_capacity(const config_t *cfg); // bench/bench_capacity.c
 int bench_train(const config_t *cfg);    // bench/bench_train.c
+int bench_comm(const config_t *cfg);     // bench/bench_comm.c: the ranks' collectives (under mpirun)

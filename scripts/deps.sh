@@ -17,7 +17,7 @@ if [[ "${1:-}" == "--browser" ]]; then
     fi
   fi
 fi
-pkgs=(build-essential cmake pkg-config liburing-dev libnuma-dev libhwloc-dev check libopenblas-dev)
+pkgs=(build-essential cmake pkg-config liburing-dev libnuma-dev libhwloc-dev check libopenblas-dev openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)

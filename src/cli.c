@@ -513,6 +513,12 @@ static void check_nvme_paths(const char *list) {
         if (n == 0) usage_error("--nvme-path %s: empty directory in the list (accepted: DIR[,DIR...])", list);
         snprintf(dir, sizeof dir, "%.*s", (int)n, p);
         struct stat st;
+        if (strstr(dir, "%r")) { // each rank's folder, made by train once the rank is known
+            p += n;
+            if (!*p) break;
+            p++;
+            continue;
+        }
         if (stat(dir, &st) != 0)
             usage_error("--nvme-path %s: %s: %s (accepted: existing writable directories, comma-separated)", list, dir,
                         strerror(errno));
@@ -654,4 +660,16 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         break;
     case CMD_NONE: break;
     }
+}
+
+const char *cli_first_difference(const config_t *a, const config_t *b) {
+    for (size_t i = 0; i < CLI_NFLAGS; i++) {
+        const flag_t *f = &cli_flags[i];
+        if (!f->fsize) continue;
+        const char *x = (const char *)a + f->off, *y = (const char *)b + f->off;
+        int differs = f->kind == FK_STRING || f->kind == FK_PRESET ? strncmp(x, y, f->fsize) != 0
+                                                                   : memcmp(x, y, f->fsize) != 0;
+        if (differs) return f->name;
+    }
+    return NULL;
 }

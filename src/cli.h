@@ -24,6 +24,9 @@ void cli_help(FILE *f, command_t cmd);
 // The flag reference as Markdown, one table per group: the README section between
 // <!-- flags:begin --> and <!-- flags:end --> is exactly this text.
 void cli_help_markdown(FILE *f);
+// The long name (without dashes) of the first flag in the table whose value differs between
+// a and b (two ranks' resolved configurations), or NULL when none does.
+const char *cli_first_difference(const config_t *a, const config_t *b);
 // Checks the table itself: unique names, field sizes that match the kinds, defaults that
 // parse and lie in range. Returns 0, or -1 with the problem in err. cli_parse runs it.
 int cli_table_check(char *err, size_t errlen);

@@ -115,6 +115,9 @@ const flag_t cli_flags[] = {
      .values = "manual|auto", .group = G_RUN, .cmds = TP,
      .help = "auto: the first placement that fits the budgets and RAM, in order of the traffic it adds "
              "(overrides --params, --grads, --optimizer)"},
+    {.name = "ranks", .metavar = "N", .kind = FK_INT, FIELD(ranks), .def = "1", .lo = 1, .hi = 65536,
+     .group = G_RUN, .cmds = CLI_CMD_PLAN, .help = "what each of N ranks (mpirun -np N on one node) would hold and "
+     "move; train takes the launcher's"},
     {.name = "prefetch", .metavar = "N", .kind = FK_INT, FIELD(prefetch), .def = "2", .lo = 0, .hi = 64,
      .group = G_RUN, .cmds = TPB, .help = "streamed parameter shards fetched ahead of their use"},
     {.name = "schedule", .metavar = "auto|horizontal|vertical", .kind = FK_ENUM, FIELD(schedule), .def = "auto",
@@ -147,7 +150,8 @@ const flag_t cli_flags[] = {
     // ---- io
     {.name = "nvme-path", .metavar = "DIR[,DIR...]", .kind = FK_STRING, FIELD(nvme_path), .def = "",
      .def_show = "$TMPDIR or /tmp", .accepts = "existing writable directories, comma-separated",
-     .group = G_IO, .cmds = TPB, .help = "directories for the NVMe tier's files"},
+     .group = G_IO, .cmds = TPB, .help = "directories for the NVMe tier's files; %r in one is the rank (made when "
+     "missing), and without %r each rank of several uses DIR/rank-R"},
     {.name = "nvme-qd", .metavar = "N", .kind = FK_INT, FIELD(nvme_qd), .def = "32", .lo = 1, .hi = 4096,
      .group = G_IO, .cmds = TPB, .help = "I/O queue depth (requests in flight)"},
     {.name = "io-block", .metavar = "SIZE", .kind = FK_SIZE, FIELD(io_block), .def = "1M", .lo = 4096,
@@ -218,12 +222,14 @@ const command_info_t cli_commands[] = {
      "train a model (default: the small preset on the built-in synthetic corpus)"},
     {"plan", CMD_PLAN, CLI_CMD_PLAN, "tiertrain plan [flags]",
      "print the resolved configuration and what fits where, without training"},
-    {"bench", CMD_BENCH, CLI_CMD_BENCH, "tiertrain bench gemm|io|adam|calibrate|overlap|capacity|train [flags]",
+    {"bench", CMD_BENCH, CLI_CMD_BENCH, "tiertrain bench gemm|io|adam|calibrate|overlap|capacity|train|comm [flags]",
      "gemm: matmul kernel GFLOP/s against plain cblas_sgemm (on a GPU: against bare cuBLASLt, 1b's shapes); io: NVMe tier throughput; adam: AdamW update rate against "
      "memory bandwidth; calibrate: measure the rates the plan uses and write the profile; overlap: one model resident, "
      "streamed from host and from NVMe against the plan's floor; capacity: the largest model this machine's tiers hold, "
      "and two real steps of it; train: timed steps of one shape (train's flags; default L 12, C 768, F 2048, V 256, "
-     "T 256, B 4): tokens/s, GFLOP/s against the calibrated GEMM rate, and where the step went"},
+     "T 256, B 4): tokens/s, GFLOP/s against the calibrated GEMM rate, and where the step went; comm (under mpirun "
+     "-np N): the ranks' all-gather, ordered reduce-scatter and all-reduce over message sizes, algorithm and bus "
+     "bandwidth"},
     {"eval", CMD_EVAL, CLI_CMD_EVAL, "tiertrain eval --resume DIR|--init-from DIR --data FILE [--seq T] [--eval-tokens N] [--precision fp32|bf16]",
      "mean next-token loss of a checkpoint over a file's tokens, in consecutive non-overlapping windows of T+1"},
     {"tokenize", CMD_TOKENIZE, CLI_CMD_TOKENIZE, "tiertrain tokenize IN.txt -o OUT.bin",
@@ -234,7 +240,8 @@ const command_info_t cli_commands[] = {
 };
 _Static_assert(sizeof cli_commands / sizeof cli_commands[0] == CLI_NCOMMANDS, "CLI_NCOMMANDS (cli_table.h)");
 
-const char *const cli_bench_names[CLI_NBENCH] = {"gemm", "io", "adam", "calibrate", "overlap", "capacity", "train"};
+const char *const cli_bench_names[CLI_NBENCH] = {"gemm", "io", "adam", "calibrate", "overlap", "capacity", "train",
+                                                  "comm"};
 
 
 // ---------------------------------------------------------------- describing a row

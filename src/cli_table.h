@@ -54,11 +54,11 @@ typedef struct {
 
 extern const char *const cli_group_name[G_COUNT];
 extern const char *const cli_group_title[G_COUNT];
-enum { CLI_NFLAGS = 65, CLI_NCOMMANDS = 6, CLI_NBENCH = 7 };
+enum { CLI_NFLAGS = 66, CLI_NCOMMANDS = 6, CLI_NBENCH = 8 };
 extern const flag_t cli_flags[CLI_NFLAGS];
 extern const command_info_t cli_commands[CLI_NCOMMANDS];
 extern const char *const cli_bench_names[CLI_NBENCH];
-#define BENCH_ACCEPTED "gemm, io, adam, calibrate, overlap, capacity, train"
+#define BENCH_ACCEPTED "gemm, io, adam, calibrate, overlap, capacity, train, comm"
 
 const command_info_t *cli_command_of(command_t cmd);
 // The subcommands of a flag's bits in words ("train, plan"; 0: "all").

@@ -35,7 +35,9 @@ typedef struct {
     // ---- data
     char data[TT_PATH_MAX];  // --data synthetic|FILE.txt|FILE.bin
     int B;                   // --batch (sequences per micro-batch)
-    int accum;               // --accum (micro-batches per step)
+    int accum;               // --accum (micro-batches per step, on each rank)
+    int ranks;               // ranks of the world (train: the launcher's; plan: --ranks N); 0 or 1: one
+    int local_ranks;         // of which on this node (train: the launcher's; plan: all of them); 0: ranks
     int steps;               // --steps
     int eval_every;          // --eval-every (0 = never)
     int eval_batches;        // --eval-batches

@@ -1,7 +1,9 @@
-// main.c — entry point: parse the command line, dispatch the subcommand.
+// main.c — entry point: join the launcher's world (comm.h), parse the command line, dispatch
+// the subcommand. Under a launcher, rank 0 alone prints to stdout.
 #include <stdio.h>
 #include <string.h>
 #include "bench.h"
+#include "comm.h"
 #include "config.h"
 #include "data.h"
 #include "eval.h"
@@ -10,10 +12,30 @@
 #include "train.h"
 #include "util.h"
 
+static int dispatch(config_t *cfg);
+
 int main(int argc, char **argv) {
+    char err[512];
+    int rc = comm_init(&argc, &argv, err, sizeof err);
+    if (rc != 0) fail_with(rc, "%s", err);
+    comm_t *world = comm_world();
+    if (comm_rank(world) != 0 && !freopen("/dev/null", "w", stdout))
+        runtime_error("rank %d: /dev/null: cannot open for stdout", comm_rank(world));
+    notice_silence(comm_rank(world) != 0);
     config_t cfg;
     cli_parse(argc, argv, &cfg); // exits on bad input, --help and --version
-    progress_quiet(cfg.quiet);
+    if (cfg.command != CMD_PLAN) { // plan says what --ranks N would hold
+        cfg.ranks = comm_size(world);
+        cfg.local_ranks = comm_local_size(world);
+    }
+    progress_quiet(cfg.quiet || comm_rank(world) != 0);
+    rc = dispatch(&cfg);
+    if (rc == 0) comm_finalize();
+    return rc;
+}
+
+static int dispatch(config_t *cfg_in) {
+    config_t cfg = *cfg_in;
     switch (cfg.command) {
     case CMD_TRAIN: return train_run(&cfg);
     case CMD_PLAN: return plan_run(&cfg);
@@ -26,7 +48,9 @@ int main(int argc, char **argv) {
         if (strcmp(cfg.bench_name, "capacity") == 0) return bench_capacity(&cfg);
         if (strcmp(cfg.bench_name, "train") == 0) return bench_train(&cfg);
         if (strcmp(cfg.bench_name, "calibrate") == 0) return bench_calibrate(&cfg);
-        usage_error("bench %s: unknown benchmark (accepted: gemm, io, adam, calibrate, overlap, capacity, train)", cfg.bench_name);
+        if (strcmp(cfg.bench_name, "comm") == 0) return bench_comm(&cfg);
+        usage_error("bench %s: unknown benchmark (accepted: %s)", cfg.bench_name,
+                    "gemm, io, adam, calibrate, overlap, capacity, train, comm");
     case CMD_EVAL: return eval_run(&cfg);
     case CMD_REPORT: return report_html_run(&cfg);
     case CMD_NONE: break;

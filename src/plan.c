@@ -264,6 +264,20 @@ static void plan_check(const config_t *cfg, plan_t *p) {
         snprintf(p->reason, sizeof p->reason, "host states need %s, over --host-budget %s (raise --host-budget, %s"
                  "or a smaller --model, --batch or --seq)",
                  format_bytes(a, sizeof a, p->host_bytes), format_bytes(b, sizeof b, cfg->host_budget), fix);
+    } else if (p->local_ranks > 1 && p->mem_available && p->ram_needed * (uint64_t)p->local_ranks > p->mem_available) {
+        p->feasible = 0;
+        snprintf(p->reason, sizeof p->reason, "needs %s of RAM on each of this node's %d ranks, %s in all, %s available "
+                 "(fewer ranks per node, %sa smaller --model, --batch or --seq)",
+                 format_bytes(a, sizeof a, p->ram_needed), p->local_ranks,
+                 format_bytes(b, sizeof b, p->ram_needed * (uint64_t)p->local_ranks),
+                 format_bytes(d, sizeof d, p->mem_available), fix);
+    } else if (p->local_ranks > 1 && p->nvme_bytes && p->nvme_bytes * (uint64_t)p->local_ranks > p->nvme_free) {
+        p->feasible = 0;
+        snprintf(p->reason, sizeof p->reason, "NVMe states need %s on each of this node's %d ranks, %s in all, %s free "
+                 "under --nvme-path %.200s (fewer ranks per node, free space, or keep more states in RAM)",
+                 format_bytes(a, sizeof a, p->nvme_bytes), p->local_ranks,
+                 format_bytes(b, sizeof b, p->nvme_bytes * (uint64_t)p->local_ranks),
+                 format_bytes(c, sizeof c, p->nvme_free), cfg->nvme_path[0] ? cfg->nvme_path : "(default: $TMPDIR or /tmp)");
     } else if (p->mem_available && p->ram_needed > p->mem_available) {
         p->feasible = 0;
         if (cfg->device == DEVICE_CUDA)
@@ -312,6 +326,12 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     double mm = (6.0 + 2.0 * r) * (double)m->num_params * N * cfg->accum;
     double att = 4.0 * (3.0 + r) * N * cfg->T * C / 2.0 * m->L * cfg->accum;
     p->flops_per_step = mm + att;
+    // ranks: each micro-batch's fold sends (N−1)/N of every shard's gradients in the all-to-all
+    // and as much in the all-gather (the tied head's share once more)
+    p->ranks = cfg->ranks > 1 ? cfg->ranks : 1;
+    p->local_ranks = cfg->local_ranks > 0 ? cfg->local_ranks : p->ranks;
+    const double fold = P + (m->tie ? (double)m->shards[0].numel_padded : 0.0);
+    p->comm_bytes = p->ranks > 1 ? (uint64_t)(2.0 * (p->ranks - 1) / p->ranks * fold * 4.0 * cfg->accum) : 0;
     plan_traffic(cfg, m, p);
     plan_floor(cfg, prof, P, p);
     plan_check(cfg, p);
@@ -435,6 +455,13 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
             format_bytes(a, sizeof a, p->h2d_bytes), format_bytes(b, sizeof b, p->d2h_bytes),
             format_bytes(c, sizeof c, p->nvme_read_bytes), format_bytes(d, sizeof d, p->nvme_write_bytes),
             (unsigned long long)p->param_fetches);
+    if (p->ranks > 1)
+        fprintf(f, "ranks: %d (%d on this node, sharing its RAM and NVMe: %s of RAM and %s of NVMe in all), each holding "
+                   "every state (not partitioned yet); per step each rank sends %s and receives as much in the gradient "
+                   "fold, %d micro-batches per step in all\n",
+                p->ranks, p->local_ranks, format_bytes(a, sizeof a, p->ram_needed * (uint64_t)p->local_ranks),
+                format_bytes(b, sizeof b, p->nvme_bytes * (uint64_t)p->local_ranks),
+                format_bytes(c, sizeof c, p->comm_bytes), cfg->accum * p->ranks);
     fprintf(f, "predicted floor per step (rates from %s):\n", p->prof ? p->prof->source : "built-in defaults; run tiertrain bench calibrate");
     for (int r = 0; r < PLAN_NRES; r++)
         fprintf(f, "  %-13s %10.1f ms%s\n", plan_resource_names[r], p->t_ms[r], r == p->bound ? "   <- bound" : "");
@@ -485,8 +512,10 @@ void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f) 
             (unsigned long long)p->nvme_write_bytes, (unsigned long long)p->save_bytes,
             (unsigned long long)p->save_need, (unsigned long long)p->save_free, p->flops_per_step, p->floor_ms,
             plan_resource_names[p->bound], p->prof ? "profile" : "defaults");
-    fprintf(f, "\"hbm_budget\":%llu,\"host_budget\":%llu,\"kept_blocks\":%d,\"t_ms\":{",
-            (unsigned long long)cfg->hbm_budget, (unsigned long long)cfg->host_budget, cfg->kept_blocks);
+    fprintf(f, "\"hbm_budget\":%llu,\"host_budget\":%llu,\"kept_blocks\":%d,\"ranks\":%d,\"local_ranks\":%d,"
+               "\"comm_bytes\":%llu,\"t_ms\":{",
+            (unsigned long long)cfg->hbm_budget, (unsigned long long)cfg->host_budget, cfg->kept_blocks, p->ranks,
+            p->local_ranks, (unsigned long long)p->comm_bytes);
     for (int r = 0; r < PLAN_NRES; r++) fprintf(f, "%s\"%s\":%.3f", r ? "," : "", plan_resource_names[r], p->t_ms[r]);
     fprintf(f, "},\"suggestions\":[");
     for (int i = 0; i < p->nsugg; i++) // the changes are flags: nothing in them needs escaping

@@ -43,6 +43,8 @@ typedef struct {
     double floor_ms;
     int bound;               // index into plan_resource_names of the resource setting the floor
     const profile_t *prof;   // the rates used
+    int ranks, local_ranks;  // the world (cfg->ranks) and its ranks on this node, which share its RAM and NVMe
+    uint64_t comm_bytes;     // bytes each rank sends per step in the gradient fold (and receives as many)
     int feasible;
     char reason[512];        // why not, and the flag that would fix it
     // plan_advise: the cheapest changes that make it fit (lowest predicted floor first), or

@@ -65,13 +65,24 @@ void report_summary(FILE *log, const trainer_info_t *info, const plan_t *plan, c
                  "\"peak_host_bytes\":%llu,\"nvme_bytes_read\":%llu,\"nvme_bytes_written\":%llu,"
                  "\"h2d_bytes\":%llu,\"d2h_bytes\":%llu,\"fetch_wait_ms\":%.3f,\"optimizer_nvme_wait_ms\":%.3f,"
                  "\"copy_ms\":%.3f,\"optimizer_ms\":%.3f,\"host_cache_hits\":%llu,\"floor_ms\":%.3f,"
-                 "\"efficiency\":%.4f,\"bound\":\"%s\",\"nvme_read_GBps\":%.3f,\"nvme_write_GBps\":%.3f,"
-                 "\"params_hash\":\"%016llx\"}\n",
+                 "\"efficiency\":%.4f,\"bound\":\"%s\",\"nvme_read_GBps\":%.3f,\"nvme_write_GBps\":%.3f,",
             r->params, r->steps, r->first_loss, r->final_loss, isfinite(r->val_loss) ? r->val_loss : -1.0,
             r->tok_per_s, r->step_ms, (unsigned long long)info->device_peak, (unsigned long long)info->host_bytes,
             (unsigned long long)ts->nvme_read_bytes, (unsigned long long)ts->nvme_write_bytes,
             (unsigned long long)ts->h2d_bytes, (unsigned long long)ts->d2h_bytes, info->sched.wait_ms,
             ts->opt_nvme_wait_ms, ts->copy_ms, ts->opt_ms, (unsigned long long)ts->cache_hits, plan->floor_ms,
             r->step_ms > 0 ? plan->floor_ms / r->step_ms : 0.0, plan_resource_names[plan->bound],
-            report_nvme_GBps(info, IO_READ), report_nvme_GBps(info, IO_WRITE), (unsigned long long)r->hash);
+            report_nvme_GBps(info, IO_READ), report_nvme_GBps(info, IO_WRITE));
+    if (r->ranks > 1) { // rank 0's figures above; each rank's peaks here
+        fprintf(log, "\"ranks\":%d", r->ranks);
+        const char *key[2] = {"rank_peak_device_bytes", "rank_peak_host_bytes"};
+        const uint64_t *val[2] = {r->rank_device, r->rank_host};
+        for (int k = 0; k < 2; k++) {
+            fprintf(log, ",\"%s\":[", key[k]);
+            for (int i = 0; i < r->ranks; i++) fprintf(log, "%s%llu", i ? "," : "", (unsigned long long)val[k][i]);
+            fprintf(log, "]");
+        }
+        fprintf(log, ",");
+    }
+    fprintf(log, "\"params_hash\":\"%016llx\"}\n", (unsigned long long)r->hash);
 }

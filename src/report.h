@@ -17,6 +17,8 @@ typedef struct {
     double val_loss;          // NaN when never evaluated
     double step_ms, tok_per_s; // means over steps 2..N
     uint64_t hash;            // params_hash
+    int ranks;                // the world's ranks (0 or 1: one)
+    const uint64_t *rank_device, *rank_host; // ranks > 1: (ranks) each rank's device and host peaks
 } report_run_t;
 
 // The tier report, for people (the last thing `train` prints).

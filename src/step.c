@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "comm.h"
 #include "trace.h"
 #include "util.h"
 
@@ -69,6 +70,40 @@ static void grads_release(step_t *st, int shard) {
     if (tier_grads_release(st->tier, shard, err, sizeof err) != 0) fault(st, err);
 }
 
+// Where micro-batch mb's gradients of n elements go before they join the sum G (see the fold
+// in step.h): G itself for the step's first micro-batch on one rank, else fresh buffer k zeroed.
+static float *grads_target(step_t *st, float *G, int mb, int k, size_t n) {
+    if (st->ranks == 1 && mb == 0) return G;
+    if (!st->gfresh[k]) {
+        fault(st, "step: more micro-batches than the layout has fold buffers for");
+        return G;
+    }
+    backend_memset(st->be, st->gfresh[k], 0, n * sizeof(float));
+    return st->gfresh[k];
+}
+
+// Adds F (one micro-batch's gradients, from grads_target) into the sum G, n elements: every
+// rank's F in rank order, piece by piece, when there are ranks.
+static void grads_fold(step_t *st, float *G, const float *F, size_t n) {
+    if (F == G) return;
+    const backend_ops_t *op = st->be->ops;
+    if (st->ranks == 1) {
+        op->add_inplace(G, F, n);
+        return;
+    }
+    char err[512];
+    size_t lo, cnt;
+    comm_piece(n, st->ranks, st->rank, &lo, &cnt);
+    double t0 = trace_now_ms();
+    if (comm_alltoall_pieces(st->comm, F, st->grecv, n, err, sizeof err) != 0) {
+        fault(st, err);
+        return;
+    }
+    for (int r = 0; r < st->ranks; r++) op->add_inplace(G + lo, st->grecv + (size_t)r * cnt, cnt);
+    if (comm_allgather_pieces(st->comm, G, n, err, sizeof err) != 0) fault(st, err);
+    trace_span(TRACK_COMPUTE, "gradient fold", "ranks", t0, trace_now_ms());
+}
+
 // ---------------------------------------------------------------- init
 
 int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, tier_t *tier, char *err,
@@ -103,6 +138,11 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     st->wbuf[0] = tier_buf(tier, TB_WEIGHTS, 0);
     st->wbuf[1] = tier_buf(tier, TB_WEIGHTS_EMB, 0);
     st->gtie = tier_buf(tier, TB_TIED_GRAD, 0);
+    for (int k = 0; k < lay->spec[TB_GRAD_FRESH].count && k < 2; k++) st->gfresh[k] = tier_buf(tier, TB_GRAD_FRESH, k);
+    st->grecv = tier_buf(tier, TB_GRAD_RECV, 0);
+    st->comm = comm_world();
+    st->ranks = cfg->ranks > 1 ? cfg->ranks : 1;
+    st->rank = st->ranks > 1 ? comm_rank(st->comm) : 0;
     tier_stats_t *ts = tier_stats(tier);
     acts_counters_t cnt = {.h2d_bytes = &ts->h2d_bytes, .d2h_bytes = &ts->d2h_bytes, .act_h2d = &ts->act_h2d_bytes,
                            .act_d2h = &ts->act_d2h_bytes, .copy_ms = &ts->copy_ms};
@@ -113,9 +153,11 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     if (rc != 0) return rc;
     st->losses_host = calloc(N, sizeof *st->losses_host);
     st->uses = calloc((size_t)lay->max_uses, sizeof *st->uses);
+    st->nmb_max = cfg->accum;
+    st->mb_loss = calloc((size_t)cfg->accum, sizeof *st->mb_loss);
     size_t rn = (size_t)st->T * (size_t)(m->HS / 2);
     float *rc_h = malloc(rn * sizeof(float)), *rs_h = malloc(rn * sizeof(float));
-    if (!st->losses_host || !st->uses || !rc_h || !rs_h) {
+    if (!st->losses_host || !st->uses || !st->mb_loss || !rc_h || !rs_h) {
         free(rc_h);
         free(rs_h);
         snprintf(err, errlen, "out of memory for the step's tables");
@@ -135,6 +177,7 @@ void step_free(step_t *st) {
     free(st->kept_base);
     free(st->losses_host);
     free(st->uses);
+    free(st->mb_loss);
     memset(st, 0, sizeof *st);
 }
 
@@ -299,8 +342,8 @@ static double mean_loss(step_t *st) {
 }
 
 // Head forward, loss and head backward of micro-batch mb: leaves ∂L/∂x_L in its dres and
-// accumulates the head's gradients into Gh (the LM head's into st->gtie when tied).
-static double head_forward_backward(step_t *st, int mb, const float *Wh, const float *Wout, float *Gh,
+// accumulates the head's gradients into Gh (the LM head's into Gtie when tied).
+static double head_forward_backward(step_t *st, int mb, const float *Wh, const float *Wout, float *Gh, float *Gtie,
                                     const int *targets, float dscale) {
     const backend_ops_t *op = st->be->ops;
     const model_t *m = st->m;
@@ -316,7 +359,7 @@ static double head_forward_backward(step_t *st, int mb, const float *Wh, const f
     float *dlogits = a->logits; // (N, V), in place
     rnd(st, dlogits, (size_t)N * V);
     // logits = xf·Woutᵀ, xf = rmsnorm(x_L)
-    float *dWout = m->tie ? st->gtie : grad_of(Gh, st, hs, HW_LM_HEAD);
+    float *dWout = m->tie ? Gtie : grad_of(Gh, st, hs, HW_LM_HEAD);
     op->matmul_backward_input(a->dln, dlogits, Wout, N, C, V, 0);
     op->matmul_backward_weight(dWout, dlogits, a->xf, N, C, V);
     rnd(st, a->dln, NC);
@@ -383,7 +426,7 @@ double step_forward_backward(step_t *st, const int *tokens, const int *targets, 
     const model_t *m = st->m;
     const int hs = model_head_shard(m);
     const size_t N = (size_t)st->N;
-    if (st->vertical && nmb > st->nmb) {
+    if ((st->vertical && nmb > st->nmb) || nmb > st->nmb_max) {
         fault(st, "step: more micro-batches than the vertical schedule holds");
         return NAN;
     }
@@ -409,20 +452,35 @@ double step_forward_backward(step_t *st, const int *tokens, const int *targets, 
         }
         const float *Wh, *Wout = head_acquire(st, &Wh);
         float *Gh = grads_acquire(st, hs, last);
-        for (int mb = mb0; mb < mb1; mb++)
-            loss += head_forward_backward(st, mb, Wh, Wout, Gh, targets + (size_t)mb * N, dscale);
+        const size_t nh = m->shards[hs].numel_padded, n0 = m->shards[0].numel_padded;
+        for (int mb = mb0; mb < mb1; mb++) {
+            float *Fh = grads_target(st, Gh, mb, 0, nh), *Ft = m->tie ? grads_target(st, st->gtie, mb, 1, n0) : NULL;
+            st->mb_loss[mb] = head_forward_backward(st, mb, Wh, Wout, Fh, Ft, targets + (size_t)mb * N, dscale);
+            loss += st->mb_loss[mb];
+            grads_fold(st, Gh, Fh, nh);
+            if (m->tie) grads_fold(st, st->gtie, Ft, n0);
+        }
         grads_release(st, hs);
         head_release(st);
         for (int l = m->L - 1; l >= 0; l--) {
             int s = model_block_shard(l);
+            const size_t ns = m->shards[s].numel_padded;
             const float *W = weights_acquire(st, s, 0);
             float *G = grads_acquire(st, s, last);
-            for (int mb = mb0; mb < mb1; mb++) block_backward_mb(st, mb, l, W, G);
+            for (int mb = mb0; mb < mb1; mb++) {
+                float *F = grads_target(st, G, mb, 0, ns);
+                block_backward_mb(st, mb, l, W, F);
+                grads_fold(st, G, F, ns);
+            }
             grads_release(st, s);
             weights_release(st, s);
         }
         float *G0 = grads_acquire(st, 0, last && !m->tie);
-        for (int mb = mb0; mb < mb1; mb++) embed_backward(st, mb, G0);
+        for (int mb = mb0; mb < mb1; mb++) {
+            float *F = grads_target(st, G0, mb, 0, n0);
+            embed_backward(st, mb, F);
+            grads_fold(st, G0, F, n0);
+        }
         grads_release(st, 0);
     }
     if (m->tie) {

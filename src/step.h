@@ -8,6 +8,14 @@
 // needed, so each streamed shard is acquired once per step. Every shard's gradients see the
 // micro-batches in the same order either way, so both give the same bits.
 //
+// The fold: a micro-batch's gradients of a shard are computed alone (into zeros) and then
+// added to the shard's sum, so the sum is ((g_0 + g_1) + g_2) + … in the step's micro-batch
+// order whatever computed each g (the first micro-batch on one rank goes straight into the
+// zeroed sum: the same bits). Over ranks (comm.h), rank r computes micro-batch k·ranks + r;
+// after each micro-batch the ranks swap pieces (all-to-all), each adds the ranks' pieces of
+// its own piece in rank order, and an all-gather gives every rank the whole sum. So N ranks ×
+// --accum A give the bits of one rank × --accum N·A.
+//
 // What it does not do: decide or know where states live (tier.h hands it device pointers),
 // update anything (optim.c), own memory (every buffer is the tier's, sized by tier_layout).
 // Who calls it: trainer.c, on the compute thread.
@@ -36,6 +44,13 @@ typedef struct {
     float *rope_cos, *rope_sin; // [device] (T, HS/2)
     float *wbuf[2];           // [device] FP32 weights of the largest shard, of the embedding (bf16 mode)
     float *gtie;              // [device] tied head: the LM head's share of the embedding gradient
+    float *gfresh[2];         // [device] one micro-batch's gradients of a shard (and of the tied head's share)
+                              // before they are folded into the sum; NULL with one micro-batch on one rank
+    float *grecv;             // [device] ranks: this rank's piece of every rank's micro-batch gradients
+    struct comm *comm;        // the world (comm.h): rank r's micro-batch k is the step's k·ranks + r
+    int rank, ranks;
+    int nmb_max;              // --accum: the most micro-batches a step may have
+    double *mb_loss;          // (--accum) each micro-batch's mean loss, for the ranks' sum in order
     float *losses_host;       // (N) per-row losses read back
     int *uses;                // (max_uses) the current phase's use order
     char fault[512];          // the first failure of the phase (a fetch, a visit): its numbers are void
@@ -53,5 +68,6 @@ void step_begin_eval(step_t *st, int nbatches);
 double step_forward(step_t *st, const int *tokens, const int *targets);
 // Forward + backward of nmb micro-batches (tokens, targets: nmb × N, one after another) in the
 // schedule's order, gradients scaled by dscale. Returns the mean of the micro-batch losses,
-// or NaN with st->fault set.
+// or NaN with st->fault set. With ranks: this rank's micro-batches, gradients summed over
+// every rank's; the losses in st->mb_loss (the return value is this rank's mean).
 double step_forward_backward(step_t *st, const int *tokens, const int *targets, int nmb, float dscale);

@@ -54,6 +54,9 @@ typedef enum {
     TB_PARAM_BUILD,    // host: the optimizer's new compute copy of a shard bound for a device or NVMe home
     TB_HOST_CACHE,     // host: --host-cache entries (--params nvme)
     TB_GRAD_SLOTS,     // device: two slots where gradients not homed on the device visit
+    TB_GRAD_FRESH,     // device: one micro-batch's gradients before they are folded into the sum (--accum > 1 or
+                       // ranks; a second for the tied head's share)
+    TB_GRAD_RECV,      // device: ranks: the pieces of every rank's micro-batch gradients this rank folds
     TB_GRAD_STAGING,   // host: device-resident gradients read back for the host update (GPU)
     TB_GRAD_NVME,      // host: --grads nvme on a GPU: each slot's gradient copied down on its way to NVMe
     TB_OPTIM_STAGING,  // host: the NVMe double buffer, or device states' staging for checkpoints

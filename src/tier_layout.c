@@ -53,6 +53,10 @@ static void layout_specs(const config_t *cfg, const model_t *m, tier_layout_t *l
          P == TIER_NVME || (P == TIER_DEVICE && !lay->device_is_host), big * pb);
     spec(lay, TB_HOST_CACHE, "parameter host cache", "host_cache", H, lay->nhcache, big * pb);
     spec(lay, TB_GRAD_SLOTS, "gradient slots", "grad_slots", D, G != TIER_DEVICE ? 2 : 0, big * f);
+    // the fold of each micro-batch's gradients into the sum, in micro-batch order (step.c)
+    const int ranks = cfg->ranks > 1 ? cfg->ranks : 1, fold = cfg->accum > 1 || ranks > 1;
+    spec(lay, TB_GRAD_FRESH, "micro-batch gradients", "grad_fold", D, fold ? 1 + m->tie : 0, big * f);
+    spec(lay, TB_GRAD_RECV, "gradient pieces of every rank", "grad_fold", D, ranks > 1, big * f);
     spec(lay, TB_GRAD_STAGING, "gradient staging", "grad_staging", H, G == TIER_DEVICE && !lay->device_is_host,
          lay->chunk_elems * f);
     // --grads nvme writes a slot's gradient straight from the slot when the device is host memory

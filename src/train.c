@@ -10,9 +10,12 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "checkpoint.h"
+#include "cli.h"
+#include "comm.h"
 #include "data.h"
 #include "hf.h"
 #include "json.h"
@@ -24,6 +27,24 @@
 #include "util.h"
 
 // ---------------------------------------------------------------- shared
+
+// A failure every rank agreed on (comm_agree): rank 0 says it, naming the rank; every rank
+// exits with its code (1 at run time, 2 for bad input).
+static void agreed_error(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+static void agreed_error(int rc, const char *fmt, ...) {
+    if (comm_rank(comm_world()) != 0) exit(exit_code_of(rc));
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fail_with(rc, "%s", line);
+}
+
+// rc and msg of this rank, agreed on by every rank: exits on any failure (fmt takes msg).
+static void agree_or_exit(int rc, char *msg, size_t len, const char *what) {
+    if ((rc = comm_agree(comm_world(), rc, msg, len)) != 0) agreed_error(rc, "%s%s", what, msg);
+}
 
 // No profile yet: the quick calibration, once, in a child (`tiertrain bench calibrate` on this
 // run's device, threads and --nvme-path), which writes the profile where the run looks for
@@ -108,7 +129,9 @@ static double eval_loss(trainer_t *tr, data_t *d, int *inputs, int *targets) {
         data_next(d, DATA_VAL, inputs, targets);
         sum += trainer_forward(tr, inputs, targets);
     }
-    if (trainer_fault(tr)) runtime_error("evaluation: %s", trainer_fault(tr));
+    char msg[768] = "";
+    if (trainer_fault(tr)) snprintf(msg, sizeof msg, "%s", trainer_fault(tr));
+    agree_or_exit(msg[0] ? -EIO : 0, msg, sizeof msg, "evaluation: ");
     return sum / cfg->eval_batches;
 }
 
@@ -178,16 +201,22 @@ static void stop_line_steps(const config_t *cfg) {
 }
 
 static void save_checkpoint(trainer_t *tr, const data_t *data, int step, FILE *log, char *where, size_t wlen) {
-    char err[768], said[TT_PATH_MAX + 64];
+    char err[768], said[TT_PATH_MAX + 64], what[TT_PATH_MAX + 128];
     const config_t *cfg = trainer_config(tr);
+    const int saver = comm_rank(comm_world()) == 0; // the states are every rank's: rank 0 writes them
     newest_said(cfg, said, sizeof said);
     set_stop_line("tiertrain: second signal: the save of step %d was abandoned; %s\n", step, said);
     // the update in flight must have landed before the hash: its error belongs to this step
-    if (trainer_optimizer_wait(tr, err, sizeof err) != 0) runtime_error("step %d: %s (%s)", step, err, said);
+    int rc = trainer_optimizer_wait(tr, err, sizeof err);
+    if ((rc = comm_agree(comm_world(), rc, err, sizeof err)) != 0) agreed_error(rc, "step %d: %s (%s)", step, err, said);
     uint64_t hash = 0;
     double t0 = now_ms();
-    if (checkpoint_save(tr, data, step, &hash, where, wlen, err, sizeof err) != 0)
-        runtime_error("step %d: checkpoint: %s (%s)", step, err, newest_said(cfg, said, sizeof said));
+    rc = saver ? checkpoint_save(tr, data, step, &hash, where, wlen, err, sizeof err) : 0;
+    if ((rc = comm_agree(comm_world(), rc, err, sizeof err)) != 0) {
+        snprintf(what, sizeof what, "%s", newest_said(cfg, said, sizeof said));
+        agreed_error(rc, "step %d: checkpoint: %s (%s)", step, err, what);
+    }
+    if (!saver) return;
     stop_line_steps(cfg);
     fprintf(stdout, "checkpoint: step %d saved to %s (%.1f s)\n", step, where, (now_ms() - t0) / 1e3);
     if (log) {
@@ -216,7 +245,60 @@ typedef struct {
     char saved[TT_PATH_MAX + 64]; // the newest checkpoint this run saved
     int lock_fd;              // --save DIR/.lock, held for the run (0: none)
     int saved_step;
+    int rank, ranks;          // this rank and the world's (comm.h)
+    int *skip_in, *skip_tg;   // (N) the other ranks' micro-batches, read past
 } run_t;
+
+// --nvme-path for this rank: each DIR's "%r" becomes the rank, or, without one and with
+// several ranks, DIR/rank-R (made when missing).
+static void rank_nvme_path(config_t *cfg, int rank, int ranks) {
+    if (!cfg->nvme_path[0] || (ranks == 1 && !strstr(cfg->nvme_path, "%r"))) return;
+    char out[TT_PATH_MAX] = "", in[TT_PATH_MAX], *save = NULL;
+    snprintf(in, sizeof in, "%s", cfg->nvme_path);
+    size_t len = 0;
+    for (char *dir = strtok_r(in, ",", &save); dir; dir = strtok_r(NULL, ",", &save)) {
+        char one[TT_PATH_MAX];
+        char *pr = strstr(dir, "%r");
+        if (pr) snprintf(one, sizeof one, "%.*s%d%.400s", (int)(pr - dir), dir, rank, pr + 2);
+        else if (ranks > 1) snprintf(one, sizeof one, "%.400s/rank-%d", dir, rank);
+        else snprintf(one, sizeof one, "%.400s", dir);
+        if (mkdir(one, 0755) != 0 && errno != EEXIST)
+            usage_error("--nvme-path %s: rank %d's folder %s: %s (give --nvme-path a writable folder)", cfg->nvme_path,
+                        rank, one, strerror(errno));
+        int n = snprintf(out + len, sizeof out - len, "%s%s", len ? "," : "", one);
+        if (n < 0 || (size_t)n >= sizeof out - len)
+            usage_error("--nvme-path %s: too long once per rank (use shorter folders)", cfg->nvme_path);
+        len += (size_t)n;
+    }
+    snprintf(cfg->nvme_path, sizeof cfg->nvme_path, "%s", out);
+}
+
+// Under a launcher: every rank must have been given the same flags (rank 0's resolved
+// configuration against each rank's, flag by flag: exit 2 naming the first that differs);
+// each rank gets its own NVMe folders; only rank 0 writes --log, --trace and checkpoints.
+static void ranks_setup(run_t *r) {
+    comm_t *w = comm_world();
+    r->rank = comm_rank(w);
+    r->ranks = comm_size(w);
+    if (r->ranks == 1) {
+        rank_nvme_path(&r->cfg, 0, 1);
+        return;
+    }
+    config_t *cfg = &r->cfg, *c0 = mallocCheck(sizeof *c0);
+    *c0 = *cfg;
+    char err[768] = "";
+    int rc = comm_bcast(w, c0, sizeof *c0, 0, err, sizeof err);
+    const char *flag = rc == 0 ? cli_first_difference(c0, cfg) : NULL;
+    free(c0);
+    if (flag) {
+        snprintf(err, sizeof err, "--%s differs from rank 0's (every rank must be given the same flags and "
+                 "environment: check the launcher's command line)", flag);
+        rc = -EINVAL;
+    }
+    if ((rc = comm_agree(w, rc, err, sizeof err)) != 0) agreed_error(rc, "%s", err);
+    rank_nvme_path(cfg, r->rank, r->ranks);
+    if (r->rank != 0) cfg->log_path[0] = cfg->trace_path[0] = 0;
+}
 
 // Everything that can be refused is, before any allocation: the data, --resume's checkpoint
 // against this model, and whether the placement fits (the check `tiertrain plan` prints, for
@@ -237,6 +319,9 @@ static void run_check(run_t *r) {
         r->start = r->ck.step + 1;
     }
     if (backend_resolve_config(cfg, err, sizeof err) != 0) usage_error("%s", err);
+    if (r->ranks > 1 && cfg->device == DEVICE_CUDA)
+        usage_error("--device cuda with %d ranks: the CUDA backend's gradient fold (NCCL) is not built yet (run the "
+                    "ranks with --device cpu, or one rank on the GPU)", r->ranks);
     model_t shape;
     model_init(&shape, cfg);
     const profile_t *rates = train_load_profile(cfg, &r->prof);
@@ -252,7 +337,7 @@ static void run_check(run_t *r) {
     if (r->start > 1) plan_save_space(cfg, &shape, r->start, &r->plan); // the saves still to come
     model_free(&shape);
     if (!r->plan.feasible) usage_error("%s", r->plan.reason);
-    if (cfg->save_dir[0]) { // one writer per --save directory, for the whole run
+    if (cfg->save_dir[0] && r->rank == 0) { // one writer per --save directory, for the whole run
         int fd = checkpoint_lock(cfg->save_dir, err, sizeof err);
         if (fd == -EBUSY) usage_error("%s", err);
         if (fd < 0) fail_with(fd, "%s", err);
@@ -342,19 +427,22 @@ static void run_steps(run_t *r) {
     r->last_step = r->start - 1;
     for (int step = r->start; step <= cfg->steps && !stop_signal; step++) {
         double t0 = now_ms();
-        for (int mb = 0; mb < cfg->accum; mb++)
-            data_next(r->data, DATA_TRAIN, r->inputs + (size_t)mb * N, r->targets + (size_t)mb * N);
+        for (int j = 0; j < cfg->accum * r->ranks; j++) { // the step's micro-batches: rank r's k-th is k·ranks + r
+            const int mine = j % r->ranks == r->rank;
+            const size_t at = (size_t)(j / r->ranks) * (size_t)N;
+            data_next(r->data, DATA_TRAIN, mine ? r->inputs + at : r->skip_in, mine ? r->targets + at : r->skip_tg);
+        }
         double loss, norm;
         float lr;
-        if (trainer_train_step(r->tr, step, r->inputs, r->targets, &loss, &norm, &lr, err, sizeof err) != 0)
-            runtime_error("step %d: %s", step, err);
+        int rc = trainer_train_step(r->tr, step, r->inputs, r->targets, &loss, &norm, &lr, err, sizeof err);
+        if (rc != 0) agreed_error(rc, "step %d: %s", step, err);
         double ms = now_ms() - t0;
         if (!isfinite(loss)) runtime_error("step %d: loss is %g (lower --lr or check the data)", step, loss);
         if (step == r->start) r->first_loss = loss;
         r->last_loss = loss;
         r->last_step = step;
         if (step > r->start || cfg->steps == r->start) { r->total_ms += ms; r->timed_steps++; }
-        double tok_s = (double)N * cfg->accum / (ms / 1e3);
+        double tok_s = (double)N * cfg->accum * r->ranks / (ms / 1e3);
         if (!cfg->quiet)
             printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %8.1f ms | %8.0f tok/s\n", step, cfg->steps, loss,
                    lr, norm, ms, tok_s);
@@ -373,6 +461,11 @@ static void run_steps(run_t *r) {
             r->saved_step = step;
         }
         fflush(stdout);
+        if (r->ranks > 1) { // a signal stops every rank after the same step
+            int sig = stop_signal, any = 0;
+            if (comm_max_int(comm_world(), sig, &any, err, sizeof err) != 0) runtime_error("step %d: %s", step, err);
+            if (any && !stop_signal) stop_signal = any;
+        }
     }
     if (cfg->save_dir[0] && r->last_step >= r->start && r->saved_step != r->last_step) {
         save_checkpoint(r->tr, r->data, r->last_step, r->log, r->saved, sizeof r->saved);
@@ -384,6 +477,8 @@ static void run_free(run_t *r) {
     if (r->lock_fd > 0) close(r->lock_fd);
     free(r->inputs);
     free(r->targets);
+    free(r->skip_in);
+    free(r->skip_tg);
     trainer_free(r->tr);
     data_free(r->data);
 }
@@ -392,19 +487,37 @@ static void run_free(run_t *r) {
 static void run_finish(run_t *r) {
     const config_t *cfg = &r->cfg;
     char err[768];
-    if (trainer_optimizer_wait(r->tr, err, sizeof err) != 0) runtime_error("step %d: %s", cfg->steps, err);
+    int rc = trainer_optimizer_wait(r->tr, err, sizeof err);
+    if ((rc = comm_agree(comm_world(), rc, err, sizeof err)) != 0) agreed_error(rc, "step %d: %s", cfg->steps, err);
     double step_ms = r->timed_steps ? r->total_ms / r->timed_steps : 0;
-    double tok_s = step_ms > 0 ? (double)r->N * cfg->accum / (step_ms / 1e3) : 0;
+    double tok_s = step_ms > 0 ? (double)r->N * cfg->accum * r->ranks / (step_ms / 1e3) : 0;
     uint64_t hash = 0;
     if (trainer_params_hash(r->tr, &hash, err, sizeof err) != 0) runtime_error("params_hash: %s", err);
     printf("done: %d steps, loss %.4f -> %.4f, %.1f ms/step, %.0f tok/s, params_hash %016llx\n", cfg->steps,
            r->first_loss, r->last_loss, step_ms, tok_s, (unsigned long long)hash);
     trainer_info_t info;
     trainer_info(r->tr, &info);
+    // each rank's peaks, for rank 0's summary and report
+    uint64_t mine[2] = {info.device_peak, info.host_bytes}, *peaks = mallocCheck(2 * sizeof(uint64_t) * (size_t)r->ranks);
+    if (comm_allgather(comm_world(), mine, peaks, sizeof mine, err, sizeof err) != 0) runtime_error("%s", err);
+    uint64_t *rank_device = mallocCheck(2 * sizeof(uint64_t) * (size_t)r->ranks), *rank_host = rank_device + r->ranks;
+    for (int i = 0; i < r->ranks; i++) {
+        rank_device[i] = peaks[2 * i];
+        rank_host[i] = peaks[2 * i + 1];
+    }
+    free(peaks);
+    if (r->ranks > 1) {
+        char a[32], b[32];
+        printf("ranks: %d, each with a copy of every state; peaks per rank:", r->ranks);
+        for (int i = 0; i < r->ranks; i++)
+            printf(" %d: device %s, host %s%s", i, format_bytes(a, sizeof a, rank_device[i]),
+                   format_bytes(b, sizeof b, rank_host[i]), i + 1 < r->ranks ? ";" : "\n");
+    }
     if (r->log) {
         report_run_t run = {.params = trainer_model(r->tr)->num_params, .steps = cfg->steps,
                             .first_loss = r->first_loss, .final_loss = r->last_loss, .val_loss = r->last_val,
-                            .step_ms = step_ms, .tok_per_s = tok_s, .hash = hash};
+                            .step_ms = step_ms, .tok_per_s = tok_s, .hash = hash, .ranks = r->ranks,
+                            .rank_device = rank_device, .rank_host = rank_host};
         report_summary(r->log, &info, &r->plan, &run);
         if (fclose(r->log) != 0) runtime_error("--log %s: %s", cfg->log_path, strerror(errno));
     }
@@ -415,6 +528,7 @@ static void run_finish(run_t *r) {
         printf("trace: %zu spans written to %s%s\n", written, cfg->trace_path,
                dropped ? " (buffer full: later spans dropped)" : "");
     }
+    free(rank_device);
     report_tiers(stdout, cfg, &info, &r->plan, step_ms);
 }
 
@@ -424,11 +538,12 @@ int train_run(const config_t *cfg_in) {
     r->cfg = *cfg_in;
     const config_t *cfg = &r->cfg;
     config_print(cfg, stdout);
+    ranks_setup(r);
     run_check(r);
     run_open_outputs(r);
     char err[768];
     int rc = trainer_init(&r->tr, cfg, err, sizeof err);
-    if (rc != 0) fail_with(rc, "%s", err);
+    if ((rc = comm_agree(comm_world(), rc, err, sizeof err)) != 0) agreed_error(rc, "%s", err);
     print_model(trainer_model(r->tr), cfg, stdout);
     printf("data: %s\n", data_describe(r->data));
     if (cfg->resume[0]) run_resume(r);
@@ -439,6 +554,8 @@ int train_run(const config_t *cfg_in) {
     r->N = trainer_rows(r->tr);
     r->inputs = mallocCheck((size_t)r->N * (size_t)cfg->accum * sizeof(int));
     r->targets = mallocCheck((size_t)r->N * (size_t)cfg->accum * sizeof(int));
+    r->skip_in = mallocCheck((size_t)r->N * sizeof(int));
+    r->skip_tg = mallocCheck((size_t)r->N * sizeof(int));
     run_steps(r);
     if (stop_signal) { // a clean stop: the step finished, the checkpoint (if any) is complete
         int sig = stop_signal;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend.h"
+#include "comm.h"
 #include "optim.h"
 #include "progress.h"
 #include "step.h"
@@ -19,6 +20,7 @@ struct trainer {
     tier_t *tier;
     step_t step;
     struct { int t; float lr, grad_scale; } req; // the update in flight (read by the update worker)
+    double *loss_all;        // ranks: (ranks × accum) every rank's micro-batch losses
 };
 
 // ---------------------------------------------------------------- init / free
@@ -64,6 +66,11 @@ int trainer_init(trainer_t **out, const config_t *cfg, char *err, size_t errlen)
     if ((rc = tier_init(&tr->tier, cfg, &tr->model, &tr->be, &tr->lay, err, errlen)) != 0) goto fail;
     if ((rc = step_init(&tr->step, cfg, &tr->model, &tr->be, tr->tier, err, errlen)) != 0) goto fail;
     tr->step_inited = 1;
+    if (tr->step.ranks > 1 && !(tr->loss_all = calloc((size_t)tr->step.ranks * (size_t)cfg->accum, sizeof(double)))) {
+        snprintf(err, errlen, "out of memory for the ranks' losses");
+        rc = -ENOMEM;
+        goto fail;
+    }
     // a resume or --init-from writes every chunk of every state itself: seeding them first
     // would only be overwritten (for NVMe-resident states, the whole store written twice)
     if (!cfg->resume[0] && !cfg->init_from[0] && (rc = init_weights(tr, err, errlen)) != 0) goto fail;
@@ -82,6 +89,7 @@ void trainer_free(trainer_t *tr) {
     tier_free(tr->tier);
     if (tr->be_inited) backend_free(&tr->be);
     if (tr->model_inited) model_free(&tr->model);
+    free(tr->loss_all);
     free(tr);
 }
 
@@ -168,21 +176,44 @@ int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, cha
     return 0;
 }
 
+// With ranks: every rank's micro-batch losses, summed in the step's micro-batch order (rank r's
+// k-th is the step's k·ranks + r), as one rank summing them all would.
+static int ranks_loss(trainer_t *tr, double *loss, char *err, size_t errlen) {
+    const int A = tr->cfg->accum, R = tr->step.ranks;
+    double *all = tr->loss_all;
+    int rc = comm_allgather(tr->step.comm, tr->step.mb_loss, all, (size_t)A * sizeof(double), err, errlen);
+    if (rc != 0) return rc;
+    double sum = 0;
+    for (int k = 0; k < A; k++)
+        for (int r = 0; r < R; r++) sum += all[(size_t)r * (size_t)A + (size_t)k];
+    *loss = sum / ((double)A * R);
+    return 0;
+}
+
 int trainer_train_step(trainer_t *tr, int t, const int *tokens, const int *targets, double *loss, double *norm,
                        float *lr, char *err, size_t errlen) {
     const config_t *cfg = tr->cfg;
-    const float dscale = 1.0f / ((float)tr->step.N * (float)cfg->accum); // a mean over the step's tokens
+    const int ranks = tr->step.ranks;
+    // a mean over the step's tokens, on every rank
+    const float dscale = 1.0f / ((float)tr->step.N * (float)cfg->accum * (float)ranks);
     *loss = step_forward_backward(&tr->step, tokens, targets, cfg->accum, dscale);
+    *norm = NAN;
+    *lr = optim_lr(cfg, t);
+    int rc = 0;
     if (tr->step.fault[0]) {
         snprintf(err, errlen, "%s", tr->step.fault);
-        return -EIO;
+        rc = -EIO;
     }
-    int rc = trainer_grad_norm(tr, norm, err, errlen);
-    if (rc != 0) return rc; // a gradient's write failed: the step is void
-    float scale = cfg->clip > 0 && *norm > cfg->clip ? (float)(cfg->clip / (*norm + 1e-6)) : 1.0f;
-    *lr = optim_lr(cfg, t);
-    // starts the update; the next step's forward overlaps it, shard by shard
-    return trainer_optimizer_step(tr, t, *lr, scale, err, errlen);
+    if (rc == 0) rc = trainer_grad_norm(tr, norm, err, errlen); // a gradient's write failed: the step is void
+    if (rc == 0) {
+        float scale = cfg->clip > 0 && *norm > cfg->clip ? (float)(cfg->clip / (*norm + 1e-6)) : 1.0f;
+        // starts the update; the next step's forward overlaps it, shard by shard
+        rc = trainer_optimizer_step(tr, t, *lr, scale, err, errlen);
+    }
+    if (ranks == 1) return rc;
+    // every rank reaches here once a step, so a failure on one stops them all, named
+    if ((rc = comm_agree(tr->step.comm, rc, err, errlen)) != 0) return rc;
+    return ranks_loss(tr, loss, err, errlen);
 }
 
 // ---------------------------------------------------------------- states

@@ -85,7 +85,9 @@ int trainer_optimizer_step(trainer_t *tr, int t, float lr, float grad_scale, cha
 // One optimizer step t over its accum micro-batches (tokens, targets: accum × N): forward and
 // backward, the global norm and the clip factor, the learning rate of step t, and the update
 // started. Returns 0 with the mean loss, the norm (before clipping) and the rate; or -errno
-// with one line (a failed fetch or update).
+// with one line (a failed fetch or update). With ranks (comm.h): tokens and targets are this
+// rank's --accum micro-batches, the loss is the mean over every rank's, and a failure on any
+// rank is every rank's, named "rank R: …".
 int trainer_train_step(trainer_t *tr, int t, const int *tokens, const int *targets, double *loss, double *norm,
                        float *lr, char *err, size_t errlen);
 // Waits for the update in flight to end. Returns 0 or its -errno with one line.

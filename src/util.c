@@ -57,9 +57,16 @@ void fail_with(int rc, const char *fmt, ...) {
     exit(exit_code_of(rc));
 }
 
-void vnotice(const char *fmt, va_list ap) { vline(fmt, ap); }
+static int notices_off; // ranks other than 0: their notices are rank 0's
+
+void notice_silence(int off) { notices_off = off; }
+
+void vnotice(const char *fmt, va_list ap) {
+    if (!notices_off) vline(fmt, ap);
+}
 
 void notice(const char *fmt, ...) {
+    if (notices_off) return;
     va_list ap;
     va_start(ap, fmt);
     vline(fmt, ap);

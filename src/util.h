@@ -28,6 +28,8 @@ void fail_with(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 // One informational line "tiertrain: <msg>" on stderr.
 void notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void vnotice(const char *fmt, va_list ap);
+// Off: notice() says nothing (the ranks other than 0, whose notices would repeat rank 0's).
+void notice_silence(int off);
 
 // "512M", "4G", "1.5GiB", "4096", "64k" -> bytes. K/M/G/T and KiB/MiB/GiB/TiB are powers
 // of 1024 (as memory sizes are); "KB/MB/GB/TB" powers of 1000. Returns 0 or -EINVAL.

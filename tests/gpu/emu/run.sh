@@ -25,7 +25,8 @@ cxxflags=(-std=c++17 -O2 -g -ffp-contract=off -Wall -Wextra -Wno-unused-paramete
           -I "$here/include" -I "$root/kernels" -I "$root/src")
 cflags=(-std=c11 -O2 -g -ffp-contract=off -Wall -Wextra -D_GNU_SOURCE -fopenmp -DTT_HAVE_CUDA=1
         -DTT_VERSION='"emu"' -DTT_SOURCE_DIR="\"$root\"" -DTT_BINARY='"/bin/false"' -DTT_TESTS_DIR="\"$root/tests\""
-        -I "$here/include" -I "$root/src" -I "$root/kernels" -I "$root/io" -I "$root/bench" -I "$root/tests")
+        -I "$here/include" -I "$root/src" -I "$root/kernels" -I "$root/io" -I "$root/bench" -I "$root/tests"
+        $(pkg-config --exists ompi-c && echo -DTT_HAVE_MPI=1 $(pkg-config --cflags ompi-c)))
 
 pids=()
 for f in "$root"/kernels/cuda/*.cu; do
@@ -54,7 +55,7 @@ common=()
 for o in "$out"/obj/*.o; do
   case $(basename "$o") in c_test_cuda_kernels.o|c_test_cuda_train.o) ;; *) common+=("$o") ;; esac
 done
-libs=$(pkg-config --libs check openblas liburing numa hwloc)
+libs="$(pkg-config --libs check openblas liburing numa hwloc) $(pkg-config --exists ompi-c && pkg-config --libs ompi-c)"
 rc=0
 for suite in "${suites[@]}"; do
   g++ -fopenmp -o "$out/test_${suite}_emu" "$out/obj/c_test_${suite}.o" "${common[@]}" $libs -lm -lpthread

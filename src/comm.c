@@ -1,0 +1,261 @@
+// comm.c — see comm.h. The MPI engine (host buffers) and the world of one. A build without
+// MPI (TT_HAVE_MPI unset: no libopenmpi-dev where it was built) has the world of one only, and
+// a launcher's process is refused with the fix.
+#include "comm.h"
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Open MPI's mpirun, MPICH's hydra and srun --mpi=pmi2 (PMI), srun --mpi=pmix (PMIx).
+static int launched(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+void comm_piece(size_t n, int size, int r, size_t *lo, size_t *cnt) {
+    size_t per = (n + (size_t)size - 1) / (size_t)size;
+    per = (per + 1023) / 1024 * 1024;
+    size_t a = per * (size_t)r, b = a + per;
+    if (a > n) a = n;
+    if (b > n) b = n;
+    *lo = a;
+    *cnt = b - a;
+}
+
+#ifdef TT_HAVE_MPI
+#include <mpi.h>
+
+struct comm {
+    int rank, size, local_rank, local_size;
+    int mpi;           // MPI is initialised (a launcher started us)
+    MPI_Comm world;    // a duplicate of MPI_COMM_WORLD whose handler returns errors
+    int *counts, *displs, *rcounts, *rdispls; // (size) each: the v-collectives' tables, made once
+};
+
+static comm_t world_ = {.rank = 0, .size = 1, .local_rank = 0, .local_size = 1};
+
+comm_t *comm_world(void) { return &world_; }
+int comm_rank(const comm_t *c) { return c->rank; }
+int comm_size(const comm_t *c) { return c->size; }
+int comm_local_rank(const comm_t *c) { return c->local_rank; }
+int comm_local_size(const comm_t *c) { return c->local_size; }
+int comm_is_mpi(const comm_t *c) { return c->mpi; }
+
+static int mpi_error(int rc, const char *what, char *err, size_t errlen) {
+    char s[MPI_MAX_ERROR_STRING] = "";
+    int n = 0;
+    MPI_Error_string(rc, s, &n);
+    if (err) snprintf(err, errlen, "MPI %s failed: %s", what, s);
+    return -EIO;
+}
+
+#define MPI_TRY(call, what)                                                                                    \
+    do {                                                                                                       \
+        int r_ = (call);                                                                                       \
+        if (r_ != MPI_SUCCESS) return mpi_error(r_, (what), err, errlen);                                      \
+    } while (0)
+
+int comm_init(int *argc, char ***argv, char *err, size_t errlen) {
+    if (!launched() || world_.mpi) return 0;
+    int provided = 0;
+    MPI_TRY(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+    world_.mpi = 1;
+    if (provided < MPI_THREAD_FUNNELED) {
+        snprintf(err, errlen, "MPI offers thread level %d, below MPI_THREAD_FUNNELED (use an Open MPI built with threads)",
+                 provided);
+        return -ENODEV;
+    }
+    MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, &world_.world), "MPI_Comm_dup");
+    MPI_TRY(MPI_Comm_set_errhandler(world_.world, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    MPI_TRY(MPI_Comm_rank(world_.world, &world_.rank), "MPI_Comm_rank");
+    MPI_TRY(MPI_Comm_size(world_.world, &world_.size), "MPI_Comm_size");
+    MPI_Comm node;
+    MPI_TRY(MPI_Comm_split_type(world_.world, MPI_COMM_TYPE_SHARED, world_.rank, MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type");
+    MPI_TRY(MPI_Comm_rank(node, &world_.local_rank), "MPI_Comm_rank");
+    MPI_TRY(MPI_Comm_size(node, &world_.local_size), "MPI_Comm_size");
+    MPI_Comm_free(&node);
+    size_t n = (size_t)world_.size;
+    world_.counts = calloc(4 * n, sizeof(int));
+    if (!world_.counts) {
+        snprintf(err, errlen, "out of memory for the communicator's tables");
+        return -ENOMEM;
+    }
+    world_.displs = world_.counts + n;
+    world_.rcounts = world_.counts + 2 * n;
+    world_.rdispls = world_.counts + 3 * n;
+    return 0;
+}
+
+void comm_finalize(void) {
+    if (!world_.mpi) return;
+    MPI_Comm_free(&world_.world);
+    MPI_Finalize();
+    free(world_.counts);
+    world_.counts = NULL;
+    world_.mpi = 0;
+}
+
+// The pieces' counts and offsets as MPI's ints.
+static int piece_tables(comm_t *c, size_t n, char *err, size_t errlen) {
+    if (n > (size_t)INT_MAX) {
+        snprintf(err, errlen, "a collective of %zu elements is over MPI's int counts", n);
+        return -EOVERFLOW;
+    }
+    for (int j = 0; j < c->size; j++) {
+        size_t lo, cnt;
+        comm_piece(n, c->size, j, &lo, &cnt);
+        c->counts[j] = (int)cnt;
+        c->displs[j] = (int)lo;
+    }
+    return 0;
+}
+
+int comm_allgather(comm_t *c, const void *mine, void *all, size_t bytes, char *err, size_t errlen) {
+    if (!c->mpi) {
+        memmove(all, mine, bytes);
+        return 0;
+    }
+    if (bytes > (size_t)INT_MAX) {
+        snprintf(err, errlen, "an all-gather of %zu bytes is over MPI's int counts", bytes);
+        return -EOVERFLOW;
+    }
+    MPI_TRY(MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, c->world), "MPI_Allgather");
+    return 0;
+}
+
+int comm_allgather_pieces(comm_t *c, float *buf, size_t n, char *err, size_t errlen) {
+    if (!c->mpi || c->size == 1) return 0;
+    int rc = piece_tables(c, n, err, errlen);
+    if (rc != 0) return rc;
+    MPI_TRY(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c->counts, c->displs, MPI_FLOAT, c->world),
+            "MPI_Allgatherv");
+    return 0;
+}
+
+int comm_alltoall_pieces(comm_t *c, const float *send, float *recv, size_t n, char *err, size_t errlen) {
+    if (!c->mpi || c->size == 1) {
+        memmove(recv, send, n * sizeof(float));
+        return 0;
+    }
+    int rc = piece_tables(c, n, err, errlen);
+    if (rc != 0) return rc;
+    const int mine = c->counts[c->rank];
+    for (int i = 0; i < c->size; i++) {
+        c->rcounts[i] = mine;
+        c->rdispls[i] = i * mine;
+    }
+    MPI_TRY(MPI_Alltoallv(send, c->counts, c->displs, MPI_FLOAT, recv, c->rcounts, c->rdispls, MPI_FLOAT, c->world),
+            "MPI_Alltoallv");
+    return 0;
+}
+
+int comm_bcast(comm_t *c, void *buf, size_t bytes, int root, char *err, size_t errlen) {
+    if (!c->mpi) return 0;
+    if (bytes > (size_t)INT_MAX) {
+        snprintf(err, errlen, "a broadcast of %zu bytes is over MPI's int counts", bytes);
+        return -EOVERFLOW;
+    }
+    MPI_TRY(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, c->world), "MPI_Bcast");
+    return 0;
+}
+
+int comm_max_int(comm_t *c, int mine, int *max, char *err, size_t errlen) {
+    *max = mine;
+    if (!c->mpi) return 0;
+    MPI_TRY(MPI_Allreduce(&mine, max, 1, MPI_INT, MPI_MAX, c->world), "MPI_Allreduce");
+    return 0;
+}
+
+int comm_barrier(comm_t *c, char *err, size_t errlen) {
+    if (!c->mpi) return 0;
+    MPI_TRY(MPI_Barrier(c->world), "MPI_Barrier");
+    return 0;
+}
+
+int comm_agree(comm_t *c, int rc, char *msg, size_t msglen) {
+    if (!c->mpi) return rc;
+    enum { MSG = 1024 };
+    int *rcs = c->rcounts; // (size): the tables are free between collectives
+    int r = MPI_Allgather(&rc, 1, MPI_INT, rcs, 1, MPI_INT, c->world);
+    if (r != MPI_SUCCESS) return mpi_error(r, "MPI_Allgather", msg, msglen);
+    int first = -1;
+    for (int i = 0; i < c->size && first < 0; i++)
+        if (rcs[i] != 0) first = i;
+    if (first < 0) return 0;
+    int frc = rcs[first];
+    char line[MSG];
+    snprintf(line, sizeof line, "%s", first == c->rank && msg ? msg : "");
+    r = MPI_Bcast(line, MSG, MPI_CHAR, first, c->world);
+    if (r != MPI_SUCCESS) return mpi_error(r, "MPI_Bcast", msg, msglen);
+    line[MSG - 1] = 0;
+    if (msg && c->size > 1) snprintf(msg, msglen, "rank %d: %s", first, line);
+    else if (msg) snprintf(msg, msglen, "%s", line);
+    return frc;
+}
+
+#else // no MPI in this build: the world of one
+
+struct comm {
+    int rank, size, local_rank, local_size;
+};
+
+static comm_t world_ = {.rank = 0, .size = 1, .local_rank = 0, .local_size = 1};
+
+comm_t *comm_world(void) { return &world_; }
+int comm_rank(const comm_t *c) { return c->rank; }
+int comm_size(const comm_t *c) { return c->size; }
+int comm_local_rank(const comm_t *c) { return c->local_rank; }
+int comm_local_size(const comm_t *c) { return c->local_size; }
+int comm_is_mpi(const comm_t *c) { (void)c; return 0; }
+
+int comm_init(int *argc, char ***argv, char *err, size_t errlen) {
+    (void)argc;
+    (void)argv;
+    if (!launched()) return 0;
+    snprintf(err, errlen, "started by a launcher (mpirun, srun), but this build has no MPI (install Debian's "
+             "libopenmpi-dev and rebuild; scripts/deps.sh does)");
+    return -ENODEV;
+}
+
+void comm_finalize(void) {}
+
+int comm_allgather(comm_t *c, const void *mine, void *all, size_t bytes, char *err, size_t errlen) {
+    (void)c; (void)err; (void)errlen;
+    memmove(all, mine, bytes);
+    return 0;
+}
+
+int comm_allgather_pieces(comm_t *c, float *buf, size_t n, char *err, size_t errlen) {
+    (void)c; (void)buf; (void)n; (void)err; (void)errlen;
+    return 0;
+}
+
+int comm_alltoall_pieces(comm_t *c, const float *send, float *recv, size_t n, char *err, size_t errlen) {
+    (void)c; (void)err; (void)errlen;
+    memmove(recv, send, n * sizeof(float));
+    return 0;
+}
+
+int comm_bcast(comm_t *c, void *buf, size_t bytes, int root, char *err, size_t errlen) {
+    (void)c; (void)buf; (void)bytes; (void)root; (void)err; (void)errlen;
+    return 0;
+}
+
+int comm_max_int(comm_t *c, int mine, int *max, char *err, size_t errlen) {
+    (void)c; (void)err; (void)errlen;
+    *max = mine;
+    return 0;
+}
+
+int comm_barrier(comm_t *c, char *err, size_t errlen) {
+    (void)c; (void)err; (void)errlen;
+    return 0;
+}
+
+int comm_agree(comm_t *c, int rc, char *msg, size_t msglen) {
+    (void)c; (void)msg; (void)msglen;
+    return rc;
+}
+#endif

@@ -1,0 +1,63 @@
+// comm.h — collectives over ranks (DESIGN §7): the world this process is one rank of, and
+// the few collectives the step and the faces use.
+//
+// A process started by a launcher (mpirun, srun with PMI or PMIx: OMPI_COMM_WORLD_SIZE,
+// PMI_SIZE or PMIX_RANK in its environment) is one rank of an MPI world; any other process
+// is the only rank of a world of one, and MPI is never initialised (every collective is then
+// a local copy or nothing). Host buffers go through MPI (Open MPI). The CUDA backend's
+// device buffers go through NCCL (comm_nccl.c), bootstrapped over MPI.
+//
+// Pieces: the fixed split of an n-element buffer among the ranks (comm_piece): rank r's piece
+// is elements [lo, lo + cnt), pieces of ceil(n / size) rounded up to 1024 elements (4 KiB
+// of FP32), the last ones shorter or empty. The gradient fold (step.c) and the bench use it.
+//
+// Threads: MPI is initialised with MPI_THREAD_MULTIPLE when the library offers it (else
+// FUNNELED); today every collective is called from the compute thread, in the same order on
+// every rank (the step's order is static).
+// Errors: every call returns 0 or -errno with one line in err (MPI's own message); MPI's
+// handler is MPI_ERRORS_RETURN, so nothing here aborts or exits.
+// Who calls it: main.c (init, finalize), train.c (rank 0's output, the start-up checks, the
+// data each rank takes, agreement on errors), trainer.c and step.c (losses, gradient folds),
+// bench_comm.c.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct comm comm_t;
+
+// Joins the launcher's world (MPI_Init_thread) when there is one; otherwise a world of one.
+// Returns 0, or -errno with one line (MPI failed to start).
+int comm_init(int *argc, char ***argv, char *err, size_t errlen);
+// After a run that ended well: MPI_Finalize (a world of one: nothing). Not on error paths:
+// a rank leaving with an error exits without it, and the launcher ends the others.
+void comm_finalize(void);
+// The world (a world of one before comm_init).
+comm_t *comm_world(void);
+
+int comm_rank(const comm_t *c);
+int comm_size(const comm_t *c);
+int comm_local_rank(const comm_t *c); // among the ranks on this node
+int comm_local_size(const comm_t *c);
+int comm_is_mpi(const comm_t *c);      // started by a launcher (MPI initialised), even at size 1
+
+// Rank r's piece of an n-element buffer: [*lo, *lo + *cnt).
+void comm_piece(size_t n, int size, int r, size_t *lo, size_t *cnt);
+
+// Each rank's mine (bytes each) gathered into all (size × bytes), in rank order.
+int comm_allgather(comm_t *c, const void *mine, void *all, size_t bytes, char *err, size_t errlen);
+// FP32 buffer buf (n elements): each rank's piece of its own buf to every rank, in place.
+int comm_allgather_pieces(comm_t *c, float *buf, size_t n, char *err, size_t errlen);
+// Piece j of send (n elements) to rank j; recv receives this rank's piece of every rank's
+// send, rank i's at recv + i × cnt (cnt: this rank's piece length). recv holds n elements.
+int comm_alltoall_pieces(comm_t *c, const float *send, float *recv, size_t n, char *err, size_t errlen);
+// root's bytes into every rank's buf.
+int comm_bcast(comm_t *c, void *buf, size_t bytes, int root, char *err, size_t errlen);
+// The largest of every rank's value.
+int comm_max_int(comm_t *c, int mine, int *max, char *err, size_t errlen);
+int comm_barrier(comm_t *c, char *err, size_t errlen);
+
+// One failure agreed on: every rank gives its rc and message (rc 0: none); every rank gets
+// the first failing rank's rc and message, prefixed "rank R: " in a world of more than one
+// (rank order). Returns that rc (0: every rank succeeded). When the collective itself fails
+// the result is its error.
+int comm_agree(comm_t *c, int rc, char *msg, size_t msglen);

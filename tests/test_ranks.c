@@ -1,0 +1,285 @@
+// test_ranks.c — `mpirun -np 2 tiertrain train` (DESIGN §7): world-size invariance (2 ranks ×
+// --accum A give the bits of 1 rank × --accum 2A, every placement and schedule), checkpoints
+// that resume on another world size, one failure stopping every rank with its name, and
+// mismatched flags refused. CTest label "mpi"; skips (77) without Open MPI's mpirun.
+//
+// Each rank runs one OpenMP thread (two ranks on two cores), and so does the one-rank run it
+// is compared with.
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "testutil.h"
+
+static char mpirun[1024];
+
+// The launcher on $PATH, or 0.
+static int find_mpirun(void) {
+    const char *path = getenv("PATH");
+    if (!path) path = "/usr/bin:/bin";
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *save = NULL, *d = strtok_r(buf, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        snprintf(mpirun, sizeof mpirun, "%s/mpirun", d);
+        if (access(mpirun, X_OK) == 0) return 1;
+    }
+    return 0;
+}
+
+static char *const env_common[] = {
+    "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMP_NUM_THREADS=1", "TT_CALIBRATE=0",
+    // Open MPI's own allocations outlive MPI_Finalize: under ASan, leaks are not this test's
+    "ASAN_OPTIONS=detect_leaks=0:abort_on_error=0", "OMPI_MCA_btl_vader_single_copy_mechanism=none", NULL};
+
+typedef struct { int rc; char *out, *err, *log; } run_t;
+
+static void run_free(run_t *r) { free(r->out); free(r->err); free(r->log); }
+
+// Value of "key" in the log's summary line (malloc'd), or NULL.
+static char *summary_field(const char *log, const char *key) {
+    const char *s = log ? strstr(log, "\"event\":\"summary\"") : NULL;
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = s ? strstr(s, k) : NULL;
+    if (!p) return NULL;
+    p += strlen(k);
+    if (*p == '"') p++;
+    size_t n = *p == '[' ? strcspn(p, "]") + 1 : strcspn(p, "\",}\n");
+    char *out = malloc(n + 1);
+    memcpy(out, p, n);
+    out[n] = 0;
+    return out;
+}
+
+// Every step line's loss and grad_norm, concatenated.
+static char *losses_of(const char *log) {
+    size_t cap = 8192, len = 0;
+    char *out = calloc(cap, 1);
+    for (const char *p = log; p && (p = strstr(p, "\"loss\":")); p++) {
+        const char *q = strstr(p, "\"step_ms\"");
+        size_t n = q ? (size_t)(q - p) : strcspn(p, "}");
+        if (len + n + 2 >= cap) out = realloc(out, cap *= 2);
+        memcpy(out + len, p, n);
+        len += n;
+        out[len++] = ';';
+        out[len] = 0;
+    }
+    return out;
+}
+
+// Runs `tiertrain train --log DIR/run.jsonl ARGS` on np ranks (0: without a launcher), with
+// extra environment for the last rank only when last_env is given (an MPMD command line).
+static run_t train(int np, const char *tag, const char *args, const char *last_env, const char *last_args) {
+    char *dir = tu_tmpdir(tag);
+    char log[1200];
+    snprintf(log, sizeof log, "%s/run.jsonl", dir);
+    char *argv[256];
+    int n = 0;
+    char copy[4096], copy2[4096];
+    snprintf(copy, sizeof copy, "%s", args);
+    snprintf(copy2, sizeof copy2, "%s", last_args ? last_args : args);
+    if (np > 0) {
+        argv[n++] = mpirun;
+        argv[n++] = "--oversubscribe";
+        argv[n++] = "-np";
+        argv[n++] = np > 1 && (last_env || last_args) ? (char *)"1" : (np == 1 ? "1" : "2");
+        for (int i = 0; env_common[i]; i++) {
+            argv[n++] = "-x";
+            argv[n++] = env_common[i];
+        }
+    }
+    argv[n++] = (char *)tu_binary();
+    argv[n++] = "train";
+    argv[n++] = "--log";
+    argv[n++] = log;
+    for (char *save = NULL, *a = strtok_r(copy, " ", &save); a; a = strtok_r(NULL, " ", &save)) argv[n++] = a;
+    if (np > 1 && (last_env || last_args)) { // MPMD: the last rank with its own environment or flags
+        argv[n++] = ":";
+        argv[n++] = "-np";
+        argv[n++] = "1";
+        for (int i = 0; env_common[i]; i++) {
+            argv[n++] = "-x";
+            argv[n++] = env_common[i];
+        }
+        if (last_env) {
+            argv[n++] = "-x";
+            argv[n++] = (char *)last_env;
+        }
+        argv[n++] = (char *)tu_binary();
+        argv[n++] = "train";
+        argv[n++] = "--log";
+        argv[n++] = log;
+        for (char *save = NULL, *a = strtok_r(copy2, " ", &save); a; a = strtok_r(NULL, " ", &save)) argv[n++] = a;
+    }
+    argv[n] = NULL;
+    run_t r = {0};
+    r.rc = tu_run(argv, env_common, &r.out, &r.err);
+    r.log = tu_slurp(log);
+    unlink(log);
+    char rm[1300];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+    if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    free(dir);
+    return r;
+}
+
+static const char *base = "--model tiny --steps 4 --eval-every 0 --seed 7";
+
+// ---------------------------------------------------------------- invariance
+
+static const struct { const char *two, *one; } cases[] = {
+    {"", "--accum 2"},                                                        // all resident
+    {"--params nvme --optimizer nvme", "--accum 2 --params nvme --optimizer nvme"},
+    {"--grads host", "--accum 2 --grads host"},
+    {"--grads nvme --optimizer nvme", "--accum 2 --grads nvme --optimizer nvme"},
+    {"--accum 2 --schedule vertical", "--accum 4 --schedule vertical"},
+    {"--accum 2 --schedule horizontal --params host", "--accum 4 --schedule horizontal --params host"},
+    {"--tie --clip 0.05", "--accum 2 --tie --clip 0.05"},                     // the tied head's share, clipping
+};
+
+START_TEST(test_invariance) {
+    char a2[1024], a1[1024], nv[256];
+    char *dir = tu_tmpdir("ranks-nvme");
+    snprintf(nv, sizeof nv, "--nvme-path %s", dir);
+    snprintf(a2, sizeof a2, "%s %s %s", base, cases[_i].two, nv);
+    snprintf(a1, sizeof a1, "%s %s %s", base, cases[_i].one, nv);
+    run_t two = train(2, "ranks-two", a2, NULL, NULL), one = train(0, "ranks-one", a1, NULL, NULL);
+    ck_assert_msg(two.rc == 0, "2 ranks (%s) failed (%d): %s", a2, two.rc, two.err);
+    ck_assert_msg(one.rc == 0, "1 rank (%s) failed (%d): %s", a1, one.rc, one.err);
+    char *h2 = summary_field(two.log, "params_hash"), *h1 = summary_field(one.log, "params_hash");
+    ck_assert_msg(h2 && h1, "no params_hash: %s", two.log);
+    ck_assert_msg(!strcmp(h2, h1), "%s: 2 ranks give %s, 1 rank with twice the accumulation %s", cases[_i].two, h2, h1);
+    char *l2 = losses_of(two.log), *l1 = losses_of(one.log);
+    ck_assert_msg(!strcmp(l2, l1), "losses differ:\n%s\n%s", l2, l1);
+    char *ranks = summary_field(two.log, "ranks"), *peaks = summary_field(two.log, "rank_peak_device_bytes");
+    ck_assert_msg(ranks && !strcmp(ranks, "2"), "summary ranks: %s", ranks ? ranks : "(none)");
+    ck_assert_msg(peaks && strchr(peaks, ','), "summary rank_peak_device_bytes: %s", peaks ? peaks : "(none)");
+    ck_assert_msg(strstr(two.out, "ranks: 2"), "no ranks line in: %s", two.out);
+    // rank 0 alone prints: one configuration, one done line
+    const char *d = strstr(two.out, "done:");
+    ck_assert_msg(d && !strstr(d + 1, "done:"), "more than one rank printed: %s", two.out);
+    free(ranks); free(peaks);
+    free(l2); free(l1); free(h2); free(h1);
+    run_free(&two); run_free(&one);
+    char rm[1300];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(rm), 0);
+    free(dir);
+}
+END_TEST
+
+// mpirun -np 1 is the run without a launcher.
+START_TEST(test_one_rank_launched) {
+    char a[512];
+    snprintf(a, sizeof a, "%s --accum 2", base);
+    run_t l = train(1, "ranks-np1", a, NULL, NULL), p = train(0, "ranks-plain", a, NULL, NULL);
+    ck_assert_msg(l.rc == 0 && p.rc == 0, "failed: %s %s", l.err, p.err);
+    char *hl = summary_field(l.log, "params_hash"), *hp = summary_field(p.log, "params_hash");
+    ck_assert_str_eq(hl, hp);
+    free(hl); free(hp);
+    run_free(&l); run_free(&p);
+}
+END_TEST
+
+// ---------------------------------------------------------------- checkpoints
+
+// A checkpoint of 2 ranks resumes on 1 (with twice the accumulation) to the bits of the
+// uninterrupted 1-rank run, and a checkpoint of 1 rank resumes on 2.
+START_TEST(test_checkpoint_world_sizes) {
+    char *dir = tu_tmpdir("ranks-ckpt");
+    char a[1024], ck[1200];
+    snprintf(a, sizeof a, "%s --accum 2", base);
+    run_t ref = train(0, "ranks-ref", a, NULL, NULL);
+    ck_assert_msg(ref.rc == 0, "%s", ref.err);
+    char *href = summary_field(ref.log, "params_hash");
+    for (int from = 2; from >= 1; from--) {
+        snprintf(ck, sizeof ck, "%s/from%d", dir, from);
+        // steps 1..2 on `from` ranks, saved; then 3..4 on the other world size
+        snprintf(a, sizeof a, "--model tiny --steps 2 --eval-every 0 --seed 7 --save %.400s %s", ck,
+                 from == 2 ? "" : "--accum 2");
+        run_t s = train(from == 2 ? 2 : 0, "ranks-save", a, NULL, NULL);
+        ck_assert_msg(s.rc == 0, "save on %d: %s", from, s.err);
+        snprintf(a, sizeof a, "--model tiny --steps 4 --eval-every 0 --seed 7 --resume %.400s %s", ck,
+                 from == 2 ? "--accum 2" : "");
+        run_t r = train(from == 2 ? 0 : 2, "ranks-resume", a, NULL, NULL);
+        ck_assert_msg(r.rc == 0, "resume of %d ranks' checkpoint: %s", from, r.err);
+        char *h = summary_field(r.log, "params_hash");
+        ck_assert_msg(h && !strcmp(h, href), "saved on %d rank(s), resumed on %d: %s, uninterrupted %s", from,
+                      from == 2 ? 1 : 2, h ? h : "(none)", href);
+        free(h);
+        run_free(&s); run_free(&r);
+    }
+    free(href);
+    run_free(&ref);
+    char rm[1300];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(rm), 0);
+    free(dir);
+}
+END_TEST
+
+// ---------------------------------------------------------------- failures
+
+// An I/O error on rank 1 stops both, each with exit 1; rank 0 names rank 1 and the error.
+START_TEST(test_io_error_on_rank_1) {
+    char *dir = tu_tmpdir("ranks-eio");
+    char a[1024];
+    snprintf(a, sizeof a, "%s --params nvme --optimizer nvme --nvme-path %s", base, dir);
+    run_t r = train(2, "ranks-eio-log", a, "TT_IO_FAULT=read:eio@20", NULL);
+    ck_assert_msg(r.rc == 1, "exit %d, want 1: %s", r.rc, r.err);
+    ck_assert_msg(strstr(r.err, "tiertrain: step ") && strstr(r.err, ": rank 1: ") &&
+                  strstr(r.err, "Input/output error"), "rank 0 does not name rank 1's error: %s", r.err);
+    run_free(&r);
+    char rm[1300];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(rm), 0);
+    free(dir);
+}
+END_TEST
+
+// Different flags on the two ranks: exit 2 before any step, naming the first that differs.
+START_TEST(test_flags_differ) {
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s --lr 1e-3", base);
+    snprintf(b, sizeof b, "%s --lr 2e-3", base);
+    run_t r = train(2, "ranks-flags", a, NULL, b);
+    ck_assert_msg(r.rc == 2, "exit %d, want 2: %s", r.rc, r.err);
+    ck_assert_msg(strstr(r.err, "tiertrain: rank 1: --lr differs from rank 0's (every rank must be given the same "
+                                "flags and environment: check the launcher's command line)\n"),
+                  "no line naming --lr: %s", r.err);
+    ck_assert_msg(!strstr(r.out, "step "), "a step ran: %s", r.out);
+    run_free(&r);
+}
+END_TEST
+
+int main(void) {
+#ifndef TT_HAVE_MPI
+    fprintf(stderr, "test_ranks: this build has no MPI (libopenmpi-dev): skipped\n");
+    return 77;
+#endif
+    if (!find_mpirun()) {
+        fprintf(stderr, "test_ranks: no mpirun on PATH (Debian's openmpi-bin): skipped\n");
+        return 77;
+    }
+    Suite *s = suite_create("ranks");
+    TCase *tc = tcase_create("invariance");
+    tcase_set_timeout(tc, 900);
+    tcase_add_loop_test(tc, test_invariance, 0, (int)(sizeof cases / sizeof cases[0]));
+    tcase_add_test(tc, test_one_rank_launched);
+    suite_add_tcase(s, tc);
+    TCase *tk = tcase_create("checkpoints");
+    tcase_set_timeout(tk, 900);
+    tcase_add_test(tk, test_checkpoint_world_sizes);
+    suite_add_tcase(s, tk);
+    TCase *tf = tcase_create("faults");
+    tcase_set_timeout(tf, 900);
+    tcase_add_test(tf, test_io_error_on_rank_1);
+    tcase_add_test(tf, test_flags_differ);
+    suite_add_tcase(s, tf);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
