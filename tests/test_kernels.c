@@ -302,7 +302,7 @@ static int close_double(const char *what, double out, double ref, tol_t tol) {
     return ok;
 }
 
-static const size_t SUMSQ_N[] = {0, 1, 7, 4095, 4096, 4097, 3 * 4096 + 5, 2 * 256 * 4096 + 77};
+static const size_t SUMSQ_N[] = {0, 1, 7, 4095, 4096, 4097, 3 * 4096 + 5, 5 * 4096 + 3, 2 * 256 * 4096 + 77};
 
 START_TEST(test_sumsq) {
     size_t n = SUMSQ_N[_i];
@@ -314,6 +314,37 @@ START_TEST(test_sumsq) {
     char what[64];
     snprintf(what, sizeof what, "sumsq n=%zu", n);
     ck_assert_msg(close_double(what, sumsq(x, n), (double)ref, TOL_SUMSQ), "%s", what);
+    free(x);
+}
+END_TEST
+
+// sumsq's documented order (kernels/cpu/elementwise.c), written out plainly: chunks of 4096,
+// each summed in double on 8 lanes (lane j takes i ≡ j mod 8, a ragged tail goes to lanes
+// 0..), the lanes closed as ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)), the chunk sums added in
+// chunk order. The vector path (two 4-double vectors per chunk, chunks side by side) must
+// give these bits exactly, not just close ones: the gradient norm feeds the clipping scale.
+static double sumsq_plain(const float *x, size_t n) {
+    double total = 0.0;
+    for (size_t c0 = 0; c0 < n; c0 += 4096) {
+        size_t len = n - c0 < 4096 ? n - c0 : 4096, n8 = len & ~(size_t)7;
+        double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (size_t i = 0; i < len; i++) {
+            double a = x[c0 + i];
+            l[i < n8 ? i % 8 : i - n8] += a * a;
+        }
+        total += ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    }
+    return total;
+}
+
+START_TEST(test_sumsq_order) {
+    size_t n = SUMSQ_N[_i];
+    rng_t r = rng_make(200 + (uint64_t)_i);
+    float *x = fnew(n);
+    for (size_t i = 0; i < n; i++) x[i] = rng_sym(&r, pow(10.0, -3 + 6 * rng_unif(&r)));
+    double got = sumsq(x, n), want = sumsq_plain(x, n);
+    ck_assert_msg(memcmp(&got, &want, sizeof got) == 0, "sumsq n=%zu: %.17g, the plain order gives %.17g",
+                  n, got, want);
     free(x);
 }
 END_TEST
@@ -1188,6 +1219,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, test_bf16_random);
     tc = tcase(s, "elementwise");
     tcase_add_loop_test(tc, test_sumsq, 0, NELEMS(SUMSQ_N));
+    tcase_add_loop_test(tc, test_sumsq_order, 0, NELEMS(SUMSQ_N));
     tcase_add_test(tc, test_add_inplace);
     tc = tcase(s, "matmul");
     tcase_add_loop_test(tc, test_matmul, 0, NELEMS(MM_SHAPES));

@@ -13,14 +13,19 @@
 
 #define BF16_CHUNK 16384 // elements per parallel task
 
-static inline uint16_t rne(uint32_t u) {
+// The rounded value kept in the upper 16 bits of a 32-bit word (the lower 16 are zero), so
+// the chunk loops stay in 32-bit lanes until the last step (a uint16_t result mid-way makes
+// the vectorizer narrow early and carry twice the instructions).
+static inline uint32_t rne_hi(uint32_t u) {
     // RNE: add 0x7fff plus the lowest kept bit; the carry may ripple into the exponent,
     // which is exactly rounding up (max finite -> Inf included). Inf has zero low bits.
-    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
     // NaN: keep sign and top payload, force quiet (rounding could carry a NaN into Inf).
-    uint32_t nan = 0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u); // all ones for NaN
-    return (uint16_t)((r & ~nan) | (((u >> 16) | 0x0040u) & nan));
+    uint32_t q = (u & 0xffff0000u) | 0x00400000u;
+    return (u & 0x7fffffffu) > 0x7f800000u ? q : r;
 }
+
+static inline uint16_t rne(uint32_t u) { return (uint16_t)(rne_hi(u) >> 16); }
 
 uint16_t bf16_from_f32(float x) {
     uint32_t u;
@@ -62,7 +67,7 @@ static void round_chunk(float *restrict x, size_t n) {
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, x + i, sizeof u);
-        u = (uint32_t)rne(u) << 16;
+        u = rne_hi(u);
         memcpy(x + i, &u, sizeof u);
     }
 }

@@ -3,36 +3,84 @@
 // on the thread count: the input is cut into fixed chunks of SUMSQ_CHUNK elements, each
 // chunk is summed in double in a fixed order (below), and the chunk sums are added in chunk
 // order by one thread. Threads only decide who computes a chunk, never the order of adds.
+// Vector code: both ops run in chunk functions compiled for AVX2 and for the x86-64
+// baseline (picked at load time). sumsq holds a chunk's 8 lanes as two 4-double vectors
+// (GCC vector extensions) in registers and sums SUMSQ_ILV chunks side by side: each lane is
+// one chain of dependent adds, so one chunk alone waits on the add latency and several keep
+// the adders busy. Each lane still adds its squares in index order: the bits are those of
+// the plain loop, for either clone and any thread count.
 // Called by the optimizer driver (grad norm) and the backend (residual adds).
 #include "kernels.h"
+#include "simd.h"
 
 #define SUMSQ_CHUNK 4096
 // Chunks whose partial sums are held at once (on the stack: no op allocates). 256 chunks =
 // 1 Mi elements per round, enough work to split over threads.
 #define SUMSQ_ROUND 256
+#define SUMSQ_ILV 4 // chunks summed side by side (4 chunks · 2 vectors = 8 add chains)
 #define ADD_PAR_MIN 32768
+#define ADD_CHUNK 8192 // elements per parallel task of add_inplace
 
-void add_inplace(float *x, const float *y, size_t n) {
-    #pragma omp parallel for schedule(static) if (n >= ADD_PAR_MIN)
+typedef double v4d __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+
+// x[0, n) += y[0, n). No restrict: the vectorizer checks for overlap at run time.
+TT_CLONES
+static void add_chunk(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-// Σ x[i]² of one chunk in double. Fixed order: 8 interleaved lanes (lane j takes the
-// elements i ≡ j mod 8 of the chunk, in index order; a tail shorter than 8 goes to lanes
-// 0..), then ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)). The lanes break the add latency chain.
-static double chunk_sumsq(const float *x, size_t n) {
-    double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+void add_inplace(float *x, const float *y, size_t n) {
+    size_t nc = (n + ADD_CHUNK - 1) / ADD_CHUNK;
+    #pragma omp parallel for schedule(static) if (n >= ADD_PAR_MIN)
+    for (size_t c = 0; c < nc; c++) {
+        size_t i = c * ADD_CHUNK, len = n - i < ADD_CHUNK ? n - i : ADD_CHUNK;
+        add_chunk(x + i, y + i, len);
+    }
+}
+
+// Σ x[i]² of k chunks of n elements each, chunk c at x + c·SUMSQ_CHUNK, into out[c], in
+// double. Fixed order per chunk: 8 interleaved lanes (lane j takes the elements i ≡ j mod 8
+// of the chunk, in index order; a tail shorter than 8 goes to lanes 0..), then
+// ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)). Lanes 0..3 live in lo[c], 4..7 in hi[c]; the
+// float → double conversion is exact and each lane does a·a then one add, as a scalar would.
+INLINE void chunks_sumsq(double *out, const float *x, size_t n, const int k) {
+    v4d lo[SUMSQ_ILV], hi[SUMSQ_ILV];
+    for (int c = 0; c < k; c++) lo[c] = hi[c] = (v4d){0, 0, 0, 0};
     size_t n8 = n & ~(size_t)7;
     for (size_t i = 0; i < n8; i += 8)
-        for (int j = 0; j < 8; j++) {
-            double a = x[i + j];
-            l[j] += a * a;
+        for (int c = 0; c < k; c++) {
+            v4f a, b;
+            memcpy(&a, x + (size_t)c * SUMSQ_CHUNK + i, sizeof a);
+            memcpy(&b, x + (size_t)c * SUMSQ_CHUNK + i + 4, sizeof b);
+            v4d da = __builtin_convertvector(a, v4d), db = __builtin_convertvector(b, v4d);
+            lo[c] += da * da;
+            hi[c] += db * db;
         }
-    for (size_t i = n8; i < n; i++) {
-        double a = x[i];
-        l[i - n8] += a * a;
+    for (int c = 0; c < k; c++) {
+        double l[8];
+        memcpy(l, &lo[c], sizeof lo[c]);
+        memcpy(l + 4, &hi[c], sizeof hi[c]);
+        for (size_t i = n8; i < n; i++) {
+            double a = x[(size_t)c * SUMSQ_CHUNK + i];
+            l[i - n8] += a * a;
+        }
+        out[c] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
     }
-    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+// Chunks [c0, c1) of x[0, n) (at most SUMSQ_ILV of them) into part[0 ..]: side by side when
+// they are SUMSQ_ILV whole chunks, else one at a time (the round's ragged end).
+TT_CLONES
+static void group_sumsq(double *part, const float *x, size_t n, size_t c0, size_t c1) {
+    if (c1 - c0 == SUMSQ_ILV && c1 * SUMSQ_CHUNK <= n) {
+        chunks_sumsq(part, x + c0 * SUMSQ_CHUNK, SUMSQ_CHUNK, SUMSQ_ILV);
+        return;
+    }
+    for (size_t c = c0; c < c1; c++) {
+        size_t start = c * SUMSQ_CHUNK, len = n - start < SUMSQ_CHUNK ? n - start : SUMSQ_CHUNK;
+        chunks_sumsq(part + (c - c0), x + start, len, 1);
+    }
 }
 
 double sumsq(const float *x, size_t n) {
@@ -41,11 +89,11 @@ double sumsq(const float *x, size_t n) {
     double part[SUMSQ_ROUND];
     for (size_t c0 = 0; c0 < nchunks; c0 += SUMSQ_ROUND) {
         size_t nc = nchunks - c0 < SUMSQ_ROUND ? nchunks - c0 : SUMSQ_ROUND;
-        #pragma omp parallel for schedule(static) if (nc > 1)
-        for (size_t c = 0; c < nc; c++) {
-            size_t start = (c0 + c) * SUMSQ_CHUNK;
-            size_t len = n - start < SUMSQ_CHUNK ? n - start : SUMSQ_CHUNK;
-            part[c] = chunk_sumsq(x + start, len);
+        size_t ng = (nc + SUMSQ_ILV - 1) / SUMSQ_ILV;
+        #pragma omp parallel for schedule(static) if (ng > 1)
+        for (size_t g = 0; g < ng; g++) {
+            size_t a = c0 + g * SUMSQ_ILV, b = a + SUMSQ_ILV < c0 + nc ? a + SUMSQ_ILV : c0 + nc;
+            group_sumsq(part + g * SUMSQ_ILV, x, n, a, b);
         }
         for (size_t c = 0; c < nc; c++) total += part[c]; // chunk order, one thread
     }

@@ -3,11 +3,14 @@
 // some columns of every dwte row and adds the N rows in order. No two threads write one
 // element and the sum order is fixed: the same bits for any thread count. Token ids are
 // trusted to lie in [0, V): the data loader checks them.
+// The row add is compiled for AVX2 and for the x86-64 baseline (picked at load time); one
+// IEEE add per element either way.
 // Called by the CPU backend for the input embedding (and nothing else: the tied head is a
 // matmul).
 #include "kernels.h"
 #include <omp.h>
 #include <string.h>
+#include "simd.h"
 
 #define EMB_ALIGN 16 // column ranges start on a cache line (16 floats)
 
@@ -15,6 +18,12 @@ void embedding_forward(float *out, const int *tokens, const float *wte, int N, i
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++)
         memcpy(out + (size_t)n * C, wte + (size_t)tokens[n] * C, (size_t)C * sizeof(float));
+}
+
+TT_CLONES
+static void add_row(float *restrict dst, const float *restrict src, int n) {
+    #pragma omp simd
+    for (int c = 0; c < n; c++) dst[c] += src[c];
 }
 
 void embedding_backward(float *dwte, const float *dout, const int *tokens, int N, int C) {
@@ -27,11 +36,7 @@ void embedding_backward(float *dwte, const float *dout, const int *tokens, int N
         int per = (C + nt - 1) / nt;
         per = (per + EMB_ALIGN - 1) / EMB_ALIGN * EMB_ALIGN;
         int c0 = id * per < C ? id * per : C, c1 = c0 + per < C ? c0 + per : C;
-        for (int n = 0; n < N && c0 < c1; n++) {
-            float *restrict dst = dwte + (size_t)tokens[n] * C + c0;
-            const float *restrict src = dout + (size_t)n * C + c0;
-            #pragma omp simd
-            for (int c = 0; c < c1 - c0; c++) dst[c] += src[c];
-        }
+        for (int n = 0; n < N && c0 < c1; n++)
+            add_row(dwte + (size_t)tokens[n] * C + c0, dout + (size_t)n * C + c0, c1 - c0);
     }
 }

@@ -2,9 +2,12 @@
 // The table holds cos/sin of t·theta^(-2i/HS) for i < HS/2, computed in double and rounded
 // once to FP32. Forward rotates pairs (i, i+HS/2) by +angle, backward by −angle (the
 // transpose of a rotation). In place, parallel over (b, t) rows. HS must be even.
+// The row function is compiled for AVX2 and for the x86-64 baseline (picked at load time);
+// elementwise IEEE ops only, so the bits depend on neither the clone nor the thread count.
 // Called by the CPU backend on q and k before attention (and on their gradients after).
 #include "kernels.h"
 #include <math.h>
+#include "simd.h"
 
 void rope_table(float *cos_t, float *sin_t, int T, int HS, double theta) {
     int half = HS / 2;
@@ -17,32 +20,38 @@ void rope_table(float *cos_t, float *sin_t, int T, int HS, double theta) {
         }
 }
 
+// The NX heads of one (b, t) row xr, with that position's cos/sin rows cr, sr.
 // inverse = 0: rotate by +angle (forward); inverse = 1: by −angle (the transpose).
+TT_CLONES
+static void rope_row(float *xr, const float *restrict cr, const float *restrict sr, int NX, int HS, int inverse) {
+    int half = HS / 2;
+    for (int h = 0; h < NX; h++) {
+        // the two halves of a head row never overlap: restrict lets the loop vectorize
+        float *restrict lo = xr + (size_t)h * HS, *restrict hi = lo + half;
+        if (!inverse) {
+            #pragma omp simd
+            for (int i = 0; i < half; i++) {
+                float x0 = lo[i], x1 = hi[i];
+                lo[i] = x0 * cr[i] - x1 * sr[i];
+                hi[i] = x1 * cr[i] + x0 * sr[i];
+            }
+        } else {
+            #pragma omp simd
+            for (int i = 0; i < half; i++) {
+                float x0 = lo[i], x1 = hi[i];
+                lo[i] = x0 * cr[i] + x1 * sr[i];
+                hi[i] = x1 * cr[i] - x0 * sr[i];
+            }
+        }
+    }
+}
+
 static void rope_apply(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS, int inverse) {
     int half = HS / 2;
     #pragma omp parallel for schedule(static)
     for (long bt = 0; bt < (long)B * T; bt++) {
         int t = (int)(bt % T);
-        const float *restrict cr = cos_t + (size_t)t * half, *restrict sr = sin_t + (size_t)t * half;
-        for (int h = 0; h < NX; h++) {
-            // the two halves of a head row never overlap: restrict lets the loop vectorize
-            float *restrict lo = x + ((size_t)bt * NX + h) * HS, *restrict hi = lo + half;
-            if (!inverse) {
-                #pragma omp simd
-                for (int i = 0; i < half; i++) {
-                    float x0 = lo[i], x1 = hi[i];
-                    lo[i] = x0 * cr[i] - x1 * sr[i];
-                    hi[i] = x1 * cr[i] + x0 * sr[i];
-                }
-            } else {
-                #pragma omp simd
-                for (int i = 0; i < half; i++) {
-                    float x0 = lo[i], x1 = hi[i];
-                    lo[i] = x0 * cr[i] + x1 * sr[i];
-                    hi[i] = x1 * cr[i] - x0 * sr[i];
-                }
-            }
-        }
+        rope_row(x + (size_t)bt * NX * HS, cos_t + (size_t)t * half, sin_t + (size_t)t * half, NX, HS, inverse);
     }
 }
 
