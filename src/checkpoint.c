@@ -488,22 +488,34 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
 // Writes one state of every tensor through w, shard after shard, in tensor order: part 0 the
 // master (as BF16 when bf16; *hash, when given, takes trainer_params_hash of it on the way),
 // 1 Adam's m, 2 its v. A chunk at a time, so NVMe-resident states need one chunk of staging.
+// With ranks every chunk is gathered from the ranks' pieces (a collective): w is NULL on the
+// ranks that do not write, and after a failure the gathers go on to the end without writing,
+// so that every rank's gathers pair up; the first failure is returned.
 static int write_part(trainer_t *tr, st_writer_t *w, int part, int bf16, uint64_t *hash, progress_t *pg, char *err,
                       size_t errlen) {
     const model_t *m = trainer_model(tr);
+    const int ranks = trainer_ranks(tr);
     uint16_t buf[8192];
+    int first = 0;
     for (int s = 0; s < m->nshards; s++) {
         const shard_t *sh = &m->shards[s];
         for (int c = 0; c < trainer_nchunks(tr, s); c++) {
             float *st[3];
-            int rc = trainer_states_get(tr, s, c, 1 << part, 0, &st[0], &st[1], &st[2], err, errlen);
-            if (rc != 0) return rc;
+            char e2[768];
+            int rc = trainer_states_get(tr, s, c, 1 << part, 0, &st[0], &st[1], &st[2], e2, sizeof e2);
+            if (rc != 0 && !first) {
+                first = rc;
+                ERR("%s", e2);
+            }
+            if (first && ranks == 1) return first;
+            if (first) continue; // the gathers only, from here
             size_t lo, n, a, b;
             trainer_chunk_range(tr, s, c, &lo, &n);
             for (int t = 0; t < sh->ntensors && rc == 0; t++) {
                 if (!model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b)) continue;
                 const float *src = st[part] + (a - lo);
                 if (hash) *hash = fnv1a64(*hash, src, (b - a) * sizeof(float));
+                if (!w) continue;
                 if (bf16) {
                     for (size_t i = 0; i < b - a && rc == 0; i += 8192) {
                         size_t k = b - a - i < 8192 ? b - a - i : 8192;
@@ -516,37 +528,53 @@ static int write_part(trainer_t *tr, st_writer_t *w, int part, int bf16, uint64_
             }
             if (rc != 0) {
                 ERR("%s", st_writer_error(w)[0] ? st_writer_error(w) : strerror(-rc));
-                return rc;
+                first = rc;
+                if (ranks == 1) return rc;
+                continue;
             }
             progress_add(pg, (uint64_t)n * (bf16 ? 2 : 4));
         }
     }
-    return 0;
+    return first;
 }
 
 // A safetensors file of the given parts of every tensor (suffixes[k] names part parts[k]),
-// part after part, each in shard and tensor order: how write_part streams them.
+// part after part, each in shard and tensor order: how write_part streams them. path NULL:
+// no file, the gathers only (a rank that does not write).
 static int write_file(trainer_t *tr, const char *path, const char *format, int nparts, const int *parts,
                       const char *const *suffixes, int bf16_master, uint64_t *hash, progress_t *pg, char *err,
                       size_t errlen) {
     const model_t *m = trainer_model(tr);
     int per = count_tensors(m), n = per * nparts, k = 0;
-    st_tensor_t *decl = calloc((size_t)n, sizeof *decl);
-    tname_t *names = calloc((size_t)n, sizeof *names);
-    if (!decl || !names) { free(decl); free(names); ERR("out of memory"); return -ENOMEM; }
-    for (int p = 0; p < nparts; p++)
-        for (int s = 0; s < m->nshards; s++)
-            for (int t = 0; t < m->shards[s].ntensors; t++, k++)
-                tensor_decl(m, s, t, suffixes[p], parts[p] == 0 && bf16_master ? ST_BF16 : ST_F32, &decl[k], names[k]);
-    st_meta_t meta[] = {{"format", format}};
     st_writer_t *w = NULL;
-    int rc = st_writer_open_flags(&w, path, decl, n, meta, 1, ST_CRC32C, err, errlen);
-    free(decl);
-    free(names);
-    if (rc != 0) return rc;
-    for (int p = 0; p < nparts && rc == 0; p++)
-        rc = write_part(tr, w, parts[p], parts[p] == 0 && bf16_master, parts[p] == 0 ? hash : NULL, pg, err, errlen);
-    if (rc != 0) {
+    int rc = 0;
+    if (path) {
+        st_tensor_t *decl = calloc((size_t)n, sizeof *decl);
+        tname_t *names = calloc((size_t)n, sizeof *names);
+        if (!decl || !names) { free(decl); free(names); ERR("out of memory"); return -ENOMEM; }
+        for (int p = 0; p < nparts; p++)
+            for (int s = 0; s < m->nshards; s++)
+                for (int t = 0; t < m->shards[s].ntensors; t++, k++)
+                    tensor_decl(m, s, t, suffixes[p], parts[p] == 0 && bf16_master ? ST_BF16 : ST_F32, &decl[k],
+                                names[k]);
+        st_meta_t meta[] = {{"format", format}};
+        rc = st_writer_open_flags(&w, path, decl, n, meta, 1, ST_CRC32C, err, errlen);
+        free(decl);
+        free(names);
+        if (rc != 0 && trainer_ranks(tr) == 1) return rc;
+        if (rc != 0) w = NULL; // the gathers all the same
+    }
+    for (int p = 0; p < nparts; p++) {
+        char e2[768];
+        int r = write_part(tr, rc == 0 ? w : NULL, parts[p], parts[p] == 0 && bf16_master, parts[p] == 0 ? hash : NULL,
+                           pg, e2, sizeof e2);
+        if (r != 0 && rc == 0) {
+            rc = r;
+            snprintf(err, errlen, "%s", e2);
+        }
+        if (rc != 0 && trainer_ranks(tr) == 1) break;
+    }
+    if (rc != 0 || !w) {
         st_writer_free(w);
         return rc;
     }
@@ -620,16 +648,36 @@ static int write_state_json(const trainer_t *tr, const data_t *d, int step, uint
     return write_text(path, text, err, errlen);
 }
 
+// Ranks: a save's gathers without its files, so that every rank's pair up — on the ranks that
+// do not write, and on rank 0 when it fails before writing. Returns rc, or the gathers' error.
+static int serve_gathers(trainer_t *tr, uint64_t *hash, int rc, char *err, size_t errlen) {
+    if (trainer_ranks(tr) == 1) return rc;
+    const config_t *c = trainer_config(tr);
+    progress_t pg;
+    progress_begin(&pg, "", 0, 0);
+    char e2[768];
+    uint64_t h = 0;
+    int r1 = write_model(tr, NULL, c->save_bf16, hash ? hash : &h, &pg, e2, sizeof e2);
+    if (r1 != 0 && rc == 0) { rc = r1; snprintf(err, errlen, "%s", e2); }
+    int r2 = write_optimizer(tr, NULL, c->save_bf16, &pg, e2, sizeof e2);
+    if (r2 != 0 && rc == 0) { rc = r2; snprintf(err, errlen, "%s", e2); }
+    return rc;
+}
+
 int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t *params_hash, char *where, size_t wlen,
                     char *err, size_t errlen) {
     const config_t *c = trainer_config(tr);
     const char *dir = c->save_dir;
     int rc = trainer_optimizer_wait(tr, err, errlen);
     if (rc != 0) return rc;
+    if (trainer_rank(tr) != 0) { // ranks: rank 0 writes; the others serve their pieces to its gathers
+        where[0] = 0;
+        return serve_gathers(tr, params_hash, 0, err, errlen);
+    }
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
         int e = errno;
         ERR("--save %s: %s", dir, strerror(e));
-        return -e;
+        return serve_gathers(tr, NULL, -e, err, errlen);
     }
     ckpt_prune(dir, 0, ""); // leftovers of an interrupted save are never taken for a checkpoint
     char name[32], tmp[TT_PATH_MAX + 64], final[TT_PATH_MAX + 64], path[TT_PATH_MAX + 128];
@@ -639,7 +687,7 @@ int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t *params_h
     if (mkdir(tmp, 0755) != 0) {
         int e = errno;
         ERR("--save %s: cannot create %s: %s", dir, tmp, strerror(e));
-        return -e;
+        return serve_gathers(tr, NULL, -e, err, errlen);
     }
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     char what[64];
@@ -652,6 +700,9 @@ int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t *params_h
         snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
         rc = write_optimizer(tr, path, c->save_bf16, &pg, err, errlen);
         test_delay();
+    } else if (trainer_ranks(tr) > 1) { // the other ranks' gathers of the optimizer file still pair up
+        char e2[768];
+        write_optimizer(tr, NULL, c->save_bf16, &pg, e2, sizeof e2);
     }
     if (rc == 0) progress_end(&pg);
     uint32_t config_crc = 0;

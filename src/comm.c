@@ -15,7 +15,7 @@ static int launched(void) {
 
 void comm_piece(size_t n, int size, int r, size_t *lo, size_t *cnt) {
     size_t per = (n + (size_t)size - 1) / (size_t)size;
-    per = (per + 1023) / 1024 * 1024;
+    per = (per + COMM_PIECE_ALIGN - 1) / COMM_PIECE_ALIGN * COMM_PIECE_ALIGN;
     size_t a = per * (size_t)r, b = a + per;
     if (a > n) a = n;
     if (b > n) b = n;
@@ -97,17 +97,17 @@ void comm_finalize(void) {
     world_.mpi = 0;
 }
 
-// The pieces' counts and offsets as MPI's ints.
-static int piece_tables(comm_t *c, size_t n, char *err, size_t errlen) {
-    if (n > (size_t)INT_MAX) {
-        snprintf(err, errlen, "a collective of %zu elements is over MPI's int counts", n);
+// The pieces' counts and offsets as MPI's ints, in units of elem bytes.
+static int piece_tables(comm_t *c, size_t n, size_t elem, char *err, size_t errlen) {
+    if (n * elem > (size_t)INT_MAX) {
+        snprintf(err, errlen, "a collective of %zu bytes is over MPI's int counts", n * elem);
         return -EOVERFLOW;
     }
     for (int j = 0; j < c->size; j++) {
         size_t lo, cnt;
         comm_piece(n, c->size, j, &lo, &cnt);
-        c->counts[j] = (int)cnt;
-        c->displs[j] = (int)lo;
+        c->counts[j] = (int)(cnt * elem);
+        c->displs[j] = (int)(lo * elem);
     }
     return 0;
 }
@@ -125,11 +125,30 @@ int comm_allgather(comm_t *c, const void *mine, void *all, size_t bytes, char *e
     return 0;
 }
 
-int comm_allgather_pieces(comm_t *c, float *buf, size_t n, char *err, size_t errlen) {
+int comm_allgather_pieces(comm_t *c, void *buf, size_t n, size_t elem, char *err, size_t errlen) {
     if (!c->mpi || c->size == 1) return 0;
-    int rc = piece_tables(c, n, err, errlen);
+    int rc = piece_tables(c, n, elem, err, errlen);
     if (rc != 0) return rc;
-    MPI_TRY(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c->counts, c->displs, MPI_FLOAT, c->world),
+    MPI_TRY(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c->counts, c->displs, MPI_BYTE, c->world),
+            "MPI_Allgatherv");
+    return 0;
+}
+
+int comm_allgatherv(comm_t *c, const void *mine, void *all, const size_t *counts, const size_t *displs, char *err,
+                    size_t errlen) {
+    if (!c->mpi) {
+        memmove((char *)all + displs[0], mine, counts[0]);
+        return 0;
+    }
+    for (int j = 0; j < c->size; j++) {
+        if (counts[j] > (size_t)INT_MAX || displs[j] > (size_t)INT_MAX) {
+            snprintf(err, errlen, "an all-gather of %zu bytes is over MPI's int counts", counts[j] + displs[j]);
+            return -EOVERFLOW;
+        }
+        c->counts[j] = (int)counts[j];
+        c->displs[j] = (int)displs[j];
+    }
+    MPI_TRY(MPI_Allgatherv(mine, c->counts[c->rank], MPI_BYTE, all, c->counts, c->displs, MPI_BYTE, c->world),
             "MPI_Allgatherv");
     return 0;
 }
@@ -139,14 +158,14 @@ int comm_alltoall_pieces(comm_t *c, const float *send, float *recv, size_t n, ch
         memmove(recv, send, n * sizeof(float));
         return 0;
     }
-    int rc = piece_tables(c, n, err, errlen);
+    int rc = piece_tables(c, n, sizeof(float), err, errlen);
     if (rc != 0) return rc;
     const int mine = c->counts[c->rank];
     for (int i = 0; i < c->size; i++) {
         c->rcounts[i] = mine;
         c->rdispls[i] = i * mine;
     }
-    MPI_TRY(MPI_Alltoallv(send, c->counts, c->displs, MPI_FLOAT, recv, c->rcounts, c->rdispls, MPI_FLOAT, c->world),
+    MPI_TRY(MPI_Alltoallv(send, c->counts, c->displs, MPI_BYTE, recv, c->rcounts, c->rdispls, MPI_BYTE, c->world),
             "MPI_Alltoallv");
     return 0;
 }
@@ -227,8 +246,15 @@ int comm_allgather(comm_t *c, const void *mine, void *all, size_t bytes, char *e
     return 0;
 }
 
-int comm_allgather_pieces(comm_t *c, float *buf, size_t n, char *err, size_t errlen) {
-    (void)c; (void)buf; (void)n; (void)err; (void)errlen;
+int comm_allgather_pieces(comm_t *c, void *buf, size_t n, size_t elem, char *err, size_t errlen) {
+    (void)c; (void)buf; (void)n; (void)elem; (void)err; (void)errlen;
+    return 0;
+}
+
+int comm_allgatherv(comm_t *c, const void *mine, void *all, const size_t *counts, const size_t *displs, char *err,
+                    size_t errlen) {
+    (void)c; (void)err; (void)errlen;
+    memmove((char *)all + displs[0], mine, counts[0]);
     return 0;
 }
 

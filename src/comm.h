@@ -8,8 +8,10 @@
 // device buffers go through NCCL (comm_nccl.c), bootstrapped over MPI.
 //
 // Pieces: the fixed split of an n-element buffer among the ranks (comm_piece): rank r's piece
-// is elements [lo, lo + cnt), pieces of ceil(n / size) rounded up to 1024 elements (4 KiB
-// of FP32), the last ones shorter or empty. The gradient fold (step.c) and the bench use it.
+// is elements [lo, lo + cnt), pieces of ceil(n / size) rounded up to COMM_PIECE_ALIGN
+// elements (16 KiB of FP32, 8 KiB of BF16: whole 4 KiB pages, and whole blocks of the
+// gradient norm, gradnorm.h), the last ones shorter or empty. The ZeRO-3 partition of every
+// shard's states (tier.h), the gradient fold (step.c) and the bench use it.
 //
 // Threads: MPI is initialised with MPI_THREAD_MULTIPLE when the library offers it (else
 // FUNNELED); today every collective is called from the compute thread, in the same order on
@@ -40,15 +42,20 @@ int comm_local_rank(const comm_t *c); // among the ranks on this node
 int comm_local_size(const comm_t *c);
 int comm_is_mpi(const comm_t *c);      // started by a launcher (MPI initialised), even at size 1
 
+#define COMM_PIECE_ALIGN 4096
 // Rank r's piece of an n-element buffer: [*lo, *lo + *cnt).
 void comm_piece(size_t n, int size, int r, size_t *lo, size_t *cnt);
 
 // Each rank's mine (bytes each) gathered into all (size × bytes), in rank order.
 int comm_allgather(comm_t *c, const void *mine, void *all, size_t bytes, char *err, size_t errlen);
-// FP32 buffer buf (n elements): each rank's piece of its own buf to every rank, in place.
-int comm_allgather_pieces(comm_t *c, float *buf, size_t n, char *err, size_t errlen);
+// Buffer buf of n elements of elem bytes: each rank's piece of its own buf to every rank, in
+// place.
+int comm_allgather_pieces(comm_t *c, void *buf, size_t n, size_t elem, char *err, size_t errlen);
+// Rank i's counts[i] bytes (mine on this rank) into all at displs[i], every rank.
+int comm_allgatherv(comm_t *c, const void *mine, void *all, const size_t *counts, const size_t *displs, char *err,
+                    size_t errlen);
 // Piece j of send (n elements) to rank j; recv receives this rank's piece of every rank's
-// send, rank i's at recv + i × cnt (cnt: this rank's piece length). recv holds n elements.
+// send, rank i's at recv + i × cnt (cnt: this rank's piece length): recv holds size × cnt.
 int comm_alltoall_pieces(comm_t *c, const float *send, float *recv, size_t n, char *err, size_t errlen);
 // root's bytes into every rank's buf.
 int comm_bcast(comm_t *c, void *buf, size_t bytes, int root, char *err, size_t errlen);

@@ -25,10 +25,11 @@ adamw_params_t optim_hparams(const config_t *cfg, int t, float lr, float grad_sc
 }
 
 // AdamW over the elements [lo, lo + n) of shard s, tensor by tensor (weight decay on matrices
-// only): master, m, v and g point at element lo; the new compute copy goes into pc (the whole
-// shard's). dev: device memory and the backend's update (queued), else the CPU's.
+// only): master, m, v and g point at element lo; the new compute copy goes into pc, which
+// holds the shard's elements from plo on (this rank's piece). dev: device memory and the
+// backend's update (queued), else the CPU's.
 static void adamw_chunk(const model_t *md, const config_t *cfg, const backend_t *be, int s, size_t lo, size_t n,
-                        float *master, float *m, float *v, const float *g, void *pc, size_t pbytes,
+                        float *master, float *m, float *v, const float *g, void *pc, size_t plo, size_t pbytes,
                         adamw_params_t *hp) {
     const shard_t *sh = &md->shards[s];
     double t0 = trace_now_ms();
@@ -38,8 +39,8 @@ static void adamw_chunk(const model_t *md, const config_t *cfg, const backend_t 
         if (a >= b) continue;
         hp->wd = te->decay ? (float)cfg->wd : 0.0f;
         size_t k = a - lo;
-        uint16_t *p16 = pbytes == 2 ? (uint16_t *)pc + a : NULL;
-        float *p32 = pbytes == 2 ? NULL : (float *)pc + a;
+        uint16_t *p16 = pbytes == 2 ? (uint16_t *)pc + (a - plo) : NULL;
+        float *p32 = pbytes == 2 ? NULL : (float *)pc + (a - plo);
         if (be) be->ops->adamw_update(master + k, m + k, v + k, p16, p32, g + k, b - a, hp);
         else adamw_update(master + k, m + k, v + k, p16, p32, g + k, b - a, hp);
     }
@@ -67,14 +68,25 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
     tier_xfer_t rd[2], wr[2];
     memset(rd, 0, sizeof rd);
     memset(wr, 0, sizeof wr);
-    int rc = nvme ? tier_o32_submit(tier, &rd[0], IO_READ, 0, 0, 0, err, errlen) : 0;
+    int rc = 0;
+    // the first read: of the first shard with a piece on this rank
+    int s0 = 0;
+    while (s0 < md->nshards && tier_nchunks(lay, md, s0) == 0) s0++;
+    if (nvme && s0 < md->nshards) rc = tier_o32_submit(tier, &rd[0], IO_READ, s0, 0, 0, err, errlen);
     for (int s = 0, k = 0; s < md->nshards && rc == 0; s++) {
         const int nc = tier_nchunks(lay, md, s);
         void *pc = tier_params_build(tier, s);
+        size_t plo, pn;
+        tier_piece(lay, md, s, &plo, &pn);
+        if (nc == 0) { // no piece of it on this rank: nothing to update, published all the same
+            sched_update_publish(tier_sched(tier), s);
+            continue;
+        }
         for (int c = 0; c < nc && rc == 0; c++, k++) {
             const int b = k & 1, nb = b ^ 1;
             if (nvme) {
                 int ns = c + 1 < nc ? s : s + 1, ncx = c + 1 < nc ? c + 1 : 0;
+                while (ns < md->nshards && ncx == 0 && tier_nchunks(lay, md, ns) == 0) ns++; // pieces only
                 if (ns < md->nshards && (rc = tier_o32_finish(tier, &wr[nb], err, errlen)) == 0)
                     rc = tier_o32_submit(tier, &rd[nb], IO_READ, ns, ncx, nb, err, errlen);
                 if (rc == 0) rc = tier_o32_finish(tier, &rd[b], err, errlen);
@@ -84,8 +96,8 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
             tier_chunk_range(lay, md, s, c, &lo, &n);
             float *master, *m, *v;
             tier_o32_views(tier, s, c, b, &master, &m, &v);
-            adamw_chunk(md, cfg, NULL, s, lo, n, master, m, v, tier_grads_for_update(tier, s, c, b), pc, lay->pbytes,
-                        &hp);
+            adamw_chunk(md, cfg, NULL, s, lo, n, master, m, v, tier_grads_for_update(tier, s, c, b), pc, plo,
+                        lay->pbytes, &hp);
             if (c == nc - 1) rc = shard_done(tier, s, pc, err, errlen); // the states' write may still run
             if (rc == 0 && nvme) rc = tier_o32_submit(tier, &wr[b], IO_WRITE, s, c, b, err, errlen);
         }
@@ -113,7 +125,9 @@ int optim_run_device(tier_t *tier, const model_t *md, const config_t *cfg, const
         void *pd = p16->home == TIER_DEVICE ? p16->addr : tier_buf(tier, TB_NEW_PARAMS, 0);
         float *master, *m, *v;
         tier_o32_views(tier, s, 0, 0, &master, &m, &v);
-        adamw_chunk(md, cfg, be, s, 0, md->shards[s].numel_padded, master, m, v, g, pd, lay->pbytes, &hp);
+        size_t plo, pn;
+        tier_piece(lay, md, s, &plo, &pn);
+        if (pn) adamw_chunk(md, cfg, be, s, plo, pn, master, m, v, g, pd, plo, lay->pbytes, &hp);
         tier_grads_consumed(tier, s);
         if (p16->home != TIER_DEVICE) {
             void *pc = tier_params_build(tier, s);

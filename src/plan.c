@@ -44,6 +44,13 @@ static int replay(const int *uses, int n, int cap, int bypass, int start, char *
 // Streamed parameters: shard copies to the device per step (the slots start empty each
 // step) and, of those, NVMe reads the host cache does not absorb (the cache keeps its
 // contents across steps: the optimizer writes through it).
+// Elements of shard s this rank holds (a fetch copies them; the gather brings the rest).
+static double piece_numel(const tier_layout_t *lay, const model_t *m, int s) {
+    size_t lo, n;
+    tier_piece(lay, m, s, &lo, &n);
+    return (double)n;
+}
+
 static void stream_traffic(const config_t *cfg, const model_t *m, plan_t *p) {
     const int nslots = p->lay.nslots, nhcache = p->lay.nhcache, reps = p->lay.vertical ? 1 : cfg->accum;
     const double pbytes = (double)p->lay.pbytes;
@@ -56,7 +63,7 @@ static void stream_traffic(const config_t *cfg, const model_t *m, plan_t *p) {
     int nf = 0;
     double bytes = 0;
     for (int k = 0; k < n; k++)
-        if (miss[k]) { fetch[nf++] = uses[k]; bytes += (double)m->shards[uses[k]].numel_padded * pbytes; }
+        if (miss[k]) { fetch[nf++] = uses[k]; bytes += piece_numel(&p->lay, m, uses[k]) * pbytes; }
     p->param_fetches = (uint64_t)nf;
     // NVMe reads land in the slots themselves where the device is host memory (CPU backend)
     if (cfg->params_tier == TIER_HOST || !p->lay.device_is_host) p->h2d_bytes += (uint64_t)bytes;
@@ -67,7 +74,7 @@ static void stream_traffic(const config_t *cfg, const model_t *m, plan_t *p) {
             replay(fetch, 2 * nf, nhcache, 1, nf, cmiss);
             double rd = 0;
             for (int k = nf; k < 2 * nf; k++)
-                if (cmiss[k]) rd += (double)m->shards[fetch[k]].numel_padded * pbytes;
+                if (cmiss[k]) rd += piece_numel(&p->lay, m, fetch[k]) * pbytes;
             p->nvme_read_bytes += (uint64_t)rd;
             free(cmiss);
         }
@@ -178,13 +185,25 @@ void plan_save_space(const config_t *cfg, const model_t *m, int first_step, plan
     }
 }
 
-// Bytes each link moves per step (what the tier's counters measure).
+// Elements of every shard this rank's homes hold: its piece of each (the model on one rank).
+static double local_numel(const tier_layout_t *lay, const model_t *m) {
+    double total = 0;
+    for (int s = 0; s < m->nshards; s++) {
+        size_t lo, n;
+        tier_piece(lay, m, s, &lo, &n);
+        total += (double)n;
+    }
+    return total;
+}
+
+// Bytes each link moves per step (what the tier's counters measure): with ranks, of this
+// rank's pieces.
 static void plan_traffic(const config_t *cfg, const model_t *m, plan_t *p) {
     const tier_layout_t *lay = &p->lay;
-    const double P = (double)m->numel_padded, N = (double)cfg->B * cfg->T, C = m->C;
+    const double P = local_numel(lay, m), N = (double)cfg->B * cfg->T, C = m->C;
     const double Pp = P * (double)lay->pbytes, G = P * 4, NC4 = N * C * 4, emb4 = (double)m->shards[0].numel_padded * 4;
     const int vertical = lay->vertical;
-    if (cfg->params_tier != TIER_DEVICE) stream_traffic(cfg, m, p);
+    if (cfg->params_tier != TIER_DEVICE || lay->ranks > 1) stream_traffic(cfg, m, p);
     // the optimizer's new weights travel to their home: built on the host for a device home,
     // on the device for a host or NVMe home when the optimizer runs there
     if (cfg->optim_tier == TIER_DEVICE) {
@@ -304,7 +323,7 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     // What each tier holds: the very buffers trainer_init allocates (tier_layout).
     tier_layout(cfg, m, cfg->device == DEVICE_CUDA ? DEVICE_CUDA : DEVICE_CPU, &p->lay);
     const tier_layout_t *lay = &p->lay;
-    const double P = (double)m->numel_padded, N = (double)cfg->B * cfg->T, C = m->C;
+    const double P = local_numel(lay, m), N = (double)cfg->B * cfg->T, C = m->C; // ranks: this rank's pieces
     p->params_bytes = (uint64_t)(P * (double)lay->pbytes);
     p->grads_bytes = (uint64_t)(P * 4);
     p->optim_bytes = (uint64_t)(P * 12);
@@ -327,11 +346,14 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     double att = 4.0 * (3.0 + r) * N * cfg->T * C / 2.0 * m->L * cfg->accum;
     p->flops_per_step = mm + att;
     // ranks: each micro-batch's fold sends (N−1)/N of every shard's gradients in the all-to-all
-    // and as much in the all-gather (the tied head's share once more)
+    // (the tied head's share once more, and gathered), and every use of a shard gathers the
+    // (N−1)/N of its compute copy held elsewhere (a forward and a backward per pass)
     p->ranks = cfg->ranks > 1 ? cfg->ranks : 1;
     p->local_ranks = cfg->local_ranks > 0 ? cfg->local_ranks : p->ranks;
-    const double fold = P + (m->tie ? (double)m->shards[0].numel_padded : 0.0);
-    p->comm_bytes = p->ranks > 1 ? (uint64_t)(2.0 * (p->ranks - 1) / p->ranks * fold * 4.0 * cfg->accum) : 0;
+    const double whole = (double)m->numel_padded, share = (double)(p->ranks - 1) / p->ranks;
+    const double fold = whole + (m->tie ? 2.0 * (double)m->shards[0].numel_padded : 0.0);
+    const double uses = 2.0 * (lay->vertical ? 1 : cfg->accum);
+    p->comm_bytes = p->ranks > 1 ? (uint64_t)(share * (fold * 4.0 * cfg->accum + uses * whole * (double)lay->pbytes)) : 0;
     plan_traffic(cfg, m, p);
     plan_floor(cfg, prof, P, p);
     plan_check(cfg, p);
@@ -457,10 +479,10 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
             (unsigned long long)p->param_fetches);
     if (p->ranks > 1)
         fprintf(f, "ranks: %d (%d on this node, sharing its RAM and NVMe: %s of RAM and %s of NVMe in all), each holding "
-                   "every state (not partitioned yet); per step each rank sends %s and receives as much in the gradient "
-                   "fold, %d micro-batches per step in all\n",
+                   "its 1/%d piece of every state (the figures above are rank 0's); per step each rank sends %s and "
+                   "receives as much (gradient folds, parameter gathers), %d micro-batches per step in all\n",
                 p->ranks, p->local_ranks, format_bytes(a, sizeof a, p->ram_needed * (uint64_t)p->local_ranks),
-                format_bytes(b, sizeof b, p->nvme_bytes * (uint64_t)p->local_ranks),
+                format_bytes(b, sizeof b, p->nvme_bytes * (uint64_t)p->local_ranks), p->ranks,
                 format_bytes(c, sizeof c, p->comm_bytes), cfg->accum * p->ranks);
     fprintf(f, "predicted floor per step (rates from %s):\n", p->prof ? p->prof->source : "built-in defaults; run tiertrain bench calibrate");
     for (int r = 0; r < PLAN_NRES; r++)

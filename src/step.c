@@ -82,9 +82,11 @@ static float *grads_target(step_t *st, float *G, int mb, int k, size_t n) {
     return st->gfresh[k];
 }
 
-// Adds F (one micro-batch's gradients, from grads_target) into the sum G, n elements: every
-// rank's F in rank order, piece by piece, when there are ranks.
-static void grads_fold(step_t *st, float *G, const float *F, size_t n) {
+// Adds F (one micro-batch's gradients of a shard's n elements, from grads_target) into the
+// sum: G holds this rank's piece of it (the whole shard on one rank). With ranks, every rank's
+// F is added in rank order, piece by piece; gather (the tied head's share, which every rank
+// keeps whole) then gives every rank the whole sum.
+static void grads_fold(step_t *st, float *G, const float *F, size_t n, int gather) {
     if (F == G) return;
     const backend_ops_t *op = st->be->ops;
     if (st->ranks == 1) {
@@ -99,8 +101,9 @@ static void grads_fold(step_t *st, float *G, const float *F, size_t n) {
         fault(st, err);
         return;
     }
-    for (int r = 0; r < st->ranks; r++) op->add_inplace(G + lo, st->grecv + (size_t)r * cnt, cnt);
-    if (comm_allgather_pieces(st->comm, G, n, err, sizeof err) != 0) fault(st, err);
+    float *mine = gather ? G + lo : G;
+    for (int r = 0; r < st->ranks; r++) op->add_inplace(mine, st->grecv + (size_t)r * cnt, cnt);
+    if (gather && comm_allgather_pieces(st->comm, G, n, sizeof(float), err, sizeof err) != 0) fault(st, err);
     trace_span(TRACK_COMPUTE, "gradient fold", "ranks", t0, trace_now_ms());
 }
 
@@ -457,8 +460,8 @@ double step_forward_backward(step_t *st, const int *tokens, const int *targets, 
             float *Fh = grads_target(st, Gh, mb, 0, nh), *Ft = m->tie ? grads_target(st, st->gtie, mb, 1, n0) : NULL;
             st->mb_loss[mb] = head_forward_backward(st, mb, Wh, Wout, Fh, Ft, targets + (size_t)mb * N, dscale);
             loss += st->mb_loss[mb];
-            grads_fold(st, Gh, Fh, nh);
-            if (m->tie) grads_fold(st, st->gtie, Ft, n0);
+            grads_fold(st, Gh, Fh, nh, 0);
+            if (m->tie) grads_fold(st, st->gtie, Ft, n0, 1);
         }
         grads_release(st, hs);
         head_release(st);
@@ -470,7 +473,7 @@ double step_forward_backward(step_t *st, const int *tokens, const int *targets, 
             for (int mb = mb0; mb < mb1; mb++) {
                 float *F = grads_target(st, G, mb, 0, ns);
                 block_backward_mb(st, mb, l, W, F);
-                grads_fold(st, G, F, ns);
+                grads_fold(st, G, F, ns, 0);
             }
             grads_release(st, s);
             weights_release(st, s);
@@ -479,13 +482,15 @@ double step_forward_backward(step_t *st, const int *tokens, const int *targets, 
         for (int mb = mb0; mb < mb1; mb++) {
             float *F = grads_target(st, G0, mb, 0, n0);
             embed_backward(st, mb, F);
-            grads_fold(st, G0, F, n0);
+            grads_fold(st, G0, F, n0, 0);
         }
         grads_release(st, 0);
     }
-    if (m->tie) {
+    if (m->tie) { // this rank's piece of the embedding takes the same piece of the head's share
+        size_t lo, cnt;
+        comm_piece(m->shards[0].numel_padded, st->ranks, st->rank, &lo, &cnt);
         float *G0 = grads_acquire(st, 0, 1);
-        st->be->ops->add_inplace(G0, st->gtie, m->shards[0].numel_padded);
+        st->be->ops->add_inplace(G0, st->gtie + lo, cnt);
         grads_release(st, 0);
     }
     return st->fault[0] ? NAN : loss / nmb;

@@ -11,10 +11,11 @@
 // The fold: a micro-batch's gradients of a shard are computed alone (into zeros) and then
 // added to the shard's sum, so the sum is ((g_0 + g_1) + g_2) + … in the step's micro-batch
 // order whatever computed each g (the first micro-batch on one rank goes straight into the
-// zeroed sum: the same bits). Over ranks (comm.h), rank r computes micro-batch k·ranks + r;
-// after each micro-batch the ranks swap pieces (all-to-all), each adds the ranks' pieces of
-// its own piece in rank order, and an all-gather gives every rank the whole sum. So N ranks ×
-// --accum A give the bits of one rank × --accum N·A.
+// zeroed sum: the same bits). Over ranks (comm.h, ZeRO-3), rank r computes micro-batch
+// k·ranks + r; after each micro-batch the ranks swap pieces (all-to-all) and each adds every
+// rank's share of its own piece, in rank order, to the sum it holds (its piece of the shard's
+// gradients, tier.h). So N ranks × --accum A give the bits of one rank × --accum N·A. The
+// tied head's share of the embedding gradient is folded the same way and then gathered whole.
 //
 // What it does not do: decide or know where states live (tier.h hands it device pointers),
 // update anything (optim.c), own memory (every buffer is the tier's, sized by tier_layout).

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "comm.h"
+#include "gradnorm.h"
 #include "trace.h"
 #include "util.h"
 
@@ -48,14 +50,16 @@ struct tier {
         io_ticket_t *tk;          // (max chunks) one write per chunk
         int ntk;
     } gw[2];
-    double *gss;                  // (nshards) Σ g² of each shard's final gradient (--grads nvme)
+    gradnorm_t *gss;              // (nshards) Σ g² of each shard's final gradient (--grads nvme)
+    size_t *plo, *pn;             // (nshards) this rank's piece of each shard (tier_piece)
+    int gather;                   // ranks: every use of a shard gathers its pieces into a slot
     tier_stats_t stats;
 };
 
 static void stat_add(uint64_t *counter, uint64_t n) { __atomic_fetch_add(counter, n, __ATOMIC_RELAXED); }
 
 static uint64_t state_bytes(const tier_t *t, int s, tier_state_t st) {
-    uint64_t n = t->m->shards[s].numel_padded;
+    uint64_t n = t->pn[s];
     return st == ST_P16 ? n * t->lay.pbytes : st == ST_G ? n * sizeof(float) : 3 * n * sizeof(float);
 }
 
@@ -116,7 +120,7 @@ static int init_stores(tier_t *t, char *err, size_t errlen) {
             next += st == ST_P16 ? 1 : nc;
             if (st == ST_G) continue; // g lies first in each of the shard's optimizer chunks (placed next)
             e->off = at;
-            at += st == ST_P16 ? e->bytes : (uint64_t)t->lay.o32_parts * t->m->shards[s].numel_padded * sizeof(float);
+            at += st == ST_P16 ? e->bytes : (uint64_t)t->lay.o32_parts * t->pn[s] * sizeof(float);
         }
         if (t->table[s][ST_G].home == TIER_NVME) t->table[s][ST_G].off = t->table[s][ST_O32].off;
     }
@@ -148,8 +152,8 @@ static int alloc_all(tier_t *t, char *err, size_t errlen) {
             for (int s = 0; s < t->m->nshards; s++) {
                 char what[96];
                 snprintf(what, sizeof what, sp->what, t->m->shards[s].name);
-                int rc = alloc_one(t, sp, tier_spec_bytes(&t->lay, t->m, b, s), what, &t->table[s][home_of[b]].addr,
-                                   err, errlen);
+                uint64_t bytes = tier_spec_bytes(&t->lay, t->m, b, s); // 0: an empty piece (ranks) takes a page
+                int rc = alloc_one(t, sp, bytes ? bytes : 1, what, &t->table[s][home_of[b]].addr, err, errlen);
                 if (rc != 0) return rc;
             }
             continue;
@@ -181,7 +185,12 @@ int tier_init(tier_t **out, const config_t *cfg, const model_t *m, backend_t *be
     t->gslot_of = calloc(ns, sizeof *t->gslot_of);
     t->slot_ev = calloc((size_t)lay->nslots + 1, sizeof *t->slot_ev);
     t->hcache_shard = calloc((size_t)lay->nhcache + 1, sizeof *t->hcache_shard);
-    if (!t->table || !t->label || !t->slot_of || !t->gslot_of || !t->slot_ev || !t->hcache_shard) goto oom;
+    t->plo = calloc(ns, sizeof *t->plo);
+    t->pn = calloc(ns, sizeof *t->pn);
+    if (!t->table || !t->label || !t->slot_of || !t->gslot_of || !t->slot_ev || !t->hcache_shard || !t->plo || !t->pn)
+        goto oom;
+    for (int s = 0; s < m->nshards; s++) tier_piece(lay, m, s, &t->plo[s], &t->pn[s]);
+    t->gather = lay->ranks > 1;
     pthread_mutex_init(&t->hc_mu, NULL);
     t->hc_inited = 1;
     static const char *const state_names[ST_COUNT] = {"parameters", "gradients", "optimizer states"};
@@ -247,6 +256,8 @@ void tier_free(tier_t *t) {
     free(t->slot_ev);
     free(t->hcache_shard);
     free(t->gss);
+    free(t->plo);
+    free(t->pn);
     free(t->gw[0].tk);
     free(t->gw[1].tk);
     free(t);
@@ -328,6 +339,8 @@ static int fetch_params(void *ctx, int shard, int pos, int slot, void *dst, char
     const char *name = t->m->shards[shard].name;
     int rc = sched_update_wait_shard(t->sched, shard, err, errlen); // its home is not updated: the step is void
     if (rc != 0) return rc;
+    dst = (char *)dst + t->plo[shard] * t->lay.pbytes; // this rank's piece (the whole shard on one rank)
+    if (t->pn[shard] == 0) return 0;                     // none: the gather brings every byte
     double t0 = trace_now_ms(); // the fetch's span: its NVMe read (when any) and its copy
     const void *src = e->addr;
     if (e->home == TIER_NVME) {
@@ -363,9 +376,12 @@ static int fetch_params(void *ctx, int shard, int pos, int slot, void *dst, char
     return 0;
 }
 
+// Ranks: every use of a shard gathers every rank's piece into its slot, on the compute thread
+// in the use order (the same on every rank, whatever the fetches' timing), so that the ranks'
+// collectives pair up; a failed fetch still takes part, with what its slot holds.
 int tier_params_acquire(tier_t *t, int shard, const void **p, char *err, size_t errlen) {
     const tier_entry_t *e = &t->table[shard][ST_P16];
-    if (e->home == TIER_DEVICE) {
+    if (e->home == TIER_DEVICE && !t->gather) {
         *p = e->addr;
         return sched_update_wait_shard(t->sched, shard, err, errlen);
     }
@@ -373,13 +389,24 @@ int tier_params_acquire(tier_t *t, int shard, const void **p, char *err, size_t 
     const void *got = sched_acquire(t->sched, shard, &slot, err, errlen);
     *p = got ? got : t->buf[TB_PARAM_SLOTS][0];
     t->slot_of[shard] = slot;
+    if (t->gather) {
+        char e2[512];
+        double t0 = trace_now_ms();
+        int rc = comm_allgather_pieces(comm_world(), (void *)*p, t->m->shards[shard].numel_padded, t->lay.pbytes, e2,
+                                       sizeof e2);
+        trace_span(TRACK_COPY, "gather", t->m->shards[shard].name, t0, trace_now_ms());
+        if (rc != 0 && got) {
+            snprintf(err, errlen, "%s: %s", t->label[shard][ST_P16], e2);
+            return rc;
+        }
+    }
     return got ? 0 : -EIO;
 }
 
 // The ops reading the shard's slot are queued: its event marks them, so that a later fetch
 // into the slot waits for them (and nothing else) before overwriting it.
 void tier_params_release(tier_t *t, int shard) {
-    if (t->table[shard][ST_P16].home == TIER_DEVICE) return;
+    if (t->table[shard][ST_P16].home == TIER_DEVICE && !t->gather) return;
     backend_event_record(t->be, t->slot_ev[t->slot_of[shard]]);
     sched_release(t->sched, shard);
 }
@@ -425,7 +452,9 @@ int tier_params_store(tier_t *t, int shard, const void *compute, void *after, ch
 
 // The NVMe extent of chunk c of shard's (g,) master, m, v: every chunk before it is full.
 static uint64_t chunk_off(const tier_t *t, int shard, int c) {
-    return t->table[shard][ST_O32].off + (uint64_t)c * t->lay.chunk_elems * t->lay.o32_parts * sizeof(float);
+    size_t lo, n;
+    tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
+    return t->table[shard][ST_O32].off + (uint64_t)(lo - t->plo[shard]) * t->lay.o32_parts * sizeof(float);
 }
 
 // --grads nvme: the host copy of slot i's gradient: the slot itself, or its staging buffer.
@@ -439,11 +468,15 @@ static int gnvme_submit(tier_t *t, int i, char *err, size_t errlen) {
     const int s = t->gw[i].shard;
     const float *h = gnvme_host(t, i);
     t->gw[i].queued = 0;
-    if (t->gw[i].last) t->gss[s] = sumsq(h, t->m->shards[s].numel_padded);
+    if (t->gw[i].last) {
+        gradnorm_zero(&t->gss[s]);
+        gradnorm_add_squares(&t->gss[s], h, t->pn[s]);
+    }
     for (int c = 0; c < tier_nchunks(&t->lay, t->m, s); c++) {
         size_t lo, n;
         tier_chunk_range(&t->lay, t->m, s, c, &lo, &n);
-        io_req_t r = {.op = IO_WRITE, .off = chunk_off(t, s, c), .len = n * sizeof(float), .buf = (void *)(h + lo),
+        io_req_t r = {.op = IO_WRITE, .off = chunk_off(t, s, c), .len = n * sizeof(float),
+                      .buf = (void *)(h + (lo - t->plo[s])),
                       .name = t->label[s][ST_G]};
         memset(&t->gw[i].tk[c], 0, sizeof t->gw[i].tk[c]);
         int rc = nvme_store_submit(t->nvme, &t->gw[i].tk[c], &r);
@@ -493,7 +526,7 @@ static int gnvme_read(tier_t *t, int shard, int i, char *err, size_t errlen) {
     for (int c = 0; rc == 0 && c < tier_nchunks(&t->lay, t->m, shard); c++) {
         size_t lo, n;
         tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
-        rc = tier_nvme_io(t, IO_READ, chunk_off(t, shard, c), n * sizeof(float), h + lo, &e->crc[c],
+        rc = tier_nvme_io(t, IO_READ, chunk_off(t, shard, c), n * sizeof(float), h + (lo - t->plo[shard]), &e->crc[c],
                           t->label[shard][ST_G], err, errlen);
     }
     return rc;
@@ -554,11 +587,29 @@ int tier_grads_finish(tier_t *t, char *err, size_t errlen) {
     return rc;
 }
 
-double tier_grads_sumsq(tier_t *t, int shard) {
+int tier_grads_norm(tier_t *t, int shard, gradnorm_t *acc, char *err, size_t errlen) {
     const tier_entry_t *e = &t->table[shard][ST_G];
-    if (e->home == TIER_NVME) return t->gss[shard]; // taken as the final gradient was written
-    size_t n = t->m->shards[shard].numel_padded;
-    return e->home == TIER_HOST ? sumsq(e->addr, n) : t->be->ops->sumsq(e->addr, n);
+    if (e->home == TIER_NVME) { // taken as the final gradient was written
+        gradnorm_add(acc, &t->gss[shard]);
+        return 0;
+    }
+    if (e->home == TIER_HOST || t->lay.device_is_host) {
+        gradnorm_add_squares(acc, e->addr, t->pn[shard]);
+        return 0;
+    }
+    // a GPU's home: read down through the staging buffer, whole norm blocks at a time
+    size_t step = t->lay.chunk_elems / GRADNORM_BLOCK * GRADNORM_BLOCK;
+    if (step == 0) {
+        snprintf(err, errlen, "gradients of %s: the staging buffer is below one norm block", t->m->shards[shard].name);
+        return -E2BIG;
+    }
+    float *stage = t->buf[TB_GRAD_STAGING][0];
+    for (size_t at = 0; at < t->pn[shard]; at += step) {
+        size_t k = t->pn[shard] - at < step ? t->pn[shard] - at : step;
+        backend_copy_d2h(t->be, stage, (const float *)e->addr + at, k * sizeof(float));
+        gradnorm_add_squares(acc, stage, k);
+    }
+    return 0;
 }
 
 int tier_grads_zero_all(tier_t *t, char *err, size_t errlen) {
@@ -580,7 +631,7 @@ int tier_grads_get(tier_t *t, int shard, const float **g, char *err, size_t errl
         float *stage = t->buf[TB_GRAD_STAGING][0];
         size_t lo, n;
         tier_chunk_range(&t->lay, t->m, shard, 0, &lo, &n);
-        if (n < t->m->shards[shard].numel_padded) {
+        if (n < t->pn[shard]) {
             snprintf(err, errlen, "gradients of %s: larger than the staging buffer", t->m->shards[shard].name);
             return -E2BIG;
         }
@@ -597,7 +648,7 @@ const float *tier_grads_for_update(tier_t *t, int shard, int c, int half) {
     if (e->home == TIER_NVME) return t->buf[TB_OPTIM_STAGING][half]; // read with the states, first in the chunk
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
-    const float *g = (const float *)e->addr + lo;
+    const float *g = (const float *)e->addr + (lo - t->plo[shard]);
     if (e->home == TIER_DEVICE && !t->lay.device_is_host) {
         // after the step's backward only, not the next step's forward queued meanwhile
         float *stage = t->buf[TB_GRAD_STAGING][0];
@@ -612,7 +663,7 @@ void tier_grads_consumed(tier_t *t, int shard) {
     if (e->home == TIER_DEVICE) backend_memset(t->be, e->addr, 0, e->bytes);
     else if (e->home == TIER_HOST) memset(e->addr, 0, e->bytes);
     e->dirty = 0; // NVMe: the next visit starts from zeros and overwrites the extent
-    if (t->gss) t->gss[shard] = 0;
+    if (t->gss) gradnorm_zero(&t->gss[shard]);
 }
 
 const float *tier_grads_device(tier_t *t, int shard) {
@@ -633,8 +684,9 @@ static float *stage_part(tier_t *t, int half, size_t n, int part) {
 
 void tier_o32_views(tier_t *t, int shard, int c, int half, float **master, float **m, float **v) {
     tier_entry_t *e = &t->table[shard][ST_O32];
-    size_t lo, n, total = t->m->shards[shard].numel_padded;
+    size_t lo, n, total = t->pn[shard];
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
+    lo -= t->plo[shard]; // the home holds the piece
     if (e->home == TIER_NVME) {
         *master = stage_part(t, half, n, 0);
         *m = stage_part(t, half, n, 1);
@@ -731,8 +783,9 @@ static void got_views(tier_t *t, int shard, int c, float *dst[3]) {
 int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **master, float **m, float **v,
                  char *err, size_t errlen) {
     tier_entry_t *e = &t->table[shard][ST_O32];
-    size_t lo, n, total = t->m->shards[shard].numel_padded;
+    size_t lo, n, total = t->pn[shard];
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
+    lo -= t->plo[shard];
     float *dst[3];
     got_views(t, shard, c, dst);
     *master = dst[0];
@@ -764,8 +817,9 @@ int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **
 
 int tier_o32_put(tier_t *t, int shard, int c, int parts, char *err, size_t errlen) {
     tier_entry_t *e = &t->table[shard][ST_O32];
-    size_t lo, n, total = t->m->shards[shard].numel_padded;
+    size_t lo, n, total = t->pn[shard];
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
+    lo -= t->plo[shard];
     if (e->home == TIER_DEVICE) {
         for (int k = 0; k < 3; k++)
             if (parts & (1 << k))
@@ -785,6 +839,7 @@ int tier_params_from_master(tier_t *t, int shard, int c, char *err, size_t errle
     got_views(t, shard, c, got);
     tier_params_invalidate(t); // slots may hold the old weights
     void *pc = tier_params_build(t, shard);
+    lo -= t->plo[shard]; // the build buffer holds the piece
     if (t->lay.pbytes == 2) bf16_from_f32_n((uint16_t *)pc + lo, got[0], n);
     else memcpy((float *)pc + lo, got[0], n * sizeof(float));
     if (c + 1 < tier_nchunks(&t->lay, t->m, shard)) return 0;

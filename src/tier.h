@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include "backend.h"
 #include "config.h"
+#include "gradnorm.h"
 #include "hostmem.h"
 #include "io.h"
 #include "model.h"
@@ -102,6 +103,7 @@ typedef struct {
     size_t chunk_elems;         // elements of an optimizer chunk (all chunks of a shard but its last)
     int o32_parts;              // floats per element of an NVMe chunk: master, m, v, and g first with --grads nvme
     int max_uses;               // the longest use order (a step's or an evaluation's)
+    int rank, ranks;            // ZeRO-3: the homes hold this rank's piece of every shard (tier_piece)
     tier_spec_t spec[TB_COUNT];
     uint64_t device_bytes, host_bytes, nvme_bytes;
 } tier_layout_t;
@@ -114,9 +116,19 @@ uint64_t tier_spec_bytes(const tier_layout_t *lay, const model_t *m, tier_buf_t 
 uint64_t tier_part_bytes(const tier_layout_t *lay, tier_kind_t tier, const char *part);
 // The part names of tier, NULL-terminated, in the order they first appear.
 int tier_part_names(const tier_layout_t *lay, tier_kind_t tier, const char **names, int max);
-// Chunks of shard s and the element range [*lo, *lo + *n) of chunk c.
+// Ranks (ZeRO-3, comm.h): this rank's piece [*lo, *lo + *n) of shard s's elements, which its
+// homes of p16, g and o32 hold (the whole shard on one rank). Offsets in a home are element −
+// *lo; element ranges below are the shard's own.
+void tier_piece(const tier_layout_t *lay, const model_t *m, int s, size_t *lo, size_t *n);
+// The chunks: the shard cut every chunk_elems elements (global chunk g: [g·E, (g+1)·E)), and
+// this rank's chunk c the piece's share of global chunk first_gchunk + c (every one of the
+// piece's chunks but the first and last whole). tier_nchunks counts this rank's (0 for an
+// empty piece), tier_gchunks the shard's.
 int tier_nchunks(const tier_layout_t *lay, const model_t *m, int s);
 void tier_chunk_range(const tier_layout_t *lay, const model_t *m, int s, int c, size_t *lo, size_t *n);
+int tier_gchunks(const tier_layout_t *lay, const model_t *m, int s);
+void tier_gchunk_range(const tier_layout_t *lay, const model_t *m, int s, int c, size_t *lo, size_t *n);
+int tier_first_gchunk(const tier_layout_t *lay, const model_t *m, int s);
 
 // ---------------------------------------------------------------- the residency table
 
@@ -197,8 +209,9 @@ int tier_grads_release(tier_t *t, int shard, char *err, size_t errlen);
 // The step's backward is queued: every write-back lands (host homes readable by the host,
 // NVMe writes complete), and the optimizer's device reads are ordered after it.
 int tier_grads_finish(tier_t *t, char *err, size_t errlen);
-// Σ g² of shard (after tier_grads_finish), the same value wherever it lives.
-double tier_grads_sumsq(tier_t *t, int shard);
+// Adds Σ g² of this rank's piece of shard (after tier_grads_finish) into acc: the same
+// wherever it lives (gradnorm.h). Returns 0 or -errno with one line.
+int tier_grads_norm(tier_t *t, int shard, gradnorm_t *acc, char *err, size_t errlen);
 // Zeroes every gradient (homes and the dirty marks). Returns 0 or -errno.
 int tier_grads_zero_all(tier_t *t, char *err, size_t errlen);
 // The host view of shard's gradients (after tier_grads_finish): the home, or a staging copy

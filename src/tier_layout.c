@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "acts.h"
+#include "comm.h"
 #include "tier.h"
 #include "util.h"
 
@@ -18,19 +19,46 @@ static void spec_shards(tier_layout_t *lay, tier_buf_t b, const char *what, cons
     lay->spec[b] = (tier_spec_t){.what = what, .part = part, .tier = tier, .per_shard = 1, .count = 1, .elem = elem};
 }
 
-uint64_t tier_spec_bytes(const tier_layout_t *lay, const model_t *m, tier_buf_t b, int s) {
-    const tier_spec_t *sp = &lay->spec[b];
-    return sp->per_shard ? (uint64_t)m->shards[s].numel_padded * sp->elem : sp->bytes;
+void tier_piece(const tier_layout_t *lay, const model_t *m, int s, size_t *lo, size_t *n) {
+    comm_piece(m->shards[s].numel_padded, lay->ranks, lay->rank, lo, n);
 }
 
-int tier_nchunks(const tier_layout_t *lay, const model_t *m, int s) {
+uint64_t tier_spec_bytes(const tier_layout_t *lay, const model_t *m, tier_buf_t b, int s) {
+    const tier_spec_t *sp = &lay->spec[b];
+    size_t lo, n;
+    tier_piece(lay, m, s, &lo, &n);
+    return sp->per_shard ? (uint64_t)n * sp->elem : sp->bytes;
+}
+
+int tier_gchunks(const tier_layout_t *lay, const model_t *m, int s) {
     return (int)CEIL_DIV(m->shards[s].numel_padded, lay->chunk_elems);
 }
 
-void tier_chunk_range(const tier_layout_t *lay, const model_t *m, int s, int c, size_t *lo, size_t *n) {
+void tier_gchunk_range(const tier_layout_t *lay, const model_t *m, int s, int c, size_t *lo, size_t *n) {
     size_t total = m->shards[s].numel_padded;
     *lo = (size_t)c * lay->chunk_elems;
     *n = total - *lo < lay->chunk_elems ? total - *lo : lay->chunk_elems;
+}
+
+int tier_first_gchunk(const tier_layout_t *lay, const model_t *m, int s) {
+    size_t plo, pn;
+    tier_piece(lay, m, s, &plo, &pn);
+    return (int)(plo / lay->chunk_elems);
+}
+
+int tier_nchunks(const tier_layout_t *lay, const model_t *m, int s) {
+    size_t plo, pn;
+    tier_piece(lay, m, s, &plo, &pn);
+    return pn ? (int)(CEIL_DIV(plo + pn, lay->chunk_elems) - plo / lay->chunk_elems) : 0;
+}
+
+void tier_chunk_range(const tier_layout_t *lay, const model_t *m, int s, int c, size_t *lo, size_t *n) {
+    size_t plo, pn, glo, gn;
+    tier_piece(lay, m, s, &plo, &pn);
+    tier_gchunk_range(lay, m, s, tier_first_gchunk(lay, m, s) + c, &glo, &gn);
+    size_t a = glo > plo ? glo : plo, b = glo + gn < plo + pn ? glo + gn : plo + pn;
+    *lo = a;
+    *n = b - a;
 }
 
 // Every buffer's spec and the tiers' totals, for the counts and chunk size already in lay.
@@ -56,7 +84,9 @@ static void layout_specs(const config_t *cfg, const model_t *m, tier_layout_t *l
     // the fold of each micro-batch's gradients into the sum, in micro-batch order (step.c)
     const int ranks = cfg->ranks > 1 ? cfg->ranks : 1, fold = cfg->accum > 1 || ranks > 1;
     spec(lay, TB_GRAD_FRESH, "micro-batch gradients", "grad_fold", D, fold ? 1 + m->tie : 0, big * f);
-    spec(lay, TB_GRAD_RECV, "gradient pieces of every rank", "grad_fold", D, ranks > 1, big * f);
+    size_t lo0, piece0; // rank 0's piece is the largest: every rank's share of it arrives
+    comm_piece(big, ranks, 0, &lo0, &piece0);
+    spec(lay, TB_GRAD_RECV, "gradient pieces of every rank", "grad_fold", D, ranks > 1, (uint64_t)ranks * piece0 * f);
     spec(lay, TB_GRAD_STAGING, "gradient staging", "grad_staging", H, G == TIER_DEVICE && !lay->device_is_host,
          lay->chunk_elems * f);
     // --grads nvme writes a slot's gradient straight from the slot when the device is host memory
@@ -83,7 +113,10 @@ static void layout_specs(const config_t *cfg, const model_t *m, tier_layout_t *l
         tier_spec_t *sp = &lay->spec[b];
         if (!sp->what) continue;
         if (sp->per_shard)
-            for (int s = 0; s < m->nshards; s++) sp->total += ALIGN_UP(tier_spec_bytes(lay, m, b, s), PAGE);
+            for (int s = 0; s < m->nshards; s++) {
+                uint64_t bytes = tier_spec_bytes(lay, m, b, s);
+                sp->total += ALIGN_UP(bytes ? bytes : 1, PAGE); // an empty piece (ranks) takes a page
+            }
         else
             sp->total = (uint64_t)sp->count * ALIGN_UP(sp->bytes ? sp->bytes : 1, PAGE);
         if (sp->tier == TIER_DEVICE) lay->device_bytes += sp->total;
@@ -103,7 +136,11 @@ void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, ti
     lay->pbytes = cfg->precision == PREC_BF16 ? 2 : 4;
     lay->vertical = cfg->schedule == SCHEDULE_VERTICAL && cfg->accum > 1;
     lay->nmb = lay->vertical ? cfg->accum : 1;
-    lay->nslots = P == TIER_DEVICE ? 0 : cfg->prefetch + 2 + (m->tie ? 1 : 0);
+    lay->ranks = cfg->ranks > 1 ? cfg->ranks : 1;
+    lay->rank = lay->ranks > 1 ? comm_rank(comm_world()) : 0; // plan --ranks N: rank 0's, the largest pieces
+    if (lay->rank >= lay->ranks) lay->rank = 0;
+    // ranks: a device home holds this rank's piece only, so every use gathers into a slot
+    lay->nslots = P == TIER_DEVICE && lay->ranks == 1 ? 0 : cfg->prefetch + 2 + (m->tie ? 1 : 0);
     if (lay->nslots > m->nshards) lay->nslots = m->nshards;
     const uint64_t big = m->max_shard_numel, pb = lay->pbytes;
     if (P == TIER_NVME && cfg->host_cache) {
@@ -129,7 +166,8 @@ void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, ti
     }
     // NVMe: per shard, the compute copy's extent, then its chunks of (g,) master, m, v
     for (int s = 0; s < m->nshards; s++) {
-        uint64_t n = m->shards[s].numel_padded;
+        size_t lo, n;
+        tier_piece(lay, m, s, &lo, &n); // this rank's piece of every state
         if (P == TIER_NVME) lay->nvme_bytes += n * pb;
         if (cfg->optim_tier == TIER_NVME) lay->nvme_bytes += (uint64_t)lay->o32_parts * n * sizeof(float);
     }

@@ -211,7 +211,7 @@ static void save_checkpoint(trainer_t *tr, const data_t *data, int step, FILE *l
     if ((rc = comm_agree(comm_world(), rc, err, sizeof err)) != 0) agreed_error(rc, "step %d: %s (%s)", step, err, said);
     uint64_t hash = 0;
     double t0 = now_ms();
-    rc = saver ? checkpoint_save(tr, data, step, &hash, where, wlen, err, sizeof err) : 0;
+    rc = checkpoint_save(tr, data, step, &hash, where, wlen, err, sizeof err); // ranks: rank 0 writes, all gather
     if ((rc = comm_agree(comm_world(), rc, err, sizeof err)) != 0) {
         snprintf(what, sizeof what, "%s", newest_said(cfg, said, sizeof said));
         agreed_error(rc, "step %d: checkpoint: %s (%s)", step, err, what);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include "backend.h"
 #include "comm.h"
+#include "gradnorm.h"
 #include "optim.h"
 #include "progress.h"
 #include "step.h"
@@ -21,6 +22,10 @@ struct trainer {
     step_t step;
     struct { int t; float lr, grad_scale; } req; // the update in flight (read by the update worker)
     double *loss_all;        // ranks: (ranks × accum) every rank's micro-batch losses
+    gradnorm_t *norm_all;    // ranks: (ranks) every rank's Σ g²
+    // ranks: a global chunk of master, m, v gathered from every rank's piece (trainer_states_get)
+    float *gview;            // (3 × chunk_elems)
+    size_t *gcounts, *gdispls; // (ranks) the gather's bytes and offsets per rank
 };
 
 // ---------------------------------------------------------------- init / free
@@ -32,12 +37,12 @@ static int init_weights(trainer_t *tr, char *err, size_t errlen) {
     progress_t pg;
     progress_begin(&pg, "initializing the states (master, m, v)", (uint64_t)m->numel_padded * 12, 1);
     for (int s = 0; s < m->nshards; s++) {
-        for (int c = 0; c < tier_nchunks(&tr->lay, m, s); c++) {
+        for (int c = 0; c < trainer_nchunks(tr, s); c++) {
             float *master, *mm, *vv;
             int rc = trainer_states_get(tr, s, c, TIER_O32, 1, &master, &mm, &vv, err, errlen);
             if (rc != 0) return rc;
             size_t lo, n;
-            tier_chunk_range(&tr->lay, m, s, c, &lo, &n);
+            trainer_chunk_range(tr, s, c, &lo, &n);
             model_init_range(m, s, tr->cfg->seed, lo, n, master);
             if ((rc = trainer_states_put(tr, s, c, TIER_O32, err, errlen)) != 0) return rc;
             progress_add(&pg, (uint64_t)n * 12);
@@ -66,10 +71,18 @@ int trainer_init(trainer_t **out, const config_t *cfg, char *err, size_t errlen)
     if ((rc = tier_init(&tr->tier, cfg, &tr->model, &tr->be, &tr->lay, err, errlen)) != 0) goto fail;
     if ((rc = step_init(&tr->step, cfg, &tr->model, &tr->be, tr->tier, err, errlen)) != 0) goto fail;
     tr->step_inited = 1;
-    if (tr->step.ranks > 1 && !(tr->loss_all = calloc((size_t)tr->step.ranks * (size_t)cfg->accum, sizeof(double)))) {
-        snprintf(err, errlen, "out of memory for the ranks' losses");
-        rc = -ENOMEM;
-        goto fail;
+    if (tr->step.ranks > 1) {
+        const size_t R = (size_t)tr->step.ranks;
+        tr->loss_all = calloc(R * (size_t)cfg->accum, sizeof(double));
+        tr->norm_all = calloc(R, sizeof *tr->norm_all);
+        tr->gview = calloc(3 * tr->lay.chunk_elems, sizeof(float));
+        tr->gcounts = calloc(2 * R, sizeof(size_t));
+        if (!tr->loss_all || !tr->norm_all || !tr->gview || !tr->gcounts) {
+            snprintf(err, errlen, "out of memory for the ranks' tables");
+            rc = -ENOMEM;
+            goto fail;
+        }
+        tr->gdispls = tr->gcounts + R;
     }
     // a resume or --init-from writes every chunk of every state itself: seeding them first
     // would only be overwritten (for NVMe-resident states, the whole store written twice)
@@ -90,12 +103,17 @@ void trainer_free(trainer_t *tr) {
     if (tr->be_inited) backend_free(&tr->be);
     if (tr->model_inited) model_free(&tr->model);
     free(tr->loss_all);
+    free(tr->norm_all);
+    free(tr->gview);
+    free(tr->gcounts);
     free(tr);
 }
 
 const model_t *trainer_model(const trainer_t *tr) { return &tr->model; }
 const config_t *trainer_config(const trainer_t *tr) { return tr->cfg; }
 int trainer_rows(const trainer_t *tr) { return tr->step.N; }
+int trainer_ranks(const trainer_t *tr) { return tr->step.ranks; }
+int trainer_rank(const trainer_t *tr) { return tr->step.rank; }
 const char *trainer_fault(const trainer_t *tr) { return tr->step.fault[0] ? tr->step.fault : NULL; }
 
 void trainer_info(const trainer_t *tr, trainer_info_t *out) {
@@ -129,11 +147,25 @@ double trainer_forward_backward(trainer_t *tr, const int *tokens, const int *tar
     return step_forward_backward(&tr->step, tokens, targets, nmb, dscale);
 }
 
+// Σ g² exactly (gradnorm.h): the same bits over any placement and any number of ranks, each
+// of which adds its pieces. With ranks this is a collective: every rank calls it, even one
+// whose gradients failed (its figure is then void, and the step's agreement stops the run).
 int trainer_grad_norm(trainer_t *tr, double *norm, char *err, size_t errlen) {
     int rc = tier_grads_finish(tr->tier, err, errlen); // every gradient is where its sum of squares is taken
-    double ss = 0; // shard order, whatever the placement
-    for (int s = 0; s < tr->model.nshards && rc == 0; s++) ss += tier_grads_sumsq(tr->tier, s);
-    *norm = rc == 0 ? sqrt(ss) : NAN;
+    gradnorm_t acc;
+    gradnorm_zero(&acc);
+    for (int s = 0; s < tr->model.nshards && rc == 0; s++) rc = tier_grads_norm(tr->tier, s, &acc, err, errlen);
+    if (tr->step.ranks > 1) {
+        char e2[512];
+        int r2 = comm_allgather(tr->step.comm, &acc, tr->norm_all, sizeof acc, e2, sizeof e2);
+        if (r2 != 0 && rc == 0) {
+            snprintf(err, errlen, "%s", e2);
+            rc = r2;
+        }
+        gradnorm_zero(&acc);
+        for (int r = 0; r < tr->step.ranks && rc == 0; r++) gradnorm_add(&acc, &tr->norm_all[r]);
+    }
+    *norm = rc == 0 ? sqrt(gradnorm_value(&acc)) : NAN;
     return rc;
 }
 
@@ -204,7 +236,14 @@ int trainer_train_step(trainer_t *tr, int t, const int *tokens, const int *targe
         snprintf(err, errlen, "%s", tr->step.fault);
         rc = -EIO;
     }
-    if (rc == 0) rc = trainer_grad_norm(tr, norm, err, errlen); // a gradient's write failed: the step is void
+    if (rc == 0 || ranks > 1) { // a collective with ranks: every rank takes part
+        char e2[512];
+        int r2 = trainer_grad_norm(tr, norm, e2, sizeof e2); // a gradient's write failed: the step is void
+        if (r2 != 0 && rc == 0) {
+            snprintf(err, errlen, "%s", e2);
+            rc = r2;
+        }
+    }
     if (rc == 0) {
         float scale = cfg->clip > 0 && *norm > cfg->clip ? (float)(cfg->clip / (*norm + 1e-6)) : 1.0f;
         // starts the update; the next step's forward overlaps it, shard by shard
@@ -218,21 +257,93 @@ int trainer_train_step(trainer_t *tr, int t, const int *tokens, const int *targe
 
 // ---------------------------------------------------------------- states
 
-int trainer_nchunks(const trainer_t *tr, int s) { return tier_nchunks(&tr->lay, &tr->model, s); }
+int trainer_nchunks(const trainer_t *tr, int s) { return tier_gchunks(&tr->lay, &tr->model, s); }
 
 void trainer_chunk_range(const trainer_t *tr, int s, int c, size_t *lo, size_t *n) {
-    tier_chunk_range(&tr->lay, &tr->model, s, c, lo, n);
+    tier_gchunk_range(&tr->lay, &tr->model, s, c, lo, n);
+}
+
+// Global chunk c of shard s on this rank: its local chunk (tier.h), or -1 when this rank's
+// piece has none of it.
+static int local_chunk(const trainer_t *tr, int s, int c) {
+    int lc = c - tier_first_gchunk(&tr->lay, &tr->model, s);
+    return lc >= 0 && lc < tier_nchunks(&tr->lay, &tr->model, s) ? lc : -1;
+}
+
+// Ranks: part k of global chunk c gathered from every rank's piece into the view. A collective;
+// a rank whose read failed (rc) still takes part.
+static int gather_chunk(trainer_t *tr, int s, int c, int parts, float *const mine[3], int rc, char *err,
+                        size_t errlen) {
+    size_t glo, gn;
+    trainer_chunk_range(tr, s, c, &glo, &gn);
+    const int R = tr->step.ranks;
+    for (int r = 0; r < R; r++) { // rank r's share of the chunk: its piece ∩ the chunk
+        size_t plo, pn;
+        comm_piece(tr->model.shards[s].numel_padded, R, r, &plo, &pn);
+        size_t a = glo > plo ? glo : plo, b = glo + gn < plo + pn ? glo + gn : plo + pn;
+        if (b < a) b = a;
+        tr->gcounts[r] = (b - a) * sizeof(float);
+        tr->gdispls[r] = (a > glo ? a - glo : 0) * sizeof(float);
+    }
+    for (int k = 0; k < 3; k++) {
+        if (!(parts & (1 << k))) continue;
+        char e2[512];
+        float *view = tr->gview + (size_t)k * tr->lay.chunk_elems;
+        int r2 = comm_allgatherv(tr->step.comm, mine[k] ? mine[k] : view, view, tr->gcounts, tr->gdispls, e2,
+                                 sizeof e2);
+        if (r2 != 0 && rc == 0) {
+            snprintf(err, errlen, "%s", e2);
+            rc = r2;
+        }
+    }
+    return rc;
 }
 
 int trainer_states_get(trainer_t *tr, int s, int c, int parts, int fill_zero, float **master, float **m, float **v,
                        char *err, size_t errlen) {
     int rc = trainer_optimizer_wait(tr, err, errlen);
-    return rc ? rc : tier_o32_get(tr->tier, s, c, parts, fill_zero, master, m, v, err, errlen);
+    if (tr->step.ranks == 1) return rc ? rc : tier_o32_get(tr->tier, s, c, parts, fill_zero, master, m, v, err, errlen);
+    // ranks: a view of the whole global chunk, each rank's piece of it gathered (or zeros)
+    float *view[3];
+    for (int k = 0; k < 3; k++) view[k] = tr->gview + (size_t)k * tr->lay.chunk_elems;
+    *master = view[0];
+    *m = view[1];
+    *v = view[2];
+    size_t glo, gn;
+    trainer_chunk_range(tr, s, c, &glo, &gn);
+    if (fill_zero) {
+        for (int k = 0; k < 3; k++)
+            if (parts & (1 << k)) memset(view[k], 0, gn * sizeof(float));
+        return rc;
+    }
+    float *mine[3] = {NULL, NULL, NULL};
+    const int lc = local_chunk(tr, s, c);
+    if (rc == 0 && lc >= 0) rc = tier_o32_get(tr->tier, s, lc, parts, 0, &mine[0], &mine[1], &mine[2], err, errlen);
+    static float none; // an empty share: nothing is read from it
+    for (int k = 0; k < 3; k++)
+        if (!mine[k]) mine[k] = &none;
+    return gather_chunk(tr, s, c, parts, mine, rc, err, errlen);
 }
 
 int trainer_states_put(trainer_t *tr, int s, int c, int parts, char *err, size_t errlen) {
-    int rc = tier_o32_put(tr->tier, s, c, parts, err, errlen);
-    return rc || !(parts & TIER_MASTER) ? rc : tier_params_from_master(tr->tier, s, c, err, errlen);
+    if (tr->step.ranks == 1) {
+        int rc = tier_o32_put(tr->tier, s, c, parts, err, errlen);
+        return rc || !(parts & TIER_MASTER) ? rc : tier_params_from_master(tr->tier, s, c, err, errlen);
+    }
+    // ranks: this rank's share of the view goes home (a chunk is written whole: the parts not
+    // given are read first)
+    const int lc = local_chunk(tr, s, c);
+    if (lc < 0) return 0;
+    size_t glo, gn, lo, n;
+    trainer_chunk_range(tr, s, c, &glo, &gn);
+    tier_chunk_range(&tr->lay, &tr->model, s, lc, &lo, &n);
+    float *home[3];
+    int rc = tier_o32_get(tr->tier, s, lc, TIER_O32 & ~parts, parts == TIER_O32, &home[0], &home[1], &home[2], err,
+                          errlen);
+    for (int k = 0; k < 3 && rc == 0; k++)
+        if (parts & (1 << k)) memcpy(home[k], tr->gview + (size_t)k * tr->lay.chunk_elems + (lo - glo), n * sizeof(float));
+    if (rc == 0) rc = tier_o32_put(tr->tier, s, lc, TIER_O32, err, errlen);
+    return rc || !(parts & TIER_MASTER) ? rc : tier_params_from_master(tr->tier, s, lc, err, errlen);
 }
 
 int trainer_params_hash(trainer_t *tr, uint64_t *hash, char *err, size_t errlen) {

@@ -34,6 +34,8 @@ const model_t *trainer_model(const trainer_t *tr);
 struct backend *trainer_backend(trainer_t *tr);
 const config_t *trainer_config(const trainer_t *tr);
 int trainer_rows(const trainer_t *tr); // N = B·T rows per micro-batch
+int trainer_ranks(const trainer_t *tr); // the world's ranks (comm.h)
+int trainer_rank(const trainer_t *tr);  // this one
 
 // What the run held and moved, for reports.
 typedef struct {
@@ -95,7 +97,10 @@ int trainer_optimizer_wait(trainer_t *tr, char *err, size_t errlen);
 
 // ---------------------------------------------------------------- states
 
-// A shard's FP32 states go by chunks (tier.h): chunk c covers elements [*lo, *lo + *n).
+// A shard's FP32 states go by chunks (tier.h's global chunks, whatever the ranks): chunk c
+// covers elements [*lo, *lo + *n). With ranks each chunk is made of the ranks' pieces:
+// trainer_states_get without fill_zero gathers them (a collective: every rank makes the same
+// calls in the same order), and trainer_states_put keeps this rank's piece of what it is given.
 int trainer_nchunks(const trainer_t *tr, int s);
 void trainer_chunk_range(const trainer_t *tr, int s, int c, size_t *lo, size_t *n);
 // Chunk c of shard s's master, m and v in host memory (pointers at element lo): the host
@@ -109,5 +114,5 @@ int trainer_states_get(trainer_t *tr, int s, int c, int parts, int fill_zero, fl
 // master. Returns 0 or -errno with one line.
 int trainer_states_put(trainer_t *tr, int s, int c, int parts, char *err, size_t errlen);
 // 64-bit FNV-1a over the FP32 master weights of every tensor, in shard order (waits for the
-// optimizer). Returns 0 or -errno with one line.
+// optimizer; with ranks a collective, the same on every rank). Returns 0 or -errno with one line.
 int trainer_params_hash(trainer_t *tr, uint64_t *hash, char *err, size_t errlen);

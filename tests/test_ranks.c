@@ -1,7 +1,7 @@
 // test_ranks.c — `mpirun -np 2 tiertrain train` (DESIGN §7): world-size invariance (2 ranks ×
-// --accum A give the bits of 1 rank × --accum 2A, every placement and schedule), checkpoints
-// that resume on another world size, one failure stopping every rank with its name, and
-// mismatched flags refused. CTest label "mpi"; skips (77) without Open MPI's mpirun.
+// --accum A give the bits of 1 rank × --accum 2A, every placement and schedule), each rank
+// holding half of every state (ZeRO-3), checkpoints that resume on another world size, one
+// failure stopping every rank with its name, and mismatched flags refused. CTest label "mpi"; skips (77) without Open MPI's mpirun.
 //
 // Each rank runs one OpenMP thread (two ranks on two cores), and so does the one-rank run it
 // is compared with.
@@ -182,6 +182,29 @@ START_TEST(test_one_rank_launched) {
 }
 END_TEST
 
+// ZeRO-3: each of 2 ranks holds half of every state. With every state on the host, each
+// rank's host peak is about half of the one-rank run's (the staging is not split).
+START_TEST(test_states_halved) {
+    const char *a = "--model small --steps 1 --eval-every 0 --params host --grads host --optimizer host";
+    char a1[512];
+    snprintf(a1, sizeof a1, "%s --accum 2", a);
+    run_t two = train(2, "ranks-mem2", a, NULL, NULL), one = train(0, "ranks-mem1", a1, NULL, NULL);
+    ck_assert_msg(two.rc == 0 && one.rc == 0, "failed: %s %s", two.err, one.err);
+    char *peaks = summary_field(two.log, "rank_peak_host_bytes"), *p1 = summary_field(one.log, "peak_host_bytes");
+    ck_assert_msg(peaks && p1, "no host peaks: %s", two.log);
+    double r0 = 0, r1 = 0, whole = atof(p1);
+    ck_assert_int_eq(sscanf(peaks, "[%lf,%lf]", &r0, &r1), 2);
+    // 9.6M parameters: 19 MiB BF16 + 38 MiB gradients + 115 MiB master, m, v on one rank
+    ck_assert_msg(whole > 150e6, "one rank's host peak %.0f: the states are not all on the host", whole);
+    ck_assert_msg(r0 < 0.6 * whole && r1 < 0.6 * whole && r0 > 0.4 * whole && r1 > 0.4 * whole,
+                  "host peaks per rank %.0f and %.0f against %.0f on one rank: not halved", r0, r1, whole);
+    char *h2 = summary_field(two.log, "params_hash"), *h1 = summary_field(one.log, "params_hash");
+    ck_assert_str_eq(h2, h1);
+    free(h2); free(h1); free(peaks); free(p1);
+    run_free(&two); run_free(&one);
+}
+END_TEST
+
 // ---------------------------------------------------------------- checkpoints
 
 // A checkpoint of 2 ranks resumes on 1 (with twice the accumulation) to the bits of the
@@ -267,6 +290,7 @@ int main(void) {
     tcase_set_timeout(tc, 900);
     tcase_add_loop_test(tc, test_invariance, 0, (int)(sizeof cases / sizeof cases[0]));
     tcase_add_test(tc, test_one_rank_launched);
+    tcase_add_test(tc, test_states_halved);
     suite_add_tcase(s, tc);
     TCase *tk = tcase_create("checkpoints");
     tcase_set_timeout(tk, 900);

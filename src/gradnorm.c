@@ -1,0 +1,94 @@
+// gradnorm.c — see gradnorm.h.
+#include "gradnorm.h"
+#include <math.h>
+#include <string.h>
+
+void gradnorm_zero(gradnorm_t *a) { memset(a, 0, sizeof *a); }
+
+// a += x (x ≥ 0), truncated to the accumulator's grid.
+static void add_double(gradnorm_t *a, double x) {
+    if (!(x >= 0) || isinf(x)) { // NaN or infinite
+        a->inf = 1;
+        return;
+    }
+    if (x == 0) return;
+    int e;
+    double f = frexp(x, &e);                        // x = f·2^e, f in [0.5, 1)
+    uint64_t mant = (uint64_t)ldexp(f, 53);          // x = mant·2^(e−53), exactly
+    long bit = (long)e - 53 + GRADNORM_FRAC;         // the grid position of mant's lowest bit
+    if (bit < 0) {
+        if (bit <= -53) return;                      // below the grid
+        mant >>= -bit;
+        bit = 0;
+    }
+    if (bit + 53 > 64L * GRADNORM_LIMBS) {
+        a->inf = 1;
+        return;
+    }
+    int li = (int)(bit / 64), sh = (int)(bit % 64);
+    uint64_t lo = mant << sh, hi = sh ? mant >> (64 - sh) : 0;
+    uint64_t old = a->limb[li];
+    a->limb[li] += lo;
+    uint64_t carry = a->limb[li] < old;
+    for (int i = li + 1; i < GRADNORM_LIMBS && (hi || carry); i++) {
+        old = a->limb[i];
+        a->limb[i] += hi + carry;
+        carry = a->limb[i] < old || (carry && hi == UINT64_MAX);
+        hi = 0;
+    }
+    if (carry) a->inf = 1;
+}
+
+void gradnorm_add(gradnorm_t *a, const gradnorm_t *b) {
+    uint64_t carry = 0;
+    for (int i = 0; i < GRADNORM_LIMBS; i++) {
+        uint64_t s = a->limb[i] + b->limb[i];
+        uint64_t c1 = s < a->limb[i];
+        uint64_t t = s + carry;
+        uint64_t c2 = t < s;
+        a->limb[i] = t;
+        carry = c1 | c2;
+    }
+    a->inf |= b->inf | carry;
+}
+
+// One block's Σ x² in double: eight chains (element i on chain i mod 8, in index order), then
+// the chains pairwise. Fixed, whatever calls it.
+static double block_sumsq(const float *x, size_t n) {
+    double c[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) c[k] += (double)x[i + k] * (double)x[i + k];
+    for (int k = 0; i < n; i++, k++) c[k] += (double)x[i] * (double)x[i];
+    return ((c[0] + c[1]) + (c[2] + c[3])) + ((c[4] + c[5]) + (c[6] + c[7]));
+}
+
+void gradnorm_add_squares(gradnorm_t *a, const float *x, size_t n) {
+    const long nb = (long)((n + GRADNORM_BLOCK - 1) / GRADNORM_BLOCK);
+    gradnorm_t tot;
+    gradnorm_zero(&tot);
+    // each thread its own accumulator; integer adds make the merge order free
+    #pragma omp parallel if (nb > 16)
+    {
+        gradnorm_t mine;
+        gradnorm_zero(&mine);
+        #pragma omp for schedule(static)
+        for (long b = 0; b < nb; b++) {
+            size_t lo = (size_t)b * GRADNORM_BLOCK, k = n - lo < GRADNORM_BLOCK ? n - lo : GRADNORM_BLOCK;
+            add_double(&mine, block_sumsq(x + lo, k));
+        }
+        #pragma omp critical
+        gradnorm_add(&tot, &mine);
+    }
+    gradnorm_add(a, &tot);
+}
+
+double gradnorm_value(const gradnorm_t *a) {
+    if (a->inf) return INFINITY;
+    int top = GRADNORM_LIMBS - 1;
+    while (top > 0 && a->limb[top] == 0) top--;
+    // the top two limbs carry every bit a double can hold (truncated below them)
+    double v = ldexp((double)a->limb[top], 64 * top - GRADNORM_FRAC);
+    if (top > 0) v += ldexp((double)a->limb[top - 1], 64 * (top - 1) - GRADNORM_FRAC);
+    return v;
+}
