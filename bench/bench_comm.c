@@ -23,13 +23,13 @@ static const char *op_key[NOPS] = {"allgather", "reduce_scatter", "allreduce"};
 // One operation of op on n floats. Returns 0 or -errno (err).
 static int one_op(comm_t *c, int op, float *g, float *f, float *recv, size_t n, char *err, size_t errlen) {
     const int N = comm_size(c), me = comm_rank(c);
-    if (op == OP_ALLGATHER) return comm_allgather_pieces(c, g, n, err, errlen);
+    if (op == OP_ALLGATHER) return comm_allgather_pieces(c, g, n, sizeof(float), err, errlen);
     int rc = comm_alltoall_pieces(c, f, recv, n, err, errlen);
     if (rc != 0) return rc;
     size_t lo, cnt;
     comm_piece(n, N, me, &lo, &cnt);
     for (int r = 0; r < N; r++) add_inplace(g + lo, recv + (size_t)r * cnt, cnt);
-    return op == OP_ALLREDUCE ? comm_allgather_pieces(c, g, n, err, errlen) : 0;
+    return op == OP_ALLREDUCE ? comm_allgather_pieces(c, g, n, sizeof(float), err, errlen) : 0;
 }
 
 // The slowest rank's value.
