@@ -36,6 +36,7 @@
 #include <sys/mman.h>
 #include "backend.h"
 #include "bench.h"
+#include "comm.h"
 #include "hostmem.h"
 #include "io.h"
 #include "json.h"    // uses: json_escape (the path in the JSON line)
@@ -382,6 +383,11 @@ int bench_calibrate(const config_t *cfg) {
         notice("bench calibrate: %s", err);
         goto out;
     }
+    // under a launcher: the ranks' link, as the gradient fold uses it
+    if ((rc = bench_comm_fold_rate(&prof.comm_Bps, err, sizeof err)) != 0) {
+        notice("bench calibrate: %s", err);
+        goto out;
+    }
 
     // ---- the table
     char how[4][160];
@@ -400,8 +406,11 @@ int bench_calibrate(const config_t *cfg) {
     printf("%-11s %10.3f %-9s %s\n", "nvme read", prof.nvme_read_Bps / 1e9, "GB/s", how[2]);
     printf("%-11s %10.3f %-9s %s\n", "nvme write", prof.nvme_write_Bps / 1e9, "GB/s", how[2]);
     printf("%-11s %10.1f %-9s %s\n", "adam", prof.adam_params_per_s / 1e6, "Mparam/s", how[3]);
+    if (prof.comm_Bps > 0)
+        printf("%-11s %10.2f %-9s %s\n", "ranks link", prof.comm_Bps / 1e9, "GB/s",
+               "bytes a rank sends per second in the gradient fold of 16 MiB (all-to-all + all-gather), the slowest rank");
 
-    if ((rc = profile_save(&prof, path, err, sizeof err)) != 0) {
+    if (comm_rank(comm_world()) == 0 && (rc = profile_save(&prof, path, err, sizeof err)) != 0) { // rank 0 writes it
         notice("bench calibrate: %s", err);
         goto out;
     }
@@ -410,9 +419,10 @@ int bench_calibrate(const config_t *cfg) {
     ssize_t jn = json_escape(jpath, sizeof jpath, path, strlen(path));
     if (jn < 0 || (size_t)jn >= sizeof jpath) snprintf(jpath, sizeof jpath, "null"); // not UTF-8: scripts get null
     printf("{\"bench\":\"calibrate\",\"gemm_flops\":%.6g,\"h2d_Bps\":%.6g,\"d2h_Bps\":%.6g,\"nvme_read_Bps\":%.6g,"
-           "\"nvme_write_Bps\":%.6g,\"adam_params_per_s\":%.6g,\"backend\":\"%s\",\"threads\":%d,\"profile\":%s}\n",
+           "\"nvme_write_Bps\":%.6g,\"adam_params_per_s\":%.6g,\"comm_Bps\":%.6g,\"ranks\":%d,\"backend\":\"%s\","
+           "\"threads\":%d,\"profile\":%s}\n",
            prof.gemm_flops, prof.h2d_Bps, prof.d2h_Bps, prof.nvme_read_Bps, prof.nvme_write_Bps, prof.adam_params_per_s,
-           prof.backend, prof.threads, jpath);
+           prof.comm_Bps, comm_size(comm_world()), prof.backend, prof.threads, jpath);
     fflush(stdout);
     exit_code = 0;
 out:

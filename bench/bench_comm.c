@@ -44,6 +44,33 @@ static int slowest(comm_t *c, double mine, double *out, char *err, size_t errlen
     return rc;
 }
 
+int bench_comm_fold_rate(double *Bps, char *err, size_t errlen) {
+    comm_t *c = comm_world();
+    const int N = comm_size(c);
+    *Bps = 0;
+    if (N == 1) return 0;
+    const size_t n = (size_t)4 << 20; // 16 MiB of FP32: a large block's gradients
+    float *g = alignedAllocCheck(4096, n * sizeof(float)), *f = alignedAllocCheck(4096, n * sizeof(float)),
+          *recv = alignedAllocCheck(4096, (n + (size_t)N * COMM_PIECE_ALIGN) * sizeof(float));
+    memset(g, 0, n * sizeof(float));
+    memset(f, 0, n * sizeof(float));
+    double best = 1e300;
+    int rc = 0;
+    for (int k = 0; k < 4 && rc == 0; k++) { // the first warms up
+        if ((rc = comm_barrier(c, err, errlen)) != 0) break;
+        double t0 = now_ms(), worst = 0;
+        if ((rc = one_op(c, OP_ALLREDUCE, g, f, recv, n, err, errlen)) != 0) break;
+        if ((rc = slowest(c, now_ms() - t0, &worst, err, errlen)) != 0) break;
+        if (k > 0 && worst < best) best = worst;
+    }
+    // the bytes each rank sends: (N−1)/N of the buffer in the all-to-all and in the all-gather
+    if (rc == 0) *Bps = 2.0 * (N - 1) / N * (double)(n * sizeof(float)) / (best * 1e-3);
+    free(g);
+    free(f);
+    free(recv);
+    return rc;
+}
+
 int bench_comm(const config_t *cfg) {
     (void)cfg;
     comm_t *c = comm_world();
@@ -51,11 +78,11 @@ int bench_comm(const config_t *cfg) {
     enum { NSIZES = 8 };
     const size_t max_n = (size_t)16 << 20; // 64 MiB of FP32
     float *g = alignedAllocCheck(4096, max_n * sizeof(float)), *f = alignedAllocCheck(4096, max_n * sizeof(float)),
-          *recv = alignedAllocCheck(4096, max_n * sizeof(float));
+          *recv = alignedAllocCheck(4096, (max_n + (size_t)N * COMM_PIECE_ALIGN) * sizeof(float));
+    memset(recv, 0, (max_n + (size_t)N * COMM_PIECE_ALIGN) * sizeof(float));
     for (size_t i = 0; i < max_n; i++) { // touched once, before any timing
         f[i] = (float)(i % 977) * 1e-3f;
         g[i] = 0;
-        recv[i] = 0;
     }
     printf("bench comm: %d rank%s (%s), %d on this node; host buffers through MPI; best of 5 batches, the slowest "
            "rank's time\n", N, N == 1 ? "" : "s", comm_is_mpi(c) ? "MPI" : "no launcher: local copies", comm_local_size(c));

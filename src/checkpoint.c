@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "ckpt_dir.h"
+#include "comm.h"
 #include "crc32c.h"
 #include "json.h"
 #include "progress.h"
@@ -426,18 +427,38 @@ static int check_has_checksums(const st_reader_t *r, const ckpt_info_t *info, ch
     return -EINVAL;
 }
 
+// Ranks: rank 0's rc, on every rank (the collectives of a load pair up: every rank stops at
+// the same chunk). A failed broadcast is every rank's error.
+static int bcast_rc(int rc, char *err, size_t errlen) {
+    char e2[512];
+    int r = comm_bcast(comm_world(), &rc, sizeof rc, 0, e2, sizeof e2);
+    if (r != 0) {
+        snprintf(err, errlen, "%s", e2);
+        return r;
+    }
+    if (rc != 0 && comm_rank(comm_world()) != 0) snprintf(err, errlen, "rank 0 could not read the checkpoint");
+    return rc;
+}
+
 int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weights_only, char *err, size_t errlen) {
     const model_t *m = trainer_model(tr);
+    // with ranks rank 0 alone reads the files (no shared filesystem needed) and broadcasts each
+    // chunk; every rank keeps its piece of it
+    const int ranks = trainer_ranks(tr), reader = trainer_rank(tr) == 0;
     char mpath[TT_PATH_MAX + 64], opath[TT_PATH_MAX + 64];
     snprintf(mpath, sizeof mpath, "%s/model.safetensors", info->dir);
     snprintf(opath, sizeof opath, "%s/optimizer.safetensors", info->dir);
     st_reader_t *mr = NULL, *orr = NULL;
     if (info->version < 2)
         notice("%s: saved without checksums (checkpoint version %d): loading it unverified", info->dir, info->version);
-    int rc = st_open(mpath, &mr, err, errlen);
-    if (rc == 0) rc = check_has_checksums(mr, info, err, errlen);
-    if (rc == 0 && (!weights_only || info->model_bf16)) rc = st_open(opath, &orr, err, errlen);
-    if (rc == 0 && orr) rc = check_has_checksums(orr, info, err, errlen);
+    int rc = 0;
+    if (reader) {
+        rc = st_open(mpath, &mr, err, errlen);
+        if (rc == 0) rc = check_has_checksums(mr, info, err, errlen);
+        if (rc == 0 && (!weights_only || info->model_bf16)) rc = st_open(opath, &orr, err, errlen);
+        if (rc == 0 && orr) rc = check_has_checksums(orr, info, err, errlen);
+    }
+    if (ranks > 1) rc = bcast_rc(rc, err, errlen);
     uint64_t hash = FNV64_INIT; // of the masters, in the order the save hashed them
     char what[TT_PATH_MAX + 16];
     snprintf(what, sizeof what, "loading %s", info->dir);
@@ -450,11 +471,19 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
             if ((rc = trainer_states_get(tr, s, c, TIER_O32, 1, &master, &mm, &vv, err, errlen)) != 0) break;
             size_t lo, n, a, b;
             trainer_chunk_range(tr, s, c, &lo, &n);
+            for (int t = 0; t < sh->ntensors && rc == 0 && reader; t++)
+                if (model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b))
+                    rc = load_slice(m, s, t, info, weights_only, mr, orr, mpath, opath, a, b, master + (a - lo),
+                                    mm + (a - lo), vv + (a - lo), err, errlen);
+            if (ranks > 1) {
+                rc = bcast_rc(rc, err, errlen);
+                float *part[3] = {master, mm, vv};
+                for (int k = 0; k < 3 && rc == 0; k++)
+                    rc = comm_bcast(comm_world(), part[k], n * sizeof(float), 0, err, errlen);
+            }
             for (int t = 0; t < sh->ntensors && rc == 0; t++)
                 if (model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b))
-                    if ((rc = load_slice(m, s, t, info, weights_only, mr, orr, mpath, opath, a, b, master + (a - lo),
-                                         mm + (a - lo), vv + (a - lo), err, errlen)) == 0)
-                        hash = fnv1a64(hash, master + (a - lo), (b - a) * sizeof(float));
+                    hash = fnv1a64(hash, master + (a - lo), (b - a) * sizeof(float));
             if (rc == 0) rc = trainer_states_put(tr, s, c, TIER_O32, err, errlen);
             progress_add(&pg, (uint64_t)n * (weights_only ? 4 : 12));
         }
@@ -462,8 +491,9 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
     if (rc == 0) progress_end(&pg);
     // what the load did not read (the BF16 model beside its FP32 master; tensors of no shard)
     // is checked all the same: a corrupt file is never passed on as a good one
-    if (rc == 0) rc = st_verify_rest(mr, err, errlen);
-    if (rc == 0 && orr && !weights_only) rc = st_verify_rest(orr, err, errlen);
+    if (rc == 0 && reader) rc = st_verify_rest(mr, err, errlen);
+    if (rc == 0 && reader && orr && !weights_only) rc = st_verify_rest(orr, err, errlen);
+    if (ranks > 1 && rc == 0) rc = bcast_rc(rc, err, errlen); // (a loop that failed has said so already)
     char got[17];
     snprintf(got, sizeof got, "%016llx", (unsigned long long)hash);
     if (rc == 0 && strcmp(got, info->params_hash) != 0) {

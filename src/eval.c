@@ -86,6 +86,8 @@ int eval_run(const config_t *cfg) {
     ckpt_info_t info;
     const int hf = cfg->init_from[0] != 0;
     int rc;
+    if (cfg->ranks > 1)
+        usage_error("eval: runs on one rank (%d were launched): run it without mpirun, or with -np 1", cfg->ranks);
     if (hf) {
         info_of_folder(&info, cfg);
     } else {

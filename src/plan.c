@@ -14,7 +14,7 @@
 #include "util.h"
 
 const char *const plan_resource_names[PLAN_NRES] = {"compute", "host->device", "device->host", "nvme read",
-                                                     "nvme write", "optimizer"};
+                                                     "nvme write", "optimizer", "ranks link"};
 
 // ---------------------------------------------------------------- replaying the use order
 
@@ -249,6 +249,9 @@ static void plan_floor(const config_t *cfg, const profile_t *prof, double P, pla
     // AdamW on a GPU (--optimizer device) streams 28 bytes per parameter through HBM: a
     // fraction of a step, not modeled; on the CPU backend it runs at the measured host rate.
     p->t_ms[PLAN_ADAM] = cfg->optim_tier == TIER_DEVICE && cfg->device == DEVICE_CUDA ? 0 : 1e3 * P / prof->adam_params_per_s;
+    // ranks: what each rank sends in the folds and gathers, over the link bench calibrate measured
+    const double link = prof->comm_Bps > 0 ? prof->comm_Bps : PLAN_COMM_DEFAULT_BPS;
+    p->t_ms[PLAN_COMM] = 1e3 * (double)p->comm_bytes / link;
     for (int r = 0; r < PLAN_NRES; r++)
         if (p->t_ms[r] > p->floor_ms) { p->floor_ms = p->t_ms[r]; p->bound = r; }
 }

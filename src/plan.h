@@ -14,7 +14,10 @@
 #include "profile.h"
 #include "tier.h"
 
-enum { PLAN_COMPUTE = 0, PLAN_H2D, PLAN_D2H, PLAN_NVME_READ, PLAN_NVME_WRITE, PLAN_ADAM, PLAN_NRES };
+enum { PLAN_COMPUTE = 0, PLAN_H2D, PLAN_D2H, PLAN_NVME_READ, PLAN_NVME_WRITE, PLAN_ADAM, PLAN_COMM, PLAN_NRES };
+// The ranks' link when no profile measured it (bench calibrate under a launcher does): a
+// modest shared-memory MPI rate, bytes a rank sends per second.
+#define PLAN_COMM_DEFAULT_BPS 2e9
 extern const char *const plan_resource_names[PLAN_NRES]; // "compute", "host->device", ...
 
 typedef struct {

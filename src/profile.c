@@ -161,7 +161,17 @@ static int from_json(profile_t *p, const json_t *root, char *err, size_t errlen)
         }
         *rate_at(p, i) = x;
     }
-    // The rest describes how it was measured: optional, checked when present.
+    // The rest is optional, checked when present: the ranks' link, and how it was measured.
+    if (json_get(root, "comm_Bps")) {
+        double x = 0;
+        if ((rc = json_get_double(root, "comm_Bps", &x, err, errlen)) != 0) return rc;
+        if (!isfinite(x) || !(x > 0)) {
+            snprintf(err, errlen, "%s: key 'comm_Bps' at byte %zu: %.40s is not a rate (accepted: a number > 0)",
+                     root->doc, json_get(root, "comm_Bps")->at, json_get(root, "comm_Bps")->s);
+            return -EINVAL;
+        }
+        p->comm_Bps = x;
+    }
     if (json_get(root, "backend")) {
         if ((rc = json_get_string(root, "backend", &s, err, errlen)) != 0) return rc;
         if (s[0] == 0 || strlen(s) >= sizeof p->backend) {
@@ -246,6 +256,7 @@ static int write_json(FILE *f, const profile_t *p) {
     if (gmtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     fprintf(f, "{\n  \"version\": %d,\n", PROFILE_VERSION);
     for (int i = 0; i < NRATES; i++) fprintf(f, "  \"%s\": %.17g,\n", RATES[i].key, rate_get(p, i)); // %.17g: exact
+    if (p->comm_Bps > 0 && isfinite(p->comm_Bps)) fprintf(f, "  \"comm_Bps\": %.17g,\n", p->comm_Bps);
     fprintf(f, "  \"backend\": ");
     int rc = json_fput_string(f, p->backend[0] ? p->backend : "cpu");
     fprintf(f, ",\n  \"threads\": %d,\n  \"measured_at\": \"%s\"\n}\n", p->threads, when);

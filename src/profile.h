@@ -14,6 +14,8 @@ typedef struct {
     double nvme_read_Bps;     // NVMe tier read and write rates (bytes/s), through the io engine
     double nvme_write_Bps;
     double adam_params_per_s; // AdamW update rate of the optimizer (parameters/s)
+    double comm_Bps;          // ranks: bytes a rank sends per second in the gradient fold (all-to-all +
+                              // all-gather), measured by bench calibrate under a launcher; 0: never measured
     char backend[16];         // "cpu" or "cuda": the backend it was measured on
     int threads;              // compute threads it was measured with
     char source[4200];        // the file it came from, or "defaults"

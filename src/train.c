@@ -72,6 +72,10 @@ static int calibrate_once(const config_t *cfg, const char *path) {
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
+        // a rank's child is no rank: it must not join the launcher's world (comm.c's test)
+        unsetenv("OMPI_COMM_WORLD_SIZE");
+        unsetenv("PMI_SIZE");
+        unsetenv("PMIX_RANK");
         int null = open("/dev/null", O_WRONLY);
         if (null >= 0) dup2(null, STDOUT_FILENO); // its table is for bench calibrate's own user
         char *argv[] = {"tiertrain", "bench", "calibrate", "--size", sz, "--device",
@@ -94,8 +98,20 @@ const profile_t *train_load_profile(const config_t *cfg, profile_t *prof) {
     char path[TT_PATH_MAX + 64], err[768];
     profile_path(cfg, path, sizeof path);
     int rc = profile_load(prof, path, err, sizeof err);
-    if (rc == -ENOENT && !cfg->profile_path[0] && path[0] && calibrate_once(cfg, path) == 0)
+    comm_t *w = comm_world();
+    if (comm_size(w) > 1 && !cfg->profile_path[0]) {
+        // ranks: one calibration per node, by its first rank, while the others wait for it
+        int any = 0;
+        char e2[512];
+        if (comm_max_int(w, rc == -ENOENT, &any, e2, sizeof e2) != 0) runtime_error("%s", e2);
+        if (any) {
+            if (comm_local_rank(w) == 0 && rc == -ENOENT && path[0]) calibrate_once(cfg, path);
+            if (comm_barrier(w, e2, sizeof e2) != 0) runtime_error("%s", e2);
+            rc = profile_load(prof, path, err, sizeof err);
+        }
+    } else if (rc == -ENOENT && !cfg->profile_path[0] && path[0] && calibrate_once(cfg, path) == 0) {
         rc = profile_load(prof, path, err, sizeof err);
+    }
     if (rc == 0) {
         // rates of another device (a CPU profile for a GPU run, or back) would misplace the floor
         const char *dev = cfg->device == DEVICE_CUDA ? "cuda" : "cpu";
@@ -309,9 +325,22 @@ static void run_check(run_t *r) {
     if (data_open(&r->data, cfg, err, sizeof err) != 0) usage_error("%s", err);
     r->start = 1;
     if (cfg->resume[0]) {
+        // with ranks rank 0 alone reads the folder (no shared filesystem needed) and says what it found
         char dir[TT_PATH_MAX];
-        if (checkpoint_resolve(cfg->resume, dir, sizeof dir, err, sizeof err) != 0) usage_error("%s", err);
-        if (checkpoint_info(dir, &r->ck, err, sizeof err) != 0) usage_error("--resume %s: %s", cfg->resume, err);
+        int rc = 0, info_rc = 0; // info_rc: the folder was found, its files are bad
+        if (r->rank == 0 && (rc = checkpoint_resolve(cfg->resume, dir, sizeof dir, err, sizeof err)) == 0)
+            rc = info_rc = checkpoint_info(dir, &r->ck, err, sizeof err);
+        if (r->ranks > 1) {
+            char e2[512];
+            if (comm_bcast(comm_world(), &info_rc, sizeof info_rc, 0, e2, sizeof e2) != 0) runtime_error("%s", e2);
+            if ((rc = comm_agree(comm_world(), rc, err, sizeof err)) != 0) {
+                if (info_rc) agreed_error(rc, "--resume %s: %s", cfg->resume, err);
+                agreed_error(rc, "%s", err);
+            }
+            if (comm_bcast(comm_world(), &r->ck, sizeof r->ck, 0, e2, sizeof e2) != 0) runtime_error("%s", e2);
+        }
+        if (info_rc) usage_error("--resume %s: %s", cfg->resume, err);
+        if (rc != 0) usage_error("%s", err);
         if (checkpoint_check_config(&r->ck, cfg, err, sizeof err) != 0) usage_error("%s", err);
         if (r->ck.step >= cfg->steps)
             usage_error("--resume %s: the checkpoint is at step %d and --steps is %d: nothing left to do (raise --steps)",
@@ -378,13 +407,13 @@ static void run_resume(run_t *r) {
     char err[768];
     double t0 = now_ms();
     int rc = checkpoint_load(r->tr, r->data, &r->ck, 0, err, sizeof err);
+    rc = comm_agree(comm_world(), rc, err, sizeof err); // with ranks: rank 0 read it for all
     if (rc != 0 && r->log) { // a bad checkpoint is bad input: it leaves no output behind
         fclose(r->log);
         unlink(cfg->log_path);
     }
     // a corrupt file (EINVAL) or a file missing from the folder (ENOENT) is bad input
-    if (rc == -EINVAL || rc == -ENOENT) usage_error("--resume %s: %s", cfg->resume, err);
-    if (rc != 0) runtime_error("--resume %s: %s", cfg->resume, err);
+    if (rc != 0) agreed_error(rc == -EINVAL || rc == -ENOENT ? -EINVAL : rc, "--resume %s: %s", cfg->resume, err);
     printf("resumed: %s at step %d (params_hash %s, %.1f s)\n", r->ck.dir, r->ck.step, r->ck.params_hash,
            (now_ms() - t0) / 1e3);
     // allowed, but then the run is not the one the checkpoint came from: say so

@@ -77,6 +77,7 @@ START_TEST(test_roundtrip_exact) {
     p.nvme_read_Bps = DBL_MAX;
     p.nvme_write_Bps = DBL_MIN;
     p.adam_params_per_s = 6e8;
+    p.comm_Bps = 1e10 / 3.0; // the ranks' link: optional, kept exactly when measured
     snprintf(p.backend, sizeof p.backend, "cuda");
     p.threads = 17;
     char path[4200], dir[4000], err[1024];
@@ -90,6 +91,8 @@ START_TEST(test_roundtrip_exact) {
     const double *b[] = {&q.gemm_flops, &q.h2d_Bps, &q.d2h_Bps, &q.nvme_read_Bps, &q.nvme_write_Bps, &q.adam_params_per_s};
     for (int i = 0; i < 6; i++)
         ck_assert_msg(memcmp(a[i], b[i], sizeof(double)) == 0, "rate %d: saved %.17g, loaded %.17g", i, *a[i], *b[i]);
+    ck_assert_msg(memcmp(&p.comm_Bps, &q.comm_Bps, sizeof(double)) == 0, "comm_Bps: saved %.17g, loaded %.17g",
+                  p.comm_Bps, q.comm_Bps);
     ck_assert_str_eq(q.backend, "cuda");
     ck_assert_int_eq(q.threads, 17);
     ck_assert_str_eq(q.source, path);
@@ -174,8 +177,9 @@ END_TEST
 
 // A valid profile on one line with one key's value replaced (value NULL: the key left out).
 static const char *const KEYS[] = {"version", "gemm_flops", "h2d_Bps", "d2h_Bps", "nvme_read_Bps", "nvme_write_Bps",
-                                   "adam_params_per_s", "backend", "threads", "measured_at"};
-static const char *const VALUES[] = {"1", "4.5e10", "4e9", "4e9", "2e9", "2e9", "6e8", "\"cpu\"", "2", "\"2025-01-01T00:00:00Z\""};
+                                   "adam_params_per_s", "comm_Bps", "backend", "threads", "measured_at"};
+static const char *const VALUES[] = {"1", "4.5e10", "4e9", "4e9", "2e9", "2e9", "6e8", "3e9", "\"cpu\"", "2",
+                                     "\"2025-01-01T00:00:00Z\""};
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 
 static void doc_with(char *buf, size_t len, const char *key, const char *value) {
@@ -231,6 +235,8 @@ static const bad_case_t BAD[] = {
     {"rate as text", NULL, "d2h_Bps", "\"4e9\"", "key 'd2h_Bps' at byte %zu: expected a number, got a string"},
     {"rate null", NULL, "adam_params_per_s", "null", "key 'adam_params_per_s' at byte %zu: expected a number, got null"},
     {"rate as array", NULL, "gemm_flops", "[4e10]", "key 'gemm_flops' at byte %zu: expected a number, got an array"},
+    {"zero ranks link", NULL, "comm_Bps", "0", "key 'comm_Bps' at byte %zu: 0 is not a rate (accepted: a number > 0)"},
+    {"ranks link as text", NULL, "comm_Bps", "\"3e9\"", "key 'comm_Bps' at byte %zu: expected a number, got a string"},
     {"backend as number", NULL, "backend", "5", "key 'backend' at byte %zu: expected a string, got a number"},
     {"backend too long", NULL, "backend", "\"a-very-long-backend\"",
      "key 'backend' at byte %zu: \"a-very-long-backend\" is not a backend name (accepted: cpu, cuda)"},
@@ -271,13 +277,14 @@ START_TEST(test_baseline_loads) {
     profile_t p;
     ck_assert_msg(profile_load(&p, path, err, sizeof err) == 0, "%s", err);
     ck_assert(p.gemm_flops == 4.5e10 && p.h2d_Bps == 4e9 && p.d2h_Bps == 4e9 && p.nvme_read_Bps == 2e9 &&
-              p.nvme_write_Bps == 2e9 && p.adam_params_per_s == 6e8);
+              p.nvme_write_Bps == 2e9 && p.adam_params_per_s == 6e8 && p.comm_Bps == 3e9);
     ck_assert_int_eq(p.threads, 2);
     ck_assert_int_eq(p.measured, 1);
     write_file(path, "{\"version\": 1, \"gemm_flops\": 1, \"h2d_Bps\": 2, \"d2h_Bps\": 3, \"nvme_read_Bps\": 4, "
                      "\"nvme_write_Bps\": 5, \"adam_params_per_s\": 6, \"future\": [1, {\"x\": null}]}");
     ck_assert_msg(profile_load(&p, path, err, sizeof err) == 0, "%s", err);
     ck_assert(p.gemm_flops == 1 && p.adam_params_per_s == 6);
+    ck_assert(p.comm_Bps == 0); // never measured: the plan takes PLAN_COMM_DEFAULT_BPS
     ck_assert_str_eq(p.backend, "cpu");
     ck_assert_int_eq(p.threads, 0);
 }

@@ -242,6 +242,55 @@ START_TEST(test_checkpoint_world_sizes) {
 }
 END_TEST
 
+// Rank 0 alone reads the checkpoint: rank 1 runs in a folder where the (relative) --resume
+// path does not exist, as on a node without the shared filesystem, and the run still
+// resumes to the uninterrupted run's bits.
+START_TEST(test_resume_rank0_reads) {
+    char *a = tu_tmpdir("ranks-nfs-a"), *b = tu_tmpdir("ranks-nfs-b");
+    char ck[1200], args[1200];
+    snprintf(ck, sizeof ck, "--model tiny --steps 2 --eval-every 0 --seed 7 --accum 2 --save %.900s/ck", a);
+    run_t s = train(0, "ranks-nfs-save", ck, NULL, NULL);
+    ck_assert_msg(s.rc == 0, "%s", s.err);
+    snprintf(args, sizeof args, "%s --accum 2", base);
+    run_t ref = train(0, "ranks-nfs-ref", args, NULL, NULL);
+    ck_assert_msg(ref.rc == 0, "%s", ref.err);
+    char *argv[64];
+    int n = 0;
+    argv[n++] = mpirun;
+    argv[n++] = "--oversubscribe";
+    for (int r = 0; r < 2; r++) {
+        if (r) argv[n++] = ":";
+        argv[n++] = "-np";
+        argv[n++] = "1";
+        argv[n++] = "-wdir";
+        argv[n++] = r ? b : a;
+        for (int i = 0; env_common[i]; i++) {
+            argv[n++] = "-x";
+            argv[n++] = env_common[i];
+        }
+        static char *const rest[] = {"train", "--model", "tiny", "--steps", "4", "--eval-every", "0", "--seed", "7",
+                                     "--resume", "ck", NULL};
+        argv[n++] = (char *)tu_binary();
+        for (int i = 0; rest[i]; i++) argv[n++] = rest[i];
+    }
+    argv[n] = NULL;
+    run_t r = {0};
+    r.rc = tu_run(argv, env_common, &r.out, &r.err);
+    ck_assert_msg(r.rc == 0, "resume with rank 1 away from the files failed (%d): %s", r.rc, r.err);
+    char *href = summary_field(ref.log, "params_hash");
+    const char *done = strstr(r.out, "done: ");
+    done = done ? strstr(done, "params_hash ") : NULL;
+    ck_assert_msg(done && href && !strncmp(done + 12, href, 16), "resumed: %s; uninterrupted %s", r.out, href);
+    free(href);
+    run_free(&s); run_free(&ref); run_free(&r);
+    char rm[2600];
+    snprintf(rm, sizeof rm, "rm -rf '%s' '%s'", a, b);
+    ck_assert_int_eq(system(rm), 0);
+    free(a);
+    free(b);
+}
+END_TEST
+
 // ---------------------------------------------------------------- failures
 
 // An I/O error on rank 1 stops both, each with exit 1; rank 0 names rank 1 and the error.
@@ -295,6 +344,7 @@ int main(void) {
     TCase *tk = tcase_create("checkpoints");
     tcase_set_timeout(tk, 900);
     tcase_add_test(tk, test_checkpoint_world_sizes);
+    tcase_add_test(tk, test_resume_rank0_reads);
     suite_add_tcase(s, tk);
     TCase *tf = tcase_create("faults");
     tcase_set_timeout(tf, 900);
