@@ -72,6 +72,8 @@ typedef struct {
     void (*stream_sync)(struct backend *be, backend_stream_t s);
     void (*event_sync)(struct backend *be, void *ev);
     void (*copy_enqueue)(struct backend *be, void *dst, const void *src, size_t n, backend_copy_dir_t dir);
+    void *(*native_stream)(struct backend *be, backend_stream_t s);
+    int (*device_index)(const struct backend *be);
 } backend_vt_t;
 
 typedef struct backend {
@@ -139,6 +141,11 @@ void backend_stream_record(backend_t *be, backend_stream_t s, void *ev);
 void backend_stream_wait(backend_t *be, backend_stream_t s, void *ev); // NULL: nothing to wait for
 void backend_stream_sync(backend_t *be, backend_stream_t s);           // the host waits for s
 void backend_event_sync(backend_t *be, void *ev); // the host waits for ev's last record (never recorded, NULL: none)
+// The device backend's own stream handle (CUDA: the cudaStream_t), for collectives queued in
+// order with the ops (comm.h's device engine); NULL on the CPU backend.
+void *backend_native_stream(backend_t *be, backend_stream_t s);
+// The device the backend runs on (CUDA: its ordinal); -1 on the CPU backend.
+int backend_device_index(const backend_t *be);
 // A copy queued on the h2d / d2h stream (dir), ordered only by that stream's own order and
 // waits: returns at once; the host buffer stays untouched (h2d) / unread (d2h) until the
 // stream is synced, and ops that use the device side must wait for an event recorded after

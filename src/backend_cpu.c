@@ -255,6 +255,14 @@ void backend_event_sync(backend_t *be, void *ev) {
     if (be->vt && ev) be->vt->event_sync(be, ev);
 }
 
+void *backend_native_stream(backend_t *be, backend_stream_t s) {
+    return be->vt && be->vt->native_stream ? be->vt->native_stream(be, s) : NULL;
+}
+
+int backend_device_index(const backend_t *be) {
+    return be->vt && be->vt->device_index ? be->vt->device_index(be) : -1;
+}
+
 void backend_copy_enqueue(backend_t *be, void *dst, const void *src, size_t n, backend_copy_dir_t dir) {
     if (be->vt) be->vt->copy_enqueue(be, dst, src, n, dir);
     else if (n) memcpy(dst, src, n);

@@ -232,6 +232,12 @@ static void cuda_unregister_host(backend_t *be, void *h) {
     }
 }
 
+static void *cuda_native_stream(backend_t *be, backend_stream_t s) {
+    return (void *)stream_of((cuda_dev_t *)be->dev, s);
+}
+
+static int cuda_device_index(const backend_t *be) { return ((const cuda_dev_t *)be->dev)->device; }
+
 static const backend_vt_t cuda_vt = {
     .free = cuda_free_all,
     .alloc = cuda_alloc,
@@ -247,6 +253,8 @@ static const backend_vt_t cuda_vt = {
     .stream_sync = cuda_stream_sync,
     .event_sync = cuda_event_sync,
     .copy_enqueue = cuda_copy_enqueue,
+    .native_stream = cuda_native_stream,
+    .device_index = cuda_device_index,
 };
 
 // ---------------------------------------------------------------- init
@@ -313,7 +321,10 @@ int backend_cuda_init(backend_t *be, const config_t *cfg, char *err, size_t errl
 
     // ---- device, context, streams, events, the kernels (cuBLASLt handle, loaded modules):
     // all before measuring free memory, so what they take is not counted twice
-    d->device = 0;
+    // ranks: the node's rank k takes GPU k (of those visible; k modulo their number)
+    int ndev = 0;
+    INIT_CHECK(cudaGetDeviceCount(&ndev));
+    d->device = ndev > 0 && cfg->local_rank > 0 ? cfg->local_rank % ndev : 0;
     INIT_CHECK(cudaSetDevice(d->device));
     INIT_CHECK(cudaFree(NULL)); // creates the context now
     struct cudaDeviceProp prop;

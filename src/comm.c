@@ -89,6 +89,7 @@ int comm_init(int *argc, char ***argv, char *err, size_t errlen) {
 }
 
 void comm_finalize(void) {
+    comm_dev_free();
     if (!world_.mpi) return;
     MPI_Comm_free(&world_.world);
     MPI_Finalize();

@@ -5,7 +5,8 @@
 // PMI_SIZE or PMIX_RANK in its environment) is one rank of an MPI world; any other process
 // is the only rank of a world of one, and MPI is never initialised (every collective is then
 // a local copy or nothing). Host buffers go through MPI (Open MPI). The CUDA backend's
-// device buffers go through NCCL (comm_nccl.c), bootstrapped over MPI.
+// device buffers go through NCCL (comm_nccl.c, the comm_dev_* calls), bootstrapped by
+// broadcasting rank 0's ncclUniqueId over MPI, queued on the backend's compute stream.
 //
 // Pieces: the fixed split of an n-element buffer among the ranks (comm_piece): rank r's piece
 // is elements [lo, lo + cnt), pieces of ceil(n / size) rounded up to COMM_PIECE_ALIGN
@@ -68,3 +69,16 @@ int comm_barrier(comm_t *c, char *err, size_t errlen);
 // (rank order). Returns that rc (0: every rank succeeded). When the collective itself fails
 // the result is its error.
 int comm_agree(comm_t *c, int rc, char *msg, size_t msglen);
+
+// ---------------------------------------------------------------- the device engine (NCCL)
+
+// Starts NCCL over the world on this rank's GPU (device: its CUDA ordinal), once. A build
+// without NCCL (TT_HAVE_NCCL unset) answers -ENODEV with the fix. Returns 0 or -errno with one line.
+int comm_dev_init(comm_t *c, int device, char *err, size_t errlen);
+// comm_allgather_pieces and comm_alltoall_pieces on device buffers, queued on stream (a
+// cudaStream_t: the backend's compute stream, in order with the ops) and returning at once.
+int comm_dev_allgather_pieces(comm_t *c, void *buf, size_t n, size_t elem, void *stream, char *err, size_t errlen);
+int comm_dev_alltoall_pieces(comm_t *c, const float *send, float *recv, size_t n, void *stream, char *err,
+                             size_t errlen);
+// NCCL's end (comm_finalize calls it).
+void comm_dev_free(void);

@@ -38,6 +38,7 @@ typedef struct {
     int accum;               // --accum (micro-batches per step, on each rank)
     int ranks;               // ranks of the world (train: the launcher's; plan: --ranks N); 0 or 1: one
     int local_ranks;         // of which on this node (train: the launcher's; plan: all of them); 0: ranks
+    int local_rank;          // this process among them (the GPU it takes: --device cuda)
     int steps;               // --steps
     int eval_every;          // --eval-every (0 = never)
     int eval_batches;        // --eval-batches

@@ -27,6 +27,7 @@ int main(int argc, char **argv) {
     if (cfg.command != CMD_PLAN) { // plan says what --ranks N would hold
         cfg.ranks = comm_size(world);
         cfg.local_ranks = comm_local_size(world);
+        cfg.local_rank = comm_local_rank(world);
     }
     progress_quiet(cfg.quiet || comm_rank(world) != 0);
     rc = dispatch(&cfg);

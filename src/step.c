@@ -97,13 +97,21 @@ static void grads_fold(step_t *st, float *G, const float *F, size_t n, int gathe
     size_t lo, cnt;
     comm_piece(n, st->ranks, st->rank, &lo, &cnt);
     double t0 = trace_now_ms();
-    if (comm_alltoall_pieces(st->comm, F, st->grecv, n, err, sizeof err) != 0) {
+    // host memory through MPI; a GPU's through NCCL, queued on the compute stream with the ops
+    void *stream = backend_native_stream(st->be, BACKEND_STREAM_COMPUTE);
+    int rc = stream ? comm_dev_alltoall_pieces(st->comm, F, st->grecv, n, stream, err, sizeof err)
+                    : comm_alltoall_pieces(st->comm, F, st->grecv, n, err, sizeof err);
+    if (rc != 0) {
         fault(st, err);
         return;
     }
     float *mine = gather ? G + lo : G;
     for (int r = 0; r < st->ranks; r++) op->add_inplace(mine, st->grecv + (size_t)r * cnt, cnt);
-    if (gather && comm_allgather_pieces(st->comm, G, n, sizeof(float), err, sizeof err) != 0) fault(st, err);
+    if (gather) {
+        rc = stream ? comm_dev_allgather_pieces(st->comm, G, n, sizeof(float), stream, err, sizeof err)
+                    : comm_allgather_pieces(st->comm, G, n, sizeof(float), err, sizeof err);
+        if (rc != 0) fault(st, err);
+    }
     trace_span(TRACK_COMPUTE, "gradient fold", "ranks", t0, trace_now_ms());
 }
 

@@ -392,8 +392,10 @@ int tier_params_acquire(tier_t *t, int shard, const void **p, char *err, size_t 
     if (t->gather) {
         char e2[512];
         double t0 = trace_now_ms();
-        int rc = comm_allgather_pieces(comm_world(), (void *)*p, t->m->shards[shard].numel_padded, t->lay.pbytes, e2,
-                                       sizeof e2);
+        const size_t n = t->m->shards[shard].numel_padded;
+        void *stream = backend_native_stream(t->be, BACKEND_STREAM_COMPUTE); // a GPU: NCCL, in order with the ops
+        int rc = stream ? comm_dev_allgather_pieces(comm_world(), (void *)*p, n, t->lay.pbytes, stream, e2, sizeof e2)
+                        : comm_allgather_pieces(comm_world(), (void *)*p, n, t->lay.pbytes, e2, sizeof e2);
         trace_span(TRACK_COPY, "gather", t->m->shards[shard].name, t0, trace_now_ms());
         if (rc != 0 && got) {
             snprintf(err, errlen, "%s: %s", t->label[shard][ST_P16], e2);

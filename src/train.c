@@ -348,9 +348,12 @@ static void run_check(run_t *r) {
         r->start = r->ck.step + 1;
     }
     if (backend_resolve_config(cfg, err, sizeof err) != 0) usage_error("%s", err);
+#ifndef TT_HAVE_NCCL
     if (r->ranks > 1 && cfg->device == DEVICE_CUDA)
-        usage_error("--device cuda with %d ranks: the CUDA backend's gradient fold (NCCL) is not built yet (run the "
-                    "ranks with --device cpu, or one rank on the GPU)", r->ranks);
+        usage_error("--device cuda with %d ranks: this build has no NCCL, which the CUDA backend's collectives need "
+                    "(rebuild where the CUDA toolkit has nccl.h and libnccl, or run the ranks with --device cpu)",
+                    r->ranks);
+#endif
     model_t shape;
     model_init(&shape, cfg);
     const profile_t *rates = train_load_profile(cfg, &r->prof);

@@ -67,6 +67,10 @@ int trainer_init(trainer_t **out, const config_t *cfg, char *err, size_t errlen)
     int rc = backend_init(&tr->be, cfg, err, errlen);
     if (rc != 0) goto fail;
     tr->be_inited = 1;
+    // ranks on a GPU: NCCL over the world, on this rank's device
+    if (cfg->ranks > 1 && tr->be.vt &&
+        (rc = comm_dev_init(comm_world(), backend_device_index(&tr->be), err, errlen)) != 0)
+        goto fail;
     tier_layout(cfg, &tr->model, tr->be.kind, &tr->lay);
     if ((rc = tier_init(&tr->tier, cfg, &tr->model, &tr->be, &tr->lay, err, errlen)) != 0) goto fail;
     if ((rc = step_init(&tr->step, cfg, &tr->model, &tr->be, tr->tier, err, errlen)) != 0) goto fail;
