@@ -1,5 +1,6 @@
 // tier.c — see tier.h. The residency table, the allocation of what tier_layout lists, and
-// moving states between homes and the device. tier_layout.c sizes; this file places and moves.
+// moving parameters and optimizer states between homes and the device. tier_layout.c sizes;
+// tier_grads.c moves gradients; this file places and moves the rest.
 #include "tier.h"
 #include <errno.h>
 #include <stdio.h>
@@ -8,55 +9,10 @@
 #include "comm.h"
 #include "gradnorm.h"
 #include "trace.h"
+#include "tier_internal.h"
 #include "util.h"
 
-struct tier {
-    const config_t *cfg;
-    const model_t *m;
-    backend_t *be;
-    tier_layout_t lay;
-    hostmem_t *host;              // every host-resident home and staging buffer
-    nvme_store_t *nvme;           // NULL unless a state lives on NVMe
-    tier_entry_t (*table)[ST_COUNT]; // (nshards): the residency table
-    uint32_t *crcs;               // the table's NVMe CRCs, one per extent chunk
-    char (*label)[ST_COUNT][64];  // (nshards) "parameters of block.3", for messages
-    void **buf[TB_COUNT];         // (count) each non-per-shard buffer's allocations
-    sched_t *sched;
-    // ---- streamed parameters
-    void **slot_ev;               // (nslots) backend events: each slot's last reader is queued (a GPU
-                                  // fetch into it waits for that alone); NULL on the CPU backend
-    int *slot_of;                 // (nshards) the slot a shard was acquired into (compute thread)
-    // ---- --host-cache: host copies of NVMe-resident parameters. The fetch worker alone
-    // changes which shard an entry holds; the update writes through to an entry holding a
-    // shard it is updating (never one fetched meanwhile: a fetch of a shard waits for its
-    // update). hc_mu guards hcache_shard; sched_cache_victim takes the scheduler's lock
-    // under it (the lock order in scheduler.h).
-    int *hcache_shard;            // (nhcache) which shard each entry holds, -1 when empty
-    pthread_mutex_t hc_mu;
-    int hc_inited;
-    // ---- gradients not homed on the device visit two slots, alternately
-    visit_t gvisit;
-    int gnext;                    // the slot the next visit takes
-    int *gslot_of;                // (nshards) the slot a shard's visit holds
-    void *step_ev;                // the step's backward is queued: what the update's device reads wait for
-    // ---- --grads nvme: a visit's gradient goes to its shard's chunks on NVMe, from the slot
-    // itself where the device is host memory, else from the slot's staging copy once its copy
-    // down has landed (submitted at the next visit's release, so the host waits at most one
-    // shard behind the device). Compute thread only.
-    struct {
-        int shard;                // whose gradient the slot's write carries, -1: none in flight
-        int queued;               // its copy down is queued, its write not yet submitted (GPU)
-        int last;                 // the shard's last visit this step: Σ g² is taken from the host copy
-        io_ticket_t *tk;          // (max chunks) one write per chunk
-        int ntk;
-    } gw[2];
-    gradnorm_t *gss;              // (nshards) Σ g² of each shard's final gradient (--grads nvme)
-    size_t *plo, *pn;             // (nshards) this rank's piece of each shard (tier_piece)
-    int gather;                   // ranks: every use of a shard gathers its pieces into a slot
-    tier_stats_t stats;
-};
 
-static void stat_add(uint64_t *counter, uint64_t n) { __atomic_fetch_add(counter, n, __ATOMIC_RELAXED); }
 
 static uint64_t state_bytes(const tier_t *t, int s, tier_state_t st) {
     uint64_t n = t->pn[s];
@@ -450,231 +406,13 @@ int tier_params_store(tier_t *t, int shard, const void *compute, void *after, ch
     return -EINVAL;
 }
 
-// ---------------------------------------------------------------- gradients
+// ---------------------------------------------------------------- NVMe extents
 
 // The NVMe extent of chunk c of shard's (g,) master, m, v: every chunk before it is full.
-static uint64_t chunk_off(const tier_t *t, int shard, int c) {
+uint64_t tier_chunk_off(const tier_t *t, int shard, int c) {
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     return t->table[shard][ST_O32].off + (uint64_t)(lo - t->plo[shard]) * t->lay.o32_parts * sizeof(float);
-}
-
-// --grads nvme: the host copy of slot i's gradient: the slot itself, or its staging buffer.
-static float *gnvme_host(const tier_t *t, int i) {
-    return t->lay.device_is_host ? t->gvisit.buf[i] : t->buf[TB_GRAD_NVME][i];
-}
-
-// Submits the write of slot i's gradient (its data is on the host) to its shard's chunks; a
-// final one's Σ g² is taken on the way, from the very bytes written.
-static int gnvme_submit(tier_t *t, int i, char *err, size_t errlen) {
-    const int s = t->gw[i].shard;
-    const float *h = gnvme_host(t, i);
-    t->gw[i].queued = 0;
-    if (t->gw[i].last) {
-        gradnorm_zero(&t->gss[s]);
-        gradnorm_add_squares(&t->gss[s], h, t->pn[s]);
-    }
-    for (int c = 0; c < tier_nchunks(&t->lay, t->m, s); c++) {
-        size_t lo, n;
-        tier_chunk_range(&t->lay, t->m, s, c, &lo, &n);
-        io_req_t r = {.op = IO_WRITE, .off = chunk_off(t, s, c), .len = n * sizeof(float),
-                      .buf = (void *)(h + (lo - t->plo[s])),
-                      .name = t->label[s][ST_G]};
-        memset(&t->gw[i].tk[c], 0, sizeof t->gw[i].tk[c]);
-        int rc = nvme_store_submit(t->nvme, &t->gw[i].tk[c], &r);
-        if (rc != 0) {
-            snprintf(err, errlen, "%s: %s", t->label[s][ST_G], strerror(-rc));
-            return rc;
-        }
-        t->gw[i].ntk = c + 1;
-    }
-    return 0;
-}
-
-// Slot i's write is submitted: when its copy down is still queued (GPU), once it has landed.
-static int gnvme_flush(tier_t *t, int i, char *err, size_t errlen) {
-    if (!t->gw[i].queued) return 0;
-    visit_wait_down(&t->gvisit, i);
-    return gnvme_submit(t, i, err, errlen);
-}
-
-// Slot i's write is done (submitted first if need be): the slot and its staging are free
-// again. Counts the bytes and keeps each chunk's CRC.
-static int gnvme_wait(tier_t *t, int i, char *err, size_t errlen) {
-    int rc = gnvme_flush(t, i, err, errlen);
-    for (int k = 0; k < t->gw[i].ntk; k++) {
-        io_ticket_t *tk = &t->gw[i].tk[k];
-        int r = io_ticket_wait(tk);
-        if (r != 0 && rc == 0) {
-            io_ticket_message(tk, err, errlen);
-            rc = r;
-        }
-        if (r == 0) {
-            t->table[t->gw[i].shard][ST_G].crc[k] = tk->crc;
-            stat_add(&t->stats.nvme_write_bytes, tk->len);
-        }
-    }
-    t->gw[i].ntk = 0;
-    t->gw[i].shard = -1;
-    return rc;
-}
-
-// A partial sum of an earlier micro-batch (horizontal --accum with --grads nvme), read back
-// into slot i's host copy after every write in flight.
-static int gnvme_read(tier_t *t, int shard, int i, char *err, size_t errlen) {
-    int rc = gnvme_wait(t, i ^ 1, err, errlen);
-    float *h = gnvme_host(t, i);
-    tier_entry_t *e = &t->table[shard][ST_G];
-    for (int c = 0; rc == 0 && c < tier_nchunks(&t->lay, t->m, shard); c++) {
-        size_t lo, n;
-        tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
-        rc = tier_nvme_io(t, IO_READ, chunk_off(t, shard, c), n * sizeof(float), h + (lo - t->plo[shard]), &e->crc[c],
-                          t->label[shard][ST_G], err, errlen);
-    }
-    return rc;
-}
-
-// A host or NVMe home visits a slot (visit.h): the copy up waits for the slot's last copy down
-// and for this shard's own last write-back, the ops wait for the copy up, the copy down for the
-// ops; on a GPU the next shard's copy up thus runs during this shard's backward. A gradient the
-// optimizer consumed is all zeros: its visit starts from a zeroed slot instead of a read.
-float *tier_grads_acquire(tier_t *t, int shard, int last, char *err, size_t errlen) {
-    tier_entry_t *e = &t->table[shard][ST_G];
-    if (e->home == TIER_DEVICE) return e->addr;
-    int i = t->gnext;
-    t->gnext ^= 1;
-    t->gslot_of[shard] = i;
-    if (e->home == TIER_HOST) {
-        visit_up(&t->gvisit, i, shard, e->addr, e->bytes);
-        return t->gvisit.buf[i];
-    }
-    if (gnvme_wait(t, i, err, errlen) != 0) return NULL; // the slot's (and its staging's) last write
-    t->gw[i].last = last;
-    if (e->dirty) {
-        if (gnvme_read(t, shard, i, err, errlen) != 0) return NULL;
-        if (!t->lay.device_is_host) visit_up(&t->gvisit, i, shard, gnvme_host(t, i), e->bytes);
-    } else {
-        visit_open(&t->gvisit, i);
-        backend_memset(t->be, t->gvisit.buf[i], 0, e->bytes);
-    }
-    return t->gvisit.buf[i];
-}
-
-int tier_grads_release(tier_t *t, int shard, char *err, size_t errlen) {
-    tier_entry_t *e = &t->table[shard][ST_G];
-    e->dirty = 1;
-    if (e->home == TIER_DEVICE) return 0;
-    const int i = t->gslot_of[shard];
-    if (e->home == TIER_HOST) {
-        visit_down(&t->gvisit, i, shard, e->addr, e->bytes);
-        return 0;
-    }
-    t->gw[i].shard = shard;
-    if (t->lay.device_is_host) return gnvme_submit(t, i, err, errlen); // the ops are done: write from the slot
-    visit_down(&t->gvisit, i, shard, gnvme_host(t, i), e->bytes);
-    t->gw[i].queued = 1;
-    return gnvme_flush(t, i ^ 1, err, errlen); // the other slot's copy down, queued one visit ago
-}
-
-int tier_grads_finish(tier_t *t, char *err, size_t errlen) {
-    int rc = 0;
-    if (t->lay.home[ST_G] == TIER_HOST) visit_sync(&t->gvisit); // the host reads the homes ...
-    if (t->lay.home[ST_G] == TIER_NVME)                          // ... or NVMe holds every gradient ...
-        for (int i = 0; i < 2; i++) {
-            char e2[512];
-            int r = gnvme_wait(t, i, e2, sizeof e2);
-            if (r != 0 && rc == 0) { rc = r; snprintf(err, errlen, "%s", e2); }
-        }
-    backend_event_record(t->be, t->step_ev); // ... and the update's device reads come after
-    return rc;
-}
-
-int tier_grads_norm(tier_t *t, int shard, gradnorm_t *acc, char *err, size_t errlen) {
-    const tier_entry_t *e = &t->table[shard][ST_G];
-    if (e->home == TIER_NVME) { // taken as the final gradient was written
-        gradnorm_add(acc, &t->gss[shard]);
-        return 0;
-    }
-    if (e->home == TIER_HOST || t->lay.device_is_host) {
-        gradnorm_add_squares(acc, e->addr, t->pn[shard]);
-        return 0;
-    }
-    // a GPU's home: read down through the staging buffer, whole norm blocks at a time
-    size_t step = t->lay.chunk_elems / GRADNORM_BLOCK * GRADNORM_BLOCK;
-    if (step == 0) {
-        snprintf(err, errlen, "gradients of %s: the staging buffer is below one norm block", t->m->shards[shard].name);
-        return -E2BIG;
-    }
-    float *stage = t->buf[TB_GRAD_STAGING][0];
-    for (size_t at = 0; at < t->pn[shard]; at += step) {
-        size_t k = t->pn[shard] - at < step ? t->pn[shard] - at : step;
-        backend_copy_d2h(t->be, stage, (const float *)e->addr + at, k * sizeof(float));
-        gradnorm_add_squares(acc, stage, k);
-    }
-    return 0;
-}
-
-int tier_grads_zero_all(tier_t *t, char *err, size_t errlen) {
-    int rc = tier_grads_finish(t, err, errlen);
-    for (int s = 0; s < t->m->nshards && rc == 0; s++) tier_grads_consumed(t, s);
-    return rc;
-}
-
-int tier_grads_get(tier_t *t, int shard, const float **g, char *err, size_t errlen) {
-    tier_entry_t *e = &t->table[shard][ST_G];
-    if (e->home == TIER_NVME) { // read back whole into a slot's host copy (both are idle after the step)
-        float *h = gnvme_host(t, 0);
-        if (!e->dirty) memset(h, 0, e->bytes);
-        else if (gnvme_read(t, shard, 0, err, errlen) != 0) return -EIO;
-        *g = h;
-        return 0;
-    }
-    if (e->home == TIER_DEVICE && !t->lay.device_is_host) {
-        float *stage = t->buf[TB_GRAD_STAGING][0];
-        size_t lo, n;
-        tier_chunk_range(&t->lay, t->m, shard, 0, &lo, &n);
-        if (n < t->pn[shard]) {
-            snprintf(err, errlen, "gradients of %s: larger than the staging buffer", t->m->shards[shard].name);
-            return -E2BIG;
-        }
-        backend_copy_d2h(t->be, stage, e->addr, e->bytes);
-        *g = stage;
-        return 0;
-    }
-    *g = e->addr;
-    return 0;
-}
-
-const float *tier_grads_for_update(tier_t *t, int shard, int c, int half) {
-    tier_entry_t *e = &t->table[shard][ST_G];
-    if (e->home == TIER_NVME) return t->buf[TB_OPTIM_STAGING][half]; // read with the states, first in the chunk
-    size_t lo, n;
-    tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
-    const float *g = (const float *)e->addr + (lo - t->plo[shard]);
-    if (e->home == TIER_DEVICE && !t->lay.device_is_host) {
-        // after the step's backward only, not the next step's forward queued meanwhile
-        float *stage = t->buf[TB_GRAD_STAGING][0];
-        backend_copy_after(t->be, stage, g, n * sizeof(float), BACKEND_D2H, t->step_ev);
-        return stage;
-    }
-    return g;
-}
-
-void tier_grads_consumed(tier_t *t, int shard) {
-    tier_entry_t *e = &t->table[shard][ST_G];
-    if (e->home == TIER_DEVICE) backend_memset(t->be, e->addr, 0, e->bytes);
-    else if (e->home == TIER_HOST) memset(e->addr, 0, e->bytes);
-    e->dirty = 0; // NVMe: the next visit starts from zeros and overwrites the extent
-    if (t->gss) gradnorm_zero(&t->gss[shard]);
-}
-
-const float *tier_grads_device(tier_t *t, int shard) {
-    tier_entry_t *e = &t->table[shard][ST_G];
-    if (e->home == TIER_DEVICE) return e->addr;
-    float *slot = t->gvisit.buf[0]; // the host home's write-backs have landed (tier_grads_finish)
-    backend_copy_h2d(t->be, slot, e->addr, e->bytes);
-    stat_add(&t->stats.h2d_bytes, e->bytes);
-    return slot;
 }
 
 // ---------------------------------------------------------------- optimizer states
@@ -720,7 +458,7 @@ int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int
     x->chunk = c;
     x->label = t->m->shards[shard].name;
     x->t0 = trace_now_ms();
-    const uint64_t base = chunk_off(t, shard, c), o32 = 3 * n * sizeof(float);
+    const uint64_t base = tier_chunk_off(t, shard, c), o32 = 3 * n * sizeof(float);
     const uint64_t g = (uint64_t)(t->lay.o32_parts - 3) * n * sizeof(float); // 0 unless --grads nvme
     float *stage = t->buf[TB_OPTIM_STAGING][half];
     io_req_t r[2] = {{.op = op, .off = base + g, .len = o32, .buf = stage_part(t, half, n, 0),
@@ -810,7 +548,7 @@ int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **
             while (!(parts & (1 << k0))) k0++;
             while (!(parts & (1 << k1))) k1--;
         }
-        uint64_t off = chunk_off(t, shard, c) + (uint64_t)(t->lay.o32_parts - 3 + k0) * n * sizeof(float);
+        uint64_t off = tier_chunk_off(t, shard, c) + (uint64_t)(t->lay.o32_parts - 3 + k0) * n * sizeof(float);
         return tier_nvme_io(t, IO_READ, off, (uint64_t)(k1 - k0 + 1) * n * sizeof(float), dst[k0], &e->crc[c],
                             t->label[shard][ST_O32], err, errlen);
     }
@@ -827,7 +565,7 @@ int tier_o32_put(tier_t *t, int shard, int c, int parts, char *err, size_t errle
             if (parts & (1 << k))
                 backend_copy_h2d(t->be, (float *)e->addr + k * total + lo, stage_part(t, 0, n, k), n * sizeof(float));
     } else if (e->home == TIER_NVME) {
-        uint64_t off = chunk_off(t, shard, c) + (uint64_t)(t->lay.o32_parts - 3) * n * sizeof(float);
+        uint64_t off = tier_chunk_off(t, shard, c) + (uint64_t)(t->lay.o32_parts - 3) * n * sizeof(float);
         return tier_nvme_io(t, IO_WRITE, off, 3 * n * sizeof(float), stage_part(t, 0, n, 0), &e->crc[c],
                             t->label[shard][ST_O32], err, errlen);
     }

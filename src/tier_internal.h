@@ -1,0 +1,59 @@
+// tier_internal.h — the tier's private parts, shared by tier.c (the table, parameters,
+// optimizer states) and tier_grads.c (gradients). Nothing outside tier*.c includes it.
+#pragma once
+#include <pthread.h>
+#include <stdint.h>
+#include "gradnorm.h"
+#include "tier.h"
+
+struct tier {
+    const config_t *cfg;
+    const model_t *m;
+    backend_t *be;
+    tier_layout_t lay;
+    hostmem_t *host;              // every host-resident home and staging buffer
+    nvme_store_t *nvme;           // NULL unless a state lives on NVMe
+    tier_entry_t (*table)[ST_COUNT]; // (nshards): the residency table
+    uint32_t *crcs;               // the table's NVMe CRCs, one per extent chunk
+    char (*label)[ST_COUNT][64];  // (nshards) "parameters of block.3", for messages
+    void **buf[TB_COUNT];         // (count) each non-per-shard buffer's allocations
+    sched_t *sched;
+    // ---- streamed parameters
+    void **slot_ev;               // (nslots) backend events: each slot's last reader is queued (a GPU
+                                  // fetch into it waits for that alone); NULL on the CPU backend
+    int *slot_of;                 // (nshards) the slot a shard was acquired into (compute thread)
+    // ---- --host-cache: host copies of NVMe-resident parameters. The fetch worker alone
+    // changes which shard an entry holds; the update writes through to an entry holding a
+    // shard it is updating (never one fetched meanwhile: a fetch of a shard waits for its
+    // update). hc_mu guards hcache_shard; sched_cache_victim takes the scheduler's lock
+    // under it (the lock order in scheduler.h).
+    int *hcache_shard;            // (nhcache) which shard each entry holds, -1 when empty
+    pthread_mutex_t hc_mu;
+    int hc_inited;
+    // ---- gradients not homed on the device visit two slots, alternately
+    visit_t gvisit;
+    int gnext;                    // the slot the next visit takes
+    int *gslot_of;                // (nshards) the slot a shard's visit holds
+    void *step_ev;                // the step's backward is queued: what the update's device reads wait for
+    // ---- --grads nvme: a visit's gradient goes to its shard's chunks on NVMe, from the slot
+    // itself where the device is host memory, else from the slot's staging copy once its copy
+    // down has landed (submitted at the next visit's release, so the host waits at most one
+    // shard behind the device). Compute thread only.
+    struct {
+        int shard;                // whose gradient the slot's write carries, -1: none in flight
+        int queued;               // its copy down is queued, its write not yet submitted (GPU)
+        int last;                 // the shard's last visit this step: Σ g² is taken from the host copy
+        io_ticket_t *tk;          // (max chunks) one write per chunk
+        int ntk;
+    } gw[2];
+    gradnorm_t *gss;              // (nshards) Σ g² of each shard's final gradient (--grads nvme)
+    size_t *plo, *pn;             // (nshards) this rank's piece of each shard (tier_piece)
+    int gather;                   // ranks: every use of a shard gathers its pieces into a slot
+    tier_stats_t stats;
+};
+
+static inline void stat_add(uint64_t *counter, uint64_t n) { __atomic_fetch_add(counter, n, __ATOMIC_RELAXED); }
+
+// The NVMe extent of chunk c of shard's (g,) master, m, v: every chunk before it is full.
+// The NVMe extent of chunk c of shard's (g,) master, m, v: every chunk before it is full.
+uint64_t tier_chunk_off(const tier_t *t, int shard, int c);
