@@ -29,13 +29,16 @@ void comm_piece(size_t n, int size, int r, size_t *lo, size_t *cnt) {
 struct comm {
     int rank, size, local_rank, local_size;
     int mpi;           // MPI is initialised (a launcher started us)
+    int multiple;      // MPI_THREAD_MULTIPLE: another thread may use another communicator meanwhile
     MPI_Comm world;    // a duplicate of MPI_COMM_WORLD whose handler returns errors
     int *counts, *displs, *rcounts, *rdispls; // (size) each: the v-collectives' tables, made once
 };
 
 static comm_t world_ = {.rank = 0, .size = 1, .local_rank = 0, .local_size = 1};
+static comm_t second_ = {.rank = 0, .size = 1, .local_rank = 0, .local_size = 1}; // comm_second
 
 comm_t *comm_world(void) { return &world_; }
+comm_t *comm_second(void) { return world_.multiple ? &second_ : NULL; }
 int comm_rank(const comm_t *c) { return c->rank; }
 int comm_size(const comm_t *c) { return c->size; }
 int comm_local_rank(const comm_t *c) { return c->local_rank; }
@@ -85,12 +88,31 @@ int comm_init(int *argc, char ***argv, char *err, size_t errlen) {
     world_.displs = world_.counts + n;
     world_.rcounts = world_.counts + 2 * n;
     world_.rdispls = world_.counts + 3 * n;
+    if (provided >= MPI_THREAD_MULTIPLE) { // the second world, for a worker thread's collectives
+        second_ = world_;
+        MPI_TRY(MPI_Comm_dup(world_.world, &second_.world), "MPI_Comm_dup");
+        MPI_TRY(MPI_Comm_set_errhandler(second_.world, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+        second_.counts = calloc(4 * n, sizeof(int));
+        if (!second_.counts) {
+            snprintf(err, errlen, "out of memory for the communicator's tables");
+            return -ENOMEM;
+        }
+        second_.displs = second_.counts + n;
+        second_.rcounts = second_.counts + 2 * n;
+        second_.rdispls = second_.counts + 3 * n;
+        world_.multiple = 1;
+    }
     return 0;
 }
 
 void comm_finalize(void) {
     comm_dev_free();
     if (!world_.mpi) return;
+    if (world_.multiple) {
+        MPI_Comm_free(&second_.world);
+        free(second_.counts);
+        world_.multiple = 0;
+    }
     MPI_Comm_free(&world_.world);
     MPI_Finalize();
     free(world_.counts);
@@ -224,6 +246,7 @@ struct comm {
 static comm_t world_ = {.rank = 0, .size = 1, .local_rank = 0, .local_size = 1};
 
 comm_t *comm_world(void) { return &world_; }
+comm_t *comm_second(void) { return NULL; }
 int comm_rank(const comm_t *c) { return c->rank; }
 int comm_size(const comm_t *c) { return c->size; }
 int comm_local_rank(const comm_t *c) { return c->local_rank; }

@@ -15,8 +15,9 @@
 // shard's states (tier.h), the gradient fold (step.c) and the bench use it.
 //
 // Threads: MPI is initialised with MPI_THREAD_MULTIPLE when the library offers it (else
-// FUNNELED); today every collective is called from the compute thread, in the same order on
-// every rank (the step's order is static).
+// FUNNELED). The compute thread uses comm_world; tier.c's gather worker uses comm_second (the
+// same world, another communicator); each calls its collectives in the same order on every
+// rank (the step's use order is static).
 // Errors: every call returns 0 or -errno with one line in err (MPI's own message); MPI's
 // handler is MPI_ERRORS_RETURN, so nothing here aborts or exits.
 // Who calls it: main.c (init, finalize), train.c (rank 0's output, the start-up checks, the
@@ -36,6 +37,10 @@ int comm_init(int *argc, char ***argv, char *err, size_t errlen);
 void comm_finalize(void);
 // The world (a world of one before comm_init).
 comm_t *comm_world(void);
+// A second handle on the same world, for one worker thread's collectives while the compute
+// thread uses comm_world (their orders pair up separately); NULL where MPI does not offer
+// MPI_THREAD_MULTIPLE, or without MPI.
+comm_t *comm_second(void);
 
 int comm_rank(const comm_t *c);
 int comm_size(const comm_t *c);

@@ -74,7 +74,7 @@ void report_summary(FILE *log, const trainer_info_t *info, const plan_t *plan, c
             r->step_ms > 0 ? plan->floor_ms / r->step_ms : 0.0, plan_resource_names[plan->bound],
             report_nvme_GBps(info, IO_READ), report_nvme_GBps(info, IO_WRITE));
     if (r->ranks > 1) { // rank 0's figures above; each rank's peaks here
-        fprintf(log, "\"ranks\":%d", r->ranks);
+        fprintf(log, "\"ranks\":%d,\"gather_wait_ms\":%.3f", r->ranks, info->tier.gather_wait_ms);
         const char *key[2] = {"rank_peak_device_bytes", "rank_peak_host_bytes"};
         const uint64_t *val[2] = {r->rank_device, r->rank_host};
         for (int k = 0; k < 2; k++) {

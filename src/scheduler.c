@@ -43,6 +43,7 @@ struct sched {
     pthread_cond_t changed;
     pthread_t worker;
     int stop, worker_started, sync_inited;
+    int keep_failed;     // a failed fetch keeps its slot (sched_keep_failed)
     sched_stats_t stats;
     // ---- the update worker
     pthread_mutex_t umu;
@@ -298,9 +299,11 @@ const void *sched_acquire(sched_t *s, int shard, int *slot_out, char *err, size_
     } else {
         snprintf(err, errlen, "%s", sl->err);
         sl->pins--;
-        s->where[shard] = -1; // a failed copy is never handed out again
-        sl->shard = -1;
-        sl->state = SLOT_EMPTY;
+        if (!s->keep_failed) { // a failed copy is never handed out again
+            s->where[shard] = -1;
+            sl->shard = -1;
+            sl->state = SLOT_EMPTY;
+        }
     }
     pthread_mutex_unlock(&s->mu);
     return buf;
@@ -323,6 +326,37 @@ void sched_invalidate(sched_t *s) {
         sl->state = SLOT_EMPTY;
         sl->pins = 0;
     }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sched_keep_failed(sched_t *s) {
+    pthread_mutex_lock(&s->mu);
+    s->keep_failed = 1;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int sched_pin_fetched(sched_t *s, int shard, const int *cancel) {
+    pthread_mutex_lock(&s->mu);
+    int slot = -1;
+    for (;;) {
+        if (__atomic_load_n(cancel, __ATOMIC_ACQUIRE)) break;
+        int i = s->where[shard];
+        if (i >= 0 && (s->slots[i].state == SLOT_READY || s->slots[i].state == SLOT_FAILED)) {
+            s->slots[i].pins++;
+            slot = i;
+            break;
+        }
+        pthread_cond_wait(&s->changed, &s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return slot;
+}
+
+void *sched_slot_buf(const sched_t *s, int slot) { return s->slots[slot].buf; }
+
+void sched_kick(sched_t *s) {
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_broadcast(&s->changed);
     pthread_mutex_unlock(&s->mu);
 }
 

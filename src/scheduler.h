@@ -27,6 +27,9 @@
 //              --host-cache, NVMe read), one fetch at a time; started when there are slots.
 //   update     this scheduler's update worker: runs the update callback (optim.c over the
 //              host or NVMe states), one job at a time.
+//   gather     tier.c's gather worker (ranks, MPI_THREAD_MULTIPLE): gathers the ranks' pieces
+//              of each use's shard into its slot, in the use order, one use ahead of compute
+//              (sched_pin_fetched); its collectives go on comm_second.
 //   io         the NVMe store's engine (io/): the io_uring thread or the psync pool.
 //   OpenMP     the kernels' pool, used by whichever thread runs an op.
 // Lock order (a thread holding one may take those after it, never before):
@@ -79,6 +82,16 @@ void sched_stats(const sched_t *s, sched_stats_t *out);
 // the buffer to read shard into for its use at pos (sched_belady with need = the shard's
 // next use after pos), or -1 to bypass the cache. Any thread; takes the scheduler's lock.
 int sched_cache_victim(sched_t *s, const int *held, int n, int shard, int pos);
+
+// A failed fetch keeps its slot (the shard stays there, failed, and every later acquire of it
+// fails too) instead of emptying it: the slots' assignments then never depend on which rank's
+// fetch failed, so the ranks' gathers keep pairing up until the step stops.
+void sched_keep_failed(sched_t *s);
+// Waits until shard is in a slot whose fetch has ended (ready or failed), pins it and returns
+// the slot; -1 once *cancel is set (then sched_kick wakes it). Any thread.
+int sched_pin_fetched(sched_t *s, int shard, const int *cancel);
+void sched_kick(sched_t *s);
+void *sched_slot_buf(const sched_t *s, int slot);
 
 // ---------------------------------------------------------------- Belady's rule
 

@@ -45,6 +45,8 @@ void tier_nvme_opts(nvme_store_opts_t *o, const config_t *cfg, uint64_t size) {
 
 // ---------------------------------------------------------------- init / free
 
+static void *gather_main(void *arg);
+
 static int fetch_params(void *ctx, int shard, int pos, int slot, void *dst, char *err, size_t errlen);
 
 // The host pool (pinned through the backend on a device that is not host memory, so copies
@@ -184,6 +186,23 @@ int tier_init(tier_t **out, const config_t *cfg, const model_t *m, backend_t *be
     if ((rc = sched_init(&t->sched, m->nshards, lay->nslots, t->buf[TB_PARAM_SLOTS], cfg->prefetch, lay->max_uses,
                          fetch_params, t, err, errlen)) != 0)
         goto fail;
+    if (t->gather) {
+        sched_keep_failed(t->sched); // the slots' assignments stay the same on every rank
+        if (comm_second() && lay->device_is_host) {
+            t->gat.uses = calloc((size_t)lay->max_uses + 1, sizeof *t->gat.uses);
+            if (!t->gat.uses) goto oom;
+            pthread_mutex_init(&t->gat.mu, NULL);
+            pthread_cond_init(&t->gat.cv, NULL);
+            t->gat.inited = 1;
+            t->gat.fail_k = -1;
+            if ((rc = pthread_create(&t->gat.thr, NULL, gather_main, t)) != 0) {
+                snprintf(err, errlen, "cannot start the gather worker: %s", strerror(rc));
+                rc = -rc;
+                goto fail;
+            }
+            t->gat.started = 1;
+        }
+    }
     *out = t;
     return 0;
 oom:
@@ -196,7 +215,20 @@ fail:
 
 void tier_free(tier_t *t) {
     if (!t) return;
-    sched_free(t->sched); // first: its workers may be copying from the homes
+    if (t->gat.started) { // before the scheduler: it may wait in sched_pin_fetched
+        pthread_mutex_lock(&t->gat.mu);
+        __atomic_store_n(&t->gat.stop, 1, __ATOMIC_RELEASE);
+        pthread_cond_broadcast(&t->gat.cv);
+        pthread_mutex_unlock(&t->gat.mu);
+        sched_kick(t->sched);
+        pthread_join(t->gat.thr, NULL);
+    }
+    if (t->gat.inited) {
+        pthread_mutex_destroy(&t->gat.mu);
+        pthread_cond_destroy(&t->gat.cv);
+    }
+    free(t->gat.uses);
+    sched_free(t->sched); // first of the rest: its workers may be copying from the homes
     for (int i = 0; t->slot_ev && i < t->lay.nslots; i++) backend_event_destroy(t->be, t->slot_ev[i]);
     backend_event_destroy(t->be, t->step_ev);
     visit_free(&t->gvisit);
@@ -276,8 +308,57 @@ int tier_nvme_io(tier_t *t, io_op_t op, uint64_t off, uint64_t len, void *buf, u
 int tier_begin(tier_t *t, const int *uses, int n, char *err, size_t errlen) {
     if (t->lay.nslots == 0) return 0;
     int rc = sched_begin(t->sched, uses, n);
-    if (rc != 0) snprintf(err, errlen, "a use order of %d shards, room for %d", n, t->lay.max_uses);
+    if (rc != 0) {
+        snprintf(err, errlen, "a use order of %d shards, room for %d", n, t->lay.max_uses);
+        return rc;
+    }
+    if (t->gat.started) { // the gather worker follows the new order from its first use
+        pthread_mutex_lock(&t->gat.mu);
+        if (t->gat.done < t->gat.nuses) rc = -EINVAL; // every use of a phase is acquired: the gathers pair up
+        memcpy(t->gat.uses, uses, (size_t)n * sizeof *uses);
+        t->gat.nuses = n;
+        t->gat.done = t->gat.begun = 0;
+        t->gat.fail_k = -1;
+        pthread_cond_broadcast(&t->gat.cv);
+        pthread_mutex_unlock(&t->gat.mu);
+        if (rc != 0) snprintf(err, errlen, "ranks: the last phase left uses without their acquire (a bug)");
+    }
     return rc;
+}
+
+// The gather worker (see tier_internal.h): use k's gather once compute has begun use k−1's
+// acquire, into the slot the scheduler fetched its piece into (pinned meanwhile; compute
+// drops the pin at use k's acquire). A failed fetch is gathered all the same, so that every
+// rank makes the same collectives.
+static void *gather_main(void *arg) {
+    tier_t *t = arg;
+    pthread_mutex_lock(&t->gat.mu);
+    for (;;) {
+        while (!t->gat.stop && !(t->gat.done < t->gat.nuses && t->gat.done <= t->gat.begun))
+            pthread_cond_wait(&t->gat.cv, &t->gat.mu);
+        if (t->gat.stop) break;
+        const int k = t->gat.done, shard = t->gat.uses[k];
+        pthread_mutex_unlock(&t->gat.mu);
+        const int slot = sched_pin_fetched(t->sched, shard, &t->gat.stop);
+        char e2[256] = "";
+        int rc = 0;
+        if (slot >= 0) {
+            double t0 = trace_now_ms();
+            rc = comm_allgather_pieces(comm_second(), sched_slot_buf(t->sched, slot), t->m->shards[shard].numel_padded,
+                                       t->lay.pbytes, e2, sizeof e2);
+            trace_span(TRACK_COPY, "gather", t->m->shards[shard].name, t0, trace_now_ms());
+        }
+        pthread_mutex_lock(&t->gat.mu);
+        if (slot < 0) break; // stopped
+        if (rc != 0 && t->gat.fail_k < 0) {
+            t->gat.fail_k = k;
+            snprintf(t->gat.err, sizeof t->gat.err, "%s: %s", t->label[shard][ST_P16], e2);
+        }
+        t->gat.done = k + 1;
+        pthread_cond_broadcast(&t->gat.cv);
+    }
+    pthread_mutex_unlock(&t->gat.mu);
+    return NULL;
 }
 
 static int hcache_find(const tier_t *t, int shard) {
@@ -341,10 +422,29 @@ int tier_params_acquire(tier_t *t, int shard, const void **p, char *err, size_t 
         *p = e->addr;
         return sched_update_wait_shard(t->sched, shard, err, errlen);
     }
+    int k = 0, worker = 0;
+    if (t->gat.started) { // this use's number in the order: the gather worker may start the next one
+        pthread_mutex_lock(&t->gat.mu);
+        worker = t->gat.begun < t->gat.nuses; // a use outside the order: gathered here, below
+        if (worker) k = t->gat.begun++;
+        pthread_cond_broadcast(&t->gat.cv);
+        pthread_mutex_unlock(&t->gat.mu);
+    }
     int slot = 0; // a failed fetch hands out slot 0 (see tier.h)
     const void *got = sched_acquire(t->sched, shard, &slot, err, errlen);
     *p = got ? got : t->buf[TB_PARAM_SLOTS][0];
     t->slot_of[shard] = slot;
+    if (worker) { // its gather, by the worker (whose pin on the slot goes now)
+        pthread_mutex_lock(&t->gat.mu);
+        double t0 = now_ms();
+        while (t->gat.done <= k && !t->gat.stop) pthread_cond_wait(&t->gat.cv, &t->gat.mu);
+        t->stats.gather_wait_ms += now_ms() - t0;
+        int failed = t->gat.fail_k == k;
+        if (failed && got) snprintf(err, errlen, "%s", t->gat.err);
+        pthread_mutex_unlock(&t->gat.mu);
+        sched_release(t->sched, shard);
+        return !got ? -EIO : failed ? -EIO : 0;
+    }
     if (t->gather) {
         char e2[512];
         double t0 = trace_now_ms();

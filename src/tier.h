@@ -150,6 +150,7 @@ typedef struct {
     double opt_ms;                            // time in the optimizer step
     double opt_nvme_wait_ms;                  // of which waiting for optimizer-state reads/writes
     double copy_ms;                           // compute thread queuing gradient and checkpoint copies
+    double gather_wait_ms;                    // ranks: compute waiting for the gather worker's gathers
 } tier_stats_t;
 
 typedef struct tier tier_t;

@@ -49,6 +49,21 @@ struct tier {
     gradnorm_t *gss;              // (nshards) Σ g² of each shard's final gradient (--grads nvme)
     size_t *plo, *pn;             // (nshards) this rank's piece of each shard (tier_piece)
     int gather;                   // ranks: every use of a shard gathers its pieces into a slot
+    // ---- ranks on a host-memory device with MPI_THREAD_MULTIPLE: the gather worker gathers
+    // use k's pieces (comm_second) while compute works on use k−1, in the use order on every
+    // rank; the compute thread waits for use k's gather at its acquire. gat.mu guards gat.
+    struct {
+        pthread_t thr;
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        int inited, started;
+        int stop;                 // set atomically: sched_pin_fetched reads it under another lock
+        int *uses, nuses;         // the phase's use order (a copy)
+        int done;                 // uses gathered
+        int begun;                // uses whose acquire compute has begun
+        int fail_k;               // the first use whose gather failed, -1: none
+        char err[256];
+    } gat;
     tier_stats_t stats;
 };
 
