@@ -263,6 +263,7 @@ typedef struct {
     int saved_step;
     int rank, ranks;          // this rank and the world's (comm.h)
     int *skip_in, *skip_tg;   // (N) the other ranks' micro-batches, read past
+    int kill_at;              // TT_TEST_KILL_AT_STEP: the step after which this process kills itself (0: never)
 } run_t;
 
 // --nvme-path for this rank: each DIR's "%r" becomes the rank, or, without one and with
@@ -469,6 +470,7 @@ static void run_steps(run_t *r) {
         int rc = trainer_train_step(r->tr, step, r->inputs, r->targets, &loss, &norm, &lr, err, sizeof err);
         if (rc != 0) agreed_error(rc, "step %d: %s", step, err);
         double ms = now_ms() - t0;
+        if (step == r->kill_at) raise(SIGKILL); // TT_TEST_KILL_AT_STEP: a rank dying mid-run (the ranks' tests)
         if (!isfinite(loss)) runtime_error("step %d: loss is %g (lower --lr or check the data)", step, loss);
         if (step == r->start) r->first_loss = loss;
         r->last_loss = loss;
@@ -586,6 +588,8 @@ int train_run(const config_t *cfg_in) {
     r->N = trainer_rows(r->tr);
     r->inputs = mallocCheck((size_t)r->N * (size_t)cfg->accum * sizeof(int));
     r->targets = mallocCheck((size_t)r->N * (size_t)cfg->accum * sizeof(int));
+    const char *kill_at = getenv("TT_TEST_KILL_AT_STEP");
+    r->kill_at = kill_at ? atoi(kill_at) : 0;
     r->skip_in = mallocCheck((size_t)r->N * sizeof(int));
     r->skip_tg = mallocCheck((size_t)r->N * sizeof(int));
     run_steps(r);

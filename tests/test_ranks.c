@@ -9,10 +9,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include "testutil.h"
 
 static char mpirun[1024];
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
 
 // The launcher on $PATH, or 0.
 static int find_mpirun(void) {
@@ -310,6 +317,21 @@ START_TEST(test_io_error_on_rank_1) {
 }
 END_TEST
 
+// A rank killed mid-run brings the job down through the launcher: mpirun ends non-zero, and
+// no rank is left waiting in a collective (the run ends well within its timeout).
+START_TEST(test_rank_killed) {
+    char a[512];
+    snprintf(a, sizeof a, "%s --steps 40", base);
+    double t0 = now_s();
+    run_t r = train(2, "ranks-kill", a, "TT_TEST_KILL_AT_STEP=2", NULL);
+    double secs = now_s() - t0;
+    ck_assert_msg(r.rc != 0, "the job ended well with a rank killed: %s", r.out);
+    ck_assert_msg(secs < 60, "the job took %.0f s to end after a rank died", secs);
+    ck_assert_msg(!strstr(r.out, "done:"), "rank 0 finished the run: %s", r.out);
+    run_free(&r);
+}
+END_TEST
+
 // Different flags on the two ranks: exit 2 before any step, naming the first that differs.
 START_TEST(test_flags_differ) {
     char a[512], b[512];
@@ -349,6 +371,7 @@ int main(void) {
     TCase *tf = tcase_create("faults");
     tcase_set_timeout(tf, 900);
     tcase_add_test(tf, test_io_error_on_rank_1);
+    tcase_add_test(tf, test_rank_killed);
     tcase_add_test(tf, test_flags_differ);
     suite_add_tcase(s, tf);
     SRunner *sr = srunner_create(s);
