@@ -95,6 +95,14 @@ uint64_t plan_nvme_free(const config_t *cfg) {
     for (char *save = NULL, *d = strtok_r(list, ",", &save); d; d = strtok_r(NULL, ",", &save)) {
         struct stat st;
         struct statvfs v;
+        char *pr = strstr(d, "%r"); // a rank's folder (made by train): the folder above it says
+        if (pr) {
+            *pr = 0;
+            char *slash = strrchr(d, '/');
+            if (slash && slash != d) *slash = 0;
+            else if (slash) slash[1] = 0;
+            else d = ".";
+        }
         if (stat(d, &st) != 0 || statvfs(d, &v) != 0) continue;
         int dup = 0;
         for (int i = 0; i < nseen; i++) dup |= seen[i] == st.st_dev;

@@ -160,6 +160,7 @@ static double eval_loss(trainer_t *tr, data_t *d, int *inputs, int *targets) {
 // handler into the buffer not in use, then published with one store (a handler may only
 // write()).
 static volatile sig_atomic_t stop_signal;
+static volatile sig_atomic_t signal_quiet; // a rank other than 0
 static char stop_lines[2][TT_PATH_MAX + 256];
 static size_t stop_lens[2];
 static volatile sig_atomic_t stop_line = -1; // the buffer the handler prints, -1 none
@@ -185,6 +186,7 @@ static void on_signal(int sig) {
         _exit(128 + sig);
     }
     stop_signal = sig;
+    if (signal_quiet) return; // ranks other than 0: rank 0 says it
     static const char msg[] = "tiertrain: stopping after this step (and saving, with --save); signal again to stop at once\n";
     ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1); // async-signal-safe; nothing to do if it fails
     (void)w;
@@ -584,6 +586,7 @@ int train_run(const config_t *cfg_in) {
     if (cfg->init_from[0]) run_init_from(r);
     fflush(stdout);
     stop_line_steps(cfg);
+    signal_quiet = r->rank != 0;
     catch_signals();
     r->N = trainer_rows(r->tr);
     r->inputs = mallocCheck((size_t)r->N * (size_t)cfg->accum * sizeof(int));
@@ -598,8 +601,9 @@ int train_run(const config_t *cfg_in) {
         if (r->log) fclose(r->log);
         size_t tw, td;
         if (cfg->trace_path[0]) trace_close(&tw, &td);
-        fprintf(stderr, "tiertrain: stopped by %s after step %d; %s%s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
-                r->last_step, r->saved[0] ? "checkpoint: " : "no checkpoint (no --save)", r->saved);
+        if (r->rank == 0) // the other ranks' stop is rank 0's
+            fprintf(stderr, "tiertrain: stopped by %s after step %d; %s%s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                    r->last_step, r->saved[0] ? "checkpoint: " : "no checkpoint (no --save)", r->saved);
         run_free(r);
         free(r);
         return 128 + sig;

@@ -212,6 +212,40 @@ START_TEST(test_states_halved) {
 }
 END_TEST
 
+// plan --ranks 2 (no launcher): rank 0's pieces, the node's two ranks together, the bytes each
+// rank sends, and a %r NVMe folder that train would make, judged by the folder above it.
+static long long plan_field(const char *out, const char *key) {
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = strstr(out, k);
+    return p ? atoll(p + strlen(k)) : -1;
+}
+
+START_TEST(test_plan_ranks) {
+    char *dir = tu_tmpdir("ranks-plan");
+    char nv[1200];
+    snprintf(nv, sizeof nv, "%.1100s/r%%r", dir);
+    char *argv2[] = {(char *)tu_binary(), "plan", "--model", "small", "--optimizer", "nvme", "--nvme-path", nv,
+                     "--ranks", "2", NULL};
+    char *argv1[] = {(char *)tu_binary(), "plan", "--model", "small", "--optimizer", "nvme", "--nvme-path", nv, NULL};
+    char *o2, *e2, *o1, *e1;
+    int r2 = tu_run(argv2, env_common, &o2, &e2), r1 = tu_run(argv1, env_common, &o1, &e1);
+    ck_assert_msg(r2 == 0 && r1 == 0, "plan failed: %s %s", e2, e1);
+    ck_assert_msg(strstr(o2, "ranks: 2 (2 on this node") && strstr(o2, "each holding its 1/2 piece of every state"),
+                  "no ranks line: %s", o2);
+    ck_assert_int_eq(plan_field(o2, "ranks"), 2);
+    ck_assert_msg(plan_field(o2, "comm_bytes") > 0 && plan_field(o1, "comm_bytes") == 0, "comm_bytes: %s", o2);
+    // master, m, v of 9.6M parameters on NVMe: rank 0's pieces are about half
+    long long n2 = plan_field(o2, "nvme_bytes"), n1 = plan_field(o1, "nvme_bytes");
+    ck_assert_msg(n2 > 0.45 * n1 && n2 < 0.55 * n1, "nvme_bytes per rank %lld, one rank %lld", n2, n1);
+    ck_assert_msg(plan_field(o2, "nvme_free") > 0, "the %%r folder's free space was not found: %s", o2);
+    ck_assert_msg(strstr(o2, "\"ranks link\":"), "no ranks link in the floor: %s", o2);
+    free(o2); free(e2); free(o1); free(e1);
+    rmdir(dir);
+    free(dir);
+}
+END_TEST
+
 // ---------------------------------------------------------------- checkpoints
 
 // A checkpoint of 2 ranks resumes on 1 (with twice the accumulation) to the bits of the
@@ -362,6 +396,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_invariance, 0, (int)(sizeof cases / sizeof cases[0]));
     tcase_add_test(tc, test_one_rank_launched);
     tcase_add_test(tc, test_states_halved);
+    tcase_add_test(tc, test_plan_ranks);
     suite_add_tcase(s, tc);
     TCase *tk = tcase_create("checkpoints");
     tcase_set_timeout(tk, 900);
