@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "comm.h"  // uses: the world (--init-from is read by rank 0)
 #include "hf.h"    // uses: hf_read_config
 #include "model.h" // uses: model_preset, model_preset_names
 #include "util.h"  // uses: usage_error, parse_size, format_bytes
@@ -426,8 +427,17 @@ static void apply_init_from(config_t *cfg, const parsed_t *ps) {
     if (seen(ps, "model"))
         usage_error("--model %s: with --init-from the shape is %s/config.json's (drop --model)", cfg->preset, dir);
     hf_config_t hc;
-    char err[1024];
-    int rc = hf_read_config(dir, &hc, err, sizeof err);
+    char err[1024] = "";
+    // under a launcher rank 0 alone reads the folder (no shared filesystem needed) and sends
+    // what it found; every rank then refuses or goes on alike
+    comm_t *w = comm_world();
+    int rc = comm_rank(w) == 0 ? hf_read_config(dir, &hc, err, sizeof err) : 0;
+    if (comm_size(w) > 1) {
+        char e2[512];
+        if (comm_bcast(w, &rc, sizeof rc, 0, e2, sizeof e2) != 0 || comm_bcast(w, &hc, sizeof hc, 0, e2, sizeof e2) != 0 ||
+            comm_bcast(w, err, sizeof err, 0, e2, sizeof e2) != 0)
+            fail_with(-EIO, "%s", e2);
+    }
     if (rc != 0) fail_with(rc == -EINVAL || rc == -ENOENT || rc == -ENOTDIR ? -EINVAL : rc, "%s", err);
     const struct { const char *flag, *field; int *dst, val; } ints[] = {
         {"layers", "num_hidden_layers", &cfg->L, hc.L},         {"dim", "hidden_size", &cfg->C, hc.C},

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "comm.h"
 #include "json.h"
 #include "model.h"
 #include "progress.h"
@@ -265,13 +266,29 @@ static void say_skipped(const hf_files_t *f, const char *dir) {
                dir, skipped, skipped == 1 ? "" : "s", skipped == 1 ? "is" : "are", skipped == 1 ? "was" : "were", first);
 }
 
+// Ranks: rank 0's rc on every rank, so that every rank stops at the same chunk.
+static int agree_rc(comm_t *w, int rc, char *err, size_t errlen) {
+    char e2[512];
+    if (comm_bcast(w, &rc, sizeof rc, 0, e2, sizeof e2) != 0) {
+        snprintf(err, errlen, "%s", e2);
+        return -EIO;
+    }
+    if (rc != 0 && comm_rank(w) != 0) snprintf(err, errlen, "rank 0 could not read the folder");
+    return rc;
+}
+
 int hf_load(trainer_t *tr, const char *dir, FILE *out, char *err, size_t errlen) {
     const model_t *m = trainer_model(tr);
     double t0 = now_ms();
     hf_files_t *f = calloc(1, sizeof *f);
     if (!f) { ERR("out of memory"); return -ENOMEM; }
     json_t *index = NULL;
-    int rc = files_init(f, dir, &index, err, errlen);
+    // with ranks rank 0 alone reads the folder and broadcasts each chunk's weights; every
+    // rank keeps its piece
+    comm_t *w = comm_world();
+    const int ranks = trainer_ranks(tr), reader = trainer_rank(tr) == 0;
+    int rc = reader ? files_init(f, dir, &index, err, errlen) : 0;
+    if (ranks > 1) rc = agree_rc(w, rc, err, errlen);
     char what[TT_PATH_MAX + 16];
     snprintf(what, sizeof what, "loading %s", dir);
     progress_t pg;
@@ -283,10 +300,14 @@ int hf_load(trainer_t *tr, const char *dir, FILE *out, char *err, size_t errlen)
             if ((rc = trainer_states_get(tr, s, c, TIER_O32, 1, &master, &mm, &vv, err, errlen)) != 0) break;
             size_t lo, n;
             trainer_chunk_range(tr, s, c, &lo, &n);
-            for (int t = 0; t < sh->ntensors && rc == 0; t++) {
+            for (int t = 0; t < sh->ntensors && rc == 0 && reader; t++) {
                 size_t a, b;
                 if (model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b))
                     rc = load_piece(m, s, t, f, index, dir, a, b, master + (a - lo), err, errlen);
+            }
+            if (ranks > 1) {
+                rc = agree_rc(w, rc, err, errlen);
+                if (rc == 0) rc = comm_bcast(w, master, n * sizeof(float), 0, err, errlen);
             }
             if (rc == 0) rc = trainer_states_put(tr, s, c, TIER_O32, err, errlen); // m, v: the zeros asked for
             progress_add(&pg, (uint64_t)n * 4);
@@ -294,6 +315,7 @@ int hf_load(trainer_t *tr, const char *dir, FILE *out, char *err, size_t errlen)
     }
     if (rc == 0) progress_end(&pg);
     for (int i = 0; i < f->nfiles && rc == 0; i++) rc = st_verify_rest(f->r[i], err, errlen);
+    if (ranks > 1 && rc == 0) rc = agree_rc(w, rc, err, errlen);
     uint64_t hash = 0;
     if (rc == 0) rc = trainer_params_hash(tr, &hash, err, errlen);
     if (rc == 0) { // notices once it loaded: a refusal stays one line

@@ -435,13 +435,13 @@ static void run_init_from(run_t *r) {
     const config_t *cfg = &r->cfg;
     char err[1024];
     int rc = hf_load(r->tr, cfg->init_from, stdout, err, sizeof err);
+    rc = comm_agree(comm_world(), rc, err, sizeof err); // with ranks: rank 0 read it for all
     if (rc != 0 && r->log) { // bad weights are bad input: no output behind
         fclose(r->log);
         r->log = NULL;
         unlink(cfg->log_path);
     }
-    if (rc == -EINVAL || rc == -ENOENT) usage_error("%s", err);
-    if (rc != 0) runtime_error("%s", err);
+    if (rc != 0) agreed_error(rc == -EINVAL || rc == -ENOENT ? -EINVAL : rc, "%s", err);
 }
 
 // Each step's --log line reaches the file as it is written: a write error (a full disk)

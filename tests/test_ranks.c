@@ -332,6 +332,49 @@ START_TEST(test_resume_rank0_reads) {
 }
 END_TEST
 
+// The same for --init-from: rank 1 runs where the relative folder does not exist; the run
+// starts from rank 0's read of it and gives the bits of one rank with twice the accumulation.
+START_TEST(test_init_from_rank0_reads) {
+    char *away = tu_tmpdir("ranks-hf-away"), fixtures[1200], abs_dir[1300];
+    snprintf(fixtures, sizeof fixtures, "%s/fixtures", TT_TESTS_DIR);
+    snprintf(abs_dir, sizeof abs_dir, "%s/hf_tiny", fixtures);
+    char one[1500];
+    snprintf(one, sizeof one, "--init-from %s --steps 3 --eval-every 0 --accum 2", abs_dir);
+    run_t ref = train(0, "ranks-hf-ref", one, NULL, NULL);
+    ck_assert_msg(ref.rc == 0, "%s", ref.err);
+    char *argv[64];
+    int n = 0;
+    argv[n++] = mpirun;
+    argv[n++] = "--oversubscribe";
+    for (int r = 0; r < 2; r++) {
+        if (r) argv[n++] = ":";
+        argv[n++] = "-np";
+        argv[n++] = "1";
+        argv[n++] = "-wdir";
+        argv[n++] = r ? away : fixtures;
+        for (int i = 0; env_common[i]; i++) {
+            argv[n++] = "-x";
+            argv[n++] = env_common[i];
+        }
+        static char *const rest[] = {"train", "--init-from", "hf_tiny", "--steps", "3", "--eval-every", "0", NULL};
+        argv[n++] = (char *)tu_binary();
+        for (int i = 0; rest[i]; i++) argv[n++] = rest[i];
+    }
+    argv[n] = NULL;
+    run_t r = {0};
+    r.rc = tu_run(argv, env_common, &r.out, &r.err);
+    ck_assert_msg(r.rc == 0, "--init-from with rank 1 away from the folder failed (%d): %s", r.rc, r.err);
+    char *href = summary_field(ref.log, "params_hash");
+    const char *done = strstr(r.out, "done: ");
+    done = done ? strstr(done, "params_hash ") : NULL;
+    ck_assert_msg(done && href && !strncmp(done + 12, href, 16), "2 ranks: %s; one rank %s", r.out, href);
+    free(href);
+    run_free(&ref); run_free(&r);
+    rmdir(away);
+    free(away);
+}
+END_TEST
+
 // ---------------------------------------------------------------- failures
 
 // An I/O error on rank 1 stops both, each with exit 1; rank 0 names rank 1 and the error.
@@ -402,6 +445,7 @@ int main(void) {
     tcase_set_timeout(tk, 900);
     tcase_add_test(tk, test_checkpoint_world_sizes);
     tcase_add_test(tk, test_resume_rank0_reads);
+    tcase_add_test(tk, test_init_from_rank0_reads);
     suite_add_tcase(s, tk);
     TCase *tf = tcase_create("faults");
     tcase_set_timeout(tf, 900);
