@@ -74,6 +74,7 @@ void cuda_kernels_set_test_limits(size_t matmul_chunk_elems, size_t sumsq_round_
 
 // ---------------------------------------------------------------- ops (contracts: kernels.h)
 void cuda_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);
+void cuda_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n);
 void cuda_bf16_round_n(float *x, size_t n);
 void cuda_add_inplace(float *x, const float *y, size_t n);
 double cuda_sumsq(const float *x, size_t n); // waits for the compute stream

@@ -37,9 +37,14 @@ void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) 
 // ---------------------------------------------------------------- the checkpoint store
 
 int acts_init(acts_t *a, backend_t *be, int nmb, int L, size_t elems, float *dev, float *host, float *buf0,
-              float *buf1, const acts_counters_t *cnt, char *err, size_t errlen) {
+              float *buf1, float *const f32[2], const acts_counters_t *cnt, char *err, size_t errlen) {
     memset(a, 0, sizeof *a);
     a->be = be;
+    a->bf16 = f32 && f32[0] && f32[1];
+    if (a->bf16) {
+        a->f32[0] = f32[0];
+        a->f32[1] = f32[1];
+    }
     a->nmb = nmb;
     a->L = L;
     a->elems = elems;
@@ -68,8 +73,33 @@ static void count(uint64_t *counter, uint64_t n) {
     if (counter) __atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
 }
 
+// bf16 mode's store: act tag's BF16 elements.
+static uint16_t *store16(const acts_t *a, int tag) {
+    return (uint16_t *)(a->dev ? (void *)a->dev : (void *)a->host) + (size_t)tag * a->elems;
+}
+
+// bf16 mode: act (mb, l) in FP32 in one of the two buffers (see acts.h).
+static float *in16(acts_t *a, int tag) {
+    for (int i = 0; i < 2; i++)
+        if (a->tag[i] == tag) { a->cur = i; return a->f32[i]; }
+    int i = a->cur ^ 1;
+    if (a->dev) {
+        a->be->ops->bf16_to_f32_n(a->f32[i], store16(a, tag), a->elems);
+    } else {
+        size_t bytes = a->elems * sizeof(uint16_t);
+        visit_used(&a->visit, i); // the conversion that last read it is queued: the copy up comes after
+        visit_up(&a->visit, i, tag, store16(a, tag), bytes);
+        count(a->act_h2d, bytes);
+        a->be->ops->bf16_to_f32_n(a->f32[i], a->visit.buf[i], a->elems);
+    }
+    a->tag[i] = tag;
+    a->cur = i;
+    return a->f32[i];
+}
+
 float *acts_in(acts_t *a, int mb, int l) {
     int tag = act_tag(a, mb, l);
+    if (a->bf16) return in16(a, tag);
     if (a->dev) return a->dev + (size_t)tag * a->elems;
     for (int i = 0; i < 2; i++)
         if (a->tag[i] == tag) { a->cur = i; return a->visit.buf[i]; }
@@ -84,6 +114,7 @@ float *acts_in(acts_t *a, int mb, int l) {
 }
 
 float *acts_out(acts_t *a, int mb, int l) {
+    if (a->bf16) return a->f32[a->cur ^ 1];
     if (a->dev) return a->dev + (size_t)act_tag(a, mb, l) * a->elems;
     int i = a->cur ^ 1;
     visit_open(&a->visit, i); // its last copy down has read it
@@ -91,6 +122,22 @@ float *acts_out(acts_t *a, int mb, int l) {
 }
 
 void acts_commit(acts_t *a, int mb, int l) {
+    if (a->bf16) {
+        int tag = act_tag(a, mb, l), i = a->cur ^ 1;
+        if (a->dev) {
+            a->be->ops->bf16_from_f32_n(store16(a, tag), a->f32[i], a->elems);
+        } else {
+            size_t bytes = a->elems * sizeof(uint16_t);
+            visit_open(&a->visit, i); // its last copy down has read it: the conversion may overwrite it
+            a->be->ops->bf16_from_f32_n(a->visit.buf[i], a->f32[i], a->elems);
+            visit_down(&a->visit, i, tag, store16(a, tag), bytes);
+            count(a->act_d2h, bytes);
+        }
+        a->tag[i] = tag;
+        if (a->tag[i ^ 1] == tag) a->tag[i ^ 1] = -1;
+        a->cur = i;
+        return;
+    }
     if (a->dev) return;
     int tag = act_tag(a, mb, l), i = a->cur ^ 1;
     size_t bytes = a->elems * sizeof(float);

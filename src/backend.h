@@ -26,6 +26,7 @@
 // The op table: one entry per kernel, same contract as kernels/kernels.h.
 typedef struct {
     void (*bf16_to_f32_n)(float *dst, const uint16_t *src, size_t n);
+    void (*bf16_from_f32_n)(uint16_t *dst, const float *src, size_t n);
     void (*bf16_round_n)(float *x, size_t n);
     void (*add_inplace)(float *x, const float *y, size_t n);
     double (*sumsq)(const float *x, size_t n);

@@ -17,6 +17,7 @@
 
 static const backend_ops_t cpu_ops = {
     .bf16_to_f32_n = bf16_to_f32_n,
+    .bf16_from_f32_n = bf16_from_f32_n,
     .bf16_round_n = bf16_round_n,
     .add_inplace = add_inplace,
     .sumsq = sumsq,

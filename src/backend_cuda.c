@@ -50,6 +50,7 @@ typedef struct {
 
 static const backend_ops_t cuda_ops = {
     .bf16_to_f32_n = cuda_bf16_to_f32_n,
+    .bf16_from_f32_n = cuda_bf16_from_f32_n,
     .bf16_round_n = cuda_bf16_round_n,
     .add_inplace = cuda_add_inplace,
     .sumsq = cuda_sumsq,

@@ -209,7 +209,8 @@ static double local_numel(const tier_layout_t *lay, const model_t *m) {
 static void plan_traffic(const config_t *cfg, const model_t *m, plan_t *p) {
     const tier_layout_t *lay = &p->lay;
     const double P = local_numel(lay, m), N = (double)cfg->B * cfg->T, C = m->C;
-    const double Pp = P * (double)lay->pbytes, G = P * 4, NC4 = N * C * 4, emb4 = (double)m->shards[0].numel_padded * 4;
+    const double Pp = P * (double)lay->pbytes, G = P * 4, emb4 = (double)m->shards[0].numel_padded * 4;
+    const double ck = N * C * (lay->pbytes == 2 ? 2 : 4); // one checkpoint's bytes (BF16 in bf16 mode)
     const int vertical = lay->vertical;
     if (cfg->params_tier != TIER_DEVICE || lay->ranks > 1) stream_traffic(cfg, m, p);
     // the optimizer's new weights travel to their home: built on the host for a device home,
@@ -235,9 +236,9 @@ static void plan_traffic(const config_t *cfg, const model_t *m, plan_t *p) {
             p->h2d_bytes += (uint64_t)again;
         }
     }
-    if (cfg->acts_tier == ACTS_HOST) { // each checkpoint written once; read back about once (twice when vertical)
-        p->d2h_bytes += (uint64_t)(cfg->accum * (m->L + 1) * NC4);
-        p->h2d_bytes += (uint64_t)((vertical ? 2 : 1) * cfg->accum * m->L * NC4);
+    if (cfg->acts_tier == ACTS_HOST) { // each checkpoint written once (BF16 in bf16 mode); read back about once (twice when vertical)
+        p->d2h_bytes += (uint64_t)(cfg->accum * (m->L + 1) * ck);
+        p->h2d_bytes += (uint64_t)((vertical ? 2 : 1) * cfg->accum * m->L * ck);
     }
     if (cfg->optim_tier == TIER_NVME) {
         p->nvme_read_bytes += (uint64_t)(P * 12);

@@ -158,9 +158,10 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     acts_counters_t cnt = {.h2d_bytes = &ts->h2d_bytes, .d2h_bytes = &ts->d2h_bytes, .act_h2d = &ts->act_h2d_bytes,
                            .act_d2h = &ts->act_d2h_bytes, .copy_ms = &ts->copy_ms};
     float *store = tier_buf(tier, TB_ACTS, 0);
+    float *const f32[2] = {tier_buf(tier, TB_ACT_F32, 0), tier_buf(tier, TB_ACT_F32, 1)}; // NULL: FP32 store
     int rc = acts_init(&st->acts, be, lay->nmb, m->L, N * (size_t)m->C, lay->acts_host ? NULL : store,
                        lay->acts_host ? store : NULL, tier_buf(tier, TB_ACT_BUFS, 0), tier_buf(tier, TB_ACT_BUFS, 1),
-                       &cnt, err, errlen);
+                       f32, &cnt, err, errlen);
     if (rc != 0) return rc;
     st->losses_host = calloc(N, sizeof *st->losses_host);
     st->uses = calloc((size_t)lay->max_uses, sizeof *st->uses);

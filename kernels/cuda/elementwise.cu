@@ -32,6 +32,10 @@ __global__ void bf16_to_f32_kernel(float *__restrict__ dst, const uint16_t *__re
     GRID_STRIDE(i, n) dst[i] = __uint_as_float((uint32_t)src[i] << 16);
 }
 
+__global__ void bf16_from_f32_kernel(uint16_t *__restrict__ dst, const float *__restrict__ src, size_t n) {
+    GRID_STRIDE(i, n) dst[i] = bf16_rne(__float_as_uint(src[i]));
+}
+
 __global__ void bf16_round_kernel(float *x, size_t n) {
     GRID_STRIDE(i, n) x[i] = __uint_as_float((uint32_t)bf16_rne(__float_as_uint(x[i])) << 16);
 }
@@ -137,6 +141,7 @@ cudaError_t tt_elementwise_setup(void) {
     cudaFuncAttributes a;
     cudaError_t e = cudaFuncGetAttributes(&a, bf16_to_f32_kernel);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, bf16_round_kernel);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, bf16_from_f32_kernel);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, add_kernel);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sumsq_chunks_kernel);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sumsq_total_kernel);
@@ -156,6 +161,13 @@ extern "C" void cuda_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n) {
     if (n == 0) return;
     bf16_to_f32_kernel<<<grid_1d(n, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(dst, src, n);
     launchCheck("bf16_to_f32_kernel");
+}
+
+extern "C" void cuda_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n) {
+    NvtxRange range("bf16_from_f32_n");
+    if (n == 0) return;
+    bf16_from_f32_kernel<<<grid_1d(n, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(dst, src, n);
+    launchCheck("bf16_from_f32_kernel");
 }
 
 extern "C" void cuda_bf16_round_n(float *x, size_t n) {

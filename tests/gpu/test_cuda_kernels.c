@@ -321,7 +321,25 @@ START_TEST(test_bf16) {
     G.ops->bf16_round_n(dx, n);
     got = dget(dx, n);
     CHECK_BITS("bf16_round_n (random patterns)", got, x, n);
-    free(got); free(x);
+    // f32 -> bf16 over the same patterns (the checkpoints' store): the CPU's, bit for bit
+    uint16_t *w16 = xmalloc(n * sizeof(uint16_t)), *g16 = xmalloc(n * sizeof(uint16_t));
+    float *xs = fnew(n);
+    rng_t r2 = rng_make(7);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)rng_next(&r2);
+        if (i % 4 == 1) u = (u & 0xFFFF0000u) | 0x8000u;
+        if (i % 4 == 2) u &= 0x807FFFFFu;
+        xs[i] = f_of(u);
+    }
+    xs[0] = NAN; xs[1] = INFINITY; xs[2] = -INFINITY; xs[3] = FLT_MAX; xs[4] = f_of(0x7F800001u);
+    bf16_from_f32_n(w16, xs, n);
+    float *dxs = dput(xs, n);
+    uint16_t *dw16 = dalloc(n * sizeof(uint16_t));
+    poison(dw16, n * sizeof(uint16_t));
+    G.ops->bf16_from_f32_n(dw16, dxs, n);
+    backend_copy_d2h(&G, g16, dw16, n * sizeof(uint16_t));
+    ck_assert_msg(memcmp(g16, w16, n * sizeof(uint16_t)) == 0, "bf16_from_f32_n: the CUDA bits differ from the CPU's");
+    free(got); free(x); free(xs); free(w16); free(g16);
 }
 END_TEST
 
