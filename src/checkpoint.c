@@ -427,19 +427,6 @@ static int check_has_checksums(const st_reader_t *r, const ckpt_info_t *info, ch
     return -EINVAL;
 }
 
-// Ranks: rank 0's rc, on every rank (the collectives of a load pair up: every rank stops at
-// the same chunk). A failed broadcast is every rank's error.
-static int bcast_rc(int rc, char *err, size_t errlen) {
-    char e2[512];
-    int r = comm_bcast(comm_world(), &rc, sizeof rc, 0, e2, sizeof e2);
-    if (r != 0) {
-        snprintf(err, errlen, "%s", e2);
-        return r;
-    }
-    if (rc != 0 && comm_rank(comm_world()) != 0) snprintf(err, errlen, "rank 0 could not read the checkpoint");
-    return rc;
-}
-
 int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weights_only, char *err, size_t errlen) {
     const model_t *m = trainer_model(tr);
     // with ranks rank 0 alone reads the files (no shared filesystem needed) and broadcasts each
@@ -458,7 +445,7 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
         if (rc == 0 && (!weights_only || info->model_bf16)) rc = st_open(opath, &orr, err, errlen);
         if (rc == 0 && orr) rc = check_has_checksums(orr, info, err, errlen);
     }
-    if (ranks > 1) rc = bcast_rc(rc, err, errlen);
+    rc = comm_bcast_rc(comm_world(), rc, "the checkpoint", err, errlen); // ranks: what rank 0 found
     uint64_t hash = FNV64_INIT; // of the masters, in the order the save hashed them
     char what[TT_PATH_MAX + 16];
     snprintf(what, sizeof what, "loading %s", info->dir);
@@ -476,7 +463,7 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
                     rc = load_slice(m, s, t, info, weights_only, mr, orr, mpath, opath, a, b, master + (a - lo),
                                     mm + (a - lo), vv + (a - lo), err, errlen);
             if (ranks > 1) {
-                rc = bcast_rc(rc, err, errlen);
+                rc = comm_bcast_rc(comm_world(), rc, "the checkpoint", err, errlen);
                 float *part[3] = {master, mm, vv};
                 for (int k = 0; k < 3 && rc == 0; k++)
                     rc = comm_bcast(comm_world(), part[k], n * sizeof(float), 0, err, errlen);
@@ -493,7 +480,7 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
     // is checked all the same: a corrupt file is never passed on as a good one
     if (rc == 0 && reader) rc = st_verify_rest(mr, err, errlen);
     if (rc == 0 && reader && orr && !weights_only) rc = st_verify_rest(orr, err, errlen);
-    if (ranks > 1 && rc == 0) rc = bcast_rc(rc, err, errlen); // (a loop that failed has said so already)
+    if (rc == 0) rc = comm_bcast_rc(comm_world(), rc, "the checkpoint", err, errlen); // a failed loop said so
     char got[17];
     snprintf(got, sizeof got, "%016llx", (unsigned long long)hash);
     if (rc == 0 && strcmp(got, info->params_hash) != 0) {

@@ -59,6 +59,25 @@ static int mpi_error(int rc, const char *what, char *err, size_t errlen) {
         if (r_ != MPI_SUCCESS) return mpi_error(r_, (what), err, errlen);                                      \
     } while (0)
 
+// c: a duplicate of from whose handler returns errors, its rank and size, and its own
+// tables for the v-collectives (a communicator per thread: none shares them).
+static int comm_open(comm_t *c, MPI_Comm from, char *err, size_t errlen) {
+    MPI_TRY(MPI_Comm_dup(from, &c->world), "MPI_Comm_dup");
+    MPI_TRY(MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    MPI_TRY(MPI_Comm_rank(c->world, &c->rank), "MPI_Comm_rank");
+    MPI_TRY(MPI_Comm_size(c->world, &c->size), "MPI_Comm_size");
+    size_t n = (size_t)c->size;
+    c->counts = calloc(4 * n, sizeof(int));
+    if (!c->counts) {
+        snprintf(err, errlen, "out of memory for the communicator's tables");
+        return -ENOMEM;
+    }
+    c->displs = c->counts + n;
+    c->rcounts = c->counts + 2 * n;
+    c->rdispls = c->counts + 3 * n;
+    return 0;
+}
+
 int comm_init(int *argc, char ***argv, char *err, size_t errlen) {
     if (!launched() || world_.mpi) return 0;
     int provided = 0;
@@ -69,37 +88,17 @@ int comm_init(int *argc, char ***argv, char *err, size_t errlen) {
                  provided);
         return -ENODEV;
     }
-    MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, &world_.world), "MPI_Comm_dup");
-    MPI_TRY(MPI_Comm_set_errhandler(world_.world, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-    MPI_TRY(MPI_Comm_rank(world_.world, &world_.rank), "MPI_Comm_rank");
-    MPI_TRY(MPI_Comm_size(world_.world, &world_.size), "MPI_Comm_size");
+    int rc = comm_open(&world_, MPI_COMM_WORLD, err, errlen);
+    if (rc != 0) return rc;
     MPI_Comm node;
     MPI_TRY(MPI_Comm_split_type(world_.world, MPI_COMM_TYPE_SHARED, world_.rank, MPI_INFO_NULL, &node),
             "MPI_Comm_split_type");
     MPI_TRY(MPI_Comm_rank(node, &world_.local_rank), "MPI_Comm_rank");
     MPI_TRY(MPI_Comm_size(node, &world_.local_size), "MPI_Comm_size");
     MPI_Comm_free(&node);
-    size_t n = (size_t)world_.size;
-    world_.counts = calloc(4 * n, sizeof(int));
-    if (!world_.counts) {
-        snprintf(err, errlen, "out of memory for the communicator's tables");
-        return -ENOMEM;
-    }
-    world_.displs = world_.counts + n;
-    world_.rcounts = world_.counts + 2 * n;
-    world_.rdispls = world_.counts + 3 * n;
     if (provided >= MPI_THREAD_MULTIPLE) { // the second world, for a worker thread's collectives
         second_ = world_;
-        MPI_TRY(MPI_Comm_dup(world_.world, &second_.world), "MPI_Comm_dup");
-        MPI_TRY(MPI_Comm_set_errhandler(second_.world, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-        second_.counts = calloc(4 * n, sizeof(int));
-        if (!second_.counts) {
-            snprintf(err, errlen, "out of memory for the communicator's tables");
-            return -ENOMEM;
-        }
-        second_.displs = second_.counts + n;
-        second_.rcounts = second_.counts + 2 * n;
-        second_.rdispls = second_.counts + 3 * n;
+        if ((rc = comm_open(&second_, world_.world, err, errlen)) != 0) return rc;
         world_.multiple = 1;
     }
     return 0;
@@ -203,6 +202,16 @@ int comm_bcast(comm_t *c, void *buf, size_t bytes, int root, char *err, size_t e
     return 0;
 }
 
+int comm_bcast_rc(comm_t *c, int rc, const char *what, char *err, size_t errlen) {
+    char e2[512];
+    if (comm_bcast(c, &rc, sizeof rc, 0, e2, sizeof e2) != 0) {
+        snprintf(err, errlen, "%s", e2);
+        return -EIO;
+    }
+    if (rc != 0 && c->rank != 0) snprintf(err, errlen, "rank 0 could not read %s", what);
+    return rc;
+}
+
 int comm_max_int(comm_t *c, int mine, int *max, char *err, size_t errlen) {
     *max = mine;
     if (!c->mpi) return 0;
@@ -291,6 +300,11 @@ int comm_alltoall_pieces(comm_t *c, const float *send, float *recv, size_t n, ch
 int comm_bcast(comm_t *c, void *buf, size_t bytes, int root, char *err, size_t errlen) {
     (void)c; (void)buf; (void)bytes; (void)root; (void)err; (void)errlen;
     return 0;
+}
+
+int comm_bcast_rc(comm_t *c, int rc, const char *what, char *err, size_t errlen) {
+    (void)c; (void)what; (void)err; (void)errlen;
+    return rc;
 }
 
 int comm_max_int(comm_t *c, int mine, int *max, char *err, size_t errlen) {

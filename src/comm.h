@@ -65,6 +65,10 @@ int comm_allgatherv(comm_t *c, const void *mine, void *all, const size_t *counts
 int comm_alltoall_pieces(comm_t *c, const float *send, float *recv, size_t n, char *err, size_t errlen);
 // root's bytes into every rank's buf.
 int comm_bcast(comm_t *c, void *buf, size_t bytes, int root, char *err, size_t errlen);
+// Rank 0's rc on every rank (so that every rank stops at the same point of a load rank 0 reads
+// for all); on another rank a failure's message is "rank 0 could not read WHAT". A failed
+// broadcast is every rank's error.
+int comm_bcast_rc(comm_t *c, int rc, const char *what, char *err, size_t errlen);
 // The largest of every rank's value.
 int comm_max_int(comm_t *c, int mine, int *max, char *err, size_t errlen);
 int comm_barrier(comm_t *c, char *err, size_t errlen);
@@ -81,7 +85,8 @@ int comm_agree(comm_t *c, int rc, char *msg, size_t msglen);
 // without NCCL (TT_HAVE_NCCL unset) answers -ENODEV with the fix. Returns 0 or -errno with one line.
 int comm_dev_init(comm_t *c, int device, char *err, size_t errlen);
 // comm_allgather_pieces and comm_alltoall_pieces on device buffers, queued on stream (a
-// cudaStream_t: the backend's compute stream, in order with the ops) and returning at once.
+// cudaStream_t: the backend's compute stream, in order with the ops) and returning at once;
+// for a world of more than one rank (the step folds locally alone).
 int comm_dev_allgather_pieces(comm_t *c, void *buf, size_t n, size_t elem, void *stream, char *err, size_t errlen);
 int comm_dev_alltoall_pieces(comm_t *c, const float *send, float *recv, size_t n, void *stream, char *err,
                              size_t errlen);

@@ -51,26 +51,37 @@ void comm_dev_free(void) {
     nccl_ready_ = 0;
 }
 
-int comm_dev_allgather_pieces(comm_t *c, void *buf, size_t n, size_t elem, void *stream, char *err, size_t errlen) {
-    const int N = comm_size(c);
-    if (N == 1) return 0;
+// The grouped calls' start: NCCL must have been started.
+static int group_start(char *err, size_t errlen) {
     if (!nccl_ready_) {
         snprintf(err, errlen, "NCCL: not started (comm_dev_init)");
         return -EINVAL;
     }
     NCCL_TRY(ncclGroupStart(), "ncclGroupStart");
-    for (int j = 0; j < N; j++) {
+    return 0;
+}
+
+// The group's end; a call that failed inside it (r) ends it all the same.
+static int group_end(ncclResult_t r, const char *what, char *err, size_t errlen) {
+    ncclResult_t e = ncclGroupEnd();
+    if (r != ncclSuccess) return nccl_error(r, what, err, errlen);
+    if (e != ncclSuccess) return nccl_error(e, "ncclGroupEnd", err, errlen);
+    return 0;
+}
+
+int comm_dev_allgather_pieces(comm_t *c, void *buf, size_t n, size_t elem, void *stream, char *err, size_t errlen) {
+    const int N = comm_size(c);
+    if (N == 1) return 0;
+    int rc = group_start(err, errlen);
+    if (rc != 0) return rc;
+    ncclResult_t r = ncclSuccess;
+    for (int j = 0; j < N && r == ncclSuccess; j++) {
         size_t lo, cnt;
         comm_piece(n, N, j, &lo, &cnt);
         char *at = (char *)buf + lo * elem;
-        ncclResult_t r = ncclBroadcast(at, at, cnt * elem, ncclInt8, j, nccl_, (cudaStream_t)stream);
-        if (r != ncclSuccess) {
-            ncclGroupEnd();
-            return nccl_error(r, "ncclBroadcast", err, errlen);
-        }
+        r = ncclBroadcast(at, at, cnt * elem, ncclInt8, j, nccl_, (cudaStream_t)stream);
     }
-    NCCL_TRY(ncclGroupEnd(), "ncclGroupEnd");
-    return 0;
+    return group_end(r, "ncclBroadcast", err, errlen);
 }
 
 int comm_dev_alltoall_pieces(comm_t *c, const float *send, float *recv, size_t n, void *stream, char *err,
@@ -78,31 +89,16 @@ int comm_dev_alltoall_pieces(comm_t *c, const float *send, float *recv, size_t n
     const int N = comm_size(c), me = comm_rank(c);
     size_t mlo, mine;
     comm_piece(n, N, me, &mlo, &mine);
-    if (N == 1) {
-        cudaError_t ce = cudaMemcpyAsync(recv, send, n * sizeof(float), cudaMemcpyDeviceToDevice, (cudaStream_t)stream);
-        if (ce != cudaSuccess) {
-            snprintf(err, errlen, "all-to-all: cudaMemcpyAsync: %s", cudaGetErrorString(ce));
-            return -EIO;
-        }
-        return 0;
-    }
-    if (!nccl_ready_) {
-        snprintf(err, errlen, "NCCL: not started (comm_dev_init)");
-        return -EINVAL;
-    }
-    NCCL_TRY(ncclGroupStart(), "ncclGroupStart");
-    for (int j = 0; j < N; j++) {
+    int rc = group_start(err, errlen);
+    if (rc != 0) return rc;
+    ncclResult_t r = ncclSuccess;
+    for (int j = 0; j < N && r == ncclSuccess; j++) {
         size_t lo, cnt;
         comm_piece(n, N, j, &lo, &cnt);
-        ncclResult_t r = ncclSend(send + lo, cnt, ncclFloat, j, nccl_, (cudaStream_t)stream);
+        r = ncclSend(send + lo, cnt, ncclFloat, j, nccl_, (cudaStream_t)stream);
         if (r == ncclSuccess) r = ncclRecv(recv + (size_t)j * mine, mine, ncclFloat, j, nccl_, (cudaStream_t)stream);
-        if (r != ncclSuccess) {
-            ncclGroupEnd();
-            return nccl_error(r, "ncclSend/ncclRecv", err, errlen);
-        }
     }
-    NCCL_TRY(ncclGroupEnd(), "ncclGroupEnd");
-    return 0;
+    return group_end(r, "ncclSend/ncclRecv", err, errlen);
 }
 
 #else // no NCCL in this build

@@ -266,17 +266,6 @@ static void say_skipped(const hf_files_t *f, const char *dir) {
                dir, skipped, skipped == 1 ? "" : "s", skipped == 1 ? "is" : "are", skipped == 1 ? "was" : "were", first);
 }
 
-// Ranks: rank 0's rc on every rank, so that every rank stops at the same chunk.
-static int agree_rc(comm_t *w, int rc, char *err, size_t errlen) {
-    char e2[512];
-    if (comm_bcast(w, &rc, sizeof rc, 0, e2, sizeof e2) != 0) {
-        snprintf(err, errlen, "%s", e2);
-        return -EIO;
-    }
-    if (rc != 0 && comm_rank(w) != 0) snprintf(err, errlen, "rank 0 could not read the folder");
-    return rc;
-}
-
 int hf_load(trainer_t *tr, const char *dir, FILE *out, char *err, size_t errlen) {
     const model_t *m = trainer_model(tr);
     double t0 = now_ms();
@@ -288,7 +277,7 @@ int hf_load(trainer_t *tr, const char *dir, FILE *out, char *err, size_t errlen)
     comm_t *w = comm_world();
     const int ranks = trainer_ranks(tr), reader = trainer_rank(tr) == 0;
     int rc = reader ? files_init(f, dir, &index, err, errlen) : 0;
-    if (ranks > 1) rc = agree_rc(w, rc, err, errlen);
+    rc = comm_bcast_rc(w, rc, "the folder", err, errlen); // ranks: what rank 0 found
     char what[TT_PATH_MAX + 16];
     snprintf(what, sizeof what, "loading %s", dir);
     progress_t pg;
@@ -306,7 +295,7 @@ int hf_load(trainer_t *tr, const char *dir, FILE *out, char *err, size_t errlen)
                     rc = load_piece(m, s, t, f, index, dir, a, b, master + (a - lo), err, errlen);
             }
             if (ranks > 1) {
-                rc = agree_rc(w, rc, err, errlen);
+                rc = comm_bcast_rc(w, rc, "the folder", err, errlen);
                 if (rc == 0) rc = comm_bcast(w, master, n * sizeof(float), 0, err, errlen);
             }
             if (rc == 0) rc = trainer_states_put(tr, s, c, TIER_O32, err, errlen); // m, v: the zeros asked for
@@ -315,7 +304,7 @@ int hf_load(trainer_t *tr, const char *dir, FILE *out, char *err, size_t errlen)
     }
     if (rc == 0) progress_end(&pg);
     for (int i = 0; i < f->nfiles && rc == 0; i++) rc = st_verify_rest(f->r[i], err, errlen);
-    if (ranks > 1 && rc == 0) rc = agree_rc(w, rc, err, errlen);
+    if (rc == 0) rc = comm_bcast_rc(w, rc, "the folder", err, errlen);
     uint64_t hash = 0;
     if (rc == 0) rc = trainer_params_hash(tr, &hash, err, errlen);
     if (rc == 0) { // notices once it loaded: a refusal stays one line

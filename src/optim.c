@@ -56,6 +56,13 @@ static int shard_done(tier_t *tier, int s, void *pc, char *err, size_t errlen) {
     return rc;
 }
 
+// The first shard from s on with a piece on this rank (ranks: a small shard may have none),
+// or nshards.
+static int with_piece(const tier_layout_t *lay, const model_t *md, int s) {
+    while (s < md->nshards && tier_nchunks(lay, md, s) == 0) s++;
+    return s;
+}
+
 int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, float lr, float grad_scale,
                    char *err, size_t errlen) {
     const tier_layout_t *lay = tier_layout_of(tier);
@@ -68,25 +75,21 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
     tier_xfer_t rd[2], wr[2];
     memset(rd, 0, sizeof rd);
     memset(wr, 0, sizeof wr);
-    int rc = 0;
-    // the first read: of the first shard with a piece on this rank
-    int s0 = 0;
-    while (s0 < md->nshards && tier_nchunks(lay, md, s0) == 0) s0++;
+    int rc = 0, s0 = with_piece(lay, md, 0); // the first read: the first shard with a piece here
     if (nvme && s0 < md->nshards) rc = tier_o32_submit(tier, &rd[0], IO_READ, s0, 0, 0, err, errlen);
     for (int s = 0, k = 0; s < md->nshards && rc == 0; s++) {
         const int nc = tier_nchunks(lay, md, s);
         void *pc = tier_params_build(tier, s);
         size_t plo, pn;
         tier_piece(lay, md, s, &plo, &pn);
-        if (nc == 0) { // no piece of it on this rank: nothing to update, published all the same
+        if (nc == 0) { // no piece of it here: nothing to update, published all the same
             sched_update_publish(tier_sched(tier), s);
             continue;
         }
         for (int c = 0; c < nc && rc == 0; c++, k++) {
             const int b = k & 1, nb = b ^ 1;
             if (nvme) {
-                int ns = c + 1 < nc ? s : s + 1, ncx = c + 1 < nc ? c + 1 : 0;
-                while (ns < md->nshards && ncx == 0 && tier_nchunks(lay, md, ns) == 0) ns++; // pieces only
+                int ns = c + 1 < nc ? s : with_piece(lay, md, s + 1), ncx = c + 1 < nc ? c + 1 : 0;
                 if (ns < md->nshards && (rc = tier_o32_finish(tier, &wr[nb], err, errlen)) == 0)
                     rc = tier_o32_submit(tier, &rd[nb], IO_READ, ns, ncx, nb, err, errlen);
                 if (rc == 0) rc = tier_o32_finish(tier, &rd[b], err, errlen);

@@ -280,10 +280,20 @@ static void ram_fixes(const config_t *cfg, const plan_t *p, char *fix, size_t le
 }
 
 // Does it fit the budgets, RAM and NVMe free space? Else the reason and what would fix it.
+// RAM and NVMe are the node's: its ranks (local_ranks, 1 alone) count together.
 static void plan_check(const config_t *cfg, plan_t *p) {
-    char a[32], b[32], c[32], d[32], fix[320];
+    char a[32], b[32], c[32], d[32], fix[320], node_ram[96] = "", node_nvme[96] = "";
     p->feasible = 1;
     ram_fixes(cfg, p, fix, sizeof fix);
+    const uint64_t nodes = p->local_ranks > 1 ? (uint64_t)p->local_ranks : 1;
+    const char *more = nodes > 1 ? "fewer ranks per node, " : "";
+    if (nodes > 1) {
+        char t[32];
+        snprintf(node_ram, sizeof node_ram, " on each of this node's %d ranks, %s in all", p->local_ranks,
+                 format_bytes(t, sizeof t, p->ram_needed * nodes));
+        snprintf(node_nvme, sizeof node_nvme, " on each of this node's %d ranks, %s in all", p->local_ranks,
+                 format_bytes(t, sizeof t, p->nvme_bytes * nodes));
+    }
     if (cfg->hbm_budget && p->device_bytes > cfg->hbm_budget) {
         p->feasible = 0;
         snprintf(p->reason, sizeof p->reason,
@@ -295,37 +305,25 @@ static void plan_check(const config_t *cfg, plan_t *p) {
         snprintf(p->reason, sizeof p->reason, "host states need %s, over --host-budget %s (raise --host-budget, %s"
                  "or a smaller --model, --batch or --seq)",
                  format_bytes(a, sizeof a, p->host_bytes), format_bytes(b, sizeof b, cfg->host_budget), fix);
-    } else if (p->local_ranks > 1 && p->mem_available && p->ram_needed * (uint64_t)p->local_ranks > p->mem_available) {
-        p->feasible = 0;
-        snprintf(p->reason, sizeof p->reason, "needs %s of RAM on each of this node's %d ranks, %s in all, %s available "
-                 "(fewer ranks per node, %sa smaller --model, --batch or --seq)",
-                 format_bytes(a, sizeof a, p->ram_needed), p->local_ranks,
-                 format_bytes(b, sizeof b, p->ram_needed * (uint64_t)p->local_ranks),
-                 format_bytes(d, sizeof d, p->mem_available), fix);
-    } else if (p->local_ranks > 1 && p->nvme_bytes && p->nvme_bytes * (uint64_t)p->local_ranks > p->nvme_free) {
-        p->feasible = 0;
-        snprintf(p->reason, sizeof p->reason, "NVMe states need %s on each of this node's %d ranks, %s in all, %s free "
-                 "under --nvme-path %.200s (fewer ranks per node, free space, or keep more states in RAM)",
-                 format_bytes(a, sizeof a, p->nvme_bytes), p->local_ranks,
-                 format_bytes(b, sizeof b, p->nvme_bytes * (uint64_t)p->local_ranks),
-                 format_bytes(c, sizeof c, p->nvme_free), cfg->nvme_path[0] ? cfg->nvme_path : "(default: $TMPDIR or /tmp)");
-    } else if (p->mem_available && p->ram_needed > p->mem_available) {
+    } else if (p->mem_available && p->ram_needed * nodes > p->mem_available) {
         p->feasible = 0;
         if (cfg->device == DEVICE_CUDA)
-            snprintf(p->reason, sizeof p->reason, "needs %s of RAM (host states and staging), %s available (%sa smaller "
-                     "--model, --batch or --seq)",
-                     format_bytes(a, sizeof a, p->ram_needed), format_bytes(d, sizeof d, p->mem_available), fix);
+            snprintf(p->reason, sizeof p->reason, "needs %s of RAM (host states and staging)%s, %s available (%s%sa "
+                     "smaller --model, --batch or --seq)",
+                     format_bytes(a, sizeof a, p->ram_needed), node_ram, format_bytes(d, sizeof d, p->mem_available),
+                     more, fix);
         else
-            snprintf(p->reason, sizeof p->reason, "needs %s of RAM (device arena %s + host %s), %s available (%sa smaller "
-                     "--model, --batch or --seq)",
+            snprintf(p->reason, sizeof p->reason, "needs %s of RAM (device arena %s + host %s)%s, %s available (%s%sa "
+                     "smaller --model, --batch or --seq)",
                      format_bytes(a, sizeof a, p->ram_needed), format_bytes(b, sizeof b, p->device_bytes),
-                     format_bytes(c, sizeof c, p->host_bytes), format_bytes(d, sizeof d, p->mem_available), fix);
-    } else if (p->nvme_bytes && p->nvme_bytes > p->nvme_free) {
+                     format_bytes(c, sizeof c, p->host_bytes), node_ram, format_bytes(d, sizeof d, p->mem_available),
+                     more, fix);
+    } else if (p->nvme_bytes && p->nvme_bytes * nodes > p->nvme_free) {
         p->feasible = 0;
-        snprintf(p->reason, sizeof p->reason, "NVMe states need %s, %s free under --nvme-path %.200s (free space, or add "
-                 "directories on other disks to --nvme-path, or keep more states in RAM)",
-                 format_bytes(a, sizeof a, p->nvme_bytes), format_bytes(b, sizeof b, p->nvme_free),
-                 cfg->nvme_path[0] ? cfg->nvme_path : "(default: $TMPDIR or /tmp)");
+        snprintf(p->reason, sizeof p->reason, "NVMe states need %s%s, %s free under --nvme-path %.200s (%sfree space, or "
+                 "add directories on other disks to --nvme-path, or keep more states in RAM)",
+                 format_bytes(a, sizeof a, p->nvme_bytes), node_nvme, format_bytes(b, sizeof b, p->nvme_free),
+                 cfg->nvme_path[0] ? cfg->nvme_path : "(default: $TMPDIR or /tmp)", more);
     }
 }
 

@@ -71,13 +71,10 @@ static void grads_release(step_t *st, int shard) {
 }
 
 // Where micro-batch mb's gradients of n elements go before they join the sum G (see the fold
-// in step.h): G itself for the step's first micro-batch on one rank, else fresh buffer k zeroed.
+// in step.h): G itself for the step's first micro-batch on one rank, else fresh buffer k zeroed
+// (the layout has them whenever --accum > 1 or ranks, the only other cases).
 static float *grads_target(step_t *st, float *G, int mb, int k, size_t n) {
     if (st->ranks == 1 && mb == 0) return G;
-    if (!st->gfresh[k]) {
-        fault(st, "step: more micro-batches than the layout has fold buffers for");
-        return G;
-    }
     backend_memset(st->be, st->gfresh[k], 0, n * sizeof(float));
     return st->gfresh[k];
 }
@@ -439,7 +436,7 @@ double step_forward_backward(step_t *st, const int *tokens, const int *targets, 
     const int hs = model_head_shard(m);
     const size_t N = (size_t)st->N;
     if ((st->vertical && nmb > st->nmb) || nmb > st->nmb_max) {
-        fault(st, "step: more micro-batches than the vertical schedule holds");
+        fault(st, "step: more micro-batches than --accum (the layout holds and folds no more)");
         return NAN;
     }
     const int passes = st->vertical ? 1 : nmb, per = st->vertical ? nmb : 1;

@@ -41,11 +41,6 @@ static void agreed_error(int rc, const char *fmt, ...) {
     fail_with(rc, "%s", line);
 }
 
-// rc and msg of this rank, agreed on by every rank: exits on any failure (fmt takes msg).
-static void agree_or_exit(int rc, char *msg, size_t len, const char *what) {
-    if ((rc = comm_agree(comm_world(), rc, msg, len)) != 0) agreed_error(rc, "%s%s", what, msg);
-}
-
 // No profile yet: the quick calibration, once, in a child (`tiertrain bench calibrate` on this
 // run's device, threads and --nvme-path), which writes the profile where the run looks for
 // it. The NVMe rate is measured on the run's own NVMe working set (at least 256 MiB, at most
@@ -147,7 +142,8 @@ static double eval_loss(trainer_t *tr, data_t *d, int *inputs, int *targets) {
     }
     char msg[768] = "";
     if (trainer_fault(tr)) snprintf(msg, sizeof msg, "%s", trainer_fault(tr));
-    agree_or_exit(msg[0] ? -EIO : 0, msg, sizeof msg, "evaluation: ");
+    int rc = comm_agree(comm_world(), msg[0] ? -EIO : 0, msg, sizeof msg); // every rank evaluates
+    if (rc != 0) agreed_error(rc, "evaluation: %s", msg);
     return sum / cfg->eval_batches;
 }
 
@@ -333,17 +329,12 @@ static void run_check(run_t *r) {
         int rc = 0, info_rc = 0; // info_rc: the folder was found, its files are bad
         if (r->rank == 0 && (rc = checkpoint_resolve(cfg->resume, dir, sizeof dir, err, sizeof err)) == 0)
             rc = info_rc = checkpoint_info(dir, &r->ck, err, sizeof err);
-        if (r->ranks > 1) {
-            char e2[512];
-            if (comm_bcast(comm_world(), &info_rc, sizeof info_rc, 0, e2, sizeof e2) != 0) runtime_error("%s", e2);
-            if ((rc = comm_agree(comm_world(), rc, err, sizeof err)) != 0) {
-                if (info_rc) agreed_error(rc, "--resume %s: %s", cfg->resume, err);
-                agreed_error(rc, "%s", err);
-            }
-            if (comm_bcast(comm_world(), &r->ck, sizeof r->ck, 0, e2, sizeof e2) != 0) runtime_error("%s", e2);
+        if (comm_bcast_rc(comm_world(), rc, "--resume's folder", err, sizeof err) != 0) { // rank 0 says why
+            if (info_rc) agreed_error(-EINVAL, "--resume %s: %s", cfg->resume, err);
+            agreed_error(-EINVAL, "%s", err);
         }
-        if (info_rc) usage_error("--resume %s: %s", cfg->resume, err);
-        if (rc != 0) usage_error("%s", err);
+        char e2[512];
+        if (comm_bcast(comm_world(), &r->ck, sizeof r->ck, 0, e2, sizeof e2) != 0) runtime_error("%s", e2);
         if (checkpoint_check_config(&r->ck, cfg, err, sizeof err) != 0) usage_error("%s", err);
         if (r->ck.step >= cfg->steps)
             usage_error("--resume %s: the checkpoint is at step %d and --steps is %d: nothing left to do (raise --steps)",

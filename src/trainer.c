@@ -287,14 +287,13 @@ static int gather_chunk(trainer_t *tr, int s, int c, int parts, float *const min
         size_t a = glo > plo ? glo : plo, b = glo + gn < plo + pn ? glo + gn : plo + pn;
         if (b < a) b = a;
         tr->gcounts[r] = (b - a) * sizeof(float);
-        tr->gdispls[r] = (a > glo ? a - glo : 0) * sizeof(float);
+        tr->gdispls[r] = (a - glo) * sizeof(float); // a ≥ glo
     }
     for (int k = 0; k < 3; k++) {
         if (!(parts & (1 << k))) continue;
         char e2[512];
         float *view = tr->gview + (size_t)k * tr->lay.chunk_elems;
-        int r2 = comm_allgatherv(tr->step.comm, mine[k] ? mine[k] : view, view, tr->gcounts, tr->gdispls, e2,
-                                 sizeof e2);
+        int r2 = comm_allgatherv(tr->step.comm, mine[k], view, tr->gcounts, tr->gdispls, e2, sizeof e2);
         if (r2 != 0 && rc == 0) {
             snprintf(err, errlen, "%s", e2);
             rc = r2;

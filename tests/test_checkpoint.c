@@ -1362,6 +1362,17 @@ END_TEST
 //     params_hash is taken as the masters stream by) and 4 for optimizer.safetensors: steps
 //     1–2's updates are 1–8, step 2's save 9–16, steps 3–4's updates 17–24, step 4's save
 //     25–32, so 31 falls in step 4's optimizer.safetensors: the save fails half-written.
+// 8 steps of base_crash (+ extra) saving to dir every 2, with fault ("TT_IO_FAULT=...") armed.
+static run_t faulted_run(args_t *a, char *fault, const char *dir, const char *const *extra) {
+    char *env[] = {fault, NULL};
+    train_args(a, base_crash);
+    args(a, extra);
+    arg(a, "--steps=8");
+    argf(a, "--save=%s", dir);
+    arg(a, "--save-every=2");
+    return run(a, env);
+}
+
 START_TEST(io_fault_keeps_last_checkpoint) {
     ck_ref();
     static const struct { const char *fault, *says; } f[] = {
@@ -1377,13 +1388,7 @@ START_TEST(io_fault_keeps_last_checkpoint) {
         snprintf(folder, sizeof folder, "%s/step-00000002", dir);
         char fault[64];
         snprintf(fault, sizeof fault, "%s", f[i].fault);
-        char *env[] = {fault, NULL};
-        train_args(a, base_crash);
-        args(a, nvme);
-        arg(a, "--steps=8");
-        argf(a, "--save=%s", dir);
-        arg(a, "--save-every=2");
-        run_t r = run(a, env);
+        run_t r = faulted_run(a, fault, dir, nvme);
         ck_assert_msg(r.rc == 1, "%s: exit %d (want 1):\n%s", fault, r.rc, r.err);
         ck_assert_msg(strstr(r.err, f[i].says) && strstr(r.err, i == 2 ? "No space left on device" : "Input/output error"),
                       "%s: want \"%s\" in:\n%s", fault, f[i].says, r.err);
@@ -1405,14 +1410,8 @@ START_TEST(io_fault_keeps_last_checkpoint) {
     }
     // the first save fails (read 12 is in step 2's model.safetensors): there is none to name
     char dir[1200], fault[] = "TT_IO_FAULT=read:eio@12", want[1400];
-    char *env[] = {fault, NULL};
     snprintf(dir, sizeof dir, "%s/ck-first", tmp);
-    train_args(a, base_crash);
-    args(a, nvme);
-    arg(a, "--steps=8");
-    argf(a, "--save=%s", dir);
-    arg(a, "--save-every=2");
-    run_t r = run(a, env);
+    run_t r = faulted_run(a, fault, dir, nvme);
     snprintf(want, sizeof want, "(there is no complete checkpoint in %s)\n", dir);
     ck_assert_msg(r.rc == 1 && strstr(r.err, "step 2: checkpoint: nvme read of ") && strstr(r.err, want),
                   "exit %d, want \"%s\" in:\n%s", r.rc, want, r.err);

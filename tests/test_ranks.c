@@ -283,6 +283,41 @@ START_TEST(test_checkpoint_world_sizes) {
 }
 END_TEST
 
+// Rank 0 and rank 1 of one job (an MPMD command line) in folders dir0 and dir1, each running
+// `tiertrain` with args (relative paths in them resolve in each rank's own folder).
+static run_t train_in_folders(char *dir0, char *dir1, char *const args[]) {
+    char *argv[96];
+    int n = 0;
+    argv[n++] = mpirun;
+    argv[n++] = "--oversubscribe";
+    for (int r = 0; r < 2; r++) {
+        if (r) argv[n++] = ":";
+        argv[n++] = "-np";
+        argv[n++] = "1";
+        argv[n++] = "-wdir";
+        argv[n++] = r ? dir1 : dir0;
+        for (int i = 0; env_common[i]; i++) {
+            argv[n++] = "-x";
+            argv[n++] = env_common[i];
+        }
+        argv[n++] = (char *)tu_binary();
+        for (int i = 0; args[i]; i++) argv[n++] = args[i];
+    }
+    argv[n] = NULL;
+    run_t r = {0};
+    r.rc = tu_run(argv, env_common, &r.out, &r.err);
+    return r;
+}
+
+// r's final params_hash (its done line: it ran without --log) is ref's summary's.
+static void assert_done_hash(const run_t *r, const run_t *ref) {
+    char *href = summary_field(ref->log, "params_hash");
+    const char *done = strstr(r->out, "done: ");
+    done = done ? strstr(done, "params_hash ") : NULL;
+    ck_assert_msg(done && href && !strncmp(done + 12, href, 16), "2 ranks: %s; one rank %s", r->out, href);
+    free(href);
+}
+
 // Rank 0 alone reads the checkpoint: rank 1 runs in a folder where the (relative) --resume
 // path does not exist, as on a node without the shared filesystem, and the run still
 // resumes to the uninterrupted run's bits.
@@ -295,34 +330,11 @@ START_TEST(test_resume_rank0_reads) {
     snprintf(args, sizeof args, "%s --accum 2", base);
     run_t ref = train(0, "ranks-nfs-ref", args, NULL, NULL);
     ck_assert_msg(ref.rc == 0, "%s", ref.err);
-    char *argv[64];
-    int n = 0;
-    argv[n++] = mpirun;
-    argv[n++] = "--oversubscribe";
-    for (int r = 0; r < 2; r++) {
-        if (r) argv[n++] = ":";
-        argv[n++] = "-np";
-        argv[n++] = "1";
-        argv[n++] = "-wdir";
-        argv[n++] = r ? b : a;
-        for (int i = 0; env_common[i]; i++) {
-            argv[n++] = "-x";
-            argv[n++] = env_common[i];
-        }
-        static char *const rest[] = {"train", "--model", "tiny", "--steps", "4", "--eval-every", "0", "--seed", "7",
-                                     "--resume", "ck", NULL};
-        argv[n++] = (char *)tu_binary();
-        for (int i = 0; rest[i]; i++) argv[n++] = rest[i];
-    }
-    argv[n] = NULL;
-    run_t r = {0};
-    r.rc = tu_run(argv, env_common, &r.out, &r.err);
+    static char *const rest[] = {"train", "--model", "tiny", "--steps", "4", "--eval-every", "0", "--seed", "7",
+                                 "--resume", "ck", NULL};
+    run_t r = train_in_folders(a, b, rest);
     ck_assert_msg(r.rc == 0, "resume with rank 1 away from the files failed (%d): %s", r.rc, r.err);
-    char *href = summary_field(ref.log, "params_hash");
-    const char *done = strstr(r.out, "done: ");
-    done = done ? strstr(done, "params_hash ") : NULL;
-    ck_assert_msg(done && href && !strncmp(done + 12, href, 16), "resumed: %s; uninterrupted %s", r.out, href);
-    free(href);
+    assert_done_hash(&r, &ref);
     run_free(&s); run_free(&ref); run_free(&r);
     char rm[2600];
     snprintf(rm, sizeof rm, "rm -rf '%s' '%s'", a, b);
@@ -342,33 +354,10 @@ START_TEST(test_init_from_rank0_reads) {
     snprintf(one, sizeof one, "--init-from %s --steps 3 --eval-every 0 --accum 2", abs_dir);
     run_t ref = train(0, "ranks-hf-ref", one, NULL, NULL);
     ck_assert_msg(ref.rc == 0, "%s", ref.err);
-    char *argv[64];
-    int n = 0;
-    argv[n++] = mpirun;
-    argv[n++] = "--oversubscribe";
-    for (int r = 0; r < 2; r++) {
-        if (r) argv[n++] = ":";
-        argv[n++] = "-np";
-        argv[n++] = "1";
-        argv[n++] = "-wdir";
-        argv[n++] = r ? away : fixtures;
-        for (int i = 0; env_common[i]; i++) {
-            argv[n++] = "-x";
-            argv[n++] = env_common[i];
-        }
-        static char *const rest[] = {"train", "--init-from", "hf_tiny", "--steps", "3", "--eval-every", "0", NULL};
-        argv[n++] = (char *)tu_binary();
-        for (int i = 0; rest[i]; i++) argv[n++] = rest[i];
-    }
-    argv[n] = NULL;
-    run_t r = {0};
-    r.rc = tu_run(argv, env_common, &r.out, &r.err);
+    static char *const rest[] = {"train", "--init-from", "hf_tiny", "--steps", "3", "--eval-every", "0", NULL};
+    run_t r = train_in_folders(fixtures, away, rest);
     ck_assert_msg(r.rc == 0, "--init-from with rank 1 away from the folder failed (%d): %s", r.rc, r.err);
-    char *href = summary_field(ref.log, "params_hash");
-    const char *done = strstr(r.out, "done: ");
-    done = done ? strstr(done, "params_hash ") : NULL;
-    ck_assert_msg(done && href && !strncmp(done + 12, href, 16), "2 ranks: %s; one rank %s", r.out, href);
-    free(href);
+    assert_done_hash(&r, &ref);
     run_free(&ref); run_free(&r);
     rmdir(away);
     free(away);
@@ -405,6 +394,7 @@ START_TEST(test_rank_killed) {
     ck_assert_msg(r.rc != 0, "the job ended well with a rank killed: %s", r.out);
     ck_assert_msg(secs < 60, "the job took %.0f s to end after a rank died", secs);
     ck_assert_msg(!strstr(r.out, "done:"), "rank 0 finished the run: %s", r.out);
+    ck_assert_msg(strstr(r.err, "signal 9"), "mpirun does not say a rank died of SIGKILL: %s", r.err);
     run_free(&r);
 }
 END_TEST
