@@ -12,9 +12,9 @@
 //    and lanes in double, chunk sums added in order by one thread) and AdamW (the
 //    documented IEEE sequence with __fmaf_rn/__fdiv_rn/__fsqrt_rn spelled out; the .cu
 //    files are built with --fmad=false, so nothing else is fused either);
-//  - FP32 rounding level: rmsnorm, swiglu, attention, cross-entropy (other summation orders
-//    and CUDA's expf/logf instead of the CPU's exp8); every reduction has a fixed order
-//    (no float atomics), so results are the same run to run;
+//  - FP32 rounding level: rmsnorm, swiglu, attention, cross-entropy in its quantum form
+//    (other summation orders and CUDA's expf/logf instead of the CPU's exp8); every
+//    reduction has a fixed order (no float atomics), so results are the same run to run;
 //  - matmul on cuBLASLt: BF16 mode converts the FP32 inputs to BF16 (round to nearest
 //    even) into the scratch and multiplies BF16 x BF16 with FP32 accumulation
 //    (CUBLAS_COMPUTE_32F) into FP32 outputs — exact conversion when the caller has already
@@ -93,11 +93,12 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                              int B, int T, int NH, int NKV, int HS);
 void cuda_swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 void cuda_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
-void cuda_embedding_forward(float *out, const int *tokens, const float *wte, int N, int C);
-void cuda_embedding_backward(float *dwte, const float *dout, const int *tokens, int N, int C);
-void cuda_crossentropy_forward_backward(float *dlogits, float *losses, const float *logits,
-                                        const int *targets, int N, int V, float dscale);
-void cuda_crossentropy_forward(float *losses, const float *logits, const int *targets, int N, int V);
+void cuda_embedding_forward(float *out, const int *tokens, const float *wte, int N, int C, int v0, int nv);
+void cuda_embedding_backward(float *dwte, const float *dout, const int *tokens, int N, int C, int v0, int nv);
+void cuda_crossentropy_fold(float *stats, const float *logits, const int *targets, int N, int Vq, int v0);
+void cuda_crossentropy_loss(float *losses, const float *stats, int N);
+void cuda_crossentropy_backward(float *dlogits, const float *logits, const float *stats, const int *targets, int N,
+                                int Vq, int v0, float dscale);
 void cuda_adamw_update(float *master, float *m, float *v, uint16_t *p16, float *p32,
                        const float *g, size_t n, const adamw_params_t *hp);
 

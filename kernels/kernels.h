@@ -75,18 +75,40 @@ void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
 
 // ---------------------------------------------------------------- embedding
-// out (N, C) = wte (V, C)[tokens[n]]
-void embedding_forward(float *out, const int *tokens, const float *wte, int N, int C);
-// dwte (V, C) += scatter of dout (N, C) by tokens; parallel over columns, rows in order.
-void embedding_backward(float *dwte, const float *dout, const int *tokens, int N, int C);
+// A vocabulary chunk: wte (nv, C) holds rows [v0, v0 + nv) of the (V, C) table.
+// out (N, C): row n = wte[tokens[n] − v0] where tokens[n] lies in the chunk; other rows untouched.
+void embedding_forward(float *out, const int *tokens, const float *wte, int N, int C, int v0, int nv);
+// dwte (nv, C) += scatter of dout (N, C) by the tokens in the chunk; parallel over columns,
+// rows in order (so a chunk's rows get the bits the whole table's would).
+void embedding_backward(float *dwte, const float *dout, const int *tokens, int N, int C, int v0, int nv);
 
 // ---------------------------------------------------------------- fused softmax + cross-entropy
 // losses (N) = −log softmax(logits[n])[targets[n]], in FP32 with max subtraction.
 // dlogits (N, V) = (softmax(logits[n]) − onehot(targets[n])) · dscale. dlogits may alias logits.
+// The single-pass form: the reference the quantum form below equals when V ≤ CE_QUANTUM.
 void crossentropy_forward_backward(float *dlogits, float *losses, const float *logits,
                                    const int *targets, int N, int V, float dscale);
-// Forward only (evaluation): losses (N).
+// Forward only: losses (N).
 void crossentropy_forward(float *losses, const float *logits, const int *targets, int N, int V);
+
+// The quantum form, for a vocabulary too large for one (N, V) buffer: the step computes the
+// logits a quantum of CE_QUANTUM vocabulary columns at a time (the last may be narrower), so
+// its bits depend on CE_QUANTUM alone, never on how the vocabulary is cut into shards.
+// stats (3, N): per row the running max M, Σ exp(x − M) S, and the target's logit.
+//  - crossentropy_fold: logits (N, Vq) are columns [v0, v0 + Vq) (v0 a multiple of
+//    CE_QUANTUM, Vq ≤ CE_QUANTUM); v0 == 0 starts the rows' stats. The quantum's max m and
+//    sum s (ce_row's lane order) fold in: m > M: S = S·e^(M−m) + s, M = m; else S += s·e^(m−M).
+//    Quanta must come in ascending order.
+//  - crossentropy_loss: losses (N) = log S − (x_target − M), after the last quantum (a target
+//    no quantum held leaves the target's logit NaN, and so the loss).
+//  - crossentropy_backward: dlogits (N, Vq) = (e^(x − M) / S − onehot)·dscale for one
+//    quantum, any order; dlogits may alias logits.
+// With V ≤ CE_QUANTUM (one quantum) the bits are crossentropy_forward_backward's.
+#define CE_QUANTUM 2048
+void crossentropy_fold(float *stats, const float *logits, const int *targets, int N, int Vq, int v0);
+void crossentropy_loss(float *losses, const float *stats, int N);
+void crossentropy_backward(float *dlogits, const float *logits, const float *stats, const int *targets, int N,
+                           int Vq, int v0, float dscale);
 
 // ---------------------------------------------------------------- AdamW
 typedef struct {

@@ -1,12 +1,14 @@
 // acts.c — see acts.h.
 #include "acts.h"
+#include "kernels.h" // CE_QUANTUM
 #include <string.h>
 #include "util.h"
 
 // ---------------------------------------------------------------- the scratch
 
 void acts_scratch_sizes(const model_t *m, size_t N, uint64_t bytes[ACTS_NSCRATCH]) {
-    const uint64_t f = sizeof(float), C = (uint64_t)m->C, F = (uint64_t)m->F, V = (uint64_t)m->V;
+    const uint64_t f = sizeof(float), C = (uint64_t)m->C, F = (uint64_t)m->F;
+    const uint64_t V = (uint64_t)(m->V < CE_QUANTUM ? m->V : CE_QUANTUM); // the logits of one quantum
     const uint64_t KVD = (uint64_t)m->NKV * (uint64_t)m->HS, NH = (uint64_t)m->NH;
     const uint64_t sizes[ACTS_NSCRATCH] = {
         N * C, N, N * C, N * KVD, N * KVD, N * C, N * NH, N * C, N * C, N, N * F, N * F, N * F, N * C, // forward

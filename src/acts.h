@@ -36,7 +36,7 @@ typedef union {
         float *ln1, *rstd1, *q, *k, *v, *att, *lse, *x2, *ln2, *rstd2, *gate, *up, *h, *tmp;
         // the block's backward
         float *dln, *dq, *dk, *dv, *datt, *dgate, *dup, *dh;
-        // the head
+        // the head: one micro-batch's normed x_L, its rstd, one vocabulary quantum's logits (N, ≤ CE_QUANTUM)
         float *xf, *rstdf, *logits, *losses;
     };
     float *buf[ACTS_NSCRATCH];

@@ -42,10 +42,12 @@ typedef struct {
                                const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV, int HS);
     void (*swiglu_forward)(float *out, const float *gate, const float *up, size_t n);
     void (*swiglu_backward)(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
-    void (*embedding_forward)(float *out, const int *tokens, const float *wte, int N, int C);
-    void (*embedding_backward)(float *dwte, const float *dout, const int *tokens, int N, int C);
-    void (*crossentropy_forward_backward)(float *dlogits, float *losses, const float *logits, const int *targets, int N, int V, float dscale);
-    void (*crossentropy_forward)(float *losses, const float *logits, const int *targets, int N, int V);
+    void (*embedding_forward)(float *out, const int *tokens, const float *wte, int N, int C, int v0, int nv);
+    void (*embedding_backward)(float *dwte, const float *dout, const int *tokens, int N, int C, int v0, int nv);
+    void (*crossentropy_fold)(float *stats, const float *logits, const int *targets, int N, int Vq, int v0);
+    void (*crossentropy_loss)(float *losses, const float *stats, int N);
+    void (*crossentropy_backward)(float *dlogits, const float *logits, const float *stats, const int *targets, int N,
+                                  int Vq, int v0, float dscale);
     void (*adamw_update)(float *master, float *m, float *v, uint16_t *p16, float *p32, const float *g, size_t n, const adamw_params_t *hp);
 } backend_ops_t;
 

@@ -34,8 +34,9 @@ static const backend_ops_t cpu_ops = {
     .swiglu_backward = swiglu_backward,
     .embedding_forward = embedding_forward,
     .embedding_backward = embedding_backward,
-    .crossentropy_forward_backward = crossentropy_forward_backward,
-    .crossentropy_forward = crossentropy_forward,
+    .crossentropy_fold = crossentropy_fold,
+    .crossentropy_loss = crossentropy_loss,
+    .crossentropy_backward = crossentropy_backward,
     .adamw_update = adamw_update, // AVX-512/AVX2/scalar by CPU: the same bits
 };
 

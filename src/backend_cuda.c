@@ -67,8 +67,9 @@ static const backend_ops_t cuda_ops = {
     .swiglu_backward = cuda_swiglu_backward,
     .embedding_forward = cuda_embedding_forward,
     .embedding_backward = cuda_embedding_backward,
-    .crossentropy_forward_backward = cuda_crossentropy_forward_backward,
-    .crossentropy_forward = cuda_crossentropy_forward,
+    .crossentropy_fold = cuda_crossentropy_fold,
+    .crossentropy_loss = cuda_crossentropy_loss,
+    .crossentropy_backward = cuda_crossentropy_backward,
     .adamw_update = cuda_adamw_update,
 };
 

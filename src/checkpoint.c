@@ -79,7 +79,8 @@ static int fsync_dir(const char *dir, char *err, size_t errlen) {
 
 typedef char tname_t[224];
 
-// The declaration of tensor t of shard s (name + suffix into name, which it points at).
+// The declaration of tensor t of shard s (name + suffix into name, which it points at): the
+// whole tensor's, for a piece of a cut one (model.h).
 static void tensor_decl(const model_t *m, int s, int t, const char *suffix, st_dtype_t dt, st_tensor_t *out,
                         char *name) {
     const tensor_t *te = &m->shards[s].tensors[t];
@@ -89,19 +90,22 @@ static void tensor_decl(const model_t *m, int s, int t, const char *suffix, st_d
     snprintf(name, sizeof(tname_t), "%s%s", hf, suffix);
     out->name = name;
     out->dtype = dt;
-    if (te->rows == 1) {
+    if (te->full_rows == 1) {
         out->ndim = 1;
         out->shape[0] = (uint64_t)te->cols;
     } else {
         out->ndim = 2;
-        out->shape[0] = (uint64_t)te->rows;
+        out->shape[0] = (uint64_t)te->full_rows;
         out->shape[1] = (uint64_t)te->cols;
     }
 }
 
+// The checkpoint's tensors: one per tensor, the first piece standing for a cut one (the
+// others' bytes follow it: write_part streams the pieces in shard order).
 static int count_tensors(const model_t *m) {
     int n = 0;
-    for (int s = 0; s < m->nshards; s++) n += m->shards[s].ntensors;
+    for (int s = 0; s < m->nshards; s++)
+        for (int t = 0; t < m->shards[s].ntensors; t++) n += m->shards[s].tensors[t].row0 == 0;
     return n;
 }
 
@@ -384,7 +388,7 @@ static int load_slice(const model_t *m, int s, int t, const ckpt_info_t *info, i
                       st_reader_t *mr, st_reader_t *orr, const char *mpath, const char *opath, size_t a,
                       size_t b, float *master, float *mm, float *vv, char *err, size_t errlen) {
     const tensor_t *te = &m->shards[s].tensors[t];
-    const size_t i0 = a - te->offset, n = b - a;
+    const size_t i0 = (size_t)te->row0 * (size_t)te->cols + (a - te->offset), n = b - a; // in the whole tensor
     const int from_opt = info->model_bf16 && orr;
     st_tensor_t want;
     tname_t nm;
@@ -571,9 +575,12 @@ static int write_file(trainer_t *tr, const char *path, const char *format, int n
         if (!decl || !names) { free(decl); free(names); ERR("out of memory"); return -ENOMEM; }
         for (int p = 0; p < nparts; p++)
             for (int s = 0; s < m->nshards; s++)
-                for (int t = 0; t < m->shards[s].ntensors; t++, k++)
+                for (int t = 0; t < m->shards[s].ntensors; t++) {
+                    if (m->shards[s].tensors[t].row0 != 0) continue; // a piece: the first stands for it
                     tensor_decl(m, s, t, suffixes[p], parts[p] == 0 && bf16_master ? ST_BF16 : ST_F32, &decl[k],
                                 names[k]);
+                    k++;
+                }
         st_meta_t meta[] = {{"format", format}};
         rc = st_writer_open_flags(&w, path, decl, n, meta, 1, ST_CRC32C, err, errlen);
         free(decl);

@@ -151,7 +151,8 @@ uint64_t checkpoint_bytes(const model_t *m, int bf16) {
             char hf[200];
             model_tensor_hf_name(m, s, t, hf, sizeof hf);
             data += (uint64_t)m->shards[s].tensors[t].numel;
-            header += 2 * strlen(hf) + 120; // the entry and its crc32c entry, with suffixes
+            if (m->shards[s].tensors[t].row0 == 0) // a cut tensor's pieces are one entry
+                header += 2 * strlen(hf) + 120;    // the entry and its crc32c entry, with suffixes
         }
     uint64_t model = 8 + header + data * (bf16 ? 2 : 4), optim = 8 + header * 3 + data * (bf16 ? 12 : 8);
     uint64_t files = (model + block - 1) / block + (optim + block - 1) / block + 2 /* the two .json */;

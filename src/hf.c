@@ -235,8 +235,8 @@ static int load_piece(const model_t *m, int s, int t, hf_files_t *f, const json_
     st_reader_t *r = f->r[fi];
     const st_tensor_t *st = &r->tensors[tix];
     f->used[fi][tix] = 1;
-    const int ndim = te->rows == 1 ? 1 : 2;
-    const uint64_t want[2] = {ndim == 1 ? (uint64_t)te->cols : (uint64_t)te->rows, (uint64_t)te->cols};
+    const int ndim = te->full_rows == 1 ? 1 : 2;
+    const uint64_t want[2] = {ndim == 1 ? (uint64_t)te->cols : (uint64_t)te->full_rows, (uint64_t)te->cols};
     if (st->ndim != ndim || st->shape[0] != want[0] || (ndim == 2 && st->shape[1] != want[1])) {
         char got[96], need[64];
         st_shape_str(got, sizeof got, st->ndim, st->shape);
@@ -245,10 +245,11 @@ static int load_piece(const model_t *m, int s, int t, hf_files_t *f, const json_
             "weights?)", r->path, hf, got, need);
         return -EINVAL;
     }
-    int rc = st_read_f32(r, tix, a - te->offset, b - a, master, err, errlen);
+    const size_t i0 = (size_t)te->row0 * (size_t)te->cols + (a - te->offset); // in the whole tensor (a piece's)
+    int rc = st_read_f32(r, tix, i0, b - a, master, err, errlen);
     for (size_t i = 0; rc == 0 && i < b - a; i++)
         if (!isfinite(master[i])) {
-            ERR("%s: tensor '%s' holds a non-finite value at element %zu", r->path, hf, a - te->offset + i);
+            ERR("%s: tensor '%s' holds a non-finite value at element %zu", r->path, hf, i0 + i);
             rc = -EINVAL;
         }
     return rc;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "kernels.h" // CE_QUANTUM
 #include "util.h"
 
 // ---------------------------------------------------------------- presets
@@ -38,16 +39,52 @@ const char *model_preset_names(void) {
 }
 
 // ---------------------------------------------------------------- layout
-static void add_tensor(shard_t *s, const char *name, int rows, int cols, int decay, float init_std) {
+static tensor_t *add_tensor(shard_t *s, const char *name, int rows, int cols, int decay, float init_std) {
     tensor_t *t = &s->tensors[s->ntensors++];
     snprintf(t->name, sizeof t->name, "%s", name);
-    t->rows = rows;
+    t->rows = t->full_rows = rows;
     t->cols = cols;
+    t->init_tensor = s->ntensors - 1;
     t->offset = s->numel;
     t->numel = (size_t)rows * (size_t)cols;
     t->decay = decay;
     t->init_std = init_std;
     s->numel += t->numel;
+    return t;
+}
+
+// Rows per vocabulary chunk: whole quanta, as many as fit in a block shard (at least one).
+// TT_TEST_VOCAB_CHUNK=R (a testing hook; a multiple of CE_QUANTUM) sets it.
+static int vocab_rows(int V, int C, size_t block_numel) {
+    const char *hook = getenv("TT_TEST_VOCAB_CHUNK");
+    long long want = hook ? atoll(hook) : 0;
+    long long q = (long long)(block_numel / (size_t)C) / CE_QUANTUM;
+    long long rows = want > 0 && want % CE_QUANTUM == 0 ? want : (q > 1 ? q : 1) * CE_QUANTUM;
+    return rows < V ? (int)rows : V;
+}
+
+// Piece k of a vocabulary-cut tensor (V, C) into shard s; its init stream is the whole
+// tensor's (init_shard, tensor 0 or 1), so that the values never depend on the cut.
+static void add_vocab_piece(model_t *m, shard_t *s, const char *name, int k, int init_shard, int init_tensor,
+                            float std) {
+    int v0, nv;
+    model_vchunk(m, k, &v0, &nv);
+    tensor_t *t = add_tensor(s, name, nv, m->C, 1, std);
+    t->row0 = v0;
+    t->full_rows = m->V;
+    t->init_shard = init_shard;
+    t->init_tensor = init_tensor;
+}
+
+void model_vchunk(const model_t *m, int k, int *v0, int *nv) {
+    *v0 = k * m->vrows;
+    *nv = m->V - *v0 < m->vrows ? m->V - *v0 : m->vrows;
+}
+
+size_t model_embed_numel(const model_t *m) {
+    size_t n = 0;
+    for (int k = 0; k < m->vchunks; k++) n += m->shards[model_embed_shard(m, k)].numel_padded;
+    return n;
 }
 
 void model_init(model_t *m, const config_t *cfg) {
@@ -56,18 +93,26 @@ void model_init(model_t *m, const config_t *cfg) {
     m->F = cfg->F; m->V = cfg->V; m->T = cfg->T; m->tie = cfg->tie;
     m->norm_eps = (float)cfg->norm_eps;
     m->rope_theta = cfg->rope_theta;
-    m->nshards = m->L + 2;
+    const int C = m->C, KV = m->NKV * m->HS, F = m->F, V = m->V;
+    m->vrows = vocab_rows(V, C, (size_t)4 * C * C - (size_t)2 * (C - KV) * C + (size_t)3 * C * F + 2 * (size_t)C);
+    m->vchunks = (V + m->vrows - 1) / m->vrows;
+    const int E = m->vchunks;
+    m->nshards = E + m->L + 1 + (m->tie ? 0 : E);
     m->shards = calloc((size_t)m->nshards, sizeof *m->shards);
     if (!m->shards) runtime_error("out of memory for the shard table (%d shards)", m->nshards);
 
-    const int C = m->C, KV = m->NKV * m->HS, F = m->F, V = m->V;
+    // init streams: (embed 0), (block l: 1 + l), (the final norm, tensor 0, and the LM head,
+    // tensor 1, of L + 1): the layout's numbering before the vocabulary was cut
     const float std = 0.02f, std_resid = 0.02f / sqrtf(2.0f * (float)m->L);
-    shard_t *s = &m->shards[0];
-    snprintf(s->name, sizeof s->name, "embed");
-    s->kind = SHARD_EMBED; s->layer = -1;
-    add_tensor(s, "embed", V, C, 1, std);
+    shard_t *s;
+    for (int k = 0; k < E; k++) {
+        s = &m->shards[model_embed_shard(m, k)];
+        snprintf(s->name, sizeof s->name, E == 1 ? "embed" : "embed.%d", k);
+        s->kind = SHARD_EMBED; s->layer = k;
+        add_vocab_piece(m, s, "embed", k, 0, 0, std);
+    }
     for (int l = 0; l < m->L; l++) {
-        s = &m->shards[model_block_shard(l)];
+        s = &m->shards[model_block_shard(m, l)];
         snprintf(s->name, sizeof s->name, "block.%d", l);
         s->kind = SHARD_BLOCK; s->layer = l;
         add_tensor(s, "attn_norm", 1, C, 0, 0);
@@ -79,12 +124,18 @@ void model_init(model_t *m, const config_t *cfg) {
         add_tensor(s, "w_gate", F, C, 1, std);
         add_tensor(s, "w_up", F, C, 1, std);
         add_tensor(s, "w_down", C, F, 1, std_resid);
+        for (int t = 0; t < s->ntensors; t++) s->tensors[t].init_shard = 1 + l;
     }
     s = &m->shards[model_head_shard(m)];
     snprintf(s->name, sizeof s->name, "head");
     s->kind = SHARD_HEAD; s->layer = -1;
-    add_tensor(s, "norm", 1, C, 0, 0);
-    if (!m->tie) add_tensor(s, "lm_head", V, C, 1, std);
+    add_tensor(s, "norm", 1, C, 0, 0)->init_shard = m->L + 1;
+    for (int k = 0; k < E && !m->tie; k++) {
+        s = &m->shards[model_lm_shard(m, k)];
+        snprintf(s->name, sizeof s->name, E == 1 ? "lm_head" : "lm_head.%d", k);
+        s->kind = SHARD_HEAD; s->layer = k;
+        add_vocab_piece(m, s, "lm_head", k, m->L + 1, 1, std);
+    }
 
     for (int i = 0; i < m->nshards; i++) {
         s = &m->shards[i];
@@ -117,8 +168,12 @@ void model_init_range(const model_t *m, int shard, uint64_t seed, size_t lo, siz
         }
         // Box-Muller in double, two normals per pair of uniforms: element i's pair starts at
         // draw i & ~1 of the tensor's splitmix64 stream, whose state advances by a constant
-        // per draw, so a range starts where the whole tensor's run would be.
-        uint64_t state = mix64(mix64(seed, (uint64_t)shard), (uint64_t)ti);
+        // per draw, so a range starts where the whole tensor's run would be. A piece of a cut
+        // tensor is the range of the whole one from its first row.
+        uint64_t state = mix64(mix64(seed, (uint64_t)t->init_shard), (uint64_t)t->init_tensor);
+        const size_t e0 = (size_t)t->row0 * (size_t)t->cols;
+        i0 += e0;
+        i1 += e0;
         size_t first = i0 & ~(size_t)1;
         state += (uint64_t)first * 0x9e3779b97f4a7c15ULL;
         for (size_t i = first; i < i1; i += 2) {
@@ -150,24 +205,23 @@ void model_tensor_hf_name(const model_t *m, int shard, int tensor, char *buf, si
     switch (s->kind) {
     case SHARD_EMBED: snprintf(buf, len, "model.embed_tokens.weight"); break;
     case SHARD_BLOCK: snprintf(buf, len, "model.layers.%d.%s.weight", s->layer, block_names[tensor]); break;
-    case SHARD_HEAD: snprintf(buf, len, tensor == HW_NORM ? "model.norm.weight" : "lm_head.weight"); break;
+    case SHARD_HEAD: snprintf(buf, len, s->layer < 0 ? "model.norm.weight" : "lm_head.weight"); break;
     }
 }
 
 int model_use_order(const model_t *m, int reps, int backward, int *uses) {
     int n = 0;
+    const int E = m->vchunks;
+#define USE(x) do { if (uses) uses[n] = (x); n++; } while (0)
     for (int r = 0; r < reps; r++) {
-        for (int s = 0; s <= m->L; s++, n++) // embed, blocks
-            if (uses) uses[n] = s;
-        if (uses) uses[n] = model_head_shard(m);
-        n++;
-        if (m->tie) {
-            if (uses) uses[n] = 0;
-            n++;
-        }
-        if (backward)
-            for (int l = m->L - 1; l >= 0; l--, n++)
-                if (uses) uses[n] = model_block_shard(l);
+        for (int k = 0; k < E; k++) USE(model_embed_shard(m, k));
+        for (int l = 0; l < m->L; l++) USE(model_block_shard(m, l));
+        USE(model_head_shard(m));
+        for (int k = 0; k < E; k++) USE(model_lm_shard(m, k));
+        if (!backward) continue;
+        for (int k = E - 2; k >= 0; k--) USE(model_lm_shard(m, k));
+        for (int l = m->L - 1; l >= 0; l--) USE(model_block_shard(m, l));
     }
+#undef USE
     return n;
 }

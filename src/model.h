@@ -1,8 +1,14 @@
 // model.h — the Llama-style model's shapes and its parameter layout.
-// The layout is a table of shards (embedding, one per block, final norm + head), each a
-// list of named tensors at element offsets, each shard padded to 4 KiB in every dtype it
-// is stored in. A shard is the unit the tiers move; nothing here assumes shards share a
-// buffer — callers hold one pointer per shard and per state.
+// The layout is a table of shards (the embedding's vocabulary chunks, one per block, the
+// final norm, the LM head's vocabulary chunks), each a list of named tensors at element
+// offsets, each shard padded to 4 KiB in every dtype it is stored in. A shard is the unit
+// the tiers move; nothing here assumes shards share a buffer — callers hold one pointer per
+// shard and per state.
+// Vocabulary chunks: the embedding and the LM head are cut by rows into chunks of a whole
+// number of CE_QUANTUM rows, the most that fit in the largest block (at least one quantum),
+// so that slots and staging never scale with the vocabulary. The cut depends on the shape
+// alone (never on budgets or placement). A cut tensor is one tensor of the checkpoint: its
+// pieces (tensor_t.row0 > 0 for all but the first) follow each other in shard order.
 // Does not allocate parameter memory (the backend and the tiers do) or know where it lives.
 #pragma once
 #include <stddef.h>
@@ -19,12 +25,12 @@ typedef enum { SHARD_EMBED = 0, SHARD_BLOCK, SHARD_HEAD } shard_kind_t;
 
 // Block tensor indices (in storage order inside a block shard).
 enum { BW_ATTN_NORM = 0, BW_Q, BW_K, BW_V, BW_O, BW_MLP_NORM, BW_GATE, BW_UP, BW_DOWN, BW_COUNT };
-// Head shard tensors: final norm, then the LM head when untied.
-enum { HW_NORM = 0, HW_LM_HEAD, HW_COUNT };
 
 typedef struct {
     char name[48];     // e.g. "attn.wq"; export names are derived from kind/layer + this
     int rows, cols;    // (rows, cols); a vector has rows = 1
+    int row0, full_rows; // a piece of a cut tensor: its rows [row0, row0 + rows) of full_rows
+    int init_shard, init_tensor; // the init stream: the same for every piece of a tensor
     size_t offset;     // element offset inside the shard
     size_t numel;
     int decay;         // weight decay applies (matrices only)
@@ -32,9 +38,9 @@ typedef struct {
 } tensor_t;
 
 typedef struct {
-    char name[SHARD_NAME_MAX]; // "embed", "block.3", "head"
-    shard_kind_t kind;
-    int layer;                 // block index, -1 otherwise
+    char name[SHARD_NAME_MAX]; // "embed" ("embed.1"), "block.3", "head" (the final norm), "lm_head" ("lm_head.1")
+    shard_kind_t kind;         // SHARD_HEAD: the final norm and the LM head's chunks
+    int layer;                 // block index; the vocabulary chunk of an embed or LM head shard; -1 for the norm
     int ntensors;
     tensor_t tensors[TENSOR_MAX];
     size_t numel;              // sum of tensor sizes
@@ -45,7 +51,8 @@ typedef struct {
     int L, C, NH, NKV, HS, F, V, T, tie;
     float norm_eps;
     double rope_theta;
-    int nshards;               // L + 2: embed, blocks 0..L-1, head
+    int nshards;               // E + L + 1 (+ E untied): embed chunks, blocks 0..L-1, norm, LM head chunks
+    int vchunks, vrows;        // E vocabulary chunks of vrows rows each (the last: the rest)
     shard_t *shards;           // (nshards)
     size_t num_params;         // real parameters (tied head not counted twice)
     size_t numel_padded;       // Σ shard numel_padded
@@ -62,13 +69,21 @@ const char *model_preset_names(void);
 void model_init(model_t *m, const config_t *cfg);
 void model_free(model_t *m); // NULL-safe
 
-static inline int model_block_shard(int layer) { return 1 + layer; }
-// The parameter shards a phase acquires, in order: reps passes, each the forward (embed,
-// blocks 0..L-1, head, and the embedding again when the head is tied) and, with backward,
+static inline int model_embed_shard(const model_t *m, int k) { (void)m; return k; }
+static inline int model_block_shard(const model_t *m, int layer) { return m->vchunks + layer; }
+// The parameter shards a phase acquires, in order: reps passes, each the forward (embed
+// chunks, blocks 0..L-1, the norm, the LM head's chunks 0..E-1 — the embedding's when tied)
+// and, with backward, the LM head's chunks again, E-2..0 (the last is held over), then
 // blocks L-1..0. Writes uses (NULL: only counts) and returns the count. The trainer's step
 // acquires in exactly this order; the scheduler and the plan's replay take it from here.
 int model_use_order(const model_t *m, int reps, int backward, int *uses);
-static inline int model_head_shard(const model_t *m) { return m->L + 1; }
+// The final norm's shard; the shard holding the LM head's chunk k (the embedding's when tied).
+static inline int model_head_shard(const model_t *m) { return m->vchunks + m->L; }
+static inline int model_lm_shard(const model_t *m, int k) { return m->tie ? k : m->vchunks + m->L + 1 + k; }
+// Rows [*v0, *v0 + *nv) of the vocabulary in chunk k.
+void model_vchunk(const model_t *m, int k, int *v0, int *nv);
+// Σ numel_padded of the embedding's chunks.
+size_t model_embed_numel(const model_t *m);
 
 // Deterministic init of one shard's FP32 master weights from seed: each tensor has its own
 // splitmix64 stream seeded from (seed, shard, tensor), so a shard can be initialized alone,

@@ -9,6 +9,7 @@
 #include "checkpoint.h"
 #include "backend.h"
 #include "hostmem.h"
+#include "kernels.h" // CE_QUANTUM
 #include "scheduler.h" // sched_belady
 #include "json.h" // json_escape
 #include "util.h"
@@ -209,7 +210,7 @@ static double local_numel(const tier_layout_t *lay, const model_t *m) {
 static void plan_traffic(const config_t *cfg, const model_t *m, plan_t *p) {
     const tier_layout_t *lay = &p->lay;
     const double P = local_numel(lay, m), N = (double)cfg->B * cfg->T, C = m->C;
-    const double Pp = P * (double)lay->pbytes, G = P * 4, emb4 = (double)m->shards[0].numel_padded * 4;
+    const double Pp = P * (double)lay->pbytes, G = P * 4, emb4 = (double)model_embed_numel(m) * 4;
     const double ck = N * C * (lay->pbytes == 2 ? 2 : 4); // one checkpoint's bytes (BF16 in bf16 mode)
     const int vertical = lay->vertical;
     if (cfg->params_tier != TIER_DEVICE || lay->ranks > 1) stream_traffic(cfg, m, p);
@@ -349,10 +350,13 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     p->nvme_free = p->nvme_bytes ? plan_nvme_free(cfg) : 0;
     // 2 FLOPs per multiply-add: forward 2·P·N, recompute 2·P·N (the share r of blocks that
     // recompute), backward 4·P·N; attention (causal: half the T×T products) 4·N·T·C per pass:
-    // forward, recompute (r), backward ×2.
+    // forward, recompute (r), backward ×2. The head's backward computes the logits again, but
+    // for each pass's last vocabulary quantum of its first micro-batch (step.c).
     const int kept = cfg->kept_blocks < m->L ? cfg->kept_blocks : m->L;
     const double r = (double)(m->L - kept) / m->L;
-    double mm = (6.0 + 2.0 * r) * (double)m->num_params * N * cfg->accum;
+    const int passes = lay->vertical ? 1 : cfg->accum, vlast = m->V - (m->V - 1) / CE_QUANTUM * CE_QUANTUM;
+    double mm = (6.0 + 2.0 * r) * (double)m->num_params * N * cfg->accum +
+                2.0 * N * C * ((double)cfg->accum * m->V - (double)passes * vlast);
     double att = 4.0 * (3.0 + r) * N * cfg->T * C / 2.0 * m->L * cfg->accum;
     p->flops_per_step = mm + att;
     // ranks: each micro-batch's fold sends (N−1)/N of every shard's gradients in the all-to-all
@@ -361,7 +365,7 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     p->ranks = cfg->ranks > 1 ? cfg->ranks : 1;
     p->local_ranks = cfg->local_ranks > 0 ? cfg->local_ranks : p->ranks;
     const double whole = (double)m->numel_padded, share = (double)(p->ranks - 1) / p->ranks;
-    const double fold = whole + (m->tie ? 2.0 * (double)m->shards[0].numel_padded : 0.0);
+    const double fold = whole + (m->tie ? 2.0 * (double)model_embed_numel(m) : 0.0);
     const double uses = 2.0 * (lay->vertical ? 1 : cfg->accum);
     p->comm_bytes = p->ranks > 1 ? (uint64_t)(share * (fold * 4.0 * cfg->accum + uses * whole * (double)lay->pbytes)) : 0;
     plan_traffic(cfg, m, p);

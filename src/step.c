@@ -39,14 +39,14 @@ static const void *params_acquire(step_t *st, int shard) {
 }
 
 // FP32 weights of a shard for compute: the compute copy itself in fp32 mode, else the BF16
-// copy converted into one of two scratch buffers (then the device copy is released at once).
-// Pair with weights_release.
-static const float *weights_acquire(step_t *st, int shard, int wslot) {
+// copy converted into the scratch buffer (then the device copy is released at once: one
+// shard's weights are in use at a time). Pair with weights_release.
+static const float *weights_acquire(step_t *st, int shard) {
     const void *p = params_acquire(st, shard);
     if (!st->bf16) return p;
-    st->be->ops->bf16_to_f32_n(st->wbuf[wslot], p, st->m->shards[shard].numel_padded);
+    st->be->ops->bf16_to_f32_n(st->wbuf, p, st->m->shards[shard].numel_padded);
     tier_params_release(st->tier, shard);
-    return st->wbuf[wslot];
+    return st->wbuf;
 }
 
 static void weights_release(step_t *st, int shard) {
@@ -71,12 +71,12 @@ static void grads_release(step_t *st, int shard) {
 }
 
 // Where micro-batch mb's gradients of n elements go before they join the sum G (see the fold
-// in step.h): G itself for the step's first micro-batch on one rank, else fresh buffer k zeroed
-// (the layout has them whenever --accum > 1 or ranks, the only other cases).
-static float *grads_target(step_t *st, float *G, int mb, int k, size_t n) {
+// in step.h): G itself for the step's first micro-batch on one rank, else the fresh buffer
+// zeroed (the layout has it whenever --accum > 1 or ranks, the only other cases).
+static float *grads_target(step_t *st, float *G, int mb, size_t n) {
     if (st->ranks == 1 && mb == 0) return G;
-    backend_memset(st->be, st->gfresh[k], 0, n * sizeof(float));
-    return st->gfresh[k];
+    backend_memset(st->be, st->gfresh, 0, n * sizeof(float));
+    return st->gfresh;
 }
 
 // Adds F (one micro-batch's gradients of a shard's n elements, from grads_target) into the
@@ -140,13 +140,15 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     }
     st->dres_all = st->dres = tier_buf(tier, TB_ACT_GRADS, 0);
     st->tokens_all = st->tokens = tier_buf(tier, TB_TOKENS, 0);
-    st->targets = tier_buf(tier, TB_TARGETS, 0);
+    st->targets_all = st->targets = tier_buf(tier, TB_TARGETS, 0);
+    st->stats_all = tier_buf(tier, TB_CE_STATS, 0);
+    st->wnorm = tier_buf(tier, TB_NORM_W, 0);
+    st->xf_mb = st->lg_mb = -1;
     st->rope_cos = tier_buf(tier, TB_ROPE, 0);
     st->rope_sin = tier_buf(tier, TB_ROPE, 1);
-    st->wbuf[0] = tier_buf(tier, TB_WEIGHTS, 0);
-    st->wbuf[1] = tier_buf(tier, TB_WEIGHTS_EMB, 0);
+    st->wbuf = tier_buf(tier, TB_WEIGHTS, 0);
     st->gtie = tier_buf(tier, TB_TIED_GRAD, 0);
-    for (int k = 0; k < lay->spec[TB_GRAD_FRESH].count && k < 2; k++) st->gfresh[k] = tier_buf(tier, TB_GRAD_FRESH, k);
+    st->gfresh = tier_buf(tier, TB_GRAD_FRESH, 0);
     st->grecv = tier_buf(tier, TB_GRAD_RECV, 0);
     st->comm = comm_world();
     st->ranks = cfg->ranks > 1 ? cfg->ranks : 1;
@@ -197,7 +199,7 @@ void step_free(step_t *st) {
 static void block_forward(step_t *st, int layer, const float *W, const float *x, float *out) {
     const backend_ops_t *op = st->be->ops;
     const model_t *m = st->m;
-    const int s = model_block_shard(layer);
+    const int s = model_block_shard(m, layer);
     const int N = st->N, C = m->C, F = m->F, KVD = m->NKV * m->HS;
     const size_t NC = (size_t)N * C, NF = (size_t)N * F, NK = (size_t)N * KVD;
     acts_scratch_t *a = &st->a;
@@ -238,7 +240,7 @@ static void block_forward(step_t *st, int layer, const float *W, const float *x,
 static void block_backward(step_t *st, int layer, const float *W, float *G, const float *x, int recompute) {
     const backend_ops_t *op = st->be->ops;
     const model_t *m = st->m;
-    const int s = model_block_shard(layer);
+    const int s = model_block_shard(m, layer);
     const int N = st->N, C = m->C, F = m->F, KVD = m->NKV * m->HS;
     const size_t NC = (size_t)N * C, NF = (size_t)N * F, NK = (size_t)N * KVD;
     acts_scratch_t *a = &st->a;
@@ -284,18 +286,40 @@ static void block_backward(step_t *st, int layer, const float *W, float *G, cons
 
 // ---------------------------------------------------------------- embedding and head
 
-// Micro-batch mb's device tokens and ∂L/∂residual.
+// Micro-batch mb's device tokens, targets, cross-entropy stats and ∂L/∂residual.
 static void use_microbatch(step_t *st, int mb) {
-    int k = st->nmb > 1 ? mb : 0;
-    st->tokens = st->tokens_all + (size_t)k * (size_t)st->N;
-    st->dres = st->dres_all + (size_t)k * (size_t)st->N * (size_t)st->m->C;
+    const size_t k = st->nmb > 1 ? (size_t)mb : 0, N = (size_t)st->N;
+    st->tokens = st->tokens_all + k * N;
+    st->targets = st->targets_all + k * N;
+    st->stats = st->stats_all + k * 3 * N;
+    st->dres = st->dres_all + k * N * (size_t)st->m->C;
 }
 
-static void embed_forward(step_t *st, int mb, const float *wte) {
+// The embedding's chunk k (weights wte) into micro-batch mb's dres, which stages act (mb, 0)
+// until every chunk has written its tokens' rows (embed_commit).
+static void embed_forward(step_t *st, int mb, int k, const float *wte) {
+    int v0, nv;
+    model_vchunk(st->m, k, &v0, &nv);
+    use_microbatch(st, mb);
+    st->be->ops->embedding_forward(st->dres, st->tokens, wte, st->N, st->m->C, v0, nv);
+}
+
+static void embed_commit(step_t *st, int mb) {
     use_microbatch(st, mb);
     float *out = acts_out(&st->acts, mb, 0);
-    st->be->ops->embedding_forward(out, st->tokens, wte, st->N, st->m->C);
+    backend_copy_d2d(st->be, out, st->dres, (size_t)st->N * (size_t)st->m->C * sizeof(float));
     acts_commit(&st->acts, mb, 0);
+}
+
+// The embedding: every chunk, each for micro-batches mb0..mb1-1.
+static void embed_all(step_t *st, int mb0, int mb1) {
+    for (int k = 0; k < st->m->vchunks; k++) {
+        const int s = model_embed_shard(st->m, k);
+        const float *wte = weights_acquire(st, s);
+        for (int mb = mb0; mb < mb1; mb++) embed_forward(st, mb, k, wte);
+        weights_release(st, s);
+    }
+    for (int mb = mb0; mb < mb1; mb++) embed_commit(st, mb);
 }
 
 // --recompute: block l of micro-batch mb keeps its intermediates; then st->a's forward
@@ -316,31 +340,60 @@ static void block_forward_mb(step_t *st, int mb, int l, const float *W) {
     block_forward(st, l, W, x, acts_out(&st->acts, mb, l + 1));
     if (kept) st->a = saved;
     acts_commit(&st->acts, mb, l + 1);
-    trace_span(TRACK_COMPUTE, "forward", st->m->shards[model_block_shard(l)].name, t0, trace_now_ms());
+    trace_span(TRACK_COMPUTE, "forward", st->m->shards[model_block_shard(st->m, l)].name, t0, trace_now_ms());
 }
 
-// The head's weights: Wh (final norm [+ LM head]) and Wout (the LM head, or the embedding
-// when tied). Release with head_release.
-static const float *head_acquire(step_t *st, const float **Wh) {
+// The head works a vocabulary quantum (CE_QUANTUM columns, kernels.h) at a time: the
+// forward folds each quantum's logits into the micro-batch's stats (the loss), the backward
+// computes them again (the last quantum's are still in the buffer), and turns them into
+// ∂logits, the LM head's gradient rows and ∂xf, summed over the quanta in descending order.
+// The bits depend on CE_QUANTUM, never on the chunks: per element, the same ops on the
+// same values in the same order, whatever the cut.
+
+// The final norm's weights into st->wnorm (held through the head).
+static void head_norm_weights(step_t *st) {
+    const int hs = model_head_shard(st->m);
+    const float *Wn = weights_acquire(st, hs);
+    backend_copy_d2d(st->be, st->wnorm, Wn + st->m->shards[hs].tensors[0].offset, (size_t)st->m->C * sizeof(float));
+    weights_release(st, hs);
+    st->xf_mb = st->lg_mb = -1; // the scratch's xf and logits are stale from here
+}
+
+// Micro-batch mb's normed x_L into a->xf (its rstd into a->rstdf), unless a->xf holds it.
+static void head_xf(step_t *st, int mb) {
+    if (st->xf_mb == mb) return;
     const model_t *m = st->m;
-    const int hs = model_head_shard(m);
-    *Wh = weights_acquire(st, hs, 0);
-    return m->tie ? weights_acquire(st, 0, 1) : tensor_of(st, *Wh, hs, HW_LM_HEAD);
-}
-
-static void head_release(step_t *st) {
-    weights_release(st, model_head_shard(st->m));
-    if (st->m->tie) weights_release(st, 0);
-}
-
-// Final norm and LM head of micro-batch mb into a->logits (N, V).
-static void head_forward(step_t *st, int mb, const float *Wh, const float *Wout) {
-    const model_t *m = st->m;
-    const float *wnorm = tensor_of(st, Wh, model_head_shard(m), HW_NORM);
-    st->be->ops->rmsnorm_forward(st->a.xf, st->a.rstdf, acts_in(&st->acts, mb, m->L), wnorm, st->N, m->C, m->norm_eps);
+    st->be->ops->rmsnorm_forward(st->a.xf, st->a.rstdf, acts_in(&st->acts, mb, m->L), st->wnorm, st->N, m->C,
+                                 m->norm_eps);
     rnd(st, st->a.xf, (size_t)st->N * m->C);
-    st->be->ops->matmul_forward(st->a.logits, st->a.xf, Wout, st->N, m->C, m->V);
-    rnd(st, st->a.logits, (size_t)st->N * m->V);
+    st->xf_mb = mb;
+}
+
+static int quantum_cols(const model_t *m, int q) {
+    const int v0 = q * CE_QUANTUM;
+    return m->V - v0 < CE_QUANTUM ? m->V - v0 : CE_QUANTUM;
+}
+
+// Quantum q's logits (N, Vq) of micro-batch mb into a->logits (unless they are there), from W,
+// the weights of the chunk holding it (rows from v0k). Returns Vq.
+static int head_logits(step_t *st, int mb, int q, const float *W, int v0k) {
+    const model_t *m = st->m;
+    const int Vq = quantum_cols(m, q);
+    head_xf(st, mb);
+    if (st->lg_mb == mb && st->lg_q == q) return Vq;
+    st->be->ops->matmul_forward(st->a.logits, st->a.xf, W + (size_t)(q * CE_QUANTUM - v0k) * m->C, st->N, m->C, Vq);
+    rnd(st, st->a.logits, (size_t)st->N * Vq);
+    st->lg_mb = mb;
+    st->lg_q = q;
+    return Vq;
+}
+
+// The quanta of chunk k: [*q0, *q1).
+static void chunk_quanta(const model_t *m, int k, int *q0, int *q1, int *v0) {
+    int nv;
+    model_vchunk(m, k, v0, &nv);
+    *q0 = *v0 / CE_QUANTUM;
+    *q1 = (*v0 + nv + CE_QUANTUM - 1) / CE_QUANTUM;
 }
 
 static double mean_loss(step_t *st) {
@@ -350,34 +403,104 @@ static double mean_loss(step_t *st) {
     return sum / st->N;
 }
 
-// Head forward, loss and head backward of micro-batch mb: leaves ∂L/∂x_L in its dres and
-// accumulates the head's gradients into Gh (the LM head's into Gtie when tied).
-static double head_forward_backward(step_t *st, int mb, const float *Wh, const float *Wout, float *Gh, float *Gtie,
-                                    const int *targets, float dscale) {
-    const backend_ops_t *op = st->be->ops;
+// The head's forward of micro-batches mb0..mb1-1: the norm, then each chunk's quanta folded
+// into each micro-batch's stats (micro-batches last to first, so that the buffer ends with
+// mb0's last quantum, the backward's first); each micro-batch's mean loss into st->mb_loss.
+// hold: the last chunk's weights stay acquired for head_backward (returned), else NULL.
+static const float *head_forward(step_t *st, int mb0, int mb1, int hold) {
     const model_t *m = st->m;
-    const int N = st->N, C = m->C, V = m->V, hs = model_head_shard(m);
+    const backend_ops_t *op = st->be->ops;
+    double th = trace_now_ms();
+    head_norm_weights(st);
+    const float *W = NULL;
+    for (int k = 0; k < m->vchunks; k++) {
+        const int s = model_lm_shard(m, k);
+        int q0, q1, v0;
+        chunk_quanta(m, k, &q0, &q1, &v0);
+        W = weights_acquire(st, s);
+        for (int mb = mb1 - 1; mb >= mb0; mb--) {
+            use_microbatch(st, mb);
+            for (int q = q0; q < q1; q++) {
+                int Vq = head_logits(st, mb, q, W, v0);
+                op->crossentropy_fold(st->stats, st->a.logits, st->targets, st->N, Vq, q * CE_QUANTUM);
+            }
+        }
+        if (!hold || k < m->vchunks - 1) weights_release(st, s);
+    }
+    for (int mb = mb0; mb < mb1; mb++) {
+        use_microbatch(st, mb);
+        op->crossentropy_loss(st->a.losses, st->stats, st->N);
+        st->mb_loss[mb] = mean_loss(st);
+    }
+    trace_span(TRACK_COMPUTE, "head + loss", m->shards[model_head_shard(m)].name, th, trace_now_ms());
+    return hold ? W : NULL;
+}
+
+// Where chunk k's LM head gradient sums: its shard's gradient (acquired; last: its final
+// visit), or the tied head's share (gtie, every embedding chunk's after the other). *n: its size.
+static float *lm_grads(step_t *st, int k, int last, size_t *n) {
+    const model_t *m = st->m;
+    *n = m->shards[model_lm_shard(m, k)].numel_padded;
+    if (!m->tie) return grads_acquire(st, model_lm_shard(m, k), last);
+    size_t off = 0;
+    for (int j = 0; j < k; j++) off += m->shards[model_embed_shard(m, j)].numel_padded;
+    return st->gtie + off;
+}
+
+// The head's backward of micro-batches mb0..mb1-1 after head_forward (Wlast: the last chunk's
+// weights it held): each chunk's LM head gradient, then the final norm's; leaves ∂L/∂x_L in
+// each micro-batch's dres.
+static void head_backward(step_t *st, int mb0, int mb1, const float *Wlast, int last, float dscale) {
+    const model_t *m = st->m;
+    const backend_ops_t *op = st->be->ops;
+    const int N = st->N, C = m->C, E = m->vchunks, qlast = (m->V - 1) / CE_QUANTUM;
     const size_t NC = (size_t)N * C;
     acts_scratch_t *a = &st->a;
     double th = trace_now_ms();
-    use_microbatch(st, mb);
-    head_forward(st, mb, Wh, Wout);
-    backend_copy_h2d(st->be, st->targets, targets, (size_t)N * sizeof(int));
-    op->crossentropy_forward_backward(a->logits, a->losses, a->logits, st->targets, N, V, dscale);
-    double loss = mean_loss(st);
-    float *dlogits = a->logits; // (N, V), in place
-    rnd(st, dlogits, (size_t)N * V);
-    // logits = xf·Woutᵀ, xf = rmsnorm(x_L)
-    float *dWout = m->tie ? Gtie : grad_of(Gh, st, hs, HW_LM_HEAD);
-    op->matmul_backward_input(a->dln, dlogits, Wout, N, C, V, 0);
-    op->matmul_backward_weight(dWout, dlogits, a->xf, N, C, V);
-    rnd(st, a->dln, NC);
-    backend_memset(st->be, st->dres, 0, NC * sizeof(float));
-    op->rmsnorm_backward(st->dres, grad_of(Gh, st, hs, HW_NORM), a->dln, acts_in(&st->acts, mb, m->L),
-                         tensor_of(st, Wh, hs, HW_NORM), a->rstdf, N, C);
-    rnd(st, st->dres, NC);
-    trace_span(TRACK_COMPUTE, "head + loss", m->shards[hs].name, th, trace_now_ms());
-    return loss;
+    for (int k = E - 1; k >= 0; k--) {
+        const int s = model_lm_shard(m, k);
+        int q0, q1, v0;
+        chunk_quanta(m, k, &q0, &q1, &v0);
+        const float *W = k == E - 1 ? Wlast : weights_acquire(st, s);
+        size_t n;
+        float *G = lm_grads(st, k, last, &n);
+        for (int mb = mb0; mb < mb1; mb++) {
+            use_microbatch(st, mb);
+            float *F = grads_target(st, G, mb, n);
+            for (int q = q1 - 1; q >= q0; q--) {
+                const int Vq = head_logits(st, mb, q, W, v0);
+                const float *Wq = W + (size_t)(q * CE_QUANTUM - v0) * C;
+                float *dl = a->logits; // in place
+                op->crossentropy_backward(dl, a->logits, st->stats, st->targets, N, Vq, q * CE_QUANTUM, dscale);
+                st->lg_mb = -1;
+                rnd(st, dl, (size_t)N * Vq);
+                // logits = xf·Wᵀ: ∂xf sums in dres over the quanta, last to first
+                op->matmul_backward_input(st->dres, dl, Wq, N, C, Vq, q != qlast);
+                op->matmul_backward_weight(F + (size_t)(q * CE_QUANTUM - v0) * C, dl, a->xf, N, C, Vq);
+            }
+            grads_fold(st, G, F, n, m->tie);
+        }
+        if (!m->tie) grads_release(st, s);
+        weights_release(st, s);
+    }
+    // xf = rmsnorm(x_L)
+    const int hs = model_head_shard(m);
+    const size_t nh = m->shards[hs].numel_padded;
+    float *Gh = grads_acquire(st, hs, last);
+    for (int mb = mb0; mb < mb1; mb++) {
+        use_microbatch(st, mb);
+        float *Fh = grads_target(st, Gh, mb, nh);
+        head_xf(st, mb); // its rstd
+        backend_copy_d2d(st->be, a->dln, st->dres, NC * sizeof(float));
+        rnd(st, a->dln, NC);
+        backend_memset(st->be, st->dres, 0, NC * sizeof(float));
+        op->rmsnorm_backward(st->dres, Fh + m->shards[hs].tensors[0].offset, a->dln, acts_in(&st->acts, mb, m->L),
+                             st->wnorm, a->rstdf, N, C);
+        rnd(st, st->dres, NC);
+        grads_fold(st, Gh, Fh, nh, 0);
+    }
+    grads_release(st, hs);
+    trace_span(TRACK_COMPUTE, "head backward", m->shards[hs].name, th, trace_now_ms());
 }
 
 static void block_backward_mb(step_t *st, int mb, int l, const float *W, float *G) {
@@ -387,12 +510,27 @@ static void block_backward_mb(step_t *st, int mb, int l, const float *W, float *
     int kept = use_kept(st, mb, l, &saved);
     block_backward(st, l, W, G, acts_in(&st->acts, mb, l), !kept); // x: the input norm's backward reads it
     if (kept) st->a = saved;
-    trace_span(TRACK_COMPUTE, "backward", st->m->shards[model_block_shard(l)].name, t0, trace_now_ms());
+    trace_span(TRACK_COMPUTE, "backward", st->m->shards[model_block_shard(st->m, l)].name, t0, trace_now_ms());
 }
 
-static void embed_backward(step_t *st, int mb, float *G0) {
-    use_microbatch(st, mb);
-    st->be->ops->embedding_backward(G0, st->dres, st->tokens, st->N, st->m->C);
+// The embedding's gradients of micro-batches mb0..mb1-1, chunk by chunk (last: the chunks'
+// final visit, unless the tied head's share comes after).
+static void embed_backward(step_t *st, int mb0, int mb1, int last) {
+    const model_t *m = st->m;
+    for (int k = m->vchunks - 1; k >= 0; k--) {
+        const int s = model_embed_shard(m, k);
+        const size_t n = m->shards[s].numel_padded;
+        int v0, nv;
+        model_vchunk(m, k, &v0, &nv);
+        float *G = grads_acquire(st, s, last && !m->tie);
+        for (int mb = mb0; mb < mb1; mb++) {
+            use_microbatch(st, mb);
+            float *F = grads_target(st, G, mb, n);
+            st->be->ops->embedding_backward(F, st->dres, st->tokens, st->N, m->C, v0, nv);
+            grads_fold(st, G, F, n, 0);
+        }
+        grads_release(st, s);
+    }
 }
 
 // ---------------------------------------------------------------- phases
@@ -405,27 +543,29 @@ static void begin_phase(step_t *st, int reps, int backward) {
 
 void step_begin_eval(step_t *st, int nbatches) { begin_phase(st, nbatches, 0); }
 
+// Micro-batches mb0..mb1-1's tokens and targets to the device.
+static void copy_inputs(step_t *st, const int *tokens, const int *targets, int mb0, int mb1) {
+    const size_t N = (size_t)st->N;
+    for (int mb = mb0; mb < mb1; mb++) {
+        use_microbatch(st, mb);
+        backend_copy_h2d(st->be, st->tokens, tokens + (size_t)(mb - mb0) * N, N * sizeof(int));
+        backend_copy_h2d(st->be, st->targets, targets + (size_t)(mb - mb0) * N, N * sizeof(int));
+    }
+}
+
 double step_forward(step_t *st, const int *tokens, const int *targets) {
     const model_t *m = st->m;
     acts_forget(&st->acts);
-    use_microbatch(st, 0);
-    backend_copy_h2d(st->be, st->tokens, tokens, (size_t)st->N * sizeof(int));
-    const float *wte = weights_acquire(st, 0, 1);
-    embed_forward(st, 0, wte);
-    weights_release(st, 0);
+    copy_inputs(st, tokens, targets, 0, 1);
+    embed_all(st, 0, 1);
     for (int l = 0; l < m->L; l++) {
-        int s = model_block_shard(l);
-        const float *W = weights_acquire(st, s, 0);
+        int s = model_block_shard(m, l);
+        const float *W = weights_acquire(st, s);
         block_forward_mb(st, 0, l, W);
         weights_release(st, s);
     }
-    const float *Wh;
-    const float *Wout = head_acquire(st, &Wh);
-    head_forward(st, 0, Wh, Wout);
-    head_release(st);
-    backend_copy_h2d(st->be, st->targets, targets, (size_t)st->N * sizeof(int));
-    st->be->ops->crossentropy_forward(st->a.losses, st->a.logits, st->targets, st->N, m->V);
-    return st->fault[0] ? NAN : mean_loss(st);
+    head_forward(st, 0, 1, 0);
+    return st->fault[0] ? NAN : st->mb_loss[0];
 }
 
 // One loop over passes × phases: horizontal runs one pass per micro-batch, vertical one pass
@@ -433,7 +573,6 @@ double step_forward(step_t *st, const int *tokens, const int *targets) {
 // gradient is added in a visit of its own after the last pass.
 double step_forward_backward(step_t *st, const int *tokens, const int *targets, int nmb, float dscale) {
     const model_t *m = st->m;
-    const int hs = model_head_shard(m);
     const size_t N = (size_t)st->N;
     if ((st->vertical && nmb > st->nmb) || nmb > st->nmb_max) {
         fault(st, "step: more micro-batches than --accum (the layout holds and folds no more)");
@@ -442,62 +581,48 @@ double step_forward_backward(step_t *st, const int *tokens, const int *targets, 
     const int passes = st->vertical ? 1 : nmb, per = st->vertical ? nmb : 1;
     begin_phase(st, passes, 1);
     acts_forget(&st->acts);
-    if (m->tie) backend_memset(st->be, st->gtie, 0, m->shards[0].numel_padded * sizeof(float));
+    const size_t nemb = model_embed_numel(m);
+    if (m->tie) backend_memset(st->be, st->gtie, 0, nemb * sizeof(float));
     double loss = 0;
     for (int p = 0; p < passes; p++) {
         const int mb0 = p * per, mb1 = mb0 + per, last = p == passes - 1;
-        for (int mb = mb0; mb < mb1; mb++) {
-            use_microbatch(st, mb);
-            backend_copy_h2d(st->be, st->tokens, tokens + (size_t)mb * N, N * sizeof(int));
-        }
-        const float *wte = weights_acquire(st, 0, 1);
-        for (int mb = mb0; mb < mb1; mb++) embed_forward(st, mb, wte);
-        weights_release(st, 0);
+        copy_inputs(st, tokens + (size_t)mb0 * N, targets + (size_t)mb0 * N, mb0, mb1);
+        embed_all(st, mb0, mb1);
         for (int l = 0; l < m->L; l++) {
-            int s = model_block_shard(l);
-            const float *W = weights_acquire(st, s, 0);
+            int s = model_block_shard(m, l);
+            const float *W = weights_acquire(st, s);
             for (int mb = mb0; mb < mb1; mb++) block_forward_mb(st, mb, l, W);
             weights_release(st, s);
         }
-        const float *Wh, *Wout = head_acquire(st, &Wh);
-        float *Gh = grads_acquire(st, hs, last);
-        const size_t nh = m->shards[hs].numel_padded, n0 = m->shards[0].numel_padded;
-        for (int mb = mb0; mb < mb1; mb++) {
-            float *Fh = grads_target(st, Gh, mb, 0, nh), *Ft = m->tie ? grads_target(st, st->gtie, mb, 1, n0) : NULL;
-            st->mb_loss[mb] = head_forward_backward(st, mb, Wh, Wout, Fh, Ft, targets + (size_t)mb * N, dscale);
-            loss += st->mb_loss[mb];
-            grads_fold(st, Gh, Fh, nh, 0);
-            if (m->tie) grads_fold(st, st->gtie, Ft, n0, 1);
-        }
-        grads_release(st, hs);
-        head_release(st);
+        const float *Wlast = head_forward(st, mb0, mb1, 1);
+        for (int mb = mb0; mb < mb1; mb++) loss += st->mb_loss[mb];
+        head_backward(st, mb0, mb1, Wlast, last, dscale);
         for (int l = m->L - 1; l >= 0; l--) {
-            int s = model_block_shard(l);
+            int s = model_block_shard(m, l);
             const size_t ns = m->shards[s].numel_padded;
-            const float *W = weights_acquire(st, s, 0);
+            const float *W = weights_acquire(st, s);
             float *G = grads_acquire(st, s, last);
             for (int mb = mb0; mb < mb1; mb++) {
-                float *F = grads_target(st, G, mb, 0, ns);
+                float *F = grads_target(st, G, mb, ns);
                 block_backward_mb(st, mb, l, W, F);
                 grads_fold(st, G, F, ns, 0);
             }
             grads_release(st, s);
             weights_release(st, s);
         }
-        float *G0 = grads_acquire(st, 0, last && !m->tie);
-        for (int mb = mb0; mb < mb1; mb++) {
-            float *F = grads_target(st, G0, mb, 0, n0);
-            embed_backward(st, mb, F);
-            grads_fold(st, G0, F, n0, 0);
-        }
-        grads_release(st, 0);
+        embed_backward(st, mb0, mb1, last);
     }
-    if (m->tie) { // this rank's piece of the embedding takes the same piece of the head's share
-        size_t lo, cnt;
-        comm_piece(m->shards[0].numel_padded, st->ranks, st->rank, &lo, &cnt);
-        float *G0 = grads_acquire(st, 0, 1);
-        st->be->ops->add_inplace(G0, st->gtie + lo, cnt);
-        grads_release(st, 0);
+    if (m->tie) { // this rank's piece of each embedding chunk takes the same piece of the head's share
+        size_t off = 0;
+        for (int k = 0; k < m->vchunks; k++) {
+            const int s = model_embed_shard(m, k);
+            size_t lo, cnt;
+            comm_piece(m->shards[s].numel_padded, st->ranks, st->rank, &lo, &cnt);
+            float *G0 = grads_acquire(st, s, 1);
+            st->be->ops->add_inplace(G0, st->gtie + off + lo, cnt);
+            grads_release(st, s);
+            off += m->shards[s].numel_padded;
+        }
     }
     return st->fault[0] ? NAN : loss / nmb;
 }

@@ -41,12 +41,15 @@ typedef struct {
     void **kept_base;         // [device] (nmb × kept) their allocations, micro-batch-major (the tier's)
     float *dres_all, *dres;   // [device] (nmb, N, C) ∂L/∂residual of each held micro-batch; the current one's
     int *tokens_all, *tokens; // [device] (nmb, N); the current micro-batch's
-    int *targets;             // [device] (N)
+    int *targets_all, *targets; // [device] (nmb, N); the current micro-batch's
+    float *stats_all, *stats; // [device] (nmb, 3, N) cross-entropy stats (kernels.h); the current micro-batch's
+    float *wnorm;             // [device] (C) the final norm's FP32 weights, through the head
+    int xf_mb, lg_mb, lg_q;   // the micro-batch whose xf the scratch holds, and whose quantum lg_q's logits (-1: none)
     float *rope_cos, *rope_sin; // [device] (T, HS/2)
-    float *wbuf[2];           // [device] FP32 weights of the largest shard, of the embedding (bf16 mode)
-    float *gtie;              // [device] tied head: the LM head's share of the embedding gradient
-    float *gfresh[2];         // [device] one micro-batch's gradients of a shard (and of the tied head's share)
-                              // before they are folded into the sum; NULL with one micro-batch on one rank
+    float *wbuf;              // [device] FP32 weights of the largest shard (bf16 mode)
+    float *gtie;              // [device] tied head: the LM head's share of the embedding gradient, chunk after chunk
+    float *gfresh;            // [device] one micro-batch's gradients of a shard before they are folded into the
+                              // sum; NULL with one micro-batch on one rank
     float *grecv;             // [device] ranks: this rank's piece of every rank's micro-batch gradients
     struct comm *comm;        // the world (comm.h): rank r's micro-batch k is the step's k·ranks + r
     int rank, ranks;
@@ -64,8 +67,8 @@ void step_free(step_t *st); // NULL-safe
 
 // Starts an evaluation of nbatches forwards: the scheduler learns their use order.
 void step_begin_eval(step_t *st, int nbatches);
-// Forward only over (B, T) tokens; leaves the logits (N, V) in st->a.logits. Returns the
-// mean loss, or NaN with st->fault set.
+// Forward only over (B, T) tokens; leaves the last vocabulary quantum's logits in st->a.logits
+// (N, V when V ≤ CE_QUANTUM). Returns the mean loss, or NaN with st->fault set.
 double step_forward(step_t *st, const int *tokens, const int *targets);
 // Forward + backward of nmb micro-batches (tokens, targets: nmb × N, one after another) in the
 // schedule's order, gradients scaled by dscale. Returns the mean of the micro-batch losses,

@@ -55,16 +55,17 @@ typedef enum {
     TB_PARAM_BUILD,    // host: the optimizer's new compute copy of a shard bound for a device or NVMe home
     TB_HOST_CACHE,     // host: --host-cache entries (--params nvme)
     TB_GRAD_SLOTS,     // device: two slots where gradients not homed on the device visit
-    TB_GRAD_FRESH,     // device: one micro-batch's gradients before they are folded into the sum (--accum > 1 or
-                       // ranks; a second for the tied head's share)
+    TB_GRAD_FRESH,     // device: one micro-batch's gradients of a shard before they are folded into the sum
+                       // (--accum > 1 or ranks)
     TB_GRAD_RECV,      // device: ranks: the pieces of every rank's micro-batch gradients this rank folds
     TB_GRAD_STAGING,   // host: device-resident gradients read back for the host update (GPU)
     TB_GRAD_NVME,      // host: --grads nvme on a GPU: each slot's gradient copied down on its way to NVMe
     TB_OPTIM_STAGING,  // host: the NVMe double buffer, or device states' staging for checkpoints
     TB_NEW_PARAMS,     // device: --optimizer device's new compute copy when its home is elsewhere
-    TB_TIED_GRAD,      // device: the tied LM head's share of the embedding gradient
+    TB_TIED_GRAD,      // device: the tied LM head's share of the embedding gradient (every chunk's)
     TB_WEIGHTS,        // device: FP32 weights of the largest shard (bf16 mode)
-    TB_WEIGHTS_EMB,    // device: FP32 weights of the embedding (bf16 mode; the tied head)
+    TB_NORM_W,         // device: the final norm's FP32 weights (C), held through the head
+    TB_CE_STATS,       // device: (nmb, 3, N) each held micro-batch's cross-entropy stats (kernels.h)
     TB_ACTS,           // device or host: activation checkpoints (nmb, L+1, N, C), BF16 in bf16 mode
     TB_ACT_BUFS,       // device: the two buffers host checkpoints visit
     TB_ACT_F32,        // device: bf16 mode's two FP32 copies of checkpoints the ops read and write
@@ -73,7 +74,7 @@ typedef enum {
     TB_KEPT,           // device: --recompute: kept blocks' intermediates, (nmb × kept blocks) of acts_kept_total
     TB_ROPE,           // device: RoPE cos and sin (T, HS/2) each
     TB_TOKENS,         // device: (nmb, N)
-    TB_TARGETS,        // device: (N)
+    TB_TARGETS,        // device: (nmb, N)
     TB_COUNT
 } tier_buf_t;
 

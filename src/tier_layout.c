@@ -64,7 +64,7 @@ void tier_chunk_range(const tier_layout_t *lay, const model_t *m, int s, int c, 
 // Every buffer's spec and the tiers' totals, for the counts and chunk size already in lay.
 static void layout_specs(const config_t *cfg, const model_t *m, tier_layout_t *lay) {
     const tier_kind_t P = cfg->params_tier, G = cfg->grads_tier, O = cfg->optim_tier;
-    const uint64_t big = m->max_shard_numel, emb = m->shards[0].numel_padded, pb = lay->pbytes, f = sizeof(float);
+    const uint64_t big = m->max_shard_numel, emb = model_embed_numel(m), pb = lay->pbytes, f = sizeof(float);
     lay->device_bytes = lay->host_bytes = 0;
     const uint64_t N = (uint64_t)cfg->B * (uint64_t)cfg->T, NC = N * (uint64_t)m->C;
     const uint64_t ostage = (uint64_t)lay->o32_parts * lay->chunk_elems * f;
@@ -83,7 +83,7 @@ static void layout_specs(const config_t *cfg, const model_t *m, tier_layout_t *l
     spec(lay, TB_GRAD_SLOTS, "gradient slots", "grad_slots", D, G != TIER_DEVICE ? 2 : 0, big * f);
     // the fold of each micro-batch's gradients into the sum, in micro-batch order (step.c)
     const int ranks = cfg->ranks > 1 ? cfg->ranks : 1, fold = cfg->accum > 1 || ranks > 1;
-    spec(lay, TB_GRAD_FRESH, "micro-batch gradients", "grad_fold", D, fold ? 1 + m->tie : 0, big * f);
+    spec(lay, TB_GRAD_FRESH, "micro-batch gradients", "grad_fold", D, fold, big * f);
     size_t lo0, piece0; // rank 0's piece is the largest: every rank's share of it arrives
     comm_piece(big, ranks, 0, &lo0, &piece0);
     spec(lay, TB_GRAD_RECV, "gradient pieces of every rank", "grad_fold", D, ranks > 1, (uint64_t)ranks * piece0 * f);
@@ -97,7 +97,8 @@ static void layout_specs(const config_t *cfg, const model_t *m, tier_layout_t *l
     spec(lay, TB_NEW_PARAMS, "new parameters", "scratch", D, O == TIER_DEVICE && P != TIER_DEVICE, big * pb);
     spec(lay, TB_TIED_GRAD, "tied head gradient", "scratch", D, m->tie, emb * f);
     spec(lay, TB_WEIGHTS, "FP32 weight scratch", "scratch", D, pb == 2, big * f);
-    spec(lay, TB_WEIGHTS_EMB, "FP32 weight scratch", "scratch", D, pb == 2, emb * f);
+    spec(lay, TB_NORM_W, "final norm weights", "scratch", D, 1, (uint64_t)m->C * f);
+    spec(lay, TB_CE_STATS, "cross-entropy stats", "activations", D, 1, (uint64_t)lay->nmb * 3 * N * f);
     // bf16 mode stores checkpoints as BF16 (the step rounds them: no bits lost) and gives the
     // ops FP32 copies in two buffers
     const uint64_t ab = pb == 2 ? 2 : f;
@@ -111,7 +112,7 @@ static void layout_specs(const config_t *cfg, const model_t *m, tier_layout_t *l
          acts_kept_total(m, N));
     spec(lay, TB_ROPE, "RoPE table", "scratch", D, 2, (uint64_t)cfg->T * (uint64_t)(m->HS / 2) * f);
     spec(lay, TB_TOKENS, "tokens", "scratch", D, 1, (uint64_t)lay->nmb * N * sizeof(int));
-    spec(lay, TB_TARGETS, "targets", "scratch", D, 1, N * sizeof(int));
+    spec(lay, TB_TARGETS, "targets", "scratch", D, 1, (uint64_t)lay->nmb * N * sizeof(int));
 
     for (int b = 0; b < TB_COUNT; b++) {
         tier_spec_t *sp = &lay->spec[b];
@@ -144,7 +145,7 @@ void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, ti
     lay->rank = lay->ranks > 1 ? comm_rank(comm_world()) : 0; // plan --ranks N: rank 0's, the largest pieces
     if (lay->rank >= lay->ranks) lay->rank = 0;
     // ranks: a device home holds this rank's piece only, so every use gathers into a slot
-    lay->nslots = P == TIER_DEVICE && lay->ranks == 1 ? 0 : cfg->prefetch + 2 + (m->tie ? 1 : 0);
+    lay->nslots = P == TIER_DEVICE && lay->ranks == 1 ? 0 : cfg->prefetch + 2;
     if (lay->nslots > m->nshards) lay->nslots = m->nshards;
     const uint64_t big = m->max_shard_numel, pb = lay->pbytes;
     if (P == TIER_NVME && cfg->host_cache) {

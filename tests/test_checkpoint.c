@@ -1355,13 +1355,13 @@ END_TEST
 // An NVMe error stops the run (exit 1) naming the error and the optimizer's shard; the
 // last checkpoint stays complete, nothing half-written is left, and it resumes (on NVMe
 // again) to the reference's bits.
-//   write:eio@16 — tiny has 4 shards, each under one 1 MiB piece: the store writes 4 pieces
-//     at init (the zeroed states) and 4 per update, so pieces 13–16 are step 3's update;
+//   write:eio@16 — tiny has 5 shards, each under one 1 MiB piece: the store writes 5 pieces
+//     at init (the zeroed states) and 5 per update, so pieces 16–20 are step 3's update;
 //     its failure surfaces when step 4 waits for the optimizer, after step 2's save.
-//   read:eio@31 — reads are 4 per update, and a save reads 4 for model.safetensors (the
-//     params_hash is taken as the masters stream by) and 4 for optimizer.safetensors: steps
-//     1–2's updates are 1–8, step 2's save 9–16, steps 3–4's updates 17–24, step 4's save
-//     25–32, so 31 falls in step 4's optimizer.safetensors: the save fails half-written.
+//   read:eio@39 — reads are 5 per update, and a save reads 5 for model.safetensors (the
+//     params_hash is taken as the masters stream by) and 5 for optimizer.safetensors: steps
+//     1–2's updates are 1–10, step 2's save 11–20, steps 3–4's updates 21–30, step 4's save
+//     31–40, so 39 falls in step 4's optimizer.safetensors: the save fails half-written.
 // 8 steps of base_crash (+ extra) saving to dir every 2, with fault ("TT_IO_FAULT=...") armed.
 static run_t faulted_run(args_t *a, char *fault, const char *dir, const char *const *extra) {
     char *env[] = {fault, NULL};
@@ -1377,7 +1377,7 @@ START_TEST(io_fault_keeps_last_checkpoint) {
     ck_ref();
     static const struct { const char *fault, *says; } f[] = {
         {"TT_IO_FAULT=write:eio@16", "optimizer: nvme write of 'optimizer states of "},
-        {"TT_IO_FAULT=read:eio@31", "step 4: checkpoint: nvme read of 'optimizer states of "},
+        {"TT_IO_FAULT=read:eio@39", "step 4: checkpoint: nvme read of 'optimizer states of "},
         {"TT_IO_FAULT=write:errno=ENOSPC@16", "optimizer: nvme write of 'optimizer states of "}, // a full disk
     };
     const char *nvme[] = {"--optimizer", "nvme", NULL};

@@ -5,7 +5,9 @@
 // passes tu_close); "+=" outputs are prefilled with random values that the reference adds.
 // Shapes are odd on purpose: T = 1, 7, 33 and > one 64-key attention block, kv-heads <
 // heads, dims not a power of two. Also: exact BF16 cases, AdamW's exact IEEE sequence,
-// aliasing, degenerate matmul shapes, and bitwise determinism for 1 vs 2 threads.
+// aliasing, degenerate matmul shapes, and bitwise determinism for 1 vs 2 threads. The
+// vocabulary-chunked embedding and the quantum cross-entropy are held to the whole-table and
+// single-pass bits where kernels.h promises them, and to FP64 where it does not.
 // Finite differences only recompute the rows an input element can reach (a row of out
 // depends on one row of inp, a key on the later queries of its group, ...): identical to
 // recomputing everything, since the other rows cancel exactly, and much cheaper.
@@ -95,6 +97,14 @@ static const tol_t TOL_CE_DLOGITS = {1e-8, 1e-6};
 // Σ_i dlogits[n, i] = 0 exactly; in FP32 it is off by the relative error of the row sum
 // (~4e-6 for V = 32000) times dscale, plus V roundings of terms ≤ dscale.
 #define CE_ROWSUM_RTOL 2e-5
+// The quantum form over V > CE_QUANTUM (against FP64): each quantum's sum is the single
+// pass's over ≤ 2048 columns (≤ 256 terms a lane), and each of the ⌈V/2048⌉ folds adds a
+// rescale e^(M−m), a product and an add. e^(M−m) is off by ~|M−m|·u relative (its argument's
+// rounding, plus < 1 ulp of expf) on a term weighted by e^−|M−m|: ≤ u/e + 2u of S per fold.
+// Shorter lanes plus ≤ 4 such roundings stay inside the single pass's V = 32000 budget, so
+// the same limits hold. Seen 0.03 / 0.11.
+static const tol_t TOL_CEQ_LOSS = {5e-6, 2e-6};
+static const tol_t TOL_CEQ_DLOGITS = {1e-8, 1e-6};
 // add_inplace: one FP32 add, exactly rounded: |err| ≤ u·|ref| (rtol just above 2⁻²⁴).
 // Seen 0.99 (the bound is attained).
 static const tol_t TOL_ADD = {0.0, 6.0e-8};
@@ -167,6 +177,18 @@ static int close_t(const char *what, const float *out, const double *ref, size_t
 // ck_assert_* reports every passing check to the Check parent (a pipe write each): in
 // loops over many elements, assert only on failure.
 #define CHECK_LOOP(cond, ...) do { if (!(cond)) ck_abort_msg(__VA_ARGS__); } while (0)
+
+// Bitwise equality of two float arrays; prints the first difference.
+static int same_bits(const char *what, const float *out, const float *want, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&out[i], &want[i], sizeof(float)) != 0) {
+            fprintf(stderr, "%s: first difference at [%zu]: %.9g, want %.9g\n", what, i, out[i], want[i]);
+            return 0;
+        }
+    return 1;
+}
+#define CHECK_BITS(what, out, want, n) \
+    ck_assert_msg(same_bits((what), (out), (want), (n)), "%s: not bit-identical (see stderr)", (what))
 
 // Central difference of f with respect to *x (an FP64 input element) with step h;
 // restores *x. The denominator is (x + h) − (x − h) as actually represented, so a step
@@ -870,15 +892,96 @@ START_TEST(test_embedding) {
         }
     char what[96];
     fill_nan(out, no);
-    embedding_forward(out, tok, wte, N, C);
+    embedding_forward(out, tok, wte, N, C, 0, V);
     snprintf(what, sizeof what, "embedding out N=%d C=%d V=%d", N, C, V);
     CHECK_CLOSE(what, out, ref_out, no, TOL_EMB_OUT);
     memcpy(dwte, dwte_pre, nw * sizeof(float));
-    embedding_backward(dwte, r, tok, N, C);
+    embedding_backward(dwte, r, tok, N, C, 0, V);
     snprintf(what, sizeof what, "embedding dwte (+=) N=%d C=%d V=%d", N, C, V);
     CHECK_CLOSE(what, dwte, ref_dwte, nw, TOL_EMB_DWTE);
     free(tok); free(wte); free(r); free(out); free(dwte); free(dwte_pre);
     free(c.wte); free(c.r); free(ref_out); free(ref_dwte);
+}
+END_TEST
+
+// Vocabulary chunks (kernels.h: wte holds rows [v0, v0 + nv)): doing every chunk of a cut
+// of [0, V) gives the whole table's bits, forward and backward, and a chunk touches nothing
+// outside it. nv: the chunks' rows (the last one ragged where nv does not divide V); 0: cuts
+// drawn at random (chunks of 1..V/2+1 rows). The whole table runs on 1 thread, the chunks
+// on 2: the bits hold across thread counts too.
+typedef struct { int N, C, V, nv; } emb_chunk_t;
+static const emb_chunk_t EMB_CHUNKS[] = {{1, 1, 1, 1},      {33, 10, 7, 1},     {33, 10, 7, 3},    {66, 72, 11, 4},
+                                         {300, 130, 3, 2},  {64, 200, 1000, 333}, {64, 200, 1000, 0}, {129, 17, 50, 0},
+                                         {20, 33, 40, 40}};
+#define EMB_GUARD 2 // random rows on each side of a chunk's buffer: a read or write outside it shows
+
+// cut[0] = 0 < cut[1] < … < cut[k] = V; returns k.
+static int emb_cuts(int *cut, int V, int nv, rng_t *r) {
+    int k = 0;
+    cut[0] = 0;
+    while (cut[k] < V) {
+        const int w = nv > 0 ? nv : 1 + (int)(rng_next(r) % (uint64_t)(V / 2 + 1));
+        cut[k + 1] = cut[k] + w < V ? cut[k] + w : V;
+        k++;
+    }
+    return k;
+}
+
+START_TEST(test_embedding_chunks) {
+    const emb_chunk_t s = EMB_CHUNKS[_i];
+    const int N = s.N, C = s.C, V = s.V;
+    const size_t nw = (size_t)V * C, no = (size_t)N * C, g = (size_t)EMB_GUARD * C;
+    rng_t rg = rng_make(720 + (uint64_t)_i);
+    int *tok = malloc((size_t)N * sizeof(int)), *cut = malloc((size_t)(V + 1) * sizeof(int));
+    ck_assert_ptr_nonnull(tok);
+    ck_assert_ptr_nonnull(cut);
+    for (int n = 0; n < N; n++) tok[n] = (int)(rng_next(&rg) % (uint64_t)V);
+    float *wte = fnew(nw), *dout = fnew(no), *dw_pre = fnew(nw);
+    fill_sym(wte, nw, 1.0, &rg);
+    fill_sym(dout, no, 1.0, &rg);
+    fill_sym(dw_pre, nw, 1.0, &rg);
+    // the whole table: what the chunks must give
+    float *out_all = fnew(no), *dw_all = fdup(dw_pre, nw);
+    fill_nan(out_all, no);
+    set_threads(1);
+    embedding_forward(out_all, tok, wte, N, C, 0, V);
+    embedding_backward(dw_all, dout, tok, N, C, 0, V);
+    set_threads(2);
+    const int k = emb_cuts(cut, V, s.nv, &rg);
+    float *out = fnew(no), *prev = fnew(no), *buf = fnew(nw + 2 * g), *buf0 = fnew(nw + 2 * g);
+    fill_nan(out, no);
+    for (int j = 0; j < k; j++) {
+        const int v0 = cut[j], nv = cut[j + 1] - v0;
+        const size_t nc = (size_t)nv * C;
+        // forward: the chunk's wte rows between guards; rows of other tokens stay as they were
+        fill_sym(buf, nc + 2 * g, 1.0, &rg);
+        memcpy(buf + g, wte + (size_t)v0 * C, nc * sizeof(float));
+        memcpy(prev, out, no * sizeof(float));
+        embedding_forward(out, tok, buf + g, N, C, v0, nv);
+        for (int n = 0; n < N; n++) {
+            const int in = tok[n] >= v0 && tok[n] < v0 + nv;
+            const float *want = in ? wte + (size_t)tok[n] * C : prev + (size_t)n * C;
+            CHECK_LOOP(memcmp(out + (size_t)n * C, want, (size_t)C * sizeof(float)) == 0,
+                       "embedding chunk [%d, %d) N=%d C=%d V=%d: out row %d (token %d) %s", v0, v0 + nv, N, C, V, n,
+                       tok[n], in ? "is not its wte row" : "was touched");
+        }
+        // backward: the chunk's rows of the prefill between guards, onto which its tokens add
+        fill_sym(buf, nc + 2 * g, 1.0, &rg);
+        memcpy(buf + g, dw_pre + (size_t)v0 * C, nc * sizeof(float));
+        memcpy(buf0, buf, (nc + 2 * g) * sizeof(float));
+        embedding_backward(buf + g, dout, tok, N, C, v0, nv);
+        CHECK_LOOP(memcmp(buf + g, dw_all + (size_t)v0 * C, nc * sizeof(float)) == 0,
+                   "embedding chunk [%d, %d) N=%d C=%d V=%d: dwte rows differ from the whole table's", v0, v0 + nv, N,
+                   C, V);
+        CHECK_LOOP(memcmp(buf, buf0, g * sizeof(float)) == 0 &&
+                       memcmp(buf + g + nc, buf0 + g + nc, g * sizeof(float)) == 0,
+                   "embedding chunk [%d, %d) N=%d C=%d V=%d: dwte written outside the chunk", v0, v0 + nv, N, C, V);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "embedding out, %d chunks, N=%d C=%d V=%d", k, N, C, V);
+    CHECK_BITS(what, out, out_all, no);
+    free(tok); free(cut); free(wte); free(dout); free(dw_pre); free(out_all); free(dw_all); free(out); free(prev);
+    free(buf); free(buf0);
 }
 END_TEST
 
@@ -958,6 +1061,152 @@ START_TEST(test_crossentropy) {
 
     free(tgt); free(logits); free(dlogits); free(losses); free(losses2); free(xd); free(ref_loss);
     free(cols); free(ref_d); free(got_d);
+}
+END_TEST
+
+// ---------------------------------------------------------------- cross-entropy, the quantum form
+// As the step runs it (kernels.h): quantum q holds columns [v0, v0 + Vq) of every row, (N, Vq)
+// row-major; the quanta lie one after another, so quantum q starts at N·v0 ("packed").
+// V ≤ CE_QUANTUM: one quantum, which must give the single pass's bits. V > CE_QUANTUM:
+// against FP64. ramp adds ramp·8·i/V to column i: +1 makes every quantum's max the
+// largest yet (each fold rescales S), −1 the smallest (each fold rescales s).
+typedef struct { int N, V; double amp; int ramp; } ceq_shape_t;
+// V not a multiple of 8 (the ragged lanes), V = CE_QUANTUM exactly, N = 1.
+static const ceq_shape_t CEQ_ONE[] = {{1, 1, 1, 0},    {1, 5, 1, 0},     {7, 48, 1, 0},   {2, 13, 1, 0},
+                                      {33, 256, 4, 0}, {4, 1000, 100, 0}, {3, 2047, 10, 0}, {5, 2048, 2, 0}};
+// ragged last quanta (37; 1 with N = 1 and with amp 100), V a multiple of CE_QUANTUM, ramps.
+static const ceq_shape_t CEQ_MANY[] = {{3, 2 * CE_QUANTUM + 37, 4, 0}, {4, 5000, 10, 0}, {2, 8192, 1, 0},
+                                       {1, 2 * CE_QUANTUM + 1, 2, 0},  {2, 2 * CE_QUANTUM + 1, 100, 0},
+                                       {3, 6000, 4, 1},                {3, 6000, 4, -1}};
+
+static int ceq_width(int V, int v0) { return V - v0 < CE_QUANTUM ? V - v0 : CE_QUANTUM; }
+static size_t ceq_index(int n, int i, int N, int V) { // packed index of row n, column i
+    const int v0 = i / CE_QUANTUM * CE_QUANTUM;
+    return (size_t)N * v0 + (size_t)n * ceq_width(V, v0) + (size_t)(i - v0);
+}
+static void ceq_pack(float *xq, const float *x, int N, int V) {
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < V; i++) xq[ceq_index(n, i, N, V)] = x[(size_t)n * V + i];
+}
+static void ceq_unpack(float *x, const float *xq, int N, int V) {
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < V; i++) x[(size_t)n * V + i] = xq[ceq_index(n, i, N, V)];
+}
+// Stats a first fold must not read: any of them, read, changes the result.
+static void ceq_stats_garbage(float *stats, int N) {
+    for (int n = 0; n < N; n++) { stats[n] = 1e30f; stats[N + n] = 3.0f; stats[2 * N + n] = 5.0f; }
+}
+// Every quantum folded in ascending order, the losses, then every quantum's backward in
+// descending order (any order is allowed). dq == xq runs the backward in place.
+static void ceq_run(float *dq, float *losses, float *stats, const float *xq, const int *tgt, int N, int V,
+                    float dscale) {
+    ceq_stats_garbage(stats, N);
+    for (int v0 = 0; v0 < V; v0 += CE_QUANTUM)
+        crossentropy_fold(stats, xq + (size_t)N * v0, tgt, N, ceq_width(V, v0), v0);
+    crossentropy_loss(losses, stats, N);
+    for (int v0 = (V - 1) / CE_QUANTUM * CE_QUANTUM; v0 >= 0; v0 -= CE_QUANTUM)
+        crossentropy_backward(dq + (size_t)N * v0, xq + (size_t)N * v0, stats, tgt, N, ceq_width(V, v0), v0, dscale);
+}
+// Logits (N, V) with the shape's amplitude and ramp; targets: row 0 the last column (in the
+// last, possibly one-wide, quantum), row 1 the first column of the second quantum, the rest
+// at random.
+static void ceq_inputs(float *x, int *tgt, const ceq_shape_t *s, rng_t *r) {
+    for (int n = 0; n < s->N; n++)
+        for (int i = 0; i < s->V; i++)
+            x[(size_t)n * s->V + i] = (float)(rng_sym(r, s->amp) + s->ramp * 8.0 * i / s->V);
+    for (int n = 0; n < s->N; n++) tgt[n] = (int)(rng_next(r) % (uint64_t)s->V);
+    tgt[0] = s->V - 1;
+    if (s->N > 1 && s->V > CE_QUANTUM) tgt[1] = CE_QUANTUM;
+}
+
+START_TEST(test_ce_quantum_one) {
+    const ceq_shape_t s = CEQ_ONE[_i];
+    const int N = s.N, V = s.V;
+    const size_t nl = (size_t)N * V;
+    const float dscale = 0.37f;
+    rng_t rg = rng_make(820 + (uint64_t)_i);
+    int *tgt = malloc((size_t)N * sizeof(int));
+    ck_assert_ptr_nonnull(tgt);
+    float *x = fnew(nl), *d_ref = fnew(nl), *l_ref = fnew(N), *l_fwd = fnew(N);
+    ceq_inputs(x, tgt, &s, &rg);
+    crossentropy_forward_backward(d_ref, l_ref, x, tgt, N, V, dscale);
+    crossentropy_forward(l_fwd, x, tgt, N, V);
+    float *dq = fnew(nl), *losses = fnew(N), *stats = fnew(3 * (size_t)N);
+    char what[96];
+    for (int alias = 0; alias < 2; alias++) { // one quantum: packed is the (N, V) layout itself
+        float *xq = alias ? fdup(x, nl) : x, *out = alias ? xq : dq;
+        if (!alias) fill_nan(dq, nl);
+        fill_nan(losses, N);
+        set_threads(alias + 1);
+        ceq_run(out, losses, stats, xq, tgt, N, V, dscale);
+        snprintf(what, sizeof what, "quantum ce loss%s N=%d V=%d", alias ? " (aliased)" : "", N, V);
+        CHECK_BITS(what, losses, l_ref, (size_t)N);
+        CHECK_BITS(what, losses, l_fwd, (size_t)N);
+        snprintf(what, sizeof what, "quantum ce dlogits%s N=%d V=%d", alias ? " (aliased)" : "", N, V);
+        CHECK_BITS(what, out, d_ref, nl);
+        if (alias) free(xq);
+    }
+    free(tgt); free(x); free(d_ref); free(l_ref); free(l_fwd); free(dq); free(losses); free(stats);
+}
+END_TEST
+
+START_TEST(test_ce_quantum_many) {
+    const ceq_shape_t s = CEQ_MANY[_i];
+    const int N = s.N, V = s.V;
+    const size_t nl = (size_t)N * V;
+    const float dscale = 0.37f;
+    rng_t rg = rng_make(840 + (uint64_t)_i);
+    int *tgt = malloc((size_t)N * sizeof(int));
+    ck_assert_ptr_nonnull(tgt);
+    float *x = fnew(nl), *xq = fnew(nl);
+    ceq_inputs(x, tgt, &s, &rg);
+    ceq_pack(xq, x, N, V);
+    // FP64 reference
+    double *ref_loss = dnew(N), *ref_d = dnew(nl), *xd = to_d(x, nl);
+    for (int n = 0; n < N; n++) {
+        const double *r = xd + (size_t)n * V;
+        double m = -INFINITY, z = 0;
+        for (int i = 0; i < V; i++) m = r[i] > m ? r[i] : m;
+        for (int i = 0; i < V; i++) z += exp(r[i] - m);
+        ref_loss[n] = log(z) - (r[tgt[n]] - m);
+        for (int i = 0; i < V; i++) ref_d[(size_t)n * V + i] = (exp(r[i] - m) / z - (i == tgt[n])) * dscale;
+    }
+    float *dq[2], *losses[2], *stats[2];
+    for (int run = 0; run < 2; run++) { // 1 thread, then 2
+        dq[run] = fnew(nl); losses[run] = fnew(N); stats[run] = fnew(3 * (size_t)N);
+        fill_nan(dq[run], nl);
+        fill_nan(losses[run], N);
+        set_threads(run + 1);
+        ceq_run(dq[run], losses[run], stats[run], xq, tgt, N, V, dscale);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "quantum ce loss N=%d V=%d amp=%g ramp=%d", N, V, s.amp, s.ramp);
+    CHECK_CLOSE(what, losses[0], ref_loss, N, TOL_CEQ_LOSS);
+    float *d = fnew(nl);
+    ceq_unpack(d, dq[0], N, V);
+    snprintf(what, sizeof what, "quantum ce dlogits N=%d V=%d amp=%g ramp=%d", N, V, s.amp, s.ramp);
+    CHECK_CLOSE(what, d, ref_d, nl, TOL_CEQ_DLOGITS);
+    // the stats hold the row's exact max and target logit
+    for (int n = 0; n < N; n++) {
+        float m = -INFINITY;
+        for (int i = 0; i < V; i++) m = x[(size_t)n * V + i] > m ? x[(size_t)n * V + i] : m;
+        ck_assert_msg(stats[0][n] == m && stats[0][2 * N + n] == x[(size_t)n * V + tgt[n]],
+                      "quantum ce N=%d V=%d row %d: stats M %.9g XT %.9g, want %.9g %.9g", N, V, n, stats[0][n],
+                      stats[0][2 * N + n], m, x[(size_t)n * V + tgt[n]]);
+    }
+    snprintf(what, sizeof what, "quantum ce N=%d V=%d, 1 vs 2 threads: loss", N, V);
+    CHECK_BITS(what, losses[1], losses[0], (size_t)N);
+    snprintf(what, sizeof what, "quantum ce N=%d V=%d, 1 vs 2 threads: stats", N, V);
+    CHECK_BITS(what, stats[1], stats[0], 3 * (size_t)N);
+    snprintf(what, sizeof what, "quantum ce N=%d V=%d, 1 vs 2 threads: dlogits", N, V);
+    CHECK_BITS(what, dq[1], dq[0], nl);
+    // in place: the same bits
+    float *aq = fdup(xq, nl);
+    ceq_run(aq, losses[1], stats[1], aq, tgt, N, V, dscale);
+    snprintf(what, sizeof what, "quantum ce dlogits in place N=%d V=%d", N, V);
+    CHECK_BITS(what, aq, dq[0], nl);
+    for (int run = 0; run < 2; run++) { free(dq[run]); free(losses[run]); free(stats[run]); }
+    free(tgt); free(x); free(xq); free(ref_loss); free(ref_d); free(xd); free(d); free(aq);
 }
 END_TEST
 
@@ -1136,7 +1385,7 @@ START_TEST(test_det_embedding) {
         rng_t r2 = rng_make(1002);
         fill_sym(dw[run], (size_t)V * C, 1.0, &r2);
         set_threads(run + 1);
-        embedding_backward(dw[run], dout, tok, N, C);
+        embedding_backward(dw[run], dout, tok, N, C, 0, V);
     }
     BITS_EQ("embedding dwte", dw[0], dw[1], (size_t)V * C);
     free(tok); free(dout); free(dw[0]); free(dw[1]);
@@ -1236,8 +1485,11 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, test_swiglu_extremes);
     tc = tcase(s, "embedding");
     tcase_add_loop_test(tc, test_embedding, 0, NELEMS(EMB_SHAPES));
+    tcase_add_loop_test(tc, test_embedding_chunks, 0, NELEMS(EMB_CHUNKS));
     tc = tcase(s, "crossentropy");
     tcase_add_loop_test(tc, test_crossentropy, 0, NELEMS(CE_SHAPES));
+    tcase_add_loop_test(tc, test_ce_quantum_one, 0, NELEMS(CEQ_ONE));
+    tcase_add_loop_test(tc, test_ce_quantum_many, 0, NELEMS(CEQ_MANY));
     tc = tcase(s, "adamw");
     tcase_add_loop_test(tc, test_adamw_fp64, 0, NELEMS(ADAM_CASES));
     tcase_add_loop_test(tc, test_adamw_bits, 0, NELEMS(ADAM_CASES));

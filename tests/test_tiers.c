@@ -201,6 +201,65 @@ START_TEST(chunks_change_memory_not_bits) {
 }
 END_TEST
 
+// The vocabulary cut into chunks (model.h): tiny with a vocabulary of 8192 is 4 chunks of
+// 2048 rows by default; TT_TEST_VOCAB_CHUNK makes it 2 or 1. The cut changes what a shard
+// holds, never a bit (the head works a CE_QUANTUM at a time whatever the chunks), under
+// streaming, accumulation in both schedules, ranks of gradients on NVMe and a tied head.
+START_TEST(vocab_chunks_keep_bits) {
+    static const char *const bases[][24] = {
+        {"--model", "tiny", "--vocab", "8192", "--steps", "3", "--accum", "2", "--batch", "2", "--seq", "32",
+         "--eval-every", "3", "--eval-batches", "1", "--quiet", NULL},
+        {"--model", "tiny", "--vocab", "5000", "--tie", "--precision", "fp32", "--steps", "2", "--accum", "2",
+         "--batch", "2", "--seq", "17", "--eval-every", "2", "--eval-batches", "1", "--quiet", NULL},
+    };
+    static const char *const extras[][16] = {
+        {"--schedule", "horizontal", NULL},
+        {"--params", "nvme", "--grads", "nvme", "--optimizer", "nvme", "--prefetch", "1", "--schedule", "horizontal",
+         NULL},
+        {"--params", "host", "--grads", "host", "--schedule", "vertical", "--checkpoints", "host", NULL},
+    };
+    char *one[] = {"TT_TEST_VOCAB_CHUNK=8192", NULL}, *two[] = {"TT_TEST_VOCAB_CHUNK=4096", NULL};
+    char *const *cuts[] = {NULL, two};
+    for (int b = 0; b < 2; b++) {
+        run_t ref = train(bases[b], extras[0], one);
+        ck_assert_msg(ref.rc == 0, "base %d, one chunk: exit %d: %s", b, ref.rc, ref.err);
+        char *a = fingerprint(&ref);
+        for (int c = 0; c < 2; c++)
+            for (int e = 0; e < 3; e++) {
+                run_t r = train(bases[b], extras[e], cuts[c]);
+                char *f = fingerprint(&r);
+                ck_assert_msg(!strcmp(a, f), "base %d, %s chunks, placement %d: the bits changed:\n  one chunk: %s\n"
+                              "  this:      %s", b, c ? "2" : "the default", e, a, f);
+                free(f);
+                run_free(&r);
+            }
+        free(a);
+        run_free(&ref);
+    }
+    // the default cut: 4 chunks of 2048 rows (the largest block holds fewer), so no shard scales
+    // with the vocabulary: the largest is a chunk of 2048 × 64, and the slots hold no more
+    config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    model_preset("tiny", &cfg);
+    cfg.V = 8192;
+    model_t m;
+    model_init(&m, &cfg);
+    ck_assert_int_eq(m.vchunks, 4);
+    ck_assert_int_eq(m.nshards, 4 + 2 + 1 + 4);
+    ck_assert_uint_eq(m.max_shard_numel, 2048 * 64);
+    int v0, nv;
+    model_vchunk(&m, 3, &v0, &nv);
+    ck_assert(v0 == 6144 && nv == 2048);
+    model_free(&m);
+    cfg.V = 5000; // 2048, 2048, 904
+    model_init(&m, &cfg);
+    model_vchunk(&m, 2, &v0, &nv);
+    ck_assert(m.vchunks == 3 && v0 == 4096 && nv == 904);
+    ck_assert_int_eq(m.shards[model_lm_shard(&m, 2)].tensors[0].row0, 4096);
+    model_free(&m);
+}
+END_TEST
+
 // ---------------------------------------------------------------- budgets and capacity
 
 // `small` at batch 1 × seq 32: its states (16 B/parameter ≈ 154 MB) exceed a 32 MiB device
@@ -430,12 +489,12 @@ START_TEST(io_error_names_shard_and_file) {
                       "%s: message: %s", fault_specs[i], r.err);
         run_free(&r);
     }
-    // --grads nvme: init writes 4 shards' states and compute copies (8 writes); the 9th is the
-    // first gradient a backward finishes, the head's (found when its slot is visited again),
-    // the 12th the last, the embedding's (found when the step gathers the norm)
+    // --grads nvme: init writes 5 shards' states and compute copies (10 writes); the 11th is the
+    // first gradient a backward finishes, the LM head's (found when its slot is visited again),
+    // the 15th the last, the embedding's (found when the step gathers the norm)
     const char *gextra[] = {"--params", "nvme", "--grads", "nvme", "--optimizer", "nvme", NULL};
-    const char *const gspecs[][2] = {{"TT_IO_FAULT=write:eio@9", "gradients of head"},
-                                     {"TT_IO_FAULT=write:eio@12", "gradients of embed"}};
+    const char *const gspecs[][2] = {{"TT_IO_FAULT=write:eio@11", "gradients of lm_head"},
+                                     {"TT_IO_FAULT=write:eio@15", "gradients of embed"}};
     for (int i = 0; i < 2; i++) {
         char *genv[] = {(char *)gspecs[i][0], NULL};
         run_t g = train(base_bf16, gextra, genv);
@@ -498,6 +557,8 @@ START_TEST(plan_matches_allocation) {
     cfg.kept_blocks = _i % 3; // --recompute: 0, 1 or 2 blocks keep their intermediates (per held micro-batch)
     cfg.params_tier = pl[_i % 4][0]; cfg.grads_tier = pl[_i % 4][1]; cfg.optim_tier = pl[_i % 4][2];
     if (_i >= 16) { cfg.grads_tier = TIER_NVME; cfg.optim_tier = TIER_NVME; } // with the gradients' staging
+    // a cut vocabulary: 2 chunks, then 3 with a ragged last (small's block holds 4096 rows)
+    if (_i >= 20) cfg.V = 8192 + 100 * (_i - 20);
     if (_i >= 8) { // vertical: both micro-batches' checkpoints, on the host; a host cache of 3 MiB
         cfg.schedule = SCHEDULE_VERTICAL;
         cfg.acts_tier = _i % 3 ? ACTS_HOST : ACTS_DEVICE;
@@ -532,12 +593,13 @@ int main(void) {
     tcase_add_loop_test(inv, invariance_tied_fp32, 0, NPLACEMENTS);
     tcase_add_test(inv, chunks_change_memory_not_bits);
     tcase_add_test(inv, recompute_keeps_bits);
+    tcase_add_test(inv, vocab_chunks_keep_bits);
     suite_add_tcase(s, inv);
     TCase *cap = tcase_create("capacity");
     tcase_add_checked_fixture(cap, setup, teardown);
     tcase_set_timeout(cap, 300);
     tcase_add_test(cap, nvme_makes_it_fit);
-    tcase_add_loop_test(cap, plan_matches_allocation, 0, 20);
+    tcase_add_loop_test(cap, plan_matches_allocation, 0, 24);
     tcase_add_test(cap, grads_leave_ram);
     tcase_add_test(cap, plan_json_line);
     tcase_add_test(cap, plan_suggests_what_fits);

@@ -5,6 +5,7 @@
 // trusted to lie in [0, V): the data loader checks them.
 // The row add is compiled for AVX2 and for the x86-64 baseline (picked at load time); one
 // IEEE add per element either way.
+// A vocabulary chunk (rows [v0, v0 + nv)) touches only the tokens inside it, in the same order.
 // Called by the CPU backend for the input embedding (and nothing else: the tied head is a
 // matmul).
 #include "kernels.h"
@@ -14,10 +15,12 @@
 
 #define EMB_ALIGN 16 // column ranges start on a cache line (16 floats)
 
-void embedding_forward(float *out, const int *tokens, const float *wte, int N, int C) {
+void embedding_forward(float *out, const int *tokens, const float *wte, int N, int C, int v0, int nv) {
     #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++)
-        memcpy(out + (size_t)n * C, wte + (size_t)tokens[n] * C, (size_t)C * sizeof(float));
+    for (int n = 0; n < N; n++) {
+        const int t = tokens[n] - v0;
+        if (t >= 0 && t < nv) memcpy(out + (size_t)n * C, wte + (size_t)t * C, (size_t)C * sizeof(float));
+    }
 }
 
 TT_CLONES
@@ -26,7 +29,7 @@ static void add_row(float *restrict dst, const float *restrict src, int n) {
     for (int c = 0; c < n; c++) dst[c] += src[c];
 }
 
-void embedding_backward(float *dwte, const float *dout, const int *tokens, int N, int C) {
+void embedding_backward(float *dwte, const float *dout, const int *tokens, int N, int C, int v0, int nv) {
     // Each thread owns one contiguous range of columns (whole cache lines) and walks the N
     // rows once, in order. Which thread owns a column never changes what is added to it or
     // in which order, so the bits do not depend on the thread count.
@@ -36,7 +39,9 @@ void embedding_backward(float *dwte, const float *dout, const int *tokens, int N
         int per = (C + nt - 1) / nt;
         per = (per + EMB_ALIGN - 1) / EMB_ALIGN * EMB_ALIGN;
         int c0 = id * per < C ? id * per : C, c1 = c0 + per < C ? c0 + per : C;
-        for (int n = 0; n < N && c0 < c1; n++)
-            add_row(dwte + (size_t)tokens[n] * C + c0, dout + (size_t)n * C + c0, c1 - c0);
+        for (int n = 0; n < N && c0 < c1; n++) {
+            const int t = tokens[n] - v0;
+            if (t >= 0 && t < nv) add_row(dwte + (size_t)t * C + c0, dout + (size_t)n * C + c0, c1 - c0);
+        }
     }
 }

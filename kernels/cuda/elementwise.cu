@@ -120,19 +120,26 @@ __global__ void rope_kernel(float *x, const float *cos_t, const float *sin_t, si
     }
 }
 
-__global__ void embedding_fwd_kernel(float *out, const int *tokens, const float *wte, int C, size_t total) {
+// A vocabulary chunk: wte (nv, C) holds rows [v0, v0 + nv); rows of out whose token lies
+// outside it are left as they are.
+__global__ void embedding_fwd_kernel(float *out, const int *tokens, const float *wte, int C, int v0, int nv,
+                                     size_t total) {
     GRID_STRIDE(idx, total) {
         const size_t n = idx / C, c = idx % C;
-        out[idx] = wte[(size_t)tokens[n] * C + c];
+        const int t = tokens[n] - v0;
+        if (t >= 0 && t < nv) out[idx] = wte[(size_t)t * C + c];
     }
 }
 
-// One thread per column, rows in order: the CPU's order, no two threads write one element.
-__global__ void embedding_bwd_kernel(float *dwte, const float *dout, const int *tokens, int N, int C) {
+// One thread per column, rows in order (skipping the tokens outside the chunk): the CPU's
+// order, no two threads write one element.
+__global__ void embedding_bwd_kernel(float *dwte, const float *dout, const int *tokens, int N, int C, int v0, int nv) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     for (int n = 0; n < N; n++) {
-        float *dst = dwte + (size_t)tokens[n] * C + c;
+        const int t = tokens[n] - v0;
+        if (t < 0 || t >= nv) continue;
+        float *dst = dwte + (size_t)t * C + c;
         *dst = __fadd_rn(*dst, dout[(size_t)n * C + c]);
     }
 }
@@ -242,18 +249,18 @@ extern "C" void cuda_rope_backward(float *dx, const float *cos_t, const float *s
     rope_launch(dx, cos_t, sin_t, B, T, NX, HS, 1);
 }
 
-extern "C" void cuda_embedding_forward(float *out, const int *tokens, const float *wte, int N, int C) {
+extern "C" void cuda_embedding_forward(float *out, const int *tokens, const float *wte, int N, int C, int v0, int nv) {
     NvtxRange range("embedding_forward");
-    if (N <= 0 || C <= 0) return;
+    if (N <= 0 || C <= 0 || nv <= 0) return;
     const size_t total = (size_t)N * C;
-    embedding_fwd_kernel<<<grid_1d(total, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(out, tokens, wte, C, total);
+    embedding_fwd_kernel<<<grid_1d(total, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(out, tokens, wte, C, v0, nv, total);
     launchCheck("embedding_fwd_kernel");
 }
 
-extern "C" void cuda_embedding_backward(float *dwte, const float *dout, const int *tokens, int N, int C) {
+extern "C" void cuda_embedding_backward(float *dwte, const float *dout, const int *tokens, int N, int C, int v0, int nv) {
     NvtxRange range("embedding_backward");
-    if (N <= 0 || C <= 0) return;
+    if (N <= 0 || C <= 0 || nv <= 0) return;
     // 64 threads a block: a model's C columns spread over many SMs (each thread walks N rows).
-    embedding_bwd_kernel<<<CEIL_DIV(C, 64), 64, 0, g_tt_cuda.stream>>>(dwte, dout, tokens, N, C);
+    embedding_bwd_kernel<<<CEIL_DIV(C, 64), 64, 0, g_tt_cuda.stream>>>(dwte, dout, tokens, N, C, v0, nv);
     launchCheck("embedding_bwd_kernel");
 }

@@ -78,11 +78,15 @@ static const tol_t TOL_ATT_DV = {3e-5, 3e-5};
 static const tol_t TOL_SWIGLU_OUT = {1e-7, 2e-6};
 static const tol_t TOL_SWIGLU_DGATE = {1e-6, 4e-6};
 static const tol_t TOL_SWIGLU_DUP = {1e-7, 2e-6};
-// cross-entropy: the V-term sum of exponentials in another order: the CPU's 8 lanes of V/8
-// terms are within ~√(V/8)·u ≈ 4e-6 relative for V = 32000, the GPU's 256 lanes closer;
-// the loss is log(sum) − (x_t − max), dlogits are p·dscale with p = e/sum.
+// cross-entropy (the quantum form): each quantum's sum of exponentials in another order:
+// the CPU's 8 lanes of ≤ 256 terms, the GPU's 256 lanes of ≤ 8, each within ~√256·u ≈ 1e-6
+// relative; the folds take the same exact quantum maxima through the same IEEE steps, so
+// only expf's last ulps and the sums' differences carry through, ≤ ⌈V/2048⌉ = 16 of them
+// for V = 32000 at worst, ≈ 4e-6 relative. The loss is log(S) − (x_t − M), dlogits are
+// p·dscale with p = e/S; S's relative difference is the loss's absolute one.
 static const tol_t TOL_CE_LOSS = {2e-5, 2e-6};
 static const tol_t TOL_CE_DLOGITS = {1e-8, 2e-5};
+static const tol_t TOL_CE_SUM = {0.0, 2e-5};
 // matmul: per element, |gpu − cpu| ≤ rel·Σ_k |a_k·b_k| + 1e-6·|cpu| + 1e-30 (the last two
 // for the final add onto a "+=" prefill, and exact zeros).
 //  - BF16 mode, inputs already BF16 (what the trainer passes): conversion exact, products
@@ -225,6 +229,10 @@ START_TEST(test_op_table) {
     ck_assert(o->matmul_forward == cuda_matmul_forward);
     ck_assert(o->attention_backward == cuda_attention_backward);
     ck_assert(o->adamw_update == cuda_adamw_update);
+    ck_assert(o->embedding_backward == cuda_embedding_backward);
+    ck_assert(o->crossentropy_fold == cuda_crossentropy_fold);
+    ck_assert(o->crossentropy_loss == cuda_crossentropy_loss);
+    ck_assert(o->crossentropy_backward == cuda_crossentropy_backward);
     // every entry filled
     const void *const *p = (const void *const *)o;
     for (size_t i = 0; i < sizeof *o / sizeof(void *); i++) ck_assert_msg(p[i] != NULL, "op table entry %zu is NULL", i);
@@ -718,8 +726,13 @@ START_TEST(test_swiglu_extremes) {
 END_TEST
 
 // ---------------------------------------------------------------- embedding
-typedef struct { int N, C, V; } emb_shape_t;
-static const emb_shape_t EMB_SHAPES[] = {{1, 1, 1}, {1, 48, 5}, {33, 10, 7}, {66, 72, 11}, {300, 130, 3}, {64, 200, 1000}};
+// A cut of the vocabulary into chunks of nv rows (the last one ragged where nv does not
+// divide V; nv = V: the whole table): after every chunk, the whole output and the whole
+// gradient (the chunk's rows reached through an offset pointer) equal the CPU's bit for
+// bit, so rows outside the chunk are checked untouched too.
+typedef struct { int N, C, V, nv; } emb_shape_t;
+static const emb_shape_t EMB_SHAPES[] = {{1, 1, 1, 1},      {1, 48, 5, 5},         {33, 10, 7, 3},       {66, 72, 11, 4},
+                                         {300, 130, 3, 2},  {64, 200, 1000, 1000}, {64, 200, 1000, 333}, {129, 17, 50, 7}};
 
 START_TEST(test_embedding) {
     const emb_shape_t s = EMB_SHAPES[_i];
@@ -732,67 +745,104 @@ START_TEST(test_embedding) {
     fill_sym(dout, no, 1.0, &rg);
     fill_sym(dw_pre, nw, 1.0, &rg);
     int *d_tok = dput_bytes(tok, (size_t)s.N * sizeof(int));
-    float *d_wte = dput(wte, nw), *d_out = dpoison(no);
-    float *c_out = fnew(no);
-    embedding_forward(c_out, tok, wte, s.N, s.C);
-    G.ops->embedding_forward(d_out, d_tok, d_wte, s.N, s.C);
-    float *g_out = dget(d_out, no);
-    char what[96];
-    snprintf(what, sizeof what, "embedding out N=%d C=%d V=%d", s.N, s.C, s.V);
-    CHECK_BITS(what, g_out, c_out, no);
-    float *c_dw = fdup(dw_pre, nw), *d_dw = dput(dw_pre, nw), *d_dout = dput(dout, no);
-    embedding_backward(c_dw, dout, tok, s.N, s.C);
-    G.ops->embedding_backward(d_dw, d_dout, d_tok, s.N, s.C);
-    float *g_dw = dget(d_dw, nw);
-    snprintf(what, sizeof what, "embedding dwte (+=) N=%d C=%d V=%d", s.N, s.C, s.V);
-    CHECK_BITS(what, g_dw, c_dw, nw);
-    free(tok); free(wte); free(dout); free(dw_pre); free(c_out); free(g_out); free(c_dw); free(g_dw);
+    float *d_wte = dput(wte, nw), *d_out = dpoison(no), *d_dw = dput(dw_pre, nw), *d_dout = dput(dout, no);
+    float *c_out = fnew(no), *c_dw = fdup(dw_pre, nw);
+    memset(c_out, 0xFF, no * sizeof(float)); // as d_out: rows not yet written compare equal
+    char what[128];
+    for (int v0 = 0; v0 < s.V; v0 += s.nv) {
+        const int nv = s.V - v0 < s.nv ? s.V - v0 : s.nv;
+        const size_t off = (size_t)v0 * s.C;
+        embedding_forward(c_out, tok, wte + off, s.N, s.C, v0, nv);
+        G.ops->embedding_forward(d_out, d_tok, d_wte + off, s.N, s.C, v0, nv);
+        float *g_out = dget(d_out, no);
+        snprintf(what, sizeof what, "embedding out N=%d C=%d V=%d, chunk [%d, %d)", s.N, s.C, s.V, v0, v0 + nv);
+        CHECK_BITS(what, g_out, c_out, no);
+        embedding_backward(c_dw + off, dout, tok, s.N, s.C, v0, nv);
+        G.ops->embedding_backward(d_dw + off, d_dout, d_tok, s.N, s.C, v0, nv);
+        float *g_dw = dget(d_dw, nw);
+        snprintf(what, sizeof what, "embedding dwte (+=) N=%d C=%d V=%d, chunk [%d, %d)", s.N, s.C, s.V, v0, v0 + nv);
+        CHECK_BITS(what, g_dw, c_dw, nw);
+        free(g_out); free(g_dw);
+    }
+    free(tok); free(wte); free(dout); free(dw_pre); free(c_out); free(c_dw);
 }
 END_TEST
 
 // ---------------------------------------------------------------- cross-entropy
+// The quantum form as the step runs it: quantum q holds columns [v0, v0 + Vq) of every row,
+// (N, Vq) row-major, the quanta one after another (quantum q starts at N·v0); every quantum
+// folded in ascending order, the losses, then every quantum's backward in descending order
+// (any order is allowed). The logits are i.i.d., so the packed buffer is drawn directly.
+// Shapes: one quantum (V ≤ CE_QUANTUM, ragged lanes), ragged last quanta (37, and 1 with
+// N = 1), V a multiple of CE_QUANTUM, and the LM-head sizes 32000 / 32003.
 typedef struct { int N, V; double amp; } ce_shape_t;
-static const ce_shape_t CE_SHAPES[] = {{1, 1, 1}, {1, 5, 1}, {7, 48, 1}, {33, 256, 4}, {4, 1000, 100}, {3, 32000, 10}, {5, 32003, 4}};
+static const ce_shape_t CE_SHAPES[] = {{1, 1, 1},    {1, 5, 1},       {7, 48, 1},        {33, 256, 4},
+                                       {4, 1000, 100}, {3, 2048, 2},  {3, 2 * 2048 + 37, 4}, {1, 2 * 2048 + 1, 2},
+                                       {2, 8192, 10}, {3, 32000, 10}, {5, 32003, 4}};
+static int ce_width(int V, int v0) { return V - v0 < CE_QUANTUM ? V - v0 : CE_QUANTUM; }
+
+// The CUDA quantum form on device buffers; dq == xq runs the backward in place.
+static void ce_gpu(float *dq, float *loss, float *stats, const float *xq, const int *tgt, int N, int V, float dscale) {
+    for (int v0 = 0; v0 < V; v0 += CE_QUANTUM)
+        G.ops->crossentropy_fold(stats, xq + (size_t)N * v0, tgt, N, ce_width(V, v0), v0);
+    G.ops->crossentropy_loss(loss, stats, N);
+    for (int v0 = (V - 1) / CE_QUANTUM * CE_QUANTUM; v0 >= 0; v0 -= CE_QUANTUM)
+        G.ops->crossentropy_backward(dq + (size_t)N * v0, xq + (size_t)N * v0, stats, tgt, N, ce_width(V, v0), v0,
+                                     dscale);
+}
 
 START_TEST(test_crossentropy) {
     const ce_shape_t s = CE_SHAPES[_i];
-    const size_t nl = (size_t)s.N * s.V;
-    const float dscale = 1.0f / (float)s.N;
+    const int N = s.N, V = s.V;
+    const size_t nl = (size_t)N * V, ns = 3 * (size_t)N;
+    const float dscale = 1.0f / (float)N;
     rng_t rg = rng_make(800 + (uint64_t)_i);
-    float *x = fnew(nl);
-    fill_sym(x, nl, s.amp, &rg);
-    int *tgt = xmalloc((size_t)s.N * sizeof(int));
-    for (int n = 0; n < s.N; n++) tgt[n] = (int)(rng_next(&rg) % (uint64_t)s.V);
-    float *c_dx = fnew(nl), *c_loss = fnew(s.N), *c_loss2 = fnew(s.N);
-    crossentropy_forward_backward(c_dx, c_loss, x, tgt, s.N, s.V, dscale);
-    crossentropy_forward(c_loss2, x, tgt, s.N, s.V);
-    float *d_x = dput(x, nl);
-    int *d_tgt = dput_bytes(tgt, (size_t)s.N * sizeof(int));
-    float *d_dx = dpoison(nl), *d_loss = dpoison(s.N);
+    float *xq = fnew(nl);
+    fill_sym(xq, nl, s.amp, &rg);
+    int *tgt = xmalloc((size_t)N * sizeof(int));
+    for (int n = 0; n < N; n++) tgt[n] = (int)(rng_next(&rg) % (uint64_t)V);
+    tgt[0] = V - 1; // in the last (possibly one-wide) quantum
+    // the CPU twin (stats start as garbage: the first fold must not read them)
+    float *c_dq = fnew(nl), *c_loss = fnew(N), *c_stats = fnew(ns);
+    for (size_t i = 0; i < ns; i++) c_stats[i] = 1e30f;
+    for (int v0 = 0; v0 < V; v0 += CE_QUANTUM) crossentropy_fold(c_stats, xq + (size_t)N * v0, tgt, N, ce_width(V, v0), v0);
+    crossentropy_loss(c_loss, c_stats, N);
+    for (int v0 = 0; v0 < V; v0 += CE_QUANTUM)
+        crossentropy_backward(c_dq + (size_t)N * v0, xq + (size_t)N * v0, c_stats, tgt, N, ce_width(V, v0), v0, dscale);
+    float *d_xq = dput(xq, nl), *d_dq = dpoison(nl), *d_loss = dpoison(N), *d_stats = dpoison(ns);
+    int *d_tgt = dput_bytes(tgt, (size_t)N * sizeof(int));
+    ce_gpu(d_dq, d_loss, d_stats, d_xq, d_tgt, N, V, dscale);
+    float *g_dq = dget(d_dq, nl), *g_loss = dget(d_loss, N), *g_stats = dget(d_stats, ns);
     char what[96];
-    G.ops->crossentropy_forward_backward(d_dx, d_loss, d_x, d_tgt, s.N, s.V, dscale);
-    float *g_dx = dget(d_dx, nl), *g_loss = dget(d_loss, s.N);
-    snprintf(what, sizeof what, "crossentropy loss N=%d V=%d", s.N, s.V);
-    CHECK_CLOSE(what, g_loss, c_loss, s.N, TOL_CE_LOSS);
-    snprintf(what, sizeof what, "crossentropy dlogits N=%d V=%d", s.N, s.V);
-    CHECK_CLOSE(what, g_dx, c_dx, nl, TOL_CE_DLOGITS);
-    free(g_loss);
-    poison(d_loss, (size_t)s.N * 4);
-    G.ops->crossentropy_forward(d_loss, d_x, d_tgt, s.N, s.V);
-    g_loss = dget(d_loss, s.N);
-    snprintf(what, sizeof what, "crossentropy loss (forward only) N=%d V=%d", s.N, s.V);
-    CHECK_CLOSE(what, g_loss, c_loss2, s.N, TOL_CE_LOSS);
-    // dlogits aliasing logits: the same numbers
-    free(g_loss);
-    poison(d_loss, (size_t)s.N * 4);
-    G.ops->crossentropy_forward_backward(d_x, d_loss, d_x, d_tgt, s.N, s.V, dscale);
-    float *g_ax = dget(d_x, nl);
-    g_loss = dget(d_loss, s.N);
-    snprintf(what, sizeof what, "crossentropy dlogits in place N=%d V=%d", s.N, s.V);
-    CHECK_BITS(what, g_ax, g_dx, nl);
-    snprintf(what, sizeof what, "crossentropy loss in place N=%d V=%d", s.N, s.V);
-    CHECK_CLOSE(what, g_loss, c_loss, s.N, TOL_CE_LOSS);
-    free(x); free(tgt); free(c_dx); free(c_loss); free(c_loss2); free(g_dx); free(g_loss); free(g_ax);
+    // the max and the target logit are exact on both sides; S, the loss and dlogits FP32-close
+    snprintf(what, sizeof what, "crossentropy stats M N=%d V=%d", N, V);
+    CHECK_BITS(what, g_stats, c_stats, (size_t)N);
+    snprintf(what, sizeof what, "crossentropy stats S N=%d V=%d", N, V);
+    CHECK_CLOSE(what, g_stats + N, c_stats + N, (size_t)N, TOL_CE_SUM);
+    snprintf(what, sizeof what, "crossentropy stats XT N=%d V=%d", N, V);
+    CHECK_BITS(what, g_stats + 2 * N, c_stats + 2 * N, (size_t)N);
+    snprintf(what, sizeof what, "crossentropy loss N=%d V=%d", N, V);
+    CHECK_CLOSE(what, g_loss, c_loss, N, TOL_CE_LOSS);
+    snprintf(what, sizeof what, "crossentropy dlogits N=%d V=%d", N, V);
+    CHECK_CLOSE(what, g_dq, c_dq, nl, TOL_CE_DLOGITS);
+    // run to run, and dlogits aliasing logits: the same bits
+    poison(d_dq, nl * sizeof(float));
+    poison(d_loss, (size_t)N * sizeof(float));
+    poison(d_stats, ns * sizeof(float));
+    ce_gpu(d_dq, d_loss, d_stats, d_xq, d_tgt, N, V, dscale);
+    float *r_dq = dget(d_dq, nl), *r_loss = dget(d_loss, N), *r_stats = dget(d_stats, ns);
+    snprintf(what, sizeof what, "crossentropy run to run N=%d V=%d: stats", N, V);
+    CHECK_BITS(what, r_stats, g_stats, ns);
+    snprintf(what, sizeof what, "crossentropy run to run N=%d V=%d: loss", N, V);
+    CHECK_BITS(what, r_loss, g_loss, (size_t)N);
+    snprintf(what, sizeof what, "crossentropy run to run N=%d V=%d: dlogits", N, V);
+    CHECK_BITS(what, r_dq, g_dq, nl);
+    ce_gpu(d_xq, d_loss, d_stats, d_xq, d_tgt, N, V, dscale);
+    float *a_dq = dget(d_xq, nl);
+    snprintf(what, sizeof what, "crossentropy dlogits in place N=%d V=%d", N, V);
+    CHECK_BITS(what, a_dq, g_dq, nl);
+    free(xq); free(tgt); free(c_dq); free(c_loss); free(c_stats); free(g_dq); free(g_loss); free(g_stats);
+    free(r_dq); free(r_loss); free(r_stats); free(a_dq);
 }
 END_TEST
 
@@ -932,6 +982,7 @@ START_TEST(test_memory_no_growth) {
     float *x = dalloc((size_t)N * F * 4), *y = dalloc((size_t)N * F * 4), *z = dalloc((size_t)N * F * 4);
     float *w = dalloc((size_t)V * C * 4), *dw = dalloc((size_t)V * C * 4), *big = dalloc((size_t)N * V * 4);
     float *lse = dalloc((size_t)B * NH * T * 4), *rs = dalloc((size_t)N * 4), *ls = dalloc((size_t)N * 4);
+    float *st = dalloc((size_t)3 * N * 4);
     int *tok = dalloc((size_t)N * sizeof(int));
     uint16_t *p16 = dalloc((size_t)V * C * 2);
     const adamw_params_t hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .wd = 0.1f, .grad_scale = 1, .bc1 = 0.1f, .bc2 = 0.05f};
@@ -953,10 +1004,11 @@ START_TEST(test_memory_no_growth) {
     G.ops->rope_backward(x, w, w, B, T, NH, HS);
     G.ops->swiglu_forward(x, y, z, (size_t)N * C);
     G.ops->swiglu_backward(x, y, z, x, y, (size_t)N * C);
-    G.ops->embedding_forward(x, tok, w, N, C);
-    G.ops->embedding_backward(dw, x, tok, N, C);
-    G.ops->crossentropy_forward_backward(big, ls, big, tok, N, V, 1.0f / N);
-    G.ops->crossentropy_forward(ls, big, tok, N, V);
+    G.ops->embedding_forward(x, tok, w, N, C, 0, V);
+    G.ops->embedding_backward(dw, x, tok, N, C, 0, V);
+    G.ops->crossentropy_fold(st, big, tok, N, V, 0);
+    G.ops->crossentropy_loss(ls, st, N);
+    G.ops->crossentropy_backward(big, big, st, tok, N, V, 0, 1.0f / N);
     G.ops->bf16_round_n(x, (size_t)N * C);
     G.ops->bf16_to_f32_n(y, p16, (size_t)N * C);
     G.ops->add_inplace(x, y, (size_t)N * C);
