@@ -143,6 +143,9 @@ static const struct { const char *two, *one; } cases[] = {
     {"--accum 2 --schedule vertical", "--accum 4 --schedule vertical"},
     {"--accum 2 --schedule horizontal --params host", "--accum 4 --schedule horizontal --params host"},
     {"--tie --clip 0.05", "--accum 2 --tie --clip 0.05"},                     // the tied head's share, clipping
+    // a cut vocabulary (4 chunks; tied: 3, the last ragged): pieces of every chunk, folds per chunk
+    {"--vocab 8192 --params host", "--accum 2 --vocab 8192 --params host"},
+    {"--vocab 5000 --tie --grads host", "--accum 2 --vocab 5000 --tie --grads host"},
 };
 
 START_TEST(test_invariance) {
