@@ -10,8 +10,8 @@
 //               step weights them (each matmul runs each once).
 //   h2d, d2h    backend_copy_h2d / d2h of 64 MiB between the pinned host pool (hostmem.h)
 //               and backend_alloc'd device memory, both touched first.
-//   nvme        sequential writes, then reads, of the whole store (512 MiB, or --size
-//               when smaller) in --io-block requests through the io engine (io.h) with
+//   nvme        sequential writes, then reads, of the whole store (4 GiB, or --size; at
+//               most half the folder's free space) in --io-block requests through the io engine (io.h) with
 //               --nvme-qd pieces in flight and the pool's buffers registered, as
 //               bench/bench_io.c does (2·qd requests queued so qd are always in flight).
 //   adam        adamw_update (kernels.h, the dispatched SIMD path the CPU optimizer runs)
@@ -20,9 +20,12 @@
 // Every figure is the median of several timed repeats (see the counts below): gemm,
 // copies and Adam after one untimed warm-up each; NVMe over 3..7 write+read passes (the
 // first write lands on freshly preallocated extents, which some filesystems convert on
-// first write: the median keeps that one slow pass out). A --size under 512 MiB is a quick
-// calibration with fewer repeats (the tests run one at 64M in a few seconds); at full size
-// it takes 10-20 s on a 2-core VM, longer only on a disk slower than ~0.5 GB/s.
+// first write: the median keeps that one slow pass out). The store is 4 GiB because a
+// virtual disk's small files hit a cache (on the 2-core VM a 512 MiB file reads at 4 GB/s,
+// 8 GiB at 1-2 GB/s): a rate from a small file would promise what a large model never gets.
+// A --size under 512 MiB is a quick calibration with fewer repeats (the tests run one at 64M
+// in a few seconds; a run without a profile, over its own working set); at full size it
+// takes 30-60 s on a 2-core VM.
 // Prints a table (what, measured, unit, how), writes the profile, says where, then as the
 // last line one JSON object {"bench":"calibrate",...}. Returns the process exit code: 0,
 // 1 a measurement or the write failed, 2 bad input (store options) found before work.
@@ -41,12 +44,14 @@
 #include "io.h"
 #include "json.h"    // uses: json_escape (the path in the JSON line)
 #include "kernels.h" // uses: adamw_update, adamw_update_path
+#include "plan.h"    // uses: plan_nvme_free
 #include "profile.h"
 #include "util.h"
 #include "tier.h"
 
 #define MiB (1ull << 20)
-#define NVME_MAX (512 * MiB)       // store size unless --size is smaller
+#define NVME_FULL (4096 * MiB)     // store size unless --size says otherwise
+#define NVME_QUICK (512 * MiB)     // a --size under it is a quick calibration
 #define COPY_BYTES (64 * MiB)      // one h2d / d2h transfer
 #define ADAM_MAX ((size_t)32 << 20) // parameters at full size
 #define ADAM_MIN ((size_t)4 << 20)
@@ -285,14 +290,20 @@ int bench_calibrate(const config_t *cfg) {
     const int qd = cfg->nvme_qd > 0 ? cfg->nvme_qd : 32;
     char a[32], b[32], c[32], err[1024], path_buf[TT_PATH_MAX];
     if (block % IO_ALIGN) usage_error("--io-block %" PRIu64 ": must be a multiple of 4 KiB (e.g. 1M)", block);
-    uint64_t size = cfg->bench_size && cfg->bench_size < NVME_MAX ? cfg->bench_size : NVME_MAX;
+    uint64_t size = cfg->bench_size ? cfg->bench_size : NVME_FULL;
+    const uint64_t room = plan_nvme_free(cfg) / 2;
+    if (room && size > room && room >= NVME_QUICK) {
+        notice("bench calibrate: the NVMe folder has %s free: measuring over %s instead of %s", format_bytes(a, sizeof a, 2 * room),
+               format_bytes(b, sizeof b, room), format_bytes(c, sizeof c, size));
+        size = room;
+    }
     const uint64_t nblocks = size / block;
     if (nblocks == 0)
         usage_error("--size %s: smaller than one --io-block (%s)", format_bytes(a, sizeof a, size), format_bytes(b, sizeof b, block));
     size = nblocks * block;
-    size_t adam_n = (size_t)((double)ADAM_MAX * (double)size / (double)NVME_MAX);
+    size_t adam_n = (size_t)((double)ADAM_MAX * (double)size / (double)NVME_QUICK);
     adam_n = adam_n < ADAM_MIN ? ADAM_MIN : adam_n > ADAM_MAX ? ADAM_MAX : adam_n;
-    const int quick = size < NVME_MAX;
+    const int quick = size < NVME_QUICK;
     const int gemm_reps = quick ? GEMM_REPS_QUICK : GEMM_REPS, copy_reps = quick ? COPY_REPS_QUICK : COPY_REPS;
     const int adam_reps = quick ? ADAM_REPS_QUICK : ADAM_REPS;
     const char *path = profile_path(cfg, path_buf, sizeof path_buf);

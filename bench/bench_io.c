@@ -61,7 +61,7 @@ static int run_pattern(nvme_store_t *s, io_ticket_t *t, int64_t *blk, int nt, ch
 int bench_io(const config_t *cfg) {
     uint64_t block = cfg->io_block ? cfg->io_block : (1u << 20);
     int qd = cfg->nvme_qd > 0 ? cfg->nvme_qd : 32;
-    uint64_t size = cfg->bench_size ? cfg->bench_size : (1ull << 30);
+    uint64_t size = cfg->bench_size ? cfg->bench_size : (4ull << 30);
     char a[32], b[32], err[1024];
     if (block % IO_ALIGN || block == 0) usage_error("--io-block %" PRIu64 ": must be a multiple of 4 KiB (e.g. 1M)", block);
     uint64_t nblocks = size / block;

@@ -203,9 +203,10 @@ const flag_t cli_flags[] = {
      .help = "no per-step lines and no progress lines; the configuration, evaluations and the summary still "
              "print"},
     // ---- bench
-    {.name = "size", .metavar = "SIZE", .kind = FK_SIZE, FIELD(bench_size), .def = "1G", .lo = 4096,
+    {.name = "size", .metavar = "SIZE", .kind = FK_SIZE, FIELD(bench_size), .def = "4G", .lo = 4096,
      .hi = HUGE_VAL, .align = 4096, .group = G_BENCH, .cmds = CLI_CMD_BENCH,
-     .help = "bytes of the bench io test file"},
+     .help = "bytes of the bench io and bench calibrate NVMe file (small files hit a virtual disk's cache; calibrate "
+             "takes at most half the free space, and is quick under 512M)"},
     {.name = "adam-params", .metavar = "N", .kind = FK_SIZE, FIELD(bench_params), .def = "256M", .lo = 4096,
      .hi = 4294967296.0, .group = G_BENCH, .cmds = CLI_CMD_BENCH,
      .help = "parameters the bench adam update runs over (units allowed: 256M = 256·2^20)"},

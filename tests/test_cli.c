@@ -318,7 +318,7 @@ START_TEST(test_defaults) {
     ck_assert_str_eq(c.nvme_path, "");
     ck_assert(c.nvme_qd == 32 && c.io_block == 1048576 && c.io_engine == IO_ENGINE_AUTO);
     ck_assert(!c.io_sqpoll && !c.io_verify && !c.keep_nvme && c.numa_node == -1);
-    ck_assert(c.log_path[0] == 0 && !c.quiet && c.bench_size == 1073741824ULL);
+    ck_assert(c.log_path[0] == 0 && !c.quiet && c.bench_size == 4294967296ULL);
 }
 END_TEST
 
