@@ -14,8 +14,8 @@
 #include "json.h" // json_escape
 #include "util.h"
 
-const char *const plan_resource_names[PLAN_NRES] = {"compute", "host->device", "device->host", "nvme read",
-                                                     "nvme write", "optimizer", "ranks link"};
+const char *const plan_resource_names[PLAN_NRES] = {"compute", "host->device", "device->host", "nvme",
+                                                     "optimizer", "ranks link"};
 
 // ---------------------------------------------------------------- replaying the use order
 
@@ -254,8 +254,8 @@ static void plan_floor(const config_t *cfg, const profile_t *prof, double P, pla
     p->t_ms[PLAN_COMPUTE] = 1e3 * p->flops_per_step / prof->gemm_flops;
     p->t_ms[PLAN_H2D] = 1e3 * (double)p->h2d_bytes / prof->h2d_Bps;
     p->t_ms[PLAN_D2H] = 1e3 * (double)p->d2h_bytes / prof->d2h_Bps;
-    p->t_ms[PLAN_NVME_READ] = 1e3 * (double)p->nvme_read_bytes / prof->nvme_read_Bps;
-    p->t_ms[PLAN_NVME_WRITE] = 1e3 * (double)p->nvme_write_bytes / prof->nvme_write_Bps;
+    p->t_ms[PLAN_NVME] = 1e3 * ((double)p->nvme_read_bytes / prof->nvme_read_Bps +
+                                (double)p->nvme_write_bytes / prof->nvme_write_Bps); // reads + writes: one device
     // AdamW on a GPU (--optimizer device) streams 28 bytes per parameter through HBM: a
     // fraction of a step, not modeled; on the CPU backend it runs at the measured host rate.
     p->t_ms[PLAN_ADAM] = cfg->optim_tier == TIER_DEVICE && cfg->device == DEVICE_CUDA ? 0 : 1e3 * P / prof->adam_params_per_s;

@@ -14,7 +14,10 @@
 #include "profile.h"
 #include "tier.h"
 
-enum { PLAN_COMPUTE = 0, PLAN_H2D, PLAN_D2H, PLAN_NVME_READ, PLAN_NVME_WRITE, PLAN_ADAM, PLAN_COMM, PLAN_NRES };
+// The resources a step's floor is the largest of. NVMe is one: a device shares its bandwidth
+// between reads and writes (measured on this VM: reading and writing at once, each ran at half
+// the rate of either alone), so its time is the reads' plus the writes'.
+enum { PLAN_COMPUTE = 0, PLAN_H2D, PLAN_D2H, PLAN_NVME, PLAN_ADAM, PLAN_COMM, PLAN_NRES };
 // The ranks' link when no profile measured it (bench calibrate under a launcher does): a
 // modest shared-memory MPI rate, bytes a rank sends per second.
 #define PLAN_COMM_DEFAULT_BPS 2e9
