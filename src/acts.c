@@ -18,6 +18,9 @@ void acts_scratch_sizes(const model_t *m, size_t N, uint64_t bytes[ACTS_NSCRATCH
     for (int i = 0; i < ACTS_NSCRATCH; i++) bytes[i] = sizes[i] * f;
 }
 
+// The kept buffers that hold statistics (FP32 in every mode): rstd1, lse, rstd2.
+static int kept_stat(int i) { return i == 1 || i == 6 || i == 9; }
+
 // The first n scratch buffers carved from base (when a is not NULL), each at a 4 KiB
 // boundary: their total bytes.
 static uint64_t carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int n) {
@@ -32,9 +35,41 @@ static uint64_t carve(acts_scratch_t *a, void *base, const model_t *m, size_t N,
 }
 
 uint64_t acts_scratch_total(const model_t *m, size_t N) { return carve(NULL, NULL, m, N, ACTS_NSCRATCH); }
-uint64_t acts_kept_total(const model_t *m, size_t N) { return carve(NULL, NULL, m, N, ACTS_NKEPT); }
+uint64_t acts_kept_total(const model_t *m, size_t N, int bf16) {
+    if (!bf16) return carve(NULL, NULL, m, N, ACTS_NKEPT);
+    uint64_t bytes[ACTS_NSCRATCH], off = 0;
+    acts_scratch_sizes(m, N, bytes);
+    for (int i = 0; i < ACTS_NKEPT; i++) off += ALIGN_UP(kept_stat(i) ? bytes[i] : bytes[i] / 2, (uint64_t)4096);
+    return off;
+}
 void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) { carve(a, base, m, N, ACTS_NSCRATCH); }
 void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) { carve(a, base, m, N, ACTS_NKEPT); }
+
+// BF16 kept storage: buffer i's place in the allocation (4 KiB-aligned, in order), its
+// elements through fn (to or from the scratch).
+static void kept_each(backend_t *be, acts_scratch_t *a, char *kept, const model_t *m, size_t N, int store) {
+    uint64_t bytes[ACTS_NSCRATCH], off = 0;
+    acts_scratch_sizes(m, N, bytes);
+    for (int i = 0; i < ACTS_NKEPT; i++) {
+        void *k = kept + off;
+        const size_t n = bytes[i] / sizeof(float);
+        if (kept_stat(i))
+            backend_copy_d2d(be, store ? k : a->buf[i], store ? a->buf[i] : k, bytes[i]);
+        else if (store)
+            be->ops->bf16_from_f32_n(k, a->buf[i], n);
+        else
+            be->ops->bf16_to_f32_n(a->buf[i], k, n);
+        off += ALIGN_UP(kept_stat(i) ? bytes[i] : bytes[i] / 2, (uint64_t)4096);
+    }
+}
+
+void acts_kept_store(backend_t *be, void *kept, const acts_scratch_t *a, const model_t *m, size_t N) {
+    kept_each(be, (acts_scratch_t *)a, kept, m, N, 1);
+}
+
+void acts_kept_load(backend_t *be, acts_scratch_t *a, const void *kept, const model_t *m, size_t N) {
+    kept_each(be, a, (char *)kept, m, N, 0);
+}
 
 // ---------------------------------------------------------------- the checkpoint store
 

@@ -384,19 +384,16 @@ const plan_placement_t plan_placements[PLAN_NPLACEMENTS] = {
     {TIER_NVME, TIER_NVME, TIER_NVME},
 };
 
-int plan_recompute_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len) {
-    why[0] = 0;
-    if (!cfg->recompute_auto) return 0;
+// The most blocks that keep their intermediates in [0, L] with the plan still roomy (fitting
+// only gets harder with more); cfg->kept_blocks and p are left at it.
+static int most_kept(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p) {
     // fits, with room: RAM (the CPU backend's arena is RAM too) is not filled to the last 15%
     #define ROOMY(q) ((q)->feasible && (!(q)->mem_available || (q)->ram_needed <= (q)->mem_available / 20 * 17))
     int lo = 0, hi = m->L; // the answer lies in [lo, hi]
-    cfg->kept_blocks = 0;
-    plan_compute(cfg, m, prof, p);
-    const double full_ms = p->floor_ms;
     cfg->kept_blocks = hi;
     plan_compute(cfg, m, prof, p);
     if (!ROOMY(p)) {
-        while (lo < hi) { // the most blocks kept that still fit (fitting only gets harder with more)
+        while (lo < hi) {
             cfg->kept_blocks = lo + (hi - lo + 1) / 2;
             plan_compute(cfg, m, prof, p);
             if (ROOMY(p)) lo = cfg->kept_blocks;
@@ -406,11 +403,32 @@ int plan_recompute_auto(config_t *cfg, const model_t *m, const profile_t *prof, 
         plan_compute(cfg, m, prof, p);
     }
     #undef ROOMY
+    return cfg->kept_blocks;
+}
+
+int plan_recompute_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len) {
+    why[0] = 0;
+    if (!cfg->recompute_auto) return 0;
+    cfg->kept_blocks = 0;
+    cfg->kept_bf16 = 0;
+    plan_compute(cfg, m, prof, p);
+    const double full_ms = p->floor_ms;
+    int kept = most_kept(cfg, m, prof, p);
+    // bf16 mode: BF16 storage (half the bytes, a conversion each way) when FP32 leaves blocks out
+    // and BF16 keeps more of them; the bits are the same either way
+    if (kept < m->L && cfg->precision == PREC_BF16) {
+        cfg->kept_bf16 = 1;
+        if (most_kept(cfg, m, prof, p) <= kept) {
+            cfg->kept_bf16 = 0;
+            cfg->kept_blocks = kept;
+            plan_compute(cfg, m, prof, p);
+        }
+    }
     char a[32];
-    snprintf(why, len, "--recompute auto: %d of %d blocks keep their intermediates (%s on the device), %d recompute "
+    snprintf(why, len, "--recompute auto: %d of %d blocks keep their intermediates (%s on the device%s), %d recompute "
              "(predicted floor %.1f ms/step; %.1f with every block recomputing)", cfg->kept_blocks, m->L,
              format_bytes(a, sizeof a, tier_part_bytes(&p->lay, TIER_DEVICE, "kept_activations")),
-             m->L - cfg->kept_blocks, p->floor_ms, full_ms);
+             cfg->kept_bf16 ? ", as BF16" : "", m->L - cfg->kept_blocks, p->floor_ms, full_ms);
     return 1;
 }
 
@@ -548,10 +566,11 @@ void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f) 
             (unsigned long long)p->nvme_write_bytes, (unsigned long long)p->save_bytes,
             (unsigned long long)p->save_need, (unsigned long long)p->save_free, p->flops_per_step, p->floor_ms,
             plan_resource_names[p->bound], p->prof ? "profile" : "defaults");
-    fprintf(f, "\"hbm_budget\":%llu,\"host_budget\":%llu,\"kept_blocks\":%d,\"ranks\":%d,\"local_ranks\":%d,"
+    fprintf(f, "\"hbm_budget\":%llu,\"host_budget\":%llu,\"kept_blocks\":%d,\"kept_bf16\":%s,\"ranks\":%d,\"local_ranks\":%d,"
                "\"comm_bytes\":%llu,\"t_ms\":{",
-            (unsigned long long)cfg->hbm_budget, (unsigned long long)cfg->host_budget, cfg->kept_blocks, p->ranks,
-            p->local_ranks, (unsigned long long)p->comm_bytes);
+            (unsigned long long)cfg->hbm_budget, (unsigned long long)cfg->host_budget, cfg->kept_blocks,
+            cfg->kept_bf16 && cfg->precision == PREC_BF16 ? "true" : "false", p->ranks, p->local_ranks,
+            (unsigned long long)p->comm_bytes);
     for (int r = 0; r < PLAN_NRES; r++) fprintf(f, "%s\"%s\":%.3f", r ? "," : "", plan_resource_names[r], p->t_ms[r]);
     fprintf(f, "},\"suggestions\":[");
     for (int i = 0; i < p->nsugg; i++) // the changes are flags: nothing in them needs escaping

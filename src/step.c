@@ -130,6 +130,7 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     const size_t N = (size_t)st->N;
     acts_scratch_carve(&st->a, tier_buf(tier, TB_SCRATCH, 0), m, N);
     st->kept = lay->spec[TB_KEPT].count / lay->nmb;
+    st->kept_bf16 = cfg->kept_bf16 && st->bf16;
     if (st->kept) {
         st->kept_base = calloc((size_t)lay->spec[TB_KEPT].count, sizeof *st->kept_base);
         if (!st->kept_base) {
@@ -322,13 +323,21 @@ static void embed_all(step_t *st, int mb0, int mb1) {
     for (int mb = mb0; mb < mb1; mb++) embed_commit(st, mb);
 }
 
-// --recompute: block l of micro-batch mb keeps its intermediates; then st->a's forward
-// buffers are pointed at them (the previous pointers into *saved) and 1 is returned.
+// --recompute: block l of micro-batch mb keeps its intermediates (its allocation), or NULL.
+static void *kept_of(const step_t *st, int mb, int l) {
+    if (l >= st->kept) return NULL;
+    const int k = st->nmb > 1 ? mb : 0;
+    return st->kept_base[(size_t)k * (size_t)st->kept + (size_t)l];
+}
+
+// A kept block's forward writes its intermediates where they stay: FP32 storage is st->a's
+// forward buffers pointed into the allocation (the previous pointers into *saved; returns 1);
+// BF16 storage is the scratch, converted by acts_kept_store afterwards (returns 0).
 static int use_kept(step_t *st, int mb, int l, acts_scratch_t *saved) {
-    if (l >= st->kept) return 0;
+    void *kept = kept_of(st, mb, l);
+    if (!kept || st->kept_bf16) return 0;
     *saved = st->a;
-    int k = st->nmb > 1 ? mb : 0;
-    acts_kept_carve(&st->a, st->kept_base[(size_t)k * (size_t)st->kept + (size_t)l], st->m, (size_t)st->N);
+    acts_kept_carve(&st->a, kept, st->m, (size_t)st->N);
     return 1;
 }
 
@@ -339,6 +348,7 @@ static void block_forward_mb(step_t *st, int mb, int l, const float *W) {
     int kept = use_kept(st, mb, l, &saved);
     block_forward(st, l, W, x, acts_out(&st->acts, mb, l + 1));
     if (kept) st->a = saved;
+    else if (st->kept_bf16 && kept_of(st, mb, l)) acts_kept_store(st->be, kept_of(st, mb, l), &st->a, st->m, (size_t)st->N);
     acts_commit(&st->acts, mb, l + 1);
     trace_span(TRACK_COMPUTE, "forward", st->m->shards[model_block_shard(st->m, l)].name, t0, trace_now_ms());
 }
@@ -507,8 +517,9 @@ static void block_backward_mb(step_t *st, int mb, int l, const float *W, float *
     double t0 = trace_now_ms();
     use_microbatch(st, mb);
     acts_scratch_t saved;
-    int kept = use_kept(st, mb, l, &saved);
-    block_backward(st, l, W, G, acts_in(&st->acts, mb, l), !kept); // x: the input norm's backward reads it
+    int kept = use_kept(st, mb, l, &saved), kept16 = st->kept_bf16 && kept_of(st, mb, l);
+    if (kept16) acts_kept_load(st->be, &st->a, kept_of(st, mb, l), st->m, (size_t)st->N);
+    block_backward(st, l, W, G, acts_in(&st->acts, mb, l), !kept && !kept16); // x: the input norm's backward reads it
     if (kept) st->a = saved;
     trace_span(TRACK_COMPUTE, "backward", st->m->shards[model_block_shard(st->m, l)].name, t0, trace_now_ms());
 }

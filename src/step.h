@@ -38,6 +38,7 @@ typedef struct {
     acts_t acts;              // activation checkpoints
     acts_scratch_t a;         // [device] one block's intermediates and the head
     int kept;                 // --recompute: blocks 0..kept-1 keep their intermediates (no recompute)
+    int kept_bf16;            // ... stored as BF16 (acts.h)
     void **kept_base;         // [device] (nmb × kept) their allocations, micro-batch-major (the tier's)
     float *dres_all, *dres;   // [device] (nmb, N, C) ∂L/∂residual of each held micro-batch; the current one's
     int *tokens_all, *tokens; // [device] (nmb, N); the current micro-batch's

@@ -175,6 +175,24 @@ START_TEST(recompute_keeps_bits) {
             free(c);
             run_free(&r);
         }
+        if (b == 0) { // bf16: a device budget too small for both blocks' FP32 intermediates makes auto keep
+                      // them as BF16 (half the bytes), in both schedules: the same bits again
+            static const char *const tight[][10] = {
+                {"--recompute", "auto", "--hbm-budget", "2400K", NULL}, // vertical: 2 micro-batches' worth
+                {"--recompute", "auto", "--hbm-budget", "2000K", "--schedule", "horizontal", NULL},
+            };
+            static const char *const says[] = {"2 of 2 blocks keep", "1 of 2 blocks keep"};
+            for (int i = 0; i < 2; i++) {
+                run_t r = train(bases[b], tight[i], NULL);
+                char *c = fingerprint(&r);
+                ck_assert_msg(strstr(r.out, says[i]) && strstr(r.out, ", as BF16)"), "no BF16 kept blocks under %s %s: %s",
+                              tight[i][2], tight[i][3], r.out);
+                ck_assert_msg(!strcmp(a, c), "BF16 kept blocks%s: the bits changed:\n  full: %s\n  this: %s",
+                              i ? " (horizontal)" : "", a, c);
+                free(c);
+                run_free(&r);
+            }
+        }
         free(a);
         run_free(&ref);
     }
@@ -555,6 +573,7 @@ START_TEST(plan_matches_allocation) {
     cfg.threads = 1; cfg.nvme_qd = 8; cfg.io_block = 1 << 20; cfg.numa_node = -1; cfg.quiet = 1;
     snprintf(cfg.nvme_path, sizeof cfg.nvme_path, "%s", nvme_dir);
     cfg.kept_blocks = _i % 3; // --recompute: 0, 1 or 2 blocks keep their intermediates (per held micro-batch)
+    cfg.kept_bf16 = _i % 5 == 1; // ... as BF16 (the layout ignores it in fp32 mode)
     cfg.params_tier = pl[_i % 4][0]; cfg.grads_tier = pl[_i % 4][1]; cfg.optim_tier = pl[_i % 4][2];
     if (_i >= 16) { cfg.grads_tier = TIER_NVME; cfg.optim_tier = TIER_NVME; } // with the gradients' staging
     // a cut vocabulary: 2 chunks, then 3 with a ragged last (small's block holds 4096 rows)
