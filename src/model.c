@@ -153,6 +153,8 @@ void model_free(model_t *m) {
 }
 
 // ---------------------------------------------------------------- init
+
+#define INIT_BLOCK ((size_t)65536) // elements per parallel block of the init (even: whole pairs)
 void model_init_range(const model_t *m, int shard, uint64_t seed, size_t lo, size_t n, float *dst) {
     const shard_t *s = &m->shards[shard];
     memset(dst, 0, n * sizeof(float));
@@ -170,18 +172,25 @@ void model_init_range(const model_t *m, int shard, uint64_t seed, size_t lo, siz
         // draw i & ~1 of the tensor's splitmix64 stream, whose state advances by a constant
         // per draw, so a range starts where the whole tensor's run would be. A piece of a cut
         // tensor is the range of the whole one from its first row.
-        uint64_t state = mix64(mix64(seed, (uint64_t)t->init_shard), (uint64_t)t->init_tensor);
+        // The pairs are drawn in blocks of INIT_BLOCK elements on OpenMP's threads, each block
+        // from its own place in the stream: the values do not depend on the thread count.
+        const uint64_t base = mix64(mix64(seed, (uint64_t)t->init_shard), (uint64_t)t->init_tensor);
         const size_t e0 = (size_t)t->row0 * (size_t)t->cols;
         i0 += e0;
         i1 += e0;
-        size_t first = i0 & ~(size_t)1;
-        state += (uint64_t)first * 0x9e3779b97f4a7c15ULL;
-        for (size_t i = first; i < i1; i += 2) {
-            double u1 = ((splitmix64(&state) >> 11) + 1.0) * 0x1.0p-53; // (0, 1]
-            double u2 = (splitmix64(&state) >> 11) * 0x1.0p-53;
-            double r = sqrt(-2.0 * log(u1));
-            if (i >= i0) w[i - i0] = (float)(r * cos(2.0 * M_PI * u2) * t->init_std);
-            if (i + 1 >= i0 && i + 1 < i1) w[i + 1 - i0] = (float)(r * sin(2.0 * M_PI * u2) * t->init_std);
+        const size_t first = i0 & ~(size_t)1, nblocks = (i1 - first + INIT_BLOCK - 1) / INIT_BLOCK;
+        const float sd = t->init_std;
+        #pragma omp parallel for schedule(static) if (nblocks > 1)
+        for (size_t k = 0; k < nblocks; k++) {
+            const size_t j0 = first + k * INIT_BLOCK, j1 = j0 + INIT_BLOCK < i1 ? j0 + INIT_BLOCK : i1;
+            uint64_t state = base + (uint64_t)j0 * 0x9e3779b97f4a7c15ULL;
+            for (size_t i = j0; i < j1; i += 2) {
+                double u1 = ((splitmix64(&state) >> 11) + 1.0) * 0x1.0p-53; // (0, 1]
+                double u2 = (splitmix64(&state) >> 11) * 0x1.0p-53;
+                double r = sqrt(-2.0 * log(u1));
+                if (i >= i0) w[i - i0] = (float)(r * cos(2.0 * M_PI * u2) * sd);
+                if (i + 1 >= i0 && i + 1 < i1) w[i + 1 - i0] = (float)(r * sin(2.0 * M_PI * u2) * sd);
+            }
         }
     }
 }

@@ -4,9 +4,11 @@
 // fp32 mode (tight) and bf16 mode (BF16 tolerances).
 #include <check.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "model.h"
 #include "trainer.h"
 #include "testutil.h"
 
@@ -159,8 +161,61 @@ END_TEST
 START_TEST(tied_bf16) { run_reference("model_tied.bin", PREC_BF16); }
 END_TEST
 
+// ---------------------------------------------------------------- init
+
+// The init draws each tensor's stream in parallel blocks (model.c): the same bits on 1 and 2
+// threads, for a whole shard and for a range starting mid-pair and mid-block; a piece of a cut
+// vocabulary holds the uncut tensor's values for its rows; and the values are N(0, 0.02²).
+START_TEST(init_is_one_stream) {
+    config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    ck_assert_int_eq(model_preset("small", &cfg), 0);
+    cfg.V = 8192; // cut in 2 (small's block holds 4096 rows)
+    model_t cut, whole;
+    model_init(&cut, &cfg);
+    setenv("TT_TEST_VOCAB_CHUNK", "8192", 1);
+    model_init(&whole, &cfg);
+    unsetenv("TT_TEST_VOCAB_CHUNK");
+    ck_assert(cut.vchunks == 2 && whole.vchunks == 1);
+    const int shards[] = {model_embed_shard(&cut, 1), model_block_shard(&cut, 0), model_lm_shard(&cut, 1)};
+    for (int k = 0; k < 3; k++) {
+        const int sh = shards[k];
+        const size_t n = cut.shards[sh].numel_padded;
+        float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float)), *r = malloc(n * sizeof(float));
+        omp_set_num_threads(1);
+        model_init_shard(&cut, sh, 42, a);
+        omp_set_num_threads(2);
+        model_init_shard(&cut, sh, 42, b);
+        ck_assert_msg(!memcmp(a, b, n * sizeof(float)), "shard %s: 1 and 2 threads differ", cut.shards[sh].name);
+        const size_t lo = 65535, len = n - lo < 140001 ? n - lo : 140001;
+        model_init_range(&cut, sh, 42, lo, len, r);
+        ck_assert_msg(!memcmp(a + lo, r, len * sizeof(float)), "shard %s: a range differs from the shard", cut.shards[sh].name);
+        free(a); free(b); free(r);
+    }
+    // the cut embedding's second piece is rows 4096.. of the whole one
+    const size_t C = (size_t)cfg.C, rows = 4096;
+    float *piece = malloc(rows * C * sizeof(float)), *ref = malloc(rows * C * sizeof(float));
+    model_init_range(&cut, model_embed_shard(&cut, 1), 7, 0, rows * C, piece);
+    model_init_range(&whole, model_embed_shard(&whole, 0), 7, rows * C, rows * C, ref);
+    ck_assert_msg(!memcmp(piece, ref, rows * C * sizeof(float)), "the cut embedding's piece differs from the whole's rows");
+    double sum = 0, sq = 0;
+    for (size_t i = 0; i < rows * C; i++) {
+        sum += piece[i];
+        sq += (double)piece[i] * piece[i];
+    }
+    const double mean = sum / (double)(rows * C), sd = sqrt(sq / (double)(rows * C) - mean * mean);
+    ck_assert_msg(fabs(mean) < 1e-4 && fabs(sd - 0.02) < 2e-4, "embedding init: mean %g, sd %g (want 0, 0.02)", mean, sd);
+    free(piece); free(ref);
+    model_free(&cut);
+    model_free(&whole);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("model");
+    TCase *ti = tcase_create("init");
+    tcase_add_test(ti, init_is_one_stream);
+    suite_add_tcase(s, ti);
     TCase *tc = tcase_create("pytorch_reference");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, untied_fp32);
