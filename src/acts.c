@@ -6,9 +6,10 @@
 
 // ---------------------------------------------------------------- the scratch
 
-void acts_scratch_sizes(const model_t *m, size_t N, uint64_t bytes[ACTS_NSCRATCH]) {
+void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, uint64_t bytes[ACTS_NSCRATCH]) {
     const uint64_t f = sizeof(float), C = (uint64_t)m->C, F = (uint64_t)m->F;
-    const uint64_t V = (uint64_t)(m->V < CE_QUANTUM ? m->V : CE_QUANTUM); // the logits of one quantum
+    // the logits of one quantum, or of every quantum (one after another, each (N, its width))
+    const uint64_t V = (uint64_t)(logits_all || m->V < CE_QUANTUM ? m->V : CE_QUANTUM);
     const uint64_t KVD = (uint64_t)m->NKV * (uint64_t)m->HS, NH = (uint64_t)m->NH;
     const uint64_t sizes[ACTS_NSCRATCH] = {
         N * C, N, N * C, N * KVD, N * KVD, N * C, N * NH, N * C, N * C, N, N * F, N * F, N * F, N * C, // forward
@@ -23,10 +24,10 @@ static int kept_stat(int i) { return i == 1 || i == 6 || i == 9; }
 
 // The first n scratch buffers carved from base (when a is not NULL), each at a 4 KiB
 // boundary: their total bytes.
-static uint64_t carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int n) {
+static uint64_t carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int n, int logits_all) {
     _Static_assert(sizeof(acts_scratch_t) == ACTS_NSCRATCH * sizeof(float *), "acts_scratch_t: one pointer per size");
     uint64_t bytes[ACTS_NSCRATCH], off = 0;
-    acts_scratch_sizes(m, N, bytes);
+    acts_scratch_sizes(m, N, logits_all, bytes);
     for (int i = 0; i < n; i++) {
         if (a) a->buf[i] = (float *)((char *)base + off);
         off += ALIGN_UP(bytes[i], (uint64_t)4096);
@@ -34,22 +35,26 @@ static uint64_t carve(acts_scratch_t *a, void *base, const model_t *m, size_t N,
     return off;
 }
 
-uint64_t acts_scratch_total(const model_t *m, size_t N) { return carve(NULL, NULL, m, N, ACTS_NSCRATCH); }
+uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all) {
+    return carve(NULL, NULL, m, N, ACTS_NSCRATCH, logits_all);
+}
 uint64_t acts_kept_total(const model_t *m, size_t N, int bf16) {
-    if (!bf16) return carve(NULL, NULL, m, N, ACTS_NKEPT);
+    if (!bf16) return carve(NULL, NULL, m, N, ACTS_NKEPT, 0);
     uint64_t bytes[ACTS_NSCRATCH], off = 0;
-    acts_scratch_sizes(m, N, bytes);
+    acts_scratch_sizes(m, N, 0, bytes);
     for (int i = 0; i < ACTS_NKEPT; i++) off += ALIGN_UP(kept_stat(i) ? bytes[i] : bytes[i] / 2, (uint64_t)4096);
     return off;
 }
-void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) { carve(a, base, m, N, ACTS_NSCRATCH); }
-void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) { carve(a, base, m, N, ACTS_NKEPT); }
+void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int logits_all) {
+    carve(a, base, m, N, ACTS_NSCRATCH, logits_all);
+}
+void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) { carve(a, base, m, N, ACTS_NKEPT, 0); }
 
 // BF16 kept storage: buffer i's place in the allocation (4 KiB-aligned, in order), its
 // elements through fn (to or from the scratch).
 static void kept_each(backend_t *be, acts_scratch_t *a, char *kept, const model_t *m, size_t N, int store) {
     uint64_t bytes[ACTS_NSCRATCH], off = 0;
-    acts_scratch_sizes(m, N, bytes);
+    acts_scratch_sizes(m, N, 0, bytes);
     for (int i = 0; i < ACTS_NKEPT; i++) {
         void *k = kept + off;
         const size_t n = bytes[i] / sizeof(float);

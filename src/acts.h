@@ -37,17 +37,19 @@ typedef union {
         // the block's backward
         float *dln, *dq, *dk, *dv, *datt, *dgate, *dup, *dh;
         // the head: one micro-batch's normed x_L, its rstd, one vocabulary quantum's logits (N, ≤ CE_QUANTUM)
+        // (or every quantum's, one after another)
         float *xf, *rstdf, *logits, *losses;
     };
     float *buf[ACTS_NSCRATCH];
 } acts_scratch_t;
 
-// Bytes of each scratch buffer, in the order of acts_scratch_t, for N rows of model m.
-void acts_scratch_sizes(const model_t *m, size_t N, uint64_t bytes[ACTS_NSCRATCH]);
+// Bytes of each scratch buffer, in the order of acts_scratch_t, for N rows of model m; the
+// logits hold one vocabulary quantum, or every one when logits_all (cfg->logits_kept).
+void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, uint64_t bytes[ACTS_NSCRATCH]);
 // Points a's buffers into base (one device allocation of acts_scratch_total bytes), each at
 // a 4 KiB boundary.
-void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N);
-uint64_t acts_scratch_total(const model_t *m, size_t N); // Σ bytes, each rounded up to 4 KiB
+void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int logits_all);
+uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all); // Σ bytes, each rounded up to 4 KiB
 // --recompute: a kept block's forward intermediates (ln1 … h, what the backward reads) live in
 // an allocation of their own, acts_kept_total bytes, instead of the scratch. FP32: the forward
 // writes them there (acts_kept_carve points a's first ACTS_NKEPT buffers into it and leaves the

@@ -475,16 +475,18 @@ static void resolve_schedule(config_t *cfg) {
     config_resolve_schedule(cfg);
 }
 
-// --recompute's word or number (blocks recomputed) into cfg->kept_blocks; auto is left to
-// the plan (plan_recompute_auto), with nothing kept until then.
+// --recompute's word or number (blocks recomputed) into cfg->kept_blocks (none: the head's
+// logits too, cfg->logits_kept); auto is left to the plan (plan_recompute_auto), with nothing
+// kept until then.
 static void resolve_recompute(config_t *cfg) {
     const char *a = cfg->recompute_arg;
     char *end = NULL;
     long n = strtol(a, &end, 10);
     cfg->recompute_auto = !strcmp(a, "auto");
     cfg->kept_blocks = 0;
+    cfg->logits_kept = 0;
     if (cfg->recompute_auto || !strcmp(a, "full")) cfg->kept_blocks = 0;
-    else if (!strcmp(a, "none")) cfg->kept_blocks = cfg->L;
+    else if (!strcmp(a, "none")) { cfg->kept_blocks = cfg->L; cfg->logits_kept = 1; } // nothing computed twice
     else if (a[0] && *end == 0 && n >= 0 && n <= cfg->L) cfg->kept_blocks = cfg->L - (int)n;
     else
         usage_error("--recompute %s: accepted: auto, full, none, or a number of blocks 0..%d (the model has %d)", a,

@@ -132,7 +132,7 @@ const flag_t cli_flags[] = {
      .accepts = "auto, full, none, or a number of blocks 0..layers", .group = G_RUN, .cmds = TPB,
      .help = "blocks whose forward the backward recomputes from their checkpoint; the others keep their "
              "intermediates (faster, more device memory; the same bits either way): full = every block, none = "
-             "no block, auto = as few as the budgets and memory allow"},
+             "no block (and the head keeps every logit), auto = as few as the budgets and memory allow"},
     {.name = "host-cache", .metavar = "SIZE", .kind = FK_SIZE, FIELD(host_cache), .def = "none", .lo = 0,
      .hi = HUGE_VAL, .align = 1, .values = "none", .group = G_RUN, .cmds = TPB,
      .help = "host memory for copies of NVMe-resident parameters, kept by next use (--params nvme); none = 0"},

@@ -351,10 +351,12 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     // 2 FLOPs per multiply-add: forward 2·P·N, recompute 2·P·N (the share r of blocks that
     // recompute), backward 4·P·N; attention (causal: half the T×T products) 4·N·T·C per pass:
     // forward, recompute (r), backward ×2. The head's backward computes the logits again, but
-    // for each pass's last vocabulary quantum of its first micro-batch (step.c).
+    // for each pass's last vocabulary quantum of its first micro-batch (step.c), or every
+    // quantum of it when the logits are kept.
     const int kept = cfg->kept_blocks < m->L ? cfg->kept_blocks : m->L;
     const double r = (double)(m->L - kept) / m->L;
-    const int passes = lay->vertical ? 1 : cfg->accum, vlast = m->V - (m->V - 1) / CE_QUANTUM * CE_QUANTUM;
+    const int passes = lay->vertical ? 1 : cfg->accum;
+    const int vlast = cfg->logits_kept ? m->V : m->V - (m->V - 1) / CE_QUANTUM * CE_QUANTUM;
     double mm = (6.0 + 2.0 * r) * (double)m->num_params * N * cfg->accum +
                 2.0 * N * C * ((double)cfg->accum * m->V - (double)passes * vlast);
     double att = 4.0 * (3.0 + r) * N * cfg->T * C / 2.0 * m->L * cfg->accum;
@@ -384,25 +386,27 @@ const plan_placement_t plan_placements[PLAN_NPLACEMENTS] = {
     {TIER_NVME, TIER_NVME, TIER_NVME},
 };
 
+// Fits, with room: RAM (the CPU backend's arena is RAM too) is not filled to the last 15%.
+static int roomy(const plan_t *q) {
+    return q->feasible && (!q->mem_available || q->ram_needed <= q->mem_available / 20 * 17);
+}
+
 // The most blocks that keep their intermediates in [0, L] with the plan still roomy (fitting
 // only gets harder with more); cfg->kept_blocks and p are left at it.
 static int most_kept(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p) {
-    // fits, with room: RAM (the CPU backend's arena is RAM too) is not filled to the last 15%
-    #define ROOMY(q) ((q)->feasible && (!(q)->mem_available || (q)->ram_needed <= (q)->mem_available / 20 * 17))
     int lo = 0, hi = m->L; // the answer lies in [lo, hi]
     cfg->kept_blocks = hi;
     plan_compute(cfg, m, prof, p);
-    if (!ROOMY(p)) {
+    if (!roomy(p)) {
         while (lo < hi) {
             cfg->kept_blocks = lo + (hi - lo + 1) / 2;
             plan_compute(cfg, m, prof, p);
-            if (ROOMY(p)) lo = cfg->kept_blocks;
+            if (roomy(p)) lo = cfg->kept_blocks;
             else hi = cfg->kept_blocks - 1;
         }
         cfg->kept_blocks = lo;
         plan_compute(cfg, m, prof, p);
     }
-    #undef ROOMY
     return cfg->kept_blocks;
 }
 
@@ -411,8 +415,15 @@ int plan_recompute_auto(config_t *cfg, const model_t *m, const profile_t *prof, 
     if (!cfg->recompute_auto) return 0;
     cfg->kept_blocks = 0;
     cfg->kept_bf16 = 0;
+    cfg->logits_kept = 0;
     plan_compute(cfg, m, prof, p);
     const double full_ms = p->floor_ms;
+    // the head's logits first (a vocabulary of several quanta: the backward then computes none again)
+    if (m->V > CE_QUANTUM) {
+        cfg->logits_kept = 1;
+        plan_compute(cfg, m, prof, p);
+        if (!roomy(p)) cfg->logits_kept = 0;
+    }
     int kept = most_kept(cfg, m, prof, p);
     // bf16 mode: BF16 storage (half the bytes, a conversion each way) when FP32 leaves blocks out
     // and BF16 keeps more of them; the bits are the same either way
@@ -424,11 +435,14 @@ int plan_recompute_auto(config_t *cfg, const model_t *m, const profile_t *prof, 
             plan_compute(cfg, m, prof, p);
         }
     }
-    char a[32];
-    snprintf(why, len, "--recompute auto: %d of %d blocks keep their intermediates (%s on the device%s), %d recompute "
+    char a[32], b[32], lg[96] = "";
+    if (cfg->logits_kept)
+        snprintf(lg, sizeof lg, "; the head keeps every logit (%s)",
+                 format_bytes(b, sizeof b, (uint64_t)cfg->B * cfg->T * (uint64_t)m->V * sizeof(float)));
+    snprintf(why, len, "--recompute auto: %d of %d blocks keep their intermediates (%s on the device%s), %d recompute%s "
              "(predicted floor %.1f ms/step; %.1f with every block recomputing)", cfg->kept_blocks, m->L,
              format_bytes(a, sizeof a, tier_part_bytes(&p->lay, TIER_DEVICE, "kept_activations")),
-             cfg->kept_bf16 ? ", as BF16" : "", m->L - cfg->kept_blocks, p->floor_ms, full_ms);
+             cfg->kept_bf16 ? ", as BF16" : "", m->L - cfg->kept_blocks, lg, p->floor_ms, full_ms);
     return 1;
 }
 
@@ -566,10 +580,11 @@ void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f) 
             (unsigned long long)p->nvme_write_bytes, (unsigned long long)p->save_bytes,
             (unsigned long long)p->save_need, (unsigned long long)p->save_free, p->flops_per_step, p->floor_ms,
             plan_resource_names[p->bound], p->prof ? "profile" : "defaults");
-    fprintf(f, "\"hbm_budget\":%llu,\"host_budget\":%llu,\"kept_blocks\":%d,\"kept_bf16\":%s,\"ranks\":%d,\"local_ranks\":%d,"
+    fprintf(f, "\"hbm_budget\":%llu,\"host_budget\":%llu,\"kept_blocks\":%d,\"kept_bf16\":%s,\"logits_kept\":%s,\"ranks\":%d,\"local_ranks\":%d,"
                "\"comm_bytes\":%llu,\"t_ms\":{",
             (unsigned long long)cfg->hbm_budget, (unsigned long long)cfg->host_budget, cfg->kept_blocks,
-            cfg->kept_bf16 && cfg->precision == PREC_BF16 ? "true" : "false", p->ranks, p->local_ranks,
+            cfg->kept_bf16 && cfg->precision == PREC_BF16 ? "true" : "false",
+            cfg->logits_kept && m->V > CE_QUANTUM ? "true" : "false", p->ranks, p->local_ranks,
             (unsigned long long)p->comm_bytes);
     for (int r = 0; r < PLAN_NRES; r++) fprintf(f, "%s\"%s\":%.3f", r ? "," : "", plan_resource_names[r], p->t_ms[r]);
     fprintf(f, "},\"suggestions\":[");

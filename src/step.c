@@ -128,7 +128,14 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     st->nmb = lay->nmb;
     st->vertical = lay->vertical;
     const size_t N = (size_t)st->N;
-    acts_scratch_carve(&st->a, tier_buf(tier, TB_SCRATCH, 0), m, N);
+    st->logits_all = cfg->logits_kept && m->V > CE_QUANTUM;
+    acts_scratch_carve(&st->a, tier_buf(tier, TB_SCRATCH, 0), m, N, st->logits_all);
+    st->nq = (m->V + CE_QUANTUM - 1) / CE_QUANTUM;
+    st->lg_tag = malloc((size_t)(st->logits_all ? st->nq : 1) * sizeof *st->lg_tag);
+    if (!st->lg_tag) {
+        snprintf(err, errlen, "out of memory for the step's tables");
+        return -ENOMEM;
+    }
     st->kept = lay->spec[TB_KEPT].count / lay->nmb;
     st->kept_bf16 = cfg->kept_bf16 && st->bf16;
     if (st->kept) {
@@ -144,7 +151,7 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     st->targets_all = st->targets = tier_buf(tier, TB_TARGETS, 0);
     st->stats_all = tier_buf(tier, TB_CE_STATS, 0);
     st->wnorm = tier_buf(tier, TB_NORM_W, 0);
-    st->xf_mb = st->lg_mb = -1;
+    st->xf_mb = -1;
     st->rope_cos = tier_buf(tier, TB_ROPE, 0);
     st->rope_sin = tier_buf(tier, TB_ROPE, 1);
     st->wbuf = tier_buf(tier, TB_WEIGHTS, 0);
@@ -187,6 +194,7 @@ void step_free(step_t *st) {
     if (!st) return;
     acts_free(&st->acts);
     free(st->kept_base);
+    free(st->lg_tag);
     free(st->losses_host);
     free(st->uses);
     free(st->mb_loss);
@@ -355,10 +363,19 @@ static void block_forward_mb(step_t *st, int mb, int l, const float *W) {
 
 // The head works a vocabulary quantum (CE_QUANTUM columns, kernels.h) at a time: the
 // forward folds each quantum's logits into the micro-batch's stats (the loss), the backward
-// computes them again (the last quantum's are still in the buffer), and turns them into
+// computes them again (the last quantum's are still in the buffer; with cfg->logits_kept
+// every quantum's of the first micro-batch of the pass are), and turns them into
 // ∂logits, the LM head's gradient rows and ∂xf, summed over the quanta in descending order.
 // The bits depend on CE_QUANTUM, never on the chunks: per element, the same ops on the
 // same values in the same order, whatever the cut.
+
+// Where quantum q's logits live: a place of their own when every quantum's are kept
+// (cfg->logits_kept, when the memory allows: the backward then computes none again), else
+// the one buffer; and the tag of what it holds (mb·nq + q, -1: nothing).
+static float *logits_at(const step_t *st, int q) {
+    return st->a.logits + (st->logits_all ? (size_t)q * CE_QUANTUM * (size_t)st->N : 0);
+}
+static int *logits_tag(const step_t *st, int q) { return &st->lg_tag[st->logits_all ? q : 0]; }
 
 // The final norm's weights into st->wnorm (held through the head).
 static void head_norm_weights(step_t *st) {
@@ -366,7 +383,8 @@ static void head_norm_weights(step_t *st) {
     const float *Wn = weights_acquire(st, hs);
     backend_copy_d2d(st->be, st->wnorm, Wn + st->m->shards[hs].tensors[0].offset, (size_t)st->m->C * sizeof(float));
     weights_release(st, hs);
-    st->xf_mb = st->lg_mb = -1; // the scratch's xf and logits are stale from here
+    st->xf_mb = -1; // the scratch's xf and logits are stale from here
+    for (int i = 0; i < (st->logits_all ? st->nq : 1); i++) st->lg_tag[i] = -1;
 }
 
 // Micro-batch mb's normed x_L into a->xf (its rstd into a->rstdf), unless a->xf holds it.
@@ -384,18 +402,18 @@ static int quantum_cols(const model_t *m, int q) {
     return m->V - v0 < CE_QUANTUM ? m->V - v0 : CE_QUANTUM;
 }
 
-// Quantum q's logits (N, Vq) of micro-batch mb into a->logits (unless they are there), from W,
-// the weights of the chunk holding it (rows from v0k). Returns Vq.
-static int head_logits(step_t *st, int mb, int q, const float *W, int v0k) {
+// Quantum q's logits (N, *Vq) of micro-batch mb (unless they are there already), from W, the
+// weights of the chunk holding it (rows from v0k); a->xf holds mb's normed x_L afterwards.
+static float *head_logits(step_t *st, int mb, int q, const float *W, int v0k, int *Vq) {
     const model_t *m = st->m;
-    const int Vq = quantum_cols(m, q);
+    float *lg = logits_at(st, q);
+    *Vq = quantum_cols(m, q);
     head_xf(st, mb);
-    if (st->lg_mb == mb && st->lg_q == q) return Vq;
-    st->be->ops->matmul_forward(st->a.logits, st->a.xf, W + (size_t)(q * CE_QUANTUM - v0k) * m->C, st->N, m->C, Vq);
-    rnd(st, st->a.logits, (size_t)st->N * Vq);
-    st->lg_mb = mb;
-    st->lg_q = q;
-    return Vq;
+    if (*logits_tag(st, q) == mb * st->nq + q) return lg;
+    st->be->ops->matmul_forward(lg, st->a.xf, W + (size_t)(q * CE_QUANTUM - v0k) * m->C, st->N, m->C, *Vq);
+    rnd(st, lg, (size_t)st->N * *Vq);
+    *logits_tag(st, q) = mb * st->nq + q;
+    return lg;
 }
 
 // The quanta of chunk k: [*q0, *q1).
@@ -431,8 +449,9 @@ static const float *head_forward(step_t *st, int mb0, int mb1, int hold) {
         for (int mb = mb1 - 1; mb >= mb0; mb--) {
             use_microbatch(st, mb);
             for (int q = q0; q < q1; q++) {
-                int Vq = head_logits(st, mb, q, W, v0);
-                op->crossentropy_fold(st->stats, st->a.logits, st->targets, st->N, Vq, q * CE_QUANTUM);
+                int Vq;
+                const float *lg = head_logits(st, mb, q, W, v0, &Vq);
+                op->crossentropy_fold(st->stats, lg, st->targets, st->N, Vq, q * CE_QUANTUM);
             }
         }
         if (!hold || k < m->vchunks - 1) weights_release(st, s);
@@ -478,11 +497,11 @@ static void head_backward(step_t *st, int mb0, int mb1, const float *Wlast, int 
             use_microbatch(st, mb);
             float *F = grads_target(st, G, mb, n);
             for (int q = q1 - 1; q >= q0; q--) {
-                const int Vq = head_logits(st, mb, q, W, v0);
+                int Vq;
+                float *dl = head_logits(st, mb, q, W, v0, &Vq); // ∂logits in place
                 const float *Wq = W + (size_t)(q * CE_QUANTUM - v0) * C;
-                float *dl = a->logits; // in place
-                op->crossentropy_backward(dl, a->logits, st->stats, st->targets, N, Vq, q * CE_QUANTUM, dscale);
-                st->lg_mb = -1;
+                op->crossentropy_backward(dl, dl, st->stats, st->targets, N, Vq, q * CE_QUANTUM, dscale);
+                *logits_tag(st, q) = -1;
                 rnd(st, dl, (size_t)N * Vq);
                 // logits = xf·Wᵀ: ∂xf sums in dres over the quanta, last to first
                 op->matmul_backward_input(st->dres, dl, Wq, N, C, Vq, q != qlast);

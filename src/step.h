@@ -45,7 +45,9 @@ typedef struct {
     int *targets_all, *targets; // [device] (nmb, N); the current micro-batch's
     float *stats_all, *stats; // [device] (nmb, 3, N) cross-entropy stats (kernels.h); the current micro-batch's
     float *wnorm;             // [device] (C) the final norm's FP32 weights, through the head
-    int xf_mb, lg_mb, lg_q;   // the micro-batch whose xf the scratch holds, and whose quantum lg_q's logits (-1: none)
+    int xf_mb;                // the micro-batch whose xf the scratch holds (-1: none)
+    int logits_all, nq;       // every quantum's logits kept (cfg->logits_kept); quanta of the vocabulary
+    int *lg_tag;              // (logits_all ? nq : 1) what each logits place holds: mb·nq + q, or -1
     float *rope_cos, *rope_sin; // [device] (T, HS/2)
     float *wbuf;              // [device] FP32 weights of the largest shard (bf16 mode)
     float *gtie;              // [device] tied head: the LM head's share of the embedding gradient, chunk after chunk

@@ -235,6 +235,9 @@ START_TEST(vocab_chunks_keep_bits) {
         {"--params", "nvme", "--grads", "nvme", "--optimizer", "nvme", "--prefetch", "1", "--schedule", "horizontal",
          NULL},
         {"--params", "host", "--grads", "host", "--schedule", "vertical", "--checkpoints", "host", NULL},
+        // the head's logits computed again in the backward (auto keeps them all where they fit)
+        {"--recompute", "full", "--schedule", "horizontal", NULL},
+        {"--recompute", "none", "--schedule", "vertical", NULL},
     };
     char *one[] = {"TT_TEST_VOCAB_CHUNK=8192", NULL}, *two[] = {"TT_TEST_VOCAB_CHUNK=4096", NULL};
     char *const *cuts[] = {NULL, two};
@@ -243,7 +246,7 @@ START_TEST(vocab_chunks_keep_bits) {
         ck_assert_msg(ref.rc == 0, "base %d, one chunk: exit %d: %s", b, ref.rc, ref.err);
         char *a = fingerprint(&ref);
         for (int c = 0; c < 2; c++)
-            for (int e = 0; e < 3; e++) {
+            for (int e = 0; e < 5; e++) {
                 run_t r = train(bases[b], extras[e], cuts[c]);
                 char *f = fingerprint(&r);
                 ck_assert_msg(!strcmp(a, f), "base %d, %s chunks, placement %d: the bits changed:\n  one chunk: %s\n"
@@ -578,6 +581,7 @@ START_TEST(plan_matches_allocation) {
     if (_i >= 16) { cfg.grads_tier = TIER_NVME; cfg.optim_tier = TIER_NVME; } // with the gradients' staging
     // a cut vocabulary: 2 chunks, then 3 with a ragged last (small's block holds 4096 rows)
     if (_i >= 20) cfg.V = 8192 + 100 * (_i - 20);
+    cfg.logits_kept = _i >= 20 && _i % 2; // every quantum's logits in the scratch
     if (_i >= 8) { // vertical: both micro-batches' checkpoints, on the host; a host cache of 3 MiB
         cfg.schedule = SCHEDULE_VERTICAL;
         cfg.acts_tier = _i % 3 ? ACTS_HOST : ACTS_DEVICE;
