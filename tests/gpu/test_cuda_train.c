@@ -8,6 +8,8 @@
 //    and --recompute none / 1 (kept blocks) give the same losses and the same params_hash bits as the all-resident GPU run
 //    (the same ops in the same order on the same device; AdamW on the GPU performs the
 //    CPU's IEEE sequence, so --optimizer device matches --optimizer host bit for bit);
+//  - a cut vocabulary (3 chunks, a ragged last quantum): logits kept or computed again,
+//    the head resident or streamed, the same bits, and the CPU's losses within tolerance;
 //  - device memory: the arena's high-water mark stays within --hbm-budget, the device's
 //    own free-memory count moves by no more than the budget plus the runtime's slack, and
 //    a budget too small for the model fails at init naming --hbm-budget;
@@ -181,6 +183,27 @@ START_TEST(test_step_small) {
 }
 END_TEST
 
+// A cut vocabulary on the GPU (model.h): tiny's 4100 rows are 3 chunks, the last one ragged
+// (a quantum 4 columns wide). The logits kept or computed again, the head's chunks resident or
+// streamed from the host: the same bits; and the CPU's losses within the tolerances.
+START_TEST(test_cut_vocab) {
+    static const char *const kept[] = {"--vocab", "4100", "--accum", "2", "--recompute", "none", NULL};
+    static const char *const again[] = {"--vocab", "4100", "--accum", "2", "--recompute", "full", "--params", "host",
+                                        "--grads", "host", NULL};
+    run_t a, b, c;
+    run("tiny", "cuda", kept, &a);
+    run("tiny", "cuda", again, &b);
+    run("tiny", "cpu", kept, &c);
+    ck_assert_msg(a.hash == b.hash, "logits kept %016llx, computed again and streamed %016llx",
+                  (unsigned long long)a.hash, (unsigned long long)b.hash);
+    for (int t = 0; t < NSTEPS; t++) {
+        ck_assert_msg(a.loss[t] == b.loss[t], "step %d: loss %.9g kept, %.9g computed again", t + 1, a.loss[t], b.loss[t]);
+        ck_assert_msg(rel_close(a.loss[t], c.loss[t], TOL_LOSS_REL), "step %d: loss %.7f on the GPU, %.7f on the CPU",
+                      t + 1, a.loss[t], c.loss[t]);
+    }
+}
+END_TEST
+
 // ---------------------------------------------------------------- placement invariance
 
 #define BASE "--accum", "2", "--schedule", "horizontal", "--checkpoints", "device"
@@ -269,6 +292,7 @@ static Suite *train_suite(void) {
     TCase *tc = tcase_create("step");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_step_tiny);
+    tcase_add_test(tc, test_cut_vocab);
     tcase_add_test(tc, test_step_small);
     tcase_add_test(tc, test_auto_picks_gpu);
     suite_add_tcase(s, tc);
