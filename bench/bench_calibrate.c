@@ -293,8 +293,8 @@ int bench_calibrate(const config_t *cfg) {
     uint64_t size = cfg->bench_size ? cfg->bench_size : NVME_FULL;
     const uint64_t room = plan_nvme_free(cfg) / 2;
     if (room && size > room && room >= NVME_QUICK) {
-        notice("bench calibrate: the NVMe folder has %s free: measuring over %s instead of %s", format_bytes(a, sizeof a, 2 * room),
-               format_bytes(b, sizeof b, room), format_bytes(c, sizeof c, size));
+        notice("bench calibrate: the NVMe folder has %s free: measuring over %s instead of %s",
+               format_bytes(a, sizeof a, 2 * room), format_bytes(b, sizeof b, room), format_bytes(c, sizeof c, size));
         size = room;
     }
     const uint64_t nblocks = size / block;

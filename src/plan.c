@@ -439,8 +439,8 @@ int plan_recompute_auto(config_t *cfg, const model_t *m, const profile_t *prof, 
     if (cfg->logits_kept)
         snprintf(lg, sizeof lg, "; the head keeps every logit (%s)",
                  format_bytes(b, sizeof b, (uint64_t)cfg->B * cfg->T * (uint64_t)m->V * sizeof(float)));
-    snprintf(why, len, "--recompute auto: %d of %d blocks keep their intermediates (%s on the device%s), %d recompute%s "
-             "(predicted floor %.1f ms/step; %.1f with every block recomputing)", cfg->kept_blocks, m->L,
+    snprintf(why, len, "--recompute auto: %d of %d blocks keep their intermediates (%s on the device%s), %d "
+             "recompute%s (predicted floor %.1f ms/step; %.1f with every block recomputing)", cfg->kept_blocks, m->L,
              format_bytes(a, sizeof a, tier_part_bytes(&p->lay, TIER_DEVICE, "kept_activations")),
              cfg->kept_bf16 ? ", as BF16" : "", m->L - cfg->kept_blocks, lg, p->floor_ms, full_ms);
     return 1;
@@ -580,8 +580,8 @@ void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f) 
             (unsigned long long)p->nvme_write_bytes, (unsigned long long)p->save_bytes,
             (unsigned long long)p->save_need, (unsigned long long)p->save_free, p->flops_per_step, p->floor_ms,
             plan_resource_names[p->bound], p->prof ? "profile" : "defaults");
-    fprintf(f, "\"hbm_budget\":%llu,\"host_budget\":%llu,\"kept_blocks\":%d,\"kept_bf16\":%s,\"logits_kept\":%s,\"ranks\":%d,\"local_ranks\":%d,"
-               "\"comm_bytes\":%llu,\"t_ms\":{",
+    fprintf(f, "\"hbm_budget\":%llu,\"host_budget\":%llu,\"kept_blocks\":%d,\"kept_bf16\":%s,\"logits_kept\":%s,"
+               "\"ranks\":%d,\"local_ranks\":%d,\"comm_bytes\":%llu,\"t_ms\":{",
             (unsigned long long)cfg->hbm_budget, (unsigned long long)cfg->host_budget, cfg->kept_blocks,
             cfg->kept_bf16 && cfg->precision == PREC_BF16 ? "true" : "false",
             cfg->logits_kept && m->V > CE_QUANTUM ? "true" : "false", p->ranks, p->local_ranks,

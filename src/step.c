@@ -355,8 +355,9 @@ static void block_forward_mb(step_t *st, int mb, int l, const float *W) {
     acts_scratch_t saved;
     int kept = use_kept(st, mb, l, &saved);
     block_forward(st, l, W, x, acts_out(&st->acts, mb, l + 1));
+    void *kept16 = st->kept_bf16 ? kept_of(st, mb, l) : NULL;
     if (kept) st->a = saved;
-    else if (st->kept_bf16 && kept_of(st, mb, l)) acts_kept_store(st->be, kept_of(st, mb, l), &st->a, st->m, (size_t)st->N);
+    else if (kept16) acts_kept_store(st->be, kept16, &st->a, st->m, (size_t)st->N);
     acts_commit(&st->acts, mb, l + 1);
     trace_span(TRACK_COMPUTE, "forward", st->m->shards[model_block_shard(st->m, l)].name, t0, trace_now_ms());
 }
