@@ -7,7 +7,8 @@
 // width's depth runs from half its preset's layers to twice them (a model, not a stack of
 // 3,000 thin layers), as high as the plan allows, and the largest model wins. Then it trains
 // 2 steps of it and reports parameters, bytes per tier, the RAM it really took (the tiers'
-// peak and the process's), states ÷ RAM, s/step and the loss.
+// peak and the process's), states ÷ RAM, s/step against the floor from the calibration
+// profile, the NVMe rates it achieved against the calibrated ones, and the loss.
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,8 @@
 #include "hostmem.h"
 #include "model.h"
 #include "plan.h"
+#include "report.h" // uses: report_nvme_GBps
+#include "train.h"  // uses: train_load_profile
 #include "util.h"
 
 static int fits(config_t *cfg, uint64_t host_limit, uint64_t nvme_limit, plan_t *p) {
@@ -130,13 +133,26 @@ int bench_capacity(const config_t *cfg_in) {
     printf("%-26s %.1f s (the second step)\n", "step", r.step_ms / 1e3);
     printf("%-26s %s read, %s written\n", "nvme traffic", format_bytes(a, sizeof a, r.info.tier.nvme_read_bytes),
            format_bytes(b, sizeof b, r.info.tier.nvme_write_bytes));
+    profile_t prof; // the floor and the rates from this machine's calibration (the quick one when there is none)
+    const profile_t *rates = train_load_profile(&best, &prof);
+    model_init(&m, &best);
+    plan_compute(&best, &m, rates, &p);
+    model_free(&m);
+    const double rd = report_nvme_GBps(&r.info, IO_READ), wr = report_nvme_GBps(&r.info, IO_WRITE);
+    printf("%-26s %.1f s, bound by %s (rates: %s): step / floor %.2f\n", "floor", p.floor_ms / 1e3,
+           plan_resource_names[p.bound], rates ? rates->source : "built-in defaults", r.step_ms / p.floor_ms);
+    if (rates)
+        printf("%-26s %.2f GB/s reading, %.2f GB/s writing over the run (calibrated %.2f and %.2f: %.2f x, %.2f x)\n",
+               "nvme achieved", rd, wr, rates->nvme_read_Bps / 1e9, rates->nvme_write_Bps / 1e9,
+               rd / (rates->nvme_read_Bps / 1e9), wr / (rates->nvme_write_Bps / 1e9));
     printf("%-26s %.4f -> %.4f\n", "loss", r.first_loss, r.last_loss);
     printf("{\"bench\":\"capacity\",\"width\":\"%s\",\"layers\":%d,\"params\":%zu,\"state_bytes\":%llu,\"ram_bytes\":%llu,"
            "\"states_over_ram\":%.3f,\"ram_peak_bytes\":%llu,\"max_rss_bytes\":%llu,\"s_per_step\":%.3f,\"init_s\":%.3f,"
-           "\"loss\":%.6f,\"host_bytes\":%llu,\"nvme_bytes\":%llu,\"peak_device_bytes\":%llu}\n",
+           "\"loss\":%.6f,\"host_bytes\":%llu,\"nvme_bytes\":%llu,\"peak_device_bytes\":%llu,\"floor_s\":%.3f,"
+           "\"nvme_read_GBps\":%.3f,\"nvme_write_GBps\":%.3f}\n",
            best.preset, best.L, r.num_params, (unsigned long long)states, (unsigned long long)ram,
            (double)states / (double)ram, (unsigned long long)tiers, (unsigned long long)rss, r.step_ms / 1e3,
            r.init_ms / 1e3, r.last_loss, (unsigned long long)r.info.host_bytes, (unsigned long long)p.nvme_bytes,
-           (unsigned long long)r.info.device_peak);
+           (unsigned long long)r.info.device_peak, p.floor_ms / 1e3, rd, wr);
     return 0;
 }
