@@ -18,7 +18,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -47,19 +46,10 @@ static pid_t live_pid;   // a trainer started by spawn() and not reaped yet
 
 static const char *workdir(void) { return tmp ? tmp : fixdir; }
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st; (void)ftw;
-    if (flag == FTW_DP) rmdir(path);
-    else unlink(path);
-    return 0;
-}
-
-static void rm_rf(const char *path) { nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
-
 static void fix_setup(void) { fixdir = tu_tmpdir("ckpt"); }
 
 static void fix_teardown(void) {
-    if (fixdir) rm_rf(fixdir);
+    if (fixdir) tu_rm_rf(fixdir);
     free(fixdir);
     fixdir = NULL;
 }
@@ -71,7 +61,7 @@ static void setup(void) {
 }
 
 static void teardown(void) {
-    rm_rf(tmp);
+    tu_rm_rf(tmp);
     free(tmp);
     tmp = NULL;
     if (live_pid > 0) { // a test that returned without reaping (not one of these)
@@ -119,7 +109,7 @@ static const char *const ckpt_files[] = {"model.safetensors", "optimizer.safeten
 
 // A checkpoint folder's four files, copied into a fresh folder `to`.
 static void copy_folder(const char *from, const char *to) {
-    rm_rf(to);
+    tu_rm_rf(to);
     ck_assert_int_eq(mkdir(to, 0755), 0);
     for (int i = 0; i < 4; i++) {
         char a[1200], b[1200];
@@ -1172,7 +1162,7 @@ START_TEST(crash_safety) {
         char latest[64];
         int resume = read_latest(dir, latest, sizeof latest);
         if (resume && step_of(latest) == CRASH_STEPS) { // killed after the last save: a new cycle
-            rm_rf(dir);
+            tu_rm_rf(dir);
             latest_checked = 0;
             nseen = 0; // inode numbers may come back
             resume = 0;
@@ -1191,7 +1181,7 @@ START_TEST(crash_safety) {
                           (unsigned long long)seed, iter, status, err);
             free(err);
             ck_after_kill(a, dir, seen, &nseen, &latest_checked);
-            rm_rf(dir);
+            tu_rm_rf(dir);
             latest_checked = 0;
             nseen = 0;
             cycles++;

@@ -78,9 +78,7 @@ static void setup(void) {
 }
 
 static void teardown(void) {
-    char cmd[1400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    if (tu_rm_rf(g_dir) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
     free(g_dir);
 }
 

@@ -124,9 +124,7 @@ static run_t train(int np, const char *tag, const char *args, const char *last_e
     r.rc = tu_run(argv, env_common, &r.out, &r.err);
     r.log = tu_slurp(log);
     unlink(log);
-    char rm[1300];
-    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
-    if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    if (tu_rm_rf(dir) != 0) fprintf(stderr, "could not remove %s\n", dir);
     free(dir);
     return r;
 }
@@ -172,9 +170,7 @@ START_TEST(test_invariance) {
     free(ranks); free(peaks);
     free(l2); free(l1); free(h2); free(h1);
     run_free(&two); run_free(&one);
-    char rm[1300];
-    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(rm), 0);
+    ck_assert_int_eq(tu_rm_rf(dir), 0);
     free(dir);
 }
 END_TEST
@@ -279,9 +275,7 @@ START_TEST(test_checkpoint_world_sizes) {
     }
     free(href);
     run_free(&ref);
-    char rm[1300];
-    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(rm), 0);
+    ck_assert_int_eq(tu_rm_rf(dir), 0);
     free(dir);
 }
 END_TEST
@@ -339,9 +333,8 @@ START_TEST(test_resume_rank0_reads) {
     ck_assert_msg(r.rc == 0, "resume with rank 1 away from the files failed (%d): %s", r.rc, r.err);
     assert_done_hash(&r, &ref);
     run_free(&s); run_free(&ref); run_free(&r);
-    char rm[2600];
-    snprintf(rm, sizeof rm, "rm -rf '%s' '%s'", a, b);
-    ck_assert_int_eq(system(rm), 0);
+    ck_assert_int_eq(tu_rm_rf(a), 0);
+    ck_assert_int_eq(tu_rm_rf(b), 0);
     free(a);
     free(b);
 }
@@ -379,9 +372,7 @@ START_TEST(test_io_error_on_rank_1) {
     ck_assert_msg(strstr(r.err, "tiertrain: step ") && strstr(r.err, ": rank 1: ") &&
                   strstr(r.err, "Input/output error"), "rank 0 does not name rank 1's error: %s", r.err);
     run_free(&r);
-    char rm[1300];
-    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(rm), 0);
+    ck_assert_int_eq(tu_rm_rf(dir), 0);
     free(dir);
 }
 END_TEST

@@ -2,10 +2,12 @@
 #include "testutil.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -92,6 +94,17 @@ char *tu_tmpdir(const char *tag) {
     if (asprintf(&path, "%s/tt_%s_XXXXXX", base ? base : "/tmp", tag) < 0) return NULL;
     if (!mkdtemp(path)) { free(path); return NULL; }
     return path;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st; (void)ftw;
+    return (flag == FTW_DP ? rmdir(path) : unlink(path)) == 0 ? 0 : -1;
+}
+
+int tu_rm_rf(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
+    return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -1;
 }
 
 int tu_sanitized(void) { return getenv("TT_SANITIZED") != NULL; }

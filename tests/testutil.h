@@ -22,7 +22,10 @@ char *tu_stderr_end(void);
 
 // Path of the built tiertrain binary.
 const char *tu_binary(void);
-// A fresh temporary directory under $TMPDIR (or /tmp); the caller removes it.
+// A fresh temporary directory under $TMPDIR (or /tmp); the caller removes it (tu_rm_rf).
 char *tu_tmpdir(const char *tag);
+// Removes path and everything under it (links are removed, not followed). Returns 0, or -1
+// when something could not be removed; a path that does not exist is 0.
+int tu_rm_rf(const char *path);
 // Returns 1 when running under a sanitizer build (TT_SANITIZED set): long tests shrink.
 int tu_sanitized(void);
