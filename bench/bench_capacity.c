@@ -99,10 +99,12 @@ int bench_capacity(const config_t *cfg_in) {
         printf("{\"bench\":\"capacity\",\"params\":0}\n");
         return 1;
     }
+    profile_t prof; // the floor from this machine's calibration (the quick one, first, when there is none)
+    const profile_t *rates = train_load_profile(&best, &prof);
     model_t m;
     model_init(&m, &best);
     plan_t p;
-    plan_compute(&best, &m, NULL, &p);
+    plan_compute(&best, &m, rates, &p);
     uint64_t states = p.params_bytes + p.grads_bytes + p.optim_bytes;
     printf("\nlargest: %s width, %d layers: %.3fB parameters, states %s = %.2f x RAM (%s available), the plan's RAM %s\n",
            best.preset, best.L, m.num_params / 1e9, format_bytes(a, sizeof a, states), (double)states / (double)ram,
@@ -133,11 +135,6 @@ int bench_capacity(const config_t *cfg_in) {
     printf("%-26s %.1f s (the second step)\n", "step", r.step_ms / 1e3);
     printf("%-26s %s read, %s written\n", "nvme traffic", format_bytes(a, sizeof a, r.info.tier.nvme_read_bytes),
            format_bytes(b, sizeof b, r.info.tier.nvme_write_bytes));
-    profile_t prof; // the floor and the rates from this machine's calibration (the quick one when there is none)
-    const profile_t *rates = train_load_profile(&best, &prof);
-    model_init(&m, &best);
-    plan_compute(&best, &m, rates, &p);
-    model_free(&m);
     const double rd = report_nvme_GBps(&r.info, IO_READ), wr = report_nvme_GBps(&r.info, IO_WRITE);
     printf("%-26s %.1f s, bound by %s (rates: %s): step / floor %.2f\n", "floor", p.floor_ms / 1e3,
            plan_resource_names[p.bound], rates ? rates->source : "built-in defaults", r.step_ms / p.floor_ms);

@@ -51,7 +51,6 @@ int bench_overlap(const config_t *cfg_in) {
         plan_t p;
         plan_compute(&cfg, &m, rates, &p);
         char why[512]; // --recompute auto decides as train would, per placement (the floor is for what runs)
-        cfg.kept_blocks = cfg_in->kept_blocks;
         if (p.feasible && plan_recompute_auto(&cfg, &m, rates, &p, why, sizeof why) && w == 0) printf("%s\n\n", why);
         if (!p.feasible) {
             printf("%-24s infeasible: %s\n", ways[w].name, p.reason);

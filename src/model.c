@@ -53,6 +53,25 @@ static tensor_t *add_tensor(shard_t *s, const char *name, int rows, int cols, in
     return t;
 }
 
+// Block l's tensors into shard s (its init stream is the layout's numbering before the
+// vocabulary was cut: 1 + l).
+static void add_block(const model_t *m, shard_t *s, int l) {
+    const int C = m->C, KV = m->NKV * m->HS, F = m->F;
+    const float std = 0.02f, std_resid = 0.02f / sqrtf(2.0f * (float)m->L);
+    snprintf(s->name, sizeof s->name, "block.%d", l);
+    s->kind = SHARD_BLOCK; s->layer = l;
+    add_tensor(s, "attn_norm", 1, C, 0, 0);
+    add_tensor(s, "wq", C, C, 1, std);
+    add_tensor(s, "wk", KV, C, 1, std);
+    add_tensor(s, "wv", KV, C, 1, std);
+    add_tensor(s, "wo", C, C, 1, std_resid);
+    add_tensor(s, "mlp_norm", 1, C, 0, 0);
+    add_tensor(s, "w_gate", F, C, 1, std);
+    add_tensor(s, "w_up", F, C, 1, std);
+    add_tensor(s, "w_down", C, F, 1, std_resid);
+    for (int t = 0; t < s->ntensors; t++) s->tensors[t].init_shard = 1 + l;
+}
+
 // Rows per vocabulary chunk: whole quanta, as many as fit in a block shard (at least one).
 // TT_TEST_VOCAB_CHUNK=R (a testing hook; a multiple of CE_QUANTUM) sets it.
 static int vocab_rows(int V, int C, size_t block_numel) {
@@ -93,8 +112,11 @@ void model_init(model_t *m, const config_t *cfg) {
     m->F = cfg->F; m->V = cfg->V; m->T = cfg->T; m->tie = cfg->tie;
     m->norm_eps = (float)cfg->norm_eps;
     m->rope_theta = cfg->rope_theta;
-    const int C = m->C, KV = m->NKV * m->HS, F = m->F, V = m->V;
-    m->vrows = vocab_rows(V, C, (size_t)4 * C * C - (size_t)2 * (C - KV) * C + (size_t)3 * C * F + 2 * (size_t)C);
+    const int C = m->C, V = m->V;
+    shard_t block; // the vocabulary's chunks are sized by a block's parameters
+    memset(&block, 0, sizeof block);
+    add_block(m, &block, 0);
+    m->vrows = vocab_rows(V, C, block.numel);
     m->vchunks = (V + m->vrows - 1) / m->vrows;
     const int E = m->vchunks;
     m->nshards = E + m->L + 1 + (m->tie ? 0 : E);
@@ -103,7 +125,7 @@ void model_init(model_t *m, const config_t *cfg) {
 
     // init streams: (embed 0), (block l: 1 + l), (the final norm, tensor 0, and the LM head,
     // tensor 1, of L + 1): the layout's numbering before the vocabulary was cut
-    const float std = 0.02f, std_resid = 0.02f / sqrtf(2.0f * (float)m->L);
+    const float std = 0.02f;
     shard_t *s;
     for (int k = 0; k < E; k++) {
         s = &m->shards[model_embed_shard(m, k)];
@@ -111,21 +133,7 @@ void model_init(model_t *m, const config_t *cfg) {
         s->kind = SHARD_EMBED; s->layer = k;
         add_vocab_piece(m, s, "embed", k, 0, 0, std);
     }
-    for (int l = 0; l < m->L; l++) {
-        s = &m->shards[model_block_shard(m, l)];
-        snprintf(s->name, sizeof s->name, "block.%d", l);
-        s->kind = SHARD_BLOCK; s->layer = l;
-        add_tensor(s, "attn_norm", 1, C, 0, 0);
-        add_tensor(s, "wq", C, C, 1, std);
-        add_tensor(s, "wk", KV, C, 1, std);
-        add_tensor(s, "wv", KV, C, 1, std);
-        add_tensor(s, "wo", C, C, 1, std_resid);
-        add_tensor(s, "mlp_norm", 1, C, 0, 0);
-        add_tensor(s, "w_gate", F, C, 1, std);
-        add_tensor(s, "w_up", F, C, 1, std);
-        add_tensor(s, "w_down", C, F, 1, std_resid);
-        for (int t = 0; t < s->ntensors; t++) s->tensors[t].init_shard = 1 + l;
-    }
+    for (int l = 0; l < m->L; l++) add_block(m, &m->shards[model_block_shard(m, l)], l);
     s = &m->shards[model_head_shard(m)];
     snprintf(s->name, sizeof s->name, "head");
     s->kind = SHARD_HEAD; s->layer = -1;
