@@ -626,6 +626,10 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         if (cfg->host_cache && cfg->params_tier != TIER_NVME && !cfg->offload_auto)
             usage_error("--host-cache %s: caches NVMe-resident parameters, but --params is not nvme (drop --host-cache "
                         "or add --params nvme)", format_bytes((char[32]){0}, 32, cfg->host_cache));
+        if (cfg->optim_cache && cfg->optim_tier != TIER_NVME && !cfg->offload_auto)
+            usage_error("--optimizer-cache %s: caches NVMe-resident optimizer states, but --optimizer is not nvme "
+                        "(drop --optimizer-cache or add --optimizer nvme)",
+                        format_bytes((char[32]){0}, 32, cfg->optim_cache));
         break;
     case CMD_BENCH:
         if (ps.npositional == 0) usage_error("bench: missing benchmark name (accepted: %s)", BENCH_ACCEPTED);

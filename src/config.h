@@ -66,6 +66,7 @@ typedef struct {
     int kept_bf16;           // bf16 mode: kept intermediates stored as BF16 (plan_recompute_auto, when that keeps more)
     int logits_kept;         // the head keeps every vocabulary quantum's logits for its backward (plan_recompute_auto)
     uint64_t host_cache;     // --host-cache bytes: host copies of NVMe-resident parameters (0 = none)
+    uint64_t optim_cache;    // --optimizer-cache bytes: host copies of NVMe optimizer states (0 = none)
     char profile_path[TT_PATH_MAX]; // --profile ("" = $XDG_CACHE_HOME or ~/.cache /tiertrain/profile.json)
     // ---- io / host tier
     char nvme_path[TT_PATH_MAX]; // --nvme-path DIR[,DIR...]

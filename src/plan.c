@@ -241,8 +241,8 @@ static void plan_traffic(const config_t *cfg, const model_t *m, plan_t *p) {
         p->d2h_bytes += (uint64_t)(cfg->accum * (m->L + 1) * ck);
         p->h2d_bytes += (uint64_t)((vertical ? 2 : 1) * cfg->accum * m->L * ck);
     }
-    if (cfg->optim_tier == TIER_NVME) {
-        p->nvme_read_bytes += (uint64_t)(P * 12);
+    if (cfg->optim_tier == TIER_NVME) { // the --optimizer-cache's chunks are written through, never read again
+        p->nvme_read_bytes += (uint64_t)((P - (double)tier_cached_elems(lay, m)) * 12);
         p->nvme_write_bytes += (uint64_t)(P * 12);
     }
 }
@@ -278,6 +278,7 @@ static void ram_fixes(const config_t *cfg, const plan_t *p, char *fix, size_t le
     }
     if (cfg->acts_tier == ACTS_HOST && p->lay.vertical) strcat(fix, "--schedule horizontal, ");
     if (p->lay.nhcache) strcat(fix, "a smaller --host-cache, ");
+    if (p->lay.nocache) strcat(fix, "a smaller --optimizer-cache, ");
 }
 
 // Does it fit the budgets, RAM and NVMe free space? Else the reason and what would fix it.

@@ -145,7 +145,9 @@ int tier_init(tier_t **out, const config_t *cfg, const model_t *m, backend_t *be
     t->hcache_shard = calloc((size_t)lay->nhcache + 1, sizeof *t->hcache_shard);
     t->plo = calloc(ns, sizeof *t->plo);
     t->pn = calloc(ns, sizeof *t->pn);
-    if (!t->table || !t->label || !t->slot_of || !t->gslot_of || !t->slot_ev || !t->hcache_shard || !t->plo || !t->pn)
+    t->ocache_x = calloc((size_t)lay->nocache + 1, sizeof *t->ocache_x);
+    if (!t->table || !t->label || !t->slot_of || !t->gslot_of || !t->slot_ev || !t->hcache_shard || !t->plo || !t->pn ||
+        !t->ocache_x)
         goto oom;
     for (int s = 0; s < m->nshards; s++) tier_piece(lay, m, s, &t->plo[s], &t->pn[s]);
     t->gather = lay->ranks > 1;
@@ -246,6 +248,7 @@ void tier_free(tier_t *t) {
     free(t->gss);
     free(t->plo);
     free(t->pn);
+    free(t->ocache_x);
     free(t->gw[0].tk);
     free(t->gw[1].tk);
     free(t);
@@ -549,15 +552,33 @@ static void xfer_done(io_ticket_t *tk, void *arg) {
 // A read takes the chunk's gradients with its states when they live on NVMe: one request of
 // g, master, m, v — or, with --io-verify, two, since g and the states were written apart and
 // each write's CRC covers its own extent. A write puts back master, m, v only.
-int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int half, char *err, size_t errlen) {
-    size_t lo, n;
-    tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
+// Queues nreq requests of chunk c of shard as transfer x.
+static int xfer_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, io_req_t *r, int nreq, char *err,
+                       size_t errlen) {
     memset(x, 0, sizeof *x);
     x->op = op;
     x->shard = shard;
     x->chunk = c;
     x->label = t->m->shards[shard].name;
     x->t0 = trace_now_ms();
+    for (int k = 0; k < nreq; k++) {
+        if (trace_enabled()) {
+            r[k].cb = xfer_done;
+            r[k].cb_arg = x;
+        }
+        int rc = nvme_store_submit(t->nvme, &x->tk[k], &r[k]);
+        if (rc != 0) {
+            snprintf(err, errlen, "%s: %s", r[k].name, strerror(-rc));
+            return rc;
+        }
+        x->n = k + 1;
+    }
+    return 0;
+}
+
+int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int half, char *err, size_t errlen) {
+    size_t lo, n;
+    tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     const uint64_t base = tier_chunk_off(t, shard, c), o32 = 3 * n * sizeof(float);
     const uint64_t g = (uint64_t)(t->lay.o32_parts - 3) * n * sizeof(float); // 0 unless --grads nvme
     float *stage = t->buf[TB_OPTIM_STAGING][half];
@@ -574,19 +595,42 @@ int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int
                           .crc = t->table[shard][ST_G].crc[c]};
         nreq = 2;
     }
-    for (int k = 0; k < nreq; k++) {
-        if (trace_enabled()) {
-            r[k].cb = xfer_done;
-            r[k].cb_arg = x;
-        }
-        int rc = nvme_store_submit(t->nvme, &x->tk[k], &r[k]);
-        if (rc != 0) {
-            snprintf(err, errlen, "%s: %s", r[k].name, strerror(-rc));
-            return rc;
-        }
-        x->n = k + 1;
-    }
-    return 0;
+    return xfer_submit(t, x, op, shard, c, r, nreq, err, errlen);
+}
+
+int tier_o32_ncache(const tier_t *t) { return t->lay.nocache; }
+
+void tier_o32_cache_views(tier_t *t, int k, size_t n, float **master, float **m, float **v) {
+    float *base = t->buf[TB_OPTIM_CACHE][k];
+    *master = base;
+    *m = base + n;
+    *v = base + 2 * n;
+}
+
+tier_xfer_t *tier_o32_cache_xfer(tier_t *t, int k) { return &t->ocache_x[k]; }
+int tier_o32_cache_valid(const tier_t *t) { return t->ocache_valid; }
+void tier_o32_cache_set_valid(tier_t *t, int valid) { t->ocache_valid = valid; }
+
+// master, m, v are one extent after the chunk's g, written (and CRC'd) together
+int tier_o32_cache_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int k, char *err, size_t errlen) {
+    size_t lo, n;
+    tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
+    const uint64_t g = (uint64_t)(t->lay.o32_parts - 3) * n * sizeof(float);
+    io_req_t r = {.op = op, .off = tier_chunk_off(t, shard, c) + g, .len = 3 * n * sizeof(float),
+                  .buf = t->buf[TB_OPTIM_CACHE][k], .name = t->label[shard][ST_O32],
+                  .crc = op == IO_READ ? t->table[shard][ST_O32].crc[c] : 0};
+    return xfer_submit(t, x, op, shard, c, &r, 1, err, errlen);
+}
+
+int tier_grads_submit(tier_t *t, tier_xfer_t *x, int shard, int c, int half, char *err, size_t errlen) {
+    memset(x, 0, sizeof *x);
+    if (t->lay.o32_parts == 3) return 0; // the gradients are in a home
+    size_t lo, n;
+    tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
+    io_req_t r = {.op = IO_READ, .off = tier_chunk_off(t, shard, c), .len = n * sizeof(float),
+                  .buf = t->buf[TB_OPTIM_STAGING][half], .name = t->label[shard][ST_G],
+                  .crc = t->table[shard][ST_G].crc[c]};
+    return xfer_submit(t, x, IO_READ, shard, c, &r, 1, err, errlen);
 }
 
 int tier_o32_finish(tier_t *t, tier_xfer_t *x, char *err, size_t errlen) {
@@ -657,6 +701,7 @@ int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **
 
 int tier_o32_put(tier_t *t, int shard, int c, int parts, char *err, size_t errlen) {
     tier_entry_t *e = &t->table[shard][ST_O32];
+    t->ocache_valid = 0; // a cache entry may hold this chunk's old states
     size_t lo, n, total = t->pn[shard];
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     lo -= t->plo[shard];

@@ -61,6 +61,7 @@ typedef enum {
     TB_GRAD_STAGING,   // host: device-resident gradients read back for the host update (GPU)
     TB_GRAD_NVME,      // host: --grads nvme on a GPU: each slot's gradient copied down on its way to NVMe
     TB_OPTIM_STAGING,  // host: the NVMe double buffer, or device states' staging for checkpoints
+    TB_OPTIM_CACHE,    // host: master | m | v of the update's first nocache chunks (--optimizer-cache)
     TB_NEW_PARAMS,     // device: --optimizer device's new compute copy when its home is elsewhere
     TB_TIED_GRAD,      // device: the tied LM head's share of the embedding gradient (every chunk's)
     TB_WEIGHTS,        // device: FP32 weights of the largest shard (bf16 mode)
@@ -104,6 +105,7 @@ typedef struct {
     size_t pbytes;              // bytes per element of the compute copy
     size_t chunk_elems;         // elements of an optimizer chunk (all chunks of a shard but its last)
     int o32_parts;              // floats per element of an NVMe chunk: master, m, v, and g first with --grads nvme
+    int nocache;                // the update's first chunks (this rank's, in order) whose states stay in RAM
     int max_uses;               // the longest use order (a step's or an evaluation's)
     int rank, ranks;            // ZeRO-3: the homes hold this rank's piece of every shard (tier_piece)
     tier_spec_t spec[TB_COUNT];
@@ -131,6 +133,8 @@ void tier_chunk_range(const tier_layout_t *lay, const model_t *m, int s, int c, 
 int tier_gchunks(const tier_layout_t *lay, const model_t *m, int s);
 void tier_gchunk_range(const tier_layout_t *lay, const model_t *m, int s, int c, size_t *lo, size_t *n);
 int tier_first_gchunk(const tier_layout_t *lay, const model_t *m, int s);
+// Elements of the update's first nocache chunks (--optimizer-cache).
+uint64_t tier_cached_elems(const tier_layout_t *lay, const model_t *m);
 
 // ---------------------------------------------------------------- the residency table
 
@@ -246,6 +250,21 @@ int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int
 // Waits for x (nothing when idle), counts its bytes and keeps the CRCs of a write. Returns 0
 // or -errno with the ticket's message.
 int tier_o32_finish(tier_t *t, tier_xfer_t *x, char *err, size_t errlen);
+// --optimizer-cache (NVMe states): the update's first ncache chunks (this rank's, in order)
+// work in cache entries of their own, written through to NVMe, so that an update reads them
+// only when the entries are not valid: at the first update, and after tier_o32_put. Entry k's
+// views for a chunk of n elements; its transfer; whether the entries hold the states on NVMe
+// (the update that wrote them home sets it).
+int tier_o32_ncache(const tier_t *t);
+void tier_o32_cache_views(tier_t *t, int k, size_t n, float **master, float **m, float **v);
+tier_xfer_t *tier_o32_cache_xfer(tier_t *t, int k);
+int tier_o32_cache_valid(const tier_t *t);
+void tier_o32_cache_set_valid(tier_t *t, int valid);
+// Queues the read of chunk c of shard's master, m, v into entry k, or their write from it.
+int tier_o32_cache_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int k, char *err, size_t errlen);
+// Queues the read of chunk c of shard's gradients alone (--grads nvme) into staging half
+// `half`, where tier_grads_for_update finds them; nothing otherwise.
+int tier_grads_submit(tier_t *t, tier_xfer_t *x, int shard, int c, int half, char *err, size_t errlen);
 // The gradients of chunk c of shard where the host update reads them: the home, the NVMe
 // staging half (read with the states), or a copy from the device (queued after the step's
 // backward only).

@@ -64,11 +64,15 @@ struct tier {
         int fail_k;               // the first use whose gather failed, -1: none
         char err[256];
     } gat;
+    // ---- --optimizer-cache: entry k holds the states of the update's k-th chunk, as on NVMe
+    // while ocache_valid. The update job alone uses the entries; tier_o32_put (the optimizer
+    // idle) clears ocache_valid.
+    tier_xfer_t *ocache_x;        // (nocache) each entry's fill in flight
+    int ocache_valid;
     tier_stats_t stats;
 };
 
 static inline void stat_add(uint64_t *counter, uint64_t n) { __atomic_fetch_add(counter, n, __ATOMIC_RELAXED); }
 
-// The NVMe extent of chunk c of shard's (g,) master, m, v: every chunk before it is full.
 // The NVMe extent of chunk c of shard's (g,) master, m, v: every chunk before it is full.
 uint64_t tier_chunk_off(const tier_t *t, int shard, int c);

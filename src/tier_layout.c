@@ -52,6 +52,18 @@ int tier_nchunks(const tier_layout_t *lay, const model_t *m, int s) {
     return pn ? (int)(CEIL_DIV(plo + pn, lay->chunk_elems) - plo / lay->chunk_elems) : 0;
 }
 
+uint64_t tier_cached_elems(const tier_layout_t *lay, const model_t *m) {
+    uint64_t total = 0;
+    int k = 0;
+    for (int s = 0; s < m->nshards && k < lay->nocache; s++)
+        for (int c = 0; c < tier_nchunks(lay, m, s) && k < lay->nocache; c++, k++) {
+            size_t lo, n;
+            tier_chunk_range(lay, m, s, c, &lo, &n);
+            total += n;
+        }
+    return total;
+}
+
 void tier_chunk_range(const tier_layout_t *lay, const model_t *m, int s, int c, size_t *lo, size_t *n) {
     size_t plo, pn, glo, gn;
     tier_piece(lay, m, s, &plo, &pn);
@@ -94,6 +106,15 @@ static void layout_specs(const config_t *cfg, const model_t *m, tier_layout_t *l
          big * f);
     spec(lay, TB_OPTIM_STAGING, "optimizer staging", "optimizer_staging", H, O == TIER_NVME ? 2 : O == TIER_DEVICE,
          ostage);
+    // --optimizer-cache: whole chunks of master, m, v, at most the update's
+    lay->nocache = 0;
+    if (O == TIER_NVME && cfg->optim_cache) {
+        uint64_t n = cfg->optim_cache / ALIGN_UP(3 * lay->chunk_elems * f, PAGE), all = 0;
+        for (int s = 0; s < m->nshards; s++) all += (uint64_t)tier_nchunks(lay, m, s);
+        lay->nocache = (int)(n < all ? n : all);
+    }
+    spec(lay, TB_OPTIM_CACHE, "optimizer state cache", "optimizer_cache", H, lay->nocache,
+         3 * lay->chunk_elems * f);
     spec(lay, TB_NEW_PARAMS, "new parameters", "scratch", D, O == TIER_DEVICE && P != TIER_DEVICE, big * pb);
     spec(lay, TB_TIED_GRAD, "tied head gradient", "scratch", D, m->tie, emb * f);
     spec(lay, TB_WEIGHTS, "FP32 weight scratch", "scratch", D, pb == 2, big * f);

@@ -417,6 +417,10 @@ static const resume_case_t resume_cases[] = {
     {"--save-dtype bf16 (the FP32 master travels in optimizer.safetensors)", {NULL}, {"--save-dtype", "bf16", NULL},
      {NULL}},
     {"tied head, fp32", {"--tie", "--precision", "fp32", NULL}, {NULL}, {NULL}},
+    // the saved states of the cached chunks are the ones written through; the resumed run's
+    // cache is filled from what the checkpoint put on NVMe
+    {"--optimizer-cache on both sides", {NULL}, {"--params", "host", "--optimizer", "nvme", "--optimizer-cache", "1M", NULL},
+     {"--params", "host", "--optimizer", "nvme", "--optimizer-cache", "1M", NULL}},
 };
 #undef ALL_NVME
 enum { NRESUME = sizeof resume_cases / sizeof resume_cases[0] };
