@@ -63,41 +63,42 @@ static int with_piece(const tier_layout_t *lay, const model_t *md, int s) {
     return s;
 }
 
-// --optimizer-cache: reads the states of the update's first nc chunks (this rank's, in order)
-// into their cache entries, all queued at once; the update waits for each in turn.
-static int cache_fill(tier_t *tier, const model_t *md, int nc, char *err, size_t errlen) {
+// --optimizer-cache: reads the states of the update's first ncache chunks (this rank's, in
+// order) into their cache entries, all queued at once; the update waits for each in turn.
+static int cache_fill(tier_t *tier, const model_t *md, int ncache, char *err, size_t errlen) {
     const tier_layout_t *lay = tier_layout_of(tier);
     int rc = 0, k = 0;
-    for (int s = 0; s < md->nshards && k < nc && rc == 0; s++)
-        for (int c = 0; c < tier_nchunks(lay, md, s) && k < nc && rc == 0; c++, k++)
+    for (int s = 0; s < md->nshards && k < ncache && rc == 0; s++)
+        for (int c = 0; c < tier_nchunks(lay, md, s) && k < ncache && rc == 0; c++, k++)
             rc = tier_o32_cache_submit(tier, tier_o32_cache_xfer(tier, k), IO_READ, s, c, k, err, errlen);
     return rc;
 }
 
 // The read into staging half `half` of the update's k-th chunk, (s, c): its gradients alone
 // when its states are cached, else its gradients (--grads nvme) and states.
-static int chunk_read(tier_t *tier, tier_xfer_t *x, int s, int c, int k, int half, int na, char *err, size_t errlen) {
-    if (k < na) return tier_grads_submit(tier, x, s, c, half, err, errlen);
+static int chunk_read(tier_t *tier, tier_xfer_t *x, int s, int c, int k, int half, int ncache, char *err,
+                      size_t errlen) {
+    if (k < ncache) return tier_grads_submit(tier, x, s, c, half, err, errlen);
     return tier_o32_submit(tier, x, IO_READ, s, c, half, err, errlen);
 }
 
 int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, float lr, float grad_scale,
                    char *err, size_t errlen) {
     const tier_layout_t *lay = tier_layout_of(tier);
-    const int nvme = lay->home[ST_O32] == TIER_NVME, na = nvme ? tier_o32_ncache(tier) : 0;
+    const int nvme = lay->home[ST_O32] == TIER_NVME, ncache = nvme ? tier_o32_ncache(tier) : 0;
     double t0 = now_ms();
     adamw_params_t hp = optim_hparams(cfg, t, lr, grad_scale);
     // NVMe: chunk k+1's states are read into one half of the double buffer while chunk k is
     // updated in the other and written back; a half is read into again only after its write
-    // has completed. Each in-flight transfer remembers its chunk. The first na chunks work in
+    // has completed. Each in-flight transfer remembers its chunk. The first ncache chunks work in
     // their --optimizer-cache entries, written through (only their gradients use a half).
     tier_xfer_t rd[2], wr[2];
     memset(rd, 0, sizeof rd);
     memset(wr, 0, sizeof wr);
     int rc = 0, s0 = with_piece(lay, md, 0); // the first read: the first shard with a piece here
-    if (na && !tier_o32_cache_valid(tier)) rc = cache_fill(tier, md, na, err, errlen); // the first update, or stale
+    if (ncache && !tier_o32_cache_valid(tier)) rc = cache_fill(tier, md, ncache, err, errlen); // first, or stale
     tier_o32_cache_set_valid(tier, 0); // until this update has written every chunk home
-    if (rc == 0 && nvme && s0 < md->nshards) rc = chunk_read(tier, &rd[0], s0, 0, 0, 0, na, err, errlen);
+    if (rc == 0 && nvme && s0 < md->nshards) rc = chunk_read(tier, &rd[0], s0, 0, 0, 0, ncache, err, errlen);
     for (int s = 0, k = 0; s < md->nshards && rc == 0; s++) {
         const int nc = tier_nchunks(lay, md, s);
         void *pc = tier_params_build(tier, s);
@@ -112,21 +113,21 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
             if (nvme) {
                 int ns = c + 1 < nc ? s : with_piece(lay, md, s + 1), ncx = c + 1 < nc ? c + 1 : 0;
                 if (ns < md->nshards && (rc = tier_o32_finish(tier, &wr[nb], err, errlen)) == 0)
-                    rc = chunk_read(tier, &rd[nb], ns, ncx, k + 1, nb, na, err, errlen);
+                    rc = chunk_read(tier, &rd[nb], ns, ncx, k + 1, nb, ncache, err, errlen);
                 if (rc == 0) rc = tier_o32_finish(tier, &rd[b], err, errlen);
-                if (rc == 0 && k < na) rc = tier_o32_finish(tier, tier_o32_cache_xfer(tier, k), err, errlen);
+                if (rc == 0 && k < ncache) rc = tier_o32_finish(tier, tier_o32_cache_xfer(tier, k), err, errlen);
                 if (rc != 0) break;
             }
             size_t lo, n;
             tier_chunk_range(lay, md, s, c, &lo, &n);
             float *master, *m, *v;
-            if (k < na) tier_o32_cache_views(tier, k, n, &master, &m, &v);
+            if (k < ncache) tier_o32_cache_views(tier, k, n, &master, &m, &v);
             else tier_o32_views(tier, s, c, b, &master, &m, &v);
             adamw_chunk(md, cfg, NULL, s, lo, n, master, m, v, tier_grads_for_update(tier, s, c, b), pc, plo,
                         lay->pbytes, &hp);
             if (c == nc - 1) rc = shard_done(tier, s, pc, err, errlen); // the states' write may still run
             if (rc == 0 && nvme)
-                rc = k < na ? tier_o32_cache_submit(tier, &wr[b], IO_WRITE, s, c, k, err, errlen)
+                rc = k < ncache ? tier_o32_cache_submit(tier, &wr[b], IO_WRITE, s, c, k, err, errlen)
                             : tier_o32_submit(tier, &wr[b], IO_WRITE, s, c, b, err, errlen);
         }
     }
@@ -138,7 +139,7 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
         int r2 = tier_o32_finish(tier, &wr[b], e2, sizeof e2);
         if (r2 != 0 && rc == 0) { rc = r2; snprintf(err, errlen, "%s", e2); }
     }
-    for (int k = 0; k < na; k++) { // an update stopped early leaves cache fills in flight
+    for (int k = 0; k < ncache; k++) { // an update stopped early leaves cache fills in flight
         char e2[512];
         int r = tier_o32_finish(tier, tier_o32_cache_xfer(tier, k), e2, sizeof e2);
         if (r != 0 && rc == 0) { rc = r; snprintf(err, errlen, "%s", e2); }

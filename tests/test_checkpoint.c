@@ -419,7 +419,8 @@ static const resume_case_t resume_cases[] = {
     {"tied head, fp32", {"--tie", "--precision", "fp32", NULL}, {NULL}, {NULL}},
     // the saved states of the cached chunks are the ones written through; the resumed run's
     // cache is filled from what the checkpoint put on NVMe
-    {"--optimizer-cache on both sides", {NULL}, {"--params", "host", "--optimizer", "nvme", "--optimizer-cache", "1M", NULL},
+    {"--optimizer-cache on both sides", {NULL},
+     {"--params", "host", "--optimizer", "nvme", "--optimizer-cache", "1M", NULL},
      {"--params", "host", "--optimizer", "nvme", "--optimizer-cache", "1M", NULL}},
 };
 #undef ALL_NVME
