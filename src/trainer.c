@@ -143,8 +143,14 @@ double trainer_forward(trainer_t *tr, const int *tokens, const int *targets) {
     return step_forward(&tr->step, tokens, targets);
 }
 
-void trainer_logits(trainer_t *tr, float *dst) {
+int trainer_logits(trainer_t *tr, float *dst, char *err, size_t errlen) {
+    if (tr->model.V > CE_QUANTUM) {
+        snprintf(err, errlen, "logits of a vocabulary of %d: the forward holds %d columns at a time", tr->model.V,
+                 CE_QUANTUM);
+        return -EINVAL;
+    }
     backend_copy_d2h(&tr->be, dst, tr->step.a.logits, (size_t)tr->step.N * (size_t)tr->model.V * sizeof(float));
+    return 0;
 }
 
 double trainer_forward_backward(trainer_t *tr, const int *tokens, const int *targets, int nmb, float dscale) {

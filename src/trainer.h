@@ -61,8 +61,9 @@ const char *trainer_fault(const trainer_t *tr);
 void trainer_begin_eval(trainer_t *tr, int nbatches);
 // Forward only over (B, T) tokens. Returns the mean loss, or NaN (trainer_fault says why).
 double trainer_forward(trainer_t *tr, const int *tokens, const int *targets);
-// The last forward's logits (N, V) into dst (host memory).
-void trainer_logits(trainer_t *tr, float *dst);
+// The last forward's logits (N, V) into dst (host memory), for a vocabulary of one quantum
+// (V ≤ CE_QUANTUM: the forward holds one quantum's logits at a time). Returns 0 or -EINVAL.
+int trainer_logits(trainer_t *tr, float *dst, char *err, size_t errlen);
 // Forward + backward of nmb micro-batches (tokens, targets: nmb × N; nmb ≤ --accum when
 // vertical), gradients scaled by dscale (1 / (N · accum) for a mean over the step's tokens).
 // Returns the mean of the micro-batch losses, or NaN (trainer_fault says why).

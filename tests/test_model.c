@@ -124,7 +124,7 @@ static void run_reference(const char *fixture, precision_t prec) {
     double la = bf ? BF16_LOGITS_ATOL_FRAC * max_abs(fx.logits, N * fx.V) : FP32_LOGITS_ATOL;
     float *logits = malloc(N * fx.V * sizeof(float));
     ck_assert_ptr_nonnull(logits);
-    trainer_logits(tr, logits);
+    ck_assert_msg(trainer_logits(tr, logits, err, sizeof err) == 0, "%s", err);
     ck_assert(tu_close_f("logits", logits, fx.logits, N * fx.V, la, bf ? BF16_RTOL : FP32_LOGITS_RTOL));
     free(logits);
 
