@@ -482,9 +482,12 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
     if (rc == 0) progress_end(&pg);
     // what the load did not read (the BF16 model beside its FP32 master; tensors of no shard)
     // is checked all the same: a corrupt file is never passed on as a good one
-    if (rc == 0 && reader) rc = st_verify_rest(mr, err, errlen);
-    if (rc == 0 && reader && orr && !weights_only) rc = st_verify_rest(orr, err, errlen);
-    if (rc == 0) rc = comm_bcast_rc(comm_world(), rc, "the checkpoint", err, errlen); // a failed loop said so
+    // (by the reader alone: its verdict goes to every rank, which all reach here unless the
+    // loop failed, and said so, everywhere)
+    int vrc = 0;
+    if (rc == 0 && reader) vrc = st_verify_rest(mr, err, errlen);
+    if (vrc == 0 && rc == 0 && reader && orr && !weights_only) vrc = st_verify_rest(orr, err, errlen);
+    if (rc == 0) rc = comm_bcast_rc(comm_world(), vrc, "the checkpoint", err, errlen);
     char got[17];
     snprintf(got, sizeof got, "%016llx", (unsigned long long)hash);
     if (rc == 0 && strcmp(got, info->params_hash) != 0) {

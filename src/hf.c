@@ -304,8 +304,9 @@ int hf_load(trainer_t *tr, const char *dir, FILE *out, char *err, size_t errlen)
         }
     }
     if (rc == 0) progress_end(&pg);
-    for (int i = 0; i < f->nfiles && rc == 0; i++) rc = st_verify_rest(f->r[i], err, errlen);
-    if (rc == 0) rc = comm_bcast_rc(w, rc, "the folder", err, errlen);
+    int vrc = 0; // rank 0 reads for all (the others hold no files): its verdict goes to every rank
+    for (int i = 0; i < f->nfiles && rc == 0 && vrc == 0; i++) vrc = st_verify_rest(f->r[i], err, errlen);
+    if (rc == 0) rc = comm_bcast_rc(w, vrc, "the folder", err, errlen);
     uint64_t hash = 0;
     if (rc == 0) rc = trainer_params_hash(tr, &hash, err, errlen);
     if (rc == 0) { // notices once it loaded: a refusal stays one line
