@@ -45,20 +45,21 @@ int bench_overlap(const config_t *cfg_in) {
     uint64_t hash[3] = {0};
     int failed = 0;
     for (int w = 0; w < 3; w++) {
-        cfg.params_tier = ways[w].params;
-        cfg.grads_tier = ways[w].grads;
-        cfg.optim_tier = ways[w].optim;
+        config_t c = cfg; // each placement from the flags: nothing the previous one's auto decided
+        c.params_tier = ways[w].params;
+        c.grads_tier = ways[w].grads;
+        c.optim_tier = ways[w].optim;
         plan_t p;
-        plan_compute(&cfg, &m, rates, &p);
+        plan_compute(&c, &m, rates, &p);
         char why[512]; // --recompute auto decides as train would, per placement (the floor is for what runs)
-        if (p.feasible && plan_recompute_auto(&cfg, &m, rates, &p, why, sizeof why) && w == 0) printf("%s\n\n", why);
+        if (p.feasible && plan_recompute_auto(&c, &m, rates, &p, why, sizeof why) && w == 0) printf("%s\n\n", why);
         if (!p.feasible) {
             printf("%-24s infeasible: %s\n", ways[w].name, p.reason);
             failed = 1;
             continue;
         }
         bench_run_t r;
-        if (bench_run_steps(&cfg, OVERLAP_STEPS, &r, err, sizeof err) != 0) {
+        if (bench_run_steps(&c, OVERLAP_STEPS, &r, err, sizeof err) != 0) {
             printf("%-24s failed: %s\n", ways[w].name, err);
             failed = 1;
             continue;
