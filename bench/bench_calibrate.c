@@ -18,14 +18,14 @@
 //               over 32M parameters (fewer when --size is under 512 MiB: 32M·size/512M,
 //               at least 4M, so small calibrations stay short), state touched first.
 // Every figure is the median of several timed repeats (see the counts below): gemm,
-// copies and Adam after one untimed warm-up each; NVMe over 3..7 write+read passes (the
+// copies and Adam after one untimed warm-up each; NVMe over 3..7 write+read passes (--quick: 1; the
 // first write lands on freshly preallocated extents, which some filesystems convert on
 // first write: the median keeps that one slow pass out). The store is 4 GiB because a
 // virtual disk's small files hit a cache (on the 2-core VM a 512 MiB file reads at 4 GB/s,
 // 8 GiB at 1-2 GB/s): a rate from a small file would promise what a large model never gets.
-// A --size under 512 MiB is a quick calibration with fewer repeats (the tests run one at 64M
-// in a few seconds; a run without a profile, over its own working set); at full size it
-// takes 30-60 s on a 2-core VM.
+// --quick, or a --size under 512 MiB, is a quick calibration: fewer repeats and one NVMe pass
+// (the tests run one at 64M; a run without a profile runs one over its own working set, up
+// to 4 GiB, in about 5 s); at full size it takes 30-60 s on a 2-core VM.
 // Prints a table (what, measured, unit, how), writes the profile, says where, then as the
 // last line one JSON object {"bench":"calibrate",...}. Returns the process exit code: 0,
 // 1 a measurement or the write failed, 2 bad input (store options) found before work.
@@ -63,7 +63,8 @@
 #define COPY_REPS_QUICK 5
 #define NVME_PASSES_MIN 3          // write+read passes: at least this many,
 #define NVME_PASSES_MAX 7          // at most this many,
-#define NVME_BUDGET_S 15.0         // and no new pass once the passes took this long (slow disks)
+#define NVME_BUDGET_S 15.0         // and no new pass once the passes took this long (slow disks);
+#define NVME_PASSES_QUICK 1        // a quick calibration: one
 #define ADAM_REPS 7
 #define ADAM_REPS_QUICK 3
 #define MAX_REPS 15                // the largest of the above (median's scratch)
@@ -202,10 +203,10 @@ static int nvme_pass(nvme_store_t *s, io_ticket_t *t, int64_t *blk, int nt, char
     return rc;
 }
 
-// Alternating write and read passes (NVME_PASSES_MIN..MAX, see NVME_BUDGET_S); medians
-// into *wr, *rd (bytes/s), the number of passes into *passes.
-static int nvme_measure(nvme_store_t *s, char *buf, int nt, uint64_t block, uint64_t nblocks, double *wr, double *rd,
-                        int *passes, char *msg, size_t msglen) {
+// Alternating write and read passes (NVME_PASSES_MIN..MAX, see NVME_BUDGET_S; quick: one);
+// medians into *wr, *rd (bytes/s), the number of passes into *passes.
+static int nvme_measure(nvme_store_t *s, char *buf, int nt, uint64_t block, uint64_t nblocks, int quick, double *wr,
+                        double *rd, int *passes, char *msg, size_t msglen) {
     io_ticket_t *t = calloc((size_t)nt, sizeof *t);
     int64_t *blk = calloc((size_t)nt, sizeof *blk);
     uint32_t *crcs = calloc(nblocks, sizeof *crcs);
@@ -216,7 +217,8 @@ static int nvme_measure(nvme_store_t *s, char *buf, int nt, uint64_t block, uint
     }
     double tw[NVME_PASSES_MAX], tr[NVME_PASSES_MAX], spent = 0;
     int np = 0;
-    while (rc == 0 && np < NVME_PASSES_MAX && (np < NVME_PASSES_MIN || spent < NVME_BUDGET_S)) {
+    const int pmin = quick ? NVME_PASSES_QUICK : NVME_PASSES_MIN, pmax = quick ? NVME_PASSES_QUICK : NVME_PASSES_MAX;
+    while (rc == 0 && np < pmax && (np < pmin || spent < NVME_BUDGET_S)) {
         rc = nvme_pass(s, t, blk, nt, buf, block, nblocks, crcs, IO_WRITE, &tw[np], msg, msglen);
         if (rc == 0) rc = nvme_pass(s, t, blk, nt, buf, block, nblocks, crcs, IO_READ, &tr[np], msg, msglen);
         if (rc == 0) spent += tw[np] + tr[np], np++;
@@ -296,6 +298,10 @@ int bench_calibrate(const config_t *cfg) {
         notice("bench calibrate: the NVMe folder has %s free: measuring over %s instead of %s",
                format_bytes(a, sizeof a, 2 * room), format_bytes(b, sizeof b, room), format_bytes(c, sizeof c, size));
         size = room;
+    } else if (room && size > room) { // under 512 MiB to spare: a cached file's rate, not the disk's
+        usage_error("--size %s: the NVMe folder %s has %s free, and calibrate takes at most half (free space, or give "
+                    "--nvme-path another disk)", format_bytes(a, sizeof a, size),
+                    cfg->nvme_path[0] ? cfg->nvme_path : "(default: $TMPDIR or /tmp)", format_bytes(b, sizeof b, 2 * room));
     }
     const uint64_t nblocks = size / block;
     if (nblocks == 0)
@@ -303,7 +309,7 @@ int bench_calibrate(const config_t *cfg) {
     size = nblocks * block;
     size_t adam_n = (size_t)((double)ADAM_MAX * (double)size / (double)NVME_QUICK);
     adam_n = adam_n < ADAM_MIN ? ADAM_MIN : adam_n > ADAM_MAX ? ADAM_MAX : adam_n;
-    const int quick = size < NVME_QUICK;
+    const int quick = cfg->bench_quick || size < NVME_QUICK;
     const int gemm_reps = quick ? GEMM_REPS_QUICK : GEMM_REPS, copy_reps = quick ? COPY_REPS_QUICK : COPY_REPS;
     const int adam_reps = quick ? ADAM_REPS_QUICK : ADAM_REPS;
     const char *path = profile_path(cfg, path_buf, sizeof path_buf);
@@ -384,7 +390,8 @@ int bench_calibrate(const config_t *cfg) {
     copy_measure(&be, h_copy, d_copy, copy_reps, &prof.h2d_Bps, &prof.d2h_Bps);
     char msg[1024] = "";
     int passes = 0;
-    if ((rc = nvme_measure(s, h_io, nt, block, nblocks, &prof.nvme_write_Bps, &prof.nvme_read_Bps, &passes, msg, sizeof msg)) != 0) {
+    if ((rc = nvme_measure(s, h_io, nt, block, nblocks, cfg->bench_quick, &prof.nvme_write_Bps, &prof.nvme_read_Bps,
+                           &passes, msg, sizeof msg)) != 0) {
         notice("bench calibrate: nvme: %s", msg);
         goto out;
     }

@@ -211,6 +211,9 @@ const flag_t cli_flags[] = {
      .hi = HUGE_VAL, .align = 4096, .group = G_BENCH, .cmds = CLI_CMD_BENCH,
      .help = "bytes of the bench io and bench calibrate NVMe file (small files hit a virtual disk's cache; calibrate "
              "takes at most half the free space, and is quick under 512M)"},
+    {.name = "quick", .kind = FK_SWITCH, FIELD(bench_quick), .group = G_BENCH, .cmds = CLI_CMD_BENCH,
+     .help = "bench calibrate: fewer repeats and one NVMe pass over --size (a few seconds; what train and plan run "
+             "once when there is no profile)"},
     {.name = "adam-params", .metavar = "N", .kind = FK_SIZE, FIELD(bench_params), .def = "256M", .lo = 4096,
      .hi = 4294967296.0, .group = G_BENCH, .cmds = CLI_CMD_BENCH,
      .help = "parameters the bench adam update runs over (units allowed: 256M = 256·2^20)"},

@@ -93,7 +93,8 @@ typedef struct {
     int shape_given, batch_given, steps_given; // bench train: a shape flag, --batch, --steps given
     // ---- bench
     char bench_name[32];     // tiertrain bench NAME
-    uint64_t bench_size;     // --size (bench io)
+    uint64_t bench_size;     // --size (bench io, bench calibrate)
+    int bench_quick;         // --quick (bench calibrate)
     uint64_t bench_params;   // --adam-params (bench adam)
     // ---- tokenize
     char tok_in[TT_PATH_MAX];  // tiertrain tokenize IN.txt / tiertrain report RUN.jsonl

@@ -60,7 +60,7 @@ static int calibrate_once(const config_t *cfg, const char *path) {
     char sz[32], thr[16];
     snprintf(sz, sizeof sz, "%lluM", (unsigned long long)(size >> 20));
     snprintf(thr, sizeof thr, "%d", cfg->threads);
-    notice("no calibration profile at %s: measuring this machine's rates once (a few seconds, NVMe over %s), so the "
+    notice("no calibration profile at %s: measuring this machine's rates once (about 5 s, NVMe over %s), so the "
            "floor is this machine's (tiertrain bench calibrate measures them at length)", path, sz);
     double t0 = now_ms();
     fflush(NULL);
@@ -73,7 +73,7 @@ static int calibrate_once(const config_t *cfg, const char *path) {
         unsetenv("PMIX_RANK");
         int null = open("/dev/null", O_WRONLY);
         if (null >= 0) dup2(null, STDOUT_FILENO); // its table is for bench calibrate's own user
-        char *argv[] = {"tiertrain", "bench", "calibrate", "--size", sz, "--device",
+        char *argv[] = {"tiertrain", "bench", "calibrate", "--quick", "--size", sz, "--device",
                         cfg->device == DEVICE_CUDA ? "cuda" : "cpu", "--threads", thr, "--profile", (char *)path,
                         cfg->nvme_path[0] ? "--nvme-path" : NULL, (char *)cfg->nvme_path, NULL};
         execv("/proc/self/exe", argv);
