@@ -483,14 +483,17 @@ static void resolve_recompute(config_t *cfg) {
     char *end = NULL;
     long n = strtol(a, &end, 10);
     cfg->recompute_auto = !strcmp(a, "auto");
-    cfg->kept_blocks = 0;
-    cfg->logits_kept = 0;
-    if (cfg->recompute_auto || !strcmp(a, "full")) cfg->kept_blocks = 0;
-    else if (!strcmp(a, "none")) { cfg->kept_blocks = cfg->L; cfg->logits_kept = 1; } // nothing computed twice
-    else if (a[0] && *end == 0 && n >= 0 && n <= cfg->L) cfg->kept_blocks = cfg->L - (int)n;
-    else
+    config_keep_nothing(cfg);
+    if (cfg->recompute_auto || !strcmp(a, "full")) return;
+    if (!strcmp(a, "none")) { // nothing computed twice (a vocabulary of one quantum has no logits to keep)
+        cfg->kept_blocks = cfg->L;
+        cfg->logits_kept = cfg->V > CE_QUANTUM;
+    } else if (a[0] && *end == 0 && n >= 0 && n <= cfg->L) {
+        cfg->kept_blocks = cfg->L - (int)n;
+    } else {
         usage_error("--recompute %s: accepted: auto, full, none, or a number of blocks 0..%d (the model has %d)", a,
                     cfg->L, cfg->L);
+    }
 }
 
 static void check_data(const config_t *c) {

@@ -108,6 +108,8 @@ void config_print(const config_t *c, FILE *f) {
     print_io(c, f);
 }
 
+void config_keep_nothing(config_t *c) { c->kept_blocks = c->kept_bf16 = c->logits_kept = 0; }
+
 void config_resolve_schedule(config_t *c) {
     if (c->schedule_auto) c->schedule = c->accum > 1 ? SCHEDULE_VERTICAL : SCHEDULE_HORIZONTAL;
     if (c->acts_auto) c->acts_tier = c->schedule == SCHEDULE_VERTICAL ? ACTS_HOST : ACTS_DEVICE;

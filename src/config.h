@@ -63,8 +63,10 @@ typedef struct {
     int kept_blocks;         // blocks 0..kept_blocks-1 keep their forward intermediates for the backward
                              // instead of recomputing them (0: every block recomputes, the zero default)
     int recompute_auto;      // --recompute auto: plan_recompute_auto sets kept_blocks
-    int kept_bf16;           // bf16 mode: kept intermediates stored as BF16 (plan_recompute_auto, when that keeps more)
-    int logits_kept;         // the head keeps every vocabulary quantum's logits for its backward (plan_recompute_auto)
+    int kept_bf16;           // kept intermediates stored as BF16 (plan_recompute_auto, in bf16 mode only, when that
+                             // keeps more); every reader takes it as it is
+    int logits_kept;         // the head keeps every vocabulary quantum's logits for its backward (plan_recompute_auto,
+                             // --recompute none; only for a vocabulary of several quanta, V > CE_QUANTUM)
     uint64_t host_cache;     // --host-cache bytes: host copies of NVMe-resident parameters (0 = none)
     uint64_t optim_cache;    // --optimizer-cache bytes: host copies of NVMe optimizer states (0 = none)
     char profile_path[TT_PATH_MAX]; // --profile ("" = $XDG_CACHE_HOME or ~/.cache /tiertrain/profile.json)
@@ -111,3 +113,6 @@ void config_print(const config_t *cfg, FILE *f);
 // schedule_auto / acts_auto say they were auto): vertical when --accum > 1, and then host
 // checkpoints. cli_parse resolves with it, and plan advice after changing --accum.
 void config_resolve_schedule(config_t *cfg);
+// Nothing kept for the backward: every block recomputes, the head computes its logits again
+// (kept_blocks, kept_bf16, logits_kept 0: what --recompute full runs and auto starts from).
+void config_keep_nothing(config_t *cfg);

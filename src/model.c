@@ -95,6 +95,11 @@ static void add_vocab_piece(model_t *m, shard_t *s, const char *name, int k, int
     t->init_tensor = init_tensor;
 }
 
+int model_quantum_cols(const model_t *m, int q) {
+    const int v0 = q * CE_QUANTUM;
+    return m->V - v0 < CE_QUANTUM ? m->V - v0 : CE_QUANTUM;
+}
+
 void model_vchunk(const model_t *m, int k, int *v0, int *nv) {
     *v0 = k * m->vrows;
     *nv = m->V - *v0 < m->vrows ? m->V - *v0 : m->vrows;

@@ -25,6 +25,7 @@ typedef enum { SHARD_EMBED = 0, SHARD_BLOCK, SHARD_HEAD } shard_kind_t;
 
 // Block tensor indices (in storage order inside a block shard).
 enum { BW_ATTN_NORM = 0, BW_Q, BW_K, BW_V, BW_O, BW_MLP_NORM, BW_GATE, BW_UP, BW_DOWN, BW_COUNT };
+enum { HW_NORM = 0 }; // the head shard's one tensor: the final norm's weights
 
 typedef struct {
     char name[48];     // e.g. "attn.wq"; export names are derived from kind/layer + this
@@ -82,6 +83,8 @@ static inline int model_head_shard(const model_t *m) { return m->vchunks + m->L;
 static inline int model_lm_shard(const model_t *m, int k) { return m->tie ? k : m->vchunks + m->L + 1 + k; }
 // Rows [*v0, *v0 + *nv) of the vocabulary in chunk k.
 void model_vchunk(const model_t *m, int k, int *v0, int *nv);
+// Columns of the head's vocabulary quantum q: CE_QUANTUM, fewer for the last.
+int model_quantum_cols(const model_t *m, int q);
 // Σ numel_padded of the embedding's chunks.
 size_t model_embed_numel(const model_t *m);
 

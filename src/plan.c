@@ -357,7 +357,7 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     const int kept = cfg->kept_blocks < m->L ? cfg->kept_blocks : m->L;
     const double r = (double)(m->L - kept) / m->L;
     const int passes = lay->vertical ? 1 : cfg->accum;
-    const int vlast = cfg->logits_kept ? m->V : m->V - (m->V - 1) / CE_QUANTUM * CE_QUANTUM;
+    const int vlast = cfg->logits_kept ? m->V : model_quantum_cols(m, CEIL_DIV(m->V, CE_QUANTUM) - 1);
     double mm = (6.0 + 2.0 * r) * (double)m->num_params * N * cfg->accum +
                 2.0 * N * C * ((double)cfg->accum * m->V - (double)passes * vlast);
     double att = 4.0 * (3.0 + r) * N * cfg->T * C / 2.0 * m->L * cfg->accum;
@@ -414,9 +414,7 @@ static int most_kept(config_t *cfg, const model_t *m, const profile_t *prof, pla
 int plan_recompute_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len) {
     why[0] = 0;
     if (!cfg->recompute_auto) return 0;
-    cfg->kept_blocks = 0;
-    cfg->kept_bf16 = 0;
-    cfg->logits_kept = 0;
+    config_keep_nothing(cfg);
     plan_compute(cfg, m, prof, p);
     const double full_ms = p->floor_ms;
     // the head's logits first (a vocabulary of several quanta: the backward then computes none again)
@@ -584,8 +582,7 @@ void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f) 
     fprintf(f, "\"hbm_budget\":%llu,\"host_budget\":%llu,\"kept_blocks\":%d,\"kept_bf16\":%s,\"logits_kept\":%s,"
                "\"ranks\":%d,\"local_ranks\":%d,\"comm_bytes\":%llu,\"t_ms\":{",
             (unsigned long long)cfg->hbm_budget, (unsigned long long)cfg->host_budget, cfg->kept_blocks,
-            cfg->kept_bf16 && cfg->precision == PREC_BF16 ? "true" : "false",
-            cfg->logits_kept && m->V > CE_QUANTUM ? "true" : "false", p->ranks, p->local_ranks,
+            cfg->kept_bf16 ? "true" : "false", cfg->logits_kept ? "true" : "false", p->ranks, p->local_ranks,
             (unsigned long long)p->comm_bytes);
     for (int r = 0; r < PLAN_NRES; r++) fprintf(f, "%s\"%s\":%.3f", r ? "," : "", plan_resource_names[r], p->t_ms[r]);
     fprintf(f, "},\"suggestions\":[");

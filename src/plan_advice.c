@@ -176,7 +176,7 @@ out:
 // least auto can fall back to: every block recomputing, the logits computed again.
 static void advise_fit(const config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, plan_t *q) {
     config_t c = *cfg;
-    if (c.recompute_auto) c.kept_blocks = c.kept_bf16 = c.logits_kept = 0;
+    if (c.recompute_auto) config_keep_nothing(&c);
     int ok = cfg->B, bad = 0;
     while (!bad && ok < 65536) {
         c.B = ok * 2 > 65536 ? 65536 : ok * 2;

@@ -128,16 +128,16 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     st->nmb = lay->nmb;
     st->vertical = lay->vertical;
     const size_t N = (size_t)st->N;
-    st->logits_all = cfg->logits_kept && m->V > CE_QUANTUM;
+    st->logits_all = cfg->logits_kept;
     acts_scratch_carve(&st->a, tier_buf(tier, TB_SCRATCH, 0), m, N, st->logits_all);
-    st->nq = (m->V + CE_QUANTUM - 1) / CE_QUANTUM;
+    st->nq = CEIL_DIV(m->V, CE_QUANTUM);
     st->lg_tag = malloc((size_t)(st->logits_all ? st->nq : 1) * sizeof *st->lg_tag);
     if (!st->lg_tag) {
         snprintf(err, errlen, "out of memory for the step's tables");
         return -ENOMEM;
     }
     st->kept = lay->spec[TB_KEPT].count / lay->nmb;
-    st->kept_bf16 = cfg->kept_bf16 && st->bf16;
+    st->kept_bf16 = cfg->kept_bf16;
     if (st->kept) {
         st->kept_base = calloc((size_t)lay->spec[TB_KEPT].count, sizeof *st->kept_base);
         if (!st->kept_base) {
@@ -338,14 +338,14 @@ static void *kept_of(const step_t *st, int mb, int l) {
     return st->kept_base[(size_t)k * (size_t)st->kept + (size_t)l];
 }
 
-// A kept block's forward writes its intermediates where they stay: FP32 storage is st->a's
+// A kept block's forward (kb: its allocation, kept_of) writes its intermediates where they
+// stay: FP32 storage is st->a's
 // forward buffers pointed into the allocation (the previous pointers into *saved; returns 1);
 // BF16 storage is the scratch, converted by acts_kept_store afterwards (returns 0).
-static int use_kept(step_t *st, int mb, int l, acts_scratch_t *saved) {
-    void *kept = kept_of(st, mb, l);
-    if (!kept || st->kept_bf16) return 0;
+static int use_kept(step_t *st, void *kb, acts_scratch_t *saved) {
+    if (!kb || st->kept_bf16) return 0;
     *saved = st->a;
-    acts_kept_carve(&st->a, kept, st->m, (size_t)st->N);
+    acts_kept_carve(&st->a, kb, st->m, (size_t)st->N);
     return 1;
 }
 
@@ -353,11 +353,11 @@ static void block_forward_mb(step_t *st, int mb, int l, const float *W) {
     double t0 = trace_now_ms();
     const float *x = acts_in(&st->acts, mb, l);
     acts_scratch_t saved;
-    int kept = use_kept(st, mb, l, &saved);
+    void *kb = kept_of(st, mb, l);
+    int kept = use_kept(st, kb, &saved);
     block_forward(st, l, W, x, acts_out(&st->acts, mb, l + 1));
-    void *kept16 = st->kept_bf16 ? kept_of(st, mb, l) : NULL;
     if (kept) st->a = saved;
-    else if (kept16) acts_kept_store(st->be, kept16, &st->a, st->m, (size_t)st->N);
+    else if (kb) acts_kept_store(st->be, kb, &st->a, st->m, (size_t)st->N); // BF16: converted from the scratch
     acts_commit(&st->acts, mb, l + 1);
     trace_span(TRACK_COMPUTE, "forward", st->m->shards[model_block_shard(st->m, l)].name, t0, trace_now_ms());
 }
@@ -382,7 +382,7 @@ static int *logits_tag(const step_t *st, int q) { return &st->lg_tag[st->logits_
 static void head_norm_weights(step_t *st) {
     const int hs = model_head_shard(st->m);
     const float *Wn = weights_acquire(st, hs);
-    backend_copy_d2d(st->be, st->wnorm, Wn + st->m->shards[hs].tensors[0].offset, (size_t)st->m->C * sizeof(float));
+    backend_copy_d2d(st->be, st->wnorm, tensor_of(st, Wn, hs, HW_NORM), (size_t)st->m->C * sizeof(float));
     weights_release(st, hs);
     st->xf_mb = -1; // the scratch's xf and logits are stale from here
     for (int i = 0; i < (st->logits_all ? st->nq : 1); i++) st->lg_tag[i] = -1;
@@ -398,17 +398,12 @@ static void head_xf(step_t *st, int mb) {
     st->xf_mb = mb;
 }
 
-static int quantum_cols(const model_t *m, int q) {
-    const int v0 = q * CE_QUANTUM;
-    return m->V - v0 < CE_QUANTUM ? m->V - v0 : CE_QUANTUM;
-}
-
 // Quantum q's logits (N, *Vq) of micro-batch mb (unless they are there already), from W, the
 // weights of the chunk holding it (rows from v0k); a->xf holds mb's normed x_L afterwards.
 static float *head_logits(step_t *st, int mb, int q, const float *W, int v0k, int *Vq) {
     const model_t *m = st->m;
     float *lg = logits_at(st, q);
-    *Vq = quantum_cols(m, q);
+    *Vq = model_quantum_cols(m, q);
     head_xf(st, mb);
     if (*logits_tag(st, q) == mb * st->nq + q) return lg;
     st->be->ops->matmul_forward(lg, st->a.xf, W + (size_t)(q * CE_QUANTUM - v0k) * m->C, st->N, m->C, *Vq);
@@ -422,7 +417,7 @@ static void chunk_quanta(const model_t *m, int k, int *q0, int *q1, int *v0) {
     int nv;
     model_vchunk(m, k, v0, &nv);
     *q0 = *v0 / CE_QUANTUM;
-    *q1 = (*v0 + nv + CE_QUANTUM - 1) / CE_QUANTUM;
+    *q1 = CEIL_DIV(*v0 + nv, CE_QUANTUM);
 }
 
 static double mean_loss(step_t *st) {
@@ -466,15 +461,19 @@ static const float *head_forward(step_t *st, int mb0, int mb1, int hold) {
     return hold ? W : NULL;
 }
 
+// Embedding chunk k's share of the tied head's gradient in gtie (every chunk's, in order).
+static float *tied_share(const step_t *st, int k) {
+    size_t off = 0;
+    for (int j = 0; j < k; j++) off += st->m->shards[model_embed_shard(st->m, j)].numel_padded;
+    return st->gtie + off;
+}
+
 // Where chunk k's LM head gradient sums: its shard's gradient (acquired; last: its final
-// visit), or the tied head's share (gtie, every embedding chunk's after the other). *n: its size.
+// visit), or the tied head's share. *n: its size.
 static float *lm_grads(step_t *st, int k, int last, size_t *n) {
     const model_t *m = st->m;
     *n = m->shards[model_lm_shard(m, k)].numel_padded;
-    if (!m->tie) return grads_acquire(st, model_lm_shard(m, k), last);
-    size_t off = 0;
-    for (int j = 0; j < k; j++) off += m->shards[model_embed_shard(m, j)].numel_padded;
-    return st->gtie + off;
+    return m->tie ? tied_share(st, k) : grads_acquire(st, model_lm_shard(m, k), last);
 }
 
 // The head's backward of micro-batches mb0..mb1-1 after head_forward (Wlast: the last chunk's
@@ -483,7 +482,7 @@ static float *lm_grads(step_t *st, int k, int last, size_t *n) {
 static void head_backward(step_t *st, int mb0, int mb1, const float *Wlast, int last, float dscale) {
     const model_t *m = st->m;
     const backend_ops_t *op = st->be->ops;
-    const int N = st->N, C = m->C, E = m->vchunks, qlast = (m->V - 1) / CE_QUANTUM;
+    const int N = st->N, C = m->C, E = m->vchunks, qlast = st->nq - 1;
     const size_t NC = (size_t)N * C;
     acts_scratch_t *a = &st->a;
     double th = trace_now_ms();
@@ -524,7 +523,7 @@ static void head_backward(step_t *st, int mb0, int mb1, const float *Wlast, int 
         backend_copy_d2d(st->be, a->dln, st->dres, NC * sizeof(float));
         rnd(st, a->dln, NC);
         backend_memset(st->be, st->dres, 0, NC * sizeof(float));
-        op->rmsnorm_backward(st->dres, Fh + m->shards[hs].tensors[0].offset, a->dln, acts_in(&st->acts, mb, m->L),
+        op->rmsnorm_backward(st->dres, grad_of(Fh, st, hs, HW_NORM), a->dln, acts_in(&st->acts, mb, m->L),
                              st->wnorm, a->rstdf, N, C);
         rnd(st, st->dres, NC);
         grads_fold(st, Gh, Fh, nh, 0);
@@ -537,9 +536,10 @@ static void block_backward_mb(step_t *st, int mb, int l, const float *W, float *
     double t0 = trace_now_ms();
     use_microbatch(st, mb);
     acts_scratch_t saved;
-    int kept = use_kept(st, mb, l, &saved), kept16 = st->kept_bf16 && kept_of(st, mb, l);
-    if (kept16) acts_kept_load(st->be, &st->a, kept_of(st, mb, l), st->m, (size_t)st->N);
-    block_backward(st, l, W, G, acts_in(&st->acts, mb, l), !kept && !kept16); // x: the input norm's backward reads it
+    void *kb = kept_of(st, mb, l);
+    int kept = use_kept(st, kb, &saved);
+    if (kb && !kept) acts_kept_load(st->be, &st->a, kb, st->m, (size_t)st->N); // BF16: into the scratch
+    block_backward(st, l, W, G, acts_in(&st->acts, mb, l), !kb); // x: the input norm's backward reads it
     if (kept) st->a = saved;
     trace_span(TRACK_COMPUTE, "backward", st->m->shards[model_block_shard(st->m, l)].name, t0, trace_now_ms());
 }
@@ -605,7 +605,7 @@ double step_forward(step_t *st, const int *tokens, const int *targets) {
 double step_forward_backward(step_t *st, const int *tokens, const int *targets, int nmb, float dscale) {
     const model_t *m = st->m;
     const size_t N = (size_t)st->N;
-    if ((st->vertical && nmb > st->nmb) || nmb > st->nmb_max) {
+    if (nmb > st->nmb_max) { // vertical: the layout holds --accum micro-batches
         fault(st, "step: more micro-batches than --accum (the layout holds and folds no more)");
         return NAN;
     }
@@ -643,17 +643,14 @@ double step_forward_backward(step_t *st, const int *tokens, const int *targets, 
         }
         embed_backward(st, mb0, mb1, last);
     }
-    if (m->tie) { // this rank's piece of each embedding chunk takes the same piece of the head's share
-        size_t off = 0;
+    if (m->tie) // this rank's piece of each embedding chunk takes the same piece of the head's share
         for (int k = 0; k < m->vchunks; k++) {
             const int s = model_embed_shard(m, k);
             size_t lo, cnt;
             comm_piece(m->shards[s].numel_padded, st->ranks, st->rank, &lo, &cnt);
             float *G0 = grads_acquire(st, s, 1);
-            st->be->ops->add_inplace(G0, st->gtie + off + lo, cnt);
+            st->be->ops->add_inplace(G0, tied_share(st, k) + lo, cnt);
             grads_release(st, s);
-            off += m->shards[s].numel_padded;
         }
-    }
     return st->fault[0] ? NAN : loss / nmb;
 }

@@ -650,7 +650,7 @@ START_TEST(plan_matches_allocation) {
     cfg.threads = 1; cfg.nvme_qd = 8; cfg.io_block = 1 << 20; cfg.numa_node = -1; cfg.quiet = 1;
     snprintf(cfg.nvme_path, sizeof cfg.nvme_path, "%s", nvme_dir);
     cfg.kept_blocks = _i % 3; // --recompute: 0, 1 or 2 blocks keep their intermediates (per held micro-batch)
-    cfg.kept_bf16 = _i % 5 == 1; // ... as BF16 (the layout ignores it in fp32 mode)
+    cfg.kept_bf16 = _i % 5 == 1 && cfg.precision == PREC_BF16; // ... as BF16 (bf16 mode only: config.h)
     cfg.params_tier = pl[_i % 4][0]; cfg.grads_tier = pl[_i % 4][1]; cfg.optim_tier = pl[_i % 4][2];
     if (_i >= 16) { cfg.grads_tier = TIER_NVME; cfg.optim_tier = TIER_NVME; } // with the gradients' staging
     if (cfg.optim_tier == TIER_NVME && _i % 2) cfg.optim_cache = 1u << 20; // an --optimizer-cache of whole chunks
