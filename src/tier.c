@@ -64,8 +64,7 @@ static int init_stores(tier_t *t, char *err, size_t errlen) {
     if (rc != 0 || !t->lay.nvme_bytes) return rc;
     // per shard: the compute copy's extent, then the chunks of (g,) master, m, v
     uint64_t at = 0;
-    size_t ncrc = 0; // p16: one per shard; g, o32: one per chunk
-    for (int s = 0; s < t->m->nshards; s++) ncrc += 1 + 2 * (size_t)tier_nchunks(&t->lay, t->m, s);
+    const size_t ncrc = (size_t)t->m->nshards + 2 * (size_t)t->lay.nchunks; // p16: one per shard; g, o32: one per chunk
     t->crcs = calloc(ncrc, sizeof *t->crcs);
     if (!t->crcs) { snprintf(err, errlen, "out of memory for the NVMe extents"); return -ENOMEM; }
     uint32_t *next = t->crcs;

@@ -105,6 +105,7 @@ typedef struct {
     size_t pbytes;              // bytes per element of the compute copy
     size_t chunk_elems;         // elements of an optimizer chunk (all chunks of a shard but its last)
     int o32_parts;              // floats per element of an NVMe chunk: master, m, v, and g first with --grads nvme
+    int nchunks;                // this rank's optimizer chunks, every shard's (tier_nchunks summed)
     int nocache;                // the update's first chunks (this rank's, in order) whose states stay in RAM
     int max_uses;               // the longest use order (a step's or an evaluation's)
     int rank, ranks;            // ZeRO-3: the homes hold this rank's piece of every shard (tier_piece)

@@ -107,12 +107,10 @@ static void layout_specs(const config_t *cfg, const model_t *m, tier_layout_t *l
     spec(lay, TB_OPTIM_STAGING, "optimizer staging", "optimizer_staging", H, O == TIER_NVME ? 2 : O == TIER_DEVICE,
          ostage);
     // --optimizer-cache: whole chunks of master, m, v, at most the update's
-    lay->nocache = 0;
-    if (O == TIER_NVME && cfg->optim_cache) {
-        uint64_t n = cfg->optim_cache / ALIGN_UP(3 * lay->chunk_elems * f, PAGE), all = 0;
-        for (int s = 0; s < m->nshards; s++) all += (uint64_t)tier_nchunks(lay, m, s);
-        lay->nocache = (int)(n < all ? n : all);
-    }
+    lay->nchunks = 0;
+    for (int s = 0; s < m->nshards; s++) lay->nchunks += tier_nchunks(lay, m, s);
+    const uint64_t ncache = O == TIER_NVME ? cfg->optim_cache / ALIGN_UP(3 * lay->chunk_elems * f, PAGE) : 0;
+    lay->nocache = (int)(ncache < (uint64_t)lay->nchunks ? ncache : (uint64_t)lay->nchunks);
     spec(lay, TB_OPTIM_CACHE, "optimizer state cache", "optimizer_cache", H, lay->nocache,
          3 * lay->chunk_elems * f);
     spec(lay, TB_NEW_PARAMS, "new parameters", "scratch", D, O == TIER_DEVICE && P != TIER_DEVICE, big * pb);

@@ -391,11 +391,7 @@ static void run_open_outputs(run_t *r) {
     // --trace: room for every span of the run, capped: a few per shard per micro-batch, and
     // the optimizer's three per chunk (read, update, write) each step and two at init.
     if (cfg->trace_path[0]) {
-        model_t shape;
-        model_init(&shape, cfg);
-        size_t chunks = 0;
-        for (int s = 0; s < shape.nshards; s++) chunks += (size_t)tier_gchunks(&r->plan.lay, &shape, s);
-        model_free(&shape);
+        const size_t chunks = (size_t)r->plan.lay.nchunks;
         size_t per_step = (size_t)(r->plan.lay.nshards * 8) * (size_t)(cfg->accum + 1) + 3 * chunks + 64;
         size_t max_events = per_step * (size_t)(cfg->steps + 1) + 2 * chunks;
         if (max_events > (size_t)4 << 20) max_events = (size_t)4 << 20;
