@@ -50,11 +50,6 @@ static void cublas_check(cublasStatus_t s, const char *what, const char *file, i
 #define cublasCheck(call) cublas_check((call), #call, __FILE__, __LINE__)
 
 // ---------------------------------------------------------------- kernels
-__global__ void f32_to_bf16_kernel(uint16_t *__restrict__ dst, const float *__restrict__ src, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = bf16_rne(__float_as_uint(src[i]));
-}
-
 __device__ __forceinline__ float ld_elem(const float *p, size_t i) { return p[i]; }
 __device__ __forceinline__ float ld_elem(const uint16_t *p, size_t i) { return __uint_as_float((uint32_t)p[i] << 16); }
 
@@ -79,17 +74,11 @@ __global__ void gemm_fallback_kernel(int transa, int transb, int m, int n, int k
 
 cudaError_t tt_matmul_setup(void) {
     cudaFuncAttributes a;
-    cudaError_t e = cudaFuncGetAttributes(&a, f32_to_bf16_kernel);
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, gemm_fallback_kernel<float>);
+    cudaError_t e = cudaFuncGetAttributes(&a, gemm_fallback_kernel<float>);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, gemm_fallback_kernel<uint16_t>);
     return e;
 }
 
-static void to_bf16(uint16_t *dst, const float *src, size_t n) {
-    if (n == 0) return;
-    f32_to_bf16_kernel<<<grid_1d(n, 256), 256, 0, g_tt_cuda.stream>>>(dst, src, n);
-    launchCheck("f32_to_bf16_kernel");
-}
 
 // ---------------------------------------------------------------- one GEMM
 // Largest power of two ≤ 256 dividing the address: what the pointer guarantees.
@@ -192,10 +181,10 @@ extern "C" void cuda_matmul_forward(float *out, const float *inp, const float *w
     const size_t wbytes = align256((size_t)OC * IC * 2);
     require_scratch(wbytes + (size_t)rn * IC * 2, "matmul_forward", N, IC, OC);
     uint16_t *wb = (uint16_t *)g_tt_cuda.scratch, *ab = (uint16_t *)((char *)g_tt_cuda.scratch + wbytes);
-    to_bf16(wb, w, (size_t)OC * IC);
+    cuda_bf16_from_f32_n(wb, w, (size_t)OC * IC);
     for (int r0 = 0; r0 < N; r0 += rn) { // stream order: a chunk's conversion waits for the previous GEMM
         const int rows = N - r0 < rn ? N - r0 : rn;
-        to_bf16(ab, inp + (size_t)r0 * IC, (size_t)rows * IC);
+        cuda_bf16_from_f32_n(ab, inp + (size_t)r0 * IC, (size_t)rows * IC);
         gemm(1, 0, OC, rows, IC, wb, IC, ab, IC, 0.0f, out + (size_t)r0 * OC, OC, CUDA_R_16BF);
     }
 }
@@ -217,10 +206,10 @@ extern "C" void cuda_matmul_backward_input(float *dinp, const float *dout, const
     const size_t wbytes = align256((size_t)OC * IC * 2);
     require_scratch(wbytes + (size_t)rn * OC * 2, "matmul_backward_input", N, IC, OC);
     uint16_t *wb = (uint16_t *)g_tt_cuda.scratch, *db = (uint16_t *)((char *)g_tt_cuda.scratch + wbytes);
-    to_bf16(wb, w, (size_t)OC * IC);
+    cuda_bf16_from_f32_n(wb, w, (size_t)OC * IC);
     for (int r0 = 0; r0 < N; r0 += rn) {
         const int rows = N - r0 < rn ? N - r0 : rn;
-        to_bf16(db, dout + (size_t)r0 * OC, (size_t)rows * OC);
+        cuda_bf16_from_f32_n(db, dout + (size_t)r0 * OC, (size_t)rows * OC);
         gemm(0, 0, IC, rows, OC, wb, IC, db, OC, beta, dinp + (size_t)r0 * IC, IC, CUDA_R_16BF);
     }
 }
@@ -241,8 +230,8 @@ extern "C" void cuda_matmul_backward_weight(float *dw, const float *dout, const 
     uint16_t *ib = (uint16_t *)g_tt_cuda.scratch, *db = (uint16_t *)((char *)g_tt_cuda.scratch + ibytes);
     for (int r0 = 0; r0 < N; r0 += rn) { // dw += each chunk's product, in chunk order
         const int rows = N - r0 < rn ? N - r0 : rn;
-        to_bf16(ib, inp + (size_t)r0 * IC, (size_t)rows * IC);
-        to_bf16(db, dout + (size_t)r0 * OC, (size_t)rows * OC);
+        cuda_bf16_from_f32_n(ib, inp + (size_t)r0 * IC, (size_t)rows * IC);
+        cuda_bf16_from_f32_n(db, dout + (size_t)r0 * OC, (size_t)rows * OC);
         gemm(0, 1, IC, OC, rows, ib, IC, db, OC, 1.0f, dw, IC, CUDA_R_16BF);
     }
 }
