@@ -4,7 +4,6 @@
 // Fixture files are written inside the test into a fresh tu_tmpdir().
 #include <check.h>
 #include <errno.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,13 +23,8 @@ static void dir_setup(void) {
     ck_assert_ptr_nonnull(dir);
 }
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st; (void)flag; (void)ftw;
-    return remove(path);
-}
-
 static void dir_teardown(void) {
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    tu_rm_rf(dir);
     free(dir);
 }
 

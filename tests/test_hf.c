@@ -10,7 +10,6 @@
 //             config fields, --init-from with --resume: exit 2 and one line each.
 #include <check.h>
 #include <errno.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,15 +21,9 @@
 
 static char *tmp; // this test's folder
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st; (void)flag; (void)ftw;
-    remove(path);
-    return 0;
-}
-
 static void setup(void) { tmp = tu_tmpdir("hf"); }
 static void teardown(void) {
-    nftw(tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    tu_rm_rf(tmp);
     free(tmp);
     tmp = NULL;
 }

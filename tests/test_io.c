@@ -7,7 +7,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -823,11 +822,6 @@ END_TEST
 
 // ---------------------------------------------------------------- main
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st; (void)flag; (void)ftw;
-    return remove(path);
-}
-
 int main(void) {
     char base[4096];
     snprintf(base, sizeof base, "%s", getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -892,7 +886,7 @@ int main(void) {
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
-    nftw(run, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tu_rm_rf(run);
     free(run);
     if (failed) return 1;
     return direct == 0 ? 0 : 77;

@@ -178,17 +178,8 @@ static int close_t(const char *what, const float *out, const double *ref, size_t
 // loops over many elements, assert only on failure.
 #define CHECK_LOOP(cond, ...) do { if (!(cond)) ck_abort_msg(__VA_ARGS__); } while (0)
 
-// Bitwise equality of two float arrays; prints the first difference.
-static int same_bits(const char *what, const float *out, const float *want, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&out[i], &want[i], sizeof(float)) != 0) {
-            fprintf(stderr, "%s: first difference at [%zu]: %.9g, want %.9g\n", what, i, out[i], want[i]);
-            return 0;
-        }
-    return 1;
-}
 #define CHECK_BITS(what, out, want, n) \
-    ck_assert_msg(same_bits((what), (out), (want), (n)), "%s: not bit-identical (see stderr)", (what))
+    ck_assert_msg(tu_same_bits((what), (out), (want), (n)), "%s: not bit-identical (see stderr)", (what))
 
 // Central difference of f with respect to *x (an FP64 input element) with step h;
 // restores *x. The denominator is (x + h) − (x − h) as actually represented, so a step
@@ -1001,6 +992,13 @@ static double ce_ref_loss(const double *x, int V, int tgt) {
     for (int i = 0; i < V; i++) z += exp(x[i] - m);
     return log(z) - (x[tgt] - m);
 }
+// dscale · ∂loss/∂x of one row: (softmax − onehot) · dscale.
+static void ce_ref_dlogits(double *d, const double *x, int V, int tgt, double dscale) {
+    double m = -INFINITY, z = 0;
+    for (int i = 0; i < V; i++) m = x[i] > m ? x[i] : m;
+    for (int i = 0; i < V; i++) z += exp(x[i] - m);
+    for (int i = 0; i < V; i++) d[i] = (exp(x[i] - m) / z - (i == tgt)) * dscale;
+}
 static double ce_loss_row(const void *p) { // L = dscale · Σ_n loss_n; logits[n] reach loss_n
     const ce_ctx_t *c = p;
     return c->dscale * ce_ref_loss(c->x, c->V, c->tgt);
@@ -1110,13 +1108,19 @@ static void ceq_run(float *dq, float *losses, float *stats, const float *xq, con
 // Logits (N, V) with the shape's amplitude and ramp; targets: row 0 the last column (in the
 // last, possibly one-wide, quantum), row 1 the first column of the second quantum, the rest
 // at random.
-static void ceq_inputs(float *x, int *tgt, const ceq_shape_t *s, rng_t *r) {
+// Allocates both: *x (N, V) and the targets it returns.
+static int *ceq_inputs(float **xp, const ceq_shape_t *s, uint64_t seed) {
+    rng_t rg = rng_make(seed), *r = &rg;
+    int *tgt = malloc((size_t)s->N * sizeof(int));
+    ck_assert_ptr_nonnull(tgt);
+    float *x = *xp = fnew((size_t)s->N * s->V);
     for (int n = 0; n < s->N; n++)
         for (int i = 0; i < s->V; i++)
             x[(size_t)n * s->V + i] = (float)(rng_sym(r, s->amp) + s->ramp * 8.0 * i / s->V);
     for (int n = 0; n < s->N; n++) tgt[n] = (int)(rng_next(r) % (uint64_t)s->V);
     tgt[0] = s->V - 1;
     if (s->N > 1 && s->V > CE_QUANTUM) tgt[1] = CE_QUANTUM;
+    return tgt;
 }
 
 START_TEST(test_ce_quantum_one) {
@@ -1124,11 +1128,9 @@ START_TEST(test_ce_quantum_one) {
     const int N = s.N, V = s.V;
     const size_t nl = (size_t)N * V;
     const float dscale = 0.37f;
-    rng_t rg = rng_make(820 + (uint64_t)_i);
-    int *tgt = malloc((size_t)N * sizeof(int));
-    ck_assert_ptr_nonnull(tgt);
-    float *x = fnew(nl), *d_ref = fnew(nl), *l_ref = fnew(N), *l_fwd = fnew(N);
-    ceq_inputs(x, tgt, &s, &rg);
+    float *x;
+    int *tgt = ceq_inputs(&x, &s, 820 + (uint64_t)_i);
+    float *d_ref = fnew(nl), *l_ref = fnew(N), *l_fwd = fnew(N);
     crossentropy_forward_backward(d_ref, l_ref, x, tgt, N, V, dscale);
     crossentropy_forward(l_fwd, x, tgt, N, V);
     float *dq = fnew(nl), *losses = fnew(N), *stats = fnew(3 * (size_t)N);
@@ -1155,21 +1157,14 @@ START_TEST(test_ce_quantum_many) {
     const int N = s.N, V = s.V;
     const size_t nl = (size_t)N * V;
     const float dscale = 0.37f;
-    rng_t rg = rng_make(840 + (uint64_t)_i);
-    int *tgt = malloc((size_t)N * sizeof(int));
-    ck_assert_ptr_nonnull(tgt);
-    float *x = fnew(nl), *xq = fnew(nl);
-    ceq_inputs(x, tgt, &s, &rg);
+    float *x, *xq = fnew(nl);
+    int *tgt = ceq_inputs(&x, &s, 840 + (uint64_t)_i);
     ceq_pack(xq, x, N, V);
     // FP64 reference
     double *ref_loss = dnew(N), *ref_d = dnew(nl), *xd = to_d(x, nl);
     for (int n = 0; n < N; n++) {
-        const double *r = xd + (size_t)n * V;
-        double m = -INFINITY, z = 0;
-        for (int i = 0; i < V; i++) m = r[i] > m ? r[i] : m;
-        for (int i = 0; i < V; i++) z += exp(r[i] - m);
-        ref_loss[n] = log(z) - (r[tgt[n]] - m);
-        for (int i = 0; i < V; i++) ref_d[(size_t)n * V + i] = (exp(r[i] - m) / z - (i == tgt[n])) * dscale;
+        ref_loss[n] = ce_ref_loss(xd + (size_t)n * V, V, tgt[n]);
+        ce_ref_dlogits(ref_d + (size_t)n * V, xd + (size_t)n * V, V, tgt[n], dscale);
     }
     float *dq[2], *losses[2], *stats[2];
     for (int run = 0; run < 2; run++) { // 1 thread, then 2

@@ -9,7 +9,6 @@
 #include <check.h>
 #include <errno.h>
 #include <float.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -374,11 +373,6 @@ END_TEST
 
 // ---------------------------------------------------------------- main
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
 int main(void) {
     tmp = tu_tmpdir("profile");
     if (!tmp) { perror("test_profile: tu_tmpdir"); return 1; }
@@ -406,7 +400,7 @@ int main(void) {
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
-    nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tu_rm_rf(tmp);
     free(tmp);
     if (failed) return EXIT_FAILURE;
     if (!direct) {

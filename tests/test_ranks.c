@@ -124,7 +124,7 @@ static run_t train(int np, const char *tag, const char *args, const char *last_e
     r.rc = tu_run(argv, env_common, &r.out, &r.err);
     r.log = tu_slurp(log);
     unlink(log);
-    if (tu_rm_rf(dir) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    tu_rm_rf(dir); // says what it could not remove
     free(dir);
     return r;
 }

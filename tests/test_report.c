@@ -4,7 +4,6 @@
 // values as the input holds (12 steps, 3 evaluations), the page must fetch nothing, and bad
 // input is refused in one line. test_report_browser.c renders the same pages in Chromium.
 #include <check.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,15 +14,9 @@
 
 static char *tmp;
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st; (void)flag; (void)ftw;
-    remove(path);
-    return 0;
-}
-
 static void setup(void) { tmp = tu_tmpdir("report"); }
 static void teardown(void) {
-    nftw(tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    tu_rm_rf(tmp);
     free(tmp);
 }
 

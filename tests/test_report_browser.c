@@ -4,7 +4,6 @@
 // it built, in which every chart's <svg> must be present with as many values as the run
 // logged. Skips (exit 77) where there is no chromium.
 #include <check.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,12 +17,6 @@ static const char *chromium(void) {
     for (int i = 0; names[i]; i++)
         if (access(names[i], X_OK) == 0) return names[i];
     return NULL;
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st; (void)flag; (void)ftw;
-    remove(path);
-    return 0;
 }
 
 START_TEST(renders) {
@@ -58,7 +51,7 @@ START_TEST(renders) {
     rc_check_charts(out, RC_STEPS, RC_EVALS, 1, 1); // as the browser parsed them
     free(out);
     free(err);
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    tu_rm_rf(dir);
     free(dir);
 }
 END_TEST

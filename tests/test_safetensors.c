@@ -8,7 +8,6 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdint.h>
@@ -31,13 +30,8 @@ static void dir_setup(void) {
     ck_assert_ptr_nonnull(dir);
 }
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st; (void)flag; (void)ftw;
-    return remove(path);
-}
-
 static void dir_teardown(void) {
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    tu_rm_rf(dir);
     free(dir);
 }
 

@@ -68,15 +68,19 @@ static char *fingerprint(const run_t *r) {
     return fp;
 }
 
-static unsigned long long summary_u64(const run_t *r, const char *key) {
-    char k[64];
+// A number in the run's log: key in the line of event (NULL: the first line, the plan).
+static unsigned long long log_u64(const run_t *r, const char *event, const char *key) {
+    char k[64], e[64];
     snprintf(k, sizeof k, "\"%s\":", key);
-    const char *p = strstr(r->log, "\"event\":\"summary\"");
-    ck_assert(p != NULL);
-    p = strstr(p, k);
-    ck_assert_msg(p != NULL, "summary lacks %s", key);
+    snprintf(e, sizeof e, "\"event\":\"%s\"", event ? event : "");
+    const char *line = event ? strstr(r->log, e) : r->log;
+    ck_assert_msg(line != NULL, "no %s line in the log", event);
+    const char *p = strstr(line, k), *end = strchr(line, '\n');
+    ck_assert_msg(p != NULL && (!end || p < end), "the %s line lacks %s", event ? event : "plan", key);
     return strtoull(p + strlen(k), NULL, 10);
 }
+
+static unsigned long long summary_u64(const run_t *r, const char *key) { return log_u64(r, "summary", key); }
 
 static void setup(void) { nvme_dir = tu_tmpdir("tiers"); }
 static void teardown(void) { rmdir(nvme_dir); free(nvme_dir); }
@@ -221,14 +225,6 @@ START_TEST(chunks_change_memory_not_bits) {
 }
 END_TEST
 
-static unsigned long long plan_u64(const run_t *r, const char *key) {
-    char k[64];
-    snprintf(k, sizeof k, "\"%s\":", key);
-    const char *p = strstr(r->log, k); // the log's first line is the plan
-    ck_assert_msg(p != NULL, "plan lacks %s", key);
-    return strtoull(p + strlen(k), NULL, 10);
-}
-
 // --optimizer-cache keeps the update's first chunks of master, m, v in RAM, written through:
 // the same bits, and every update after the first reads 12 bytes less per cached element
 // (measured: the tier's counters; planned: the plan's traffic per step), with the gradients
@@ -250,7 +246,7 @@ START_TEST(optimizer_cache_saves_reads) {
             ck_assert_msg(strcmp(a, b) == 0, "--grads %s %s --optimizer-cache %s changed the bits:\n  %s\n  %s",
                           grads[i][0], grads[i][1], sizes[k], a, b);
             got[k] = summary_u64(&r, "nvme_bytes_read");
-            planned[k] = plan_u64(&r, "nvme_read_bytes");
+            planned[k] = log_u64(&r, NULL, "nvme_read_bytes");
             free(b);
             run_free(&r);
         }
@@ -280,7 +276,8 @@ END_TEST
 // The vocabulary cut into chunks (model.h): tiny with a vocabulary of 8192 is 4 chunks of
 // 2048 rows by default; TT_TEST_VOCAB_CHUNK makes it 2 or 1. The cut changes what a shard
 // holds, never a bit (the head works a CE_QUANTUM at a time whatever the chunks), under
-// streaming, accumulation in both schedules, ranks of gradients on NVMe and a tied head.
+// streaming, gradients on NVMe, accumulation in both schedules, both --recompute extremes and
+// a tied head (test_ranks cuts it across ranks).
 START_TEST(vocab_chunks_keep_bits) {
     static const char *const bases[][24] = {
         {"--model", "tiny", "--vocab", "8192", "--steps", "3", "--accum", "2", "--batch", "2", "--seq", "32",

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,20 @@ static char *slurp_fd(int fd) {
     return buf;
 }
 
+int tu_same_bits(const char *what, const float *out, const float *want, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t a, b;
+        memcpy(&a, &out[i], sizeof a);
+        memcpy(&b, &want[i], sizeof b);
+        if (a != b) {
+            fprintf(stderr, "%s: first difference at [%zu]: %.9g (0x%08x), want %.9g (0x%08x)\n", what, i, out[i], a,
+                    want[i], b);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 int tu_run(char *const argv[], char *const env[], char **out, char **err) {
     char tmpl_o[] = "/tmp/tt_out_XXXXXX", tmpl_e[] = "/tmp/tt_err_XXXXXX";
     int fo = mkstemp(tmpl_o), fe = mkstemp(tmpl_e);
@@ -98,7 +113,9 @@ char *tu_tmpdir(const char *tag) {
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     (void)st; (void)ftw;
-    return (flag == FTW_DP ? rmdir(path) : unlink(path)) == 0 ? 0 : -1;
+    if ((flag == FTW_DP ? rmdir(path) : unlink(path)) == 0) return 0;
+    fprintf(stderr, "tu_rm_rf: %s: %s\n", path, strerror(errno));
+    return -1;
 }
 
 int tu_rm_rf(const char *path) {
