@@ -395,6 +395,7 @@ int bench_calibrate(const config_t *cfg) {
         notice("bench calibrate: nvme: %s", msg);
         goto out;
     }
+    prof.nvme_bytes = size;
     nvme_store_free(s);
     s = NULL;
     if ((rc = adam_measure(adam_n, adam_reps, &prof.adam_params_per_s, err, sizeof err)) != 0) {

@@ -266,6 +266,18 @@ static void plan_floor(const config_t *cfg, const profile_t *prof, double P, pla
         if (p->t_ms[r] > p->floor_ms) { p->floor_ms = p->t_ms[r]; p->bound = r; }
 }
 
+int plan_nvme_scale_note(const plan_t *p, char *buf, size_t len) {
+    buf[0] = 0;
+    const uint64_t cal = p->prof ? p->prof->nvme_bytes : 0;
+    if (!cal || !p->nvme_bytes || p->nvme_bytes <= (uint64_t)PLAN_NVME_SCALE * cal) return 0;
+    char a[32], b[32];
+    snprintf(buf, len, "the profile measured NVMe over %s and this run keeps %s there; a disk can be slower at that "
+             "size (a virtual disk's cache holds a few GiB), so the floor's NVMe time may be short: tiertrain bench calibrate "
+             "--size %lluG measures it there", format_bytes(a, sizeof a, cal), format_bytes(b, sizeof b, p->nvme_bytes),
+             (unsigned long long)((p->nvme_bytes + (1ull << 30) - 1) >> 30));
+    return 1;
+}
+
 // What would still move states out of RAM in this placement, as "--flag, " items.
 static void ram_fixes(const config_t *cfg, const plan_t *p, char *fix, size_t len) {
     fix[0] = 0;
@@ -533,6 +545,8 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
     for (int r = 0; r < PLAN_NRES; r++)
         fprintf(f, "  %-13s %10.1f ms%s\n", plan_resource_names[r], p->t_ms[r], r == p->bound ? "   <- bound" : "");
     fprintf(f, "  floor         %10.1f ms/step, bound by %s\n", p->floor_ms, plan_resource_names[p->bound]);
+    char note[512];
+    if (plan_nvme_scale_note(p, note, sizeof note)) fprintf(f, "  note: %s\n", note);
     if (p->feasible) fprintf(f, "feasible: yes\n");
     else fprintf(f, "feasible: no — %s\n", p->reason);
     if (p->nsugg) fprintf(f, "what makes it fit (cheapest predicted floor first; add the flags to the command):\n");

@@ -90,6 +90,12 @@ int plan_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p,
 // that still fits (up to 65536). Fills p->sugg / nsugg / max_batch.
 void plan_advise(const config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p);
 void plan_print(const plan_t *p, const config_t *cfg, FILE *f);
+// When the NVMe store is over PLAN_NVME_SCALE × the file p's profile measured NVMe over, one
+// line saying the floor's NVMe rates may not hold at the store's size, and how to measure
+// them there, into buf; returns 1. Else 0 (buf empty): no store, no profile, a profile that
+// did not record its size, or a store the measurement covered. plan and train print it.
+enum { PLAN_NVME_SCALE = 4 };
+int plan_nvme_scale_note(const plan_t *p, char *buf, size_t len);
 // The plan as one JSON line (`tiertrain plan`'s last line, and its --log): the model, whether
 // it fits and why not, each tier's bytes and named parts, RAM, traffic, the floor and its bound.
 void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f);

@@ -185,6 +185,11 @@ static int from_json(profile_t *p, const json_t *root, char *err, size_t errlen)
         if ((rc = json_get_int64(root, "threads", 0, 1 << 20, &threads, err, errlen)) != 0) return rc;
         p->threads = (int)threads;
     }
+    if (json_get(root, "nvme_bytes")) {
+        int64_t nb = 0;
+        if ((rc = json_get_int64(root, "nvme_bytes", 0, INT64_MAX, &nb, err, errlen)) != 0) return rc;
+        p->nvme_bytes = (uint64_t)nb;
+    }
     if (json_get(root, "measured_at") && (rc = json_get_string(root, "measured_at", &s, err, errlen)) != 0) return rc;
     return 0;
 }
@@ -259,7 +264,9 @@ static int write_json(FILE *f, const profile_t *p) {
     if (p->comm_Bps > 0 && isfinite(p->comm_Bps)) fprintf(f, "  \"comm_Bps\": %.17g,\n", p->comm_Bps);
     fprintf(f, "  \"backend\": ");
     int rc = json_fput_string(f, p->backend[0] ? p->backend : "cpu");
-    fprintf(f, ",\n  \"threads\": %d,\n  \"measured_at\": \"%s\"\n}\n", p->threads, when);
+    fprintf(f, ",\n  \"threads\": %d,\n", p->threads);
+    if (p->nvme_bytes) fprintf(f, "  \"nvme_bytes\": %llu,\n", (unsigned long long)p->nvme_bytes);
+    fprintf(f, "  \"measured_at\": \"%s\"\n}\n", when);
     return rc;
 }
 

@@ -6,6 +6,7 @@
 // Who calls it: plan.c, train.c, bench/bench_calibrate.c, bench/bench_overlap.c.
 #pragma once
 #include <stddef.h>
+#include <stdint.h>
 #include "config.h"
 
 typedef struct {
@@ -16,6 +17,7 @@ typedef struct {
     double adam_params_per_s; // AdamW update rate of the optimizer (parameters/s)
     double comm_Bps;          // ranks: bytes a rank sends per second in the gradient fold (all-to-all +
                               // all-gather), measured by bench calibrate under a launcher; 0: never measured
+    uint64_t nvme_bytes;      // the size of the file the NVMe rates were measured over; 0: not recorded
     char backend[16];         // "cpu" or "cuda": the backend it was measured on
     int threads;              // compute threads it was measured with
     char source[4200];        // the file it came from, or "defaults"
@@ -35,8 +37,9 @@ const char *profile_path(const config_t *cfg, char *buf, size_t len);
 // (p holds the defaults: callers say so and go on, or stop, as fits).
 // The file is one JSON object (read with json.h): "version": 1, the six rates under the
 // field names above ("gemm_flops", "h2d_Bps", ...; each must be a finite number > 0), and
-// optionally "backend" (a string), "threads" (an integer ≥ 0) and "measured_at" (an ISO
-// 8601 UTC date, a string); other keys are ignored. Anything else is -EINVAL, e.g.
+// optionally "backend" (a string), "threads" (an integer ≥ 0), "nvme_bytes" (an integer ≥ 0:
+// the size of the file NVMe was measured over; profiles written before it have none) and
+// "measured_at" (an ISO 8601 UTC date, a string); other keys are ignored. Anything else is -EINVAL, e.g.
 //   profile /p.json: key 'h2d_Bps' at byte 40: 0 is not a rate (accepted: a number > 0)
 //   (run tiertrain bench calibrate to remake it)            <- one line, without "tiertrain: "
 int profile_load(profile_t *p, const char *path, char *err, size_t errlen);

@@ -360,6 +360,7 @@ static void run_check(run_t *r) {
     }
     char rwhy[512];
     if (r->plan.feasible && plan_recompute_auto(cfg, &shape, rates, &r->plan, rwhy, sizeof rwhy)) printf("%s\n", rwhy);
+    if (plan_nvme_scale_note(&r->plan, rwhy, sizeof rwhy) && !cfg->quiet) notice("%s", rwhy);
     if (r->start > 1) plan_save_space(cfg, &shape, r->start, &r->plan); // the saves still to come
     model_free(&shape);
     if (!r->plan.feasible) usage_error("%s", r->plan.reason);

@@ -77,6 +77,7 @@ START_TEST(test_roundtrip_exact) {
     p.nvme_write_Bps = DBL_MIN;
     p.adam_params_per_s = 6e8;
     p.comm_Bps = 1e10 / 3.0; // the ranks' link: optional, kept exactly when measured
+    p.nvme_bytes = (5ull << 40) + 4096; // the file NVMe was measured over: optional, an integer
     snprintf(p.backend, sizeof p.backend, "cuda");
     p.threads = 17;
     char path[4200], dir[4000], err[1024];
@@ -92,6 +93,7 @@ START_TEST(test_roundtrip_exact) {
         ck_assert_msg(memcmp(a[i], b[i], sizeof(double)) == 0, "rate %d: saved %.17g, loaded %.17g", i, *a[i], *b[i]);
     ck_assert_msg(memcmp(&p.comm_Bps, &q.comm_Bps, sizeof(double)) == 0, "comm_Bps: saved %.17g, loaded %.17g",
                   p.comm_Bps, q.comm_Bps);
+    ck_assert_uint_eq(q.nvme_bytes, (5ull << 40) + 4096);
     ck_assert_str_eq(q.backend, "cuda");
     ck_assert_int_eq(q.threads, 17);
     ck_assert_str_eq(q.source, path);
@@ -102,7 +104,8 @@ START_TEST(test_roundtrip_exact) {
     ck_assert_ptr_nonnull(text);
     static const char *const keys[] = {"\"version\": 1,", "\"gemm_flops\": ", "\"h2d_Bps\": ", "\"d2h_Bps\": ",
                                        "\"nvme_read_Bps\": ", "\"nvme_write_Bps\": ", "\"adam_params_per_s\": ",
-                                       "\"backend\": \"cuda\"", "\"threads\": 17", "\"measured_at\": \"20"};
+                                       "\"backend\": \"cuda\"", "\"threads\": 17", "\"nvme_bytes\": 5497558142976,",
+                                       "\"measured_at\": \"20"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) ck_assert_msg(strstr(text, keys[i]), "no %s in\n%s", keys[i], text);
     const char *date = strstr(text, "\"measured_at\": \"") + strlen("\"measured_at\": \"");
     ck_assert_msg(strlen(date) >= 21 && date[4] == '-' && date[7] == '-' && date[10] == 'T' && date[13] == ':' && date[19] == 'Z',
@@ -176,8 +179,8 @@ END_TEST
 
 // A valid profile on one line with one key's value replaced (value NULL: the key left out).
 static const char *const KEYS[] = {"version", "gemm_flops", "h2d_Bps", "d2h_Bps", "nvme_read_Bps", "nvme_write_Bps",
-                                   "adam_params_per_s", "comm_Bps", "backend", "threads", "measured_at"};
-static const char *const VALUES[] = {"1", "4.5e10", "4e9", "4e9", "2e9", "2e9", "6e8", "3e9", "\"cpu\"", "2",
+                                   "adam_params_per_s", "comm_Bps", "backend", "threads", "nvme_bytes", "measured_at"};
+static const char *const VALUES[] = {"1", "4.5e10", "4e9", "4e9", "2e9", "2e9", "6e8", "3e9", "\"cpu\"", "2", "4294967296",
                                      "\"2025-01-01T00:00:00Z\""};
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 
@@ -241,6 +244,9 @@ static const bad_case_t BAD[] = {
      "key 'backend' at byte %zu: \"a-very-long-backend\" is not a backend name (accepted: cpu, cuda)"},
     {"threads fractional", NULL, "threads", "2.5", "key 'threads' at byte %zu: expected an integer, got 2.5"},
     {"threads negative", NULL, "threads", "-1", "key 'threads' at byte %zu: -1 is out of range (accepted: 0..1048576)"},
+    {"nvme size negative", NULL, "nvme_bytes", "-1",
+     "key 'nvme_bytes' at byte %zu: -1 is out of range (accepted: 0..9223372036854775807)"},
+    {"nvme size fractional", NULL, "nvme_bytes", "1.5", "key 'nvme_bytes' at byte %zu: expected an integer, got 1.5"},
     {"date as number", NULL, "measured_at", "20250101", "key 'measured_at' at byte %zu: expected a string, got a number"},
 };
 #define NBAD ((int)(sizeof BAD / sizeof BAD[0]))
@@ -278,6 +284,7 @@ START_TEST(test_baseline_loads) {
     ck_assert(p.gemm_flops == 4.5e10 && p.h2d_Bps == 4e9 && p.d2h_Bps == 4e9 && p.nvme_read_Bps == 2e9 &&
               p.nvme_write_Bps == 2e9 && p.adam_params_per_s == 6e8 && p.comm_Bps == 3e9);
     ck_assert_int_eq(p.threads, 2);
+    ck_assert_uint_eq(p.nvme_bytes, 4ull << 30);
     ck_assert_int_eq(p.measured, 1);
     write_file(path, "{\"version\": 1, \"gemm_flops\": 1, \"h2d_Bps\": 2, \"d2h_Bps\": 3, \"nvme_read_Bps\": 4, "
                      "\"nvme_write_Bps\": 5, \"adam_params_per_s\": 6, \"future\": [1, {\"x\": null}]}");
@@ -286,6 +293,7 @@ START_TEST(test_baseline_loads) {
     ck_assert(p.comm_Bps == 0); // never measured: the plan takes PLAN_COMM_DEFAULT_BPS
     ck_assert_str_eq(p.backend, "cpu");
     ck_assert_int_eq(p.threads, 0);
+    ck_assert_uint_eq(p.nvme_bytes, 0); // a profile from before the key: its size is not known
 }
 END_TEST
 
@@ -361,6 +369,7 @@ START_TEST(test_calibrate_e2e) {
               p.adam_params_per_s > 0);
     ck_assert_str_eq(p.backend, "cpu");
     ck_assert_int_ge(p.threads, 1);
+    ck_assert_uint_eq(p.nvme_bytes, 64ull << 20); // --size: the file the NVMe rates come from
     ck_assert_int_eq(p.measured, 1);
     // The store's files are gone (unlinked at init).
     char *names = list_dir(nvme);

@@ -13,6 +13,7 @@
 #include "plan.h"
 #include "trainer.h"
 #include "testutil.h"
+#include "util.h" // uses: format_bytes
 
 typedef struct { int rc; char *out, *err, *log; } run_t;
 
@@ -679,6 +680,46 @@ START_TEST(plan_matches_allocation) {
 }
 END_TEST
 
+// The plan says when the NVMe store is over PLAN_NVME_SCALE × the file the profile measured
+// NVMe over (a disk's rate at a few GiB can come from a cache), and only then.
+START_TEST(plan_notes_nvme_scale) {
+    config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    model_preset("small", &cfg);
+    cfg.B = 1; cfg.T = 32; cfg.accum = 1; cfg.steps = 1; cfg.prefetch = 1; cfg.precision = PREC_BF16;
+    cfg.rope_theta = 10000; cfg.norm_eps = 1e-5; cfg.seed = 1; cfg.device = DEVICE_CPU; cfg.threads = 1;
+    cfg.nvme_qd = 8; cfg.io_block = 1 << 20; cfg.numa_node = -1; cfg.quiet = 1;
+    snprintf(cfg.nvme_path, sizeof cfg.nvme_path, "%s", nvme_dir);
+    cfg.params_tier = cfg.grads_tier = cfg.optim_tier = TIER_NVME;
+    model_t m;
+    model_init(&m, &cfg);
+    profile_t prof;
+    profile_defaults(&prof);
+    plan_t p;
+    plan_compute(&cfg, &m, &prof, &p);
+    const uint64_t store = p.nvme_bytes;
+    ck_assert_uint_gt(store, 8 * PLAN_NVME_SCALE);
+    char note[512], want[512], a[32], b[32];
+    ck_assert_int_eq(plan_nvme_scale_note(&p, note, sizeof note), 0); // the size was not recorded
+    ck_assert_str_eq(note, "");
+    prof.nvme_bytes = store / PLAN_NVME_SCALE + 1; // the store is under 4 x: measured at its scale
+    ck_assert_int_eq(plan_nvme_scale_note(&p, note, sizeof note), 0);
+    prof.nvme_bytes = (store - 1) / PLAN_NVME_SCALE; // over 4 x
+    ck_assert_int_eq(plan_nvme_scale_note(&p, note, sizeof note), 1);
+    snprintf(want, sizeof want, "the profile measured NVMe over %s and this run keeps %s there; a disk can be slower at "
+             "that size (a virtual disk's cache holds a few GiB), so the floor's NVMe time may be short: tiertrain bench "
+             "calibrate --size 1G measures it there", format_bytes(a, sizeof a, prof.nvme_bytes),
+             format_bytes(b, sizeof b, store));
+    ck_assert_str_eq(note, want);
+    cfg.params_tier = cfg.grads_tier = TIER_DEVICE; // no store at all: nothing to say
+    cfg.optim_tier = TIER_HOST;
+    plan_compute(&cfg, &m, &prof, &p);
+    ck_assert_uint_eq(p.nvme_bytes, 0);
+    ck_assert_int_eq(plan_nvme_scale_note(&p, note, sizeof note), 0);
+    model_free(&m);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("tiers");
     TCase *inv = tcase_create("invariance");
@@ -698,6 +739,7 @@ int main(void) {
     tcase_add_loop_test(cap, plan_matches_allocation, 0, 24);
     tcase_add_test(cap, grads_leave_ram);
     tcase_add_test(cap, plan_json_line);
+    tcase_add_test(cap, plan_notes_nvme_scale);
     tcase_add_test(cap, plan_suggests_what_fits);
     suite_add_tcase(s, cap);
     TCase *flt = tcase_create("faults");
