@@ -13,6 +13,11 @@ int bench_gemm_cuda(const config_t *cfg);
 int bench_io(const config_t *cfg);   // bench/bench_io.c
 int bench_adam(const config_t *cfg); // bench/bench_adam.c
 int bench_calibrate(const config_t *cfg); // bench/bench_calibrate.c: measures the rates and writes the profile
+// One sequential write pass, then one read pass, over a size-byte file in cfg's NVMe folder
+// (--io-block requests, --nvme-qd deep, registered buffers: calibrate's way), the rates in
+// bytes/s into *rd and *wr; the file is gone after. bench capacity measures the disk at a
+// run's own scale with it. Returns 0 or -errno with one line in err.
+int bench_nvme_rates(const config_t *cfg, uint64_t size, double *rd, double *wr, char *err, size_t errlen);
 
 // ---- whole training steps (bench/bench_run.c), for overlap and capacity
 typedef struct {

@@ -235,6 +235,53 @@ static int nvme_measure(nvme_store_t *s, char *buf, int nt, uint64_t block, uint
     return rc;
 }
 
+// Random bytes, so that no layer under the store can compress them.
+static void fill_incompressible(char *buf, uint64_t bytes) {
+    uint64_t seed = 0xca11b2a7e;
+    for (uint64_t i = 0; i < bytes / 8; i++) ((uint64_t *)buf)[i] = splitmix64(&seed);
+}
+
+// The store a measurement runs on: size bytes in cfg's NVMe folder, in block requests qd
+// deep, with hm's regions registered as a run registers its pool.
+static int nvme_open(const config_t *cfg, hostmem_t *hm, uint64_t size, uint64_t block, int qd, nvme_store_t **s,
+                     char *err, size_t errlen) {
+    struct iovec iov[IO_MAX_BUFS];
+    int nreg = hostmem_regions(hm, iov, IO_MAX_BUFS);
+    nvme_store_opts_t so;
+    tier_nvme_opts(&so, cfg, size);
+    so.block = block;
+    so.qd = qd;
+    so.bufs = iov;
+    so.nbufs = nreg < IO_MAX_BUFS ? nreg : IO_MAX_BUFS;
+    return nvme_store_init(s, &so, err, errlen);
+}
+
+int bench_nvme_rates(const config_t *cfg, uint64_t size, double *rd, double *wr, char *err, size_t errlen) {
+    const uint64_t block = cfg->io_block ? cfg->io_block : MiB, nblocks = size / block;
+    const int qd = cfg->nvme_qd > 0 ? cfg->nvme_qd : 32, nt = 2 * qd;
+    hostmem_opts_t ho;
+    tier_hostmem_opts(&ho, cfg, (uint64_t)nt * block);
+    ho.budget = 0;
+    ho.quiet = 1; // the run before it said how its pool went
+    hostmem_t *hm = NULL;
+    nvme_store_t *s = NULL;
+    int rc = hostmem_init(&hm, &ho, err, errlen), passes = 0;
+    char *buf = rc == 0 ? hostmem_alloc(hm, (uint64_t)nt * block, "nvme measurement buffers", err, errlen) : NULL;
+    if (rc == 0 && !buf) rc = -ENOMEM;
+    if (rc == 0 && nblocks == 0) {
+        snprintf(err, errlen, "nvme measurement: %" PRIu64 " bytes is under one --io-block", size);
+        rc = -EINVAL;
+    }
+    if (rc == 0) {
+        fill_incompressible(buf, (uint64_t)nt * block);
+        rc = nvme_open(cfg, hm, nblocks * block, block, qd, &s, err, errlen);
+    }
+    if (rc == 0) rc = nvme_measure(s, buf, nt, block, nblocks, 1, wr, rd, &passes, err, errlen);
+    nvme_store_free(s);
+    hostmem_free(hm);
+    return rc;
+}
+
 // ---------------------------------------------------------------- Adam
 
 // 2 MiB aligned, marked for transparent huge pages; NULL on failure.
@@ -347,21 +394,10 @@ int bench_calibrate(const config_t *cfg) {
         notice("bench calibrate: %s", err);
         goto out;
     }
-    uint64_t seed = 0xca11b2a7e;
-    for (uint64_t i = 0; i < (uint64_t)nt * block / 8; i++) ((uint64_t *)h_io)[i] = splitmix64(&seed); // incompressible
+    fill_incompressible(h_io, (uint64_t)nt * block);
     hostmem_info_t hinfo;
     hostmem_info(hm, &hinfo);
-
-    // NVMe side: the store with the pool registered, as a run has it.
-    struct iovec iov[IO_MAX_BUFS];
-    int nreg = hostmem_regions(hm, iov, IO_MAX_BUFS);
-    nvme_store_opts_t so;
-    tier_nvme_opts(&so, cfg, size);
-    so.block = block;
-    so.qd = qd;
-    so.bufs = iov;
-    so.nbufs = nreg < IO_MAX_BUFS ? nreg : IO_MAX_BUFS;
-    if ((rc = nvme_store_init(&s, &so, err, sizeof err)) != 0) {
+    if ((rc = nvme_open(cfg, hm, size, block, qd, &s, err, sizeof err)) != 0) {
         notice("bench calibrate: %s", err);
         exit_code = rc == -EINVAL ? 2 : 1;
         goto out;
