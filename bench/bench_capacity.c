@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include "bench.h"
 #include "hostmem.h"
 #include "model.h"
@@ -23,6 +24,8 @@
 #include "report.h" // uses: report_nvme_GBps
 #include "train.h"  // uses: train_load_profile
 #include "util.h"
+
+enum { SPACE_WAIT_S = 120 }; // at most this long for the store's space to come back
 
 static int fits(config_t *cfg, uint64_t host_limit, uint64_t nvme_limit, plan_t *p) {
     model_t m;
@@ -151,6 +154,10 @@ int bench_capacity(const config_t *cfg_in) {
     printf("measuring the disk over %s, the store's size (one write pass, one read pass) ...\n",
            format_bytes(a, sizeof a, p.nvme_bytes));
     fflush(stdout);
+    // The store's file was unlinked and closed, but a filesystem may take a while to return
+    // tens of GiB (ext4 frees a large file's extents after the close returns): wait for it.
+    for (int i = 0; i < SPACE_WAIT_S * 10 && plan_nvme_free(&best) < p.nvme_bytes + p.nvme_bytes / 50; i++)
+        usleep(100 * 1000);
     double srd = 0, swr = 0, sfloor = 0;
     if (bench_nvme_rates(&best, p.nvme_bytes, &srd, &swr, err, sizeof err) != 0) {
         printf("%-26s not measured: %s\n", "disk at this scale", err);

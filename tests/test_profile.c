@@ -3,7 +3,8 @@
 // with the defaults; every malformed-file class (not JSON, missing key, a rate ≤ 0 or not
 // finite, wrong version, wrong type) is -EINVAL with its exact one-line message and the
 // defaults; the default path's precedence (--profile, $XDG_CACHE_HOME, $HOME, ./); and one
-// end-to-end calibration through the binary at --size 64M whose profile loads back.
+// end-to-end calibration through the binary at --size 64M whose profile loads back (and
+// records that size); bench capacity's one-pass measurement at a given size.
 // The end-to-end case needs O_DIRECT in $TMPDIR: without it that case is left out and,
 // if everything else passed, the suite exits 77 (skip) rather than pretend.
 #include <check.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "bench.h"   // uses: bench_nvme_rates
 #include "io.h"      // uses: nvme_dir_direct_ok
 #include "json.h"    // uses: json_parse (the calibrate JSON line)
 #include "profile.h"
@@ -380,6 +382,30 @@ START_TEST(test_calibrate_e2e) {
 }
 END_TEST
 
+// bench capacity's measurement of the disk at a run's scale: one write and one read pass
+// over a file of the given size, the rates > 0, the file gone after; a size under one
+// request is refused in one line.
+START_TEST(test_nvme_rates_at_scale) {
+    static config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    snprintf(cfg.nvme_path, sizeof cfg.nvme_path, "%s/scale", tmp);
+    ck_assert_int_eq(mkdir(cfg.nvme_path, 0700), 0);
+    cfg.io_block = 1 << 20;
+    cfg.nvme_qd = 4;
+    cfg.numa_node = -1;
+    cfg.quiet = 1;
+    double rd = 0, wr = 0;
+    char err[512] = "";
+    ck_assert_msg(bench_nvme_rates(&cfg, 16u << 20, &rd, &wr, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(rd > 0 && isfinite(rd) && wr > 0 && isfinite(wr), "read %g, write %g B/s", rd, wr);
+    char *names = list_dir(cfg.nvme_path);
+    ck_assert_str_eq(names, "");
+    free(names);
+    ck_assert_int_eq(bench_nvme_rates(&cfg, 4096, &rd, &wr, err, sizeof err), -EINVAL);
+    ck_assert_str_eq(err, "nvme measurement: 4096 bytes is under one --io-block");
+}
+END_TEST
+
 // ---------------------------------------------------------------- main
 
 int main(void) {
@@ -403,6 +429,7 @@ int main(void) {
         tc = tcase_create("calibrate");
         tcase_set_timeout(tc, tu_sanitized() ? 300 : 120);
         tcase_add_test(tc, test_calibrate_e2e);
+        tcase_add_test(tc, test_nvme_rates_at_scale);
         suite_add_tcase(su, tc);
     }
     SRunner *sr = srunner_create(su);
