@@ -84,9 +84,11 @@ int backend_resolve_config(config_t *cfg, char *err, size_t errlen) {
     return 0;
 }
 
-// --device auto found no GPU: one notice saying why (unless --quiet).
+// --device auto found no GPU: one notice saying why (unless --quiet), once per process (a
+// bench builds several backends).
 static void say_cpu(const config_t *cfg) {
-    if (cfg->device != DEVICE_AUTO || cfg->quiet) return;
+    static int said;
+    if (cfg->device != DEVICE_AUTO || cfg->quiet || said++) return;
 #ifdef TT_HAVE_CUDA
     char why[256] = "";
     cuda_probe_devices(why, sizeof why);
