@@ -71,7 +71,8 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
 // ---------------------------------------------------------------- SwiGLU
 // out (n) = silu(gate) · up,  silu(x) = x / (1 + exp(−x))
 void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
-// dgate (n) =, dup (n) =
+// dgate (n) =, dup (n) =; dgate may be gate and dup may be up (in place: each element is read
+// before it is written)
 void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
 
 // ---------------------------------------------------------------- embedding

@@ -29,13 +29,14 @@
 
 // ---------------------------------------------------------------- the scratch
 
-enum { ACTS_NSCRATCH = 26, ACTS_NKEPT = 13 }; // the first ACTS_NKEPT: what a kept block keeps
+enum { ACTS_NSCRATCH = 20, ACTS_NKEPT = 13 }; // the first ACTS_NKEPT: what a kept block keeps
 typedef union {
     struct {
         // forward intermediates of one block (N = B·T rows), recomputed in the backward
         float *ln1, *rstd1, *q, *k, *v, *att, *lse, *x2, *ln2, *rstd2, *gate, *up, *h, *tmp;
-        // the block's backward
-        float *dln, *dq, *dk, *dv, *datt, *dgate, *dup, *dh;
+        // the block's backward: the buffers no forward intermediate can stand in for (its other
+        // gradients live in intermediates it has finished with: step.c's block_backward)
+        float *dln, *dv;
         // the head: one micro-batch's normed x_L, its rstd, one vocabulary quantum's logits (N, ≤ CE_QUANTUM)
         // (or every quantum's, one after another)
         float *xf, *rstdf, *logits, *losses;

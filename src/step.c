@@ -255,38 +255,44 @@ static void block_backward(step_t *st, int layer, const float *W, float *G, cons
     acts_scratch_t *a = &st->a;
 
     if (recompute) block_forward(st, layer, W, x, a->xf); // the output itself is not needed (xf is scratch here)
+    // Each gradient goes where an intermediate is dead by the time it is written, so the
+    // scratch needs only dln and dv of its own: dh in h (once ∂Wd has read h), dgate and dup
+    // in gate and up (the SwiGLU backward works in place), datt in tmp (forward only), dq in
+    // x2 and dk in ln2 (both dead once the MLP's norm backward has run; KVD ≤ C). The ops and
+    // their order are the same as with buffers of their own: the bits do not change.
+    float *dh = a->h, *dgate = a->gate, *dup = a->up, *datt = a->tmp, *dq = a->x2, *dk = a->ln2, *dv = a->dv;
 
     // MLP: out = x2 + h·Wdᵀ
-    op->matmul_backward_input(a->dh, st->dres, tensor_of(st, W, s, BW_DOWN), N, F, C, 0);
     op->matmul_backward_weight(grad_of(G, st, s, BW_DOWN), st->dres, a->h, N, F, C);
-    rnd(st, a->dh, NF);
-    op->swiglu_backward(a->dgate, a->dup, a->dh, a->gate, a->up, NF);
-    rnd(st, a->dgate, NF); rnd(st, a->dup, NF);
-    op->matmul_backward_input(a->dln, a->dgate, tensor_of(st, W, s, BW_GATE), N, C, F, 0);
-    op->matmul_backward_input(a->dln, a->dup, tensor_of(st, W, s, BW_UP), N, C, F, 1);
-    op->matmul_backward_weight(grad_of(G, st, s, BW_GATE), a->dgate, a->ln2, N, C, F);
-    op->matmul_backward_weight(grad_of(G, st, s, BW_UP), a->dup, a->ln2, N, C, F);
+    op->matmul_backward_input(dh, st->dres, tensor_of(st, W, s, BW_DOWN), N, F, C, 0);
+    rnd(st, dh, NF);
+    op->swiglu_backward(dgate, dup, dh, a->gate, a->up, NF);
+    rnd(st, dgate, NF); rnd(st, dup, NF);
+    op->matmul_backward_input(a->dln, dgate, tensor_of(st, W, s, BW_GATE), N, C, F, 0);
+    op->matmul_backward_input(a->dln, dup, tensor_of(st, W, s, BW_UP), N, C, F, 1);
+    op->matmul_backward_weight(grad_of(G, st, s, BW_GATE), dgate, a->ln2, N, C, F);
+    op->matmul_backward_weight(grad_of(G, st, s, BW_UP), dup, a->ln2, N, C, F);
     rnd(st, a->dln, NC);
     op->rmsnorm_backward(st->dres, grad_of(G, st, s, BW_MLP_NORM), a->dln, a->x2,
                          tensor_of(st, W, s, BW_MLP_NORM), a->rstd2, N, C);
-    rnd(st, st->dres, NC); // now ∂L/∂x2
+    rnd(st, st->dres, NC); // now ∂L/∂x2; x2 and ln2 are dead from here
 
     // attention: x2 = x + att·Woᵀ
-    op->matmul_backward_input(a->datt, st->dres, tensor_of(st, W, s, BW_O), N, C, C, 0);
+    op->matmul_backward_input(datt, st->dres, tensor_of(st, W, s, BW_O), N, C, C, 0);
     op->matmul_backward_weight(grad_of(G, st, s, BW_O), st->dres, a->att, N, C, C);
-    rnd(st, a->datt, NC);
-    op->attention_backward(a->dq, a->dk, a->dv, a->datt, a->q, a->k, a->v, a->att, a->lse,
+    rnd(st, datt, NC);
+    op->attention_backward(dq, dk, dv, datt, a->q, a->k, a->v, a->att, a->lse,
                            st->B, st->T, m->NH, m->NKV, m->HS);
-    rnd(st, a->dq, NC); rnd(st, a->dk, NK); rnd(st, a->dv, NK);
-    op->rope_backward(a->dq, st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS);
-    op->rope_backward(a->dk, st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS);
-    rnd(st, a->dq, NC); rnd(st, a->dk, NK);
-    op->matmul_backward_input(a->dln, a->dq, tensor_of(st, W, s, BW_Q), N, C, C, 0);
-    op->matmul_backward_input(a->dln, a->dk, tensor_of(st, W, s, BW_K), N, C, KVD, 1);
-    op->matmul_backward_input(a->dln, a->dv, tensor_of(st, W, s, BW_V), N, C, KVD, 1);
-    op->matmul_backward_weight(grad_of(G, st, s, BW_Q), a->dq, a->ln1, N, C, C);
-    op->matmul_backward_weight(grad_of(G, st, s, BW_K), a->dk, a->ln1, N, C, KVD);
-    op->matmul_backward_weight(grad_of(G, st, s, BW_V), a->dv, a->ln1, N, C, KVD);
+    rnd(st, dq, NC); rnd(st, dk, NK); rnd(st, dv, NK);
+    op->rope_backward(dq, st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS);
+    op->rope_backward(dk, st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS);
+    rnd(st, dq, NC); rnd(st, dk, NK);
+    op->matmul_backward_input(a->dln, dq, tensor_of(st, W, s, BW_Q), N, C, C, 0);
+    op->matmul_backward_input(a->dln, dk, tensor_of(st, W, s, BW_K), N, C, KVD, 1);
+    op->matmul_backward_input(a->dln, dv, tensor_of(st, W, s, BW_V), N, C, KVD, 1);
+    op->matmul_backward_weight(grad_of(G, st, s, BW_Q), dq, a->ln1, N, C, C);
+    op->matmul_backward_weight(grad_of(G, st, s, BW_K), dk, a->ln1, N, C, KVD);
+    op->matmul_backward_weight(grad_of(G, st, s, BW_V), dv, a->ln1, N, C, KVD);
     rnd(st, a->dln, NC);
     op->rmsnorm_backward(st->dres, grad_of(G, st, s, BW_ATTN_NORM), a->dln, x,
                          tensor_of(st, W, s, BW_ATTN_NORM), a->rstd1, N, C);
