@@ -496,6 +496,18 @@ static void resolve_recompute(config_t *cfg) {
     }
 }
 
+// --optimizer-cache's word or size into cfg->optim_cache; auto is left to the plan
+// (plan_optim_cache_auto), with nothing cached until then.
+static void resolve_optim_cache(config_t *cfg) {
+    const char *a = cfg->optim_cache_arg;
+    cfg->optim_cache = 0;
+    cfg->optim_cache_auto = !strcmp(a, "auto");
+    if (cfg->optim_cache_auto || !strcmp(a, "none") || !a[0]) return;
+    int rc = parse_size(a, &cfg->optim_cache);
+    if (rc == -ERANGE) usage_error("--optimizer-cache %s: out of range (accepted: none, auto, or a size such as 8G)", a);
+    if (rc < 0) usage_error("--optimizer-cache %s: not a size (accepted: none, auto, or a size such as 8G)", a);
+}
+
 static void check_data(const config_t *c) {
     if (strcmp(c->data, "synthetic") == 0) {
         if (c->V < 128)
@@ -609,6 +621,7 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         if (cfg->init_from[0]) apply_init_from(cfg, &ps);
         check_shape(cfg);
         resolve_recompute(cfg);
+        resolve_optim_cache(cfg);
         if (cfg->min_lr > cfg->lr) {
             if (seen(&ps, "min-lr"))
                 usage_error("--min-lr %g: above --lr %g (accepted: 0..%g; the cosine decay goes from --lr down to "
@@ -646,6 +659,7 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         cfg->steps_given = seen(&ps, "steps");
         check_shape(cfg);
         resolve_recompute(cfg);
+        resolve_optim_cache(cfg);
         resolve_schedule(cfg);
         break;
     case CMD_EVAL:

@@ -136,10 +136,11 @@ const flag_t cli_flags[] = {
     {.name = "host-cache", .metavar = "SIZE", .kind = FK_SIZE, FIELD(host_cache), .def = "none", .lo = 0,
      .hi = HUGE_VAL, .align = 1, .values = "none", .group = G_RUN, .cmds = TPB,
      .help = "host memory for copies of NVMe-resident parameters, kept by next use (--params nvme); none = 0"},
-    {.name = "optimizer-cache", .metavar = "SIZE", .kind = FK_SIZE, FIELD(optim_cache), .def = "none", .lo = 0,
-     .hi = HUGE_VAL, .align = 1, .values = "none", .group = G_RUN, .cmds = TPB,
+    {.name = "optimizer-cache", .metavar = "none|auto|SIZE", .kind = FK_STRING, FIELD(optim_cache_arg),
+     .def = "none", .accepts = "none, auto, or a size such as 8G", .group = G_RUN, .cmds = TPB,
      .help = "host memory for copies of the first NVMe-resident optimizer states the update takes, written "
-             "through, so that each step reads 12 bytes less per cached parameter (--optimizer nvme); none = 0"},
+             "through, so that each step reads 12 bytes less per cached parameter (--optimizer nvme); auto = "
+             "what RAM has to spare once the run fits (15% kept free), none = 0"},
     {.name = "profile", .metavar = "FILE", .kind = FK_STRING, FIELD(profile_path), .def = "",
      .def_show = "~/.cache/tiertrain/profile.json", .accepts = "a file path", .group = G_RUN, .cmds = TPB,
      .help = "calibration profile (measured rates) for the plan's predicted floor; bench calibrate writes it"},

@@ -90,7 +90,8 @@ void config_print(const config_t *c, FILE *f) {
             sizeof w), enum_word("auto|device|host", (int)c->acts_tier, b2, sizeof b2),
             c->recompute_arg[0] ? c->recompute_arg : "full");
     if (c->host_cache) fprintf(f, ", host-cache %s", format_bytes(b1, sizeof b1, c->host_cache));
-    if (c->optim_cache) fprintf(f, ", optimizer-cache %s", format_bytes(b1, sizeof b1, c->optim_cache));
+    if (c->optim_cache_auto) fprintf(f, ", optimizer-cache auto");
+    else if (c->optim_cache) fprintf(f, ", optimizer-cache %s", format_bytes(b1, sizeof b1, c->optim_cache));
     fputc('\n', f);
     if (c->init_from[0]) fprintf(f, "  init: weights from --init-from %s, optimizer state fresh\n", c->init_from);
     if (c->save_dir[0] || c->resume[0]) {

@@ -69,6 +69,8 @@ typedef struct {
                              // --recompute none; only for a vocabulary of several quanta, V > CE_QUANTUM)
     uint64_t host_cache;     // --host-cache bytes: host copies of NVMe-resident parameters (0 = none)
     uint64_t optim_cache;    // --optimizer-cache bytes: host copies of NVMe optimizer states (0 = none)
+    char optim_cache_arg[32]; // --optimizer-cache as given: none|auto|SIZE (cli_parse resolves optim_cache)
+    int optim_cache_auto;    // --optimizer-cache auto: plan_optim_cache_auto sets optim_cache
     char profile_path[TT_PATH_MAX]; // --profile ("" = $XDG_CACHE_HOME or ~/.cache /tiertrain/profile.json)
     // ---- io / host tier
     char nvme_path[TT_PATH_MAX]; // --nvme-path DIR[,DIR...]

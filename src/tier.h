@@ -136,6 +136,9 @@ void tier_gchunk_range(const tier_layout_t *lay, const model_t *m, int s, int c,
 int tier_first_gchunk(const tier_layout_t *lay, const model_t *m, int s);
 // Elements of the update's first nocache chunks (--optimizer-cache).
 uint64_t tier_cached_elems(const tier_layout_t *lay, const model_t *m);
+// Bytes of --optimizer-cache one chunk's entry takes (its master, m and v; the cache holds
+// whole entries).
+uint64_t tier_cache_entry_bytes(const tier_layout_t *lay);
 
 // ---------------------------------------------------------------- the residency table
 

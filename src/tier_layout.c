@@ -52,6 +52,10 @@ int tier_nchunks(const tier_layout_t *lay, const model_t *m, int s) {
     return pn ? (int)(CEIL_DIV(plo + pn, lay->chunk_elems) - plo / lay->chunk_elems) : 0;
 }
 
+uint64_t tier_cache_entry_bytes(const tier_layout_t *lay) {
+    return ALIGN_UP(3 * lay->chunk_elems * sizeof(float), PAGE);
+}
+
 uint64_t tier_cached_elems(const tier_layout_t *lay, const model_t *m) {
     uint64_t total = 0;
     int k = 0;
@@ -109,7 +113,7 @@ static void layout_specs(const config_t *cfg, const model_t *m, tier_layout_t *l
     // --optimizer-cache: whole chunks of master, m, v, at most the update's
     lay->nchunks = 0;
     for (int s = 0; s < m->nshards; s++) lay->nchunks += tier_nchunks(lay, m, s);
-    const uint64_t ncache = O == TIER_NVME ? cfg->optim_cache / ALIGN_UP(3 * lay->chunk_elems * f, PAGE) : 0;
+    const uint64_t ncache = O == TIER_NVME ? cfg->optim_cache / tier_cache_entry_bytes(lay) : 0;
     lay->nocache = (int)(ncache < (uint64_t)lay->nchunks ? ncache : (uint64_t)lay->nchunks);
     spec(lay, TB_OPTIM_CACHE, "optimizer state cache", "optimizer_cache", H, lay->nocache,
          3 * lay->chunk_elems * f);

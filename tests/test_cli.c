@@ -154,6 +154,7 @@ static const bad_case_t bad[] = {
     {{"train", "--schedule", "diagonal", NULL}, {"--schedule diagonal", "auto, horizontal, vertical"}},
     {{"train", "--checkpoints", "nvme", NULL}, {"--checkpoints nvme", "auto, device, host"}},
     {{"train", "--host-cache", "1G", NULL}, {"--host-cache 1.0 GiB", "--params is not nvme", "--params nvme"}},
+    {{"train", "--optimizer-cache", "lots", NULL}, {"--optimizer-cache lots", "not a size", "none, auto, or a size"}},
     {{"train", "--grads", "nvme", NULL}, {"--grads nvme", "needs --optimizer nvme", "add --optimizer nvme"}},
     {{"plan", "--grads", "nvme", "--optimizer", "device", NULL}, {"--grads nvme", "needs --optimizer nvme"}},
     {{"plan", "--model", "tiny", "--recompute", "3", NULL}, {"--recompute 3", "0..2 (the model has 2)"}},

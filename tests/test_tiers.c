@@ -261,6 +261,19 @@ START_TEST(optimizer_cache_saves_reads) {
         }
         ck_assert_msg(planned[0] - planned[1] == 4 * 2048 * 12ull, "100K: the plan saves %llu",
                       planned[0] - planned[1]);
+        if (i == 0) { // auto: RAM to spare for the whole model, said so, the same bits and reads as 64M
+            const char *autoc[] = {"--params", "nvme", "--grads", "host", "--optimizer", "nvme", "--optimizer-cache",
+                                   "auto", NULL};
+            run_t r = train(base_bf16, autoc, chunked);
+            char *b = fingerprint(&r);
+            ck_assert_msg(strcmp(a, b) == 0, "--optimizer-cache auto changed the bits:\n  %s\n  %s", a, b);
+            ck_assert_msg(strstr(r.out, "--optimizer-cache auto: ") && strstr(r.out, "optimizer chunks keep their states "
+                                                                                     "in RAM"), "%s", r.out);
+            ck_assert_uint_eq(log_u64(&r, NULL, "nvme_read_bytes"), planned[2]);
+            ck_assert_uint_eq(summary_u64(&r, "nvme_bytes_read"), got[2]);
+            free(b);
+            run_free(&r);
+        }
     }
     free(a);
     run_free(&ref);
@@ -720,6 +733,47 @@ START_TEST(plan_notes_nvme_scale) {
 }
 END_TEST
 
+// --optimizer-cache auto takes the most whole entries the host budget leaves room for, and
+// nothing when the optimizer states are not on NVMe.
+START_TEST(optimizer_cache_auto_fits_budget) {
+    config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    model_preset("small", &cfg);
+    cfg.B = 1; cfg.T = 32; cfg.accum = 1; cfg.steps = 1; cfg.prefetch = 1; cfg.precision = PREC_BF16;
+    cfg.rope_theta = 10000; cfg.norm_eps = 1e-5; cfg.seed = 1; cfg.device = DEVICE_CPU; cfg.threads = 1;
+    cfg.nvme_qd = 8; cfg.io_block = 1 << 20; cfg.numa_node = -1; cfg.quiet = 1;
+    snprintf(cfg.nvme_path, sizeof cfg.nvme_path, "%s", nvme_dir);
+    cfg.params_tier = cfg.grads_tier = cfg.optim_tier = TIER_NVME;
+    model_t m;
+    model_init(&m, &cfg);
+    plan_t p;
+    plan_compute(&cfg, &m, NULL, &p);
+    const uint64_t entry = tier_cache_entry_bytes(&p.lay), host0 = p.host_bytes;
+    const int nchunks = p.lay.nchunks;
+    ck_assert_int_ge(nchunks, 3);
+    char why[512], want[512], a[32], b[32];
+    cfg.optim_cache_auto = 1;
+    cfg.host_budget = host0 + 2 * entry + entry / 2; // room for two entries and a half
+    ck_assert_int_eq(plan_optim_cache_auto(&cfg, &m, NULL, &p, why, sizeof why), 1);
+    ck_assert_uint_eq(cfg.optim_cache, 2 * entry);
+    ck_assert_int_eq(p.lay.nocache, 2);
+    ck_assert_uint_eq(p.host_bytes, host0 + 2 * entry);
+    snprintf(want, sizeof want, "--optimizer-cache auto: 2 of %d optimizer chunks keep their states in RAM (%s), %s "
+             "less NVMe reading a step (predicted floor %.1f ms/step; ", nchunks, format_bytes(a, sizeof a, 2 * entry),
+             format_bytes(b, sizeof b, tier_cached_elems(&p.lay, &m) * 12), p.floor_ms);
+    ck_assert_msg(!strncmp(why, want, strlen(want)), "got  %s\nwant %s...", why, want);
+    cfg.host_budget = 0; // no budget: every chunk (this machine has the RAM for small's states)
+    ck_assert_int_eq(plan_optim_cache_auto(&cfg, &m, NULL, &p, why, sizeof why), 1);
+    ck_assert_int_eq(p.lay.nocache, nchunks);
+    cfg.optim_tier = TIER_HOST; // nothing on NVMe to cache
+    cfg.grads_tier = TIER_HOST;
+    ck_assert_int_eq(plan_optim_cache_auto(&cfg, &m, NULL, &p, why, sizeof why), 0);
+    ck_assert_str_eq(why, "");
+    ck_assert_uint_eq(cfg.optim_cache, 0);
+    model_free(&m);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("tiers");
     TCase *inv = tcase_create("invariance");
@@ -740,6 +794,7 @@ int main(void) {
     tcase_add_test(cap, grads_leave_ram);
     tcase_add_test(cap, plan_json_line);
     tcase_add_test(cap, plan_notes_nvme_scale);
+    tcase_add_test(cap, optimizer_cache_auto_fits_budget);
     tcase_add_test(cap, plan_suggests_what_fits);
     suite_add_tcase(s, cap);
     TCase *flt = tcase_create("faults");
