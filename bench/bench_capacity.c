@@ -5,7 +5,8 @@
 // (--hbm-budget), the host (--host-budget, and 90% of MemAvailable), the NVMe paths' free
 // space (95%). Widths come from the presets (70b down to small; sequence 64, batch 1); a
 // width's depth runs from half its preset's layers to twice them (a model, not a stack of
-// 3,000 thin layers), as high as the plan allows, and the largest model wins. Then it trains
+// 3,000 thin layers), as high as the plan allows, and the largest model wins. The RAM its
+// states leave free becomes --optimizer-cache auto (unless --optimizer-cache says). Then it trains
 // 2 steps of it and reports parameters, bytes per tier, the RAM it really took (the tiers'
 // peak and the process's), states ÷ RAM, s/step against the floor from the calibration
 // profile, the NVMe rates it achieved against the calibrated ones, and the loss. Last, it
@@ -110,6 +111,11 @@ int bench_capacity(const config_t *cfg_in) {
     model_init(&m, &best);
     plan_t p;
     plan_compute(&best, &m, rates, &p);
+    // the RAM the states leave free holds the first optimizer chunks (written through, never read
+    // again), unless the flags said otherwise
+    char why[512];
+    if (!cfg_in->optim_cache && !strcmp(cfg_in->optim_cache_arg, "none")) best.optim_cache_auto = 1;
+    if (plan_optim_cache_auto(&best, &m, rates, &p, why, sizeof why)) printf("\n%s\n", why);
     uint64_t states = p.params_bytes + p.grads_bytes + p.optim_bytes;
     printf("\nlargest: %s width, %d layers: %.3fB parameters, states %s = %.2f x RAM (%s available), the plan's RAM %s\n",
            best.preset, best.L, m.num_params / 1e9, format_bytes(a, sizeof a, states), (double)states / (double)ram,
