@@ -12,7 +12,7 @@ void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, uint64_t byt
     const uint64_t V = (uint64_t)(logits_all || m->V < CE_QUANTUM ? m->V : CE_QUANTUM);
     const uint64_t KVD = (uint64_t)m->NKV * (uint64_t)m->HS, NH = (uint64_t)m->NH;
     const uint64_t sizes[ACTS_NSCRATCH] = {
-        N * C, N, N * C, N * KVD, N * KVD, N * C, N * NH, N * C, N * C, N, N * F, N * F, N * F, N * C, // forward
+        N * C, N, N * C, N * KVD, N * KVD, N * C, N * NH, N * C, N * C, N, N * F, N * F, N * F,        // forward
         N * C, N * KVD,                                                                                // backward
         N * C, N, N * V, N,                                                                            // head
     };

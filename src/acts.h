@@ -29,11 +29,11 @@
 
 // ---------------------------------------------------------------- the scratch
 
-enum { ACTS_NSCRATCH = 20, ACTS_NKEPT = 13 }; // the first ACTS_NKEPT: what a kept block keeps
+enum { ACTS_NSCRATCH = 19, ACTS_NKEPT = 13 }; // the first ACTS_NKEPT: what a kept block keeps
 typedef union {
     struct {
         // forward intermediates of one block (N = B·T rows), recomputed in the backward
-        float *ln1, *rstd1, *q, *k, *v, *att, *lse, *x2, *ln2, *rstd2, *gate, *up, *h, *tmp;
+        float *ln1, *rstd1, *q, *k, *v, *att, *lse, *x2, *ln2, *rstd2, *gate, *up, *h;
         // the block's backward: the buffers no forward intermediate can stand in for (its other
         // gradients live in intermediates it has finished with: step.c's block_backward)
         float *dln, *dv;
@@ -54,7 +54,7 @@ uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all); // Σ b
 // --recompute: a kept block's forward intermediates (ln1 … h, what the backward reads) live in
 // an allocation of their own, acts_kept_total bytes, instead of the scratch. FP32: the forward
 // writes them there (acts_kept_carve points a's first ACTS_NKEPT buffers into it and leaves the
-// rest — tmp, the backward's, the head's — as they are). BF16 (bf16 mode, cfg->kept_bf16):
+// rest — the backward's, the head's — as they are). BF16 (bf16 mode, cfg->kept_bf16):
 // half the bytes; the ten BF16-valued buffers are stored as BF16 and the three statistics
 // (rstd1, lse, rstd2) as FP32: the forward runs in the scratch and acts_kept_store converts
 // them into the allocation, acts_kept_load back before the backward (the values are BF16

@@ -224,10 +224,11 @@ static void block_forward(step_t *st, int layer, const float *W, const float *x,
     rnd(st, a->q, NC); rnd(st, a->k, NK);
     op->attention_forward(a->att, a->lse, a->q, a->k, a->v, st->B, st->T, m->NH, m->NKV, m->HS);
     rnd(st, a->att, NC);
-    op->matmul_forward(a->tmp, a->att, tensor_of(st, W, s, BW_O), N, C, C);
-    rnd(st, a->tmp, NC);
-    backend_copy_d2d(st->be, a->x2, x, NC * sizeof(float));
-    op->add_inplace(a->x2, a->tmp, NC);
+    // each residual add writes the projection into the sum's own buffer and adds the stream
+    // to it: att·Woᵀ + x, the same bits as x + att·Woᵀ (IEEE addition commutes), no buffer
+    op->matmul_forward(a->x2, a->att, tensor_of(st, W, s, BW_O), N, C, C);
+    rnd(st, a->x2, NC);
+    op->add_inplace(a->x2, x, NC);
     rnd(st, a->x2, NC);
 
     op->rmsnorm_forward(a->ln2, a->rstd2, a->x2, tensor_of(st, W, s, BW_MLP_NORM), N, C, m->norm_eps);
@@ -237,10 +238,9 @@ static void block_forward(step_t *st, int layer, const float *W, const float *x,
     rnd(st, a->gate, NF); rnd(st, a->up, NF);
     op->swiglu_forward(a->h, a->gate, a->up, NF);
     rnd(st, a->h, NF);
-    op->matmul_forward(a->tmp, a->h, tensor_of(st, W, s, BW_DOWN), N, F, C);
-    rnd(st, a->tmp, NC);
-    backend_copy_d2d(st->be, out, a->x2, NC * sizeof(float));
-    op->add_inplace(out, a->tmp, NC);
+    op->matmul_forward(out, a->h, tensor_of(st, W, s, BW_DOWN), N, F, C);
+    rnd(st, out, NC);
+    op->add_inplace(out, a->x2, NC);
     rnd(st, out, NC);
 }
 
@@ -257,10 +257,11 @@ static void block_backward(step_t *st, int layer, const float *W, float *G, cons
     if (recompute) block_forward(st, layer, W, x, a->xf); // the output itself is not needed (xf is scratch here)
     // Each gradient goes where an intermediate is dead by the time it is written, so the
     // scratch needs only dln and dv of its own: dh in h (once ∂Wd has read h), dgate and dup
-    // in gate and up (the SwiGLU backward works in place), datt in tmp (forward only), dq in
-    // x2 and dk in ln2 (both dead once the MLP's norm backward has run; KVD ≤ C). The ops and
-    // their order are the same as with buffers of their own: the bits do not change.
-    float *dh = a->h, *dgate = a->gate, *dup = a->up, *datt = a->tmp, *dq = a->x2, *dk = a->ln2, *dv = a->dv;
+    // in gate and up (the SwiGLU backward works in place), datt in dln (dead until the input
+    // gradient after the attention backward), dq in x2 and dk in ln2 (both dead once the MLP's
+    // norm backward has run; KVD ≤ C). The ops and their order are the same as with buffers of
+    // their own: the bits do not change.
+    float *dh = a->h, *dgate = a->gate, *dup = a->up, *datt = a->dln, *dq = a->x2, *dk = a->ln2, *dv = a->dv;
 
     // MLP: out = x2 + h·Wdᵀ
     op->matmul_backward_weight(grad_of(G, st, s, BW_DOWN), st->dres, a->h, N, F, C);
