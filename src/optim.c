@@ -63,23 +63,16 @@ static int with_piece(const tier_layout_t *lay, const model_t *md, int s) {
     return s;
 }
 
-// --optimizer-cache: reads the states of the update's first ncache chunks (this rank's, in
-// order) into their cache entries, all queued at once; the update waits for each in turn.
-static int cache_fill(tier_t *tier, const model_t *md, int ncache, char *err, size_t errlen) {
-    const tier_layout_t *lay = tier_layout_of(tier);
-    int rc = 0, k = 0;
-    for (int s = 0; s < md->nshards && k < ncache && rc == 0; s++)
-        for (int c = 0; c < tier_nchunks(lay, md, s) && k < ncache && rc == 0; c++, k++)
-            rc = tier_o32_cache_submit(tier, tier_o32_cache_xfer(tier, k), IO_READ, s, c, k, err, errlen);
-    return rc;
-}
-
-// The read into staging half `half` of the update's k-th chunk, (s, c): its gradients alone
-// when its states are cached, else its gradients (--grads nvme) and states.
-static int chunk_read(tier_t *tier, tier_xfer_t *x, int s, int c, int k, int half, int ncache, char *err,
-                      size_t errlen) {
-    if (k < ncache) return tier_grads_submit(tier, x, s, c, half, err, errlen);
-    return tier_o32_submit(tier, x, IO_READ, s, c, half, err, errlen);
+// The read into staging half `half` of the update's k-th chunk, (s, c): when its states are
+// cached, its gradients alone, and while the cache fills (fill) its states into entry k too,
+// one chunk ahead as an uncached chunk's read is (all queued at once, a fill of GiBs would
+// stall the next forward's parameter reads behind it); else its gradients (--grads nvme)
+// and states.
+static int chunk_read(tier_t *tier, tier_xfer_t *x, int s, int c, int k, int half, int ncache, int fill,
+                      char *err, size_t errlen) {
+    if (k >= ncache) return tier_o32_submit(tier, x, IO_READ, s, c, half, err, errlen);
+    int rc = fill ? tier_o32_cache_submit(tier, tier_o32_cache_xfer(tier, k), IO_READ, s, c, k, err, errlen) : 0;
+    return rc ? rc : tier_grads_submit(tier, x, s, c, half, err, errlen);
 }
 
 int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, float lr, float grad_scale,
@@ -96,9 +89,9 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
     memset(rd, 0, sizeof rd);
     memset(wr, 0, sizeof wr);
     int rc = 0, s0 = with_piece(lay, md, 0); // the first read: the first shard with a piece here
-    if (ncache && !tier_o32_cache_valid(tier)) rc = cache_fill(tier, md, ncache, err, errlen); // first, or stale
+    const int fill = ncache && !tier_o32_cache_valid(tier); // the first update, or the entries are stale
     tier_o32_cache_set_valid(tier, 0); // until this update has written every chunk home
-    if (rc == 0 && nvme && s0 < md->nshards) rc = chunk_read(tier, &rd[0], s0, 0, 0, 0, ncache, err, errlen);
+    if (nvme && s0 < md->nshards) rc = chunk_read(tier, &rd[0], s0, 0, 0, 0, ncache, fill, err, errlen);
     for (int s = 0, k = 0; s < md->nshards && rc == 0; s++) {
         const int nc = tier_nchunks(lay, md, s);
         void *pc = tier_params_build(tier, s);
@@ -113,7 +106,7 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
             if (nvme) {
                 int ns = c + 1 < nc ? s : with_piece(lay, md, s + 1), ncx = c + 1 < nc ? c + 1 : 0;
                 if (ns < md->nshards && (rc = tier_o32_finish(tier, &wr[nb], err, errlen)) == 0)
-                    rc = chunk_read(tier, &rd[nb], ns, ncx, k + 1, nb, ncache, err, errlen);
+                    rc = chunk_read(tier, &rd[nb], ns, ncx, k + 1, nb, ncache, fill, err, errlen);
                 if (rc == 0) rc = tier_o32_finish(tier, &rd[b], err, errlen);
                 if (rc == 0 && k < ncache) rc = tier_o32_finish(tier, tier_o32_cache_xfer(tier, k), err, errlen);
                 if (rc != 0) break;
