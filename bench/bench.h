@@ -22,6 +22,7 @@ int bench_nvme_rates(const config_t *cfg, uint64_t size, double *rd, double *wr,
 // ---- whole training steps (bench/bench_run.c), for overlap and capacity
 typedef struct {
     double step_ms;          // median over the steps after the first
+    double last_ms;          // the last step
     double init_ms;          // trainer_init: allocation, first touch, initial weights (and NVMe writes)
     double first_loss, last_loss;
     uint64_t hash;           // params_hash after the steps

@@ -62,6 +62,7 @@ int bench_run_steps_hooked(const config_t *cfg, int steps, const bench_hook_t *h
     }
     if (rc == 0) rc = trainer_optimizer_wait(tr, err, errlen);
     if (rc == 0) {
+        r->last_ms = ms[steps - 1];
         int k = steps > 1 ? steps - 1 : 1;
         double *timed = steps > 1 ? ms + 1 : ms;
         qsort(timed, (size_t)k, sizeof *timed, cmp_double);
