@@ -10,15 +10,21 @@
 //     dq_t = scale · Σ_s dS_ts k_s                           task (b, h, query block)
 //     dk_s = scale · Σ_{t≥s, h∈group} dS_ts q_t,  dv_s = Σ P_ts dout_t
 //                                                            task (b, kv head, key block)
-// Tiles are kept with keys as rows and queries as columns, so the softmax statistics of a
-// query are vertical (lane-wise) vector ops and nothing is transposed inside the key loop.
+// The block a task owns is the one transposed, once per task, so nothing is transposed
+// inside its loop over the other side: the forward and dq tasks hold qᵀ (and doutᵀ) and
+// keep tiles with keys as rows and queries as columns (a query's softmax statistics are
+// lane-wise vector ops); the dk/dv task holds kᵀ and vᵀ and keeps tiles with queries as rows
+// (S = q·kᵀ reads q in place).
 // Determinism: every output element is written by exactly one task, and what it adds and in
 // which order is fixed by the block constants, never by the thread count (mm_tile adds its
 // products in k order; tile sums run in row order). D is parked in element 0 of each dq row
 // between the passes (dq is an "=" output written last), so backward needs no scratch.
-// Vector code: GCC vector extensions (8 floats); each task is compiled twice, for AVX2 and
-// for the x86-64 baseline, and the loader picks by CPU. Only elementwise IEEE operations,
-// no FMA (-ffp-contract=off), so both clones give the same bits.
+// Vector code: GCC vector extensions. The kernels (mm_tile, the forward's softmax step, the
+// backward's P and dS) exist twice: on 8 floats, inlined into tasks compiled for AVX2 and
+// for the x86-64 baseline (the loader picks by CPU), and on 16 floats, compiled for
+// AVX-512F, which a task calls instead when the CPU has it. Per element every path does the
+// same IEEE operations in the same order, no FMA (-ffp-contract=off), so all give the same
+// bits.
 // Head sizes above ATT_HS_MAX (tiles would not fit on the stack) take a plain per-row path
 // with the same semantics. Called by the CPU backend's attention op.
 #include "kernels.h"
@@ -26,19 +32,23 @@
 #include <string.h>
 #include "simd.h"
 
-#define ATT_BQ 32      // query rows per tile (a multiple of 8: one tile row is BQ/8 vectors)
+#define ATT_BQ 32      // query rows per tile (one tile row is four 8-float or two 16-float vectors)
 #define ATT_BK 64      // key rows per tile
-#define ATT_HS_MAX 256 // largest head size of the tiled path (a (HS, BQ) tile is 32 KiB)
+#define ATT_HS_MAX 256 // largest head size of the tiled path (a (HS, BK) tile is 64 KiB)
 // A key tile starts at a multiple of BK ≤ the first query of the block (BK a multiple of BQ),
 // so every query of a tile sees at least one unmasked key and its running max is finite.
-_Static_assert(ATT_BK % ATT_BQ == 0 && ATT_BQ % 8 == 0, "tile sizes");
+// softmax16 takes a tile row as its two 16-float vectors.
+_Static_assert(ATT_BK % ATT_BQ == 0 && ATT_BQ == 32, "tile sizes");
 
+// ---------------------------------------------------------------- 8-lane kernels
 // C (M, N) (+)= A (M, K) · B (K, N): C and B row-major with leading dimensions, A element
-// (i, k) at A[i·sai + k·sak] (so A can be read transposed). acc = 0 starts from zero. Each
-// element adds its K products in k order, one rounding per multiply and per add: the same
-// bits whatever the tile path or vector width. 4×16 register tiles, then 4×8, then scalar.
-INLINE void mm_tile(float *restrict C, int ldc, const float *restrict A, size_t sai, size_t sak,
-                    const float *restrict B, int ldb, int M, int N, int K, int acc) {
+// (i, k) at A[i·sai + k·sak] (so A can be read transposed). acc = 0 starts from zero; with
+// acc and rs non-NULL, row i of C is first multiplied by rs[i] (the online softmax's rescale,
+// done as C is loaded instead of in a pass of its own). Each element adds its K products in
+// k order, one rounding per multiply and per add: the same bits whatever the tile path or
+// vector width. 4×16 register tiles, then 4×8, then scalar.
+INLINE void mm8(float *restrict C, int ldc, const float *restrict A, size_t sai, size_t sak,
+                const float *restrict B, int ldb, int M, int N, int K, int acc, const float *rs) {
     int i = 0;
     for (; i < M; i += 4) {
         const int mr = M - i < 4 ? M - i : 4; // rows in this strip (tail strips are narrower)
@@ -54,6 +64,12 @@ INLINE void mm_tile(float *restrict C, int ldc, const float *restrict A, size_t 
                 v8f r10 = acc ? ld8(c1 + j) : z, r11 = acc ? ld8(c1 + j + 8) : z;
                 v8f r20 = acc ? ld8(c2 + j) : z, r21 = acc ? ld8(c2 + j + 8) : z;
                 v8f r30 = acc ? ld8(c3 + j) : z, r31 = acc ? ld8(c3 + j + 8) : z;
+                if (acc && rs) {
+                    r00 *= rs[i]; r01 *= rs[i];
+                    r10 *= rs[i + 1]; r11 *= rs[i + 1];
+                    r20 *= rs[i + 2]; r21 *= rs[i + 2];
+                    r30 *= rs[i + 3]; r31 *= rs[i + 3];
+                }
                 for (int k = 0; k < K; k++) {
                     const float *bk = B + (size_t)k * ldb + j;
                     v8f b0 = ld8(bk), b1 = ld8(bk + 8);
@@ -75,6 +91,7 @@ INLINE void mm_tile(float *restrict C, int ldc, const float *restrict A, size_t 
                 const float *ar = A + (size_t)(i + r) * sai;
                 float *cr = C + (size_t)(i + r) * ldc;
                 v8f c = acc ? ld8(cr + j) : splat8(0.0f);
+                if (acc && rs) c *= rs[i + r];
                 for (int k = 0; k < K; k++) c += ar[(size_t)k * sak] * ld8(B + (size_t)k * ldb + j);
                 st8(cr + j, c);
             }
@@ -83,23 +100,232 @@ INLINE void mm_tile(float *restrict C, int ldc, const float *restrict A, size_t 
             for (int r = 0; r < mr; r++) {
                 const float *ar = A + (size_t)(i + r) * sai;
                 float c = acc ? C[(size_t)(i + r) * ldc + j] : 0.0f;
+                if (acc && rs) c *= rs[i + r];
                 for (int k = 0; k < K; k++) c += ar[(size_t)k * sak] * B[(size_t)k * ldb + j];
                 C[(size_t)(i + r) * ldc + j] = c;
             }
     }
 }
 
-// dst (HS, BQ) = rows [0, n) of src (row stride sstride) transposed; columns n.. are zero.
-INLINE void load_t(float *restrict dst, const float *restrict src, size_t sstride, int n, int HS) {
-    for (int j = 0; j < n; j++) {
-        const float *s = src + (size_t)j * sstride;
-        for (int d = 0; d < HS; d++) dst[(size_t)d * ATT_BQ + j] = s[d];
+// The online softmax step of one (nk, BQ) tile of raw scores Sᵀ (keys as rows, masked
+// entries −inf), eight queries at a time: m' = max(m, the tile's max of S·scale), the tile
+// becomes P = exp(S·scale − m'), l = l·corr + Σ P (keys in order), m = m', and corr =
+// exp(m − m') is left for out's rescale (exp(−inf) = 0 on the first tile). S·scale is formed
+// in each of the two passes, the same product both times (−inf·scale = −inf).
+INLINE void softmax8(float *st, int nk, float *m, float *l, float *corr, float scale) {
+    for (int iv = 0; iv < ATT_BQ; iv += 8) {
+        v8f bm = ld8(st + iv) * scale;
+        for (int j = 1; j < nk; j++) bm = max8(bm, ld8(st + j * ATT_BQ + iv) * scale);
+        v8f mo = ld8(m + iv), mn = max8(mo, bm);
+        v8f c = exp8(mo - mn);
+        v8f sum = splat8(0.0f);
+        for (int j = 0; j < nk; j++) {
+            v8f p = exp8(ld8(st + j * ATT_BQ + iv) * scale - mn);
+            st8(st + j * ATT_BQ + iv, p);
+            sum += p;
+        }
+        st8(l + iv, ld8(l + iv) * c + sum);
+        st8(m + iv, mn);
+        st8(corr + iv, c);
     }
-    for (int d = 0; d < HS && n < ATT_BQ; d++) memset(dst + (size_t)d * ATT_BQ + n, 0, (size_t)(ATT_BQ - n) * sizeof(float));
 }
 
-static void zero_rows(float *x, size_t stride, int n, int len) {
-    for (int r = 0; r < n; r++) memset(x + (size_t)r * stride, 0, (size_t)len * sizeof(float));
+// P and dS·scale of a (nk, BQ) tile in place, keys as rows: st holds Sᵀ, dpt holds dPᵀ =
+// v·doutᵀ; L and D per query (lane).
+INLINE void grad_cols8(float *st, float *dpt, int nk, const float *L, const float *D, float scale) {
+    for (int iv = 0; iv < ATT_BQ; iv += 8) {
+        v8f lv = ld8(L + iv), dv = ld8(D + iv);
+        for (int j = 0; j < nk; j++) {
+            v8f p = exp8(ld8(st + j * ATT_BQ + iv) * scale - lv);
+            st8(st + j * ATT_BQ + iv, p);
+            st8(dpt + j * ATT_BQ + iv, (p * (ld8(dpt + j * ATT_BQ + iv) - dv)) * scale);
+        }
+    }
+}
+
+// The same for a (nq, BK) tile with queries as rows (S = q·kᵀ, dP = dout·vᵀ), columns
+// [j0, nc) (multiples of 8); L and D per query (row).
+INLINE void grad_rows8(float *st, float *dpt, int nq, int j0, int nc, const float *L, const float *D, float scale) {
+    for (int i = 0; i < nq; i++) {
+        v8f lv = splat8(L[i]), dv = splat8(D[i]);
+        for (int j = j0; j < nc; j += 8) {
+            v8f p = exp8(ld8(st + i * ATT_BK + j) * scale - lv);
+            st8(st + i * ATT_BK + j, p);
+            st8(dpt + i * ATT_BK + j, (p * (ld8(dpt + i * ATT_BK + j) - dv)) * scale);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- 16-lane kernels (AVX-512F)
+// The 8-lane kernels again, on 16-float vectors: per element the same operations in the same
+// order (so the same bits), twice the lanes per instruction. Called only when tt_wide().
+
+// mm8 with 4×32 register tiles (eight 16-float accumulators), then 4×16; the columns past
+// the last 16 and the rows past the last 4 go to mm8.
+TT_WIDE static void mm16(float *restrict C, int ldc, const float *restrict A, size_t sai, size_t sak,
+                         const float *restrict B, int ldb, int M, int N, int K, int acc, const float *rs) {
+    const int M4 = M / 4 * 4, N16 = N / 16 * 16;
+    for (int i = 0; i < M4; i += 4) {
+        const float *a0 = A + (size_t)i * sai, *a1 = a0 + sai, *a2 = a1 + sai, *a3 = a2 + sai;
+        float *c0 = C + (size_t)i * ldc, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
+        int j = 0;
+        for (; j + 32 <= N; j += 32) {
+            v16f z = splat16(0.0f);
+            v16f r00 = acc ? ld16(c0 + j) : z, r01 = acc ? ld16(c0 + j + 16) : z;
+            v16f r10 = acc ? ld16(c1 + j) : z, r11 = acc ? ld16(c1 + j + 16) : z;
+            v16f r20 = acc ? ld16(c2 + j) : z, r21 = acc ? ld16(c2 + j + 16) : z;
+            v16f r30 = acc ? ld16(c3 + j) : z, r31 = acc ? ld16(c3 + j + 16) : z;
+            if (acc && rs) {
+                r00 *= rs[i]; r01 *= rs[i];
+                r10 *= rs[i + 1]; r11 *= rs[i + 1];
+                r20 *= rs[i + 2]; r21 *= rs[i + 2];
+                r30 *= rs[i + 3]; r31 *= rs[i + 3];
+            }
+            for (int k = 0; k < K; k++) {
+                const float *bk = B + (size_t)k * ldb + j;
+                v16f b0 = ld16(bk), b1 = ld16(bk + 16);
+                size_t ak = (size_t)k * sak;
+                float x0 = a0[ak], x1 = a1[ak], x2 = a2[ak], x3 = a3[ak];
+                r00 += x0 * b0; r01 += x0 * b1;
+                r10 += x1 * b0; r11 += x1 * b1;
+                r20 += x2 * b0; r21 += x2 * b1;
+                r30 += x3 * b0; r31 += x3 * b1;
+            }
+            st16(c0 + j, r00); st16(c0 + j + 16, r01);
+            st16(c1 + j, r10); st16(c1 + j + 16, r11);
+            st16(c2 + j, r20); st16(c2 + j + 16, r21);
+            st16(c3 + j, r30); st16(c3 + j + 16, r31);
+        }
+        if (j < N16) {
+            v16f z = splat16(0.0f);
+            v16f r0 = acc ? ld16(c0 + j) : z, r1 = acc ? ld16(c1 + j) : z;
+            v16f r2 = acc ? ld16(c2 + j) : z, r3 = acc ? ld16(c3 + j) : z;
+            if (acc && rs) { r0 *= rs[i]; r1 *= rs[i + 1]; r2 *= rs[i + 2]; r3 *= rs[i + 3]; }
+            for (int k = 0; k < K; k++) {
+                v16f b0 = ld16(B + (size_t)k * ldb + j);
+                size_t ak = (size_t)k * sak;
+                r0 += a0[ak] * b0; r1 += a1[ak] * b0; r2 += a2[ak] * b0; r3 += a3[ak] * b0;
+            }
+            st16(c0 + j, r0); st16(c1 + j, r1); st16(c2 + j, r2); st16(c3 + j, r3);
+        }
+    }
+    if (N16 < N && M4 > 0) mm8(C + N16, ldc, A, sai, sak, B + N16, ldb, M4, N - N16, K, acc, rs);
+    if (M4 < M)
+        mm8(C + (size_t)M4 * ldc, ldc, A + (size_t)M4 * sai, sai, sak, B, ldb, M - M4, N, K, acc, rs ? rs + M4 : NULL);
+}
+
+// softmax8, a whole tile row (BQ = two vectors) per step, so the two max chains interleave.
+TT_WIDE static void softmax16(float *st, int nk, float *m, float *l, float *corr, float scale) {
+    v16f bm0 = ld16(st) * scale, bm1 = ld16(st + 16) * scale;
+    for (int j = 1; j < nk; j++) {
+        bm0 = max16(bm0, ld16(st + j * ATT_BQ) * scale);
+        bm1 = max16(bm1, ld16(st + j * ATT_BQ + 16) * scale);
+    }
+    v16f mo0 = ld16(m), mn0 = max16(mo0, bm0), mo1 = ld16(m + 16), mn1 = max16(mo1, bm1);
+    v16f c0 = exp16(mo0 - mn0), c1 = exp16(mo1 - mn1);
+    v16f sum0 = splat16(0.0f), sum1 = splat16(0.0f);
+    for (int j = 0; j < nk; j++) {
+        v16f p0 = exp16(ld16(st + j * ATT_BQ) * scale - mn0);
+        v16f p1 = exp16(ld16(st + j * ATT_BQ + 16) * scale - mn1);
+        st16(st + j * ATT_BQ, p0);
+        st16(st + j * ATT_BQ + 16, p1);
+        sum0 += p0;
+        sum1 += p1;
+    }
+    st16(l, ld16(l) * c0 + sum0); st16(l + 16, ld16(l + 16) * c1 + sum1);
+    st16(m, mn0); st16(m + 16, mn1);
+    st16(corr, c0); st16(corr + 16, c1);
+}
+
+TT_WIDE static void grad_cols16(float *st, float *dpt, int nk, const float *L, const float *D, float scale) {
+    for (int iv = 0; iv < ATT_BQ; iv += 16) {
+        v16f lv = ld16(L + iv), dv = ld16(D + iv);
+        for (int j = 0; j < nk; j++) {
+            v16f p = exp16(ld16(st + j * ATT_BQ + iv) * scale - lv);
+            st16(st + j * ATT_BQ + iv, p);
+            st16(dpt + j * ATT_BQ + iv, (p * (ld16(dpt + j * ATT_BQ + iv) - dv)) * scale);
+        }
+    }
+}
+
+// grad_rows8 over [0, nc): 16 columns at a time, the last 8 (nc an odd multiple of 8) by it.
+TT_WIDE static void grad_rows16(float *st, float *dpt, int nq, int nc, const float *L, const float *D, float scale) {
+    const int n16 = nc / 16 * 16;
+    for (int i = 0; i < nq; i++) {
+        v16f lv = splat16(L[i]), dv = splat16(D[i]);
+        for (int j = 0; j < n16; j += 16) {
+            v16f p = exp16(ld16(st + i * ATT_BK + j) * scale - lv);
+            st16(st + i * ATT_BK + j, p);
+            st16(dpt + i * ATT_BK + j, (p * (ld16(dpt + i * ATT_BK + j) - dv)) * scale);
+        }
+    }
+    if (n16 < nc) grad_rows8(st, dpt, nq, n16, nc, L, D, scale);
+}
+
+// ---------------------------------------------------------------- the kernels a task calls
+// The 16-lane kernel where the CPU has AVX-512F (wide = tt_wide(), asked once per task),
+// else the 8-lane one, inlined into the task's clones.
+INLINE void mm_tile(int wide, float *restrict C, int ldc, const float *restrict A, size_t sai, size_t sak,
+                    const float *restrict B, int ldb, int M, int N, int K, int acc, const float *rs) {
+    if (wide) mm16(C, ldc, A, sai, sak, B, ldb, M, N, K, acc, rs);
+    else mm8(C, ldc, A, sai, sak, B, ldb, M, N, K, acc, rs);
+}
+INLINE void softmax_tile(int wide, float *st, int nk, float *m, float *l, float *corr, float scale) {
+    if (wide) softmax16(st, nk, m, l, corr, scale);
+    else softmax8(st, nk, m, l, corr, scale);
+}
+INLINE void grad_cols(int wide, float *st, float *dpt, int nk, const float *L, const float *D, float scale) {
+    if (wide) grad_cols16(st, dpt, nk, L, D, scale);
+    else grad_cols8(st, dpt, nk, L, D, scale);
+}
+INLINE void grad_rows(int wide, float *st, float *dpt, int nq, int nc, const float *L, const float *D, float scale) {
+    if (wide) grad_rows16(st, dpt, nq, nc, L, D, scale);
+    else grad_rows8(st, dpt, nq, 0, nc, L, D, scale);
+}
+
+// ---------------------------------------------------------------- transposes and masks
+// The 8×8 block at src (row stride ss) stored transposed at dst (row stride ds). Moves only
+// (unpack, shuffle, lane swap; written out in full so the block stays in registers), so no
+// bit changes.
+INLINE void tr8(float *restrict dst, size_t ds, const float *restrict src, size_t ss) {
+    const v8i lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
+    const v8i s0 = {0, 1, 8, 9, 4, 5, 12, 13}, s1 = {2, 3, 10, 11, 6, 7, 14, 15};
+    const v8i p0 = {0, 1, 2, 3, 8, 9, 10, 11}, p1 = {4, 5, 6, 7, 12, 13, 14, 15};
+    v8f r0 = ld8(src), r1 = ld8(src + ss), r2 = ld8(src + 2 * ss), r3 = ld8(src + 3 * ss);
+    v8f r4 = ld8(src + 4 * ss), r5 = ld8(src + 5 * ss), r6 = ld8(src + 6 * ss), r7 = ld8(src + 7 * ss);
+    // pairs of rows interleaved within each 128-bit half
+    v8f t0 = __builtin_shuffle(r0, r1, lo), t1 = __builtin_shuffle(r0, r1, hi);
+    v8f t2 = __builtin_shuffle(r2, r3, lo), t3 = __builtin_shuffle(r2, r3, hi);
+    v8f t4 = __builtin_shuffle(r4, r5, lo), t5 = __builtin_shuffle(r4, r5, hi);
+    v8f t6 = __builtin_shuffle(r6, r7, lo), t7 = __builtin_shuffle(r6, r7, hi);
+    // quads: u_c holds columns c and c + 4 of rows 0-3 (u0-u3) or 4-7 (u4-u7)
+    v8f u0 = __builtin_shuffle(t0, t2, s0), u1 = __builtin_shuffle(t0, t2, s1);
+    v8f u2 = __builtin_shuffle(t1, t3, s0), u3 = __builtin_shuffle(t1, t3, s1);
+    v8f u4 = __builtin_shuffle(t4, t6, s0), u5 = __builtin_shuffle(t4, t6, s1);
+    v8f u6 = __builtin_shuffle(t5, t7, s0), u7 = __builtin_shuffle(t5, t7, s1);
+    // the two halves meet: column c
+    st8(dst, __builtin_shuffle(u0, u4, p0)); st8(dst + 4 * ds, __builtin_shuffle(u0, u4, p1));
+    st8(dst + ds, __builtin_shuffle(u1, u5, p0)); st8(dst + 5 * ds, __builtin_shuffle(u1, u5, p1));
+    st8(dst + 2 * ds, __builtin_shuffle(u2, u6, p0)); st8(dst + 6 * ds, __builtin_shuffle(u2, u6, p1));
+    st8(dst + 3 * ds, __builtin_shuffle(u3, u7, p0)); st8(dst + 7 * ds, __builtin_shuffle(u3, u7, p1));
+}
+
+// dst (HS, w) = rows [0, n) of src (row stride sstride) transposed; columns n..w are zero
+// (w = BQ or BK). 8×8 blocks through registers, the edges one element at a time.
+INLINE void load_t(float *restrict dst, int w, const float *restrict src, size_t sstride, int n, int HS) {
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const float *s = src + (size_t)j * sstride;
+        int d = 0;
+        for (; d + 8 <= HS; d += 8) tr8(dst + (size_t)d * w + j, (size_t)w, s + d, sstride);
+        for (; d < HS; d++)
+            for (int u = 0; u < 8; u++) dst[(size_t)d * w + j + u] = s[(size_t)u * sstride + d];
+    }
+    for (; j < n; j++) {
+        const float *s = src + (size_t)j * sstride;
+        for (int d = 0; d < HS; d++) dst[(size_t)d * w + j] = s[d];
+    }
+    for (int d = 0; d < HS && n < w; d++) memset(dst + (size_t)d * w + n, 0, (size_t)(w - n) * sizeof(float));
 }
 
 // Causal mask of a (nk, BQ) tile, keys s0.., queries t0..: entries with key > query become
@@ -108,6 +334,13 @@ static void mask_tile(float *tile, int s0, int nk, int t0, float fill) {
     if (s0 + nk - 1 <= t0) return;
     for (int j = 0; j < nk; j++)
         for (int i = 0; i < ATT_BQ && t0 + i < s0 + j; i++) tile[(size_t)j * ATT_BQ + i] = fill;
+}
+
+// The same for a (nq, BK) tile, queries t0.. as rows, keys s0..: entries with key > query
+// become 0 (the caller checks that the tile reaches past the diagonal).
+static void mask_tile_rows(float *tile, int t0, int nq, int s0, int nk) {
+    for (int i = 0; i < nq; i++)
+        for (int j = t0 + i + 1 - s0 > 0 ? t0 + i + 1 - s0 : 0; j < nk; j++) tile[(size_t)i * ATT_BK + j] = 0.0f;
 }
 
 // ---------------------------------------------------------------- plain path (HS > ATT_HS_MAX)
@@ -206,36 +439,17 @@ static void fwd_task(float *out, float *lse, const float *q, const float *k, con
     float qt[ATT_HS_MAX * ATT_BQ]; // (HS, BQ): the query block transposed, once per task
     float st[ATT_BK * ATT_BQ];     // (BK, BQ): scores, then probabilities
     float m[ATT_BQ], l[ATT_BQ], corr[ATT_BQ];
-    load_t(qt, q + ((size_t)b * T + t0) * qs + (size_t)h * HS, qs, nq, HS);
-    zero_rows(oblk, qs, nq, HS);
+    const int wide = tt_wide();
+    load_t(qt, ATT_BQ, q + ((size_t)b * T + t0) * qs + (size_t)h * HS, qs, nq, HS);
     for (int i = 0; i < ATT_BQ; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
     for (int s0 = 0; s0 < t0 + nq; s0 += ATT_BK) {
         const int nk = t0 + nq - s0 < ATT_BK ? t0 + nq - s0 : ATT_BK;
-        mm_tile(st, ATT_BQ, kb + (size_t)s0 * ks, ks, 1, qt, ATT_BQ, nk, ATT_BQ, HS, 0); // Sᵀ = k·qᵀ
-        for (int j = 0; j < nk; j++)
-            for (int iv = 0; iv < ATT_BQ; iv += 8) st8(st + j * ATT_BQ + iv, ld8(st + j * ATT_BQ + iv) * scale);
-        mask_tile(st, s0, nk, t0, -INFINITY);
-        for (int iv = 0; iv < ATT_BQ; iv += 8) {
-            v8f bm = ld8(st + iv);
-            for (int j = 1; j < nk; j++) bm = max8(bm, ld8(st + j * ATT_BQ + iv));
-            v8f mo = ld8(m + iv), mn = max8(mo, bm);
-            v8f c = exp8(mo - mn); // exp(−inf) = 0 on the first tile
-            v8f sum = splat8(0.0f);
-            for (int j = 0; j < nk; j++) { // probabilities, summed in key order
-                v8f p = exp8(ld8(st + j * ATT_BQ + iv) - mn);
-                st8(st + j * ATT_BQ + iv, p);
-                sum += p;
-            }
-            st8(l + iv, ld8(l + iv) * c + sum);
-            st8(m + iv, mn);
-            st8(corr + iv, c);
-        }
-        for (int i = 0; i < nq; i++) { // rescale what was accumulated under the old max
-            float *restrict o = oblk + (size_t)i * qs;
-            #pragma omp simd
-            for (int d = 0; d < HS; d++) o[d] *= corr[i];
-        }
-        mm_tile(oblk, (int)qs, st, 1, ATT_BQ, vb + (size_t)s0 * ks, (int)ks, nq, HS, nk, 1); // out += P·v
+        mm_tile(wide, st, ATT_BQ, kb + (size_t)s0 * ks, ks, 1, qt, ATT_BQ, nk, ATT_BQ, HS, 0, NULL); // Sᵀ = k·qᵀ
+        mask_tile(st, s0, nk, t0, -INFINITY); // before the scale, which keeps −inf
+        softmax_tile(wide, st, nk, m, l, corr, scale);
+        // out = out·corr (rescaled from the old max) + P·v; the first tile starts from zero,
+        // which is what zero·corr would give
+        mm_tile(wide, oblk, (int)qs, st, 1, ATT_BQ, vb + (size_t)s0 * ks, (int)ks, nq, HS, nk, s0 > 0, corr);
     }
     for (int i = 0; i < nq; i++) {
         float inv = 1.0f / l[i], *restrict o = oblk + (size_t)i * qs;
@@ -259,50 +473,48 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
 }
 
 // ---------------------------------------------------------------- backward
-// P and dS·scale of a (nk, BQ) tile in place: st holds Sᵀ, dpt holds dPᵀ = v·doutᵀ.
-INLINE void grad_tile(float *st, float *dpt, int nk, const float *L, const float *D, float scale) {
-    for (int iv = 0; iv < ATT_BQ; iv += 8) {
-        v8f lv = ld8(L + iv), dv = ld8(D + iv);
-        for (int j = 0; j < nk; j++) {
-            v8f p = exp8(ld8(st + j * ATT_BQ + iv) * scale - lv);
-            st8(st + j * ATT_BQ + iv, p);
-            st8(dpt + j * ATT_BQ + iv, (p * (ld8(dpt + j * ATT_BQ + iv) - dv)) * scale);
-        }
-    }
-}
-
 // dk, dv rows [s0, s0+nk) of kv head g: every query t ≥ s of the group's heads, heads in
-// order, then query blocks in order (each row adds in t order per head).
+// order, then query blocks in order (each row adds in t order per head). The key block is
+// the fixed side, so it is the one transposed (once per task), and the tiles hold queries
+// as rows: S = q·kᵀ reads q in place.
 TT_CLONES
 static void dkdv_task(float *dk, float *dv, const float *dq, const float *dout, const float *q,
                       const float *k, const float *v, const float *lse,
                       int b, int g, int kbi, int T, int NH, int NKV, int HS) {
     const int group = NH / NKV, s0 = kbi * ATT_BK, nk = T - s0 < ATT_BK ? T - s0 : ATT_BK;
+    const int nkv = (nk + 7) / 8 * 8; // tile columns computed: whole vectors (kt is zero past nk)
     const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
     const size_t ko = ((size_t)b * T + s0) * ks + (size_t)g * HS;
     const float scale = 1.0f / sqrtf((float)HS);
-    float qt[ATT_HS_MAX * ATT_BQ], dot_t[ATT_HS_MAX * ATT_BQ]; // (HS, BQ)
-    float st[ATT_BK * ATT_BQ], dpt[ATT_BK * ATT_BQ];          // (BK, BQ)
+    float kt[ATT_HS_MAX * ATT_BK], vt[ATT_HS_MAX * ATT_BK]; // (HS, BK)
+    float st[ATT_BQ * ATT_BK], dpt[ATT_BQ * ATT_BK];       // (BQ, BK)
     float L[ATT_BQ], D[ATT_BQ];
+    const int wide = tt_wide();
+    load_t(kt, ATT_BK, k + ko, ks, nk, HS);
+    load_t(vt, ATT_BK, v + ko, ks, nk, HS);
     for (int h = g * group; h < (g + 1) * group; h++) {
         const float *lr = lse + ((size_t)b * NH + h) * T;
         for (int t0 = (s0 / ATT_BQ) * ATT_BQ; t0 < T; t0 += ATT_BQ) {
             const int nq = T - t0 < ATT_BQ ? T - t0 : ATT_BQ;
             const size_t qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
-            load_t(qt, q + qo, qs, nq, HS);
-            load_t(dot_t, dout + qo, qs, nq, HS);
-            for (int i = 0; i < ATT_BQ; i++) {
-                L[i] = i < nq ? lr[t0 + i] : 0.0f;
-                D[i] = i < nq ? dq[qo + (size_t)i * qs] : 0.0f; // D parked in dq[row][0]
+            for (int i = 0; i < nq; i++) {
+                L[i] = lr[t0 + i];
+                D[i] = dq[qo + (size_t)i * qs]; // D parked in dq[row][0]
             }
-            mm_tile(st, ATT_BQ, k + ko, ks, 1, qt, ATT_BQ, nk, ATT_BQ, HS, 0);     // Sᵀ = k·qᵀ
-            mm_tile(dpt, ATT_BQ, v + ko, ks, 1, dot_t, ATT_BQ, nk, ATT_BQ, HS, 0); // dPᵀ = v·doutᵀ
-            grad_tile(st, dpt, nk, L, D, scale);
-            mask_tile(st, s0, nk, t0, 0.0f);
-            mask_tile(dpt, s0, nk, t0, 0.0f);
+            // S = q·kᵀ, dP = dout·vᵀ for the keys ≤ the block's last query; the columns
+            // past them are all masked (set below), so they are not computed
+            const int nc = t0 + nq - s0 < nkv ? (t0 + nq - s0 + 7) / 8 * 8 : nkv;
+            mm_tile(wide, st, ATT_BK, q + qo, qs, 1, kt, ATT_BK, nq, nc, HS, 0, NULL);
+            mm_tile(wide, dpt, ATT_BK, dout + qo, qs, 1, vt, ATT_BK, nq, nc, HS, 0, NULL);
+            grad_rows(wide, st, dpt, nq, nc, L, D, scale);
+            if (s0 + nk - 1 > t0) { // the tile reaches past the diagonal
+                mask_tile_rows(st, t0, nq, s0, nk);
+                mask_tile_rows(dpt, t0, nq, s0, nk);
+            }
             int first = h == g * group && t0 == (s0 / ATT_BQ) * ATT_BQ; // first product: "="
-            mm_tile(dv + ko, (int)ks, st, ATT_BQ, 1, dout + qo, (int)qs, nk, HS, nq, !first);
-            mm_tile(dk + ko, (int)ks, dpt, ATT_BQ, 1, q + qo, (int)qs, nk, HS, nq, !first);
+            // dv (nk, HS) (+)= Pᵀ (nk, nq) · dout, dk (+)= dSᵀ · q: the tiles read transposed
+            mm_tile(wide, dv + ko, (int)ks, st, 1, ATT_BK, dout + qo, (int)qs, nk, HS, nq, !first, NULL);
+            mm_tile(wide, dk + ko, (int)ks, dpt, 1, ATT_BK, q + qo, (int)qs, nk, HS, nq, !first, NULL);
         }
     }
 }
@@ -325,17 +537,38 @@ static void dq_task(float *dq, const float *dout, const float *q, const float *k
         L[i] = i < nq ? lr[i] : 0.0f;
         D[i] = i < nq ? dq[qo + (size_t)i * qs] : 0.0f;
     }
-    load_t(qt, q + qo, qs, nq, HS);
-    load_t(dot_t, dout + qo, qs, nq, HS);
+    const int wide = tt_wide();
+    load_t(qt, ATT_BQ, q + qo, qs, nq, HS);
+    load_t(dot_t, ATT_BQ, dout + qo, qs, nq, HS);
     for (int s0 = 0; s0 < t0 + nq; s0 += ATT_BK) {
         const int nk = t0 + nq - s0 < ATT_BK ? t0 + nq - s0 : ATT_BK;
-        mm_tile(st, ATT_BQ, kb + (size_t)s0 * ks, ks, 1, qt, ATT_BQ, nk, ATT_BQ, HS, 0);
-        mm_tile(dpt, ATT_BQ, vb + (size_t)s0 * ks, ks, 1, dot_t, ATT_BQ, nk, ATT_BQ, HS, 0);
-        grad_tile(st, dpt, nk, L, D, scale);
+        mm_tile(wide, st, ATT_BQ, kb + (size_t)s0 * ks, ks, 1, qt, ATT_BQ, nk, ATT_BQ, HS, 0, NULL);
+        mm_tile(wide, dpt, ATT_BQ, vb + (size_t)s0 * ks, ks, 1, dot_t, ATT_BQ, nk, ATT_BQ, HS, 0, NULL);
+        grad_cols(wide, st, dpt, nk, L, D, scale);
         mask_tile(dpt, s0, nk, t0, 0.0f);
         // dq (nq, HS) (+)= dS (nq, nk) · k: dS read transposed from the (nk, BQ) tile
-        mm_tile(dq + qo, (int)qs, dpt, 1, ATT_BQ, kb + (size_t)s0 * ks, (int)ks, nq, HS, nk, s0 > 0);
+        mm_tile(wide, dq + qo, (int)qs, dpt, 1, ATT_BQ, kb + (size_t)s0 * ks, (int)ks, nq, HS, nk, s0 > 0, NULL);
     }
+}
+
+// D = dout·out of eight consecutive rows (rows of HS), parked in dq[row][0]: lane u is row
+// u's sum, taken in d order as dot_seq does; the rows are read in 8×8 blocks turned so that
+// one vector holds element d of all eight.
+TT_CLONES
+static void d_rows(float *dq, const float *dout, const float *out, int HS) {
+    float a[64], b[64];
+    v8f sum = splat8(0.0f);
+    int d = 0;
+    for (; d + 8 <= HS; d += 8) {
+        tr8(a, 8, dout + d, (size_t)HS);
+        tr8(b, 8, out + d, (size_t)HS);
+        for (int e = 0; e < 8; e++) sum += ld8(a + 8 * e) * ld8(b + 8 * e);
+    }
+    for (; d < HS; d++) {
+        for (int u = 0; u < 8; u++) { a[u] = dout[(size_t)u * HS + d]; b[u] = out[(size_t)u * HS + d]; }
+        sum += ld8(a) * ld8(b);
+    }
+    for (int u = 0; u < 8; u++) dq[(size_t)u * HS] = sum[u];
 }
 
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
@@ -344,9 +577,16 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
     if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0) return;
 
     // ---- pass 1: D = dout·out per query row (in order over d), parked in dq[row][0]
+    //      eight rows at a time (d_rows), the last few one by one
+    const long nr = (long)B * T * NH;
     #pragma omp parallel for schedule(static)
-    for (long r = 0; r < (long)B * T * NH; r++)
-        dq[(size_t)r * HS] = dot_seq(dout + (size_t)r * HS, out + (size_t)r * HS, HS);
+    for (long r0 = 0; r0 < nr; r0 += 8) {
+        if (nr - r0 >= 8) {
+            d_rows(dq + (size_t)r0 * HS, dout + (size_t)r0 * HS, out + (size_t)r0 * HS, HS);
+            continue;
+        }
+        for (long r = r0; r < nr; r++) dq[(size_t)r * HS] = dot_seq(dout + (size_t)r * HS, out + (size_t)r * HS, HS);
+    }
 
     if (HS > ATT_HS_MAX) {
         attention_backward_plain(dq, dk, dv, dout, q, k, v, lse, B, T, NH, NKV, HS);

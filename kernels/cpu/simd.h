@@ -1,8 +1,9 @@
 // simd.h — private to kernels/cpu: 8-float vector helpers (GCC vector extensions) and exp8,
 // shared by attention.c, crossentropy.c and swiglu.c so every kernel takes e^x with the same
-// fixed sequence of FP32 operations. Only elementwise IEEE operations, no FMA
+// fixed sequence of FP32 operations; and their 16-float twins (exp16 the same sequence) for
+// the AVX-512F paths (TT_WIDE, attention.c). Only elementwise IEEE operations, no FMA
 // (-ffp-contract=off): a function compiled for AVX2 and for the x86-64 baseline
-// (target_clones) gives the same bits either way.
+// (target_clones), or its 16-lane twin, gives the same bits either way.
 #pragma once
 #include <math.h>
 #include <stddef.h>
@@ -22,9 +23,17 @@
 #define TT_CLONES __attribute__((target_clones("avx2", "default")))
 #endif
 
+// A function compiled for AVX-512F alone (no clone, no ifunc), for 16-float vectors; call it
+// only where tt_wide() says this CPU runs it.
+#define TT_WIDE __attribute__((target("avx512f")))
+
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
 #define INLINE static inline __attribute__((always_inline))
+
+INLINE int tt_wide(void) { return __builtin_cpu_supports("avx512f"); }
 
 INLINE v8f ld8(const float *p) { v8f v; memcpy(&v, p, sizeof v); return v; }
 INLINE void st8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
@@ -40,26 +49,38 @@ INLINE v8f ld8_part(const float *p, size_t n, float fill) {
 INLINE void st8_part(float *p, v8f v, size_t n) {
     for (size_t i = 0; i < n; i++) p[i] = v[i];
 }
+// The same on 16 lanes (only inside TT_WIDE functions).
+INLINE v16f ld16(const float *p) { v16f v; memcpy(&v, p, sizeof v); return v; }
+INLINE void st16(float *p, v16f v) { memcpy(p, &v, sizeof v); }
+// a broadcast of lane 0 (GCC 12 builds the 16-element initializer one masked lane at a time)
+INLINE v16f splat16(float x) { return __builtin_shuffle((v16f){x}, (v16i){0}); }
+INLINE v16f sel16(v16i m, v16f a, v16f b) { return (v16f)(((v16i)a & m) | ((v16i)b & ~m)); }
+INLINE v16f max16(v16f a, v16f b) { return sel16(a > b, a, b); }
 
 // e^x, lane-wise, as one fixed sequence of FP32 operations (Cephes expf: Cody–Waite
 // reduction by ln 2, degree-7 polynomial, scale by 2^n built in the exponent bits): within
 // 1 ulp of e^x (0.98 measured) for −87.3 ≤ x ≤ 88.3; 0 below (where e^x < FLT_MIN), +Inf
-// above, NaN stays NaN, e^0 = 1 exactly.
-INLINE v8f exp8(v8f x) {
-    const float lo = -87.33654f, hi = 88.37626f, magic = 12582912.0f; // magic = 1.5·2²³
-    v8i under = x < splat8(lo), over = x > splat8(hi);
-    x = sel8(under, splat8(lo), sel8(over, splat8(hi), x));
-    v8f t = x * 1.44269504088896341f + magic; // round(x·log2 e) lands in the low bits
-    v8f n = t - magic;
-    v8f r = x - n * 0.693359375f; // ln 2 split in two: the first product is exact
-    r = r - n * -2.12194440e-4f;
-    v8f y = 1.9875691500e-4f * r + 1.3981999507e-3f;
-    y = y * r + 8.3334519073e-3f;
-    y = y * r + 4.1665795894e-2f;
-    y = y * r + 1.6666665459e-1f;
-    y = y * r + 5.0000001201e-1f;
-    y = y * (r * r) + r + 1.0f;
-    v8i e = ((v8i)t - (v8i)splat8(magic) + 127) << 23; // 2^n, n ∈ [−126, 127]
-    y = y * (v8f)e;
-    return sel8(under, splat8(0.0f), sel8(over, splat8(INFINITY), y));
-}
+// above, NaN stays NaN, e^0 = 1 exactly. One body for exp8 and exp16 (V the vector, VI its
+// lanes as integers): round(x·log2 e) lands in the low bits of t (magic = 1.5·2²³); ln 2 is
+// split in two so that the first product is exact; e = 2^n, n ∈ [−126, 127].
+#define TT_EXP_DEF(name, V, VI, splat, sel)                                                     \
+    INLINE V name(V x) {                                                                    \
+        const float lo = -87.33654f, hi = 88.37626f, magic = 12582912.0f;                   \
+        VI under = x < splat(lo), over = x > splat(hi);                                     \
+        x = sel(under, splat(lo), sel(over, splat(hi), x));                                 \
+        V t = x * 1.44269504088896341f + magic;                                             \
+        V n = t - magic;                                                                    \
+        V r = x - n * 0.693359375f;                                                         \
+        r = r - n * -2.12194440e-4f;                                                        \
+        V y = 1.9875691500e-4f * r + 1.3981999507e-3f;                                      \
+        y = y * r + 8.3334519073e-3f;                                                       \
+        y = y * r + 4.1665795894e-2f;                                                       \
+        y = y * r + 1.6666665459e-1f;                                                       \
+        y = y * r + 5.0000001201e-1f;                                                       \
+        y = y * (r * r) + r + 1.0f;                                                         \
+        VI e = ((VI)t - (VI)splat(magic) + 127) << 23;                                      \
+        y = y * (V)e;                                                                       \
+        return sel(under, splat(0.0f), sel(over, splat(INFINITY), y));                     \
+    }
+TT_EXP_DEF(exp8, v8f, v8i, splat8, sel8)
+TT_EXP_DEF(exp16, v16f, v16i, splat16, sel16) // only inside TT_WIDE functions
