@@ -43,7 +43,7 @@
 #include "hostmem.h"
 #include "io.h"
 #include "json.h"    // uses: json_escape (the path in the JSON line)
-#include "kernels.h" // uses: adamw_update, adamw_update_path
+#include "kernels.h" // uses: adamw_update, adamw_update_path, matmul_blas_core
 #include "plan.h"    // uses: plan_nvme_free
 #include "profile.h"
 #include "util.h"
@@ -446,7 +446,9 @@ int bench_calibrate(const config_t *cfg) {
 
     // ---- the table
     char how[4][160];
-    snprintf(how[0], sizeof how[0], "%s matmul fwd+bwd_in+bwd_w, %s; median of %d", be.name,
+    char blas[48] = "";
+    if (!be.vt) snprintf(blas, sizeof blas, " (OpenBLAS %s)", matmul_blas_core());
+    snprintf(how[0], sizeof how[0], "%s matmul%s fwd+bwd_in+bwd_w, %s; median of %d", be.name, blas,
              be.vt ? "N 8192: 2048x5632, 5632x2048, 2048x2048" : "N 1024: 384x1024, 1024x384, 768x768", gemm_reps);
     snprintf(how[1], sizeof how[1], "backend copy of %s, %s host pool; median of %d", format_bytes(a, sizeof a, COPY_BYTES),
              hinfo.pinned ? "pinned" : "unpinned", copy_reps);
