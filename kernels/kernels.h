@@ -38,14 +38,9 @@ void matmul_forward(float *out, const float *inp, const float *w, int N, int IC,
 void matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int accumulate);
 // dw (OC, IC) += dout (N, OC)ᵀ · inp (N, IC)
 void matmul_backward_weight(float *dw, const float *dout, const float *inp, int N, int IC, int OC);
-// The kernel family OpenBLAS runs the products with ("Haswell", "SkylakeX", ...).
+// The kernel family OpenBLAS runs the products with ("Haswell", "Cooperlake", ...): its own
+// pick for this CPU as it loads, or the one OPENBLAS_CORETYPE names.
 const char *matmul_blas_core(void);
-// The OPENBLAS_CORETYPE that would run them faster on this CPU, or NULL. OpenBLAS 0.3.21
-// (Debian 12) takes AMD Zen 4 and 5 for Haswell and runs its 256-bit kernels on a CPU with
-// AVX-512 (F, BW, DQ, VL): its SkylakeX kernels measure 1.46x faster here. NULL when
-// OPENBLAS_CORETYPE is set already, the CPU lacks AVX-512, or another family was chosen.
-// The library reads the variable as it loads, so main sets it and runs itself again.
-const char *matmul_blas_better_core(void);
 
 // ---------------------------------------------------------------- RMSNorm
 // out (N, C) = x / sqrt(mean(x²) + eps) * w (C);  rstd (N) = 1 / sqrt(mean(x²) + eps)

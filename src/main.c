@@ -1,15 +1,12 @@
 // main.c — entry point: join the launcher's world (comm.h), parse the command line, dispatch
 // the subcommand. Under a launcher, rank 0 alone prints to stdout.
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include "bench.h"
 #include "comm.h"
 #include "config.h"
 #include "data.h"
 #include "eval.h"
-#include "kernels.h" // uses: matmul_blas_better_core
 #include "progress.h"
 #include "report.h"
 #include "train.h"
@@ -18,11 +15,6 @@
 static int dispatch(config_t *cfg);
 
 int main(int argc, char **argv) {
-    // OpenBLAS picks its kernels as it loads: where it picked slower ones than this CPU runs,
-    // the process starts again with OPENBLAS_CORETYPE set (before anything else, MPI
-    // included). A failed exec goes on with the kernels it has.
-    const char *core = matmul_blas_better_core();
-    if (core && setenv("OPENBLAS_CORETYPE", core, 1) == 0) execv("/proc/self/exe", argv);
     char err[512];
     int rc = comm_init(&argc, &argv, err, sizeof err);
     if (rc != 0) fail_with(rc, "%s", err);

@@ -12,8 +12,6 @@
 // Called by the CPU backend for every linear layer and the LM head.
 #include "kernels.h"
 #include <cblas.h> // uses: cblas_sgemm, openblas_get_num_threads, openblas_set_num_threads, openblas_get_corename
-#include <stdlib.h>
-#include <strings.h>
 
 // Output tile: big enough that sgemm packs and runs at full speed (≥ 2·128·256·K flops per
 // call), small enough that a 1024 × 768 output makes 24 tiles for the threads to share.
@@ -69,17 +67,4 @@ void matmul_backward_weight(float *dw, const float *dout, const float *inp, int 
 const char *matmul_blas_core(void) {
     const char *c = openblas_get_corename();
     return c ? c : "unknown";
-}
-
-const char *matmul_blas_better_core(void) {
-    if (getenv("OPENBLAS_CORETYPE")) return NULL; // the user's choice, or this process already ran again
-#if defined(__x86_64__)
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-        !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512vl"))
-        return NULL;
-    const char *c = matmul_blas_core();
-    return !strcasecmp(c, "haswell") || !strcasecmp(c, "zen") ? "SKYLAKEX" : NULL;
-#else
-    return NULL;
-#endif
 }
