@@ -399,9 +399,11 @@ const plan_placement_t plan_placements[PLAN_NPLACEMENTS] = {
     {TIER_NVME, TIER_NVME, TIER_NVME},
 };
 
-// Fits, with room: RAM (the CPU backend's arena is RAM too) is not filled to the last 15%.
+// Fits, with room: RAM (the CPU backend's arena is RAM too) is not filled to the last 15%,
+// by this node's ranks together (each plans its own share).
 static int roomy(const plan_t *q) {
-    return q->feasible && (!q->mem_available || q->ram_needed <= q->mem_available / 20 * 17);
+    const uint64_t nodes = q->local_ranks > 1 ? (uint64_t)q->local_ranks : 1;
+    return q->feasible && (!q->mem_available || q->ram_needed * nodes <= q->mem_available / 20 * 17);
 }
 
 // The most blocks that keep their intermediates in [0, L] with the plan still roomy (fitting

@@ -771,6 +771,25 @@ START_TEST(optimizer_cache_auto_fits_budget) {
     ck_assert_str_eq(why, "");
     ck_assert_uint_eq(cfg.optim_cache, 0);
     model_free(&m);
+    // two ranks on this node share its RAM: together they leave 15% of it free, as one rank
+    // alone does (a 3b-width model whose states are more than this machine's RAM, so the
+    // bound falls inside the chunks)
+    model_preset("3b", &cfg);
+    cfg.L = 20; cfg.T = 64; cfg.B = 1;
+    cfg.params_tier = cfg.grads_tier = cfg.optim_tier = TIER_NVME;
+    cfg.optim_cache_auto = 1;
+    for (int r = 1; r <= 2; r++) {
+        cfg.ranks = cfg.local_ranks = r;
+        model_init(&m, &cfg);
+        ck_assert_int_eq(plan_optim_cache_auto(&cfg, &m, NULL, &p, why, sizeof why), 1);
+        ck_assert_int_lt(p.lay.nocache, p.lay.nchunks);
+        ck_assert_uint_gt(cfg.optim_cache, 0);
+        // 86%: what MemAvailable does between the plan's samples is noise next to the 15%
+        ck_assert_msg(p.ram_needed * (uint64_t)r <= p.mem_available / 100 * 86,
+                      "%d ranks: %llu of RAM each, %llu available", r, (unsigned long long)p.ram_needed,
+                      (unsigned long long)p.mem_available);
+        model_free(&m);
+    }
 }
 END_TEST
 
