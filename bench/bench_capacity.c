@@ -115,7 +115,7 @@ int bench_capacity(const config_t *cfg_in) {
     // the RAM the states leave free holds the first optimizer chunks (written through, never read
     // again), unless the flags said otherwise
     char why[512];
-    if (!cfg_in->optim_cache && !strcmp(cfg_in->optim_cache_arg, "none")) best.optim_cache_auto = 1;
+    if (!cfg_in->optim_cache_given) best.optim_cache_auto = 1;
     if (plan_optim_cache_auto(&best, &m, rates, &p, why, sizeof why)) printf("\n%s\n", why);
     uint64_t states = p.params_bytes + p.grads_bytes + p.optim_bytes;
     printf("\nlargest: %s width, %d layers: %.3fB parameters, states %s = %.2f x RAM (%s available), the plan's RAM %s\n",

@@ -657,6 +657,7 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         cfg->seq_given = seen(&ps, "seq");
         cfg->batch_given = seen(&ps, "batch");
         cfg->steps_given = seen(&ps, "steps");
+        cfg->optim_cache_given = seen(&ps, "optimizer-cache");
         check_shape(cfg);
         resolve_recompute(cfg);
         resolve_optim_cache(cfg);

@@ -95,6 +95,7 @@ typedef struct {
     uint64_t eval_tokens;    // --eval-tokens N (tiertrain eval; 0 = all)
     int seq_given, precision_given; // tiertrain eval: --seq / --precision given (else the checkpoint's)
     int shape_given, batch_given, steps_given; // bench train: a shape flag, --batch, --steps given
+    int optim_cache_given;   // bench capacity: --optimizer-cache given (else it takes auto)
     // ---- bench
     char bench_name[32];     // tiertrain bench NAME
     uint64_t bench_size;     // --size (bench io, bench calibrate)
