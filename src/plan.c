@@ -87,6 +87,9 @@ static void stream_traffic(const config_t *cfg, const model_t *m, plan_t *p) {
 
 // Free bytes over the --nvme-path directories, each filesystem counted once.
 uint64_t plan_nvme_free(const config_t *cfg) {
+    const char *fake = getenv("TT_NVME_FREE");
+    uint64_t fake_free = 0;
+    if (fake && *fake && parse_size(fake, &fake_free) == 0) return fake_free;
     char list[TT_PATH_MAX];
     const char *t = getenv("TMPDIR");
     snprintf(list, sizeof list, "%s", cfg->nvme_path[0] ? cfg->nvme_path : t && *t ? t : "/tmp");

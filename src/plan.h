@@ -114,4 +114,6 @@ void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f);
 // the oldest is pruned. TT_SAVE_FREE=SIZE (a testing hook) stands in for statvfs.
 void plan_save_space(const config_t *cfg, const model_t *m, int first_step, plan_t *p);
 // Free bytes over the --nvme-path directories (default $TMPDIR or /tmp), each filesystem once.
+// TT_NVME_FREE=SIZE (a testing hook) stands in for statvfs, so bench capacity can be run on a
+// small budget of disk.
 uint64_t plan_nvme_free(const config_t *cfg);

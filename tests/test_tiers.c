@@ -793,6 +793,47 @@ START_TEST(optimizer_cache_auto_fits_budget) {
 }
 END_TEST
 
+// bench capacity on a disk budget of 600M (TT_NVME_FREE stands in for statvfs): the largest
+// model that fits is small's width at 12 layers; the RAM left over becomes the optimizer cache
+// (so 3 steps, the third timed), the disk is measured at the store's size, and the JSON line
+// carries those rates and the floor at them; with --optimizer-cache none, 2 steps, no cache.
+START_TEST(bench_capacity_small_disk) {
+    for (int k = 0; k < 2; k++) {
+        char *argv[] = {(char *)tu_binary(), "bench", "capacity", "--nvme-path", nvme_dir, "--optimizer-cache",
+                        k ? "none" : "auto", NULL};
+        char *env[] = {"TT_NVME_FREE=600M", NULL};
+        run_t r = {0};
+        r.rc = tu_run(argv, env, &r.out, &r.err);
+        ck_assert_msg(r.rc == 0, "exit %d\n%s\n%s", r.rc, r.out, r.err);
+        ck_assert_msg(strstr(r.out, "largest: small width, 12 layers"), "%s", r.out);
+        ck_assert_msg((strstr(r.out, "--optimizer-cache auto: ") != NULL) == !k, "%s", r.out);
+        ck_assert_msg(strstr(r.out, k ? "training 2 steps" : "training 3 steps"), "%s", r.out);
+        ck_assert_msg(strstr(r.out, "disk at this scale ") && strstr(r.out, "floor at this scale "), "%s", r.out);
+        const char *last = strrchr(r.out, '{');
+        ck_assert_ptr_nonnull(last);
+        json_t *root = NULL;
+        char err[512];
+        ck_assert_msg(json_parse(last, strlen(last), "capacity", NULL, &root, err, sizeof err) == 0, "%s", err);
+        const char *w = NULL;
+        ck_assert_int_eq(json_get_string(root, "width", &w, err, sizeof err), 0);
+        ck_assert_str_eq(w, "small");
+        static const char *const pos[] = {"s_per_step", "scale_read_GBps", "scale_write_GBps", "floor_at_scale_s"};
+        for (int i = 0; i < 4; i++) {
+            double x = 0;
+            ck_assert_msg(json_get_double(root, pos[i], &x, err, sizeof err) == 0, "%s", err);
+            ck_assert_msg(x > 0 && isfinite(x), "%s = %g", pos[i], x);
+        }
+        json_free(root);
+        run_free(&r);
+        char *ls[] = {"/bin/ls", "-A", nvme_dir, NULL}, *out = NULL, *e2 = NULL;
+        ck_assert_int_eq(tu_run(ls, NULL, &out, &e2), 0);
+        ck_assert_msg(!strstr(out, ".nvme") && !strstr(out, "tiertrain"), "left behind:\n%s", out);
+        free(out);
+        free(e2);
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("tiers");
     TCase *inv = tcase_create("invariance");
@@ -814,6 +855,7 @@ int main(void) {
     tcase_add_test(cap, plan_json_line);
     tcase_add_test(cap, plan_notes_nvme_scale);
     tcase_add_test(cap, optimizer_cache_auto_fits_budget);
+    tcase_add_test(cap, bench_capacity_small_disk);
     tcase_add_test(cap, plan_suggests_what_fits);
     suite_add_tcase(s, cap);
     TCase *flt = tcase_create("faults");
