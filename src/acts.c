@@ -13,7 +13,7 @@ void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, uint64_t byt
     const uint64_t KVD = (uint64_t)m->NKV * (uint64_t)m->HS, NH = (uint64_t)m->NH;
     const uint64_t sizes[ACTS_NSCRATCH] = {
         N * C, N, N * C, N * KVD, N * KVD, N * C, N * NH, N * C, N * C, N, N * F, N * F, N * F,        // forward
-        N * C, N * KVD,                                                                                // backward
+        N * C, acts_dv_in_gate(m) ? 0 : N * KVD,                                                       // backward
         N * C, N, N * V, N,                                                                            // head
     };
     for (int i = 0; i < ACTS_NSCRATCH; i++) bytes[i] = sizes[i] * f;

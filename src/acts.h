@@ -35,7 +35,8 @@ typedef union {
         // forward intermediates of one block (N = B·T rows), recomputed in the backward
         float *ln1, *rstd1, *q, *k, *v, *att, *lse, *x2, *ln2, *rstd2, *gate, *up, *h;
         // the block's backward: the buffers no forward intermediate can stand in for (its other
-        // gradients live in intermediates it has finished with: step.c's block_backward)
+        // gradients live in intermediates it has finished with: step.c's block_backward); dv is
+        // empty when it fits in gate (acts_dv_in_gate)
         float *dln, *dv;
         // the head: one micro-batch's normed x_L, its rstd, one vocabulary quantum's logits (N, ≤ CE_QUANTUM)
         // (or every quantum's, one after another)
@@ -44,6 +45,8 @@ typedef union {
     float *buf[ACTS_NSCRATCH];
 } acts_scratch_t;
 
+// Whether the backward's dv (N·KVD) lives in gate (N·F), dead by then: when F ≥ KVD.
+static inline int acts_dv_in_gate(const model_t *m) { return m->F >= m->NKV * m->HS; }
 // Bytes of each scratch buffer, in the order of acts_scratch_t, for N rows of model m; the
 // logits hold one vocabulary quantum, or every one when logits_all (cfg->logits_kept).
 void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, uint64_t bytes[ACTS_NSCRATCH]);

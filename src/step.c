@@ -256,12 +256,13 @@ static void block_backward(step_t *st, int layer, const float *W, float *G, cons
 
     if (recompute) block_forward(st, layer, W, x, a->xf); // the output itself is not needed (xf is scratch here)
     // Each gradient goes where an intermediate is dead by the time it is written, so the
-    // scratch needs only dln and dv of its own: dh in h (once ∂Wd has read h), dgate and dup
+    // scratch needs only dln (and dv, when gate is too small for it) of its own: dh in h (once ∂Wd has read h), dgate and dup
     // in gate and up (the SwiGLU backward works in place), datt in dln (dead until the input
     // gradient after the attention backward), dq in x2 and dk in ln2 (both dead once the MLP's
     // norm backward has run; KVD ≤ C). The ops and their order are the same as with buffers of
     // their own: the bits do not change.
-    float *dh = a->h, *dgate = a->gate, *dup = a->up, *datt = a->dln, *dq = a->x2, *dk = a->ln2, *dv = a->dv;
+    float *dh = a->h, *dgate = a->gate, *dup = a->up, *datt = a->dln, *dq = a->x2, *dk = a->ln2;
+    float *dv = acts_dv_in_gate(m) ? a->gate : a->dv; // gate (dgate) is dead once the MLP's backward ran
 
     // MLP: out = x2 + h·Wdᵀ
     op->matmul_backward_weight(grad_of(G, st, s, BW_DOWN), st->dres, a->h, N, F, C);
