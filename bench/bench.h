@@ -4,6 +4,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "config.h"
+#include "hostmem.h"
+#include "io.h"
 #include "trainer.h"
 
 int bench_gemm(const config_t *cfg); // bench/bench_gemm.c
@@ -11,6 +13,13 @@ int bench_gemm(const config_t *cfg); // bench/bench_gemm.c
 // cublasLtMatmul (bench/bench_gemm_cuda.c, in builds with CUDA only; bench_gemm calls it).
 int bench_gemm_cuda(const config_t *cfg);
 int bench_io(const config_t *cfg);   // bench/bench_io.c
+// For the benchmarks that time NVMe (bench/bench_io.c): bytes of random data, so that no
+// layer under the store can compress them; and the store they run on, size bytes in cfg's
+// NVMe folder in block requests qd deep, with hm's regions registered as a run registers its
+// pool (0 or -errno with one line in err).
+void bench_fill_random(char *buf, uint64_t bytes);
+int bench_nvme_open(const config_t *cfg, hostmem_t *hm, uint64_t size, uint64_t block, int qd, nvme_store_t **s,
+                    char *err, size_t errlen);
 int bench_adam(const config_t *cfg); // bench/bench_adam.c
 int bench_calibrate(const config_t *cfg); // bench/bench_calibrate.c: measures the rates and writes the profile
 // One sequential write pass, then one read pass, over a size-byte file in cfg's NVMe folder

@@ -235,27 +235,6 @@ static int nvme_measure(nvme_store_t *s, char *buf, int nt, uint64_t block, uint
     return rc;
 }
 
-// Random bytes, so that no layer under the store can compress them.
-static void fill_incompressible(char *buf, uint64_t bytes) {
-    uint64_t seed = 0xca11b2a7e;
-    for (uint64_t i = 0; i < bytes / 8; i++) ((uint64_t *)buf)[i] = splitmix64(&seed);
-}
-
-// The store a measurement runs on: size bytes in cfg's NVMe folder, in block requests qd
-// deep, with hm's regions registered as a run registers its pool.
-static int nvme_open(const config_t *cfg, hostmem_t *hm, uint64_t size, uint64_t block, int qd, nvme_store_t **s,
-                     char *err, size_t errlen) {
-    struct iovec iov[IO_MAX_BUFS];
-    int nreg = hostmem_regions(hm, iov, IO_MAX_BUFS);
-    nvme_store_opts_t so;
-    tier_nvme_opts(&so, cfg, size);
-    so.block = block;
-    so.qd = qd;
-    so.bufs = iov;
-    so.nbufs = nreg < IO_MAX_BUFS ? nreg : IO_MAX_BUFS;
-    return nvme_store_init(s, &so, err, errlen);
-}
-
 int bench_nvme_rates(const config_t *cfg, uint64_t size, double *rd, double *wr, char *err, size_t errlen) {
     const uint64_t block = cfg->io_block ? cfg->io_block : MiB, nblocks = size / block;
     const int qd = cfg->nvme_qd > 0 ? cfg->nvme_qd : 32, nt = 2 * qd;
@@ -273,8 +252,8 @@ int bench_nvme_rates(const config_t *cfg, uint64_t size, double *rd, double *wr,
         rc = -EINVAL;
     }
     if (rc == 0) {
-        fill_incompressible(buf, (uint64_t)nt * block);
-        rc = nvme_open(cfg, hm, nblocks * block, block, qd, &s, err, errlen);
+        bench_fill_random(buf, (uint64_t)nt * block);
+        rc = bench_nvme_open(cfg, hm, nblocks * block, block, qd, &s, err, errlen);
     }
     if (rc == 0) rc = nvme_measure(s, buf, nt, block, nblocks, 1, wr, rd, &passes, err, errlen);
     nvme_store_free(s);
@@ -394,10 +373,10 @@ int bench_calibrate(const config_t *cfg) {
         notice("bench calibrate: %s", err);
         goto out;
     }
-    fill_incompressible(h_io, (uint64_t)nt * block);
+    bench_fill_random(h_io, (uint64_t)nt * block);
     hostmem_info_t hinfo;
     hostmem_info(hm, &hinfo);
-    if ((rc = nvme_open(cfg, hm, size, block, qd, &s, err, sizeof err)) != 0) {
+    if ((rc = bench_nvme_open(cfg, hm, size, block, qd, &s, err, sizeof err)) != 0) {
         notice("bench calibrate: %s", err);
         exit_code = rc == -EINVAL ? 2 : 1;
         goto out;

@@ -58,6 +58,24 @@ static int run_pattern(nvme_store_t *s, io_ticket_t *t, int64_t *blk, int nt, ch
     return rc;
 }
 
+void bench_fill_random(char *buf, uint64_t bytes) {
+    uint64_t seed = 0x10b0;
+    for (uint64_t i = 0; i < bytes / 8; i++) ((uint64_t *)buf)[i] = splitmix64(&seed);
+}
+
+int bench_nvme_open(const config_t *cfg, hostmem_t *hm, uint64_t size, uint64_t block, int qd, nvme_store_t **s,
+                    char *err, size_t errlen) {
+    struct iovec iov[IO_MAX_BUFS];
+    int nreg = hostmem_regions(hm, iov, IO_MAX_BUFS);
+    nvme_store_opts_t so;
+    tier_nvme_opts(&so, cfg, size);
+    so.block = block;
+    so.qd = qd;
+    so.bufs = iov;
+    so.nbufs = nreg < IO_MAX_BUFS ? nreg : IO_MAX_BUFS;
+    return nvme_store_init(s, &so, err, errlen);
+}
+
 int bench_io(const config_t *cfg) {
     uint64_t block = cfg->io_block ? cfg->io_block : (1u << 20);
     int qd = cfg->nvme_qd > 0 ? cfg->nvme_qd : 32;
@@ -82,19 +100,9 @@ int bench_io(const config_t *cfg) {
     }
     char *buf = hostmem_alloc(hm, (uint64_t)nt * block, "bench io buffers", err, sizeof err);
     if (!buf) runtime_error("bench io: %s", err);
-    uint64_t seed = 0x10b0;
-    for (uint64_t i = 0; i < (uint64_t)nt * block / 8; i++) ((uint64_t *)buf)[i] = splitmix64(&seed); // incompressible
-    struct iovec iov[IO_MAX_BUFS];
-    int nreg = hostmem_regions(hm, iov, IO_MAX_BUFS);
-
-    nvme_store_opts_t so;
-    tier_nvme_opts(&so, cfg, size);
-    so.block = block;
-    so.qd = qd;
-    so.bufs = iov;
-    so.nbufs = nreg < IO_MAX_BUFS ? nreg : IO_MAX_BUFS;
+    bench_fill_random(buf, (uint64_t)nt * block);
     nvme_store_t *s = NULL;
-    if ((rc = nvme_store_init(&s, &so, err, sizeof err)) != 0) {
+    if ((rc = bench_nvme_open(cfg, hm, size, block, qd, &s, err, sizeof err)) != 0) {
         notice("%s", err);
         hostmem_free(hm);
         return rc == -EINVAL ? 2 : 1;
@@ -110,6 +118,7 @@ int bench_io(const config_t *cfg) {
     uint32_t *crcs = calloc(nblocks, sizeof *crcs);
     if (!t || !blk || !perm || !crcs) runtime_error("bench io: out of memory for %" PRIu64 " blocks", nblocks);
     for (uint64_t i = 0; i < nblocks; i++) perm[i] = i;
+    uint64_t seed = 0x5eed; // the random patterns' order
     for (uint64_t i = nblocks - 1; i > 0; i--) {
         uint64_t j = splitmix64(&seed) % (i + 1), x = perm[i];
         perm[i] = perm[j];
