@@ -693,17 +693,22 @@ START_TEST(plan_matches_allocation) {
 }
 END_TEST
 
+// The plan's tests' configuration: small at B1 T32 on the CPU, every state on NVMe.
+static void small_on_nvme(config_t *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    model_preset("small", cfg);
+    cfg->B = 1; cfg->T = 32; cfg->accum = 1; cfg->steps = 1; cfg->prefetch = 1; cfg->precision = PREC_BF16;
+    cfg->rope_theta = 10000; cfg->norm_eps = 1e-5; cfg->seed = 1; cfg->device = DEVICE_CPU; cfg->threads = 1;
+    cfg->nvme_qd = 8; cfg->io_block = 1 << 20; cfg->numa_node = -1; cfg->quiet = 1;
+    snprintf(cfg->nvme_path, sizeof cfg->nvme_path, "%s", nvme_dir);
+    cfg->params_tier = cfg->grads_tier = cfg->optim_tier = TIER_NVME;
+}
+
 // The plan says when the NVMe store is over PLAN_NVME_SCALE × the file the profile measured
 // NVMe over (a disk's rate at a few GiB can come from a cache), and only then.
 START_TEST(plan_notes_nvme_scale) {
     config_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    model_preset("small", &cfg);
-    cfg.B = 1; cfg.T = 32; cfg.accum = 1; cfg.steps = 1; cfg.prefetch = 1; cfg.precision = PREC_BF16;
-    cfg.rope_theta = 10000; cfg.norm_eps = 1e-5; cfg.seed = 1; cfg.device = DEVICE_CPU; cfg.threads = 1;
-    cfg.nvme_qd = 8; cfg.io_block = 1 << 20; cfg.numa_node = -1; cfg.quiet = 1;
-    snprintf(cfg.nvme_path, sizeof cfg.nvme_path, "%s", nvme_dir);
-    cfg.params_tier = cfg.grads_tier = cfg.optim_tier = TIER_NVME;
+    small_on_nvme(&cfg);
     model_t m;
     model_init(&m, &cfg);
     profile_t prof;
@@ -737,13 +742,7 @@ END_TEST
 // nothing when the optimizer states are not on NVMe.
 START_TEST(optimizer_cache_auto_fits_budget) {
     config_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    model_preset("small", &cfg);
-    cfg.B = 1; cfg.T = 32; cfg.accum = 1; cfg.steps = 1; cfg.prefetch = 1; cfg.precision = PREC_BF16;
-    cfg.rope_theta = 10000; cfg.norm_eps = 1e-5; cfg.seed = 1; cfg.device = DEVICE_CPU; cfg.threads = 1;
-    cfg.nvme_qd = 8; cfg.io_block = 1 << 20; cfg.numa_node = -1; cfg.quiet = 1;
-    snprintf(cfg.nvme_path, sizeof cfg.nvme_path, "%s", nvme_dir);
-    cfg.params_tier = cfg.grads_tier = cfg.optim_tier = TIER_NVME;
+    small_on_nvme(&cfg);
     model_t m;
     model_init(&m, &cfg);
     plan_t p;
