@@ -41,6 +41,41 @@
 _Static_assert(ATT_BK % ATT_BQ == 0 && ATT_BQ == 32, "tile sizes");
 
 // ---------------------------------------------------------------- 8-lane kernels
+// The 4 × (2 vectors) register block mm8 and mm16 share: C rows c0..c3, columns [j, j + 2W)
+// (+)= rows a0..a3 of A (element k at k·sak) · B; rs: the four rows' rescale, or NULL.
+#define TT_MM_BLOCK_DEF(name, V, W, ld, st, splat)                                                                \
+    INLINE void name(float *c0, float *c1, float *c2, float *c3, const float *a0, const float *a1, const float *a2, \
+                     const float *a3, size_t sak, const float *restrict B, int ldb, int j, int K, int acc,          \
+                     const float *rs) {                                                                             \
+        V z = splat(0.0f);                                                                                          \
+        V r00 = acc ? ld(c0 + j) : z, r01 = acc ? ld(c0 + j + W) : z;                                               \
+        V r10 = acc ? ld(c1 + j) : z, r11 = acc ? ld(c1 + j + W) : z;                                               \
+        V r20 = acc ? ld(c2 + j) : z, r21 = acc ? ld(c2 + j + W) : z;                                               \
+        V r30 = acc ? ld(c3 + j) : z, r31 = acc ? ld(c3 + j + W) : z;                                               \
+        if (acc && rs) {                                                                                            \
+            r00 *= rs[0]; r01 *= rs[0];                                                                             \
+            r10 *= rs[1]; r11 *= rs[1];                                                                             \
+            r20 *= rs[2]; r21 *= rs[2];                                                                             \
+            r30 *= rs[3]; r31 *= rs[3];                                                                             \
+        }                                                                                                           \
+        for (int k = 0; k < K; k++) {                                                                               \
+            const float *bk = B + (size_t)k * ldb + j;                                                              \
+            V b0 = ld(bk), b1 = ld(bk + W);                                                                         \
+            size_t ak = (size_t)k * sak;                                                                            \
+            float x0 = a0[ak], x1 = a1[ak], x2 = a2[ak], x3 = a3[ak];                                               \
+            r00 += x0 * b0; r01 += x0 * b1;                                                                         \
+            r10 += x1 * b0; r11 += x1 * b1;                                                                         \
+            r20 += x2 * b0; r21 += x2 * b1;                                                                         \
+            r30 += x3 * b0; r31 += x3 * b1;                                                                         \
+        }                                                                                                           \
+        st(c0 + j, r00); st(c0 + j + W, r01);                                                                       \
+        st(c1 + j, r10); st(c1 + j + W, r11);                                                                       \
+        st(c2 + j, r20); st(c2 + j + W, r21);                                                                       \
+        st(c3 + j, r30); st(c3 + j + W, r31);                                                                       \
+    }
+TT_MM_BLOCK_DEF(mm_block8, v8f, 8, ld8, st8, splat8)
+TT_MM_BLOCK_DEF(mm_block16, v16f, 16, ld16, st16, splat16) // only inside TT_WIDE functions
+
 // C (M, N) (+)= A (M, K) · B (K, N): C and B row-major with leading dimensions, A element
 // (i, k) at A[i·sai + k·sak] (so A can be read transposed). acc = 0 starts from zero; with
 // acc and rs non-NULL, row i of C is first multiplied by rs[i] (the online softmax's rescale,
@@ -57,35 +92,9 @@ INLINE void mm8(float *restrict C, int ldc, const float *restrict A, size_t sai,
         float *c0 = C + (size_t)i * ldc, *c1 = c0 + (mr > 1 ? ldc : 0);
         float *c2 = c0 + (mr > 2 ? 2 * ldc : 0), *c3 = c0 + (mr > 3 ? 3 * ldc : 0);
         int j = 0;
-        if (mr == 4) {
-            for (; j + 16 <= N; j += 16) {
-                v8f z = splat8(0.0f);
-                v8f r00 = acc ? ld8(c0 + j) : z, r01 = acc ? ld8(c0 + j + 8) : z;
-                v8f r10 = acc ? ld8(c1 + j) : z, r11 = acc ? ld8(c1 + j + 8) : z;
-                v8f r20 = acc ? ld8(c2 + j) : z, r21 = acc ? ld8(c2 + j + 8) : z;
-                v8f r30 = acc ? ld8(c3 + j) : z, r31 = acc ? ld8(c3 + j + 8) : z;
-                if (acc && rs) {
-                    r00 *= rs[i]; r01 *= rs[i];
-                    r10 *= rs[i + 1]; r11 *= rs[i + 1];
-                    r20 *= rs[i + 2]; r21 *= rs[i + 2];
-                    r30 *= rs[i + 3]; r31 *= rs[i + 3];
-                }
-                for (int k = 0; k < K; k++) {
-                    const float *bk = B + (size_t)k * ldb + j;
-                    v8f b0 = ld8(bk), b1 = ld8(bk + 8);
-                    size_t ak = (size_t)k * sak;
-                    float x0 = a0[ak], x1 = a1[ak], x2 = a2[ak], x3 = a3[ak];
-                    r00 += x0 * b0; r01 += x0 * b1;
-                    r10 += x1 * b0; r11 += x1 * b1;
-                    r20 += x2 * b0; r21 += x2 * b1;
-                    r30 += x3 * b0; r31 += x3 * b1;
-                }
-                st8(c0 + j, r00); st8(c0 + j + 8, r01);
-                st8(c1 + j, r10); st8(c1 + j + 8, r11);
-                st8(c2 + j, r20); st8(c2 + j + 8, r21);
-                st8(c3 + j, r30); st8(c3 + j + 8, r31);
-            }
-        }
+        if (mr == 4)
+            for (; j + 16 <= N; j += 16)
+                mm_block8(c0, c1, c2, c3, a0, a1, a2, a3, sak, B, ldb, j, K, acc, rs ? rs + i : NULL);
         for (; j + 8 <= N; j += 8) { // one row at a time: tails of N and of M
             for (int r = 0; r < mr; r++) {
                 const float *ar = A + (size_t)(i + r) * sai;
@@ -169,33 +178,8 @@ TT_WIDE static void mm16(float *restrict C, int ldc, const float *restrict A, si
         const float *a0 = A + (size_t)i * sai, *a1 = a0 + sai, *a2 = a1 + sai, *a3 = a2 + sai;
         float *c0 = C + (size_t)i * ldc, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
         int j = 0;
-        for (; j + 32 <= N; j += 32) {
-            v16f z = splat16(0.0f);
-            v16f r00 = acc ? ld16(c0 + j) : z, r01 = acc ? ld16(c0 + j + 16) : z;
-            v16f r10 = acc ? ld16(c1 + j) : z, r11 = acc ? ld16(c1 + j + 16) : z;
-            v16f r20 = acc ? ld16(c2 + j) : z, r21 = acc ? ld16(c2 + j + 16) : z;
-            v16f r30 = acc ? ld16(c3 + j) : z, r31 = acc ? ld16(c3 + j + 16) : z;
-            if (acc && rs) {
-                r00 *= rs[i]; r01 *= rs[i];
-                r10 *= rs[i + 1]; r11 *= rs[i + 1];
-                r20 *= rs[i + 2]; r21 *= rs[i + 2];
-                r30 *= rs[i + 3]; r31 *= rs[i + 3];
-            }
-            for (int k = 0; k < K; k++) {
-                const float *bk = B + (size_t)k * ldb + j;
-                v16f b0 = ld16(bk), b1 = ld16(bk + 16);
-                size_t ak = (size_t)k * sak;
-                float x0 = a0[ak], x1 = a1[ak], x2 = a2[ak], x3 = a3[ak];
-                r00 += x0 * b0; r01 += x0 * b1;
-                r10 += x1 * b0; r11 += x1 * b1;
-                r20 += x2 * b0; r21 += x2 * b1;
-                r30 += x3 * b0; r31 += x3 * b1;
-            }
-            st16(c0 + j, r00); st16(c0 + j + 16, r01);
-            st16(c1 + j, r10); st16(c1 + j + 16, r11);
-            st16(c2 + j, r20); st16(c2 + j + 16, r21);
-            st16(c3 + j, r30); st16(c3 + j + 16, r31);
-        }
+        for (; j + 32 <= N; j += 32)
+            mm_block16(c0, c1, c2, c3, a0, a1, a2, a3, sak, B, ldb, j, K, acc, rs ? rs + i : NULL);
         if (j < N16) {
             v16f z = splat16(0.0f);
             v16f r0 = acc ? ld16(c0 + j) : z, r1 = acc ? ld16(c1 + j) : z;
