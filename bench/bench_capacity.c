@@ -147,13 +147,13 @@ int bench_capacity(const config_t *cfg_in) {
     printf("%-26s %s, %.2f x RAM\n", "states", format_bytes(a, sizeof a, states), (double)states / (double)ram);
     printf("%-26s %s\n", "nvme store", format_bytes(a, sizeof a, p.nvme_bytes));
     printf("%-26s %.1f s\n", "init (first touch + writes)", r.init_ms / 1e3);
-    r.step_ms = r.last_ms;
-    printf("%-26s %.1f s (the last step)\n", "step", r.step_ms / 1e3);
+    const double step_ms = r.last_ms; // the cache's third step, else the second
+    printf("%-26s %.1f s (the last step)\n", "step", step_ms / 1e3);
     printf("%-26s %s read, %s written\n", "nvme traffic", format_bytes(a, sizeof a, r.info.tier.nvme_read_bytes),
            format_bytes(b, sizeof b, r.info.tier.nvme_write_bytes));
     const double rd = report_nvme_GBps(&r.info, IO_READ), wr = report_nvme_GBps(&r.info, IO_WRITE);
     printf("%-26s %.1f s, bound by %s (rates: %s): step / floor %.2f\n", "floor", p.floor_ms / 1e3,
-           plan_resource_names[p.bound], rates ? rates->source : "built-in defaults", r.step_ms / p.floor_ms);
+           plan_resource_names[p.bound], rates ? rates->source : "built-in defaults", step_ms / p.floor_ms);
     if (rates)
         printf("%-26s %.2f GB/s reading, %.2f GB/s writing over the run (calibrated %.2f and %.2f over %s: %.2f x, "
                "%.2f x)\n", "nvme achieved", rd, wr, rates->nvme_read_Bps / 1e9, rates->nvme_write_Bps / 1e9,
@@ -186,7 +186,7 @@ int bench_capacity(const config_t *cfg_in) {
                "disk at this scale", srd / 1e9, swr / 1e9, format_bytes(a, sizeof a, p.nvme_bytes), rd / (srd / 1e9),
                wr / (swr / 1e9));
         printf("%-26s %.1f s, bound by %s: step / floor %.2f (reads and writes share the disk: the floor adds "
-               "their times)\n", "floor at this scale", sfloor / 1e3, plan_resource_names[ps.bound], r.step_ms / sfloor);
+               "their times)\n", "floor at this scale", sfloor / 1e3, plan_resource_names[ps.bound], step_ms / sfloor);
     }
     printf("%-26s %.4f -> %.4f\n", "loss", r.first_loss, r.last_loss);
     printf("{\"bench\":\"capacity\",\"width\":\"%s\",\"layers\":%d,\"params\":%zu,\"state_bytes\":%llu,\"ram_bytes\":%llu,"
@@ -195,7 +195,7 @@ int bench_capacity(const config_t *cfg_in) {
            "\"nvme_read_GBps\":%.3f,\"nvme_write_GBps\":%.3f,\"scale_read_GBps\":%.3f,\"scale_write_GBps\":%.3f,"
            "\"floor_at_scale_s\":%.3f}\n",
            best.preset, best.L, r.num_params, (unsigned long long)states, (unsigned long long)ram,
-           (double)states / (double)ram, (unsigned long long)tiers, (unsigned long long)rss, r.step_ms / 1e3,
+           (double)states / (double)ram, (unsigned long long)tiers, (unsigned long long)rss, step_ms / 1e3,
            r.init_ms / 1e3, r.last_loss, (unsigned long long)r.info.host_bytes, (unsigned long long)p.nvme_bytes,
            (unsigned long long)r.info.device_peak, p.floor_ms / 1e3, rd, wr, srd / 1e9, swr / 1e9, sfloor / 1e3);
     return 0;
