@@ -11,9 +11,10 @@ void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, uint64_t byt
     // the logits of one quantum, or of every quantum (one after another, each (N, its width))
     const uint64_t V = (uint64_t)(logits_all || m->V < CE_QUANTUM ? m->V : CE_QUANTUM);
     const uint64_t KVD = (uint64_t)m->NKV * (uint64_t)m->HS, NH = (uint64_t)m->NH;
+    const uint64_t R = (uint64_t)model_mlp_rows(m, N > INT_MAX ? INT_MAX : (int)N); // one MLP chunk
     const uint64_t sizes[ACTS_NSCRATCH] = {
-        N * C, N, N * C, N * KVD, N * KVD, N * C, N * NH, N * C, N * C, N, N * F, N * F, N * F,        // forward
-        N * C, acts_dv_in_gate(m) ? 0 : N * KVD,                                                       // backward
+        N * C, N, N * C, N * KVD, N * KVD, N * C, N * NH, N * C, N * C, N, R * F, R * F, R * F,        // forward
+        N * C,                                                                                         // backward
         N * C, N, N * V, N,                                                                            // head
     };
     for (int i = 0; i < ACTS_NSCRATCH; i++) bytes[i] = sizes[i] * f;
@@ -39,23 +40,25 @@ uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all) {
     return carve(NULL, NULL, m, N, ACTS_NSCRATCH, logits_all);
 }
 uint64_t acts_kept_total(const model_t *m, size_t N, int bf16) {
-    if (!bf16) return carve(NULL, NULL, m, N, ACTS_NKEPT, 0);
+    if (!bf16) return carve(NULL, NULL, m, N, acts_nkept(m, N), 0);
     uint64_t bytes[ACTS_NSCRATCH], off = 0;
     acts_scratch_sizes(m, N, 0, bytes);
-    for (int i = 0; i < ACTS_NKEPT; i++) off += ALIGN_UP(kept_stat(i) ? bytes[i] : bytes[i] / 2, (uint64_t)4096);
+    for (int i = 0; i < acts_nkept(m, N); i++) off += ALIGN_UP(kept_stat(i) ? bytes[i] : bytes[i] / 2, (uint64_t)4096);
     return off;
 }
 void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int logits_all) {
     carve(a, base, m, N, ACTS_NSCRATCH, logits_all);
 }
-void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) { carve(a, base, m, N, ACTS_NKEPT, 0); }
+void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) {
+    carve(a, base, m, N, acts_nkept(m, N), 0);
+}
 
 // BF16 kept storage: buffer i's place in the allocation (4 KiB-aligned, in order), its
 // elements through fn (to or from the scratch).
 static void kept_each(backend_t *be, acts_scratch_t *a, char *kept, const model_t *m, size_t N, int store) {
     uint64_t bytes[ACTS_NSCRATCH], off = 0;
     acts_scratch_sizes(m, N, 0, bytes);
-    for (int i = 0; i < ACTS_NKEPT; i++) {
+    for (int i = 0; i < acts_nkept(m, N); i++) {
         void *k = kept + off;
         const size_t n = bytes[i] / sizeof(float);
         if (kept_stat(i))

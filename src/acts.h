@@ -15,12 +15,14 @@
 // --checkpoints host, whose copies then move 2 bytes an element). The bits are unchanged.
 //
 // The scratch: one block's forward intermediates (recomputed in the backward), its backward,
-// and the head, for B·T rows; acts_scratch_sizes gives each buffer's size (tier_layout counts
-// them), acts_scratch_carve points them into one device allocation.
+// and the head, for B·T rows, but the MLP's gate, up and h for one chunk of rows
+// (model_mlp_rows); acts_scratch_sizes gives each buffer's size (tier_layout counts them),
+// acts_scratch_carve points them into one device allocation.
 //
 // What it does not do: allocate (the trainer allocates what tier_layout lists), or know which
 // tier anything else lives in. Who calls it: step.c (compute thread), tier_layout.c (sizes).
 #pragma once
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "backend.h"
@@ -29,15 +31,16 @@
 
 // ---------------------------------------------------------------- the scratch
 
-enum { ACTS_NSCRATCH = 19, ACTS_NKEPT = 13 }; // the first ACTS_NKEPT: what a kept block keeps
+// the first acts_nkept: what a kept block keeps; of which ACTS_NATTN from the attention half
+enum { ACTS_NSCRATCH = 18, ACTS_NKEPT = 13, ACTS_NATTN = 10 };
 typedef union {
     struct {
-        // forward intermediates of one block (N = B·T rows), recomputed in the backward
+        // forward intermediates of one block (N = B·T rows), recomputed in the backward; gate,
+        // up and h of one MLP chunk (model_mlp_rows)
         float *ln1, *rstd1, *q, *k, *v, *att, *lse, *x2, *ln2, *rstd2, *gate, *up, *h;
-        // the block's backward: the buffers no forward intermediate can stand in for (its other
-        // gradients live in intermediates it has finished with: step.c's block_backward); dv is
-        // empty when it fits in gate (acts_dv_in_gate)
-        float *dln, *dv;
+        // the block's backward: the one buffer no forward intermediate can stand in for (its
+        // other gradients live in intermediates it has finished with: step.c's block_backward)
+        float *dln;
         // the head: one micro-batch's normed x_L, its rstd, one vocabulary quantum's logits (N, ≤ CE_QUANTUM)
         // (or every quantum's, one after another)
         float *xf, *rstdf, *logits, *losses;
@@ -45,8 +48,11 @@ typedef union {
     float *buf[ACTS_NSCRATCH];
 } acts_scratch_t;
 
-// Whether the backward's dv (N·KVD) lives in gate (N·F), dead by then: when F ≥ KVD.
-static inline int acts_dv_in_gate(const model_t *m) { return m->F >= m->NKV * m->HS; }
+// The buffers a kept block keeps: all ACTS_NKEPT when one MLP chunk holds the N rows, else the
+// attention half's ACTS_NATTN (the backward recomputes each MLP chunk: there is no room for more).
+static inline int acts_nkept(const model_t *m, size_t N) {
+    return (size_t)model_mlp_rows(m, N > INT_MAX ? INT_MAX : (int)N) == N ? ACTS_NKEPT : ACTS_NATTN;
+}
 // Bytes of each scratch buffer, in the order of acts_scratch_t, for N rows of model m; the
 // logits hold one vocabulary quantum, or every one when logits_all (cfg->logits_kept).
 void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, uint64_t bytes[ACTS_NSCRATCH]);
@@ -54,11 +60,11 @@ void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, uint64_t byt
 // a 4 KiB boundary.
 void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int logits_all);
 uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all); // Σ bytes, each rounded up to 4 KiB
-// --recompute: a kept block's forward intermediates (ln1 … h, what the backward reads) live in
-// an allocation of their own, acts_kept_total bytes, instead of the scratch. FP32: the forward
-// writes them there (acts_kept_carve points a's first ACTS_NKEPT buffers into it and leaves the
-// rest — the backward's, the head's — as they are). BF16 (bf16 mode, cfg->kept_bf16):
-// half the bytes; the ten BF16-valued buffers are stored as BF16 and the three statistics
+// --recompute: a kept block's forward intermediates (ln1 … h, what the backward reads, or ln1
+// … rstd2: acts_nkept) live in an allocation of their own, acts_kept_total bytes, instead of the
+// scratch. FP32: the forward writes them there (acts_kept_carve points a's first acts_nkept
+// buffers into it and leaves the rest — the backward's, the head's — as they are). BF16 (bf16
+// mode, cfg->kept_bf16): half the bytes; the BF16-valued buffers are stored as BF16 and the three statistics
 // (rstd1, lse, rstd2) as FP32: the forward runs in the scratch and acts_kept_store converts
 // them into the allocation, acts_kept_load back before the backward (the values are BF16
 // already: the bits do not change).

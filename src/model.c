@@ -1,5 +1,6 @@
 // model.c — presets, the shard layout, deterministic init, export names. See model.h.
 #include "model.h"
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,15 @@ static int vocab_rows(int V, int C, size_t block_numel) {
     return rows < V ? (int)rows : V;
 }
 
+// Rows per MLP chunk (model.h): as many multiples of 128 as MODEL_MLP_BYTES holds (at least one).
+static int mlp_rows(int F) {
+    const char *hook = getenv("TT_TEST_MLP_ROWS");
+    long long want = hook ? atoll(hook) : 0;
+    if (want > 0) return want < INT_MAX ? (int)want : INT_MAX;
+    size_t rows = MODEL_MLP_BYTES / ((size_t)F * sizeof(float)) / 128 * 128;
+    return rows > 128 ? (rows < INT_MAX ? (int)rows : INT_MAX / 128 * 128) : 128;
+}
+
 // Piece k of a vocabulary-cut tensor (V, C) into shard s; its init stream is the whole
 // tensor's (init_shard, tensor 0 or 1), so that the values never depend on the cut.
 static void add_vocab_piece(model_t *m, shard_t *s, const char *name, int k, int init_shard, int init_tensor,
@@ -123,6 +133,7 @@ void model_init(model_t *m, const config_t *cfg) {
     add_block(m, &block, 0);
     m->vrows = vocab_rows(V, C, block.numel);
     m->vchunks = (V + m->vrows - 1) / m->vrows;
+    m->mrows = mlp_rows(m->F);
     const int E = m->vchunks;
     m->nshards = E + m->L + 1 + (m->tie ? 0 : E);
     m->shards = calloc((size_t)m->nshards, sizeof *m->shards);

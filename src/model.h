@@ -54,6 +54,7 @@ typedef struct {
     double rope_theta;
     int nshards;               // E + L + 1 (+ E untied): embed chunks, blocks 0..L-1, norm, LM head chunks
     int vchunks, vrows;        // E vocabulary chunks of vrows rows each (the last: the rest)
+    int mrows;                 // rows per MLP chunk (model_mlp_rows)
     shard_t *shards;           // (nshards)
     size_t num_params;         // real parameters (tied head not counted twice)
     size_t numel_padded;       // Σ shard numel_padded
@@ -85,6 +86,14 @@ static inline int model_lm_shard(const model_t *m, int k) { return m->tie ? k : 
 void model_vchunk(const model_t *m, int k, int *v0, int *nv);
 // Columns of the head's vocabulary quantum q: CE_QUANTUM, fewer for the last.
 int model_quantum_cols(const model_t *m, int q);
+// The MLP works MODEL_MLP_BYTES of FP32 per (rows, F) intermediate at a time: a block's
+// gate, up and h exist for model_mlp_rows(m, N) of its N rows, never for all of them (the
+// backward recomputes them chunk by chunk, and its three weight gradients sum over the chunks
+// in order). m->mrows depends on F alone, a multiple of 128 rows (the CPU GEMM's output tile,
+// so that every other product keeps its bits): the shape, never a budget, decides the bits.
+// TT_TEST_MLP_ROWS=R (a testing hook, R > 0) sets it.
+#define MODEL_MLP_BYTES ((size_t)64 << 20)
+static inline int model_mlp_rows(const model_t *m, int N) { return N < m->mrows ? N : m->mrows; }
 // Σ numel_padded of the embedding's chunks.
 size_t model_embed_numel(const model_t *m);
 

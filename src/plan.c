@@ -364,16 +364,22 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     p->ram_needed = cfg->device == DEVICE_CUDA ? p->host_bytes : p->device_bytes + p->host_bytes;
     p->mem_available = hostmem_mem_available();
     p->nvme_free = p->nvme_bytes ? plan_nvme_free(cfg) : 0;
-    // 2 FLOPs per multiply-add: forward 2·P·N, recompute 2·P·N (the share r of blocks that
-    // recompute), backward 4·P·N; attention (causal: half the T×T products) 4·N·T·C per pass:
-    // forward, recompute (r), backward ×2. The head's backward computes the logits again, but
-    // for each pass's last vocabulary quantum of its first micro-batch (step.c), or every
-    // quantum of it when the logits are kept.
+    // 2 FLOPs per multiply-add: forward 2·P·N, backward 4·P·N, and the recompute: a block that
+    // does not keep its intermediates computes its attention half and its MLP's gate and up
+    // again (not the down projection: the block's output is not needed), and when the MLP is
+    // chunked (model_mlp_rows) a kept block computes gate and up again too. Attention (causal:
+    // half the T×T products) 4·N·T·C per pass: forward, recompute (the share r of blocks that
+    // recompute), backward ×2. The head's backward computes the logits again, but for each
+    // pass's last vocabulary quantum of its first micro-batch (step.c), or every quantum of it
+    // when the logits are kept.
     const int kept = cfg->kept_blocks < m->L ? cfg->kept_blocks : m->L;
     const double r = (double)(m->L - kept) / m->L;
     const int passes = lay->vertical ? 1 : cfg->accum;
     const int vlast = cfg->logits_kept ? m->V : model_quantum_cols(m, CEIL_DIV(m->V, CE_QUANTUM) - 1);
-    double mm = (6.0 + 2.0 * r) * (double)m->num_params * N * cfg->accum +
+    const double KVD = (double)m->NKV * m->HS, Pattn = 2.0 * C * C + 2.0 * C * KVD, Pgu = 2.0 * C * m->F;
+    const int chunked = model_mlp_rows(m, (int)N) < (int)N;
+    const double redo = (m->L - kept) * (Pattn + Pgu) + (chunked ? kept * Pgu : 0.0);
+    double mm = 6.0 * (double)m->num_params * N * cfg->accum + 2.0 * redo * N * cfg->accum +
                 2.0 * N * C * ((double)cfg->accum * m->V - (double)passes * vlast);
     double att = 4.0 * (3.0 + r) * N * cfg->T * C / 2.0 * m->L * cfg->accum;
     p->flops_per_step = mm + att;

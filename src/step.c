@@ -203,14 +203,14 @@ void step_free(step_t *st) {
 
 // ---------------------------------------------------------------- block forward / backward
 
-// x (N, C) → out (N, C) with the block's FP32 weights W; leaves every intermediate in st->a
-// for the backward.
-static void block_forward(step_t *st, int layer, const float *W, const float *x, float *out) {
+// The attention half of block `layer` on x (N, C) with its FP32 weights W: ln1 … x2, and the
+// MLP's norm (ln2, rstd2), into st->a (the first ACTS_NATTN buffers).
+static void block_attention(step_t *st, int layer, const float *W, const float *x) {
     const backend_ops_t *op = st->be->ops;
     const model_t *m = st->m;
     const int s = model_block_shard(m, layer);
-    const int N = st->N, C = m->C, F = m->F, KVD = m->NKV * m->HS;
-    const size_t NC = (size_t)N * C, NF = (size_t)N * F, NK = (size_t)N * KVD;
+    const int N = st->N, C = m->C, KVD = m->NKV * m->HS;
+    const size_t NC = (size_t)N * C, NK = (size_t)N * KVD;
     acts_scratch_t *a = &st->a;
 
     op->rmsnorm_forward(a->ln1, a->rstd1, x, tensor_of(st, W, s, BW_ATTN_NORM), N, C, m->norm_eps);
@@ -230,50 +230,88 @@ static void block_forward(step_t *st, int layer, const float *W, const float *x,
     rnd(st, a->x2, NC);
     op->add_inplace(a->x2, x, NC);
     rnd(st, a->x2, NC);
-
     op->rmsnorm_forward(a->ln2, a->rstd2, a->x2, tensor_of(st, W, s, BW_MLP_NORM), N, C, m->norm_eps);
     rnd(st, a->ln2, NC);
-    op->matmul_forward(a->gate, a->ln2, tensor_of(st, W, s, BW_GATE), N, C, F);
-    op->matmul_forward(a->up, a->ln2, tensor_of(st, W, s, BW_UP), N, C, F);
-    rnd(st, a->gate, NF); rnd(st, a->up, NF);
-    op->swiglu_forward(a->h, a->gate, a->up, NF);
-    rnd(st, a->h, NF);
-    op->matmul_forward(out, a->h, tensor_of(st, W, s, BW_DOWN), N, F, C);
-    rnd(st, out, NC);
-    op->add_inplace(out, a->x2, NC);
-    rnd(st, out, NC);
 }
 
-// Recomputes block `layer` from its checkpoint x (unless its intermediates were kept), then
-// turns st->dres from ∂L/∂out into ∂L/∂x and accumulates the block's parameter gradients into G.
+// The MLP's intermediates for rows [r0, r0 + n) of block `layer` (n ≤ its chunk): gate, up and
+// h from ln2, into the chunk buffers.
+static void mlp_chunk(step_t *st, int layer, const float *W, int r0, int n) {
+    const backend_ops_t *op = st->be->ops;
+    const model_t *m = st->m;
+    const int s = model_block_shard(m, layer), C = m->C, F = m->F;
+    const size_t nF = (size_t)n * F;
+    acts_scratch_t *a = &st->a;
+    const float *ln2 = a->ln2 + (size_t)r0 * C;
+    op->matmul_forward(a->gate, ln2, tensor_of(st, W, s, BW_GATE), n, C, F);
+    op->matmul_forward(a->up, ln2, tensor_of(st, W, s, BW_UP), n, C, F);
+    rnd(st, a->gate, nF); rnd(st, a->up, nF);
+    op->swiglu_forward(a->h, a->gate, a->up, nF);
+    rnd(st, a->h, nF);
+}
+
+// x (N, C) → out (N, C) with the block's FP32 weights W; leaves the attention half's
+// intermediates in st->a (the MLP's last chunk's too) for the backward. Each MLP chunk's rows
+// of out are its own: per element, the ops and their order are those of one chunk of N rows.
+static void block_forward(step_t *st, int layer, const float *W, const float *x, float *out) {
+    const backend_ops_t *op = st->be->ops;
+    const model_t *m = st->m;
+    const int s = model_block_shard(m, layer);
+    const int N = st->N, C = m->C, F = m->F, R = model_mlp_rows(m, N);
+    acts_scratch_t *a = &st->a;
+
+    block_attention(st, layer, W, x);
+    for (int r0 = 0; r0 < N; r0 += R) {
+        const int n = N - r0 < R ? N - r0 : R;
+        const size_t nC = (size_t)n * C, o = (size_t)r0 * C;
+        mlp_chunk(st, layer, W, r0, n);
+        op->matmul_forward(out + o, a->h, tensor_of(st, W, s, BW_DOWN), n, F, C);
+        rnd(st, out + o, nC);
+        op->add_inplace(out + o, a->x2 + o, nC);
+        rnd(st, out + o, nC);
+    }
+}
+
+// Recomputes block `layer`'s attention half from its checkpoint x (unless its intermediates
+// were kept), then turns st->dres from ∂L/∂out into ∂L/∂x and accumulates the block's
+// parameter gradients into G. The MLP runs chunk by chunk (model_mlp_rows), computing each
+// chunk's intermediates again unless a kept block holds all N rows of them.
 static void block_backward(step_t *st, int layer, const float *W, float *G, const float *x, int recompute) {
     const backend_ops_t *op = st->be->ops;
     const model_t *m = st->m;
     const int s = model_block_shard(m, layer);
-    const int N = st->N, C = m->C, F = m->F, KVD = m->NKV * m->HS;
-    const size_t NC = (size_t)N * C, NF = (size_t)N * F, NK = (size_t)N * KVD;
+    const int N = st->N, C = m->C, F = m->F, KVD = m->NKV * m->HS, R = model_mlp_rows(m, N);
+    const size_t NC = (size_t)N * C, NK = (size_t)N * KVD;
     acts_scratch_t *a = &st->a;
 
-    if (recompute) block_forward(st, layer, W, x, a->xf); // the output itself is not needed (xf is scratch here)
+    if (recompute) block_attention(st, layer, W, x); // the block's output is not needed
     // Each gradient goes where an intermediate is dead by the time it is written, so the
-    // scratch needs only dln (and dv, when gate is too small for it) of its own: dh in h (once ∂Wd has read h), dgate and dup
-    // in gate and up (the SwiGLU backward works in place), datt in dln (dead until the input
-    // gradient after the attention backward), dq in x2 and dk in ln2 (both dead once the MLP's
-    // norm backward has run; KVD ≤ C). The ops and their order are the same as with buffers of
-    // their own: the bits do not change.
-    float *dh = a->h, *dgate = a->gate, *dup = a->up, *datt = a->dln, *dq = a->x2, *dk = a->ln2;
-    float *dv = acts_dv_in_gate(m) ? a->gate : a->dv; // gate (dgate) is dead once the MLP's backward ran
+    // scratch needs only dln of its own: dh in h (once ∂Wd has read h), dgate and dup in gate
+    // and up (the SwiGLU backward works in place), datt in dln (dead until the input gradient
+    // after the attention backward), dq in x2 and dk in ln2 (both dead once the MLP's norm
+    // backward has run; KVD ≤ C), dv in the head's xf (N·C; head_forward normalizes it again).
+    // The ops and their order are the same as with buffers of their own: the bits do not change.
+    float *dh = a->h, *dgate = a->gate, *dup = a->up, *datt = a->dln, *dq = a->x2, *dk = a->ln2, *dv = a->xf;
+    st->xf_mb = -1;
 
-    // MLP: out = x2 + h·Wdᵀ
-    op->matmul_backward_weight(grad_of(G, st, s, BW_DOWN), st->dres, a->h, N, F, C);
-    op->matmul_backward_input(dh, st->dres, tensor_of(st, W, s, BW_DOWN), N, F, C, 0);
-    rnd(st, dh, NF);
-    op->swiglu_backward(dgate, dup, dh, a->gate, a->up, NF);
-    rnd(st, dgate, NF); rnd(st, dup, NF);
-    op->matmul_backward_input(a->dln, dgate, tensor_of(st, W, s, BW_GATE), N, C, F, 0);
-    op->matmul_backward_input(a->dln, dup, tensor_of(st, W, s, BW_UP), N, C, F, 1);
-    op->matmul_backward_weight(grad_of(G, st, s, BW_GATE), dgate, a->ln2, N, C, F);
-    op->matmul_backward_weight(grad_of(G, st, s, BW_UP), dup, a->ln2, N, C, F);
+    // MLP: out = x2 + h·Wdᵀ, chunk by chunk; the weight gradients sum over the chunks in order
+    const int have = R == N && !recompute; // a kept block's gate, up and h (all N rows)
+    for (int r0 = 0; r0 < N; r0 += R) {
+        const int n = N - r0 < R ? N - r0 : R;
+        const size_t nF = (size_t)n * F, o = (size_t)r0 * C;
+        const float *dout = st->dres + o, *ln2 = a->ln2 + o;
+        float *dln = a->dln + o;
+        if (!have) mlp_chunk(st, layer, W, r0, n);
+        op->matmul_backward_weight(grad_of(G, st, s, BW_DOWN), dout, a->h, n, F, C);
+        op->matmul_backward_input(dh, dout, tensor_of(st, W, s, BW_DOWN), n, F, C, 0);
+        rnd(st, dh, nF);
+        op->swiglu_backward(dgate, dup, dh, a->gate, a->up, nF);
+        rnd(st, dgate, nF); rnd(st, dup, nF);
+        op->matmul_backward_input(dln, dgate, tensor_of(st, W, s, BW_GATE), n, C, F, 0);
+        op->matmul_backward_input(dln, dup, tensor_of(st, W, s, BW_UP), n, C, F, 1);
+        op->matmul_backward_weight(grad_of(G, st, s, BW_GATE), dgate, ln2, n, C, F);
+        op->matmul_backward_weight(grad_of(G, st, s, BW_UP), dup, ln2, n, C, F);
+    }
     rnd(st, a->dln, NC);
     op->rmsnorm_backward(st->dres, grad_of(G, st, s, BW_MLP_NORM), a->dln, a->x2,
                          tensor_of(st, W, s, BW_MLP_NORM), a->rstd2, N, C);

@@ -89,16 +89,25 @@ static double max_abs(const float *x, size_t n) {
     return m;
 }
 
-static void run_reference(const char *fixture, precision_t prec) {
+// mlp_rows > 0: the MLP in chunks of that many rows (TT_TEST_MLP_ROWS); kept: blocks that keep
+// their intermediates (--recompute), the others recompute them.
+static void run_reference(const char *fixture, precision_t prec, int mlp_rows, int kept) {
     fixture_t fx;
     fixture_load(&fx, fixture);
     config_t cfg;
     config_for(&cfg, &fx, prec);
+    cfg.kept_blocks = kept;
+    char rows[32];
+    snprintf(rows, sizeof rows, "%d", mlp_rows);
+    if (mlp_rows > 0) setenv("TT_TEST_MLP_ROWS", rows, 1);
     trainer_t *tr = NULL;
     char err[256];
     ck_assert_msg(trainer_init(&tr, &cfg, err, sizeof err) == 0, "%s", err);
     const model_t *m = trainer_model(tr);
     ck_assert_uint_eq(m->num_params, fx.nparam);
+    if (mlp_rows > 0) // the chunks really cut the rows
+        ck_assert_msg(model_mlp_rows(m, fx.B * fx.T) == mlp_rows && mlp_rows < fx.B * fx.T, "%d rows in chunks of %d",
+                      fx.B * fx.T, model_mlp_rows(m, fx.B * fx.T));
 
     // the reference weights, loaded through the trainer's state API (a shard per chunk here)
     const float *raw = fx.raw;
@@ -150,15 +159,22 @@ static void run_reference(const char *fixture, precision_t prec) {
     ck_assert_msg(ok, "gradients differ from the PyTorch reference (see above)");
     trainer_free(tr);
     fixture_free(&fx);
+    unsetenv("TT_TEST_MLP_ROWS");
 }
 
-START_TEST(untied_fp32) { run_reference("model_untied.bin", PREC_FP32); }
+START_TEST(untied_fp32) { run_reference("model_untied.bin", PREC_FP32, 0, 0); }
 END_TEST
-START_TEST(tied_fp32) { run_reference("model_tied.bin", PREC_FP32); }
+START_TEST(tied_fp32) { run_reference("model_tied.bin", PREC_FP32, 0, 0); }
 END_TEST
-START_TEST(untied_bf16) { run_reference("model_untied.bin", PREC_BF16); }
+START_TEST(untied_bf16) { run_reference("model_untied.bin", PREC_BF16, 0, 0); }
 END_TEST
-START_TEST(tied_bf16) { run_reference("model_tied.bin", PREC_BF16); }
+START_TEST(tied_bf16) { run_reference("model_tied.bin", PREC_BF16, 0, 0); }
+END_TEST
+// The MLP in chunks of 5 rows (the last one short), its weight gradients summed over them:
+// recomputed (every block) and kept (the first block keeps its attention half).
+START_TEST(untied_fp32_mlp_chunks) { run_reference("model_untied.bin", PREC_FP32, 5, _i); }
+END_TEST
+START_TEST(tied_bf16_mlp_chunks) { run_reference("model_tied.bin", PREC_BF16, 5, _i); }
 END_TEST
 
 // ---------------------------------------------------------------- init
@@ -222,6 +238,8 @@ int main(void) {
     tcase_add_test(tc, tied_fp32);
     tcase_add_test(tc, untied_bf16);
     tcase_add_test(tc, tied_bf16);
+    tcase_add_loop_test(tc, untied_fp32_mlp_chunks, 0, 2);
+    tcase_add_loop_test(tc, tied_bf16_mlp_chunks, 0, 2);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

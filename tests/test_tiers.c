@@ -206,6 +206,62 @@ START_TEST(recompute_keeps_bits) {
 }
 END_TEST
 
+// The last "loss" of a run's log (the final step's).
+static double last_loss(const run_t *r) {
+    const char *p = NULL;
+    for (const char *q = r->log; q && (q = strstr(q, "\"loss\":")); q++) p = q;
+    ck_assert_msg(p != NULL, "no loss in the log");
+    return strtod(p + 7, NULL);
+}
+
+// The MLP in chunks of rows (model_mlp_rows; TT_TEST_MLP_ROWS=16 cuts base_bf16's 64 rows
+// into 4 chunks, base_tied's 34 into 16 + 16 + 2). Its three weight gradients sum over the
+// chunks, so the bits are the chunking's own, and the same for every placement and --recompute
+// setting: kept blocks keep the attention half (FP32 or BF16) and the backward computes each
+// chunk's gate, up and h again. The losses are the whole-rows run's within rounding, and the
+// scratch holds one chunk's gate, up and h instead of every row's.
+START_TEST(mlp_chunks_keep_bits) {
+    char *chunked[] = {"TT_TEST_MLP_ROWS=16", NULL};
+    static const char *const settings[][16] = {
+        {"--recompute", "none", NULL},
+        {"--recompute", "1", "--checkpoints", "host", "--schedule", "vertical", NULL},
+        {"--params", "nvme", "--grads", "device", "--optimizer", "nvme", "--prefetch", "0", "--recompute", "1", NULL},
+        {"--params", "nvme", "--grads", "nvme", "--optimizer", "nvme", "--prefetch", "1", "--schedule", "vertical",
+         NULL},
+        {"--recompute", "auto", "--hbm-budget", "1900K", NULL}, // base_bf16: both blocks kept, as BF16
+    };
+    const char *const *bases[] = {base_bf16, base_tied};
+    const int rows[] = {64, 34}; // B·T of each base
+    const char *full[] = {"--recompute", "full", "--schedule", "horizontal", NULL};
+    for (int b = 0; b < 2; b++) {
+        run_t ref = train(bases[b], full, chunked);
+        char *a = fingerprint(&ref);
+        for (int i = 0; i < (b == 0 ? 5 : 4); i++) {
+            run_t r = train(bases[b], settings[i], chunked);
+            char *c = fingerprint(&r);
+            ck_assert_msg(!strcmp(a, c), "base %d, chunked MLP, setting %d (%s %s): the bits changed:\n  full: %s\n  this: %s",
+                          b, i, settings[i][0], settings[i][1], a, c);
+            if (i == 4)
+                ck_assert_msg(strstr(r.out, "2 of 2 blocks keep") && strstr(r.out, ", as BF16)"), "%s", r.out);
+            free(c);
+            run_free(&r);
+        }
+        run_t whole = train(bases[b], full, NULL);
+        char *w = fingerprint(&whole);
+        ck_assert_msg(strcmp(a, w) != 0, "base %d: TT_TEST_MLP_ROWS=16 changed nothing: %s", b, a);
+        const double lw = last_loss(&whole), lc = last_loss(&ref);
+        ck_assert_msg(fabs(lw - lc) <= 1e-4 * fabs(lw), "base %d: final loss %.9g whole, %.9g in chunks", b, lw, lc);
+        // gate, up and h: (rows, F) floats each, every buffer whole pages (tiny: F = 192)
+        const unsigned long long pg = 4096, whole_b = (rows[b] * 192ull * 4 + pg - 1) / pg * pg,
+                                 chunk_b = (16 * 192ull * 4 + pg - 1) / pg * pg;
+        const unsigned long long dw = summary_u64(&whole, "peak_device_bytes"), dc = summary_u64(&ref, "peak_device_bytes");
+        ck_assert_msg(dw - dc == 3 * (whole_b - chunk_b), "base %d: device peak %llu whole, %llu in chunks", b, dw, dc);
+        free(a); free(w);
+        run_free(&ref); run_free(&whole);
+    }
+}
+END_TEST
+
 // The optimizer streams NVMe states a chunk at a time (TT_OPT_CHUNK shrinks the chunk from
 // the largest shard to 2048 elements): the same bits, in a host pool smaller by the staging
 // it no longer needs.
@@ -668,6 +724,7 @@ START_TEST(plan_matches_allocation) {
     // a cut vocabulary: 2 chunks, then 3 with a ragged last (small's block holds 4096 rows)
     if (_i >= 20) cfg.V = 8192 + 100 * (_i - 20);
     cfg.logits_kept = _i >= 20 && _i % 2; // every quantum's logits in the scratch
+    if (_i % 4 == 3) setenv("TT_TEST_MLP_ROWS", "16", 1); // the MLP in 2 chunks of rows: kept blocks keep less
     if (_i >= 8) { // vertical: both micro-batches' checkpoints, on the host; a host cache of 3 MiB
         cfg.schedule = SCHEDULE_VERTICAL;
         cfg.acts_tier = _i % 3 ? ACTS_HOST : ACTS_DEVICE;
@@ -690,6 +747,7 @@ START_TEST(plan_matches_allocation) {
                   (unsigned long long)p.host_bytes, (unsigned long long)info.host_bytes);
     trainer_free(tr);
     model_free(&m);
+    unsetenv("TT_TEST_MLP_ROWS");
 }
 END_TEST
 
@@ -842,6 +900,7 @@ int main(void) {
     tcase_add_loop_test(inv, invariance_tied_fp32, 0, NPLACEMENTS);
     tcase_add_test(inv, chunks_change_memory_not_bits);
     tcase_add_test(inv, recompute_keeps_bits);
+    tcase_add_test(inv, mlp_chunks_keep_bits);
     tcase_add_test(inv, vocab_chunks_keep_bits);
     tcase_add_test(inv, optimizer_cache_saves_reads);
     suite_add_tcase(s, inv);
