@@ -204,6 +204,30 @@ START_TEST(test_cut_vocab) {
 }
 END_TEST
 
+// The MLP in chunks of rows on the GPU (model.h; TT_TEST_MLP_ROWS=48 cuts tiny's 128 rows into
+// 48 + 48 + 32): kept attention halves or recomputed blocks, resident or streamed parameters,
+// the same bits; and the CPU's chunked losses within the tolerances.
+START_TEST(test_mlp_chunks) {
+    static const char *const kept[] = {"--recompute", "none", NULL};
+    static const char *const again[] = {"--recompute", "full", "--params", "host", "--grads", "host", NULL};
+    setenv("TT_TEST_MLP_ROWS", "48", 1);
+    run_t a, b, c;
+    run("tiny", "cuda", kept, &a);
+    run("tiny", "cuda", again, &b);
+    run("tiny", "cpu", kept, &c);
+    unsetenv("TT_TEST_MLP_ROWS");
+    ck_assert_msg(a.hash == b.hash, "MLP chunks: kept %016llx, recomputed and streamed %016llx",
+                  (unsigned long long)a.hash, (unsigned long long)b.hash);
+    for (int t = 0; t < NSTEPS; t++) {
+        ck_assert_msg(a.loss[t] == b.loss[t], "step %d: loss %.9g kept, %.9g recomputed", t + 1, a.loss[t], b.loss[t]);
+        ck_assert_msg(rel_close(a.loss[t], c.loss[t], TOL_LOSS_REL), "step %d: loss %.7f on the GPU, %.7f on the CPU",
+                      t + 1, a.loss[t], c.loss[t]);
+        ck_assert_msg(rel_close(a.norm[t], c.norm[t], TOL_NORM_REL), "step %d: grad norm %.6f on the GPU, %.6f on the CPU",
+                      t + 1, a.norm[t], c.norm[t]);
+    }
+}
+END_TEST
+
 // ---------------------------------------------------------------- placement invariance
 
 #define BASE "--accum", "2", "--schedule", "horizontal", "--checkpoints", "device"
@@ -293,6 +317,7 @@ static Suite *train_suite(void) {
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_step_tiny);
     tcase_add_test(tc, test_cut_vocab);
+    tcase_add_test(tc, test_mlp_chunks);
     tcase_add_test(tc, test_step_small);
     tcase_add_test(tc, test_auto_picks_gpu);
     suite_add_tcase(s, tc);
