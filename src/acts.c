@@ -82,14 +82,12 @@ void acts_kept_load(backend_t *be, acts_scratch_t *a, const void *kept, const mo
 // ---------------------------------------------------------------- the checkpoint store
 
 int acts_init(acts_t *a, backend_t *be, int nmb, int L, size_t elems, float *dev, float *host, float *buf0,
-              float *buf1, float *const f32[2], const acts_counters_t *cnt, char *err, size_t errlen) {
+              float *buf1, float *f32, const acts_counters_t *cnt, char *err, size_t errlen) {
     memset(a, 0, sizeof *a);
     a->be = be;
-    a->bf16 = f32 && f32[0] && f32[1];
-    if (a->bf16) {
-        a->f32[0] = f32[0];
-        a->f32[1] = f32[1];
-    }
+    a->bf16 = f32 != NULL;
+    a->f32 = f32;
+    a->ftag = -1;
     a->nmb = nmb;
     a->L = L;
     a->elems = elems;
@@ -123,23 +121,27 @@ static uint16_t *store16(const acts_t *a, int tag) {
     return (uint16_t *)(a->dev ? (void *)a->dev : (void *)a->host) + (size_t)tag * a->elems;
 }
 
-// bf16 mode: act (mb, l) in FP32 in one of the two buffers (see acts.h).
+// bf16 mode: act (mb, l) in FP32 in the one FP32 buffer (see acts.h); with --checkpoints host,
+// through the visit buffer that still holds it, or the other one.
 static float *in16(acts_t *a, int tag) {
-    for (int i = 0; i < 2; i++)
-        if (a->tag[i] == tag) { a->cur = i; return a->f32[i]; }
-    int i = a->cur ^ 1;
+    if (a->ftag == tag) return a->f32;
     if (a->dev) {
-        a->be->ops->bf16_to_f32_n(a->f32[i], store16(a, tag), a->elems);
+        a->be->ops->bf16_to_f32_n(a->f32, store16(a, tag), a->elems);
     } else {
-        size_t bytes = a->elems * sizeof(uint16_t);
-        visit_used(&a->visit, i); // the conversion that last read it is queued: the copy up comes after
-        visit_up(&a->visit, i, tag, store16(a, tag), bytes);
-        count(a->act_h2d, bytes);
-        a->be->ops->bf16_to_f32_n(a->f32[i], a->visit.buf[i], a->elems);
+        int i = a->tag[0] == tag ? 0 : a->tag[1] == tag ? 1 : -1;
+        if (i < 0) {
+            i = a->cur ^ 1;
+            size_t bytes = a->elems * sizeof(uint16_t);
+            visit_used(&a->visit, i); // the conversion that last read it is queued: the copy up comes after
+            visit_up(&a->visit, i, tag, store16(a, tag), bytes);
+            count(a->act_h2d, bytes);
+            a->tag[i] = tag;
+        }
+        a->be->ops->bf16_to_f32_n(a->f32, a->visit.buf[i], a->elems);
+        a->cur = i;
     }
-    a->tag[i] = tag;
-    a->cur = i;
-    return a->f32[i];
+    a->ftag = tag;
+    return a->f32;
 }
 
 float *acts_in(acts_t *a, int mb, int l) {
@@ -159,7 +161,7 @@ float *acts_in(acts_t *a, int mb, int l) {
 }
 
 float *acts_out(acts_t *a, int mb, int l) {
-    if (a->bf16) return a->f32[a->cur ^ 1];
+    if (a->bf16) return a->f32;
     if (a->dev) return a->dev + (size_t)act_tag(a, mb, l) * a->elems;
     int i = a->cur ^ 1;
     visit_open(&a->visit, i); // its last copy down has read it
@@ -168,19 +170,21 @@ float *acts_out(acts_t *a, int mb, int l) {
 
 void acts_commit(acts_t *a, int mb, int l) {
     if (a->bf16) {
-        int tag = act_tag(a, mb, l), i = a->cur ^ 1;
+        int tag = act_tag(a, mb, l);
         if (a->dev) {
-            a->be->ops->bf16_from_f32_n(store16(a, tag), a->f32[i], a->elems);
+            a->be->ops->bf16_from_f32_n(store16(a, tag), a->f32, a->elems);
         } else {
+            int i = a->cur ^ 1;
             size_t bytes = a->elems * sizeof(uint16_t);
             visit_open(&a->visit, i); // its last copy down has read it: the conversion may overwrite it
-            a->be->ops->bf16_from_f32_n(a->visit.buf[i], a->f32[i], a->elems);
+            a->be->ops->bf16_from_f32_n(a->visit.buf[i], a->f32, a->elems);
             visit_down(&a->visit, i, tag, store16(a, tag), bytes);
             count(a->act_d2h, bytes);
+            a->tag[i] = tag;
+            if (a->tag[i ^ 1] == tag) a->tag[i ^ 1] = -1;
+            a->cur = i;
         }
-        a->tag[i] = tag;
-        if (a->tag[i ^ 1] == tag) a->tag[i ^ 1] = -1;
-        a->cur = i;
+        a->ftag = tag;
         return;
     }
     if (a->dev) return;
@@ -193,4 +197,4 @@ void acts_commit(acts_t *a, int mb, int l) {
     a->cur = i;
 }
 
-void acts_forget(acts_t *a) { a->tag[0] = a->tag[1] = -1; }
+void acts_forget(acts_t *a) { a->tag[0] = a->tag[1] = a->ftag = -1; }

@@ -9,10 +9,11 @@
 // writers of a buffer wait for its copy down, and so does the act's next copy up.
 //
 // In bf16 mode every act is stored as BF16 (the values are BF16 already: the step rounds them),
-// half the bytes, and the ops see FP32 copies in two device buffers: an act read is converted
-// into the buffer not holding the current input (unless one still holds it), a block's output
-// is written in FP32 into the other and converted into the store (or into a visit buffer, for
-// --checkpoints host, whose copies then move 2 bytes an element). The bits are unchanged.
+// half the bytes, and the ops see an FP32 copy in one device buffer: an act read is converted
+// into it (unless it holds that act), and a block's output is written in FP32 over its input's
+// copy (the block is done with its input by then) and converted into the store (or into a
+// visit buffer, for --checkpoints host, whose copies then move 2 bytes an element). The bits
+// are unchanged.
 //
 // The scratch: one block's forward intermediates (recomputed in the backward), its backward,
 // and the head, for B·T rows, but the MLP's gate, up and h for one chunk of rows
@@ -85,24 +86,25 @@ typedef struct {
     backend_t *be;
     int nmb, L;               // micro-batches held (vertical: --accum, else 1), blocks
     size_t elems;             // N·C elements per act
-    int bf16;                 // the store holds BF16 (uint16_t elements), the ops FP32 copies in f32[]
+    int bf16;                 // the store holds BF16 (uint16_t elements), the ops an FP32 copy in f32
     float *dev;               // [device] (nmb, L+1, N, C) with --checkpoints device, else NULL (bf16: uint16_t)
     float *host;              // [host] the same with --checkpoints host, else NULL (bf16: uint16_t)
     visit_t visit;            // --checkpoints host: the two device buffers (bf16: of uint16_t)
-    float *f32[2];            // [device] bf16: the FP32 copies the ops read and write (N, C) each
-    int tag[2], cur;          // the act each buffer holds (-1: none); the buffer of the current input
+    float *f32;               // [device] bf16: the FP32 copy the ops read and write (N, C)
+    int ftag;                 // bf16: the act f32 holds (-1: none)
+    int tag[2], cur;          // --checkpoints host: the act each buffer holds (-1: none); the buffer of the current input
     uint64_t *act_h2d, *act_d2h;
 } acts_t;
 
 // dev: the device store, or host + buf0/buf1 (two device buffers of N·C elements) for
-// --checkpoints host; f32: bf16 mode's two FP32 device buffers of N·C floats (NULL: FP32
-// storage). Returns 0 or -errno with one line in err.
+// --checkpoints host; f32: bf16 mode's FP32 device buffer of N·C floats (NULL: FP32 storage). Returns 0 or -errno with one line in err.
 int acts_init(acts_t *a, backend_t *be, int nmb, int L, size_t elems, float *dev, float *host, float *buf0,
-              float *buf1, float *const f32[2], const acts_counters_t *cnt, char *err, size_t errlen);
+              float *buf1, float *f32, const acts_counters_t *cnt, char *err, size_t errlen);
 void acts_free(acts_t *a); // NULL-safe
 // The device copy of act (mb, l), for reading.
 float *acts_in(acts_t *a, int mb, int l);
-// Where to write act (mb, l) on the device; acts_commit then keeps it.
+// Where to write act (mb, l) on the device; acts_commit then keeps it. In bf16 mode this is the
+// FP32 copy acts_in returned last: the writer is done reading its input when it starts writing.
 float *acts_out(acts_t *a, int mb, int l);
 void acts_commit(acts_t *a, int mb, int l);
 // A new phase: no buffer holds a current act.

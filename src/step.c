@@ -165,7 +165,7 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     acts_counters_t cnt = {.h2d_bytes = &ts->h2d_bytes, .d2h_bytes = &ts->d2h_bytes, .act_h2d = &ts->act_h2d_bytes,
                            .act_d2h = &ts->act_d2h_bytes, .copy_ms = &ts->copy_ms};
     float *store = tier_buf(tier, TB_ACTS, 0);
-    float *const f32[2] = {tier_buf(tier, TB_ACT_F32, 0), tier_buf(tier, TB_ACT_F32, 1)}; // NULL: FP32 store
+    float *f32 = tier_buf(tier, TB_ACT_F32, 0); // NULL: an FP32 store
     int rc = acts_init(&st->acts, be, lay->nmb, m->L, N * (size_t)m->C, lay->acts_host ? NULL : store,
                        lay->acts_host ? store : NULL, tier_buf(tier, TB_ACT_BUFS, 0), tier_buf(tier, TB_ACT_BUFS, 1),
                        f32, &cnt, err, errlen);
@@ -253,6 +253,7 @@ static void mlp_chunk(step_t *st, int layer, const float *W, int r0, int n) {
 // x (N, C) → out (N, C) with the block's FP32 weights W; leaves the attention half's
 // intermediates in st->a (the MLP's last chunk's too) for the backward. Each MLP chunk's rows
 // of out are its own: per element, the ops and their order are those of one chunk of N rows.
+// out may be x (bf16 mode's one FP32 copy, acts.h): the attention half is the last to read x.
 static void block_forward(step_t *st, int layer, const float *W, const float *x, float *out) {
     const backend_ops_t *op = st->be->ops;
     const model_t *m = st->m;

@@ -69,7 +69,7 @@ typedef enum {
     TB_CE_STATS,       // device: (nmb, 3, N) each held micro-batch's cross-entropy stats (kernels.h)
     TB_ACTS,           // device or host: activation checkpoints (nmb, L+1, N, C), BF16 in bf16 mode
     TB_ACT_BUFS,       // device: the two buffers host checkpoints visit
-    TB_ACT_F32,        // device: bf16 mode's two FP32 copies of checkpoints the ops read and write
+    TB_ACT_F32,        // device: bf16 mode's FP32 copy of a checkpoint, the ops read and write
     TB_ACT_GRADS,      // device: ∂L/∂residual of each held micro-batch (nmb, N, C)
     TB_SCRATCH,        // device: one block's intermediates and the head (acts_scratch_t)
     TB_KEPT,           // device: --recompute: kept blocks' intermediates, (nmb × kept blocks) of acts_kept_total

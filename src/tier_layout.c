@@ -123,12 +123,12 @@ static void layout_specs(const config_t *cfg, const model_t *m, tier_layout_t *l
     spec(lay, TB_NORM_W, "final norm weights", "scratch", D, 1, (uint64_t)m->C * f);
     spec(lay, TB_CE_STATS, "cross-entropy stats", "activations", D, 1, (uint64_t)lay->nmb * 3 * N * f);
     // bf16 mode stores checkpoints as BF16 (the step rounds them: no bits lost) and gives the
-    // ops FP32 copies in two buffers
+    // ops an FP32 copy in one buffer
     const uint64_t ab = pb == 2 ? 2 : f;
     spec(lay, TB_ACTS, "activation checkpoints", "checkpoints", lay->acts_host ? H : D, 1,
          (uint64_t)lay->nmb * (uint64_t)(m->L + 1) * NC * ab);
     spec(lay, TB_ACT_BUFS, "checkpoint buffers", "checkpoints", D, lay->acts_host ? 2 : 0, NC * ab);
-    spec(lay, TB_ACT_F32, "checkpoint FP32 copies", "checkpoints", D, pb == 2 ? 2 : 0, NC * f);
+    spec(lay, TB_ACT_F32, "checkpoint FP32 copy", "checkpoints", D, pb == 2, NC * f);
     spec(lay, TB_ACT_GRADS, "activation gradients", "activations", D, 1, (uint64_t)lay->nmb * NC * f);
     spec(lay, TB_SCRATCH, "activations", "activations", D, 1, acts_scratch_total(m, N, cfg->logits_kept));
     spec(lay, TB_KEPT, "kept activations", "kept_activations", D, lay->nmb * (cfg->kept_blocks < m->L ? cfg->kept_blocks : m->L),
