@@ -123,12 +123,14 @@ const profile_t *train_load_profile(const config_t *cfg, profile_t *prof) {
 }
 
 static void print_model(const model_t *m, const config_t *cfg, FILE *f) {
-    char a[32];
-    fprintf(f, "model: %s%s — %.2fM parameters in %d shards (largest %s as BF16), L=%d C=%d NH=%d NKV=%d HS=%d F=%d V=%d T=%d%s\n",
+    char a[32], mlp[96] = "";
+    const int N = cfg->B * cfg->T, R = model_mlp_rows(m, N);
+    if (R < N) snprintf(mlp, sizeof mlp, "; the MLP in %d chunks of %d rows", CEIL_DIV(N, R), R);
+    fprintf(f, "model: %s%s — %.2fM parameters in %d shards (largest %s as BF16), L=%d C=%d NH=%d NKV=%d HS=%d F=%d V=%d T=%d%s%s\n",
             cfg->init_from[0] ? "--init-from's" : cfg->preset, cfg->preset[0] || cfg->init_from[0] ? "" : "custom",
             m->num_params / 1e6, m->nshards,
             format_bytes(a, sizeof a, m->max_shard_numel * 2), m->L, m->C, m->NH, m->NKV, m->HS, m->F, m->V, m->T,
-            m->tie ? " tied" : "");
+            m->tie ? " tied" : "", mlp);
 }
 
 static double eval_loss(trainer_t *tr, data_t *d, int *inputs, int *targets) {

@@ -236,6 +236,8 @@ START_TEST(mlp_chunks_keep_bits) {
     for (int b = 0; b < 2; b++) {
         run_t ref = train(bases[b], full, chunked);
         char *a = fingerprint(&ref);
+        const char *says = b == 0 ? "; the MLP in 4 chunks of 16 rows\n" : "; the MLP in 3 chunks of 16 rows\n";
+        ck_assert_msg(strstr(ref.out, says), "no '%s' in %s", says, ref.out);
         for (int i = 0; i < (b == 0 ? 5 : 4); i++) {
             run_t r = train(bases[b], settings[i], chunked);
             char *c = fingerprint(&r);
@@ -248,6 +250,7 @@ START_TEST(mlp_chunks_keep_bits) {
         }
         run_t whole = train(bases[b], full, NULL);
         char *w = fingerprint(&whole);
+        ck_assert_msg(!strstr(whole.out, "the MLP in"), "one chunk, yet: %s", whole.out);
         ck_assert_msg(strcmp(a, w) != 0, "base %d: TT_TEST_MLP_ROWS=16 changed nothing: %s", b, a);
         const double lw = last_loss(&whole), lc = last_loss(&ref);
         ck_assert_msg(fabs(lw - lc) <= 1e-4 * fabs(lw), "base %d: final loss %.9g whole, %.9g in chunks", b, lw, lc);
