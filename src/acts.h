@@ -65,8 +65,8 @@ uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all); // Σ b
 // … rstd2: acts_nkept) live in an allocation of their own, acts_kept_total bytes, instead of the
 // scratch. FP32: the forward writes them there (acts_kept_carve points a's first acts_nkept
 // buffers into it and leaves the rest — the backward's, the head's — as they are). BF16 (bf16
-// mode, cfg->kept_bf16): half the bytes; the BF16-valued buffers are stored as BF16 and the three statistics
-// (rstd1, lse, rstd2) as FP32: the forward runs in the scratch and acts_kept_store converts
+// mode, cfg->kept_bf16): half the bytes; the BF16-valued buffers are stored as BF16 and the
+// three statistics (rstd1, lse, rstd2) as FP32: the forward runs in the scratch and acts_kept_store converts
 // them into the allocation, acts_kept_load back before the backward (the values are BF16
 // already: the bits do not change).
 uint64_t acts_kept_total(const model_t *m, size_t N, int bf16);
@@ -92,12 +92,13 @@ typedef struct {
     visit_t visit;            // --checkpoints host: the two device buffers (bf16: of uint16_t)
     float *f32;               // [device] bf16: the FP32 copy the ops read and write (N, C)
     int ftag;                 // bf16: the act f32 holds (-1: none)
-    int tag[2], cur;          // --checkpoints host: the act each buffer holds (-1: none); the buffer of the current input
+    int tag[2], cur;          // --checkpoints host: the act each buffer holds (-1: none), the current input's
     uint64_t *act_h2d, *act_d2h;
 } acts_t;
 
 // dev: the device store, or host + buf0/buf1 (two device buffers of N·C elements) for
-// --checkpoints host; f32: bf16 mode's FP32 device buffer of N·C floats (NULL: FP32 storage). Returns 0 or -errno with one line in err.
+// --checkpoints host; f32: bf16 mode's FP32 device buffer of N·C floats (NULL: FP32 storage).
+// Returns 0 or -errno with one line in err.
 int acts_init(acts_t *a, backend_t *be, int nmb, int L, size_t elems, float *dev, float *host, float *buf0,
               float *buf1, float *f32, const acts_counters_t *cnt, char *err, size_t errlen);
 void acts_free(acts_t *a); // NULL-safe
