@@ -66,9 +66,9 @@ uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all); // Σ b
 // scratch. FP32: the forward writes them there (acts_kept_carve points a's first acts_nkept
 // buffers into it and leaves the rest — the backward's, the head's — as they are). BF16 (bf16
 // mode, cfg->kept_bf16): half the bytes; the BF16-valued buffers are stored as BF16 and the
-// three statistics (rstd1, lse, rstd2) as FP32: the forward runs in the scratch and acts_kept_store converts
-// them into the allocation, acts_kept_load back before the backward (the values are BF16
-// already: the bits do not change).
+// three statistics (rstd1, lse, rstd2) as FP32: the forward runs in the scratch and
+// acts_kept_store converts them into the allocation, acts_kept_load back before the backward
+// (the values are BF16 already: the bits do not change).
 uint64_t acts_kept_total(const model_t *m, size_t N, int bf16);
 void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N);
 void acts_kept_store(backend_t *be, void *kept, const acts_scratch_t *a, const model_t *m, size_t N);
