@@ -765,6 +765,41 @@ static void small_on_nvme(config_t *cfg) {
     cfg->params_tier = cfg->grads_tier = cfg->optim_tier = TIER_NVME;
 }
 
+// The recompute's FLOPs in the plan, counted here from the block's shapes: a block that
+// recomputes runs its attention half and the MLP's gate and up again (2 FLOPs per
+// multiply-add, N rows), never the down projection; with the MLP in chunks a kept block runs
+// gate and up again too. small: C 384, KVD 128, F 1024, 6 blocks, at B1 T32 (N 32).
+START_TEST(plan_counts_the_recompute) {
+    config_t cfg;
+    small_on_nvme(&cfg);
+    const double N = 32, C = 384, KVD = 128, F = 1024, L = 6;
+    const double attn = 2 * N * (2 * C * C + 2 * C * KVD), gate_up = 2 * N * 2 * C * F;
+    for (int chunked = 0; chunked < 2; chunked++) {
+        if (chunked) setenv("TT_TEST_MLP_ROWS", "16", 1);
+        model_t m;
+        model_init(&m, &cfg);
+        plan_t none, two, full;
+        cfg.kept_blocks = 6;
+        plan_compute(&cfg, &m, NULL, &none);
+        cfg.kept_blocks = 2;
+        plan_compute(&cfg, &m, NULL, &two);
+        cfg.kept_blocks = 0;
+        plan_compute(&cfg, &m, NULL, &full);
+        // attention's T×T products: 4·N·T·C/2 per recomputed block
+        const double att = 4.0 * N * 32 * C / 2;
+        const double per = attn + gate_up + att, kept = chunked ? gate_up : 0;
+        ck_assert_msg(fabs(full.flops_per_step - none.flops_per_step - L * (per - kept)) <= 1e-9 * full.flops_per_step,
+                      "chunked %d: full - none = %.6g, counted %.6g", chunked, full.flops_per_step - none.flops_per_step,
+                      L * (per - kept));
+        ck_assert_msg(fabs(full.flops_per_step - two.flops_per_step - 2 * (per - kept)) <= 1e-9 * full.flops_per_step,
+                      "chunked %d: full - 2 kept = %.6g, counted %.6g", chunked, full.flops_per_step - two.flops_per_step,
+                      2 * (per - kept));
+        model_free(&m);
+        unsetenv("TT_TEST_MLP_ROWS");
+    }
+}
+END_TEST
+
 // The plan says when the NVMe store is over PLAN_NVME_SCALE × the file the profile measured
 // NVMe over (a disk's rate at a few GiB can come from a cache), and only then.
 START_TEST(plan_notes_nvme_scale) {
@@ -912,6 +947,7 @@ int main(void) {
     tcase_set_timeout(cap, 300);
     tcase_add_test(cap, nvme_makes_it_fit);
     tcase_add_loop_test(cap, plan_matches_allocation, 0, 24);
+    tcase_add_test(cap, plan_counts_the_recompute);
     tcase_add_test(cap, grads_leave_ram);
     tcase_add_test(cap, plan_json_line);
     tcase_add_test(cap, plan_notes_nvme_scale);
