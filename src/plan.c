@@ -632,10 +632,10 @@ void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f) 
             (unsigned long long)p->save_need, (unsigned long long)p->save_free, p->flops_per_step, p->floor_ms,
             plan_resource_names[p->bound], p->prof ? "profile" : "defaults");
     fprintf(f, "\"hbm_budget\":%llu,\"host_budget\":%llu,\"kept_blocks\":%d,\"kept_bf16\":%s,\"logits_kept\":%s,"
-               "\"ranks\":%d,\"local_ranks\":%d,\"comm_bytes\":%llu,\"t_ms\":{",
+               "\"mlp_rows\":%d,\"ranks\":%d,\"local_ranks\":%d,\"comm_bytes\":%llu,\"t_ms\":{",
             (unsigned long long)cfg->hbm_budget, (unsigned long long)cfg->host_budget, cfg->kept_blocks,
-            cfg->kept_bf16 ? "true" : "false", cfg->logits_kept ? "true" : "false", p->ranks, p->local_ranks,
-            (unsigned long long)p->comm_bytes);
+            cfg->kept_bf16 ? "true" : "false", cfg->logits_kept ? "true" : "false",
+            model_mlp_rows(m, cfg->B * cfg->T), p->ranks, p->local_ranks, (unsigned long long)p->comm_bytes);
     for (int r = 0; r < PLAN_NRES; r++) fprintf(f, "%s\"%s\":%.3f", r ? "," : "", plan_resource_names[r], p->t_ms[r]);
     fprintf(f, "},\"suggestions\":[");
     for (int i = 0; i < p->nsugg; i++) // the changes are flags: nothing in them needs escaping

@@ -238,6 +238,7 @@ START_TEST(mlp_chunks_keep_bits) {
         char *a = fingerprint(&ref);
         const char *says = b == 0 ? "; the MLP in 4 chunks of 16 rows\n" : "; the MLP in 3 chunks of 16 rows\n";
         ck_assert_msg(strstr(ref.out, says), "no '%s' in %s", says, ref.out);
+        ck_assert_uint_eq(log_u64(&ref, NULL, "mlp_rows"), 16); // the plan's line in the log
         for (int i = 0; i < (b == 0 ? 5 : 4); i++) {
             run_t r = train(bases[b], settings[i], chunked);
             char *c = fingerprint(&r);
@@ -251,6 +252,7 @@ START_TEST(mlp_chunks_keep_bits) {
         run_t whole = train(bases[b], full, NULL);
         char *w = fingerprint(&whole);
         ck_assert_msg(!strstr(whole.out, "the MLP in"), "one chunk, yet: %s", whole.out);
+        ck_assert_uint_eq(log_u64(&whole, NULL, "mlp_rows"), (unsigned long long)rows[b]);
         ck_assert_msg(strcmp(a, w) != 0, "base %d: TT_TEST_MLP_ROWS=16 changed nothing: %s", b, a);
         const double lw = last_loss(&whole), lc = last_loss(&ref);
         ck_assert_msg(fabs(lw - lc) <= 1e-4 * fabs(lw), "base %d: final loss %.9g whole, %.9g in chunks", b, lw, lc);
