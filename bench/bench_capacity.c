@@ -112,19 +112,22 @@ int bench_capacity(const config_t *cfg_in) {
     model_init(&m, &best);
     plan_t p;
     plan_compute(&best, &m, rates, &p);
-    // the RAM the states leave free holds the first optimizer chunks (written through, never read
-    // again), unless the flags said otherwise
+    // the RAM the states leave free holds parameter shards (each saves two reads a step), then the
+    // first optimizer chunks (written through, never read again), unless the flags said otherwise
     char why[512];
+    if (!cfg_in->host_cache_given) best.host_cache_auto = 1;
     if (!cfg_in->optim_cache_given) best.optim_cache_auto = 1;
-    if (plan_optim_cache_auto(&best, &m, rates, &p, why, sizeof why)) printf("\n%s\n", why);
+    if (plan_host_cache_auto(&best, &m, rates, &p, why, sizeof why)) printf("\n%s\n", why);
+    if (plan_optim_cache_auto(&best, &m, rates, &p, why, sizeof why)) printf("%s\n", why);
     uint64_t states = p.params_bytes + p.grads_bytes + p.optim_bytes;
     printf("\nlargest: %s width, %d layers: %.3fB parameters, states %s = %.2f x RAM (%s available), the plan's RAM %s\n",
            best.preset, best.L, m.num_params / 1e9, format_bytes(a, sizeof a, states), (double)states / (double)ram,
            format_bytes(b, sizeof b, ram), format_bytes(c, sizeof c, p.ram_needed));
     model_free(&m);
-    // the first update fills the optimizer cache and the second is the first to gain from it:
-    // the third step is the one timed then (each step's time includes the update before it)
-    const int steps = best.optim_cache ? 3 : 2;
+    // the first update fills the optimizer cache and the second is the first to gain from it
+    // (the first step's reads fill the parameter cache): the third step is the one timed then
+    // (each step's time includes the update before it)
+    const int steps = best.optim_cache || best.host_cache ? 3 : 2;
     printf("training %d steps of it (init writes the NVMe states first) ...\n", steps);
     fflush(stdout);
     bench_run_t r;

@@ -496,16 +496,20 @@ static void resolve_recompute(config_t *cfg) {
     }
 }
 
-// --optimizer-cache's word or size into cfg->optim_cache; auto is left to the plan
-// (plan_optim_cache_auto), with nothing cached until then.
-static void resolve_optim_cache(config_t *cfg) {
-    const char *a = cfg->optim_cache_arg;
-    cfg->optim_cache = 0;
-    cfg->optim_cache_auto = !strcmp(a, "auto");
-    if (cfg->optim_cache_auto || !strcmp(a, "none") || !a[0]) return;
-    int rc = parse_size(a, &cfg->optim_cache);
-    if (rc == -ERANGE) usage_error("--optimizer-cache %s: out of range (accepted: none, auto, or a size such as 8G)", a);
-    if (rc < 0) usage_error("--optimizer-cache %s: not a size (accepted: none, auto, or a size such as 8G)", a);
+// A cache flag's word or size (--host-cache, --optimizer-cache) into *bytes; auto is left to
+// the plan (plan_host_cache_auto, plan_optim_cache_auto), with nothing cached until then.
+static void resolve_cache(const char *flag, const char *a, uint64_t *bytes, int *automatic) {
+    *bytes = 0;
+    *automatic = !strcmp(a, "auto");
+    if (*automatic || !strcmp(a, "none") || !a[0]) return;
+    int rc = parse_size(a, bytes);
+    if (rc == -ERANGE) usage_error("--%s %s: out of range (accepted: none, auto, or a size such as 8G)", flag, a);
+    if (rc < 0) usage_error("--%s %s: not a size (accepted: none, auto, or a size such as 8G)", flag, a);
+}
+
+static void resolve_caches(config_t *cfg) {
+    resolve_cache("host-cache", cfg->host_cache_arg, &cfg->host_cache, &cfg->host_cache_auto);
+    resolve_cache("optimizer-cache", cfg->optim_cache_arg, &cfg->optim_cache, &cfg->optim_cache_auto);
 }
 
 static void check_data(const config_t *c) {
@@ -621,7 +625,7 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         if (cfg->init_from[0]) apply_init_from(cfg, &ps);
         check_shape(cfg);
         resolve_recompute(cfg);
-        resolve_optim_cache(cfg);
+        resolve_caches(cfg);
         if (cfg->min_lr > cfg->lr) {
             if (seen(&ps, "min-lr"))
                 usage_error("--min-lr %g: above --lr %g (accepted: 0..%g; the cosine decay goes from --lr down to "
@@ -658,9 +662,10 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         cfg->batch_given = seen(&ps, "batch");
         cfg->steps_given = seen(&ps, "steps");
         cfg->optim_cache_given = seen(&ps, "optimizer-cache");
+        cfg->host_cache_given = seen(&ps, "host-cache");
         check_shape(cfg);
         resolve_recompute(cfg);
-        resolve_optim_cache(cfg);
+        resolve_caches(cfg);
         resolve_schedule(cfg);
         break;
     case CMD_EVAL:

@@ -89,7 +89,8 @@ void config_print(const config_t *c, FILE *f) {
     fprintf(f, ", schedule %s, checkpoints %s, recompute %s", enum_word("auto|horizontal|vertical", (int)c->schedule, w,
             sizeof w), enum_word("auto|device|host", (int)c->acts_tier, b2, sizeof b2),
             c->recompute_arg[0] ? c->recompute_arg : "full");
-    if (c->host_cache) fprintf(f, ", host-cache %s", format_bytes(b1, sizeof b1, c->host_cache));
+    if (c->host_cache_auto) fprintf(f, ", host-cache auto");
+    else if (c->host_cache) fprintf(f, ", host-cache %s", format_bytes(b1, sizeof b1, c->host_cache));
     if (c->optim_cache_auto) fprintf(f, ", optimizer-cache auto");
     else if (c->optim_cache) fprintf(f, ", optimizer-cache %s", format_bytes(b1, sizeof b1, c->optim_cache));
     fputc('\n', f);

@@ -68,6 +68,8 @@ typedef struct {
     int logits_kept;         // the head keeps every vocabulary quantum's logits for its backward (plan_recompute_auto,
                              // --recompute none; only for a vocabulary of several quanta, V > CE_QUANTUM)
     uint64_t host_cache;     // --host-cache bytes: host copies of NVMe-resident parameters (0 = none)
+    char host_cache_arg[32]; // --host-cache as given: none|auto|SIZE (cli_parse resolves host_cache)
+    int host_cache_auto;     // --host-cache auto: plan_host_cache_auto sets host_cache
     uint64_t optim_cache;    // --optimizer-cache bytes: host copies of NVMe optimizer states (0 = none)
     char optim_cache_arg[32]; // --optimizer-cache as given: none|auto|SIZE (cli_parse resolves optim_cache)
     int optim_cache_auto;    // --optimizer-cache auto: plan_optim_cache_auto sets optim_cache
@@ -96,6 +98,7 @@ typedef struct {
     int seq_given, precision_given; // tiertrain eval: --seq / --precision given (else the checkpoint's)
     int shape_given, batch_given, steps_given; // bench train: a shape flag, --batch, --steps given
     int optim_cache_given;   // bench capacity: --optimizer-cache given (else it takes auto)
+    int host_cache_given;    // bench capacity: --host-cache given (else it takes auto)
     // ---- bench
     char bench_name[32];     // tiertrain bench NAME
     uint64_t bench_size;     // --size (bench io, bench calibrate)

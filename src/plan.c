@@ -468,6 +468,41 @@ int plan_recompute_auto(config_t *cfg, const model_t *m, const profile_t *prof, 
     return 1;
 }
 
+// The most entries n in [0, max] of `entry` bytes each in *cache with the plan still roomy and
+// the optimizer's chunk what it is without them (a cache that makes a --host-budget cut the
+// chunks is too big); p is left at n's plan. More entries only take more RAM: a bisection.
+static int most_cached(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, uint64_t *cache,
+                       uint64_t entry, int max) {
+    const size_t chunk = p->lay.chunk_elems;
+    int lo = 0, hi = max; // the answer lies in [lo, hi]
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        *cache = (uint64_t)mid * entry;
+        plan_compute(cfg, m, prof, p);
+        if (roomy(p) && p->lay.chunk_elems == chunk) lo = mid;
+        else hi = mid - 1;
+    }
+    *cache = (uint64_t)lo * entry;
+    plan_compute(cfg, m, prof, p);
+    return lo;
+}
+
+int plan_host_cache_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len) {
+    why[0] = 0;
+    if (!cfg->host_cache_auto) return 0;
+    cfg->host_cache = 0;
+    plan_compute(cfg, m, prof, p);
+    if (cfg->params_tier != TIER_NVME || !roomy(p)) return 0;
+    const double none_ms = p->floor_ms;
+    const uint64_t read0 = p->nvme_read_bytes;
+    const int n = most_cached(cfg, m, prof, p, &cfg->host_cache, tier_host_cache_entry_bytes(&p->lay, m), m->nshards);
+    char a[32], b[32];
+    snprintf(why, len, "--host-cache auto: %d of %d parameter shards stay in RAM (%s), %s less NVMe reading a step "
+             "(predicted floor %.1f ms/step; %.1f without)", n, m->nshards, format_bytes(a, sizeof a, cfg->host_cache),
+             format_bytes(b, sizeof b, read0 > p->nvme_read_bytes ? read0 - p->nvme_read_bytes : 0), p->floor_ms, none_ms);
+    return 1;
+}
+
 int plan_optim_cache_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len) {
     why[0] = 0;
     if (!cfg->optim_cache_auto) return 0;
@@ -475,18 +510,7 @@ int plan_optim_cache_auto(config_t *cfg, const model_t *m, const profile_t *prof
     plan_compute(cfg, m, prof, p);
     if (cfg->optim_tier != TIER_NVME || !roomy(p)) return 0;
     const double none_ms = p->floor_ms;
-    const uint64_t entry = tier_cache_entry_bytes(&p->lay);
-    const size_t chunk = p->lay.chunk_elems; // a cache that makes a --host-budget cut the chunks is too big
-    int lo = 0, hi = p->lay.nchunks; // the answer lies in [lo, hi]: more entries only take more RAM
-    while (lo < hi) {
-        int mid = lo + (hi - lo + 1) / 2;
-        cfg->optim_cache = (uint64_t)mid * entry;
-        plan_compute(cfg, m, prof, p);
-        if (roomy(p) && p->lay.chunk_elems == chunk) lo = mid;
-        else hi = mid - 1;
-    }
-    cfg->optim_cache = (uint64_t)lo * entry;
-    plan_compute(cfg, m, prof, p);
+    const int lo = most_cached(cfg, m, prof, p, &cfg->optim_cache, tier_cache_entry_bytes(&p->lay), p->lay.nchunks);
     char a[32], b[32];
     snprintf(why, len, "--optimizer-cache auto: %d of %d optimizer chunks keep their states in RAM (%s), %s less "
              "NVMe reading a step (predicted floor %.1f ms/step; %.1f without)", lo, p->lay.nchunks,

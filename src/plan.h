@@ -66,6 +66,13 @@ typedef struct {
 // keep their intermediates while the plan still fits with RAM to spare (15%), and fills p
 // for it; writes one line saying so into why and returns 1. Else returns 0 (why empty).
 int plan_recompute_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len);
+// --host-cache auto (cfg->host_cache_auto) with NVMe parameters: sets cfg->host_cache to the
+// most whole shards that fit in RAM with the plan still roomy (as --optimizer-cache auto does),
+// fills p for it, writes one line saying so into why and returns 1. Else (not auto,
+// parameters not on NVMe, no plan that fits) returns 0 with why empty and the cache at 0. Run
+// after plan_recompute_auto and before plan_optim_cache_auto: a byte of parameter cache saves
+// two reads a step (the forward's and the backward's), a byte of optimizer cache one.
+int plan_host_cache_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len);
 // --optimizer-cache auto (cfg->optim_cache_auto) with NVMe optimizer states: sets
 // cfg->optim_cache to the most whole chunks whose states fit in RAM with the plan still roomy
 // (15% of the available RAM spare, within --host-budget at the chunk size the run has without

@@ -139,6 +139,9 @@ uint64_t tier_cached_elems(const tier_layout_t *lay, const model_t *m);
 // Bytes of --optimizer-cache one chunk's entry takes (its master, m and v; the cache holds
 // whole entries).
 uint64_t tier_cache_entry_bytes(const tier_layout_t *lay);
+// Bytes of --host-cache one parameter shard's entry takes (the largest shard's compute copy;
+// the cache holds whole entries).
+uint64_t tier_host_cache_entry_bytes(const tier_layout_t *lay, const model_t *m);
 
 // ---------------------------------------------------------------- the residency table
 

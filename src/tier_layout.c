@@ -56,6 +56,10 @@ uint64_t tier_cache_entry_bytes(const tier_layout_t *lay) {
     return ALIGN_UP(3 * lay->chunk_elems * sizeof(float), PAGE);
 }
 
+uint64_t tier_host_cache_entry_bytes(const tier_layout_t *lay, const model_t *m) {
+    return ALIGN_UP((uint64_t)m->max_shard_numel * lay->pbytes, PAGE);
+}
+
 uint64_t tier_cached_elems(const tier_layout_t *lay, const model_t *m) {
     uint64_t total = 0;
     int k = 0;
@@ -172,7 +176,7 @@ void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, ti
     if (lay->nslots > m->nshards) lay->nslots = m->nshards;
     const uint64_t big = m->max_shard_numel, pb = lay->pbytes;
     if (P == TIER_NVME && cfg->host_cache) {
-        uint64_t n = cfg->host_cache / ALIGN_UP(big * pb, PAGE);
+        uint64_t n = cfg->host_cache / tier_host_cache_entry_bytes(lay, m);
         lay->nhcache = (int)(n < (uint64_t)m->nshards ? n : (uint64_t)m->nshards);
     }
     lay->o32_parts = G == TIER_NVME ? 4 : 3; // --grads nvme: g first in each chunk, read with its states

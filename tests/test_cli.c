@@ -155,6 +155,7 @@ static const bad_case_t bad[] = {
     {{"train", "--checkpoints", "nvme", NULL}, {"--checkpoints nvme", "auto, device, host"}},
     {{"train", "--host-cache", "1G", NULL}, {"--host-cache 1.0 GiB", "--params is not nvme", "--params nvme"}},
     {{"train", "--optimizer-cache", "lots", NULL}, {"--optimizer-cache lots", "not a size", "none, auto, or a size"}},
+    {{"train", "--host-cache", "lots", NULL}, {"--host-cache lots", "not a size", "none, auto, or a size"}},
     {{"train", "--grads", "nvme", NULL}, {"--grads nvme", "needs --optimizer nvme", "add --optimizer nvme"}},
     {{"plan", "--grads", "nvme", "--optimizer", "device", NULL}, {"--grads nvme", "needs --optimizer nvme"}},
     {{"plan", "--model", "tiny", "--recompute", "3", NULL}, {"--recompute 3", "0..2 (the model has 2)"}},
