@@ -135,10 +135,9 @@ const flag_t cli_flags[] = {
              "no block (and the head keeps every logit), auto = as few as the budgets and memory allow"},
     {.name = "host-cache", .metavar = "none|auto|SIZE", .kind = FK_STRING, FIELD(host_cache_arg), .def = "none",
      .accepts = "none, auto, or a size such as 8G", .group = G_RUN, .cmds = TPB,
-     .help = "host memory for copies of NVMe-resident parameters, kept by next use (--params nvme); auto = as "
-             "many shards as RAM holds once the run fits (15% kept free), before --optimizer-cache auto takes the "
-             "rest (a cached parameter saves its two reads a step: twice the reading a byte of optimizer cache "
-             "saves); none = 0"},
+     .help = "host memory for copies of NVMe-resident parameters, kept by next use and written through "
+             "(--params nvme); auto = as many shards as RAM holds once the run fits (15% kept free), after "
+             "--optimizer-cache auto has taken its share; none = 0"},
     {.name = "optimizer-cache", .metavar = "none|auto|SIZE", .kind = FK_STRING, FIELD(optim_cache_arg),
      .def = "none", .accepts = "none, auto, or a size such as 8G", .group = G_RUN, .cmds = TPB,
      .help = "host memory for copies of the first NVMe-resident optimizer states the update takes, written "

@@ -70,16 +70,18 @@ int plan_recompute_auto(config_t *cfg, const model_t *m, const profile_t *prof, 
 // most whole shards that fit in RAM with the plan still roomy (as --optimizer-cache auto does),
 // fills p for it, writes one line saying so into why and returns 1. Else (not auto,
 // parameters not on NVMe, no plan that fits) returns 0 with why empty and the cache at 0. Run
-// after plan_recompute_auto and before plan_optim_cache_auto: a byte of parameter cache saves
-// two reads a step (the forward's and the backward's), a byte of optimizer cache one.
+// after plan_optim_cache_auto: a byte of parameter cache saves two reads a step (the forward's
+// and the backward's) and a byte of optimizer cache one, but when the update paces the next
+// forward (every state on NVMe) the optimizer's reads are the ones that hold it up: measured,
+// the parameter cache first made bench capacity's step slower.
 int plan_host_cache_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len);
 // --optimizer-cache auto (cfg->optim_cache_auto) with NVMe optimizer states: sets
 // cfg->optim_cache to the most whole chunks whose states fit in RAM with the plan still roomy
 // (15% of the available RAM spare, within --host-budget at the chunk size the run has without
 // it), fills p for it, writes one line
 // saying so into why and returns 1. Else (not auto, states not on NVMe, no plan that fits)
-// returns 0 with why empty and the cache at 0. Run after plan_recompute_auto: the kept
-// activations come first.
+// returns 0 with why empty and the cache at 0. Run after plan_recompute_auto (the kept
+// activations come first) and before plan_host_cache_auto.
 int plan_optim_cache_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len);
 // The placements --offload auto tries, in its order (params, grads, optimizer homes).
 typedef struct { tier_kind_t params, grads, optim; } plan_placement_t;
