@@ -28,6 +28,9 @@ int bench_calibrate(const config_t *cfg); // bench/bench_calibrate.c: measures t
 // run's own scale with it. Returns 0 or -errno with one line in err.
 int bench_nvme_rates(const config_t *cfg, uint64_t size, double *rd, double *wr, char *err, size_t errlen);
 
+// The median of x[0..n) (n ≥ 1), sorting x in place, least first (bench/bench_run.c).
+double bench_median(double *x, int n);
+
 // ---- whole training steps (bench/bench_run.c), for overlap and capacity
 typedef struct {
     double step_ms;          // median over the steps after the first

@@ -58,16 +58,6 @@ static void *alloc_big(size_t bytes) {
     return p;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median(const double *x, int n) {
-    double s[REPS];
-    memcpy(s, x, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-}
 static double minimum(const double *x, int n) {
     double m = x[0];
     for (int i = 1; i < n; i++) m = x[i] < m ? x[i] : m;
@@ -256,13 +246,13 @@ int bench_adam(const config_t *cfg) {
     const double wa_fraction = vec_pps * (BYTES_PER_PARAM + WA_PARAM) / (wa_triad_gbps * 1e9);
 
     printf("%-14s %14s %9s %11s %11s %15s\n", "", "params/s", "GB/s", "ms best", "ms median", "fraction bound");
-    printf("%-14s %14s %9.2f %11.2f %11.2f %15s\n", "triad", "-", plain_gbps, tri_best, median(t_tri, REPS), "-");
-    printf("%-14s %14s %9.2f %11.2f %11.2f %15s\n", "triad stream", "-", nt_gbps, trint_best, median(t_trint, REPS), "-");
+    printf("%-14s %14s %9.2f %11.2f %11.2f %15s\n", "triad", "-", plain_gbps, tri_best, bench_median(t_tri, REPS), "-");
+    printf("%-14s %14s %9.2f %11.2f %11.2f %15s\n", "triad stream", "-", nt_gbps, trint_best, bench_median(t_trint, REPS), "-");
     printf("%-14s %14.4g %9.2f %11.2f %11.2f %15.3f\n", "traffic peer", peer_pps, peer_gbps, peer_best,
-           median(t_peer, REPS), peer_pps / bound);
-    printf("%-14s %14.4g %9.2f %11.2f %11.2f %15.3f\n", path, vec_pps, vec_gbps, vec_best, median(t_vec, REPS),
+           bench_median(t_peer, REPS), peer_pps / bound);
+    printf("%-14s %14.4g %9.2f %11.2f %11.2f %15.3f\n", path, vec_pps, vec_gbps, vec_best, bench_median(t_vec, REPS),
            vec_pps / bound);
-    printf("%-14s %14.4g %9.2f %11.2f %11.2f %15.3f\n", "scalar", sca_pps, sca_gbps, sca_best, median(t_sca, REPS_SCALAR),
+    printf("%-14s %14.4g %9.2f %11.2f %11.2f %15.3f\n", "scalar", sca_pps, sca_gbps, sca_best, bench_median(t_sca, REPS_SCALAR),
            sca_pps / bound);
     printf("bound = best triad %.2f GB/s / %.0f B per parameter = %.4g params/s; %s is %.2fx the scalar path "
            "(scalar: best of %d)\n", triad_gbps, BYTES_PER_PARAM, bound, path, vec_pps / sca_pps, REPS_SCALAR);

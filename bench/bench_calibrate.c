@@ -67,7 +67,7 @@
 #define NVME_PASSES_QUICK 1        // a quick calibration: one
 #define ADAM_REPS 7
 #define ADAM_REPS_QUICK 3
-#define MAX_REPS 15                // the largest of the above (median's scratch)
+#define MAX_REPS 15                // the largest of the above (the timing arrays)
 #define HUGE_ALIGN (2u << 20)
 
 typedef struct {
@@ -80,16 +80,6 @@ static const gemm_shape_t CPU_SHAPES[] = {{1024, 384, 1024}, {1024, 1024, 384}, 
 static const gemm_shape_t GPU_SHAPES[] = {{8192, 2048, 5632}, {8192, 5632, 2048}, {8192, 2048, 2048}};
 #define NSHAPES 3
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median(const double *x, int n) {
-    double s[MAX_REPS];
-    memcpy(s, x, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-}
 
 // U(−0.5, 0.5) floats, incompressible and deterministic.
 static void fill_rand(float *x, size_t n, uint64_t seed) {
@@ -148,7 +138,7 @@ static int gemm_measure(backend_t *be, float *h_stage, int reps, double *flops_p
                 if (r >= 0) t[r] = (now_ms() - t0) / 1e3;
             }
             flops_total += flops;
-            time_total += median(t, reps);
+            time_total += bench_median(t, reps);
         }
     }
     *flops_per_s = time_total > 0 ? flops_total / time_total : 0;
@@ -169,7 +159,7 @@ static void copy_measure(backend_t *be, void *h_buf, void *d_buf, int reps, doub
         double t2 = now_ms();
         if (r >= 0) th[r] = (t1 - t0) / 1e3, td[r] = (t2 - t1) / 1e3;
     }
-    double mh = median(th, reps), md = median(td, reps);
+    double mh = bench_median(th, reps), md = bench_median(td, reps);
     *h2d = mh > 0 ? COPY_BYTES / mh : 0;
     *d2h = md > 0 ? COPY_BYTES / md : 0;
 }
@@ -225,7 +215,7 @@ static int nvme_measure(nvme_store_t *s, char *buf, int nt, uint64_t block, uint
     }
     *passes = np;
     if (rc == 0) {
-        double mw = median(tw, np), mr = median(tr, np), bytes = (double)(nblocks * block);
+        double mw = bench_median(tw, np), mr = bench_median(tr, np), bytes = (double)(nblocks * block);
         *wr = mw > 0 ? bytes / mw : 0;
         *rd = mr > 0 ? bytes / mr : 0;
     }
@@ -303,7 +293,7 @@ static int adam_measure(size_t n, int reps, double *params_per_s, char *err, siz
         adamw_update(master, m, v, p16, NULL, g, n, &hp);
         if (r >= 0) t[r] = (now_ms() - t0) / 1e3;
     }
-    double md = median(t, reps);
+    double md = bench_median(t, reps);
     *params_per_s = md > 0 ? (double)n / md : 0;
 out:
     free(g); free(master); free(m); free(v); free(p16);

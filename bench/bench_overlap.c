@@ -16,17 +16,8 @@
 #include "train.h"
 #include "util.h"
 
-enum { OVERLAP_STEPS = 5, OVERLAP_ROUNDS = 3 }; // the first step is warm-up; an odd number of rounds
+enum { OVERLAP_STEPS = 5, OVERLAP_ROUNDS = 3 }; // the first step is warm-up
 
-// Sorts the rounds' step times, least first (a handful: insertion).
-static void sort_rounds(double *x, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && x[j] < x[j - 1]; j--) {
-            double t = x[j];
-            x[j] = x[j - 1];
-            x[j - 1] = t;
-        }
-}
 
 int bench_overlap(const config_t *cfg_in) {
     static const struct { const char *name; tier_kind_t params, grads, optim; } ways[3] = {
@@ -52,8 +43,8 @@ int bench_overlap(const config_t *cfg_in) {
            cfg.preset, m.num_params / 1e6, cfg.B, cfg.T, OVERLAP_STEPS, OVERLAP_STEPS - 1, OVERLAP_ROUNDS);
     printf("floor rates: %s\n\n", rates ? rates->source : "built-in defaults (run tiertrain bench calibrate)");
     double step_ms[3] = {0}, floor_ms[3] = {0}, ms[3][OVERLAP_ROUNDS] = {{0}}, wait_ms[3] = {0};
-    uint64_t hash[3] = {0};
-    int failed = 0, ok[3] = {0}, identical = 1;
+    uint64_t hash[3] = {0}, first = 0; // first: the first run's hash, which every run must end with
+    int failed = 0, ok[3] = {0}, identical = 1, runs = 0;
     config_t c[3];
     plan_t p[3];
     for (int w = 0; w < 3; w++) {
@@ -85,9 +76,9 @@ int bench_overlap(const config_t *cfg_in) {
             }
             ms[w][r] = run.step_ms;
             wait_ms[w] += report_wait_ms(&run.info) / OVERLAP_ROUNDS;
-            if (r == 0 && w == 0) hash[0] = run.hash;
+            if (runs++ == 0) first = run.hash;
             hash[w] = run.hash;
-            identical &= run.hash == hash[0];
+            identical &= run.hash == first;
             printf(" %s %.1f ms;", ways[w].name, run.step_ms);
             fflush(stdout);
         }
@@ -97,8 +88,7 @@ int bench_overlap(const config_t *cfg_in) {
            "bound", "rounds (ms)", "fetch wait", "params_hash");
     for (int w = 0; w < 3; w++) {
         if (!ok[w]) continue;
-        sort_rounds(ms[w], OVERLAP_ROUNDS);
-        step_ms[w] = ms[w][OVERLAP_ROUNDS / 2]; // the median (OVERLAP_ROUNDS is odd)
+        step_ms[w] = bench_median(ms[w], OVERLAP_ROUNDS); // sorts them: the range is first to last
         char range[32];
         snprintf(range, sizeof range, "%.0f-%.0f", ms[w][0], ms[w][OVERLAP_ROUNDS - 1]);
         printf("%-24s %10.1f %10.3f %10.1f %9.3f %-13s %15s %9.1f ms %016llx\n", ways[w].name, step_ms[w],

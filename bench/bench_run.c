@@ -16,6 +16,11 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+double bench_median(double *x, int n) {
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
 int bench_run_steps(const config_t *cfg, int steps, bench_run_t *r, char *err, size_t errlen) {
     return bench_run_steps_hooked(cfg, steps, NULL, r, err, errlen);
 }
@@ -63,10 +68,7 @@ int bench_run_steps_hooked(const config_t *cfg, int steps, const bench_hook_t *h
     if (rc == 0) rc = trainer_optimizer_wait(tr, err, errlen);
     if (rc == 0) {
         r->last_ms = ms[steps - 1];
-        int k = steps > 1 ? steps - 1 : 1;
-        double *timed = steps > 1 ? ms + 1 : ms;
-        qsort(timed, (size_t)k, sizeof *timed, cmp_double);
-        r->step_ms = k % 2 ? timed[k / 2] : 0.5 * (timed[k / 2 - 1] + timed[k / 2]);
+        r->step_ms = steps > 1 ? bench_median(ms + 1, steps - 1) : ms[0];
         rc = trainer_params_hash(tr, &r->hash, err, errlen);
         trainer_info(tr, &r->info);
         r->num_params = trainer_model(tr)->num_params;
