@@ -113,14 +113,11 @@ int bench_capacity(const config_t *cfg_in) {
     plan_t p;
     plan_compute(&best, &m, rates, &p);
     // the RAM the states leave free holds the first optimizer chunks (written through, never read
-    // again), unless the flags said otherwise; --host-cache auto takes what they leave. Not the
-    // other way round: each parameter shard cached saves two reads a step and each optimizer
-    // chunk one, but the update paces the next forward here, and measured, the parameter cache
-    // first made the step slower (65.6 s against 61.2 s; README)
-    char why[512];
+    // again), unless the flags said otherwise; --host-cache auto, when given, takes what they
+    // leave (plan_cache_autos: why in that order)
     if (!cfg_in->optim_cache_given) best.optim_cache_auto = 1;
-    if (plan_optim_cache_auto(&best, &m, rates, &p, why, sizeof why)) printf("\n%s\n", why);
-    if (plan_host_cache_auto(&best, &m, rates, &p, why, sizeof why)) printf("%s\n", why);
+    printf("\n");
+    plan_cache_autos(&best, &m, rates, &p, stdout);
     uint64_t states = p.params_bytes + p.grads_bytes + p.optim_bytes;
     printf("\nlargest: %s width, %d layers: %.3fB parameters, states %s = %.2f x RAM (%s available), the plan's RAM %s\n",
            best.preset, best.L, m.num_params / 1e9, format_bytes(a, sizeof a, states), (double)states / (double)ram,

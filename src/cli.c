@@ -662,7 +662,6 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         cfg->batch_given = seen(&ps, "batch");
         cfg->steps_given = seen(&ps, "steps");
         cfg->optim_cache_given = seen(&ps, "optimizer-cache");
-        cfg->host_cache_given = seen(&ps, "host-cache");
         check_shape(cfg);
         resolve_recompute(cfg);
         resolve_caches(cfg);

@@ -98,7 +98,6 @@ typedef struct {
     int seq_given, precision_given; // tiertrain eval: --seq / --precision given (else the checkpoint's)
     int shape_given, batch_given, steps_given; // bench train: a shape flag, --batch, --steps given
     int optim_cache_given;   // bench capacity: --optimizer-cache given (else it takes auto)
-    int host_cache_given;    // bench capacity: --host-cache given (else it takes auto)
     // ---- bench
     char bench_name[32];     // tiertrain bench NAME
     uint64_t bench_size;     // --size (bench io, bench calibrate)

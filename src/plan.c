@@ -519,6 +519,12 @@ int plan_optim_cache_auto(config_t *cfg, const model_t *m, const profile_t *prof
     return 1;
 }
 
+void plan_cache_autos(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, FILE *out) {
+    char why[512];
+    if (p->feasible && plan_optim_cache_auto(cfg, m, prof, p, why, sizeof why)) fprintf(out, "%s\n", why);
+    if (p->feasible && plan_host_cache_auto(cfg, m, prof, p, why, sizeof why)) fprintf(out, "%s\n", why);
+}
+
 int plan_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len) {
     const plan_placement_t *order = plan_placements;
     static const char *tn[] = {"device", "host", "nvme"};

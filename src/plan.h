@@ -72,8 +72,8 @@ int plan_recompute_auto(config_t *cfg, const model_t *m, const profile_t *prof, 
 // parameters not on NVMe, no plan that fits) returns 0 with why empty and the cache at 0. Run
 // after plan_optim_cache_auto: a byte of parameter cache saves two reads a step (the forward's
 // and the backward's) and a byte of optimizer cache one, but when the update paces the next
-// forward (every state on NVMe) the optimizer's reads are the ones that hold it up: measured,
-// the parameter cache first made bench capacity's step slower.
+// forward (every state on NVMe) the optimizer's reads are the ones that hold it up: in one
+// run, the parameter cache first made bench capacity's step slower (65.6 s against 55-61 s).
 int plan_host_cache_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len);
 // --optimizer-cache auto (cfg->optim_cache_auto) with NVMe optimizer states: sets
 // cfg->optim_cache to the most whole chunks whose states fit in RAM with the plan still roomy
@@ -83,6 +83,10 @@ int plan_host_cache_auto(config_t *cfg, const model_t *m, const profile_t *prof,
 // returns 0 with why empty and the cache at 0. Run after plan_recompute_auto (the kept
 // activations come first) and before plan_host_cache_auto.
 int plan_optim_cache_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len);
+// Both cache autos in their order, --optimizer-cache then --host-cache (see
+// plan_host_cache_auto for why), each line that says what one took written to out (when p is
+// feasible). Every caller resolves them through it.
+void plan_cache_autos(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, FILE *out);
 // The placements --offload auto tries, in its order (params, grads, optimizer homes).
 typedef struct { tier_kind_t params, grads, optim; } plan_placement_t;
 enum { PLAN_NPLACEMENTS = 11 };

@@ -362,8 +362,7 @@ static void run_check(run_t *r) {
     }
     char rwhy[512];
     if (r->plan.feasible && plan_recompute_auto(cfg, &shape, rates, &r->plan, rwhy, sizeof rwhy)) printf("%s\n", rwhy);
-    if (r->plan.feasible && plan_optim_cache_auto(cfg, &shape, rates, &r->plan, rwhy, sizeof rwhy)) printf("%s\n", rwhy);
-    if (r->plan.feasible && plan_host_cache_auto(cfg, &shape, rates, &r->plan, rwhy, sizeof rwhy)) printf("%s\n", rwhy);
+    plan_cache_autos(cfg, &shape, rates, &r->plan, stdout);
     if (plan_nvme_scale_note(&r->plan, rwhy, sizeof rwhy) && !cfg->quiet) notice("%s", rwhy);
     if (r->start > 1) plan_save_space(cfg, &shape, r->start, &r->plan); // the saves still to come
     model_free(&shape);
@@ -635,8 +634,7 @@ int plan_run(const config_t *cfg_in) {
     }
     char rwhy[512];
     if (p.feasible && plan_recompute_auto(&resolved, &m, rates, &p, rwhy, sizeof rwhy)) printf("%s\n", rwhy);
-    if (p.feasible && plan_optim_cache_auto(&resolved, &m, rates, &p, rwhy, sizeof rwhy)) printf("%s\n", rwhy);
-    if (p.feasible && plan_host_cache_auto(&resolved, &m, rates, &p, rwhy, sizeof rwhy)) printf("%s\n", rwhy);
+    plan_cache_autos(&resolved, &m, rates, &p, stdout);
     plan_advise(cfg, &m, rates, &p);
     plan_print(&p, cfg, stdout);
     plan_json(&p, cfg, &m, stdout);
