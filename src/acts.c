@@ -11,7 +11,7 @@ void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, uint64_t byt
     // the logits of one quantum, or of every quantum (one after another, each (N, its width))
     const uint64_t V = (uint64_t)(logits_all || m->V < CE_QUANTUM ? m->V : CE_QUANTUM);
     const uint64_t KVD = (uint64_t)m->NKV * (uint64_t)m->HS, NH = (uint64_t)m->NH;
-    const uint64_t R = (uint64_t)model_mlp_rows(m, N > INT_MAX ? INT_MAX : (int)N); // one MLP chunk
+    const uint64_t R = (uint64_t)model_mlp_rows(m, (int)N); // one MLP chunk (N = B·T, an int)
     const uint64_t sizes[ACTS_NSCRATCH] = {
         N * C, N, N * C, N * KVD, N * KVD, N * C, N * NH, N * C, N * C, N, R * F, R * F, R * F,        // forward
         N * C,                                                                                         // backward

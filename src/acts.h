@@ -23,7 +23,6 @@
 // What it does not do: allocate (the trainer allocates what tier_layout lists), or know which
 // tier anything else lives in. Who calls it: step.c (compute thread), tier_layout.c (sizes).
 #pragma once
-#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "backend.h"
@@ -52,7 +51,7 @@ typedef union {
 // The buffers a kept block keeps: all ACTS_NKEPT when one MLP chunk holds the N rows, else the
 // attention half's ACTS_NATTN (the backward recomputes each MLP chunk: there is no room for more).
 static inline int acts_nkept(const model_t *m, size_t N) {
-    return (size_t)model_mlp_rows(m, N > INT_MAX ? INT_MAX : (int)N) == N ? ACTS_NKEPT : ACTS_NATTN;
+    return model_mlp_chunks(m, (int)N) == 1 ? ACTS_NKEPT : ACTS_NATTN; // N = B·T, an int
 }
 // Bytes of each scratch buffer, in the order of acts_scratch_t, for N rows of model m; the
 // logits hold one vocabulary quantum, or every one when logits_all (cfg->logits_kept).

@@ -93,6 +93,10 @@ int model_quantum_cols(const model_t *m, int q);
 // TT_TEST_MLP_ROWS=R (a testing hook, R > 0) sets it.
 #define MODEL_MLP_BYTES ((size_t)64 << 20)
 static inline int model_mlp_rows(const model_t *m, int N) { return N < m->mrows ? N : m->mrows; }
+// The chunks N rows make (1: the MLP runs on all of them at once).
+static inline int model_mlp_chunks(const model_t *m, int N) {
+    return N > m->mrows ? (N + m->mrows - 1) / m->mrows : 1;
+}
 // Σ numel_padded of the embedding's chunks.
 size_t model_embed_numel(const model_t *m);
 

@@ -377,8 +377,7 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     const int passes = lay->vertical ? 1 : cfg->accum;
     const int vlast = cfg->logits_kept ? m->V : model_quantum_cols(m, CEIL_DIV(m->V, CE_QUANTUM) - 1);
     const double KVD = (double)m->NKV * m->HS, Pattn = 2.0 * C * C + 2.0 * C * KVD, Pgu = 2.0 * C * m->F;
-    const int chunked = model_mlp_rows(m, (int)N) < (int)N;
-    const double redo = (m->L - kept) * (Pattn + Pgu) + (chunked ? kept * Pgu : 0.0);
+    const double redo = (m->L - kept) * (Pattn + Pgu) + (model_mlp_chunks(m, (int)N) > 1 ? kept * Pgu : 0.0);
     double mm = 6.0 * (double)m->num_params * N * cfg->accum + 2.0 * redo * N * cfg->accum +
                 2.0 * N * C * ((double)cfg->accum * m->V - (double)passes * vlast);
     double att = 4.0 * (3.0 + r) * N * cfg->T * C / 2.0 * m->L * cfg->accum;

@@ -124,8 +124,8 @@ const profile_t *train_load_profile(const config_t *cfg, profile_t *prof) {
 
 static void print_model(const model_t *m, const config_t *cfg, FILE *f) {
     char a[32], mlp[96] = "";
-    const int N = cfg->B * cfg->T, R = model_mlp_rows(m, N);
-    if (R < N) snprintf(mlp, sizeof mlp, "; the MLP in %d chunks of %d rows", CEIL_DIV(N, R), R);
+    const int N = cfg->B * cfg->T, chunks = model_mlp_chunks(m, N);
+    if (chunks > 1) snprintf(mlp, sizeof mlp, "; the MLP in %d chunks of %d rows", chunks, model_mlp_rows(m, N));
     fprintf(f, "model: %s%s — %.2fM parameters in %d shards (largest %s as BF16), L=%d C=%d NH=%d NKV=%d HS=%d F=%d V=%d T=%d%s%s\n",
             cfg->init_from[0] ? "--init-from's" : cfg->preset, cfg->preset[0] || cfg->init_from[0] ? "" : "custom",
             m->num_params / 1e6, m->nshards,
