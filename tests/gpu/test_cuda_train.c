@@ -183,48 +183,44 @@ START_TEST(test_step_small) {
 }
 END_TEST
 
+// tiny on the GPU with kept (whatever the backward can keep) and again (computed again and
+// streamed): the same bits; and the CPU's run of kept within the tolerances (losses, norms).
+static void kept_vs_again(const char *const *kept, const char *const *again, const char *what) {
+    run_t a, b, c;
+    run("tiny", "cuda", kept, &a);
+    run("tiny", "cuda", again, &b);
+    run("tiny", "cpu", kept, &c);
+    ck_assert_msg(a.hash == b.hash, "%s: kept %016llx, computed again and streamed %016llx", what,
+                  (unsigned long long)a.hash, (unsigned long long)b.hash);
+    for (int t = 0; t < NSTEPS; t++) {
+        ck_assert_msg(a.loss[t] == b.loss[t], "%s, step %d: loss %.9g kept, %.9g computed again", what, t + 1, a.loss[t],
+                      b.loss[t]);
+        ck_assert_msg(rel_close(a.loss[t], c.loss[t], TOL_LOSS_REL), "%s, step %d: loss %.7f on the GPU, %.7f on the CPU",
+                      what, t + 1, a.loss[t], c.loss[t]);
+        ck_assert_msg(rel_close(a.norm[t], c.norm[t], TOL_NORM_REL),
+                      "%s, step %d: grad norm %.6f on the GPU, %.6f on the CPU", what, t + 1, a.norm[t], c.norm[t]);
+    }
+}
+
 // A cut vocabulary on the GPU (model.h): tiny's 4100 rows are 3 chunks, the last one ragged
 // (a quantum 4 columns wide). The logits kept or computed again, the head's chunks resident or
-// streamed from the host: the same bits; and the CPU's losses within the tolerances.
+// streamed from the host.
 START_TEST(test_cut_vocab) {
     static const char *const kept[] = {"--vocab", "4100", "--accum", "2", "--recompute", "none", NULL};
     static const char *const again[] = {"--vocab", "4100", "--accum", "2", "--recompute", "full", "--params", "host",
                                         "--grads", "host", NULL};
-    run_t a, b, c;
-    run("tiny", "cuda", kept, &a);
-    run("tiny", "cuda", again, &b);
-    run("tiny", "cpu", kept, &c);
-    ck_assert_msg(a.hash == b.hash, "logits kept %016llx, computed again and streamed %016llx",
-                  (unsigned long long)a.hash, (unsigned long long)b.hash);
-    for (int t = 0; t < NSTEPS; t++) {
-        ck_assert_msg(a.loss[t] == b.loss[t], "step %d: loss %.9g kept, %.9g computed again", t + 1, a.loss[t], b.loss[t]);
-        ck_assert_msg(rel_close(a.loss[t], c.loss[t], TOL_LOSS_REL), "step %d: loss %.7f on the GPU, %.7f on the CPU",
-                      t + 1, a.loss[t], c.loss[t]);
-    }
+    kept_vs_again(kept, again, "cut vocabulary");
 }
 END_TEST
 
 // The MLP in chunks of rows on the GPU (model.h; TT_TEST_MLP_ROWS=48 cuts tiny's 128 rows into
-// 48 + 48 + 32): kept attention halves or recomputed blocks, resident or streamed parameters,
-// the same bits; and the CPU's chunked losses within the tolerances.
+// 48 + 48 + 32): kept attention halves or recomputed blocks, resident or streamed parameters.
 START_TEST(test_mlp_chunks) {
     static const char *const kept[] = {"--recompute", "none", NULL};
     static const char *const again[] = {"--recompute", "full", "--params", "host", "--grads", "host", NULL};
     setenv("TT_TEST_MLP_ROWS", "48", 1);
-    run_t a, b, c;
-    run("tiny", "cuda", kept, &a);
-    run("tiny", "cuda", again, &b);
-    run("tiny", "cpu", kept, &c);
+    kept_vs_again(kept, again, "MLP chunks");
     unsetenv("TT_TEST_MLP_ROWS");
-    ck_assert_msg(a.hash == b.hash, "MLP chunks: kept %016llx, recomputed and streamed %016llx",
-                  (unsigned long long)a.hash, (unsigned long long)b.hash);
-    for (int t = 0; t < NSTEPS; t++) {
-        ck_assert_msg(a.loss[t] == b.loss[t], "step %d: loss %.9g kept, %.9g recomputed", t + 1, a.loss[t], b.loss[t]);
-        ck_assert_msg(rel_close(a.loss[t], c.loss[t], TOL_LOSS_REL), "step %d: loss %.7f on the GPU, %.7f on the CPU",
-                      t + 1, a.loss[t], c.loss[t]);
-        ck_assert_msg(rel_close(a.norm[t], c.norm[t], TOL_NORM_REL), "step %d: grad norm %.6f on the GPU, %.6f on the CPU",
-                      t + 1, a.norm[t], c.norm[t]);
-    }
 }
 END_TEST
 
