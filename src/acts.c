@@ -6,7 +6,7 @@
 
 // ---------------------------------------------------------------- the scratch
 
-void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, uint64_t bytes[ACTS_NSCRATCH]) {
+void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, int bf16, uint64_t bytes[ACTS_NSCRATCH]) {
     const uint64_t f = sizeof(float), C = (uint64_t)m->C, F = (uint64_t)m->F;
     // the logits of one quantum, or of every quantum (one after another, each (N, its width))
     const uint64_t V = (uint64_t)(logits_all || m->V < CE_QUANTUM ? m->V : CE_QUANTUM);
@@ -15,7 +15,7 @@ void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, uint64_t byt
     const uint64_t sizes[ACTS_NSCRATCH] = {
         N * C, N, N * C, N * KVD, N * KVD, N * C, N * NH, N * C, N * C, N, R * F, R * F, R * F,        // forward
         N * C,                                                                                         // backward
-        N * C, N, N * V, N,                                                                            // head
+        bf16 ? 0 : N * C, N, N * V, N,                                                                 // head
     };
     for (int i = 0; i < ACTS_NSCRATCH; i++) bytes[i] = sizes[i] * f;
 }
@@ -25,39 +25,40 @@ static int kept_stat(int i) { return i == 1 || i == 6 || i == 9; }
 
 // The first n scratch buffers carved from base (when a is not NULL), each at a 4 KiB
 // boundary: their total bytes.
-static uint64_t carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int n, int logits_all) {
+static uint64_t carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int n, int logits_all, int bf16) {
     _Static_assert(sizeof(acts_scratch_t) == ACTS_NSCRATCH * sizeof(float *), "acts_scratch_t: one pointer per size");
     uint64_t bytes[ACTS_NSCRATCH], off = 0;
-    acts_scratch_sizes(m, N, logits_all, bytes);
+    acts_scratch_sizes(m, N, logits_all, bf16, bytes);
     for (int i = 0; i < n; i++) {
         if (a) a->buf[i] = (float *)((char *)base + off);
         off += ALIGN_UP(bytes[i], (uint64_t)4096);
     }
+    if (a && bf16 && n == ACTS_NSCRATCH) a->xf = a->ln1; // acts_scratch_sizes
     return off;
 }
 
-uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all) {
-    return carve(NULL, NULL, m, N, ACTS_NSCRATCH, logits_all);
+uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all, int bf16) {
+    return carve(NULL, NULL, m, N, ACTS_NSCRATCH, logits_all, bf16);
 }
 uint64_t acts_kept_total(const model_t *m, size_t N, int bf16) {
-    if (!bf16) return carve(NULL, NULL, m, N, acts_nkept(m, N), 0);
+    if (!bf16) return carve(NULL, NULL, m, N, acts_nkept(m, N), 0, 0);
     uint64_t bytes[ACTS_NSCRATCH], off = 0;
-    acts_scratch_sizes(m, N, 0, bytes);
+    acts_scratch_sizes(m, N, 0, 0, bytes);
     for (int i = 0; i < acts_nkept(m, N); i++) off += ALIGN_UP(kept_stat(i) ? bytes[i] : bytes[i] / 2, (uint64_t)4096);
     return off;
 }
-void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int logits_all) {
-    carve(a, base, m, N, ACTS_NSCRATCH, logits_all);
+void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int logits_all, int bf16) {
+    carve(a, base, m, N, ACTS_NSCRATCH, logits_all, bf16);
 }
 void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) {
-    carve(a, base, m, N, acts_nkept(m, N), 0);
+    carve(a, base, m, N, acts_nkept(m, N), 0, 0);
 }
 
 // BF16 kept storage: buffer i's place in the allocation (4 KiB-aligned, in order), its
 // elements through fn (to or from the scratch).
 static void kept_each(backend_t *be, acts_scratch_t *a, char *kept, const model_t *m, size_t N, int store) {
     uint64_t bytes[ACTS_NSCRATCH], off = 0;
-    acts_scratch_sizes(m, N, 0, bytes);
+    acts_scratch_sizes(m, N, 0, 0, bytes);
     for (int i = 0; i < acts_nkept(m, N); i++) {
         void *k = kept + off;
         const size_t n = bytes[i] / sizeof(float);
@@ -198,3 +199,9 @@ void acts_commit(acts_t *a, int mb, int l) {
 }
 
 void acts_forget(acts_t *a) { a->tag[0] = a->tag[1] = a->ftag = -1; }
+
+float *acts_lend(acts_t *a) {
+    if (!a->bf16) return NULL;
+    a->ftag = -1;
+    return a->f32;
+}

@@ -41,8 +41,9 @@ typedef union {
         // the block's backward: the one buffer no forward intermediate can stand in for (its
         // other gradients live in intermediates it has finished with: step.c's block_backward)
         float *dln;
-        // the head: one micro-batch's normed x_L, its rstd, one vocabulary quantum's logits (N, ≤ CE_QUANTUM)
-        // (or every quantum's, one after another)
+        // the head: one micro-batch's normed x_L (in bf16 mode in ln1's buffer: see below), its
+        // rstd, one vocabulary quantum's logits (N, ≤ CE_QUANTUM) (or every quantum's, one after
+        // another)
         float *xf, *rstdf, *logits, *losses;
     };
     float *buf[ACTS_NSCRATCH];
@@ -54,12 +55,15 @@ static inline int acts_nkept(const model_t *m, size_t N) {
     return model_mlp_chunks(m, (int)N) == 1 ? ACTS_NKEPT : ACTS_NATTN; // N = B·T, an int
 }
 // Bytes of each scratch buffer, in the order of acts_scratch_t, for N rows of model m; the
-// logits hold one vocabulary quantum, or every one when logits_all (cfg->logits_kept).
-void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, uint64_t bytes[ACTS_NSCRATCH]);
+// logits hold one vocabulary quantum, or every one when logits_all (cfg->logits_kept). In bf16
+// mode xf takes no bytes of its own: it is ln1's buffer, which no block holds while the head
+// runs (a kept block's are in its own allocation), and the block backward's dv, which lives in
+// xf with FP32 storage, lives in the checkpoints' FP32 copy instead (acts_lend).
+void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, int bf16, uint64_t bytes[ACTS_NSCRATCH]);
 // Points a's buffers into base (one device allocation of acts_scratch_total bytes), each at
 // a 4 KiB boundary.
-void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int logits_all);
-uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all); // Σ bytes, each rounded up to 4 KiB
+void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int logits_all, int bf16);
+uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all, int bf16); // Σ bytes, each rounded up to 4 KiB
 // --recompute: a kept block's forward intermediates (ln1 … h, what the backward reads, or ln1
 // … rstd2: acts_nkept) live in an allocation of their own, acts_kept_total bytes, instead of the
 // scratch. FP32: the forward writes them there (acts_kept_carve points a's first acts_nkept
@@ -109,3 +113,7 @@ float *acts_out(acts_t *a, int mb, int l);
 void acts_commit(acts_t *a, int mb, int l);
 // A new phase: no buffer holds a current act.
 void acts_forget(acts_t *a);
+// bf16 mode: the FP32 copy (N·C floats) as scratch for its caller; the act it held is
+// converted again at its next acts_in (from the store, or from the visit buffer that holds it).
+// NULL with FP32 storage, whose acts are the store itself.
+float *acts_lend(acts_t *a);

@@ -129,7 +129,7 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     st->vertical = lay->vertical;
     const size_t N = (size_t)st->N;
     st->logits_all = cfg->logits_kept;
-    acts_scratch_carve(&st->a, tier_buf(tier, TB_SCRATCH, 0), m, N, st->logits_all);
+    acts_scratch_carve(&st->a, tier_buf(tier, TB_SCRATCH, 0), m, N, st->logits_all, st->bf16);
     st->nq = CEIL_DIV(m->V, CE_QUANTUM);
     st->lg_tag = malloc((size_t)(st->logits_all ? st->nq : 1) * sizeof *st->lg_tag);
     if (!st->lg_tag) {
@@ -262,6 +262,7 @@ static void block_forward(step_t *st, int layer, const float *W, const float *x,
     acts_scratch_t *a = &st->a;
 
     block_attention(st, layer, W, x);
+    st->xf_mb = -1; // bf16 mode's xf is ln1's buffer (acts.h)
     for (int r0 = 0; r0 < N; r0 += R) {
         const int n = N - r0 < R ? N - r0 : R;
         const size_t nC = (size_t)n * C, o = (size_t)r0 * C;
@@ -273,11 +274,11 @@ static void block_forward(step_t *st, int layer, const float *W, const float *x,
     }
 }
 
-// Recomputes block `layer`'s attention half from its checkpoint x (unless its intermediates
-// were kept), then turns st->dres from ∂L/∂out into ∂L/∂x and accumulates the block's
-// parameter gradients into G. The MLP runs chunk by chunk (model_mlp_rows), computing each
-// chunk's intermediates again unless a kept block holds all N rows of them.
-static void block_backward(step_t *st, int layer, const float *W, float *G, const float *x, int recompute) {
+// Recomputes block `layer`'s attention half from its checkpoint, act (mb, layer) (unless its
+// intermediates were kept), then turns st->dres from ∂L/∂out into ∂L/∂x and accumulates the
+// block's parameter gradients into G. The MLP runs chunk by chunk (model_mlp_rows), computing
+// each chunk's intermediates again unless a kept block holds all N rows of them.
+static void block_backward(step_t *st, int mb, int layer, const float *W, float *G, int recompute) {
     const backend_ops_t *op = st->be->ops;
     const model_t *m = st->m;
     const int s = model_block_shard(m, layer);
@@ -285,14 +286,19 @@ static void block_backward(step_t *st, int layer, const float *W, float *G, cons
     const size_t NC = (size_t)N * C, NK = (size_t)N * KVD;
     acts_scratch_t *a = &st->a;
 
+    const float *x = acts_in(&st->acts, mb, layer); // (--checkpoints host: its copy up starts now)
     if (recompute) block_attention(st, layer, W, x); // the block's output is not needed
     // Each gradient goes where an intermediate is dead by the time it is written, so the
     // scratch needs only dln of its own: dh in h (once ∂Wd has read h), dgate and dup in gate
     // and up (the SwiGLU backward works in place), datt in dln (dead until the input gradient
     // after the attention backward), dq in x2 and dk in ln2 (both dead once the MLP's norm
-    // backward has run; KVD ≤ C), dv in the head's xf (N·C; head_forward normalizes it again).
-    // The ops and their order are the same as with buffers of their own: the bits do not change.
-    float *dh = a->h, *dgate = a->gate, *dup = a->up, *datt = a->dln, *dq = a->x2, *dk = a->ln2, *dv = a->xf;
+    // backward has run; KVD ≤ C), dv in the checkpoints' FP32 copy in bf16 mode (acts_lend:
+    // the input norm's backward converts the checkpoint again), else in the head's xf (N·C;
+    // head_forward normalizes it again). The ops and their order are the same as with buffers
+    // of their own: the bits do not change.
+    float *dh = a->h, *dgate = a->gate, *dup = a->up, *datt = a->dln, *dq = a->x2, *dk = a->ln2;
+    float *dv = acts_lend(&st->acts);
+    if (!dv) dv = a->xf;
     st->xf_mb = -1;
 
     // MLP: out = x2 + h·Wdᵀ, chunk by chunk; the weight gradients sum over the chunks in order
@@ -335,6 +341,7 @@ static void block_backward(step_t *st, int layer, const float *W, float *G, cons
     op->matmul_backward_weight(grad_of(G, st, s, BW_K), dk, a->ln1, N, C, KVD);
     op->matmul_backward_weight(grad_of(G, st, s, BW_V), dv, a->ln1, N, C, KVD);
     rnd(st, a->dln, NC);
+    if (dv != a->xf) x = acts_in(&st->acts, mb, layer); // converted again: dv had its FP32 copy
     op->rmsnorm_backward(st->dres, grad_of(G, st, s, BW_ATTN_NORM), a->dln, x,
                          tensor_of(st, W, s, BW_ATTN_NORM), a->rstd1, N, C);
     rnd(st, st->dres, NC); // now ∂L/∂x
@@ -586,7 +593,7 @@ static void block_backward_mb(step_t *st, int mb, int l, const float *W, float *
     void *kb = kept_of(st, mb, l);
     int kept = use_kept(st, kb, &saved);
     if (kb && !kept) acts_kept_load(st->be, &st->a, kb, st->m, (size_t)st->N); // BF16: into the scratch
-    block_backward(st, l, W, G, acts_in(&st->acts, mb, l), !kb); // x: the input norm's backward reads it
+    block_backward(st, mb, l, W, G, !kb);
     if (kept) st->a = saved;
     trace_span(TRACK_COMPUTE, "backward", st->m->shards[model_block_shard(st->m, l)].name, t0, trace_now_ms());
 }
