@@ -24,9 +24,12 @@ int bench_adam(const config_t *cfg); // bench/bench_adam.c
 int bench_calibrate(const config_t *cfg); // bench/bench_calibrate.c: measures the rates and writes the profile
 // One sequential write pass, then one read pass, over a size-byte file in cfg's NVMe folder
 // (--io-block requests, --nvme-qd deep, registered buffers: calibrate's way), the rates in
-// bytes/s into *rd and *wr; the file is gone after. bench capacity measures the disk at a
-// run's own scale with it. Returns 0 or -errno with one line in err.
-int bench_nvme_rates(const config_t *cfg, uint64_t size, double *rd, double *wr, char *err, size_t errlen);
+// bytes/s into *rd and *wr; with mixed (NULL: none), then one pass that reads the even blocks
+// and writes the odd ones in one queue, as a training step does both at once: its reads' and
+// its writes' bytes/s into mixed[0] and mixed[1]. The file is gone after. bench capacity
+// measures the disk at a run's own scale with it. Returns 0 or -errno with one line in err.
+int bench_nvme_rates(const config_t *cfg, uint64_t size, double *rd, double *wr, double mixed[2], char *err,
+                     size_t errlen);
 
 // The median of x[0..n) (n ≥ 1), sorting x in place, least first (bench/bench_run.c).
 double bench_median(double *x, int n);

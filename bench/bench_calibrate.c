@@ -166,10 +166,14 @@ static void copy_measure(backend_t *be, void *h_buf, void *d_buf, int reps, doub
 
 // ---------------------------------------------------------------- NVMe
 
-// One sequential pass of op over the whole store in block requests, nt tickets (2·qd)
-// queued; the time in *sec. Returns 0 or the first failure's -errno with its message.
+// NVME_MIXED: nvme_pass reads the even blocks and writes the odd ones, in one queue.
+enum { NVME_MIXED = -1 };
+
+// One sequential pass of op (IO_READ, IO_WRITE or NVME_MIXED) over the whole store in block
+// requests, nt tickets (2·qd) queued; the time in *sec. Returns 0 or the first failure's
+// -errno with its message.
 static int nvme_pass(nvme_store_t *s, io_ticket_t *t, int64_t *blk, int nt, char *buf, uint64_t block, uint64_t nblocks,
-                     uint32_t *crcs, io_op_t op, double *sec, char *msg, size_t msglen) {
+                     uint32_t *crcs, int pass_op, double *sec, char *msg, size_t msglen) {
     int rc = 0;
     for (int i = 0; i < nt; i++) blk[i] = -1;
     double t0 = now_ms();
@@ -178,10 +182,11 @@ static int nvme_pass(nvme_store_t *s, io_ticket_t *t, int64_t *blk, int nt, char
         if (blk[slot] >= 0) {
             // Tickets complete out of order; waiting on the oldest keeps 2·qd queued.
             if ((rc = io_ticket_wait(&t[slot])) != 0) { io_ticket_message(&t[slot], msg, msglen); break; }
-            if (op == IO_WRITE) crcs[blk[slot]] = t[slot].crc;
+            if (t[slot].op == IO_WRITE) crcs[blk[slot]] = t[slot].crc;
             blk[slot] = -1;
         }
         if (k >= nblocks) continue;
+        const io_op_t op = pass_op == NVME_MIXED ? (k & 1 ? IO_WRITE : IO_READ) : (io_op_t)pass_op;
         char *mem = buf + (uint64_t)slot * block;
         rc = op == IO_WRITE ? nvme_store_write(s, &t[slot], k * block, block, mem)
                             : nvme_store_read(s, &t[slot], k * block, block, mem, crcs[k]);
@@ -194,9 +199,10 @@ static int nvme_pass(nvme_store_t *s, io_ticket_t *t, int64_t *blk, int nt, char
 }
 
 // Alternating write and read passes (NVME_PASSES_MIN..MAX, see NVME_BUDGET_S; quick: one);
-// medians into *wr, *rd (bytes/s), the number of passes into *passes.
+// medians into *wr, *rd (bytes/s), the number of passes into *passes. With mixed (NULL: none),
+// then one NVME_MIXED pass: mixed[0] its reads' and mixed[1] its writes' bytes/s.
 static int nvme_measure(nvme_store_t *s, char *buf, int nt, uint64_t block, uint64_t nblocks, int quick, double *wr,
-                        double *rd, int *passes, char *msg, size_t msglen) {
+                        double *rd, double mixed[2], int *passes, char *msg, size_t msglen) {
     io_ticket_t *t = calloc((size_t)nt, sizeof *t);
     int64_t *blk = calloc((size_t)nt, sizeof *blk);
     uint32_t *crcs = calloc(nblocks, sizeof *crcs);
@@ -219,13 +225,21 @@ static int nvme_measure(nvme_store_t *s, char *buf, int nt, uint64_t block, uint
         *wr = mw > 0 ? bytes / mw : 0;
         *rd = mr > 0 ? bytes / mr : 0;
     }
+    double tm = 0;
+    if (rc == 0 && mixed) rc = nvme_pass(s, t, blk, nt, buf, block, nblocks, crcs, NVME_MIXED, &tm, msg, msglen);
+    if (rc == 0 && mixed) {
+        const double reads = (double)((nblocks + 1) / 2 * block), writes = (double)(nblocks / 2 * block);
+        mixed[0] = tm > 0 ? reads / tm : 0;
+        mixed[1] = tm > 0 ? writes / tm : 0;
+    }
     free(t);
     free(blk);
     free(crcs);
     return rc;
 }
 
-int bench_nvme_rates(const config_t *cfg, uint64_t size, double *rd, double *wr, char *err, size_t errlen) {
+int bench_nvme_rates(const config_t *cfg, uint64_t size, double *rd, double *wr, double mixed[2], char *err,
+                     size_t errlen) {
     const uint64_t block = cfg->io_block ? cfg->io_block : MiB, nblocks = size / block;
     const int qd = cfg->nvme_qd > 0 ? cfg->nvme_qd : 32, nt = 2 * qd;
     hostmem_opts_t ho;
@@ -245,7 +259,7 @@ int bench_nvme_rates(const config_t *cfg, uint64_t size, double *rd, double *wr,
         bench_fill_random(buf, (uint64_t)nt * block);
         rc = bench_nvme_open(cfg, hm, nblocks * block, block, qd, &s, err, errlen);
     }
-    if (rc == 0) rc = nvme_measure(s, buf, nt, block, nblocks, 1, wr, rd, &passes, err, errlen);
+    if (rc == 0) rc = nvme_measure(s, buf, nt, block, nblocks, 1, wr, rd, mixed, &passes, err, errlen);
     nvme_store_free(s);
     hostmem_free(hm);
     return rc;
@@ -396,7 +410,7 @@ int bench_calibrate(const config_t *cfg) {
     char msg[1024] = "";
     int passes = 0;
     if ((rc = nvme_measure(s, h_io, nt, block, nblocks, cfg->bench_quick, &prof.nvme_write_Bps, &prof.nvme_read_Bps,
-                           &passes, msg, sizeof msg)) != 0) {
+                           NULL, &passes, msg, sizeof msg)) != 0) {
         notice("bench calibrate: nvme: %s", msg);
         goto out;
     }

@@ -164,15 +164,15 @@ int bench_capacity(const config_t *cfg_in) {
     // The disk at the run's own scale: a virtual disk reads a few GiB from its cache, which a
     // store of tens of GiB never sees. One write and one read pass over a file the store's size,
     // through the same engine, in the space the store just gave back; then the floor at those rates.
-    printf("measuring the disk over %s, the store's size (one write pass, one read pass) ...\n",
+    printf("measuring the disk over %s, the store's size (one write pass, one read pass, one pass of both) ...\n",
            format_bytes(a, sizeof a, p.nvme_bytes));
     fflush(stdout);
     // The store's file was unlinked and closed, but a filesystem may take a while to return
     // tens of GiB (ext4 frees a large file's extents after the close returns): wait for it.
     for (int i = 0; i < SPACE_WAIT_S * 10 && plan_nvme_free(&best) < p.nvme_bytes + p.nvme_bytes / 50; i++)
         usleep(100 * 1000);
-    double srd = 0, swr = 0, sfloor = 0;
-    if (bench_nvme_rates(&best, p.nvme_bytes, &srd, &swr, err, sizeof err) != 0) {
+    double srd = 0, swr = 0, sfloor = 0, mixed[2] = {0, 0}, share = 0, busy = 0;
+    if (bench_nvme_rates(&best, p.nvme_bytes, &srd, &swr, mixed, err, sizeof err) != 0) {
         printf("%-26s not measured: %s\n", "disk at this scale", err);
     } else {
         profile_t at_scale = rates ? *rates : prof; // prof holds the defaults when there is no profile
@@ -189,16 +189,27 @@ int bench_capacity(const config_t *cfg_in) {
                wr / (swr / 1e9));
         printf("%-26s %.1f s, bound by %s: step / floor %.2f (reads and writes share the disk: the floor adds "
                "their times)\n", "floor at this scale", sfloor / 1e3, plan_resource_names[ps.bound], step_ms / sfloor);
+        // How much the disk gives when a step reads and writes at once, in seconds of the
+        // passes apart per second (1: they take turns; 2: each at its own rate), and how much
+        // of it the run took: the step's NVMe time at the rates apart, per second of the step.
+        share = mixed[0] / srd + mixed[1] / swr;
+        busy = ps.t_ms[PLAN_NVME] / step_ms;
+        printf("%-26s %.2f GB/s reading and %.2f GB/s writing: %.2f x what taking turns gives (2: neither slows "
+               "the other)\n", "disk, both at once", mixed[0] / 1e9, mixed[1] / 1e9, share);
+        printf("%-26s %.2f of the step at the rates apart (its NVMe floor / step): %.2f x what the disk gives at "
+               "once\n", "disk busy", busy, busy / share);
     }
     printf("%-26s %.4f -> %.4f\n", "loss", r.first_loss, r.last_loss);
     printf("{\"bench\":\"capacity\",\"width\":\"%s\",\"layers\":%d,\"params\":%zu,\"state_bytes\":%llu,\"ram_bytes\":%llu,"
            "\"states_over_ram\":%.3f,\"ram_peak_bytes\":%llu,\"max_rss_bytes\":%llu,\"s_per_step\":%.3f,\"init_s\":%.3f,"
            "\"loss\":%.6f,\"host_bytes\":%llu,\"nvme_bytes\":%llu,\"peak_device_bytes\":%llu,\"floor_s\":%.3f,"
            "\"nvme_read_GBps\":%.3f,\"nvme_write_GBps\":%.3f,\"scale_read_GBps\":%.3f,\"scale_write_GBps\":%.3f,"
-           "\"floor_at_scale_s\":%.3f}\n",
+           "\"floor_at_scale_s\":%.3f,\"mixed_read_GBps\":%.3f,\"mixed_write_GBps\":%.3f,\"disk_share\":%.3f,"
+           "\"disk_busy\":%.3f}\n",
            best.preset, best.L, r.num_params, (unsigned long long)states, (unsigned long long)ram,
            (double)states / (double)ram, (unsigned long long)tiers, (unsigned long long)rss, step_ms / 1e3,
            r.init_ms / 1e3, r.last_loss, (unsigned long long)r.info.host_bytes, (unsigned long long)p.nvme_bytes,
-           (unsigned long long)r.info.device_peak, p.floor_ms / 1e3, rd, wr, srd / 1e9, swr / 1e9, sfloor / 1e3);
+           (unsigned long long)r.info.device_peak, p.floor_ms / 1e3, rd, wr, srd / 1e9, swr / 1e9, sfloor / 1e3,
+           mixed[0] / 1e9, mixed[1] / 1e9, share, busy);
     return 0;
 }

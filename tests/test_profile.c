@@ -399,14 +399,18 @@ START_TEST(test_nvme_rates_at_scale) {
     cfg.nvme_qd = 4;
     cfg.numa_node = -1;
     cfg.quiet = 1;
-    double rd = 0, wr = 0;
+    cfg.io_verify = 1; // every read checks its block's CRC from the write before it
+    double rd = 0, wr = 0, mixed[2] = {0, 0};
     char err[512] = "";
-    ck_assert_msg(bench_nvme_rates(&cfg, 16u << 20, &rd, &wr, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(bench_nvme_rates(&cfg, 16u << 20, &rd, &wr, mixed, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(rd > 0 && isfinite(rd) && wr > 0 && isfinite(wr), "read %g, write %g B/s", rd, wr);
+    // the mixed pass read the blocks the write pass wrote (a wrong block fails its CRC)
+    ck_assert_msg(mixed[0] > 0 && isfinite(mixed[0]) && mixed[1] > 0 && isfinite(mixed[1]), "mixed %g + %g B/s",
+                  mixed[0], mixed[1]);
     char *names = list_dir(cfg.nvme_path);
     ck_assert_str_eq(names, "");
     free(names);
-    ck_assert_int_eq(bench_nvme_rates(&cfg, 4096, &rd, &wr, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(bench_nvme_rates(&cfg, 4096, &rd, &wr, NULL, err, sizeof err), -EINVAL);
     ck_assert_str_eq(err, "nvme measurement: 4096 bytes is under one --io-block");
 }
 END_TEST

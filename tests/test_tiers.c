@@ -963,12 +963,19 @@ START_TEST(bench_capacity_small_disk) {
         const char *w = NULL;
         ck_assert_int_eq(json_get_string(root, "width", &w, err, sizeof err), 0);
         ck_assert_str_eq(w, "small");
-        static const char *const pos[] = {"s_per_step", "scale_read_GBps", "scale_write_GBps", "floor_at_scale_s"};
-        for (int i = 0; i < 4; i++) {
-            double x = 0;
-            ck_assert_msg(json_get_double(root, pos[i], &x, err, sizeof err) == 0, "%s", err);
-            ck_assert_msg(x > 0 && isfinite(x), "%s = %g", pos[i], x);
+        static const char *const pos[] = {"s_per_step", "scale_read_GBps", "scale_write_GBps", "floor_at_scale_s",
+                                          "mixed_read_GBps", "mixed_write_GBps", "disk_share", "disk_busy"};
+        double x[8] = {0};
+        for (int i = 0; i < 8; i++) {
+            ck_assert_msg(json_get_double(root, pos[i], &x[i], err, sizeof err) == 0, "%s", err);
+            ck_assert_msg(x[i] > 0 && isfinite(x[i]), "%s = %g", pos[i], x[i]);
         }
+        // the share is the mixed pass's rates over the rates apart; the disk's busy time is
+        // part of the floor at those rates (their max), both to the JSON's 3 decimals
+        const double share = x[4] / x[1] + x[5] / x[2];
+        ck_assert_msg(fabs(x[6] - share) <= 2e-3 * share + 1e-3, "disk_share %g, from the rates %g", x[6], share);
+        ck_assert_msg(x[7] * x[0] <= x[3] * 1.01 + 1e-3, "disk busy %g of %g s, floor %g s", x[7], x[0], x[3]);
+        ck_assert_msg(strstr(r.out, "disk, both at once ") && strstr(r.out, "disk busy "), "%s", r.out);
         json_free(root);
         run_free(&r);
         char *ls[] = {"/bin/ls", "-A", nvme_dir, NULL}, *out = NULL, *e2 = NULL;
