@@ -22,6 +22,10 @@ int bench_nvme_open(const config_t *cfg, hostmem_t *hm, uint64_t size, uint64_t 
                     char *err, size_t errlen);
 int bench_adam(const config_t *cfg); // bench/bench_adam.c
 int bench_calibrate(const config_t *cfg); // bench/bench_calibrate.c: measures the rates and writes the profile
+// calibrate's GEMM rate, measured now (its quick repeats, a backend of its own from cfg), in
+// FLOP/s into *flops_per_s: bench overlap's floor at the rate of the minutes it runs in.
+// Returns 0 or -errno with one line in err.
+int bench_gemm_rate(const config_t *cfg, double *flops_per_s, char *err, size_t errlen);
 // One sequential write pass, then one read pass, over a size-byte file in cfg's NVMe folder
 // (--io-block requests, --nvme-qd deep, registered buffers: calibrate's way), the rates in
 // bytes/s into *rd and *wr; with mixed (NULL: none), then one pass that reads the even blocks

@@ -88,13 +88,14 @@ static void fill_rand(float *x, size_t n, uint64_t seed) {
 
 // ---------------------------------------------------------------- gemm
 
-// Device buffers for the largest shape; inputs filled through h_stage (COPY_BYTES).
+// Device buffers for the largest shape; inputs filled through h_stage (stage floats).
 typedef struct {
     float *inp, *w, *dout; // (N, IC), (OC, IC), (N, OC)
     float *out, *dinp, *dw; // (N, OC), (N, IC), (OC, IC)
 } gemm_bufs_t;
 
-static int gemm_measure(backend_t *be, float *h_stage, int reps, double *flops_per_s, char *err, size_t errlen) {
+static int gemm_measure(backend_t *be, float *h_stage, size_t stage, int reps, double *flops_per_s, char *err,
+                        size_t errlen) {
     const gemm_shape_t *SHAPES = be->vt ? GPU_SHAPES : CPU_SHAPES;
     size_t max_ni = 0, max_nw = 0, max_no = 0;
     for (int s = 0; s < NSHAPES; s++) {
@@ -115,7 +116,7 @@ static int gemm_measure(backend_t *be, float *h_stage, int reps, double *flops_p
     // Inputs through the backend's copy (device pointers need not be host-addressable).
     float *const ins[3] = {b.inp, b.w, b.dout};
     const size_t nins[3] = {max_ni, max_nw, max_no};
-    const size_t chunk = COPY_BYTES / sizeof(float); // h_stage's size
+    const size_t chunk = stage;
     for (int i = 0; i < 3; i++)
         for (size_t off = 0; off < nins[i]; off += chunk) {
             size_t k = nins[i] - off < chunk ? nins[i] - off : chunk;
@@ -143,6 +144,22 @@ static int gemm_measure(backend_t *be, float *h_stage, int reps, double *flops_p
     }
     *flops_per_s = time_total > 0 ? flops_total / time_total : 0;
     return 0;
+}
+
+int bench_gemm_rate(const config_t *cfg, double *flops_per_s, char *err, size_t errlen) {
+    enum { STAGE = 1 << 20 }; // floats
+    backend_t be;
+    int rc = backend_init(&be, cfg, err, errlen);
+    if (rc != 0) return rc;
+    float *stage = malloc(STAGE * sizeof(float));
+    if (!stage) {
+        snprintf(err, errlen, "out of memory for the gemm measurement's staging buffer");
+        rc = -ENOMEM;
+    }
+    if (rc == 0) rc = gemm_measure(&be, stage, STAGE, GEMM_REPS_QUICK, flops_per_s, err, errlen);
+    free(stage);
+    backend_free(&be);
+    return rc;
 }
 
 // ---------------------------------------------------------------- host <-> device copies
@@ -402,7 +419,8 @@ int bench_calibrate(const config_t *cfg) {
         notice("bench calibrate: %s", err);
         goto out;
     }
-    if ((rc = gemm_measure(&be, (float *)h_copy, gemm_reps, &prof.gemm_flops, err, sizeof err)) != 0) {
+    if ((rc = gemm_measure(&be, (float *)h_copy, COPY_BYTES / sizeof(float), gemm_reps, &prof.gemm_flops, err,
+                           sizeof err)) != 0) {
         notice("bench calibrate: %s", err);
         goto out;
     }

@@ -4,8 +4,10 @@
 // and optimizer states on NVMe — a few steps each, in OVERLAP_ROUNDS rounds of the three (a
 // noisy machine's slow spell then hits one round of each, not all of one placement). For each:
 // the median over the rounds of the median step time, its ratio to the resident run, the
-// plan's predicted floor and achieved ÷ floor. Every run must end with the same params_hash
-// (placement invariance); the bench fails when they do not.
+// plan's predicted floor and achieved ÷ floor: at the profile's rates, and at the GEMM rate
+// calibrate's quick GEMM measures before each round (a shared machine's GEMM rate drifts by a
+// quarter between minutes: the floor of the minutes the steps ran in). Every run must end with
+// the same params_hash (placement invariance); the bench fails when they do not.
 #include <stdio.h>
 #include <string.h>
 #include "bench.h"
@@ -63,8 +65,15 @@ int bench_overlap(const config_t *cfg_in) {
         ok[w] = 1;
         floor_ms[w] = p[w].floor_ms;
     }
+    double gemm[OVERLAP_ROUNDS] = {0};
+    int gemm_ok = 1;
     for (int r = 0; r < OVERLAP_ROUNDS; r++) {
         printf("round %d of %d:", r + 1, OVERLAP_ROUNDS);
+        if (gemm_ok && bench_gemm_rate(&cfg, &gemm[r], err, sizeof err) != 0) {
+            printf(" (the GEMM rate not measured: %s)", err);
+            gemm_ok = 0;
+        }
+        if (gemm_ok) printf(" gemm %.1f GFLOP/s;", gemm[r] / 1e9);
         for (int w = 0; w < 3; w++) {
             bench_run_t run;
             if (!ok[w]) continue;
@@ -75,7 +84,8 @@ int bench_overlap(const config_t *cfg_in) {
                 continue;
             }
             ms[w][r] = run.step_ms;
-            wait_ms[w] += report_wait_ms(&run.info) / OVERLAP_ROUNDS;
+            // the compute thread's, for parameters: per step, over every step of every round
+            wait_ms[w] += run.info.sched.wait_ms / (OVERLAP_ROUNDS * OVERLAP_STEPS);
             if (runs++ == 0) first = run.hash;
             hash[w] = run.hash;
             identical &= run.hash == first;
@@ -84,16 +94,32 @@ int bench_overlap(const config_t *cfg_in) {
         }
         printf("\n");
     }
-    printf("\n%-24s %10s %10s %10s %9s %-13s %15s %12s %12s\n", "placement", "step ms", "x resident", "floor ms", "x floor",
-           "bound", "rounds (ms)", "fetch wait", "params_hash");
+    // the floor at the GEMM rate of the rounds (their median), every other rate the profile's
+    double gemm_now = gemm_ok ? bench_median(gemm, OVERLAP_ROUNDS) : 0, now_ms[3] = {0};
+    profile_t now = rates ? *rates : prof; // prof holds the defaults when there is no profile
+    if (gemm_ok) {
+        now.gemm_flops = gemm_now;
+        for (int w = 0; w < 3; w++) {
+            plan_t pn;
+            if (!ok[w]) continue;
+            plan_compute(&c[w], &m, &now, &pn);
+            now_ms[w] = pn.floor_ms;
+        }
+        // (bench_median sorted gemm: the range is first to last)
+        printf("\nGEMM rate before the rounds: median %.1f GFLOP/s (%.1f-%.1f); the profile's %.1f\n", gemm_now / 1e9,
+               gemm[0] / 1e9, gemm[OVERLAP_ROUNDS - 1] / 1e9, (rates ? rates->gemm_flops : prof.gemm_flops) / 1e9);
+    }
+    printf("\n%-24s %9s %10s %9s %8s %9s %8s %-8s %13s %12s %16s\n", "placement", "step ms", "x resident", "floor ms",
+           "x floor", "now ms", "x now", "bound", "rounds (ms)", "wait/step", "params_hash");
     for (int w = 0; w < 3; w++) {
         if (!ok[w]) continue;
         step_ms[w] = bench_median(ms[w], OVERLAP_ROUNDS); // sorts them: the range is first to last
         char range[32];
         snprintf(range, sizeof range, "%.0f-%.0f", ms[w][0], ms[w][OVERLAP_ROUNDS - 1]);
-        printf("%-24s %10.1f %10.3f %10.1f %9.3f %-13s %15s %9.1f ms %016llx\n", ways[w].name, step_ms[w],
-               step_ms[0] > 0 ? step_ms[w] / step_ms[0] : 0, floor_ms[w], step_ms[w] / floor_ms[w],
-               plan_resource_names[p[w].bound], range, wait_ms[w], (unsigned long long)hash[w]);
+        printf("%-24s %9.1f %10.3f %9.1f %8.3f %9.1f %8.3f %-8s %13s %9.1f ms %016llx\n", ways[w].name, step_ms[w],
+               step_ms[0] > 0 ? step_ms[w] / step_ms[0] : 0, floor_ms[w], step_ms[w] / floor_ms[w], now_ms[w],
+               now_ms[w] > 0 ? step_ms[w] / now_ms[w] : 0, plan_resource_names[p[w].bound], range, wait_ms[w],
+               (unsigned long long)hash[w]);
     }
     model_free(&m);
     identical = identical && !failed;
@@ -101,9 +127,11 @@ int bench_overlap(const config_t *cfg_in) {
     printf("\ntargets: params host <= 1.10 x resident when compute bounds the step; every way <= 1.15 x its floor\n");
     printf("{\"bench\":\"overlap\",\"resident_ms\":%.3f,\"host_ms\":%.3f,\"nvme_ms\":%.3f,\"resident_floor_ms\":%.3f,"
            "\"host_floor_ms\":%.3f,\"nvme_floor_ms\":%.3f,\"host_ratio\":%.4f,\"nvme_ratio\":%.4f,\"identical\":%s,"
-           "\"rounds\":%d}\n",
+           "\"rounds\":%d,\"gemm_profile_flops\":%.6g,\"gemm_now_flops\":%.6g,\"resident_floor_now_ms\":%.3f,"
+           "\"host_floor_now_ms\":%.3f,\"nvme_floor_now_ms\":%.3f}\n",
            step_ms[0], step_ms[1], step_ms[2], floor_ms[0], floor_ms[1], floor_ms[2],
            step_ms[0] > 0 ? step_ms[1] / step_ms[0] : 0, step_ms[0] > 0 ? step_ms[2] / step_ms[0] : 0,
-           identical ? "true" : "false", OVERLAP_ROUNDS);
+           identical ? "true" : "false", OVERLAP_ROUNDS, rates ? rates->gemm_flops : prof.gemm_flops, gemm_now,
+           now_ms[0], now_ms[1], now_ms[2]);
     return failed || !identical ? 1 : 0;
 }

@@ -379,6 +379,15 @@ static void check_output_path(const char *disp, const char *path) {
         usage_error("%s %s: is a directory (accepted: a file path)", disp, path);
 }
 
+// An explicit --profile that a run reads (bench calibrate writes it): it exists. Its contents
+// are checked where it is loaded (train_load_profile), with their own errors.
+static void check_profile(const config_t *cfg) {
+    struct stat st;
+    if (cfg->profile_path[0] && stat(cfg->profile_path, &st) != 0 && errno == ENOENT)
+        usage_error("--profile %s: no such file (tiertrain bench calibrate --profile %s writes it)", cfg->profile_path,
+                    cfg->profile_path);
+}
+
 // An input file: exists, is a regular file, and opens for reading.
 static void check_input_path(const char *what, const char *path, const char *accepts) {
     struct stat st;
@@ -638,6 +647,7 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         if (cfg->save_every && !cfg->save_dir[0])
             usage_error("--save-every %d: needs --save DIR (where to put the checkpoints)", cfg->save_every);
         if (cfg->trace_path[0]) check_output_path("--trace", cfg->trace_path);
+        check_profile(cfg);
         check_nvme_paths(cfg->nvme_path);
         resolve_schedule(cfg);
         if (cfg->grads_tier == TIER_NVME && cfg->optim_tier != TIER_NVME && !cfg->offload_auto)
@@ -654,6 +664,7 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
     case CMD_BENCH:
         if (ps.npositional == 0) usage_error("bench: missing benchmark name (accepted: %s)", BENCH_ACCEPTED);
         snprintf(cfg->bench_name, sizeof cfg->bench_name, "%s", ps.positional[0]);
+        if (strcmp(cfg->bench_name, "calibrate") != 0) check_profile(cfg);
         check_nvme_paths(cfg->nvme_path);
         // the benchmarks that train take the training flags, resolved as train resolves them
         static const char *const shape_flags[] = {"model", "layers", "dim", "heads", "kv-heads", "ffn", "vocab", NULL};

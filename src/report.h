@@ -32,5 +32,3 @@ int report_html_run(const config_t *cfg);
 // The NVMe engine's achieved rate for op (IO_READ / IO_WRITE) in GB/s: its bytes over the
 // time it had such requests in flight; 0 without a store.
 double report_nvme_GBps(const trainer_info_t *info, int op);
-// Time compute waited for streamed parameters, and the optimizer for its NVMe states.
-double report_wait_ms(const trainer_info_t *info);

@@ -117,6 +117,7 @@ const profile_t *train_load_profile(const config_t *cfg, profile_t *prof) {
         return prof;
     }
     if (rc == -ENOENT && !cfg->profile_path[0]) return NULL;
+    if (rc == -ENOENT) usage_error("--profile %s: no such file (tiertrain bench calibrate --profile %s writes it)", path, path);
     if (cfg->profile_path[0]) usage_error("--profile %s", err);
     notice("%s; the plan uses built-in rates", err);
     return NULL;

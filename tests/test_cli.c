@@ -156,6 +156,8 @@ static const bad_case_t bad[] = {
     {{"train", "--host-cache", "1G", NULL}, {"--host-cache 1.0 GiB", "--params is not nvme", "--params nvme"}},
     {{"train", "--optimizer-cache", "lots", NULL}, {"--optimizer-cache lots", "not a size", "none, auto, or a size"}},
     {{"train", "--host-cache", "lots", NULL}, {"--host-cache lots", "not a size", "none, auto, or a size"}},
+    {{"plan", "--device", "cpu", "--profile", "/nonexistent/p.json", NULL},
+     {"--profile /nonexistent/p.json: no such file", "tiertrain bench calibrate --profile /nonexistent/p.json"}},
     {{"train", "--grads", "nvme", NULL}, {"--grads nvme", "needs --optimizer nvme", "add --optimizer nvme"}},
     {{"plan", "--grads", "nvme", "--optimizer", "device", NULL}, {"--grads nvme", "needs --optimizer nvme"}},
     {{"plan", "--model", "tiny", "--recompute", "3", NULL}, {"--recompute 3", "0..2 (the model has 2)"}},

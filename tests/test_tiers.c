@@ -987,6 +987,51 @@ START_TEST(bench_capacity_small_disk) {
 }
 END_TEST
 
+// bench overlap on tiny: three rounds, each with its GEMM rate; every placement's bits the
+// same; the floor "now" is the plan's at the rounds' median GEMM rate, so for the resident run
+// (compute-bound at this profile's rates) it scales by profile ÷ now.
+START_TEST(bench_overlap_floor_now) {
+    char prof[4096];
+    snprintf(prof, sizeof prof, "%s/profile.json", nvme_dir);
+    FILE *f = fopen(prof, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "{\"version\": 1, \"gemm_flops\": 1e11, \"h2d_Bps\": 1e10, \"d2h_Bps\": 1e10, \"nvme_read_Bps\": 2e9, "
+               "\"nvme_write_Bps\": 2e9, \"adam_params_per_s\": 1e9, \"backend\": \"cpu\", \"threads\": 2, "
+               "\"nvme_bytes\": 4294967296, \"measured_at\": \"2026-12-02T00:00:00Z\"}\n");
+    ck_assert_int_eq(fclose(f), 0);
+    char *argv[] = {(char *)tu_binary(), "bench", "overlap", "--model", "tiny", "--nvme-path", nvme_dir, "--profile",
+                    prof, NULL};
+    run_t r = {0};
+    r.rc = tu_run(argv, NULL, &r.out, &r.err);
+    unlink(prof);
+    ck_assert_msg(r.rc == 0, "exit %d\n%s\n%s", r.rc, r.out, r.err);
+    int rounds = 0;
+    for (const char *p = r.out; (p = strstr(p, " GFLOP/s;")) != NULL; p++) rounds++;
+    ck_assert_msg(rounds == 3, "%d GEMM rates in\n%s", rounds, r.out);
+    const char *last = strrchr(r.out, '{');
+    ck_assert_ptr_nonnull(last);
+    json_t *root = NULL;
+    char err[512];
+    ck_assert_msg(json_parse(last, strlen(last), "overlap", NULL, &root, err, sizeof err) == 0, "%s", err);
+    static const char *const keys[] = {"resident_floor_ms", "gemm_profile_flops", "gemm_now_flops",
+                                       "resident_floor_now_ms", "host_floor_now_ms", "nvme_floor_now_ms"};
+    double x[6] = {0};
+    for (int i = 0; i < 6; i++) {
+        ck_assert_msg(json_get_double(root, keys[i], &x[i], err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(x[i] > 0 && isfinite(x[i]), "%s = %g", keys[i], x[i]);
+    }
+    ck_assert_msg(x[1] == 1e11, "the profile's GEMM rate %g", x[1]);
+    const double want = x[0] * x[1] / x[2];
+    ck_assert_msg(fabs(x[3] - want) <= 2e-3 * want + 2e-3, "floor now %g ms, %g x %g / %g = %g", x[3], x[0], x[1],
+                  x[2], want);
+    int same = 0;
+    ck_assert_int_eq(json_get_bool(root, "identical", &same, err, sizeof err), 0);
+    ck_assert(same);
+    json_free(root);
+    run_free(&r);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("tiers");
     TCase *inv = tcase_create("invariance");
@@ -1012,6 +1057,7 @@ int main(void) {
     tcase_add_test(cap, optimizer_cache_auto_fits_budget);
     tcase_add_test(cap, host_cache_auto_fits_budget);
     tcase_add_test(cap, bench_capacity_small_disk);
+    tcase_add_test(cap, bench_overlap_floor_now);
     tcase_add_test(cap, plan_suggests_what_fits);
     suite_add_tcase(s, cap);
     TCase *flt = tcase_create("faults");
