@@ -126,16 +126,6 @@ static void run_op(int op, int peer, const gemm_shape_t *s, gemm_bufs_t *b, int 
     }
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *x, int n) {
-    qsort(x, (size_t)n, sizeof *x, cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 // max |kernel − peer| / max |peer| over op's output (both computed from zeroed outputs).
 static double rel_diff(int op, const gemm_shape_t *s, const gemm_bufs_t *b) {
     size_t n;
@@ -192,7 +182,7 @@ int bench_gemm(const config_t *cfg) {
                 tk[r] = t1 - t0;
                 tp[r] = t2 - t1;
             }
-            double mk = median(tk, REPS), mp = median(tp, REPS);
+            double mk = bench_median(tk, REPS), mp = bench_median(tp, REPS);
             gf_k[si][op] = flops / mk * 1e-9;
             gf_p[si][op] = flops / mp * 1e-9;
             flops_total += flops;
