@@ -186,3 +186,8 @@ uint64_t backend_cuda_overhead(const config_t *cfg);
 // be->threads from cfg (--threads, else $OMP_NUM_THREADS, else every core), OpenMP set to
 // it and OpenBLAS to one thread (kernels/cpu/matmul.c's determinism).
 void backend_setup_host_threads(backend_t *be, const config_t *cfg);
+// On a worker thread beside the compute thread (the update worker): its OpenMP regions run on
+// it alone. A team of its own would put more threads than cores into libgomp's pools, which
+// then sleep in the kernel at every barrier instead of spinning, the compute thread's too.
+// For elementwise work (AdamW) the bits do not depend on the thread count.
+void backend_worker_thread_solo(void);
