@@ -186,8 +186,10 @@ uint64_t backend_cuda_overhead(const config_t *cfg);
 // be->threads from cfg (--threads, else $OMP_NUM_THREADS, else every core), OpenMP set to
 // it and OpenBLAS to one thread (kernels/cpu/matmul.c's determinism).
 void backend_setup_host_threads(backend_t *be, const config_t *cfg);
-// On a worker thread beside the compute thread (the update worker): its OpenMP regions run on
-// it alone. A team of its own would put more threads than cores into libgomp's pools, which
-// then sleep in the kernel at every barrier instead of spinning, the compute thread's too.
-// For elementwise work (AdamW) the bits do not depend on the thread count.
-void backend_worker_thread_solo(void);
+// On a worker thread beside the compute thread (the update worker), how many threads its
+// OpenMP regions take: on the CPU backend it alone, since the compute thread's team has the
+// cores, and a team of its own would put more threads than cores into libgomp's pools, which
+// then sleep in the kernel at every barrier instead of spinning, the compute thread's too; on a
+// device backend, whose compute thread mostly queues work, be->threads. For elementwise work
+// (AdamW) the bits do not depend on the thread count.
+void backend_worker_threads(const backend_t *be);

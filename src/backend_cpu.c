@@ -110,7 +110,8 @@ void backend_setup_host_threads(backend_t *be, const config_t *cfg) {
     openblas_set_num_threads(1);
 }
 
-void backend_worker_thread_solo(void) { omp_set_num_threads(1); } // this thread's nthreads-var only
+// this thread's nthreads-var only (a thread's own ICV)
+void backend_worker_threads(const backend_t *be) { omp_set_num_threads(be->vt ? be->threads : 1); }
 
 int backend_init(backend_t *be, const config_t *cfg, char *err, size_t errlen) {
     memset(be, 0, sizeof *be);

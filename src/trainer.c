@@ -195,7 +195,7 @@ int trainer_zero_grads(trainer_t *tr, char *err, size_t errlen) {
 static int update_job(void *ctx, char *err, size_t errlen) {
     trainer_t *tr = ctx;
     char e[512] = "";
-    backend_worker_thread_solo(); // AdamW on this thread alone, beside the forward (backend.h)
+    backend_worker_threads(&tr->be); // on the CPU, AdamW on this thread alone, beside the forward
     int rc = optim_run_host(tr->tier, &tr->model, tr->cfg, tr->req.t, tr->req.lr, tr->req.grad_scale, e, sizeof e);
     if (rc != 0) snprintf(err, errlen, "optimizer: %s", e);
     return rc;
