@@ -75,6 +75,18 @@ static int chunk_read(tier_t *tier, tier_xfer_t *x, int s, int c, int k, int hal
     return rc ? rc : tier_grads_submit(tier, x, s, c, half, err, errlen);
 }
 
+// The first two chunks' reads of the next update (from shard s0 on), into the halves they
+// will take then, recorded with the tier.
+static int queue_next_reads(tier_t *tier, const model_t *md, tier_xfer_t *rd, int s0, char *err, size_t errlen) {
+    const tier_layout_t *lay = tier_layout_of(tier);
+    const int two = tier_nchunks(lay, md, s0) > 1, s1 = two ? s0 : with_piece(lay, md, s0 + 1), c1 = two ? 1 : 0;
+    int rc = tier_o32_submit(tier, &rd[0], IO_READ, s0, 0, 0, err, errlen);
+    if (rc == 0) tier_o32_set_read(tier, 0, s0, 0);
+    if (rc == 0 && s1 < md->nshards && (rc = tier_o32_submit(tier, &rd[1], IO_READ, s1, c1, 1, err, errlen)) == 0)
+        tier_o32_set_read(tier, 1, s1, c1);
+    return rc;
+}
+
 int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, float lr, float grad_scale,
                    char *err, size_t errlen) {
     const tier_layout_t *lay = tier_layout_of(tier);
@@ -84,14 +96,15 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
     // NVMe: chunk k+1's states are read into one half of the double buffer while chunk k is
     // updated in the other and written back; a half is read into again only after its write
     // has completed. Each in-flight transfer remembers its chunk. The first ncache chunks work in
-    // their --optimizer-cache entries, written through (only their gradients use a half).
-    tier_xfer_t rd[2], wr[2];
-    memset(rd, 0, sizeof rd);
+    // their --optimizer-cache entries, written through (only their gradients use a half). The
+    // reads are the tier's: the last update may have queued this one's first two (see the end).
+    tier_xfer_t *rd = tier_o32_reads(tier), wr[2];
     memset(wr, 0, sizeof wr);
     int rc = 0, s0 = with_piece(lay, md, 0); // the first read: the first shard with a piece here
     const int fill = ncache && !tier_o32_cache_valid(tier); // the first update, or the entries are stale
     tier_o32_cache_set_valid(tier, 0); // until this update has written every chunk home
-    if (nvme && s0 < md->nshards) rc = chunk_read(tier, &rd[0], s0, 0, 0, 0, ncache, fill, err, errlen);
+    if (nvme && s0 < md->nshards && !tier_o32_take_read(tier, 0, s0, 0))
+        rc = chunk_read(tier, &rd[0], s0, 0, 0, 0, ncache, fill, err, errlen);
     for (int s = 0, k = 0; s < md->nshards && rc == 0; s++) {
         const int nc = tier_nchunks(lay, md, s);
         void *pc = tier_params_build(tier, s);
@@ -105,7 +118,8 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
             const int b = k & 1, nb = b ^ 1;
             if (nvme) {
                 int ns = c + 1 < nc ? s : with_piece(lay, md, s + 1), ncx = c + 1 < nc ? c + 1 : 0;
-                if (ns < md->nshards && (rc = tier_o32_finish(tier, &wr[nb], err, errlen)) == 0)
+                if (ns < md->nshards && (rc = tier_o32_finish(tier, &wr[nb], err, errlen)) == 0 &&
+                    !(k == 0 && tier_o32_take_read(tier, nb, ns, ncx)))
                     rc = chunk_read(tier, &rd[nb], ns, ncx, k + 1, nb, ncache, fill, err, errlen);
                 if (rc == 0) rc = tier_o32_finish(tier, &rd[b], err, errlen);
                 if (rc == 0 && k < ncache) rc = tier_o32_finish(tier, tier_o32_cache_xfer(tier, k), err, errlen);
@@ -138,6 +152,11 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
         if (r != 0 && rc == 0) { rc = r; snprintf(err, errlen, "%s", e2); }
     }
     if (rc == 0) tier_o32_cache_set_valid(tier, 1); // the entries hold what went home: the next update's states
+    // The next update's first two reads, now: at its start the forward waits for its first
+    // shards, and their states need no gradient (the gradients are in a home; on NVMe they are
+    // read with the states). Not after the last step's update, and not for cached chunks.
+    if (rc == 0 && nvme && ncache == 0 && lay->o32_parts == 3 && t < cfg->steps && s0 < md->nshards)
+        rc = queue_next_reads(tier, md, rd, s0, err, errlen);
     tier_stats(tier)->opt_ms += now_ms() - t0;
     return rc;
 }

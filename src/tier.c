@@ -145,6 +145,7 @@ int tier_init(tier_t **out, const config_t *cfg, const model_t *m, backend_t *be
     t->plo = calloc(ns, sizeof *t->plo);
     t->pn = calloc(ns, sizeof *t->pn);
     t->ocache_x = calloc((size_t)lay->nocache + 1, sizeof *t->ocache_x);
+    t->o32_rd_shard[0] = t->o32_rd_shard[1] = -1;
     if (!t->table || !t->label || !t->slot_of || !t->gslot_of || !t->slot_ev || !t->hcache_shard || !t->plo || !t->pn ||
         !t->ocache_x)
         goto oom;
@@ -230,6 +231,7 @@ void tier_free(tier_t *t) {
     }
     free(t->gat.uses);
     sched_free(t->sched); // first of the rest: its workers may be copying from the homes
+    if (t->nvme) tier_o32_drop_reads(t); // the next update's reads, into the staging
     for (int i = 0; t->slot_ev && i < t->lay.nslots; i++) backend_event_destroy(t->be, t->slot_ev[i]);
     backend_event_destroy(t->be, t->step_ev);
     visit_free(&t->gvisit);
@@ -606,6 +608,27 @@ void tier_o32_cache_views(tier_t *t, int k, size_t n, float **master, float **m,
     *v = base + 2 * n;
 }
 
+tier_xfer_t *tier_o32_reads(tier_t *t) { return t->o32_rd; }
+
+int tier_o32_take_read(tier_t *t, int half, int shard, int c) {
+    const int mine = shard >= 0 && t->o32_rd_shard[half] == shard && t->o32_rd_chunk[half] == c;
+    if (!mine && t->o32_rd[half].n) { // another chunk's (not how updates run): its buffer is the caller's now
+        char e[256];
+        (void)tier_o32_finish(t, &t->o32_rd[half], e, sizeof e); // unused: a failure shows where it is read again
+    }
+    t->o32_rd_shard[half] = -1;
+    return mine;
+}
+
+void tier_o32_set_read(tier_t *t, int half, int shard, int c) {
+    t->o32_rd_shard[half] = shard;
+    t->o32_rd_chunk[half] = c;
+}
+
+void tier_o32_drop_reads(tier_t *t) {
+    for (int h = 0; h < 2; h++) tier_o32_take_read(t, h, -1, -1);
+}
+
 tier_xfer_t *tier_o32_cache_xfer(tier_t *t, int k) { return &t->ocache_x[k]; }
 int tier_o32_cache_valid(const tier_t *t) { return t->ocache_valid; }
 void tier_o32_cache_set_valid(tier_t *t, int valid) { t->ocache_valid = valid; }
@@ -666,6 +689,7 @@ static void got_views(tier_t *t, int shard, int c, float *dst[3]) {
 int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **master, float **m, float **v,
                  char *err, size_t errlen) {
     tier_entry_t *e = &t->table[shard][ST_O32];
+    tier_o32_drop_reads(t); // staging half 0 is this call's
     size_t lo, n, total = t->pn[shard];
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     lo -= t->plo[shard];
@@ -701,6 +725,7 @@ int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **
 int tier_o32_put(tier_t *t, int shard, int c, int parts, char *err, size_t errlen) {
     tier_entry_t *e = &t->table[shard][ST_O32];
     t->ocache_valid = 0; // a cache entry may hold this chunk's old states
+    tier_o32_drop_reads(t); // and a read queued for the next update, its old states
     size_t lo, n, total = t->pn[shard];
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     lo -= t->plo[shard];

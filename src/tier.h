@@ -257,6 +257,17 @@ int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int
 // Waits for x (nothing when idle), counts its bytes and keeps the CRCs of a write. Returns 0
 // or -errno with the ticket's message.
 int tier_o32_finish(tier_t *t, tier_xfer_t *x, char *err, size_t errlen);
+// The update's two reads in flight, one per staging half: the tier's, so that an update can
+// queue the next update's first two reads as it ends (its states went home, and nothing
+// changes them before the next update). tier_o32_take_read says whether half h's read in
+// flight is chunk c of shard's (then the caller finishes it as its own), else finishes and
+// forgets any; tier_o32_set_read records what half h's read is. tier_o32_drop_reads waits for
+// and forgets both: tier_o32_get, tier_o32_put and tier_free call it before they use the
+// staging or change the states (the optimizer idle).
+tier_xfer_t *tier_o32_reads(tier_t *t);
+int tier_o32_take_read(tier_t *t, int half, int shard, int c);
+void tier_o32_set_read(tier_t *t, int half, int shard, int c);
+void tier_o32_drop_reads(tier_t *t);
 // --optimizer-cache (NVMe states): the update's first ncache chunks (this rank's, in order)
 // work in cache entries of their own, written through to NVMe, so that an update reads them
 // only when the entries are not valid: at the first update, and after tier_o32_put. Entry k's

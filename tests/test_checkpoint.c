@@ -478,6 +478,42 @@ START_TEST(resume_bit_exact) {
 }
 END_TEST
 
+// A save between steps with the optimizer on NVMe, while the last update has queued the next
+// one's first reads into the staging the save reads through: the run keeps the reference's
+// bits, and resuming from that save gives them too.
+START_TEST(save_between_updates) {
+    static const char *const nvme[] = {"--params", "host", "--optimizer", "nvme", NULL};
+    char dir[1200], folder[1300];
+    snprintf(dir, sizeof dir, "%s/mid", tmp);
+    snprintf(folder, sizeof folder, "%s/step-%08d", dir, K_STEP);
+    args_t *a = malloc(sizeof *a);
+    train_args(a, base_std);
+    args(a, nvme);
+    argf(a, "--steps=%d", N_STEPS);
+    run_t ref = run(a, NULL);
+    ck_ok(ref);
+    train_args(a, base_std);
+    args(a, nvme);
+    argf(a, "--steps=%d", N_STEPS);
+    argf(a, "--save=%s", dir);
+    argf(a, "--save-every=%d", K_STEP);
+    run_t sv = run(a, NULL);
+    ck_ok(sv);
+    ck_same_steps(&ref, &sv, 1, N_STEPS, 1, "saving every 2 steps");
+    train_args(a, base_std);
+    args(a, nvme);
+    argf(a, "--steps=%d", N_STEPS);
+    argf(a, "--resume=%s", folder);
+    run_t r = run(a, NULL);
+    ck_ok(r);
+    ck_same_steps(&ref, &r, K_STEP + 1, N_STEPS, 1, "resumed from the save at step 2 of 5");
+    run_free(&r);
+    run_free(&sv);
+    run_free(&ref);
+    free(a);
+}
+END_TEST
+
 // ---------------------------------------------------------------- refusals
 
 // The checkpoint the refusals and bad files resume from: tiny at --seq 16, bf16, step 2.
@@ -1716,6 +1752,7 @@ int main(void) {
     tcase_add_checked_fixture(res, setup, teardown);
     tcase_set_timeout(res, 60 * slow);
     tcase_add_loop_test(res, resume_bit_exact, 0, NRESUME);
+    tcase_add_test(res, save_between_updates);
     suite_add_tcase(s, res);
 
     TCase *ref = tcase_create("refusals");
