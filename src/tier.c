@@ -231,7 +231,8 @@ void tier_free(tier_t *t) {
     }
     free(t->gat.uses);
     sched_free(t->sched); // first of the rest: its workers may be copying from the homes
-    if (t->nvme) tier_o32_drop_reads(t); // the next update's reads, into the staging
+    char e[512];
+    if (t->nvme) (void)tier_o32_drop_reads(t, e, sizeof e); // the next update's reads, into the staging
     for (int i = 0; t->slot_ev && i < t->lay.nslots; i++) backend_event_destroy(t->be, t->slot_ev[i]);
     backend_event_destroy(t->be, t->step_ev);
     visit_free(&t->gvisit);
@@ -625,8 +626,18 @@ void tier_o32_set_read(tier_t *t, int half, int shard, int c) {
     t->o32_rd_chunk[half] = c;
 }
 
-void tier_o32_drop_reads(tier_t *t) {
-    for (int h = 0; h < 2; h++) tier_o32_take_read(t, h, -1, -1);
+int tier_o32_drop_reads(tier_t *t, char *err, size_t errlen) {
+    int rc = 0;
+    for (int h = 0; h < 2; h++) {
+        char e[512];
+        int r = t->o32_rd_shard[h] >= 0 ? tier_o32_finish(t, &t->o32_rd[h], e, sizeof e) : 0;
+        if (r != 0 && rc == 0) {
+            rc = r;
+            snprintf(err, errlen, "%s", e);
+        }
+        t->o32_rd_shard[h] = -1;
+    }
+    return rc;
 }
 
 tier_xfer_t *tier_o32_cache_xfer(tier_t *t, int k) { return &t->ocache_x[k]; }
@@ -689,7 +700,8 @@ static void got_views(tier_t *t, int shard, int c, float *dst[3]) {
 int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **master, float **m, float **v,
                  char *err, size_t errlen) {
     tier_entry_t *e = &t->table[shard][ST_O32];
-    tier_o32_drop_reads(t); // staging half 0 is this call's
+    int rc = tier_o32_drop_reads(t, err, errlen); // staging half 0 is this call's (a failed read: the disk's error)
+    if (rc != 0) return rc;
     size_t lo, n, total = t->pn[shard];
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     lo -= t->plo[shard];
@@ -725,7 +737,8 @@ int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **
 int tier_o32_put(tier_t *t, int shard, int c, int parts, char *err, size_t errlen) {
     tier_entry_t *e = &t->table[shard][ST_O32];
     t->ocache_valid = 0; // a cache entry may hold this chunk's old states
-    tier_o32_drop_reads(t); // and a read queued for the next update, its old states
+    int rc = tier_o32_drop_reads(t, err, errlen); // and a read queued for the next update, its old states
+    if (rc != 0) return rc;
     size_t lo, n, total = t->pn[shard];
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     lo -= t->plo[shard];

@@ -263,11 +263,12 @@ int tier_o32_finish(tier_t *t, tier_xfer_t *x, char *err, size_t errlen);
 // flight is chunk c of shard's (then the caller finishes it as its own), else finishes and
 // forgets any; tier_o32_set_read records what half h's read is. tier_o32_drop_reads waits for
 // and forgets both: tier_o32_get, tier_o32_put and tier_free call it before they use the
-// staging or change the states (the optimizer idle).
+// staging or change the states (the optimizer idle); it returns 0 or the first read's -errno
+// with its message (the disk failed a read, used or not).
 tier_xfer_t *tier_o32_reads(tier_t *t);
 int tier_o32_take_read(tier_t *t, int half, int shard, int c);
 void tier_o32_set_read(tier_t *t, int half, int shard, int c);
-void tier_o32_drop_reads(tier_t *t);
+int tier_o32_drop_reads(tier_t *t, char *err, size_t errlen);
 // --optimizer-cache (NVMe states): the update's first ncache chunks (this rank's, in order)
 // work in cache entries of their own, written through to NVMe, so that an update reads them
 // only when the entries are not valid: at the first update, and after tier_o32_put. Entry k's

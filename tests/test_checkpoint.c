@@ -1389,10 +1389,13 @@ END_TEST
 //   write:eio@16 — tiny has 5 shards, each under one 1 MiB piece: the store writes 5 pieces
 //     at init (the zeroed states) and 5 per update, so pieces 16–20 are step 3's update;
 //     its failure surfaces when step 4 waits for the optimizer, after step 2's save.
-//   read:eio@39 — reads are 5 per update, and a save reads 5 for model.safetensors (the
-//     params_hash is taken as the masters stream by) and 5 for optimizer.safetensors: steps
-//     1–2's updates are 1–10, step 2's save 11–20, steps 3–4's updates 21–30, step 4's save
-//     31–40, so 39 falls in step 4's optimizer.safetensors: the save fails half-written.
+//   read:eio@48 — reads are 5 per update, the first two of which the update before queues as
+//     it ends (a save waits for those and drops them; a failed one fails the save), and a save
+//     reads 15: the 5 masters for model.safetensors (the params_hash is taken as they stream
+//     by), then 10 for optimizer.safetensors. In the order queued: step 1's update 1–5 (and
+//     6–7), step 2's 8–10 (11–12, dropped), step 2's save 13–27, step 3's update 28–32 (33–34),
+//     step 4's 35–37 (38–39, dropped), step 4's save 40–54, so 48 falls in its
+//     optimizer.safetensors: the save fails half-written.
 // 8 steps of base_crash (+ extra) saving to dir every 2, with fault ("TT_IO_FAULT=...") armed.
 static run_t faulted_run(args_t *a, char *fault, const char *dir, const char *const *extra) {
     char *env[] = {fault, NULL};
@@ -1408,7 +1411,7 @@ START_TEST(io_fault_keeps_last_checkpoint) {
     ck_ref();
     static const struct { const char *fault, *says; } f[] = {
         {"TT_IO_FAULT=write:eio@16", "optimizer: nvme write of 'optimizer states of "},
-        {"TT_IO_FAULT=read:eio@39", "step 4: checkpoint: nvme read of 'optimizer states of "},
+        {"TT_IO_FAULT=read:eio@48", "step 4: checkpoint: nvme read of 'optimizer states of "},
         {"TT_IO_FAULT=write:errno=ENOSPC@16", "optimizer: nvme write of 'optimizer states of "}, // a full disk
     };
     const char *nvme[] = {"--optimizer", "nvme", NULL};
