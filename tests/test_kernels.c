@@ -17,10 +17,12 @@
 #include <float.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backend.h" // uses: backend_worker_threads
 #include "kernels.h"
 #include "testutil.h"
 
@@ -1456,6 +1458,38 @@ static TCase *tcase(Suite *s, const char *name) {
     return tc;
 }
 
+// ---------------------------------------------------------------- the update worker's threads
+
+// backend_worker_threads sets the calling thread's OpenMP thread count only: a worker beside
+// the CPU backend's compute thread gets one thread, beside a device backend be->threads, and
+// the compute thread keeps its own.
+static void *worker_threads(void *arg) {
+    backend_worker_threads(arg);
+    return (void *)(intptr_t)omp_get_max_threads();
+}
+
+static int threads_on_a_worker(backend_t *be) {
+    pthread_t th;
+    void *got = NULL;
+    ck_assert_int_eq(pthread_create(&th, NULL, worker_threads, be), 0);
+    ck_assert_int_eq(pthread_join(th, &got), 0);
+    return (int)(intptr_t)got;
+}
+
+START_TEST(test_worker_threads) {
+    set_threads(2);
+    backend_t be;
+    memset(&be, 0, sizeof be);
+    be.threads = 3;
+    ck_assert_int_eq(threads_on_a_worker(&be), 1);
+    ck_assert_int_eq(omp_get_max_threads(), 2);
+    static const backend_vt_t *const device = (const backend_vt_t *)&device; // any table: only its presence is read
+    be.vt = device;
+    ck_assert_int_eq(threads_on_a_worker(&be), 3);
+    ck_assert_int_eq(omp_get_max_threads(), 2);
+}
+END_TEST
+
 static Suite *kernels_suite(void) {
     Suite *s = suite_create("kernels");
     TCase *tc = tcase(s, "bf16");
@@ -1475,6 +1509,8 @@ static Suite *kernels_suite(void) {
     tc = tcase(s, "attention");
     tcase_add_loop_test(tc, test_attention, 0, NELEMS(ATT_SHAPES));
     tcase_add_test(tc, test_attention_large_scores);
+    tc = tcase(s, "threads");
+    tcase_add_test(tc, test_worker_threads);
     tc = tcase(s, "swiglu");
     tcase_add_loop_test(tc, test_swiglu, 0, NELEMS(SWIGLU_SHAPES));
     tcase_add_test(tc, test_swiglu_extremes);
