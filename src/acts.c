@@ -122,25 +122,28 @@ static uint16_t *store16(const acts_t *a, int tag) {
     return (uint16_t *)(a->dev ? (void *)a->dev : (void *)a->host) + (size_t)tag * a->elems;
 }
 
-// bf16 mode: act (mb, l) in FP32 in the one FP32 buffer (see acts.h); with --checkpoints host,
-// through the visit buffer that still holds it, or the other one.
+// --checkpoints host: the visit buffer holding act tag, which becomes the current input's; when
+// neither holds it, it is copied up into the one not holding the current input (2 bytes an
+// element in bf16 mode).
+static int visit_of(acts_t *a, int tag) {
+    int i = a->tag[0] == tag ? 0 : a->tag[1] == tag ? 1 : -1;
+    if (i < 0) {
+        i = a->cur ^ 1;
+        const size_t esize = a->bf16 ? sizeof(uint16_t) : sizeof(float), bytes = a->elems * esize;
+        visit_used(&a->visit, i); // whatever read it before is queued: the copy up comes after
+        visit_up(&a->visit, i, tag, (char *)a->host + (size_t)tag * bytes, bytes);
+        count(a->act_h2d, bytes);
+        a->tag[i] = tag;
+    }
+    a->cur = i;
+    return i;
+}
+
+// bf16 mode: act tag in FP32 in the one FP32 buffer (see acts.h), from the store or from the
+// visit buffer holding it.
 static float *in16(acts_t *a, int tag) {
     if (a->ftag == tag) return a->f32;
-    if (a->dev) {
-        a->be->ops->bf16_to_f32_n(a->f32, store16(a, tag), a->elems);
-    } else {
-        int i = a->tag[0] == tag ? 0 : a->tag[1] == tag ? 1 : -1;
-        if (i < 0) {
-            i = a->cur ^ 1;
-            size_t bytes = a->elems * sizeof(uint16_t);
-            visit_used(&a->visit, i); // the conversion that last read it is queued: the copy up comes after
-            visit_up(&a->visit, i, tag, store16(a, tag), bytes);
-            count(a->act_h2d, bytes);
-            a->tag[i] = tag;
-        }
-        a->be->ops->bf16_to_f32_n(a->f32, a->visit.buf[i], a->elems);
-        a->cur = i;
-    }
+    a->be->ops->bf16_to_f32_n(a->f32, a->dev ? store16(a, tag) : (uint16_t *)a->visit.buf[visit_of(a, tag)], a->elems);
     a->ftag = tag;
     return a->f32;
 }
@@ -149,16 +152,11 @@ float *acts_in(acts_t *a, int mb, int l) {
     int tag = act_tag(a, mb, l);
     if (a->bf16) return in16(a, tag);
     if (a->dev) return a->dev + (size_t)tag * a->elems;
-    for (int i = 0; i < 2; i++)
-        if (a->tag[i] == tag) { a->cur = i; return a->visit.buf[i]; }
-    int i = a->cur ^ 1;
-    size_t bytes = a->elems * sizeof(float);
-    visit_used(&a->visit, i); // whatever ops read it before are queued: the copy up comes after them
-    visit_up(&a->visit, i, tag, a->host + (size_t)tag * a->elems, bytes);
-    count(a->act_h2d, bytes);
-    a->tag[i] = tag;
-    a->cur = i;
-    return a->visit.buf[i];
+    return a->visit.buf[visit_of(a, tag)];
+}
+
+void acts_prefetch(acts_t *a, int mb, int l) {
+    if (!a->dev) visit_of(a, act_tag(a, mb, l));
 }
 
 float *acts_out(acts_t *a, int mb, int l) {

@@ -107,6 +107,9 @@ int acts_init(acts_t *a, backend_t *be, int nmb, int L, size_t elems, float *dev
 void acts_free(acts_t *a); // NULL-safe
 // The device copy of act (mb, l), for reading.
 float *acts_in(acts_t *a, int mb, int l);
+// For an acts_in of act (mb, l) to come: with --checkpoints host its copy up starts now (into
+// the buffer acts_in will find it in); nothing else (bf16 mode converts at acts_in).
+void acts_prefetch(acts_t *a, int mb, int l);
 // Where to write act (mb, l) on the device; acts_commit then keeps it. In bf16 mode this is the
 // FP32 copy acts_in returned last: the writer is done reading its input when it starts writing.
 float *acts_out(acts_t *a, int mb, int l);

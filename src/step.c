@@ -286,8 +286,15 @@ static void block_backward(step_t *st, int mb, int layer, const float *W, float 
     const size_t NC = (size_t)N * C, NK = (size_t)N * KVD;
     acts_scratch_t *a = &st->a;
 
-    const float *x = acts_in(&st->acts, mb, layer); // (--checkpoints host: its copy up starts now)
-    if (recompute) block_attention(st, layer, W, x); // the block's output is not needed
+    // the checkpoint: for the recompute now; a kept block's input norm reads it last (its copy
+    // up, with --checkpoints host, starts now)
+    const float *x = NULL;
+    if (recompute) {
+        x = acts_in(&st->acts, mb, layer);
+        block_attention(st, layer, W, x); // the block's output is not needed
+    } else {
+        acts_prefetch(&st->acts, mb, layer);
+    }
     // Each gradient goes where an intermediate is dead by the time it is written, so the
     // scratch needs only dln of its own: dh in h (once ∂Wd has read h), dgate and dup in gate
     // and up (the SwiGLU backward works in place), datt in dln (dead until the input gradient
@@ -341,7 +348,7 @@ static void block_backward(step_t *st, int mb, int layer, const float *W, float 
     op->matmul_backward_weight(grad_of(G, st, s, BW_K), dk, a->ln1, N, C, KVD);
     op->matmul_backward_weight(grad_of(G, st, s, BW_V), dv, a->ln1, N, C, KVD);
     rnd(st, a->dln, NC);
-    if (dv != a->xf) x = acts_in(&st->acts, mb, layer); // converted again: dv had its FP32 copy
+    if (!x || dv != a->xf) x = acts_in(&st->acts, mb, layer); // (again when dv had its FP32 copy)
     op->rmsnorm_backward(st->dres, grad_of(G, st, s, BW_ATTN_NORM), a->dln, x,
                          tensor_of(st, W, s, BW_ATTN_NORM), a->rstd1, N, C);
     rnd(st, st->dres, NC); // now ∂L/∂x
