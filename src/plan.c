@@ -486,12 +486,18 @@ static int most_cached(config_t *cfg, const model_t *m, const profile_t *prof, p
     return lo;
 }
 
+// A cache auto's start: p is the plan without the cache (*cache 0); whether there is one to
+// size (its states on NVMe, and a plan with room to spare).
+static int cache_auto_starts(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, uint64_t *cache,
+                             tier_kind_t home) {
+    *cache = 0;
+    plan_compute(cfg, m, prof, p);
+    return home == TIER_NVME && roomy(p);
+}
+
 int plan_host_cache_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len) {
     why[0] = 0;
-    if (!cfg->host_cache_auto) return 0;
-    cfg->host_cache = 0;
-    plan_compute(cfg, m, prof, p);
-    if (cfg->params_tier != TIER_NVME || !roomy(p)) return 0;
+    if (!cfg->host_cache_auto || !cache_auto_starts(cfg, m, prof, p, &cfg->host_cache, cfg->params_tier)) return 0;
     const double none_ms = p->floor_ms;
     const uint64_t read0 = p->nvme_read_bytes;
     const int n = most_cached(cfg, m, prof, p, &cfg->host_cache, tier_host_cache_entry_bytes(&p->lay, m), m->nshards);
@@ -504,10 +510,7 @@ int plan_host_cache_auto(config_t *cfg, const model_t *m, const profile_t *prof,
 
 int plan_optim_cache_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len) {
     why[0] = 0;
-    if (!cfg->optim_cache_auto) return 0;
-    cfg->optim_cache = 0;
-    plan_compute(cfg, m, prof, p);
-    if (cfg->optim_tier != TIER_NVME || !roomy(p)) return 0;
+    if (!cfg->optim_cache_auto || !cache_auto_starts(cfg, m, prof, p, &cfg->optim_cache, cfg->optim_tier)) return 0;
     const double none_ms = p->floor_ms;
     const int lo = most_cached(cfg, m, prof, p, &cfg->optim_cache, tier_cache_entry_bytes(&p->lay), p->lay.nchunks);
     char a[32], b[32];
