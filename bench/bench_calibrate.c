@@ -80,7 +80,6 @@ static const gemm_shape_t CPU_SHAPES[] = {{1024, 384, 1024}, {1024, 1024, 384}, 
 static const gemm_shape_t GPU_SHAPES[] = {{8192, 2048, 5632}, {8192, 5632, 2048}, {8192, 2048, 2048}};
 #define NSHAPES 3
 
-
 // U(−0.5, 0.5) floats, incompressible and deterministic.
 static void fill_rand(float *x, size_t n, uint64_t seed) {
     for (size_t i = 0; i < n; i++) x[i] = (float)((double)(splitmix64(&seed) >> 40) / 16777216.0 - 0.5);

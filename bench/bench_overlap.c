@@ -97,6 +97,7 @@ int bench_overlap(const config_t *cfg_in) {
     // the floor at the GEMM rate of the rounds (their median), every other rate the profile's
     double gemm_now = gemm_ok ? bench_median(gemm, OVERLAP_ROUNDS) : 0, now_ms[3] = {0};
     profile_t now = rates ? *rates : prof; // prof holds the defaults when there is no profile
+    const double gemm_profile = now.gemm_flops;
     if (gemm_ok) {
         now.gemm_flops = gemm_now;
         for (int w = 0; w < 3; w++) {
@@ -107,7 +108,7 @@ int bench_overlap(const config_t *cfg_in) {
         }
         // (bench_median sorted gemm: the range is first to last)
         printf("\nGEMM rate before the rounds: median %.1f GFLOP/s (%.1f-%.1f); the profile's %.1f\n", gemm_now / 1e9,
-               gemm[0] / 1e9, gemm[OVERLAP_ROUNDS - 1] / 1e9, (rates ? rates->gemm_flops : prof.gemm_flops) / 1e9);
+               gemm[0] / 1e9, gemm[OVERLAP_ROUNDS - 1] / 1e9, gemm_profile / 1e9);
     }
     printf("\n%-24s %9s %10s %9s %8s %9s %8s %-8s %13s %12s %16s\n", "placement", "step ms", "x resident", "floor ms",
            "x floor", "now ms", "x now", "bound", "rounds (ms)", "wait/step", "params_hash");
@@ -131,7 +132,7 @@ int bench_overlap(const config_t *cfg_in) {
            "\"host_floor_now_ms\":%.3f,\"nvme_floor_now_ms\":%.3f}\n",
            step_ms[0], step_ms[1], step_ms[2], floor_ms[0], floor_ms[1], floor_ms[2],
            step_ms[0] > 0 ? step_ms[1] / step_ms[0] : 0, step_ms[0] > 0 ? step_ms[2] / step_ms[0] : 0,
-           identical ? "true" : "false", OVERLAP_ROUNDS, rates ? rates->gemm_flops : prof.gemm_flops, gemm_now,
+           identical ? "true" : "false", OVERLAP_ROUNDS, gemm_profile, gemm_now,
            now_ms[0], now_ms[1], now_ms[2]);
     return failed || !identical ? 1 : 0;
 }
