@@ -41,6 +41,11 @@ void matmul_backward_weight(float *dw, const float *dout, const float *inp, int 
 // The kernel family OpenBLAS runs the products with ("Haswell", "Cooperlake", ...): its own
 // pick for this CPU as it loads, or the one OPENBLAS_CORETYPE names.
 const char *matmul_blas_core(void);
+// The family to name in OPENBLAS_CORETYPE when OpenBLAS's own pick lacks the vector units this
+// CPU has ("SkylakeX" with AVX-512, "Haswell" with AVX2+FMA), or NULL when its pick is fine.
+// OpenBLAS picks by CPU model: 0.3.21 takes a model newer than it knows (seen: an AVX-512 Xeon,
+// family 6 model 207) for "Prescott", SSE3 kernels at a third of the speed.
+const char *matmul_blas_core_better(void);
 
 // ---------------------------------------------------------------- RMSNorm
 // out (N, C) = x / sqrt(mean(x²) + eps) * w (C);  rstd (N) = 1 / sqrt(mean(x²) + eps)

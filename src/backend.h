@@ -183,6 +183,20 @@ int backend_cuda_init(backend_t *be, const config_t *cfg, char *err, size_t errl
 uint64_t backend_cuda_overhead(const config_t *cfg);
 
 // ---------------------------------------------------------------- shared by the backends
+// OpenBLAS picks its kernel family as it loads, before main. When its pick lacks the vector
+// units this CPU has (kernels.h, matmul_blas_core_better), run this binary again with
+// OPENBLAS_CORETYPE naming the right family (backend_blas_text says so). Call first thing in
+// main, with main's argv; returns (doing nothing) when OPENBLAS_CORETYPE is already set (the
+// user's choice, or the second run), when the pick is fine, or when the exec fails.
+void backend_blas_reexec(char **argv);
+// The variable the first run leaves for the second: OpenBLAS's own pick ("" when the exec failed).
+#define BACKEND_BLAS_PICKED_ENV "TT_OPENBLAS_PICKED"
+// OpenBLAS's own pick when backend_blas_reexec replaced it, else NULL.
+const char *backend_blas_replaced(void);
+// "OpenBLAS SkylakeX, not its own pick Prescott", "OpenBLAS Haswell", or, when the pick is
+// narrower than the CPU and stayed (OPENBLAS_CORETYPE unset, no second run), what would be
+// wider; for the tier report and bench calibrate. Returns buf.
+char *backend_blas_text(char *buf, size_t len);
 // be->threads from cfg (--threads, else $OMP_NUM_THREADS, else every core), OpenMP set to
 // it and OpenBLAS to one thread (kernels/cpu/matmul.c's determinism).
 void backend_setup_host_threads(backend_t *be, const config_t *cfg);

@@ -98,6 +98,32 @@ static void say_cpu(const config_t *cfg) {
 #endif
 }
 
+void backend_blas_reexec(char **argv) {
+    if (getenv("OPENBLAS_CORETYPE")) return;
+    const char *want = matmul_blas_core_better();
+    if (!want || setenv(BACKEND_BLAS_PICKED_ENV, matmul_blas_core(), 1) != 0) return;
+    if (setenv("OPENBLAS_CORETYPE", want, 1) == 0) execv("/proc/self/exe", argv);
+    // no second run: OpenBLAS's own pick stays, and backend_blas_text says what would be wider
+    unsetenv("OPENBLAS_CORETYPE");
+    setenv(BACKEND_BLAS_PICKED_ENV, "", 1);
+}
+
+const char *backend_blas_replaced(void) {
+    const char *picked = getenv(BACKEND_BLAS_PICKED_ENV);
+    return picked && *picked && strcmp(picked, matmul_blas_core()) != 0 ? picked : NULL;
+}
+
+char *backend_blas_text(char *buf, size_t len) {
+    const char *now = matmul_blas_core(), *picked = backend_blas_replaced(), *want = matmul_blas_core_better();
+    if (picked)
+        snprintf(buf, len, "OpenBLAS %s, not its own pick %s", now, picked);
+    else if (want && !getenv("OPENBLAS_CORETYPE"))
+        snprintf(buf, len, "OpenBLAS %s, narrower than this CPU (OPENBLAS_CORETYPE=%s runs wider kernels)", now, want);
+    else
+        snprintf(buf, len, "OpenBLAS %s", now);
+    return buf;
+}
+
 void backend_setup_host_threads(backend_t *be, const config_t *cfg) {
     // --threads 0: $OMP_NUM_THREADS when set (the usual OpenMP convention), else every core.
     const char *env = getenv("OMP_NUM_THREADS");

@@ -2,6 +2,7 @@
 // the subcommand. Under a launcher, rank 0 alone prints to stdout.
 #include <stdio.h>
 #include <string.h>
+#include "backend.h"
 #include "bench.h"
 #include "comm.h"
 #include "config.h"
@@ -15,6 +16,7 @@
 static int dispatch(config_t *cfg);
 
 int main(int argc, char **argv) {
+    backend_blas_reexec(argv); // before anything else: it may run this binary again
     char err[512];
     int rc = comm_init(&argc, &argv, err, sizeof err);
     if (rc != 0) fail_with(rc, "%s", err);

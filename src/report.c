@@ -1,6 +1,8 @@
 // report.c — see report.h.
 #include "report.h"
 #include <math.h>
+#include <string.h>
+#include "backend.h" // uses: backend_blas_text
 #include "kernels.h" // adamw_update_path
 #include "util.h"
 
@@ -10,9 +12,11 @@ void report_tiers(FILE *out, const config_t *cfg, const trainer_info_t *info, co
     char a[32], b[32], c[32], d[32];
     static const char *sched_name[] = {"auto", "horizontal", "vertical"};
     const tier_stats_t *ts = &info->tier;
-    fprintf(out, "tiers (backend %s, %d threads): params %s, grads %s, optimizer %s, checkpoints %s, prefetch %d, "
+    char blas[160] = "", bt[128]; // the CPU's products: which OpenBLAS kernels ran them
+    if (!strcmp(info->backend, "cpu")) snprintf(blas, sizeof blas, ", %s", backend_blas_text(bt, sizeof bt));
+    fprintf(out, "tiers (backend %s, %d threads%s): params %s, grads %s, optimizer %s, checkpoints %s, prefetch %d, "
                  "schedule %s\n",
-            info->backend, info->threads, tier_name(cfg->params_tier), tier_name(cfg->grads_tier),
+            info->backend, info->threads, blas, tier_name(cfg->params_tier), tier_name(cfg->grads_tier),
             tier_name(cfg->optim_tier), cfg->acts_tier == ACTS_HOST ? "host" : "device", cfg->prefetch,
             sched_name[cfg->schedule]);
     fprintf(out, "  tier     peak        budget      moved                               compute waited\n");

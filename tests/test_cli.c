@@ -10,6 +10,8 @@
 #include <unistd.h>
 #include "cli.h"
 #include "config.h"
+#include "backend.h" // uses: backend_blas_replaced, BACKEND_BLAS_PICKED_ENV
+#include "kernels.h" // uses: matmul_blas_core
 #include "testutil.h"
 
 // ---------------------------------------------------------------- helpers
@@ -211,6 +213,44 @@ static char *run_ok(const char *const *args) {
     free(err);
     return out;
 }
+
+// OpenBLAS's kernel family: where its own pick is narrower than this CPU (kernels.h,
+// matmul_blas_core_better), the binary runs itself again with the wider family, and the tier
+// report's backend line says which ran and which it replaced; where the pick is fine, or
+// OPENBLAS_CORETYPE names one, that family runs, unremarked.
+START_TEST(test_blas_family) {
+    const char *const args[] = {"train", "--model", "tiny", "--steps", "1", "--eval-every", "0", "--device", "cpu", NULL};
+    char *argv[16];
+    int n = 0;
+    argv[n++] = (char *)tu_binary();
+    for (int i = 0; args[i]; i++) argv[n++] = (char *)args[i];
+    argv[n] = NULL;
+    // OpenBLAS's own pick on this CPU: this suite ran itself again too (testutil.c), so its
+    // library runs the wider family, and the pick it replaced is in the environment; NULL when
+    // the user's OPENBLAS_CORETYPE chose
+    const char *replaced = backend_blas_replaced(), *now = matmul_blas_core();
+    const char *own = replaced ? replaced : getenv("OPENBLAS_CORETYPE") ? NULL : now;
+    char own_copy[64] = "", want[192];
+    if (own) snprintf(own_copy, sizeof own_copy, "%s", own);
+    ck_assert_int_eq(unsetenv("OPENBLAS_CORETYPE"), 0); // the child starts from OpenBLAS's own pick
+    ck_assert_int_eq(unsetenv(BACKEND_BLAS_PICKED_ENV), 0);
+    char env_own[96];
+    snprintf(env_own, sizeof env_own, "OPENBLAS_CORETYPE=%s", own_copy);
+    char *const env[] = {env_own, NULL};
+    for (int user = !own; user < 2; user++) { // user: OPENBLAS_CORETYPE names OpenBLAS's own pick
+        char *out = NULL, *err = NULL;
+        ck_assert_int_eq(tu_run(argv, user ? env : NULL, &out, &err), 0);
+        if (!user && replaced)
+            snprintf(want, sizeof want, " threads, OpenBLAS %s, not its own pick %s): ", now, own_copy);
+        else
+            snprintf(want, sizeof want, " threads, OpenBLAS %s): ", own_copy);
+        ck_assert_msg(strstr(out, want), "%s: no '%s' in:\n%s", user ? env_own : "no OPENBLAS_CORETYPE", want, out);
+        ck_assert_msg(!strstr(err, "OpenBLAS"), "stderr: %s", err);
+        free(out);
+        free(err);
+    }
+}
+END_TEST
 
 START_TEST(test_version) {
     char *out = run_ok((const char *[]){"--version", NULL});
@@ -422,6 +462,7 @@ static Suite *cli_suite(void) {
     tcase_add_unchecked_fixture(core, tmp_setup, tmp_teardown);
     tcase_add_test(core, test_table_check);
     tcase_add_test(core, test_version);
+    tcase_add_test(core, test_blas_family);
     tcase_add_test(core, test_help_lists_every_flag);
     tcase_add_loop_test(core, test_help_per_command, 0, 4);
     tcase_add_test(core, test_readme_matches_table);

@@ -11,6 +11,7 @@
 // dimension, and a zero inner dimension must still write "=" outputs.
 // Called by the CPU backend for every linear layer and the LM head.
 #include "kernels.h"
+#include <string.h> // uses: strcmp
 #include <cblas.h> // uses: cblas_sgemm, openblas_get_num_threads, openblas_set_num_threads, openblas_get_corename
 
 // Output tile: big enough that sgemm packs and runs at full speed (≥ 2·128·256·K flops per
@@ -67,4 +68,23 @@ void matmul_backward_weight(float *dw, const float *dout, const float *inp, int 
 const char *matmul_blas_core(void) {
     const char *c = openblas_get_corename();
     return c ? c : "unknown";
+}
+
+const char *matmul_blas_core_better(void) {
+    // the families without AVX2, as openblas_get_corename spells them (0.3.21's dynamic.c)
+    static const char *const narrow[] = {"Unknown", "Katmai",      "Coppermine", "Northwood",  "Prescott",
+                                         "Banias",  "Atom",        "Core2",      "Penryn",     "Dunnington",
+                                         "Nehalem", "Athlon",      "Opteron",    "Opteron_SSE3", "Barcelona",
+                                         "Nano",    "Sandybridge", "Bobcat",     "Bulldozer",  "Piledriver",
+                                         "Steamroller"};
+    const char *pick = matmul_blas_core();
+    int is_narrow = !strcmp(pick, "unknown");
+    for (size_t i = 0; i < sizeof narrow / sizeof narrow[0]; i++) is_narrow |= !strcmp(pick, narrow[i]);
+    if (!is_narrow) return NULL;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+    return NULL;
 }
