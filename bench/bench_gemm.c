@@ -12,7 +12,7 @@
 // `tiertrain bench gemm`. When the run resolves to the CUDA backend (a usable GPU in a build
 // with CUDA: backend_resolve), it times the GPU instead: bench_gemm_cuda (bench/bench_gemm_cuda.c).
 #include "bench.h"
-#include "backend.h" // uses: backend_resolve
+#include "backend.h" // uses: backend_resolve, backend_blas_text
 #include "util.h"      // uses: fail_with
 #include "kernels.h"
 #include <cblas.h> // uses: cblas_sgemm, openblas_set_num_threads
@@ -25,6 +25,7 @@
 #include <time.h>
 
 #define REPS 7
+#define BLAS_SPIN_S 0.3 // longer than OpenBLAS's threads spin after a call (2^28 cycles)
 #define AGREE_MAX 1e-5 // kernel vs peer: max |diff| / max |peer| above this is a wrong result
 
 typedef struct {
@@ -57,6 +58,11 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void pause_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 static float *alloc_f(size_t n) {
@@ -158,8 +164,9 @@ int bench_gemm(const config_t *cfg) {
     double gf_k[NSHAPES][NOPS], gf_p[NSHAPES][NOPS], diff[NSHAPES][NOPS];
     double flops_total = 0, time_k = 0, time_p = 0, diff_max = 0;
 
-    printf("bench gemm: matmul kernels (fixed tiles, OpenMP) vs cblas_sgemm (OpenBLAS threads), %d threads, median of %d\n",
-           threads, REPS);
+    char bt[128];
+    printf("bench gemm: matmul kernels (fixed tiles, OpenMP) vs cblas_sgemm (OpenBLAS threads), %s, %d threads, median of "
+           "%d\n", backend_blas_text(bt, sizeof bt), threads, REPS);
     printf("%-16s %6s %6s %6s  %-6s  %11s  %10s  %6s  %9s\n", "shape", "N", "IC", "OC", "op",
            "kernel GF/s", "sgemm GF/s", "ratio", "rel diff");
     for (int si = 0; si < NSHAPES; si++) {
@@ -172,15 +179,22 @@ int bench_gemm(const config_t *cfg) {
             run_op(op, 1, s, &b, threads);
             diff[si][op] = rel_diff(op, s, &b);
             diff_max = diff[si][op] > diff_max || isnan(diff[si][op]) ? diff[si][op] : diff_max;
+            // The kernels' reps, then the peer's, each a block of a few ms. Not alternated: after a
+            // threaded sgemm, OpenBLAS's own threads spin for a while (up to 2^28 cycles) before
+            // they sleep, and on a machine with as many cores as threads they took half the CPU
+            // from the kernel call that followed (seen: 55 against 160 GF/s at mlp up small's
+            // bwd_in). So the kernels' block starts after a pause that outlasts the spin.
             double tk[REPS], tp[REPS];
-            for (int r = 0; r < REPS; r++) { // alternate so drift hits both alike
+            pause_s(BLAS_SPIN_S);
+            for (int r = 0; r < REPS; r++) {
                 double t0 = now_s();
                 run_op(op, 0, s, &b, threads);
-                double t1 = now_s();
+                tk[r] = now_s() - t0;
+            }
+            for (int r = 0; r < REPS; r++) {
+                double t0 = now_s();
                 run_op(op, 1, s, &b, threads);
-                double t2 = now_s();
-                tk[r] = t1 - t0;
-                tp[r] = t2 - t1;
+                tp[r] = now_s() - t0;
             }
             double mk = bench_median(tk, REPS), mp = bench_median(tp, REPS);
             gf_k[si][op] = flops / mk * 1e-9;
