@@ -165,7 +165,7 @@ int bench_gemm(const config_t *cfg) {
     double flops_total = 0, time_k = 0, time_p = 0, diff_max = 0;
 
     char bt[128];
-    printf("bench gemm: matmul kernels (fixed tiles, OpenMP) vs cblas_sgemm (OpenBLAS threads), %s, %d threads, median of "
+    printf("bench gemm: matmul kernels (tiles by shape, OpenMP) vs cblas_sgemm (OpenBLAS threads), %s, %d threads, median of "
            "%d\n", backend_blas_text(bt, sizeof bt), threads, REPS);
     printf("%-16s %6s %6s %6s  %-6s  %11s  %10s  %6s  %9s\n", "shape", "N", "IC", "OC", "op",
            "kernel GF/s", "sgemm GF/s", "ratio", "rel diff");

@@ -130,8 +130,8 @@ void backend_setup_host_threads(backend_t *be, const config_t *cfg) {
     be->threads = cfg->threads > 0 ? cfg->threads : env && atoi(env) > 0 ? atoi(env) : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (be->threads < 1) be->threads = 1;
     // OpenMP is the only thread pool. OpenBLAS's own threading gives different bits for
-    // different thread counts, so the matmul kernels split their output into fixed tiles,
-    // each one single-threaded sgemm, run by OpenMP (kernels/cpu/matmul.c).
+    // different thread counts, so the matmul kernels split their output into tiles sized by its
+    // shape alone, each one single-threaded sgemm, run by OpenMP (kernels/cpu/matmul.c).
     omp_set_num_threads(be->threads);
     openblas_set_num_threads(1);
 }

@@ -385,6 +385,7 @@ END_TEST
 typedef struct { int N, IC, OC; } mm_shape_t;
 static const mm_shape_t MM_SHAPES[] = {
     {1, 1, 1}, {1, 48, 72}, {7, 48, 72}, {33, 48, 10}, {33, 72, 48}, {8, 300, 20}, {64, 130, 96},
+    {300, 24, 290}, // several tiles of each product, ragged at both edges (matmul.c, tile_shape)
 };
 
 typedef struct {
@@ -1411,9 +1412,9 @@ START_TEST(test_det_rmsnorm) {
 END_TEST
 
 START_TEST(test_det_matmul) {
-    // OpenBLAS's own threading changes bits with its thread count; the kernels' fixed
-    // output tiles (each one single-threaded sgemm) must not. 300 × 520 and 520 × 200
-    // outputs span several tiles, with ragged edges.
+    // OpenBLAS's own threading changes bits with its thread count; the kernels' output
+    // tiles (sized by the shape alone, each one single-threaded sgemm) must not. 300 × 520
+    // and 520 × 200 outputs span several tiles, with ragged edges.
     const int N = 300, IC = 200, OC = 520;
     size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
     rng_t rg = rng_make(1006);

@@ -2,11 +2,11 @@
 // Row-major, weights (OC, IC) as in nn.Linear.
 // Determinism: OpenBLAS's own threading changes the bits with its thread count (measured with
 // 0.3.21: 6–10% of elements differ in the last bit between 1, 2, 3 and 4 threads). So each
-// output is cut into fixed tiles of MM_TM × MM_TN, every tile is one single-threaded sgemm
-// over the full inner dimension, and OpenMP runs the tiles in parallel. A tile's bits depend
-// only on its shape and data, never on the thread count. This needs OpenBLAS at one thread:
-// each call sets it (openblas_set_num_threads(1), once, when it is not already 1); the
-// threads are OpenMP's (--threads → omp_set_num_threads).
+// output is cut into tiles whose size depends on the output's shape alone (tile_shape), every
+// tile is one single-threaded sgemm over the full inner dimension, and OpenMP runs the tiles
+// in parallel. A tile's bits depend only on its shape and data, never on the thread count.
+// This needs OpenBLAS at one thread: each call sets it (openblas_set_num_threads(1), once, when
+// it is not already 1); the threads are OpenMP's (--threads → omp_set_num_threads).
 // Degenerate shapes (a zero dimension) are handled here: BLAS would reject a zero leading
 // dimension, and a zero inner dimension must still write "=" outputs.
 // Called by the CPU backend for every linear layer and the LM head.
@@ -14,10 +14,28 @@
 #include <string.h> // uses: strcmp
 #include <cblas.h> // uses: cblas_sgemm, openblas_get_num_threads, openblas_set_num_threads, openblas_get_corename
 
-// Output tile: big enough that sgemm packs and runs at full speed (≥ 2·128·256·K flops per
-// call), small enough that a 1024 × 768 output makes 24 tiles for the threads to share.
-#define MM_TM 128 // output rows per tile
-#define MM_TN 256 // output columns per tile
+// Output tiles from MM_TMAX × MM_TMAX down to MM_TMIN × MM_TMIN. Each tile's sgemm packs its
+// panels of both operands, so a small tile repacks them often: on 2 threads at 125m's shapes,
+// 128 × 256 tiles ran at 170 GF/s, 256 × 512 at 187 and 512 × 512 at 195 (OpenBLAS's own
+// threaded sgemm: 200). Halving stops once the output makes MM_MIN_TILES tiles to share out.
+#define MM_TMAX 512
+#define MM_TMIN 128
+#define MM_MIN_TILES 8
+
+static int tiles_of(int n, int t) { return (n + t - 1) / t; }
+
+// The tile of an M × N output: from the largest, the longer side halved first (rows on a tie),
+// and a side only while that adds tiles, until there are MM_MIN_TILES or neither side can
+// shrink. The output's shape alone decides: the bits never depend on the thread count.
+static void tile_shape(int M, int N, int *tm, int *tn) {
+    *tm = *tn = MM_TMAX;
+    for (;;) {
+        const int grow_m = *tm > MM_TMIN && M > *tm / 2, grow_n = *tn > MM_TMIN && N > *tn / 2;
+        if (tiles_of(M, *tm) * tiles_of(N, *tn) >= MM_MIN_TILES || (!grow_m && !grow_n)) return;
+        if (grow_n && (*tn > *tm || !grow_m)) *tn /= 2;
+        else *tm /= 2;
+    }
+}
 
 static void blas_one_thread(void) {
     if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
@@ -27,16 +45,18 @@ static void fill_zero(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = 0.0f;
 }
 
-// C (M, N) = op(A) (M, K) · op(B) (K, N) + beta·C, row-major, by fixed MM_TM × MM_TN tiles of
-// C, each one single-threaded sgemm over all of K.
+// C (M, N) = op(A) (M, K) · op(B) (K, N) + beta·C, row-major, by tile_shape's tiles of C,
+// each one single-threaded sgemm over all of K.
 static void gemm_tiled(int transa, int transb, int M, int N, int K, const float *A, int lda,
                        const float *B, int ldb, float beta, float *C, int ldc) {
-    const int tm = (M + MM_TM - 1) / MM_TM, tn = (N + MM_TN - 1) / MM_TN;
+    int TM, TN;
+    tile_shape(M, N, &TM, &TN);
+    const int tm = tiles_of(M, TM), tn = tiles_of(N, TN);
     blas_one_thread();
     #pragma omp parallel for schedule(dynamic, 1) if (tm * tn > 1)
     for (int t = 0; t < tm * tn; t++) {
-        const int r0 = (t / tn) * MM_TM, c0 = (t % tn) * MM_TN;
-        const int m = M - r0 < MM_TM ? M - r0 : MM_TM, n = N - c0 < MM_TN ? N - c0 : MM_TN;
+        const int r0 = (t / tn) * TM, c0 = (t % tn) * TN;
+        const int m = M - r0 < TM ? M - r0 : TM, n = N - c0 < TN ? N - c0 : TN;
         // row r of op(A): A + r·lda (no transpose) or A + r (transposed); likewise B's columns
         const float *a = transa ? A + r0 : A + (size_t)r0 * lda;
         const float *b = transb ? B + (size_t)c0 * ldb : B + c0;
