@@ -10,9 +10,32 @@ Prints a line per timed step and one JSON line {"peer":"torch",...,"tok_per_s":.
 import argparse
 import json
 import math
+import os
 import time
 
-import torch
+
+def blas_family():
+    """The OpenBLAS kernel family for this CPU's vector units, as tiertrain runs it: Debian's
+    OpenBLAS 0.3.21 picks by CPU model and takes one newer than it knows (an AVX-512 Xeon, family
+    6 model 207) for a Prescott, a third of the speed, and Debian's torch runs its products on
+    that OpenBLAS. So the peer names the family as tiertrain does (src/backend_cpu.c,
+    backend_blas_reexec), before torch loads OpenBLAS; an OPENBLAS_CORETYPE of one's own stays."""
+    if "OPENBLAS_CORETYPE" in os.environ:
+        return os.environ["OPENBLAS_CORETYPE"] or "(empty)"
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    if all(x in flags for x in ("avx512f", "avx512bw", "avx512dq", "avx512vl")):
+        os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
+    elif "avx2" in flags and "fma" in flags:
+        os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+    return os.environ.get("OPENBLAS_CORETYPE", "OpenBLAS's own pick")
+
+
+BLAS = blas_family()
+import torch  # noqa: E402 (after blas_family: OpenBLAS reads OPENBLAS_CORETYPE as it loads)
 import torch.nn.functional as F
 
 
@@ -81,8 +104,8 @@ def main():
             times.append(dt)
         print("step %d: loss %.4f, %.1f ms" % (step + 1, loss.item(), dt * 1e3), flush=True)
     ms = sum(times) / len(times) * 1e3
-    print(json.dumps({"peer": "torch", "torch": torch.__version__, "threads": a.threads, "step_ms": round(ms, 1),
-                      "tok_per_s": round(a.batch * T / (ms / 1e3), 1)}))
+    print(json.dumps({"peer": "torch", "torch": torch.__version__, "openblas": BLAS, "threads": a.threads,
+                      "step_ms": round(ms, 1), "tok_per_s": round(a.batch * T / (ms / 1e3), 1)}))
 
 
 if __name__ == "__main__":
