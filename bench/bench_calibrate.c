@@ -447,8 +447,7 @@ int bench_calibrate(const config_t *cfg) {
     // ---- the table
     char how[4][224];
     char blas[160] = "", bt[128];
-    if (!be.vt) snprintf(blas, sizeof blas, " (%s%s)", backend_blas_text(bt, sizeof bt),
-                         getenv("OPENBLAS_CORETYPE") && !backend_blas_replaced() ? ", as OPENBLAS_CORETYPE says" : "");
+    if (!be.vt) snprintf(blas, sizeof blas, " (%s)", backend_blas_text(bt, sizeof bt));
     snprintf(how[0], sizeof how[0], "%s matmul%s fwd+bwd_in+bwd_w, %s; median of %d", be.name, blas,
              be.vt ? "N 8192: 2048x5632, 5632x2048, 2048x2048" : "N 1024: 384x1024, 1024x384, 768x768", gemm_reps);
     snprintf(how[1], sizeof how[1], "backend copy of %s, %s host pool; median of %d", format_bytes(a, sizeof a, COPY_BYTES),

@@ -23,9 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h> // uses: usleep
 
 #define REPS 7
-#define BLAS_SPIN_S 0.3 // longer than OpenBLAS's threads spin after a call (2^28 cycles)
+#define BLAS_SPIN_US 300000 // longer than OpenBLAS's threads spin after a call (2^28 cycles)
 #define AGREE_MAX 1e-5 // kernel vs peer: max |diff| / max |peer| above this is a wrong result
 
 typedef struct {
@@ -58,11 +59,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void pause_s(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 static float *alloc_f(size_t n) {
@@ -185,7 +181,7 @@ int bench_gemm(const config_t *cfg) {
             // from the kernel call that followed (seen: 55 against 160 GF/s at mlp up small's
             // bwd_in). So the kernels' block starts after a pause that outlasts the spin.
             double tk[REPS], tp[REPS];
-            pause_s(BLAS_SPIN_S);
+            usleep(BLAS_SPIN_US);
             for (int r = 0; r < REPS; r++) {
                 double t0 = now_s();
                 run_op(op, 0, s, &b, threads);

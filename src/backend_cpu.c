@@ -115,9 +115,14 @@ const char *backend_blas_replaced(void) {
 
 char *backend_blas_text(char *buf, size_t len) {
     const char *now = matmul_blas_core(), *picked = backend_blas_replaced(), *want = matmul_blas_core_better();
+    const char *user = getenv("OPENBLAS_CORETYPE"), *ours = getenv(BACKEND_BLAS_PICKED_ENV);
     if (picked)
         snprintf(buf, len, "OpenBLAS %s, not its own pick %s", now, picked);
-    else if (want && !getenv("OPENBLAS_CORETYPE"))
+    else if (user && ours && *ours) // the second run, whose OpenBLAS kept its pick
+        snprintf(buf, len, "OpenBLAS %s, narrower than this CPU (this OpenBLAS ignores OPENBLAS_CORETYPE)", now);
+    else if (user)
+        snprintf(buf, len, "OpenBLAS %s, as OPENBLAS_CORETYPE says", now);
+    else if (want)
         snprintf(buf, len, "OpenBLAS %s, narrower than this CPU (OPENBLAS_CORETYPE=%s runs wider kernels)", now, want);
     else
         snprintf(buf, len, "OpenBLAS %s", now);

@@ -216,8 +216,8 @@ static char *run_ok(const char *const *args) {
 
 // OpenBLAS's kernel family: where its own pick is narrower than this CPU (kernels.h,
 // matmul_blas_core_better), the binary runs itself again with the wider family, and the tier
-// report's backend line says which ran and which it replaced; where the pick is fine, or
-// OPENBLAS_CORETYPE names one, that family runs, unremarked.
+// report's backend line says which ran and which it replaced; where the pick is fine, that
+// family runs, unremarked, and an OPENBLAS_CORETYPE of the user's own is kept and named.
 START_TEST(test_blas_family) {
     const char *const args[] = {"train", "--model", "tiny", "--steps", "1", "--eval-every", "0", "--device", "cpu", NULL};
     char *argv[16];
@@ -231,16 +231,18 @@ START_TEST(test_blas_family) {
     const char *replaced = backend_blas_replaced(), *now = matmul_blas_core();
     const char *own = replaced ? replaced : getenv("OPENBLAS_CORETYPE") ? NULL : now;
     char own_copy[64] = "", want[192];
-    if (own) snprintf(own_copy, sizeof own_copy, "%s", own);
+    snprintf(own_copy, sizeof own_copy, "%s", own ? own : now); // the user's family, when theirs chose
     ck_assert_int_eq(unsetenv("OPENBLAS_CORETYPE"), 0); // the child starts from OpenBLAS's own pick
     ck_assert_int_eq(unsetenv(BACKEND_BLAS_PICKED_ENV), 0);
     char env_own[96];
     snprintf(env_own, sizeof env_own, "OPENBLAS_CORETYPE=%s", own_copy);
     char *const env[] = {env_own, NULL};
-    for (int user = !own; user < 2; user++) { // user: OPENBLAS_CORETYPE names OpenBLAS's own pick
+    for (int user = !own; user < 2; user++) { // user: OPENBLAS_CORETYPE names own_copy
         char *out = NULL, *err = NULL;
         ck_assert_int_eq(tu_run(argv, user ? env : NULL, &out, &err), 0);
-        if (!user && replaced)
+        if (user)
+            snprintf(want, sizeof want, " threads, OpenBLAS %s, as OPENBLAS_CORETYPE says): ", own_copy);
+        else if (replaced)
             snprintf(want, sizeof want, " threads, OpenBLAS %s, not its own pick %s): ", now, own_copy);
         else
             snprintf(want, sizeof want, " threads, OpenBLAS %s): ", own_copy);

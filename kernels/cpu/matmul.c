@@ -101,7 +101,7 @@ const char *matmul_blas_core_better(void) {
     int is_narrow = !strcmp(pick, "unknown");
     for (size_t i = 0; i < sizeof narrow / sizeof narrow[0]; i++) is_narrow |= !strcmp(pick, narrow[i]);
     if (!is_narrow) return NULL;
-    __builtin_cpu_init();
+    __builtin_cpu_init(); // tests/testutil.c calls this from a constructor, maybe before libgcc's own
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
         return "SkylakeX";
