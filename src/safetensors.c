@@ -3,7 +3,8 @@
 // it with the length prefix, then passes tensor bytes straight to write(); nothing is
 // buffered, so memory use does not grow with the model. The reader parses the header with
 // json.c, checks every entry and the tiling of the data section, and reads with pread.
-// Does not mmap, convert dtypes or name tensors. Called by the checkpoint code.
+// Does not mmap or name tensors; the one dtype conversion is st_read_f32's widening of BF16 and
+// F16 to FP32. Called by the checkpoint code and the Hugging Face loader (hf.c).
 #include "safetensors.h"
 #include <errno.h>
 #include <fcntl.h>
