@@ -71,7 +71,8 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
                        int B, int T, int NH, int NKV, int HS);
 // dq (B, T, NH, HS) =, dk and dv (B, T, NKV, HS) =; probabilities recomputed from lse.
 // dq is computed per query row, dk/dv per key row (each loops over its queries and the
-// query heads of its group), so no two threads write one element.
+// query heads of its group), so no two threads write one element; with enough kv heads per
+// thread, one task per kv head writes its dk/dv and its query heads' dq (the same bits).
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                         const float *k, const float *v, const float *out, const float *lse,
                         int B, int T, int NH, int NKV, int HS);

@@ -652,6 +652,7 @@ typedef struct { int B, T, NH, NKV, HS; double amp; } att_shape_t;
 static const att_shape_t ATT_SHAPES[] = {
     {1, 1, 4, 2, 6, 1},  {2, 7, 4, 2, 10, 1}, {1, 33, 6, 2, 10, 1}, {2, 33, 4, 4, 6, 1},
     {1, 33, 4, 1, 8, 4}, {1, 70, 2, 1, 16, 1}, {1, 9, 2, 1, 260, 1}, {1, 130, 2, 2, 6, 2},
+    {2, 130, 4, 2, 6, 1},
 };
 
 typedef struct {
@@ -748,16 +749,29 @@ START_TEST(test_attention) {
     ATT_WHAT("lse");
     CHECK_CLOSE(what, lse, ref_lse, nl, TOL_ATT_LSE);
 
-    fill_nan(dq, nq);
-    fill_nan(dk, nk);
-    fill_nan(dv, nk);
-    attention_backward(dq, dk, dv, r, q, k, v, out, lse, B, T, NH, NKV, HS);
-    ATT_WHAT("dq");
-    CHECK_CLOSE(what, dq, ref_dq, nq, TOL_ATT_DQ);
-    ATT_WHAT("dk");
-    CHECK_CLOSE(what, dk, ref_dk, nk, TOL_ATT_DK);
-    ATT_WHAT("dv");
-    CHECK_CLOSE(what, dv, ref_dv, nk, TOL_ATT_DV);
+    // the backward on 1 thread (one pass, a task per kv head, once B·NKV ≥ 4) and on 64 (the
+    // split passes: too few kv heads per thread); each against the reference, and the same bits
+    const int threads = omp_get_max_threads();
+    float *dq1 = fnew(nq), *dk1 = fnew(nk), *dv1 = fnew(nk);
+    for (int run = 0; run < 2; run++) {
+        float *x = run ? dq1 : dq, *y = run ? dk1 : dk, *z = run ? dv1 : dv;
+        fill_nan(x, nq);
+        fill_nan(y, nk);
+        fill_nan(z, nk);
+        set_threads(run ? 64 : 1);
+        attention_backward(x, y, z, r, q, k, v, out, lse, B, T, NH, NKV, HS);
+        ATT_WHAT(run ? "dq, split passes" : "dq");
+        CHECK_CLOSE(what, x, ref_dq, nq, TOL_ATT_DQ);
+        ATT_WHAT(run ? "dk, split passes" : "dk");
+        CHECK_CLOSE(what, y, ref_dk, nk, TOL_ATT_DK);
+        ATT_WHAT(run ? "dv, split passes" : "dv");
+        CHECK_CLOSE(what, z, ref_dv, nk, TOL_ATT_DV);
+    }
+    set_threads(threads);
+    ATT_WHAT("backward, 1 thread against 64");
+    ck_assert_msg(!memcmp(dq, dq1, nq * sizeof *dq) && !memcmp(dk, dk1, nk * sizeof *dk) &&
+                  !memcmp(dv, dv1, nk * sizeof *dv), "%s: bits differ", what);
+    free(dq1); free(dk1); free(dv1);
 #undef ATT_WHAT
 
     free(q); free(k); free(v); free(r); free(out); free(lse); free(dq); free(dk); free(dv);

@@ -10,6 +10,9 @@
 //     dq_t = scale · Σ_s dS_ts k_s                           task (b, h, query block)
 //     dk_s = scale · Σ_{t≥s, h∈group} dS_ts q_t,  dv_s = Σ P_ts dout_t
 //                                                            task (b, kv head, key block)
+// With at least ATT_FUSED_TASKS kv heads (B·NKV) per thread, one task per (b, kv head) does
+// both sides in one pass instead (bwd_task): each tile's P and dS formed once, not twice, and
+// the same products in the same order, so the same bits.
 // The block a task owns is the one transposed, once per task, so nothing is transposed
 // inside its loop over the other side: the forward and dq tasks hold qᵀ (and doutᵀ) and
 // keep tiles with keys as rows and queries as columns (a query's softmax statistics are
@@ -29,12 +32,14 @@
 // with the same semantics. Called by the CPU backend's attention op.
 #include "kernels.h"
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 #include "simd.h"
 
 #define ATT_BQ 32      // query rows per tile (one tile row is four 8-float or two 16-float vectors)
 #define ATT_BK 64      // key rows per tile
 #define ATT_HS_MAX 256 // largest head size of the tiled path (a (HS, BK) tile is 64 KiB)
+#define ATT_FUSED_TASKS 4 // the one-pass backward wants this many kv heads (B·NKV) per thread
 // A key tile starts at a multiple of BK ≤ the first query of the block (BK a multiple of BQ),
 // so every query of a tile sees at least one unmasked key and its running max is finite.
 // softmax16 takes a tile row as its two 16-float vectors.
@@ -535,6 +540,59 @@ static void dq_task(float *dq, const float *dout, const float *q, const float *k
     }
 }
 
+// dq, dk and dv of kv head g of batch b, every tile's P and dS formed once (the split passes
+// above form them twice, once per side). Heads of the group in order, then query blocks in
+// order, then key blocks in order: each dq block adds its key blocks in order (as dq_task),
+// and each dk/dv block its (head, query block) products in dkdv_task's order. Tiles hold keys
+// as rows, as dq_task's do (S = k·qᵀ reads k in place; the query block is transposed once per
+// block); dk and dv read them as they lie, dq transposed. The products, their operands'
+// values and their order are those of the split passes, so the bits are the same: a tile's
+// rows past the block's last query are zero here, as dkdv_task's mask leaves them, and they
+// are added to dk and dv just as there.
+TT_CLONES
+static void bwd_task(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                     const float *v, const float *lse, int b, int g, int T, int NH, int NKV, int HS) {
+    const int group = NH / NKV;
+    const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS, kbo = (size_t)b * T * ks + (size_t)g * HS;
+    const float scale = 1.0f / sqrtf((float)HS);
+    const float *kb = k + kbo, *vb = v + kbo;
+    float qt[ATT_HS_MAX * ATT_BQ], dot_t[ATT_HS_MAX * ATT_BQ]; // (HS, BQ)
+    float st[ATT_BK * ATT_BQ], dpt[ATT_BK * ATT_BQ];          // (BK, BQ)
+    float L[ATT_BQ], D[ATT_BQ];
+    const int wide = tt_wide();
+    for (int h = g * group; h < (g + 1) * group; h++) {
+        const float *lr = lse + ((size_t)b * NH + h) * T;
+        for (int t0 = 0; t0 < T; t0 += ATT_BQ) {
+            const int nq = T - t0 < ATT_BQ ? T - t0 : ATT_BQ;
+            const size_t qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
+            for (int i = 0; i < ATT_BQ; i++) {
+                L[i] = i < nq ? lr[t0 + i] : 0.0f;
+                D[i] = i < nq ? dq[qo + (size_t)i * qs] : 0.0f; // D parked in dq[row][0], overwritten below
+            }
+            load_t(qt, ATT_BQ, q + qo, qs, nq, HS);
+            load_t(dot_t, ATT_BQ, dout + qo, qs, nq, HS);
+            for (int s0 = 0; s0 < t0 + nq; s0 += ATT_BK) {
+                const int nk = t0 + nq - s0 < ATT_BK ? t0 + nq - s0 : ATT_BK; // keys ≤ the block's last query
+                const int nkf = T - s0 < ATT_BK ? T - s0 : ATT_BK;             // the key block's rows
+                mm_tile(wide, st, ATT_BQ, kb + (size_t)s0 * ks, ks, 1, qt, ATT_BQ, nk, ATT_BQ, HS, 0, NULL);
+                mm_tile(wide, dpt, ATT_BQ, vb + (size_t)s0 * ks, ks, 1, dot_t, ATT_BQ, nk, ATT_BQ, HS, 0, NULL);
+                grad_cols(wide, st, dpt, nk, L, D, scale);
+                mask_tile(st, s0, nk, t0, 0.0f);
+                mask_tile(dpt, s0, nk, t0, 0.0f);
+                memset(st + (size_t)nk * ATT_BQ, 0, (size_t)(nkf - nk) * ATT_BQ * sizeof(float));
+                memset(dpt + (size_t)nk * ATT_BQ, 0, (size_t)(nkf - nk) * ATT_BQ * sizeof(float));
+                // dq (nq, HS) (+)= dS (nq, nk) · k; dv (nkf, HS) (+)= Pᵀ · dout, dk (+)= dSᵀ · q
+                mm_tile(wide, dq + qo, (int)qs, dpt, 1, ATT_BQ, kb + (size_t)s0 * ks, (int)ks, nq, HS, nk, s0 > 0, NULL);
+                const int first = h == g * group && t0 == s0; // the key block's first product: "="
+                mm_tile(wide, dv + kbo + (size_t)s0 * ks, (int)ks, st, ATT_BQ, 1, dout + qo, (int)qs, nkf, HS, nq,
+                        !first, NULL);
+                mm_tile(wide, dk + kbo + (size_t)s0 * ks, (int)ks, dpt, ATT_BQ, 1, q + qo, (int)qs, nkf, HS, nq,
+                        !first, NULL);
+            }
+        }
+    }
+}
+
 // D = dout·out of eight consecutive rows (rows of HS), parked in dq[row][0]: lane u is row
 // u's sum, taken in d order as dot_seq does; the rows are read in 8×8 blocks turned so that
 // one vector holds element d of all eight.
@@ -577,6 +635,15 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
         return;
     }
     const int nqb = (T + ATT_BQ - 1) / ATT_BQ, nkb = (T + ATT_BK - 1) / ATT_BK;
+
+    // ---- one pass, a task per kv head, when there are enough of them to share out evenly
+    //      (equal tasks; the same bits as the split passes, which have finer tasks)
+    if ((long)B * NKV >= (long)ATT_FUSED_TASKS * omp_get_max_threads()) {
+        #pragma omp parallel for collapse(2) schedule(dynamic, 1)
+        for (int b = 0; b < B; b++)
+            for (int g = 0; g < NKV; g++) bwd_task(dq, dk, dv, dout, q, k, v, lse, b, g, T, NH, NKV, HS);
+        return;
+    }
 
     // ---- pass 2: dk, dv per key block of one kv head (early key blocks have the most work)
     #pragma omp parallel for collapse(3) schedule(dynamic, 1)
