@@ -131,8 +131,8 @@ static int gemm_measure(backend_t *be, float *h_stage, size_t stage, int reps, d
             double t[MAX_REPS];
             for (int r = -1; r < reps; r++) { // r = −1: the untimed warm-up
                 double t0 = now_ms();
-                if (o == 0) op->matmul_forward(b.out, b.inp, b.w, N, IC, OC);
-                else if (o == 1) op->matmul_backward_input(b.dinp, b.dout, b.w, N, IC, OC, 0);
+                if (o == 0) op->matmul_forward(b.out, b.inp, b.w, N, IC, OC, 0);
+                else if (o == 1) op->matmul_backward_input(b.dinp, b.dout, b.w, N, IC, OC, 0, 0);
                 else op->matmul_backward_weight(b.dw, b.dout, b.inp, N, IC, OC); // accumulates: fine for timing
                 backend_sync(be);
                 if (r >= 0) t[r] = (now_ms() - t0) / 1e3;

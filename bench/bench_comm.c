@@ -28,7 +28,7 @@ static int one_op(comm_t *c, int op, float *g, float *f, float *recv, size_t n, 
     if (rc != 0) return rc;
     size_t lo, cnt;
     comm_piece(n, N, me, &lo, &cnt);
-    for (int r = 0; r < N; r++) add_inplace(g + lo, recv + (size_t)r * cnt, cnt);
+    for (int r = 0; r < N; r++) add_inplace(g + lo, recv + (size_t)r * cnt, cnt, 0);
     return op == OP_ALLREDUCE ? comm_allgather_pieces(c, g, n, sizeof(float), err, errlen) : 0;
 }
 

@@ -111,12 +111,12 @@ static void run_op(int op, int peer, const gemm_shape_t *s, gemm_bufs_t *b, int 
     if (peer) openblas_set_num_threads(threads);
     switch (op) {
     case OP_FWD:
-        if (!peer) matmul_forward(b->out_k, b->inp, b->w, N, IC, OC);
+        if (!peer) matmul_forward(b->out_k, b->inp, b->w, N, IC, OC, 0);
         else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, b->inp, IC,
                          b->w, IC, 0.0f, b->out_p, OC);
         break;
     case OP_BWD_IN:
-        if (!peer) matmul_backward_input(b->dinp_k, b->dout, b->w, N, IC, OC, 0);
+        if (!peer) matmul_backward_input(b->dinp_k, b->dout, b->w, N, IC, OC, 0, 0);
         else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, b->dout, OC,
                          b->w, IC, 0.0f, b->dinp_p, IC);
         break;

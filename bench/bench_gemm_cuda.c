@@ -181,8 +181,8 @@ static void peer_for(peer_t *p, cublasLtHandle_t lt, int op, const gemm_shape_t 
 
 // One call of the backend's op on shape s (queued on the compute stream).
 static void op_run(const backend_t *be, int op, const gemm_shape_t *s, const gemm_dev_t *d) {
-    if (op == OP_FWD) be->ops->matmul_forward(d->out_k, d->inp, d->w, s->N, s->IC, s->OC);
-    else if (op == OP_BWD_IN) be->ops->matmul_backward_input(d->dinp_k, d->dout, d->w, s->N, s->IC, s->OC, 0);
+    if (op == OP_FWD) be->ops->matmul_forward(d->out_k, d->inp, d->w, s->N, s->IC, s->OC, 0);
+    else if (op == OP_BWD_IN) be->ops->matmul_backward_input(d->dinp_k, d->dout, d->w, s->N, s->IC, s->OC, 0, 0);
     else be->ops->matmul_backward_weight(d->dw_k, d->dout, d->inp, s->N, s->IC, s->OC);
 }
 

@@ -40,22 +40,22 @@ static double tick(void) {
         if (counting) op_ms[kind] += tick() - t0_;                                                                     \
     } while (0)
 
-static void mm_fwd(float *out, const float *inp, const float *w, int N, int IC, int OC) {
-    TIMED(OP_GEMM, real->matmul_forward(out, inp, w, N, IC, OC));
+static void mm_fwd(float *out, const float *inp, const float *w, int N, int IC, int OC, int round) {
+    TIMED(OP_GEMM, real->matmul_forward(out, inp, w, N, IC, OC, round));
 }
-static void mm_bwd_in(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int acc) {
-    TIMED(OP_GEMM, real->matmul_backward_input(dinp, dout, w, N, IC, OC, acc));
+static void mm_bwd_in(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int acc, int round) {
+    TIMED(OP_GEMM, real->matmul_backward_input(dinp, dout, w, N, IC, OC, acc, round));
 }
 static void mm_bwd_w(float *dw, const float *dout, const float *inp, int N, int IC, int OC) {
     TIMED(OP_GEMM, real->matmul_backward_weight(dw, dout, inp, N, IC, OC));
 }
 static void att_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int NH,
-                    int NKV, int HS) {
-    TIMED(OP_ATTN, real->attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS));
+                    int NKV, int HS, int round) {
+    TIMED(OP_ATTN, real->attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS, round));
 }
 static void att_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k, const float *v,
-                    const float *out, const float *lse, int B, int T, int NH, int NKV, int HS) {
-    TIMED(OP_ATTN, real->attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS));
+                    const float *out, const float *lse, int B, int T, int NH, int NKV, int HS, int round) {
+    TIMED(OP_ATTN, real->attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, round));
 }
 
 static void on_init(trainer_t *tr, void *arg) {

@@ -4,8 +4,10 @@
 // Conventions
 //  - Tensors are row-major float32 arrays; the shape is in the comment next to each.
 //  - Weights follow PyTorch nn.Linear: w (OC, IC), y = x · wᵀ.
-//  - BF16 mode: the caller stores activations rounded to BF16 (bf16_round_n after the op)
-//    and converts BF16 weights to float before the op; the ops compute in FP32.
+//  - BF16 mode: activations are stored rounded to BF16 values and BF16 weights are converted
+//    to float before the op; the ops compute in FP32. The ops that write activations take
+//    `round`: nonzero rounds their activation outputs as bf16_round_n would, in the op's own
+//    pass over them (the same bits as the op then bf16_round_n; 0: FP32 as computed).
 //  - "=" outputs are overwritten; "+=" outputs accumulate (parameter gradients always
 //    accumulate in FP32, so micro-batches and tied weights sum into one buffer).
 //  - OpenMP only over independent outputs: no two threads write one element, and every
@@ -25,17 +27,19 @@ void bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);
 void bf16_round_n(float *x, size_t n); // x[i] = bf16_to_f32(bf16_from_f32(x[i]))
 
 // ---------------------------------------------------------------- elementwise, reductions
-void add_inplace(float *x, const float *y, size_t n);      // x += y
+void add_inplace(float *x, const float *y, size_t n, int round); // x += y
 // Σ x[i]², in double, over fixed chunks of 4096 summed in chunk order: the same bits for
 // any thread count.
 double sumsq(const float *x, size_t n);
 
 // ---------------------------------------------------------------- matmul (OpenBLAS sgemm)
 // out (N, OC) = inp (N, IC) · w (OC, IC)ᵀ
-void matmul_forward(float *out, const float *inp, const float *w, int N, int IC, int OC);
+void matmul_forward(float *out, const float *inp, const float *w, int N, int IC, int OC, int round);
 // dinp (N, IC) = dout (N, OC) · w (OC, IC)        when accumulate == 0
 // dinp (N, IC) += dout · w                         when accumulate == 1
-void matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int accumulate);
+// (round: the sum, after the accumulation)
+void matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int accumulate,
+                           int round);
 // dw (OC, IC) += dout (N, OC)ᵀ · inp (N, IC)
 void matmul_backward_weight(float *dw, const float *dout, const float *inp, int N, int IC, int OC);
 // The kernel family OpenBLAS runs the products with ("Haswell", "Cooperlake", ...): its own
@@ -49,40 +53,45 @@ const char *matmul_blas_core_better(void);
 
 // ---------------------------------------------------------------- RMSNorm
 // out (N, C) = x / sqrt(mean(x²) + eps) * w (C);  rstd (N) = 1 / sqrt(mean(x²) + eps)
-void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
-// dx (N, C) += ∂L/∂x;  dw (C) += ∂L/∂w  (dw summed over rows in row order)
+// (round: out; rstd stays FP32)
+void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps, int round);
+// dx (N, C) += ∂L/∂x;  dw (C) += ∂L/∂w  (dw summed over rows in row order; round: dx, after
+// the accumulation; dw stays FP32)
 void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
-                      const float *rstd, int N, int C);
+                      const float *rstd, int N, int C, int round);
 
 // ---------------------------------------------------------------- RoPE (Hugging Face rotate_half)
 // Table for positions 0..T-1: cos/sin (T, HS/2), angle = t · theta^(-2i/HS), computed in double.
 void rope_table(float *cos_t, float *sin_t, int T, int HS, double theta);
 // In place on x (B, T, NX, HS), NX heads, position of row t is t. For i < HS/2:
 //   x'[i] = x[i]·cos − x[i+HS/2]·sin;  x'[i+HS/2] = x[i+HS/2]·cos + x[i]·sin
-void rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
+void rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS, int round);
 // In place on dx (B, T, NX, HS): the transpose (inverse) rotation.
-void rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
+void rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS, int round);
 
 // ---------------------------------------------------------------- attention (causal, GQA)
 // q (B, T, NH, HS); k, v (B, T, NKV, HS); query head h reads kv head h / (NH/NKV).
 // out (B, T, NH, HS) = softmax(q·kᵀ/sqrt(HS), causal) · v;  lse (B, NH, T) = log-sum-exp of
 // each row's scaled scores. Online softmax per query row: no (T, T) buffer anywhere.
+// (round: out; lse stays FP32)
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                       int B, int T, int NH, int NKV, int HS);
+                       int B, int T, int NH, int NKV, int HS, int round);
 // dq (B, T, NH, HS) =, dk and dv (B, T, NKV, HS) =; probabilities recomputed from lse.
 // dq is computed per query row, dk/dv per key row (each loops over its queries and the
 // query heads of its group), so no two threads write one element; with enough kv heads per
 // thread, one task per kv head writes its dk/dv and its query heads' dq (the same bits).
+// (round: dq, dk and dv)
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                         const float *k, const float *v, const float *out, const float *lse,
-                        int B, int T, int NH, int NKV, int HS);
+                        int B, int T, int NH, int NKV, int HS, int round);
 
 // ---------------------------------------------------------------- SwiGLU
 // out (n) = silu(gate) · up,  silu(x) = x / (1 + exp(−x))
-void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
+void swiglu_forward(float *out, const float *gate, const float *up, size_t n, int round);
 // dgate (n) =, dup (n) =; dgate may be gate and dup may be up (in place: each element is read
 // before it is written)
-void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
+void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n,
+                     int round);
 
 // ---------------------------------------------------------------- embedding
 // A vocabulary chunk: wte (nv, C) holds rows [v0, v0 + nv) of the (V, C) table.

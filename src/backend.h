@@ -23,25 +23,30 @@
 // directly, and NVMe transfers may use them.
 #define backend_host_addressable(be) ((be)->vt == NULL)
 
-// The op table: one entry per kernel, same contract as kernels/kernels.h.
+// The op table: one entry per kernel, same contract as kernels/kernels.h (the `round` flags
+// included: the CUDA backend rounds in a pass after its kernel, the CPU one in the kernel).
 typedef struct {
     void (*bf16_to_f32_n)(float *dst, const uint16_t *src, size_t n);
     void (*bf16_from_f32_n)(uint16_t *dst, const float *src, size_t n);
     void (*bf16_round_n)(float *x, size_t n);
-    void (*add_inplace)(float *x, const float *y, size_t n);
+    void (*add_inplace)(float *x, const float *y, size_t n, int round);
     double (*sumsq)(const float *x, size_t n);
-    void (*matmul_forward)(float *out, const float *inp, const float *w, int N, int IC, int OC);
-    void (*matmul_backward_input)(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int accumulate);
+    void (*matmul_forward)(float *out, const float *inp, const float *w, int N, int IC, int OC, int round);
+    void (*matmul_backward_input)(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int accumulate,
+                                  int round);
     void (*matmul_backward_weight)(float *dw, const float *dout, const float *inp, int N, int IC, int OC);
-    void (*rmsnorm_forward)(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
-    void (*rmsnorm_backward)(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int C);
-    void (*rope_forward)(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
-    void (*rope_backward)(float *dx, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
-    void (*attention_forward)(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int NH, int NKV, int HS);
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps, int round);
+    void (*rmsnorm_backward)(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int C,
+                             int round);
+    void (*rope_forward)(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS, int round);
+    void (*rope_backward)(float *dx, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS, int round);
+    void (*attention_forward)(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int NH, int NKV, int HS,
+                              int round);
     void (*attention_backward)(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-                               const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV, int HS);
-    void (*swiglu_forward)(float *out, const float *gate, const float *up, size_t n);
-    void (*swiglu_backward)(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
+                               const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV, int HS,
+                               int round);
+    void (*swiglu_forward)(float *out, const float *gate, const float *up, size_t n, int round);
+    void (*swiglu_backward)(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n, int round);
     void (*embedding_forward)(float *out, const int *tokens, const float *wte, int N, int C, int v0, int nv);
     void (*embedding_backward)(float *dwte, const float *dout, const int *tokens, int N, int C, int v0, int nv);
     void (*crossentropy_fold)(float *stats, const float *logits, const int *targets, int N, int Vq, int v0);

@@ -48,23 +48,84 @@ typedef struct {
     int kernels;                            // cuda_kernels_init done
 } cuda_dev_t;
 
+// The ops with a `round` flag (backend.h): the kernel, then the rounding pass over what it
+// wrote (the same bits as the CPU kernels' fused rounding: both round the op's FP32 results).
+static void rnd_if(int round, float *x, long long n) {
+    if (round && n > 0) cuda_bf16_round_n(x, (size_t)n);
+}
+static void op_add_inplace(float *x, const float *y, size_t n, int round) {
+    cuda_add_inplace(x, y, n);
+    rnd_if(round, x, (long long)n);
+}
+static void op_matmul_forward(float *out, const float *inp, const float *w, int N, int IC, int OC, int round) {
+    cuda_matmul_forward(out, inp, w, N, IC, OC);
+    rnd_if(round, out, (long long)N * OC);
+}
+static void op_matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int IC, int OC,
+                                     int accumulate, int round) {
+    cuda_matmul_backward_input(dinp, dout, w, N, IC, OC, accumulate);
+    rnd_if(round, dinp, (long long)N * IC);
+}
+static void op_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps,
+                               int round) {
+    cuda_rmsnorm_forward(out, rstd, x, w, N, C, eps);
+    rnd_if(round, out, (long long)N * C);
+}
+static void op_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                                const float *rstd, int N, int C, int round) {
+    cuda_rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
+    rnd_if(round, dx, (long long)N * C);
+}
+static void op_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS, int round) {
+    cuda_rope_forward(x, cos_t, sin_t, B, T, NX, HS);
+    rnd_if(round, x, (long long)B * T * NX * HS);
+}
+static void op_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS,
+                             int round) {
+    cuda_rope_backward(dx, cos_t, sin_t, B, T, NX, HS);
+    rnd_if(round, dx, (long long)B * T * NX * HS);
+}
+static void op_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,
+                                 int NH, int NKV, int HS, int round) {
+    cuda_attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS);
+    rnd_if(round, out, (long long)B * T * NH * HS);
+}
+static void op_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                                  const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV,
+                                  int HS, int round) {
+    cuda_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS);
+    rnd_if(round, dq, (long long)B * T * NH * HS);
+    rnd_if(round, dk, (long long)B * T * NKV * HS);
+    rnd_if(round, dv, (long long)B * T * NKV * HS);
+}
+static void op_swiglu_forward(float *out, const float *gate, const float *up, size_t n, int round) {
+    cuda_swiglu_forward(out, gate, up, n);
+    rnd_if(round, out, (long long)n);
+}
+static void op_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                               size_t n, int round) {
+    cuda_swiglu_backward(dgate, dup, dout, gate, up, n);
+    rnd_if(round, dgate, (long long)n);
+    rnd_if(round, dup, (long long)n);
+}
+
 static const backend_ops_t cuda_ops = {
     .bf16_to_f32_n = cuda_bf16_to_f32_n,
     .bf16_from_f32_n = cuda_bf16_from_f32_n,
     .bf16_round_n = cuda_bf16_round_n,
-    .add_inplace = cuda_add_inplace,
+    .add_inplace = op_add_inplace,
     .sumsq = cuda_sumsq,
-    .matmul_forward = cuda_matmul_forward,
-    .matmul_backward_input = cuda_matmul_backward_input,
+    .matmul_forward = op_matmul_forward,
+    .matmul_backward_input = op_matmul_backward_input,
     .matmul_backward_weight = cuda_matmul_backward_weight,
-    .rmsnorm_forward = cuda_rmsnorm_forward,
-    .rmsnorm_backward = cuda_rmsnorm_backward,
-    .rope_forward = cuda_rope_forward,
-    .rope_backward = cuda_rope_backward,
-    .attention_forward = cuda_attention_forward,
-    .attention_backward = cuda_attention_backward,
-    .swiglu_forward = cuda_swiglu_forward,
-    .swiglu_backward = cuda_swiglu_backward,
+    .rmsnorm_forward = op_rmsnorm_forward,
+    .rmsnorm_backward = op_rmsnorm_backward,
+    .rope_forward = op_rope_forward,
+    .rope_backward = op_rope_backward,
+    .attention_forward = op_attention_forward,
+    .attention_backward = op_attention_backward,
+    .swiglu_forward = op_swiglu_forward,
+    .swiglu_backward = op_swiglu_backward,
     .embedding_forward = cuda_embedding_forward,
     .embedding_backward = cuda_embedding_backward,
     .crossentropy_fold = cuda_crossentropy_fold,

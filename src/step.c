@@ -1,6 +1,8 @@
 // step.c — see step.h. Where BF16 rounding happens: every activation and activation
 // gradient written between ops is rounded to BF16 in bf16 mode (the GPU backend stores them
-// as BF16); norms, softmax, loss and parameter gradients stay FP32.
+// as BF16), by the op that writes it (the ops' round flag, r = st->bf16) or, where the op has
+// none (the cross-entropy backward, a copy), by bf16_round_n after it; norms, softmax, loss
+// and parameter gradients stay FP32.
 #include "step.h"
 #include <errno.h>
 #include <math.h>
@@ -87,7 +89,7 @@ static void grads_fold(step_t *st, float *G, const float *F, size_t n, int gathe
     if (F == G) return;
     const backend_ops_t *op = st->be->ops;
     if (st->ranks == 1) {
-        op->add_inplace(G, F, n);
+        op->add_inplace(G, F, n, 0);
         return;
     }
     char err[512];
@@ -103,7 +105,7 @@ static void grads_fold(step_t *st, float *G, const float *F, size_t n, int gathe
         return;
     }
     float *mine = gather ? G + lo : G;
-    for (int r = 0; r < st->ranks; r++) op->add_inplace(mine, st->grecv + (size_t)r * cnt, cnt);
+    for (int r = 0; r < st->ranks; r++) op->add_inplace(mine, st->grecv + (size_t)r * cnt, cnt, 0);
     if (gather) {
         rc = stream ? comm_dev_allgather_pieces(st->comm, G, n, sizeof(float), stream, err, sizeof err)
                     : comm_allgather_pieces(st->comm, G, n, sizeof(float), err, sizeof err);
@@ -209,29 +211,22 @@ static void block_attention(step_t *st, int layer, const float *W, const float *
     const backend_ops_t *op = st->be->ops;
     const model_t *m = st->m;
     const int s = model_block_shard(m, layer);
-    const int N = st->N, C = m->C, KVD = m->NKV * m->HS;
-    const size_t NC = (size_t)N * C, NK = (size_t)N * KVD;
+    const int N = st->N, C = m->C, KVD = m->NKV * m->HS, r = st->bf16;
+    const size_t NC = (size_t)N * C;
     acts_scratch_t *a = &st->a;
 
-    op->rmsnorm_forward(a->ln1, a->rstd1, x, tensor_of(st, W, s, BW_ATTN_NORM), N, C, m->norm_eps);
-    rnd(st, a->ln1, NC);
-    op->matmul_forward(a->q, a->ln1, tensor_of(st, W, s, BW_Q), N, C, C);
-    op->matmul_forward(a->k, a->ln1, tensor_of(st, W, s, BW_K), N, C, KVD);
-    op->matmul_forward(a->v, a->ln1, tensor_of(st, W, s, BW_V), N, C, KVD);
-    rnd(st, a->q, NC); rnd(st, a->k, NK); rnd(st, a->v, NK);
-    op->rope_forward(a->q, st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS);
-    op->rope_forward(a->k, st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS);
-    rnd(st, a->q, NC); rnd(st, a->k, NK);
-    op->attention_forward(a->att, a->lse, a->q, a->k, a->v, st->B, st->T, m->NH, m->NKV, m->HS);
-    rnd(st, a->att, NC);
+    op->rmsnorm_forward(a->ln1, a->rstd1, x, tensor_of(st, W, s, BW_ATTN_NORM), N, C, m->norm_eps, r);
+    op->matmul_forward(a->q, a->ln1, tensor_of(st, W, s, BW_Q), N, C, C, r);
+    op->matmul_forward(a->k, a->ln1, tensor_of(st, W, s, BW_K), N, C, KVD, r);
+    op->matmul_forward(a->v, a->ln1, tensor_of(st, W, s, BW_V), N, C, KVD, r);
+    op->rope_forward(a->q, st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS, r);
+    op->rope_forward(a->k, st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS, r);
+    op->attention_forward(a->att, a->lse, a->q, a->k, a->v, st->B, st->T, m->NH, m->NKV, m->HS, r);
     // each residual add writes the projection into the sum's own buffer and adds the stream
     // to it: att·Woᵀ + x, the same bits as x + att·Woᵀ (IEEE addition commutes), no buffer
-    op->matmul_forward(a->x2, a->att, tensor_of(st, W, s, BW_O), N, C, C);
-    rnd(st, a->x2, NC);
-    op->add_inplace(a->x2, x, NC);
-    rnd(st, a->x2, NC);
-    op->rmsnorm_forward(a->ln2, a->rstd2, a->x2, tensor_of(st, W, s, BW_MLP_NORM), N, C, m->norm_eps);
-    rnd(st, a->ln2, NC);
+    op->matmul_forward(a->x2, a->att, tensor_of(st, W, s, BW_O), N, C, C, r);
+    op->add_inplace(a->x2, x, NC, r);
+    op->rmsnorm_forward(a->ln2, a->rstd2, a->x2, tensor_of(st, W, s, BW_MLP_NORM), N, C, m->norm_eps, r);
 }
 
 // The MLP's intermediates for rows [r0, r0 + n) of block `layer` (n ≤ its chunk): gate, up and
@@ -243,11 +238,9 @@ static void mlp_chunk(step_t *st, int layer, const float *W, int r0, int n) {
     const size_t nF = (size_t)n * F;
     acts_scratch_t *a = &st->a;
     const float *ln2 = a->ln2 + (size_t)r0 * C;
-    op->matmul_forward(a->gate, ln2, tensor_of(st, W, s, BW_GATE), n, C, F);
-    op->matmul_forward(a->up, ln2, tensor_of(st, W, s, BW_UP), n, C, F);
-    rnd(st, a->gate, nF); rnd(st, a->up, nF);
-    op->swiglu_forward(a->h, a->gate, a->up, nF);
-    rnd(st, a->h, nF);
+    op->matmul_forward(a->gate, ln2, tensor_of(st, W, s, BW_GATE), n, C, F, st->bf16);
+    op->matmul_forward(a->up, ln2, tensor_of(st, W, s, BW_UP), n, C, F, st->bf16);
+    op->swiglu_forward(a->h, a->gate, a->up, nF, st->bf16);
 }
 
 // x (N, C) → out (N, C) with the block's FP32 weights W; leaves the attention half's
@@ -267,10 +260,8 @@ static void block_forward(step_t *st, int layer, const float *W, const float *x,
         const int n = N - r0 < R ? N - r0 : R;
         const size_t nC = (size_t)n * C, o = (size_t)r0 * C;
         mlp_chunk(st, layer, W, r0, n);
-        op->matmul_forward(out + o, a->h, tensor_of(st, W, s, BW_DOWN), n, F, C);
-        rnd(st, out + o, nC);
-        op->add_inplace(out + o, a->x2 + o, nC);
-        rnd(st, out + o, nC);
+        op->matmul_forward(out + o, a->h, tensor_of(st, W, s, BW_DOWN), n, F, C, st->bf16);
+        op->add_inplace(out + o, a->x2 + o, nC, st->bf16);
     }
 }
 
@@ -282,8 +273,7 @@ static void block_backward(step_t *st, int mb, int layer, const float *W, float 
     const backend_ops_t *op = st->be->ops;
     const model_t *m = st->m;
     const int s = model_block_shard(m, layer);
-    const int N = st->N, C = m->C, F = m->F, KVD = m->NKV * m->HS, R = model_mlp_rows(m, N);
-    const size_t NC = (size_t)N * C, NK = (size_t)N * KVD;
+    const int N = st->N, C = m->C, F = m->F, KVD = m->NKV * m->HS, R = model_mlp_rows(m, N), r = st->bf16;
     acts_scratch_t *a = &st->a;
 
     // the checkpoint: for the recompute now; a kept block's input norm reads it last (its copy
@@ -317,41 +307,33 @@ static void block_backward(step_t *st, int mb, int layer, const float *W, float 
         float *dln = a->dln + o;
         if (!have) mlp_chunk(st, layer, W, r0, n);
         op->matmul_backward_weight(grad_of(G, st, s, BW_DOWN), dout, a->h, n, F, C);
-        op->matmul_backward_input(dh, dout, tensor_of(st, W, s, BW_DOWN), n, F, C, 0);
-        rnd(st, dh, nF);
-        op->swiglu_backward(dgate, dup, dh, a->gate, a->up, nF);
-        rnd(st, dgate, nF); rnd(st, dup, nF);
-        op->matmul_backward_input(dln, dgate, tensor_of(st, W, s, BW_GATE), n, C, F, 0);
-        op->matmul_backward_input(dln, dup, tensor_of(st, W, s, BW_UP), n, C, F, 1);
+        op->matmul_backward_input(dh, dout, tensor_of(st, W, s, BW_DOWN), n, F, C, 0, r);
+        op->swiglu_backward(dgate, dup, dh, a->gate, a->up, nF, r);
+        op->matmul_backward_input(dln, dgate, tensor_of(st, W, s, BW_GATE), n, C, F, 0, 0);
+        op->matmul_backward_input(dln, dup, tensor_of(st, W, s, BW_UP), n, C, F, 1, r); // dln's rows complete
         op->matmul_backward_weight(grad_of(G, st, s, BW_GATE), dgate, ln2, n, C, F);
         op->matmul_backward_weight(grad_of(G, st, s, BW_UP), dup, ln2, n, C, F);
     }
-    rnd(st, a->dln, NC);
     op->rmsnorm_backward(st->dres, grad_of(G, st, s, BW_MLP_NORM), a->dln, a->x2,
-                         tensor_of(st, W, s, BW_MLP_NORM), a->rstd2, N, C);
-    rnd(st, st->dres, NC); // now ∂L/∂x2; x2 and ln2 are dead from here
+                         tensor_of(st, W, s, BW_MLP_NORM), a->rstd2, N, C, r); // now ∂L/∂x2
+    // x2 and ln2 are dead from here
 
     // attention: x2 = x + att·Woᵀ
-    op->matmul_backward_input(datt, st->dres, tensor_of(st, W, s, BW_O), N, C, C, 0);
+    op->matmul_backward_input(datt, st->dres, tensor_of(st, W, s, BW_O), N, C, C, 0, r);
     op->matmul_backward_weight(grad_of(G, st, s, BW_O), st->dres, a->att, N, C, C);
-    rnd(st, datt, NC);
     op->attention_backward(dq, dk, dv, datt, a->q, a->k, a->v, a->att, a->lse,
-                           st->B, st->T, m->NH, m->NKV, m->HS);
-    rnd(st, dq, NC); rnd(st, dk, NK); rnd(st, dv, NK);
-    op->rope_backward(dq, st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS);
-    op->rope_backward(dk, st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS);
-    rnd(st, dq, NC); rnd(st, dk, NK);
-    op->matmul_backward_input(a->dln, dq, tensor_of(st, W, s, BW_Q), N, C, C, 0);
-    op->matmul_backward_input(a->dln, dk, tensor_of(st, W, s, BW_K), N, C, KVD, 1);
-    op->matmul_backward_input(a->dln, dv, tensor_of(st, W, s, BW_V), N, C, KVD, 1);
+                           st->B, st->T, m->NH, m->NKV, m->HS, r);
+    op->rope_backward(dq, st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS, r);
+    op->rope_backward(dk, st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS, r);
+    op->matmul_backward_input(a->dln, dq, tensor_of(st, W, s, BW_Q), N, C, C, 0, 0);
+    op->matmul_backward_input(a->dln, dk, tensor_of(st, W, s, BW_K), N, C, KVD, 1, 0);
+    op->matmul_backward_input(a->dln, dv, tensor_of(st, W, s, BW_V), N, C, KVD, 1, r); // dln complete
     op->matmul_backward_weight(grad_of(G, st, s, BW_Q), dq, a->ln1, N, C, C);
     op->matmul_backward_weight(grad_of(G, st, s, BW_K), dk, a->ln1, N, C, KVD);
     op->matmul_backward_weight(grad_of(G, st, s, BW_V), dv, a->ln1, N, C, KVD);
-    rnd(st, a->dln, NC);
     if (!x || dv != a->xf) x = acts_in(&st->acts, mb, layer); // (again when dv had its FP32 copy)
     op->rmsnorm_backward(st->dres, grad_of(G, st, s, BW_ATTN_NORM), a->dln, x,
-                         tensor_of(st, W, s, BW_ATTN_NORM), a->rstd1, N, C);
-    rnd(st, st->dres, NC); // now ∂L/∂x
+                         tensor_of(st, W, s, BW_ATTN_NORM), a->rstd1, N, C, r); // now ∂L/∂x
 }
 
 // ---------------------------------------------------------------- embedding and head
@@ -454,8 +436,7 @@ static void head_xf(step_t *st, int mb) {
     if (st->xf_mb == mb) return;
     const model_t *m = st->m;
     st->be->ops->rmsnorm_forward(st->a.xf, st->a.rstdf, acts_in(&st->acts, mb, m->L), st->wnorm, st->N, m->C,
-                                 m->norm_eps);
-    rnd(st, st->a.xf, (size_t)st->N * m->C);
+                                 m->norm_eps, st->bf16);
     st->xf_mb = mb;
 }
 
@@ -467,8 +448,7 @@ static float *head_logits(step_t *st, int mb, int q, const float *W, int v0k, in
     *Vq = model_quantum_cols(m, q);
     head_xf(st, mb);
     if (*logits_tag(st, q) == mb * st->nq + q) return lg;
-    st->be->ops->matmul_forward(lg, st->a.xf, W + (size_t)(q * CE_QUANTUM - v0k) * m->C, st->N, m->C, *Vq);
-    rnd(st, lg, (size_t)st->N * *Vq);
+    st->be->ops->matmul_forward(lg, st->a.xf, W + (size_t)(q * CE_QUANTUM - v0k) * m->C, st->N, m->C, *Vq, st->bf16);
     *logits_tag(st, q) = mb * st->nq + q;
     return lg;
 }
@@ -565,7 +545,7 @@ static void head_backward(step_t *st, int mb0, int mb1, const float *Wlast, int 
                 *logits_tag(st, q) = -1;
                 rnd(st, dl, (size_t)N * Vq);
                 // logits = xf·Wᵀ: ∂xf sums in dres over the quanta, last to first
-                op->matmul_backward_input(st->dres, dl, Wq, N, C, Vq, q != qlast);
+                op->matmul_backward_input(st->dres, dl, Wq, N, C, Vq, q != qlast, 0);
                 op->matmul_backward_weight(F + (size_t)(q * CE_QUANTUM - v0) * C, dl, a->xf, N, C, Vq);
             }
             grads_fold(st, G, F, n, m->tie);
@@ -585,8 +565,7 @@ static void head_backward(step_t *st, int mb0, int mb1, const float *Wlast, int 
         rnd(st, a->dln, NC);
         backend_memset(st->be, st->dres, 0, NC * sizeof(float));
         op->rmsnorm_backward(st->dres, grad_of(Fh, st, hs, HW_NORM), a->dln, acts_in(&st->acts, mb, m->L),
-                             st->wnorm, a->rstdf, N, C);
-        rnd(st, st->dres, NC);
+                             st->wnorm, a->rstdf, N, C, st->bf16);
         grads_fold(st, Gh, Fh, nh, 0);
     }
     grads_release(st, hs);
@@ -710,7 +689,7 @@ double step_forward_backward(step_t *st, const int *tokens, const int *targets, 
             size_t lo, cnt;
             comm_piece(m->shards[s].numel_padded, st->ranks, st->rank, &lo, &cnt);
             float *G0 = grads_acquire(st, s, 1);
-            st->be->ops->add_inplace(G0, tied_share(st, k) + lo, cnt);
+            st->be->ops->add_inplace(G0, tied_share(st, k) + lo, cnt, 0);
             grads_release(st, s);
         }
     return st->fault[0] ? NAN : loss / nmb;

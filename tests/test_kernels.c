@@ -374,7 +374,7 @@ START_TEST(test_add_inplace) {
         fill_sym(y, n, 1.0, &r);
         double *ref = dnew(n);
         for (size_t i = 0; i < n; i++) ref[i] = (double)x[i] + y[i];
-        add_inplace(x, y, n);
+        add_inplace(x, y, n, 0);
         CHECK_CLOSE("add_inplace", x, ref, n, TOL_ADD);
         free(x); free(y); free(ref);
     }
@@ -440,17 +440,17 @@ START_TEST(test_matmul) {
     char what[96];
 
     fill_nan(out, no);
-    matmul_forward(out, inp, w, N, IC, OC);
+    matmul_forward(out, inp, w, N, IC, OC, 0);
     snprintf(what, sizeof what, "matmul out N=%d IC=%d OC=%d", N, IC, OC);
     CHECK_CLOSE(what, out, ref_out, no, TOL_MM_OUT);
 
     fill_nan(dinp, ni); // accumulate = 0 overwrites
-    matmul_backward_input(dinp, r, w, N, IC, OC, 0);
+    matmul_backward_input(dinp, r, w, N, IC, OC, 0, 0);
     snprintf(what, sizeof what, "matmul dinp (=) N=%d IC=%d OC=%d", N, IC, OC);
     CHECK_CLOSE(what, dinp, ref_dinp, ni, TOL_MM_DINP);
 
     memcpy(dinp, dinp_pre, ni * sizeof(float)); // accumulate = 1 adds
-    matmul_backward_input(dinp, r, w, N, IC, OC, 1);
+    matmul_backward_input(dinp, r, w, N, IC, OC, 1, 0);
     for (size_t i = 0; i < ni; i++) ref_dinp[i] += dinp_pre[i];
     snprintf(what, sizeof what, "matmul dinp (+=) N=%d IC=%d OC=%d", N, IC, OC);
     CHECK_CLOSE(what, dinp, ref_dinp, ni, TOL_MM_DINP);
@@ -472,13 +472,13 @@ START_TEST(test_matmul_degenerate) {
     float out[12], dinp[12], keep[12], dw[12];
     const float one = 1.0f;
     fill_nan(out, 12);
-    matmul_forward(out, &one, &one, 3, 0, 4); // IC = 0
+    matmul_forward(out, &one, &one, 3, 0, 4, 0); // IC = 0
     for (int i = 0; i < 12; i++) CHECK_LOOP(out[i] == 0.0f, "matmul_forward IC=0: out[%d] = %g", i, out[i]);
     fill_nan(dinp, 12);
-    matmul_backward_input(dinp, &one, &one, 3, 4, 0, 0); // OC = 0, "="
+    matmul_backward_input(dinp, &one, &one, 3, 4, 0, 0, 0); // OC = 0, "="
     for (int i = 0; i < 12; i++) CHECK_LOOP(dinp[i] == 0.0f, "matmul_backward_input OC=0: dinp[%d] = %g", i, dinp[i]);
     for (int i = 0; i < 12; i++) keep[i] = dinp[i] = dw[i] = (float)i;
-    matmul_backward_input(dinp, &one, &one, 3, 4, 0, 1); // OC = 0, "+="
+    matmul_backward_input(dinp, &one, &one, 3, 4, 0, 1, 0); // OC = 0, "+="
     matmul_backward_weight(dw, &one, &one, 0, 4, 3);     // N = 0
     ck_assert(memcmp(dinp, keep, sizeof keep) == 0 && memcmp(dw, keep, sizeof keep) == 0);
 }
@@ -542,7 +542,7 @@ START_TEST(test_rmsnorm) {
 
     fill_nan(out, nx);
     fill_nan(rstd, N);
-    rmsnorm_forward(out, rstd, x, w, N, C, RMS_EPS);
+    rmsnorm_forward(out, rstd, x, w, N, C, RMS_EPS, 0);
     snprintf(what, sizeof what, "rmsnorm out N=%d C=%d amp=%g", N, C, s.amp);
     CHECK_CLOSE(what, out, ref_out, nx, TOL_RMS_OUT);
     // rstd reaches 1/sqrt(eps) ≈ 316 for the small amplitude: compare relative to it.
@@ -551,7 +551,7 @@ START_TEST(test_rmsnorm) {
 
     memcpy(dx, dx_pre, nx * sizeof(float));
     memcpy(dw, dw_pre, C * sizeof(float));
-    rmsnorm_backward(dx, dw, r, x, w, rstd, N, C);
+    rmsnorm_backward(dx, dw, r, x, w, rstd, N, C, 0);
     snprintf(what, sizeof what, "rmsnorm dx (+=) N=%d C=%d amp=%g", N, C, s.amp);
     CHECK_CLOSE(what, dx, ref_dx, nx, TOL_RMS_DX);
     snprintf(what, sizeof what, "rmsnorm dw (+=) N=%d C=%d amp=%g", N, C, s.amp);
@@ -628,12 +628,12 @@ START_TEST(test_rope) {
     CHECK_CLOSE(what, sin_t, ref_sin, nt, TOL_ROPE_TABLE);
 
     memcpy(y, x, n * sizeof(float));
-    rope_forward(y, cos_t, sin_t, B, T, NX, HS);
+    rope_forward(y, cos_t, sin_t, B, T, NX, HS, 0);
     snprintf(what, sizeof what, "rope forward B=%d T=%d NX=%d HS=%d", B, T, NX, HS);
     CHECK_CLOSE(what, y, ref_y, n, TOL_ROPE_X);
 
     memcpy(y, r, n * sizeof(float)); // dx = dout = r, in place
-    rope_backward(y, cos_t, sin_t, B, T, NX, HS);
+    rope_backward(y, cos_t, sin_t, B, T, NX, HS, 0);
     snprintf(what, sizeof what, "rope backward B=%d T=%d NX=%d HS=%d", B, T, NX, HS);
     CHECK_CLOSE(what, y, ref_dx, n, TOL_ROPE_DX);
 
@@ -743,7 +743,7 @@ START_TEST(test_attention) {
 
     fill_nan(out, nq);
     fill_nan(lse, nl);
-    attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS);
+    attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS, 0);
     ATT_WHAT("out");
     CHECK_CLOSE(what, out, ref_out, nq, TOL_ATT_OUT);
     ATT_WHAT("lse");
@@ -759,7 +759,7 @@ START_TEST(test_attention) {
         fill_nan(y, nk);
         fill_nan(z, nk);
         set_threads(run ? 64 : 1);
-        attention_backward(x, y, z, r, q, k, v, out, lse, B, T, NH, NKV, HS);
+        attention_backward(x, y, z, r, q, k, v, out, lse, B, T, NH, NKV, HS, 0);
         ATT_WHAT(run ? "dq, split passes" : "dq");
         CHECK_CLOSE(what, x, ref_dq, nq, TOL_ATT_DQ);
         ATT_WHAT(run ? "dk, split passes" : "dk");
@@ -798,7 +798,7 @@ START_TEST(test_attention_large_scores) {
             ref_lse[(size_t)h * T + t] = att_ref_row(&c, 0, t, h, ref_out + ((size_t)t * NH + h) * HS);
     fill_nan(out, nq);
     fill_nan(lse, nl);
-    attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS);
+    attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS, 0);
     CHECK_CLOSE("attention out, scores ±1000", out, ref_out, nq, TOL_ATT_OUT_LARGE);
     CHECK_CLOSE("attention lse, scores ±1000", lse, ref_lse, nl, TOL_ATT_LSE_LARGE);
     free(q); free(k); free(v); free(out); free(lse);
@@ -826,12 +826,12 @@ static void swiglu_check(const float *gate, const float *up, const float *r, siz
     }
     char what[96];
     fill_nan(out, n);
-    swiglu_forward(out, gate, up, n);
+    swiglu_forward(out, gate, up, n, 0);
     snprintf(what, sizeof what, "swiglu out %s", tag);
     CHECK_CLOSE(what, out, ref_out, n, TOL_SWIGLU_OUT);
     fill_nan(dgate, n);
     fill_nan(dup, n);
-    swiglu_backward(dgate, dup, r, gate, up, n);
+    swiglu_backward(dgate, dup, r, gate, up, n, 0);
     snprintf(what, sizeof what, "swiglu dgate %s", tag);
     CHECK_CLOSE(what, dgate, ref_dgate, n, TOL_SWIGLU_DGATE);
     snprintf(what, sizeof what, "swiglu dup %s", tag);
@@ -1354,6 +1354,144 @@ START_TEST(test_adamw_bits) {
 }
 END_TEST
 
+// ---------------------------------------------------------------- fused BF16 rounding
+// Every op's round flag against the op with round = 0 followed by bf16_round_n on each of its
+// activation outputs: the same bits. Odd shapes (ragged matmul tiles, tails of the vector
+// loops), a few specials (±Inf, NaN, halfway and max-finite values) in the elementwise inputs,
+// attention on both backward paths (1 thread: one pass; 64: the split passes) and the plain
+// path (HS > 256).
+#define SAME_BITS(what, a, b, n) \
+    ck_assert_msg(memcmp((a), (b), (n) * sizeof(float)) == 0, "%s: round flag and bf16_round_n differ", (what))
+
+static float *fcopy(const float *x, size_t n) {
+    float *y = fnew(n);
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+
+static void add_specials(float *x, size_t n) {
+    const uint32_t sp[] = {0x7f800000u, 0xff800000u, 0x7fc00001u, 0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x80000001u};
+    for (size_t i = 0; i < NELEMS(sp) && i * 37 < n; i++) x[i * 37] = f_of(sp[i]);
+}
+
+START_TEST(test_round_flags) {
+    rng_t rg = rng_make(2024);
+    const int N = 300, IC = 24, OC = 290;
+    float *inp = fnew((size_t)N * IC), *w = fnew((size_t)OC * IC), *dout = fnew((size_t)N * OC);
+    fill_sym(inp, (size_t)N * IC, 1.0, &rg); fill_sym(w, (size_t)OC * IC, 1.0, &rg); fill_sym(dout, (size_t)N * OC, 1.0, &rg);
+    float *a = fnew((size_t)N * OC), *b = fnew((size_t)N * OC);
+    matmul_forward(a, inp, w, N, IC, OC, 0);
+    bf16_round_n(a, (size_t)N * OC);
+    matmul_forward(b, inp, w, N, IC, OC, 1);
+    SAME_BITS("matmul_forward", a, b, (size_t)N * OC);
+    for (int acc = 0; acc < 2; acc++) {
+        float *x = fnew((size_t)N * IC), *y;
+        fill_sym(x, (size_t)N * IC, 1.0, &rg);
+        y = fcopy(x, (size_t)N * IC);
+        matmul_backward_input(x, dout, w, N, IC, OC, acc, 0);
+        bf16_round_n(x, (size_t)N * IC);
+        matmul_backward_input(y, dout, w, N, IC, OC, acc, 1);
+        SAME_BITS(acc ? "matmul_backward_input +=" : "matmul_backward_input =", x, y, (size_t)N * IC);
+        fill_sym(x, (size_t)N * IC, 1.0, &rg); // OC = 0 and "+=": nothing added, the input rounded
+        memcpy(y, x, (size_t)N * IC * sizeof(float));
+        matmul_backward_input(x, dout, w, N, IC, 0, acc, 0);
+        bf16_round_n(x, (size_t)N * IC);
+        matmul_backward_input(y, dout, w, N, IC, 0, acc, 1);
+        SAME_BITS("matmul_backward_input, OC = 0", x, y, (size_t)N * IC);
+        free(x); free(y);
+    }
+    free(inp); free(w); free(dout); free(a); free(b);
+
+    const size_t n = 70001; // past add_inplace's parallel threshold, with a ragged tail
+    float *x = fnew(n), *y = fnew(n), *z = fnew(n), *p[4], *q2[4];
+    fill_sym(x, n, 8.0, &rg); fill_sym(y, n, 8.0, &rg); fill_sym(z, n, 1.0, &rg);
+    add_specials(x, n);
+    p[0] = fcopy(x, n); q2[0] = fcopy(x, n);
+    add_inplace(p[0], y, n, 0);
+    bf16_round_n(p[0], n);
+    add_inplace(q2[0], y, n, 1);
+    SAME_BITS("add_inplace", p[0], q2[0], n);
+    p[1] = fnew(n); q2[1] = fnew(n);
+    swiglu_forward(p[1], x, y, n, 0);
+    bf16_round_n(p[1], n);
+    swiglu_forward(q2[1], x, y, n, 1);
+    SAME_BITS("swiglu_forward", p[1], q2[1], n);
+    p[2] = fnew(n); p[3] = fnew(n); q2[2] = fnew(n); q2[3] = fnew(n);
+    swiglu_backward(p[2], p[3], z, x, y, n, 0);
+    bf16_round_n(p[2], n);
+    bf16_round_n(p[3], n);
+    swiglu_backward(q2[2], q2[3], z, x, y, n, 1);
+    SAME_BITS("swiglu_backward dgate", p[2], q2[2], n);
+    SAME_BITS("swiglu_backward dup", p[3], q2[3], n);
+    for (int i = 0; i < 4; i++) { free(p[i]); free(q2[i]); }
+
+    const int R = 37, C = 203; // rmsnorm: odd rows and columns
+    float *rw = fnew(C), *rs0 = fnew(R), *rs1 = fnew(R), *dw0 = fnew(C), *dw1 = fnew(C);
+    fill_sym(rw, C, 1.0, &rg);
+    float *o0 = fnew((size_t)R * C), *o1 = fnew((size_t)R * C);
+    rmsnorm_forward(o0, rs0, x, rw, R, C, 1e-5f, 0);
+    bf16_round_n(o0, (size_t)R * C);
+    rmsnorm_forward(o1, rs1, x, rw, R, C, 1e-5f, 1);
+    SAME_BITS("rmsnorm_forward out", o0, o1, (size_t)R * C);
+    SAME_BITS("rmsnorm_forward rstd", rs0, rs1, (size_t)R);
+    memcpy(o0, z, (size_t)R * C * sizeof(float)); // dx accumulates: start both from z
+    memcpy(o1, z, (size_t)R * C * sizeof(float));
+    memset(dw0, 0, C * sizeof(float)); memset(dw1, 0, C * sizeof(float));
+    rmsnorm_backward(o0, dw0, y, z, rw, rs0, R, C, 0);
+    bf16_round_n(o0, (size_t)R * C);
+    rmsnorm_backward(o1, dw1, y, z, rw, rs0, R, C, 1);
+    SAME_BITS("rmsnorm_backward dx", o0, o1, (size_t)R * C);
+    SAME_BITS("rmsnorm_backward dw (FP32)", dw0, dw1, (size_t)C);
+    free(rw); free(rs0); free(rs1); free(dw0); free(dw1); free(o0); free(o1);
+
+    const int RB = 2, RT = 9, NX = 3, RHS = 10; // rope
+    const size_t nr = (size_t)RB * RT * NX * RHS;
+    float *ct = fnew((size_t)RT * RHS / 2), *stb = fnew((size_t)RT * RHS / 2);
+    rope_table(ct, stb, RT, RHS, ROPE_THETA);
+    for (int inv = 0; inv < 2; inv++) {
+        float *r0 = fcopy(z, nr), *r1 = fcopy(z, nr);
+        if (inv) { rope_backward(r0, ct, stb, RB, RT, NX, RHS, 0); rope_backward(r1, ct, stb, RB, RT, NX, RHS, 1); }
+        else { rope_forward(r0, ct, stb, RB, RT, NX, RHS, 0); rope_forward(r1, ct, stb, RB, RT, NX, RHS, 1); }
+        bf16_round_n(r0, nr);
+        SAME_BITS(inv ? "rope_backward" : "rope_forward", r0, r1, nr);
+        free(r0); free(r1);
+    }
+    free(ct); free(stb);
+    free(x); free(y); free(z);
+
+    // attention: tiled (HS 10) on both backward paths, and the plain path (HS 260)
+    static const int AS[][5] = {{2, 80, 4, 2, 10}, {1, 9, 2, 1, 260}};
+    const int threads = omp_get_max_threads();
+    for (size_t c = 0; c < NELEMS(AS); c++) {
+        const int B = AS[c][0], T = AS[c][1], NH = AS[c][2], NKV = AS[c][3], HS = AS[c][4];
+        const size_t nq = (size_t)B * T * NH * HS, nk = (size_t)B * T * NKV * HS, nl = (size_t)B * NH * T;
+        float *aq = fnew(nq), *ak = fnew(nk), *av = fnew(nk), *ad = fnew(nq), *out0 = fnew(nq), *out1 = fnew(nq);
+        float *lse0 = fnew(nl), *lse1 = fnew(nl);
+        fill_sym(aq, nq, 2.0, &rg); fill_sym(ak, nk, 2.0, &rg); fill_sym(av, nk, 1.0, &rg); fill_sym(ad, nq, 1.0, &rg);
+        attention_forward(out0, lse0, aq, ak, av, B, T, NH, NKV, HS, 0);
+        attention_forward(out1, lse1, aq, ak, av, B, T, NH, NKV, HS, 1);
+        SAME_BITS("attention_forward lse", lse0, lse1, nl);
+        bf16_round_n(out0, nq);
+        SAME_BITS("attention_forward out", out0, out1, nq);
+        for (int path = 0; path < 2; path++) {
+            float *g0[3] = {fnew(nq), fnew(nk), fnew(nk)}, *g1[3] = {fnew(nq), fnew(nk), fnew(nk)};
+            set_threads(path ? 64 : 1);
+            attention_backward(g0[0], g0[1], g0[2], ad, aq, ak, av, out1, lse1, B, T, NH, NKV, HS, 0);
+            attention_backward(g1[0], g1[1], g1[2], ad, aq, ak, av, out1, lse1, B, T, NH, NKV, HS, 1);
+            set_threads(threads);
+            const size_t len[3] = {nq, nk, nk};
+            for (int i = 0; i < 3; i++) {
+                bf16_round_n(g0[i], len[i]);
+                SAME_BITS(i == 0 ? "attention_backward dq" : i == 1 ? "attention_backward dk" : "attention_backward dv",
+                          g0[i], g1[i], len[i]);
+                free(g0[i]); free(g1[i]);
+            }
+        }
+        free(aq); free(ak); free(av); free(ad); free(out0); free(out1); free(lse0); free(lse1);
+    }
+}
+END_TEST
+
 // ---------------------------------------------------------------- determinism
 // The same call with 1 and with 2 OpenMP threads must give identical bits. Shapes are
 // large enough that every parallel loop really splits (several 64-column blocks, dynamic
@@ -1371,8 +1509,8 @@ START_TEST(test_det_attention) {
     for (int run = 0; run < 2; run++) {
         out[run] = fnew(nq); lse[run] = fnew(nl); dq[run] = fnew(nq); dk[run] = fnew(nk); dv[run] = fnew(nk);
         set_threads(run + 1);
-        attention_forward(out[run], lse[run], q, k, v, B, T, NH, NKV, HS);
-        attention_backward(dq[run], dk[run], dv[run], d, q, k, v, out[run], lse[run], B, T, NH, NKV, HS);
+        attention_forward(out[run], lse[run], q, k, v, B, T, NH, NKV, HS, 0);
+        attention_backward(dq[run], dk[run], dv[run], d, q, k, v, out[run], lse[run], B, T, NH, NKV, HS, 0);
     }
     BITS_EQ("attention out", out[0], out[1], nq);
     BITS_EQ("attention lse", lse[0], lse[1], nl);
@@ -1416,8 +1554,8 @@ START_TEST(test_det_rmsnorm) {
         rng_t r2 = rng_make(1004);
         fill_sym(dx[run], nx, 1.0, &r2); fill_sym(dw[run], C, 1.0, &r2);
         set_threads(run + 1);
-        rmsnorm_forward(out, rstd, x, w, N, C, 1e-5f);
-        rmsnorm_backward(dx[run], dw[run], d, x, w, rstd, N, C);
+        rmsnorm_forward(out, rstd, x, w, N, C, 1e-5f, 0);
+        rmsnorm_backward(dx[run], dw[run], d, x, w, rstd, N, C, 0);
     }
     BITS_EQ("rmsnorm dx", dx[0], dx[1], nx);
     BITS_EQ("rmsnorm dw", dw[0], dw[1], (size_t)C);
@@ -1439,8 +1577,8 @@ START_TEST(test_det_matmul) {
         memset(dw[run], 0, nw * sizeof(float));
         set_threads(run + 1);
         openblas_set_num_threads(run + 1); // whatever the caller left OpenBLAS at
-        matmul_forward(out[run], inp, w, N, IC, OC);
-        matmul_backward_input(dinp[run], d, w, N, IC, OC, 0);
+        matmul_forward(out[run], inp, w, N, IC, OC, 0);
+        matmul_backward_input(dinp[run], d, w, N, IC, OC, 0, 0);
         matmul_backward_weight(dw[run], d, inp, N, IC, OC);
     }
     BITS_EQ("matmul out", out[0], out[1], no);
@@ -1524,6 +1662,8 @@ static Suite *kernels_suite(void) {
     tc = tcase(s, "attention");
     tcase_add_loop_test(tc, test_attention, 0, NELEMS(ATT_SHAPES));
     tcase_add_test(tc, test_attention_large_scores);
+    tc = tcase(s, "round flags");
+    tcase_add_test(tc, test_round_flags);
     tc = tcase(s, "threads");
     tcase_add_test(tc, test_worker_threads);
     tc = tcase(s, "swiglu");

@@ -332,6 +332,12 @@ static void mask_tile_rows(float *tile, int t0, int nq, int s0, int nk) {
         for (int j = t0 + i + 1 - s0 > 0 ? t0 + i + 1 - s0 : 0; j < nk; j++) tile[(size_t)i * ATT_BK + j] = 0.0f;
 }
 
+// n rows of HS at x (row stride stride) rounded to BF16 values: a task's outputs, once they
+// are complete (inlined into the task's clones).
+INLINE void round_rows(float *x, size_t stride, int n, int HS) {
+    for (int i = 0; i < n; i++) tt_round_n(x + (size_t)i * stride, (size_t)HS);
+}
+
 // ---------------------------------------------------------------- plain path (HS > ATT_HS_MAX)
 // Σ a[i]·b[i] in i order.
 static float dot_seq(const float *a, const float *b, int n) {
@@ -341,7 +347,7 @@ static float dot_seq(const float *a, const float *b, int n) {
 }
 
 static void attention_forward_plain(float *out, float *lse, const float *q, const float *k, const float *v,
-                                    int B, int T, int NH, int NKV, int HS) {
+                                    int B, int T, int NH, int NKV, int HS, int round) {
     const int group = NH / NKV;
     const float scale = 1.0f / sqrtf((float)HS);
     const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
@@ -369,13 +375,14 @@ static void attention_forward_plain(float *out, float *lse, const float *q, cons
                 }
                 float inv = 1.0f / l;
                 for (int d = 0; d < HS; d++) o[d] *= inv;
+                if (round) bf16_round_n(o, (size_t)HS);
                 lse[((size_t)b * NH + h) * T + t] = m + logf(l);
             }
 }
 
 static void attention_backward_plain(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                      const float *k, const float *v, const float *lse,
-                                     int B, int T, int NH, int NKV, int HS) {
+                                     int B, int T, int NH, int NKV, int HS, int round) {
     const int group = NH / NKV;
     const float scale = 1.0f / sqrtf((float)HS);
     const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
@@ -396,6 +403,7 @@ static void attention_backward_plain(float *dq, float *dk, float *dv, const floa
                         for (int d = 0; d < HS; d++) dvr[d] += p * dout[row + d];
                         for (int d = 0; d < HS; d++) dkr[d] += (ds * scale) * q[row + d];
                     }
+                if (round) { bf16_round_n(dkr, (size_t)HS); bf16_round_n(dvr, (size_t)HS); }
             }
     #pragma omp parallel for collapse(3) schedule(dynamic, 4)
     for (int b = 0; b < B; b++)
@@ -412,13 +420,14 @@ static void attention_backward_plain(float *dq, float *dk, float *dv, const floa
                     float ds = p * (dot_seq(dout + row, vb + (size_t)s * ks, HS) - D);
                     for (int d = 0; d < HS; d++) dqr[d] += (ds * scale) * kb[(size_t)s * ks + d];
                 }
+                if (round) bf16_round_n(dqr, (size_t)HS);
             }
 }
 
 // ---------------------------------------------------------------- forward
 TT_CLONES
 static void fwd_task(float *out, float *lse, const float *q, const float *k, const float *v,
-                     int b, int h, int qb, int T, int NH, int NKV, int HS) {
+                     int b, int h, int qb, int T, int NH, int NKV, int HS, int round) {
     const int group = NH / NKV, t0 = qb * ATT_BQ, nq = T - t0 < ATT_BQ ? T - t0 : ATT_BQ;
     const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -444,21 +453,22 @@ static void fwd_task(float *out, float *lse, const float *q, const float *k, con
         float inv = 1.0f / l[i], *restrict o = oblk + (size_t)i * qs;
         #pragma omp simd
         for (int d = 0; d < HS; d++) o[d] *= inv;
+        if (round) tt_round_n(o, (size_t)HS);
         lse[((size_t)b * NH + h) * T + t0 + i] = m[i] + logf(l[i]);
     }
 }
 
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                       int B, int T, int NH, int NKV, int HS) {
+                       int B, int T, int NH, int NKV, int HS, int round) {
     if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0) return;
-    if (HS > ATT_HS_MAX) { attention_forward_plain(out, lse, q, k, v, B, T, NH, NKV, HS); return; }
+    if (HS > ATT_HS_MAX) { attention_forward_plain(out, lse, q, k, v, B, T, NH, NKV, HS, round); return; }
     const int nqb = (T + ATT_BQ - 1) / ATT_BQ;
     // Later query blocks see more keys: dynamic scheduling balances them (results unaffected).
     #pragma omp parallel for collapse(3) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int qb = nqb - 1; qb >= 0; qb--) // longest first
-                fwd_task(out, lse, q, k, v, b, h, qb, T, NH, NKV, HS);
+                fwd_task(out, lse, q, k, v, b, h, qb, T, NH, NKV, HS, round);
 }
 
 // ---------------------------------------------------------------- backward
@@ -469,7 +479,7 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
 TT_CLONES
 static void dkdv_task(float *dk, float *dv, const float *dq, const float *dout, const float *q,
                       const float *k, const float *v, const float *lse,
-                      int b, int g, int kbi, int T, int NH, int NKV, int HS) {
+                      int b, int g, int kbi, int T, int NH, int NKV, int HS, int round) {
     const int group = NH / NKV, s0 = kbi * ATT_BK, nk = T - s0 < ATT_BK ? T - s0 : ATT_BK;
     const int nkv = (nk + 7) / 8 * 8; // tile columns computed: whole vectors (kt is zero past nk)
     const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
@@ -506,12 +516,13 @@ static void dkdv_task(float *dk, float *dv, const float *dq, const float *dout, 
             mm_tile(wide, dk + ko, (int)ks, dpt, 1, ATT_BK, q + qo, (int)qs, nk, HS, nq, !first, NULL);
         }
     }
+    if (round) { round_rows(dk + ko, ks, nk, HS); round_rows(dv + ko, ks, nk, HS); }
 }
 
 // dq rows [t0, t0+nq) of head h; reads the rows' parked D first, then overwrites them.
 TT_CLONES
 static void dq_task(float *dq, const float *dout, const float *q, const float *k, const float *v,
-                    const float *lse, int b, int h, int qb, int T, int NH, int NKV, int HS) {
+                    const float *lse, int b, int h, int qb, int T, int NH, int NKV, int HS, int round) {
     const int group = NH / NKV, t0 = qb * ATT_BQ, nq = T - t0 < ATT_BQ ? T - t0 : ATT_BQ;
     const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
     const size_t qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
@@ -538,6 +549,7 @@ static void dq_task(float *dq, const float *dout, const float *q, const float *k
         // dq (nq, HS) (+)= dS (nq, nk) · k: dS read transposed from the (nk, BQ) tile
         mm_tile(wide, dq + qo, (int)qs, dpt, 1, ATT_BQ, kb + (size_t)s0 * ks, (int)ks, nq, HS, nk, s0 > 0, NULL);
     }
+    if (round) round_rows(dq + qo, qs, nq, HS);
 }
 
 // dq, dk and dv of kv head g of batch b, every tile's P and dS formed once (the split passes
@@ -551,7 +563,7 @@ static void dq_task(float *dq, const float *dout, const float *q, const float *k
 // are added to dk and dv just as there.
 TT_CLONES
 static void bwd_task(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-                     const float *v, const float *lse, int b, int g, int T, int NH, int NKV, int HS) {
+                     const float *v, const float *lse, int b, int g, int T, int NH, int NKV, int HS, int round) {
     const int group = NH / NKV;
     const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS, kbo = (size_t)b * T * ks + (size_t)g * HS;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -589,8 +601,10 @@ static void bwd_task(float *dq, float *dk, float *dv, const float *dout, const f
                 mm_tile(wide, dk + kbo + (size_t)s0 * ks, (int)ks, dpt, ATT_BQ, 1, q + qo, (int)qs, nkf, HS, nq,
                         !first, NULL);
             }
+            if (round) round_rows(dq + qo, qs, nq, HS); // the block's dq is complete
         }
     }
+    if (round) { round_rows(dk + kbo, ks, T, HS); round_rows(dv + kbo, ks, T, HS); }
 }
 
 // D = dout·out of eight consecutive rows (rows of HS), parked in dq[row][0]: lane u is row
@@ -615,7 +629,7 @@ static void d_rows(float *dq, const float *dout, const float *out, int HS) {
 
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                         const float *k, const float *v, const float *out, const float *lse,
-                        int B, int T, int NH, int NKV, int HS) {
+                        int B, int T, int NH, int NKV, int HS, int round) {
     if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0) return;
 
     // ---- pass 1: D = dout·out per query row (in order over d), parked in dq[row][0]
@@ -631,7 +645,7 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
     }
 
     if (HS > ATT_HS_MAX) {
-        attention_backward_plain(dq, dk, dv, dout, q, k, v, lse, B, T, NH, NKV, HS);
+        attention_backward_plain(dq, dk, dv, dout, q, k, v, lse, B, T, NH, NKV, HS, round);
         return;
     }
     const int nqb = (T + ATT_BQ - 1) / ATT_BQ, nkb = (T + ATT_BK - 1) / ATT_BK;
@@ -641,7 +655,7 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
     if ((long)B * NKV >= (long)ATT_FUSED_TASKS * omp_get_max_threads()) {
         #pragma omp parallel for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++)
-            for (int g = 0; g < NKV; g++) bwd_task(dq, dk, dv, dout, q, k, v, lse, b, g, T, NH, NKV, HS);
+            for (int g = 0; g < NKV; g++) bwd_task(dq, dk, dv, dout, q, k, v, lse, b, g, T, NH, NKV, HS, round);
         return;
     }
 
@@ -650,12 +664,12 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
     for (int b = 0; b < B; b++)
         for (int g = 0; g < NKV; g++)
             for (int kbi = 0; kbi < nkb; kbi++)
-                dkdv_task(dk, dv, dq, dout, q, k, v, lse, b, g, kbi, T, NH, NKV, HS);
+                dkdv_task(dk, dv, dq, dout, q, k, v, lse, b, g, kbi, T, NH, NKV, HS, round);
 
     // ---- pass 3: dq per query block of one head (late query blocks have the most work)
     #pragma omp parallel for collapse(3) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int qb = nqb - 1; qb >= 0; qb--)
-                dq_task(dq, dout, q, k, v, lse, b, h, qb, T, NH, NKV, HS);
+                dq_task(dq, dout, q, k, v, lse, b, h, qb, T, NH, NKV, HS, round);
 }

@@ -13,19 +13,10 @@
 
 #define BF16_CHUNK 16384 // elements per parallel task
 
-// The rounded value kept in the upper 16 bits of a 32-bit word (the lower 16 are zero), so
+// The rounded value is kept in the upper 16 bits of a 32-bit word (simd.h's tt_rne_hi), so
 // the chunk loops stay in 32-bit lanes until the last step (a uint16_t result mid-way makes
 // the vectorizer narrow early and carry twice the instructions).
-static inline uint32_t rne_hi(uint32_t u) {
-    // RNE: add 0x7fff plus the lowest kept bit; the carry may ripple into the exponent,
-    // which is exactly rounding up (max finite -> Inf included). Inf has zero low bits.
-    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    // NaN: keep sign and top payload, force quiet (rounding could carry a NaN into Inf).
-    uint32_t q = (u & 0xffff0000u) | 0x00400000u;
-    return (u & 0x7fffffffu) > 0x7f800000u ? q : r;
-}
-
-static inline uint16_t rne(uint32_t u) { return (uint16_t)(rne_hi(u) >> 16); }
+static inline uint16_t rne(uint32_t u) { return (uint16_t)(tt_rne_hi(u) >> 16); }
 
 uint16_t bf16_from_f32(float x) {
     uint32_t u;
@@ -62,15 +53,7 @@ static void to_chunk(float *restrict dst, const uint16_t *restrict src, size_t n
 }
 
 TT_CLONES
-static void round_chunk(float *restrict x, size_t n) {
-    #pragma omp simd
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, x + i, sizeof u);
-        u = rne_hi(u);
-        memcpy(x + i, &u, sizeof u);
-    }
-}
+static void round_chunk(float *restrict x, size_t n) { tt_round_n(x, n); }
 
 void bf16_from_f32_n(uint16_t *dst, const float *src, size_t n) {
     size_t nc = (n + BF16_CHUNK - 1) / BF16_CHUNK;

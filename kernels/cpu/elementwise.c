@@ -24,18 +24,20 @@
 typedef double v4d __attribute__((vector_size(32)));
 typedef float v4f __attribute__((vector_size(16)));
 
-// x[0, n) += y[0, n). No restrict: the vectorizer checks for overlap at run time.
+// x[0, n) += y[0, n), then rounded to BF16 values when round. No restrict: the vectorizer
+// checks for overlap at run time.
 TT_CLONES
-static void add_chunk(float *x, const float *y, size_t n) {
+static void add_chunk(float *x, const float *y, size_t n, int round) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
+    if (round) tt_round_n(x, n);
 }
 
-void add_inplace(float *x, const float *y, size_t n) {
+void add_inplace(float *x, const float *y, size_t n, int round) {
     size_t nc = (n + ADD_CHUNK - 1) / ADD_CHUNK;
     #pragma omp parallel for schedule(static) if (n >= ADD_PAR_MIN)
     for (size_t c = 0; c < nc; c++) {
         size_t i = c * ADD_CHUNK, len = n - i < ADD_CHUNK ? n - i : ADD_CHUNK;
-        add_chunk(x + i, y + i, len);
+        add_chunk(x + i, y + i, len, round);
     }
 }
 

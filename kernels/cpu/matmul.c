@@ -11,6 +11,7 @@
 // dimension, and a zero inner dimension must still write "=" outputs.
 // Called by the CPU backend for every linear layer and the LM head.
 #include "kernels.h"
+#include "simd.h"
 #include <string.h> // uses: strcmp
 #include <cblas.h> // uses: cblas_sgemm, openblas_get_num_threads, openblas_set_num_threads, openblas_get_corename
 
@@ -45,10 +46,16 @@ static void fill_zero(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = 0.0f;
 }
 
+// The m × n tile at c (row stride ldc) rounded to BF16 values, while it is in cache.
+TT_CLONES
+static void round_tile(float *c, int ldc, int m, int n) {
+    for (int i = 0; i < m; i++) tt_round_n(c + (size_t)i * ldc, (size_t)n);
+}
+
 // C (M, N) = op(A) (M, K) · op(B) (K, N) + beta·C, row-major, by tile_shape's tiles of C,
-// each one single-threaded sgemm over all of K.
+// each one single-threaded sgemm over all of K (then rounded to BF16 values when round).
 static void gemm_tiled(int transa, int transb, int M, int N, int K, const float *A, int lda,
-                       const float *B, int ldb, float beta, float *C, int ldc) {
+                       const float *B, int ldb, float beta, float *C, int ldc, int round) {
     int TM, TN;
     tile_shape(M, N, &TM, &TN);
     const int tm = tiles_of(M, TM), tn = tiles_of(N, TN);
@@ -62,27 +69,33 @@ static void gemm_tiled(int transa, int transb, int M, int N, int K, const float 
         const float *b = transb ? B + (size_t)c0 * ldb : B + c0;
         cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans,
                     m, n, K, 1.0f, a, lda, b, ldb, beta, C + (size_t)r0 * ldc + c0, ldc);
+        if (round) round_tile(C + (size_t)r0 * ldc + c0, ldc, m, n);
     }
 }
 
-void matmul_forward(float *out, const float *inp, const float *w, int N, int IC, int OC) {
+void matmul_forward(float *out, const float *inp, const float *w, int N, int IC, int OC, int round) {
     if (N <= 0 || OC <= 0) return;
-    if (IC <= 0) { fill_zero(out, (size_t)N * OC); return; }
+    if (IC <= 0) { fill_zero(out, (size_t)N * OC); return; } // zeros are BF16 values
     // out (N, OC) = inp (N, IC) · wᵀ
-    gemm_tiled(0, 1, N, OC, IC, inp, IC, w, IC, 0.0f, out, OC);
+    gemm_tiled(0, 1, N, OC, IC, inp, IC, w, IC, 0.0f, out, OC, round);
 }
 
-void matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int accumulate) {
+void matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int accumulate,
+                           int round) {
     if (N <= 0 || IC <= 0) return;
-    if (OC <= 0) { if (!accumulate) fill_zero(dinp, (size_t)N * IC); return; }
+    if (OC <= 0) { // nothing to add: "=" writes zeros; "+=" leaves dinp, rounded when asked
+        if (!accumulate) fill_zero(dinp, (size_t)N * IC);
+        else if (round) bf16_round_n(dinp, (size_t)N * IC);
+        return;
+    }
     // dinp (N, IC) (+)= dout (N, OC) · w (OC, IC)
-    gemm_tiled(0, 0, N, IC, OC, dout, OC, w, IC, accumulate ? 1.0f : 0.0f, dinp, IC);
+    gemm_tiled(0, 0, N, IC, OC, dout, OC, w, IC, accumulate ? 1.0f : 0.0f, dinp, IC, round);
 }
 
 void matmul_backward_weight(float *dw, const float *dout, const float *inp, int N, int IC, int OC) {
     if (N <= 0 || IC <= 0 || OC <= 0) return;
     // dw (OC, IC) += dout (N, OC)ᵀ · inp (N, IC)
-    gemm_tiled(1, 0, OC, IC, N, dout, OC, inp, IC, 1.0f, dw, IC);
+    gemm_tiled(1, 0, OC, IC, N, dout, OC, inp, IC, 1.0f, dw, IC, 0);
 }
 
 const char *matmul_blas_core(void) {

@@ -37,10 +37,11 @@ INLINE float sum8(const float *a, const float *b, const float *c, int n) {
 // ---------------------------------------------------------------- rows
 TT_CLONES
 static void fwd_row(float *restrict o, float *rstd, const float *restrict xr, const float *restrict wr,
-                    int C, float eps) {
+                    int C, float eps, int round) {
     float s = 1.0f / sqrtf(sum8(xr, xr, NULL, C) / (float)C + eps);
     #pragma omp simd
     for (int i = 0; i < C; i++) o[i] = (xr[i] * s) * wr[i];
+    if (round) tt_round_n(o, (size_t)C);
     *rstd = s;
 }
 
@@ -48,10 +49,11 @@ static void fwd_row(float *restrict o, float *rstd, const float *restrict xr, co
 //   ∂L/∂x_i = s·(g_i − x_i·s²·mean_j(g_j·x_j)).
 TT_CLONES
 static void dx_row(float *restrict dxr, const float *restrict dr, const float *restrict xr,
-                   const float *restrict wr, float s, int C) {
+                   const float *restrict wr, float s, int C, int round) {
     float c = (sum8(dr, wr, xr, C) * s) * s / (float)C;
     #pragma omp simd
     for (int i = 0; i < C; i++) dxr[i] += s * ((dr[i] * wr[i]) - xr[i] * c);
+    if (round) tt_round_n(dxr, (size_t)C);
 }
 
 // dw[0, n) += dr·(xr·s): one row's share of a thread's column range.
@@ -62,16 +64,16 @@ static void dw_row(float *restrict dwb, const float *restrict dr, const float *r
 }
 
 // ---------------------------------------------------------------- entry points
-void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps) {
+void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps, int round) {
     #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) fwd_row(out + (size_t)n * C, rstd + n, x + (size_t)n * C, w, C, eps);
+    for (int n = 0; n < N; n++) fwd_row(out + (size_t)n * C, rstd + n, x + (size_t)n * C, w, C, eps, round);
 }
 
 void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
-                      const float *rstd, int N, int C) {
+                      const float *rstd, int N, int C, int round) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++)
-        dx_row(dx + (size_t)n * C, dout + (size_t)n * C, x + (size_t)n * C, w, rstd[n], C);
+        dx_row(dx + (size_t)n * C, dout + (size_t)n * C, x + (size_t)n * C, w, rstd[n], C, round);
     // dw_i += Σ_n dout[n,i]·x[n,i]·s_n, rows in order. Each thread owns one contiguous
     // range of columns (whole cache lines) and walks the rows once; who owns a column never
     // changes what is added to it or in which order.

@@ -21,9 +21,11 @@ void rope_table(float *cos_t, float *sin_t, int T, int HS, double theta) {
 }
 
 // The NX heads of one (b, t) row xr, with that position's cos/sin rows cr, sr.
-// inverse = 0: rotate by +angle (forward); inverse = 1: by −angle (the transpose).
+// inverse = 0: rotate by +angle (forward); inverse = 1: by −angle (the transpose). Then the
+// whole row is rounded to BF16 values when round.
 TT_CLONES
-static void rope_row(float *xr, const float *restrict cr, const float *restrict sr, int NX, int HS, int inverse) {
+static void rope_row(float *xr, const float *restrict cr, const float *restrict sr, int NX, int HS, int inverse,
+                     int round) {
     int half = HS / 2;
     for (int h = 0; h < NX; h++) {
         // the two halves of a head row never overlap: restrict lets the loop vectorize
@@ -44,21 +46,23 @@ static void rope_row(float *xr, const float *restrict cr, const float *restrict 
             }
         }
     }
+    if (round) tt_round_n(xr, (size_t)NX * HS);
 }
 
-static void rope_apply(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS, int inverse) {
+static void rope_apply(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS, int inverse,
+                       int round) {
     int half = HS / 2;
     #pragma omp parallel for schedule(static)
     for (long bt = 0; bt < (long)B * T; bt++) {
         int t = (int)(bt % T);
-        rope_row(x + (size_t)bt * NX * HS, cos_t + (size_t)t * half, sin_t + (size_t)t * half, NX, HS, inverse);
+        rope_row(x + (size_t)bt * NX * HS, cos_t + (size_t)t * half, sin_t + (size_t)t * half, NX, HS, inverse, round);
     }
 }
 
-void rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS) {
-    rope_apply(x, cos_t, sin_t, B, T, NX, HS, 0);
+void rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS, int round) {
+    rope_apply(x, cos_t, sin_t, B, T, NX, HS, 0, round);
 }
 
-void rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS) {
-    rope_apply(dx, cos_t, sin_t, B, T, NX, HS, 1);
+void rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS, int round) {
+    rope_apply(dx, cos_t, sin_t, B, T, NX, HS, 1, round);
 }

@@ -57,6 +57,41 @@ INLINE v16f splat16(float x) { return __builtin_shuffle((v16f){x}, (v16i){0}); }
 INLINE v16f sel16(v16i m, v16f a, v16f b) { return (v16f)(((v16i)a & m) | ((v16i)b & ~m)); }
 INLINE v16f max16(v16f a, v16f b) { return sel16(a > b, a, b); }
 
+// BF16 rounding of an FP32 value's bits, kept in the upper 16 bits of the word (the lower 16
+// become zero): round to nearest even, by adding 0x7fff plus the lowest kept bit (the carry
+// may ripple into the exponent, which is exactly rounding up, max finite to Inf included; Inf
+// has zero low bits); a NaN keeps its sign and top payload and is forced quiet (rounding
+// could carry it into Inf). bf16.c's conversions and every op's fused output rounding (the
+// `round` flags of kernels.h) use this one function, so fused and separate rounding agree.
+INLINE uint32_t tt_rne_hi(uint32_t u) {
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    uint32_t q = (u & 0xffff0000u) | 0x00400000u;
+    return (u & 0x7fffffffu) > 0x7f800000u ? q : r;
+}
+// x[0, n) rounded to BF16 values in place (vectorized in the caller's clone).
+INLINE void tt_round_n(float *restrict x, size_t n) {
+    #pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        u = tt_rne_hi(u);
+        memcpy(x + i, &u, sizeof u);
+    }
+}
+// The same on one 8-float vector, and on 16 (only inside TT_WIDE functions).
+typedef uint32_t v8u __attribute__((vector_size(32)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
+#define TT_RND_DEF(name, V, VU)                                                                \
+    INLINE V name(V x) {                                                                   \
+        VU u = (VU)x;                                                                      \
+        VU r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;                             \
+        VU q = (u & 0xffff0000u) | 0x00400000u;                                            \
+        VU nan = (VU)((u & 0x7fffffffu) > 0x7f800000u);                                    \
+        return (V)((q & nan) | (r & ~nan));                                                \
+    }
+TT_RND_DEF(rnd8, v8f, v8u)
+TT_RND_DEF(rnd16, v16f, v16u)
+
 // e^x, lane-wise, as one fixed sequence of FP32 operations (Cephes expf: Cody–Waite
 // reduction by ln 2, degree-7 polynomial, scale by 2^n built in the exponent bits): within
 // 1 ulp of e^x (0.98 measured) for −87.3 ≤ x ≤ 88.3; 0 below (where e^x < FLT_MIN), +Inf

@@ -15,12 +15,13 @@
 
 // ---------------------------------------------------------------- chunks
 TT_CLONES
-static void swiglu_fwd_chunk(float *out, const float *gate, const float *up, size_t n) {
+static void swiglu_fwd_chunk(float *out, const float *gate, const float *up, size_t n, int round) {
     for (size_t i = 0; i < n; i += 8) {
         size_t nv = n - i < 8 ? n - i : 8;
         v8f g = nv == 8 ? ld8(gate + i) : ld8_part(gate + i, nv, 0.0f);
         v8f u = nv == 8 ? ld8(up + i) : ld8_part(up + i, nv, 0.0f);
         v8f o = (g / (1.0f + exp8(-g))) * u;
+        if (round) o = rnd8(o);
         if (nv == 8) st8(out + i, o);
         else st8_part(out + i, o, nv);
     }
@@ -28,7 +29,8 @@ static void swiglu_fwd_chunk(float *out, const float *gate, const float *up, siz
 
 // d silu/dx = σ(x)·(1 + x·(1 − σ(x))), σ(x) = 1/(1+e^−x)
 TT_CLONES
-static void swiglu_bwd_chunk(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n) {
+static void swiglu_bwd_chunk(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n,
+                             int round) {
     for (size_t i = 0; i < n; i += 8) {
         size_t nv = n - i < 8 ? n - i : 8;
         v8f g = nv == 8 ? ld8(gate + i) : ld8_part(gate + i, nv, 0.0f);
@@ -38,25 +40,27 @@ static void swiglu_bwd_chunk(float *dgate, float *dup, const float *dout, const 
         v8f silu = g * sig;
         v8f dsilu = sig * (1.0f + g * (1.0f - sig));
         v8f dg = (d * u) * dsilu, du = d * silu;
+        if (round) { dg = rnd8(dg); du = rnd8(du); }
         if (nv == 8) { st8(dgate + i, dg); st8(dup + i, du); }
         else { st8_part(dgate + i, dg, nv); st8_part(dup + i, du, nv); }
     }
 }
 
-void swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
+void swiglu_forward(float *out, const float *gate, const float *up, size_t n, int round) {
     size_t nc = (n + SWIGLU_CHUNK - 1) / SWIGLU_CHUNK;
     #pragma omp parallel for schedule(static) if (nc > 1)
     for (size_t c = 0; c < nc; c++) {
         size_t i = c * SWIGLU_CHUNK, len = n - i < SWIGLU_CHUNK ? n - i : SWIGLU_CHUNK;
-        swiglu_fwd_chunk(out + i, gate + i, up + i, len);
+        swiglu_fwd_chunk(out + i, gate + i, up + i, len, round);
     }
 }
 
-void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n) {
+void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n,
+                     int round) {
     size_t nc = (n + SWIGLU_CHUNK - 1) / SWIGLU_CHUNK;
     #pragma omp parallel for schedule(static) if (nc > 1)
     for (size_t c = 0; c < nc; c++) {
         size_t i = c * SWIGLU_CHUNK, len = n - i < SWIGLU_CHUNK ? n - i : SWIGLU_CHUNK;
-        swiglu_bwd_chunk(dgate + i, dup + i, dout + i, gate + i, up + i, len);
+        swiglu_bwd_chunk(dgate + i, dup + i, dout + i, gate + i, up + i, len, round);
     }
 }

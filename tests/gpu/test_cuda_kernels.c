@@ -216,8 +216,8 @@ START_TEST(test_op_table) {
     ck_assert_str_eq(G.name, "cuda");
     ck_assert_int_eq(G.kind, DEVICE_CUDA);
     const backend_ops_t *o = G.ops;
-    ck_assert(o->matmul_forward == cuda_matmul_forward);
-    ck_assert(o->attention_backward == cuda_attention_backward);
+    ck_assert(o->matmul_backward_weight == cuda_matmul_backward_weight);
+    ck_assert(o->bf16_round_n == cuda_bf16_round_n); // the ops with a round flag wrap theirs (test_round_flags)
     ck_assert(o->adamw_update == cuda_adamw_update);
     ck_assert(o->embedding_backward == cuda_embedding_backward);
     ck_assert(o->crossentropy_fold == cuda_crossentropy_fold);
@@ -273,13 +273,13 @@ START_TEST(test_copy_order) {
     float *h = fnew(n), *ones = fnew(n);
     for (size_t i = 0; i < n; i++) { h[i] = (float)i; ones[i] = 1.0f; }
     float *dx = dput(h, n), *dy = dput(ones, n);
-    for (int rep = 0; rep < 20; rep++) G.ops->add_inplace(dx, dy, n); // queued, not waited for
+    for (int rep = 0; rep < 20; rep++) G.ops->add_inplace(dx, dy, n, 0); // queued, not waited for
     float *back = dget(dx, n);
     for (size_t i = 0; i < n; i++)
         if (back[i] != (float)i + 20.0f) ck_abort_msg("d2h after 20 adds: [%zu] = %g, want %g", i, back[i], (float)i + 20.0f);
     for (size_t i = 0; i < n; i++) h[i] = -(float)i;
     backend_copy_h2d(&G, dx, h, n * sizeof(float));
-    G.ops->add_inplace(dx, dy, n);
+    G.ops->add_inplace(dx, dy, n, 0);
     free(back);
     back = dget(dx, n);
     for (size_t i = 0; i < n; i++)
@@ -341,8 +341,8 @@ START_TEST(test_add_inplace) {
         fill_sym(x, n, 1.0, &r);
         fill_sym(y, n, 1.0, &r);
         float *dx = dput(x, n), *dy = dput(y, n);
-        add_inplace(x, y, n);
-        G.ops->add_inplace(dx, dy, n);
+        add_inplace(x, y, n, 0);
+        G.ops->add_inplace(dx, dy, n, 0);
         float *got = dget(dx, n);
         CHECK_BITS("add_inplace", got, x, n);
         free(x); free(y); free(got);
@@ -444,26 +444,26 @@ START_TEST(test_matmul) {
         char what[160];
 
         float *c_out = fnew(no);
-        matmul_forward(c_out, a, b, N, IC, OC);
+        matmul_forward(c_out, a, b, N, IC, OC, 0);
         poison(d_out, no * 4);
-        G.ops->matmul_forward(d_out, d_inp, d_w, N, IC, OC);
+        G.ops->matmul_forward(d_out, d_inp, d_w, N, IC, OC, 0);
         float *g_out = dget(d_out, no);
         snprintf(what, sizeof what, "matmul out N=%d IC=%d OC=%d %s, %s", N, IC, OC, MM_MODE_NAME[mode], MMV_NAME[var]);
         mm_close(what, g_out, c_out, sc_out, no, MM_REL[mode]);
 
         float *c_dinp = fnew(ni);
-        matmul_backward_input(c_dinp, d, b, N, IC, OC, 0);
+        matmul_backward_input(c_dinp, d, b, N, IC, OC, 0, 0);
         poison(d_dinp, ni * 4); // accumulate = 0 overwrites
-        G.ops->matmul_backward_input(d_dinp, d_dout, d_w, N, IC, OC, 0);
+        G.ops->matmul_backward_input(d_dinp, d_dout, d_w, N, IC, OC, 0, 0);
         float *g_dinp = dget(d_dinp, ni);
         snprintf(what, sizeof what, "matmul dinp (=) N=%d IC=%d OC=%d %s, %s", N, IC, OC, MM_MODE_NAME[mode], MMV_NAME[var]);
         mm_close(what, g_dinp, c_dinp, sc_dinp, ni, MM_REL[mode]);
         free(g_dinp);
 
         memcpy(c_dinp, dinp_pre, ni * 4); // accumulate = 1 adds
-        matmul_backward_input(c_dinp, d, b, N, IC, OC, 1);
+        matmul_backward_input(c_dinp, d, b, N, IC, OC, 1, 0);
         upload(d_dinp, dinp_pre, ni * 4);
-        G.ops->matmul_backward_input(d_dinp, d_dout, d_w, N, IC, OC, 1);
+        G.ops->matmul_backward_input(d_dinp, d_dout, d_w, N, IC, OC, 1, 0);
         g_dinp = dget(d_dinp, ni);
         snprintf(what, sizeof what, "matmul dinp (+=) N=%d IC=%d OC=%d %s, %s", N, IC, OC, MM_MODE_NAME[mode], MMV_NAME[var]);
         mm_close(what, g_dinp, c_dinp, sc_dinp, ni, MM_REL[mode]);
@@ -496,19 +496,19 @@ START_TEST(test_matmul_degenerate) {
         cuda_kernels_set_fp32_matmul(fp32);
         const int N = 5, C = 7;
         float *d_out = dpoison((size_t)N * C), *d_x = dpoison((size_t)N * C);
-        G.ops->matmul_forward(d_out, d_x, d_x, N, 0, C); // IC = 0: out = 0
+        G.ops->matmul_forward(d_out, d_x, d_x, N, 0, C, 0); // IC = 0: out = 0
         float *h = dget(d_out, (size_t)N * C);
         for (int i = 0; i < N * C; i++) ck_assert_msg(h[i] == 0.0f, "forward IC=0: out[%d] = %g", i, h[i]);
         free(h);
-        G.ops->matmul_backward_input(d_out, d_x, d_x, N, C, 0, 0); // OC = 0, "=": dinp = 0
+        G.ops->matmul_backward_input(d_out, d_x, d_x, N, C, 0, 0, 0); // OC = 0, "=": dinp = 0
         poison(d_out, (size_t)N * C * 4);
-        G.ops->matmul_backward_input(d_out, d_x, d_x, N, C, 0, 0);
+        G.ops->matmul_backward_input(d_out, d_x, d_x, N, C, 0, 0, 0);
         h = dget(d_out, (size_t)N * C);
         for (int i = 0; i < N * C; i++) ck_assert_msg(h[i] == 0.0f, "backward_input OC=0 (=): dinp[%d] = %g", i, h[i]);
         free(h);
-        G.ops->matmul_backward_input(d_out, d_x, d_x, N, C, 0, 1); // "+=": unchanged (zeros)
+        G.ops->matmul_backward_input(d_out, d_x, d_x, N, C, 0, 1, 0); // "+=": unchanged (zeros)
         G.ops->matmul_backward_weight(d_out, d_x, d_x, 0, C, N);   // N = 0: unchanged
-        G.ops->matmul_forward(d_x, d_out, d_out, 0, C, C);         // N = 0: d_x stays poisoned
+        G.ops->matmul_forward(d_x, d_out, d_out, 0, C, C, 0);         // N = 0: d_x stays poisoned
         h = dget(d_out, (size_t)N * C);
         for (int i = 0; i < N * C; i++) ck_assert_msg(h[i] == 0.0f, "degenerate calls changed [%d] = %g", i, h[i]);
         free(h);
@@ -536,9 +536,9 @@ START_TEST(test_rmsnorm) {
     fill_sym(dx_pre, nx, 1.0, &rg);
     fill_sym(dw_pre, C, 1.0, &rg);
     float *c_out = fnew(nx), *c_rstd = fnew(N);
-    rmsnorm_forward(c_out, c_rstd, x, w, N, C, eps);
+    rmsnorm_forward(c_out, c_rstd, x, w, N, C, eps, 0);
     float *d_x = dput(x, nx), *d_w = dput(w, C), *d_out = dpoison(nx), *d_rstd = dpoison(N);
-    G.ops->rmsnorm_forward(d_out, d_rstd, d_x, d_w, N, C, eps);
+    G.ops->rmsnorm_forward(d_out, d_rstd, d_x, d_w, N, C, eps, 0);
     float *g_out = dget(d_out, nx), *g_rstd = dget(d_rstd, N);
     char what[96];
     snprintf(what, sizeof what, "rmsnorm out N=%d C=%d", N, C);
@@ -547,10 +547,10 @@ START_TEST(test_rmsnorm) {
     CHECK_CLOSE(what, g_rstd, c_rstd, N, TOL_RMS_RSTD);
     // backward from the CPU's rstd on both sides, onto random prefills ("+=")
     float *c_dx = fdup(dx_pre, nx), *c_dw = fdup(dw_pre, C);
-    rmsnorm_backward(c_dx, c_dw, dout, x, w, c_rstd, N, C);
+    rmsnorm_backward(c_dx, c_dw, dout, x, w, c_rstd, N, C, 0);
     float *d_dx = dput(dx_pre, nx), *d_dw = dput(dw_pre, C), *d_dout = dput(dout, nx);
     upload(d_rstd, c_rstd, (size_t)N * 4);
-    G.ops->rmsnorm_backward(d_dx, d_dw, d_dout, d_x, d_w, d_rstd, N, C);
+    G.ops->rmsnorm_backward(d_dx, d_dw, d_dout, d_x, d_w, d_rstd, N, C, 0);
     float *g_dx = dget(d_dx, nx), *g_dw = dget(d_dw, C);
     snprintf(what, sizeof what, "rmsnorm dx (+=) N=%d C=%d", N, C);
     CHECK_CLOSE(what, g_dx, c_dx, nx, TOL_RMS_DX);
@@ -559,7 +559,7 @@ START_TEST(test_rmsnorm) {
     // run to run
     upload(d_dw, dw_pre, (size_t)C * 4);
     upload(d_dx, dx_pre, nx * 4);
-    G.ops->rmsnorm_backward(d_dx, d_dw, d_dout, d_x, d_w, d_rstd, N, C);
+    G.ops->rmsnorm_backward(d_dx, d_dw, d_dout, d_x, d_w, d_rstd, N, C, 0);
     float *g_dw2 = dget(d_dw, C);
     ck_assert_msg(memcmp(g_dw, g_dw2, (size_t)C * 4) == 0, "rmsnorm dw: two runs differ (N=%d C=%d)", N, C);
     free(x); free(w); free(dout); free(dx_pre); free(dw_pre); free(c_out); free(c_rstd); free(g_out); free(g_rstd);
@@ -582,15 +582,15 @@ START_TEST(test_rope) {
     rope_table(ct, st, s.T, s.HS, 10000.0);
     float *d_x = dput(x, n), *d_c = dput(ct, nt), *d_s = dput(st, nt);
     float *cx = fdup(x, n);
-    rope_forward(cx, ct, st, s.B, s.T, s.NX, s.HS);
-    G.ops->rope_forward(d_x, d_c, d_s, s.B, s.T, s.NX, s.HS);
+    rope_forward(cx, ct, st, s.B, s.T, s.NX, s.HS, 0);
+    G.ops->rope_forward(d_x, d_c, d_s, s.B, s.T, s.NX, s.HS, 0);
     float *g = dget(d_x, n);
     char what[96];
     snprintf(what, sizeof what, "rope forward B=%d T=%d NX=%d HS=%d", s.B, s.T, s.NX, s.HS);
     CHECK_BITS(what, g, cx, n);
     free(g);
-    rope_backward(cx, ct, st, s.B, s.T, s.NX, s.HS);
-    G.ops->rope_backward(d_x, d_c, d_s, s.B, s.T, s.NX, s.HS);
+    rope_backward(cx, ct, st, s.B, s.T, s.NX, s.HS, 0);
+    G.ops->rope_backward(d_x, d_c, d_s, s.B, s.T, s.NX, s.HS, 0);
     g = dget(d_x, n);
     snprintf(what, sizeof what, "rope backward B=%d T=%d NX=%d HS=%d", s.B, s.T, s.NX, s.HS);
     CHECK_BITS(what, g, cx, n);
@@ -620,10 +620,10 @@ START_TEST(test_attention) {
     fill_sym(v, nk, 1.0, &rg);
     fill_sym(dout, nq, 1.0, &rg);
     float *c_out = fnew(nq), *c_lse = fnew(nl);
-    attention_forward(c_out, c_lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.HS);
+    attention_forward(c_out, c_lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.HS, 0);
     float *d_q = dput(q, nq), *d_k = dput(k, nk), *d_v = dput(v, nk), *d_dout = dput(dout, nq);
     float *d_out = dpoison(nq), *d_lse = dpoison(nl);
-    G.ops->attention_forward(d_out, d_lse, d_q, d_k, d_v, s.B, s.T, s.NH, s.NKV, s.HS);
+    G.ops->attention_forward(d_out, d_lse, d_q, d_k, d_v, s.B, s.T, s.NH, s.NKV, s.HS, 0);
     float *g_out = dget(d_out, nq), *g_lse = dget(d_lse, nl);
     char what[128], tag[96];
     snprintf(tag, sizeof tag, "B=%d T=%d NH=%d NKV=%d HS=%d %s", s.B, s.T, s.NH, s.NKV, s.HS,
@@ -632,17 +632,17 @@ START_TEST(test_attention) {
     CHECK_CLOSE(what, g_out, c_out, nq, TOL_ATT_OUT);
     snprintf(what, sizeof what, "attention lse %s", tag);
     CHECK_CLOSE(what, g_lse, c_lse, nl, TOL_ATT_LSE);
-    G.ops->attention_forward(d_out, d_lse, d_q, d_k, d_v, s.B, s.T, s.NH, s.NKV, s.HS);
+    G.ops->attention_forward(d_out, d_lse, d_q, d_k, d_v, s.B, s.T, s.NH, s.NKV, s.HS, 0);
     float *g_out2 = dget(d_out, nq);
     ck_assert_msg(memcmp(g_out, g_out2, nq * 4) == 0, "attention out: two runs differ (%s)", tag);
 
     // backward from the CPU's out and lse on both sides
     float *c_dq = fnew(nq), *c_dk = fnew(nk), *c_dv = fnew(nk);
-    attention_backward(c_dq, c_dk, c_dv, dout, q, k, v, c_out, c_lse, s.B, s.T, s.NH, s.NKV, s.HS);
+    attention_backward(c_dq, c_dk, c_dv, dout, q, k, v, c_out, c_lse, s.B, s.T, s.NH, s.NKV, s.HS, 0);
     upload(d_out, c_out, nq * 4);
     upload(d_lse, c_lse, nl * 4);
     float *d_dq = dpoison(nq), *d_dk = dpoison(nk), *d_dv = dpoison(nk);
-    G.ops->attention_backward(d_dq, d_dk, d_dv, d_dout, d_q, d_k, d_v, d_out, d_lse, s.B, s.T, s.NH, s.NKV, s.HS);
+    G.ops->attention_backward(d_dq, d_dk, d_dv, d_dout, d_q, d_k, d_v, d_out, d_lse, s.B, s.T, s.NH, s.NKV, s.HS, 0);
     float *g_dq = dget(d_dq, nq), *g_dk = dget(d_dk, nk), *g_dv = dget(d_dv, nk);
     snprintf(what, sizeof what, "attention dq %s", tag);
     CHECK_CLOSE(what, g_dq, c_dq, nq, TOL_ATT_DQ);
@@ -652,7 +652,7 @@ START_TEST(test_attention) {
     CHECK_CLOSE(what, g_dv, c_dv, nk, TOL_ATT_DV);
     poison(d_dq, nq * 4);
     poison(d_dk, nk * 4);
-    G.ops->attention_backward(d_dq, d_dk, d_dv, d_dout, d_q, d_k, d_v, d_out, d_lse, s.B, s.T, s.NH, s.NKV, s.HS);
+    G.ops->attention_backward(d_dq, d_dk, d_dv, d_dout, d_q, d_k, d_v, d_out, d_lse, s.B, s.T, s.NH, s.NKV, s.HS, 0);
     float *g_dq2 = dget(d_dq, nq), *g_dk2 = dget(d_dk, nk);
     ck_assert_msg(memcmp(g_dq, g_dq2, nq * 4) == 0 && memcmp(g_dk, g_dk2, nk * 4) == 0,
                   "attention backward: two runs differ (%s)", tag);
@@ -666,12 +666,12 @@ static const size_t SWIGLU_N[] = {1, 7, 33 * 72 * 4, 40001, 64 * 30};
 
 static void swiglu_check(const float *gate, const float *up, const float *dout, size_t n, const char *tag) {
     float *c_out = fnew(n), *c_dg = fnew(n), *c_du = fnew(n);
-    swiglu_forward(c_out, gate, up, n);
-    swiglu_backward(c_dg, c_du, dout, gate, up, n);
+    swiglu_forward(c_out, gate, up, n, 0);
+    swiglu_backward(c_dg, c_du, dout, gate, up, n, 0);
     float *d_g = dput(gate, n), *d_u = dput(up, n), *d_d = dput(dout, n);
     float *d_out = dpoison(n), *d_dg = dpoison(n), *d_du = dpoison(n);
-    G.ops->swiglu_forward(d_out, d_g, d_u, n);
-    G.ops->swiglu_backward(d_dg, d_du, d_d, d_g, d_u, n);
+    G.ops->swiglu_forward(d_out, d_g, d_u, n, 0);
+    G.ops->swiglu_backward(d_dg, d_du, d_d, d_g, d_u, n, 0);
     float *g_out = dget(d_out, n), *g_dg = dget(d_dg, n), *g_du = dget(d_du, n);
     char what[96];
     snprintf(what, sizeof what, "swiglu out %s n=%zu", tag, n);
@@ -692,6 +692,44 @@ START_TEST(test_swiglu) {
     fill_sym(d, n, 1.0, &rg);
     swiglu_check(g, u, d, n, "random");
     free(g); free(u); free(d);
+}
+END_TEST
+
+// The ops' round flags on the device: each wrapped op with round = 1 against the same op with
+// round = 0 and then bf16_round_n over each of its outputs (whose sizes the wrappers compute).
+START_TEST(test_round_flags) {
+    const int B = 2, T = 33, NH = 4, NKV = 2, HS = 16, N = B * T, C = NH * HS, KVD = NKV * HS;
+    const size_t nq = (size_t)N * C, nk = (size_t)N * KVD, nl = (size_t)B * NH * T;
+    rng_t rg = rng_make(4242);
+    float *q = fnew(nq), *k = fnew(nk), *v = fnew(nk), *d = fnew(nq), *w = fnew((size_t)C * KVD);
+    fill_sym(q, nq, 2.0, &rg); fill_sym(k, nk, 2.0, &rg); fill_sym(v, nk, 1.0, &rg);
+    fill_sym(d, nq, 1.0, &rg); fill_sym(w, (size_t)C * KVD, 1.0, &rg);
+    float *dq_ = dput(q, nq), *dk_ = dput(k, nk), *dv_ = dput(v, nk), *dd = dput(d, nq), *dw = dput(w, (size_t)C * KVD);
+    float *out = dpoison(nq), *lse = dpoison(nl), *g[2][3];
+    G.ops->attention_forward(out, lse, dq_, dk_, dv_, B, T, NH, NKV, HS, 0);
+    for (int r = 0; r < 2; r++) {
+        g[r][0] = dpoison(nq); g[r][1] = dpoison(nk); g[r][2] = dpoison(nk);
+        G.ops->attention_backward(g[r][0], g[r][1], g[r][2], dd, dq_, dk_, dv_, out, lse, B, T, NH, NKV, HS, r);
+        if (!r) { G.ops->bf16_round_n(g[r][0], nq); G.ops->bf16_round_n(g[r][1], nk); G.ops->bf16_round_n(g[r][2], nk); }
+    }
+    const size_t len[3] = {nq, nk, nk};
+    for (int i = 0; i < 3; i++) {
+        float *a = dget(g[0][i], len[i]), *b = dget(g[1][i], len[i]);
+        CHECK_BITS(i == 0 ? "attention_backward dq, round" : i == 1 ? "attention_backward dk, round" : "attention_backward dv, round",
+                   b, a, len[i]);
+        free(a); free(b);
+    }
+    // dinp (N, C) += dout (N, KVD) · w (KVD, C), rounded after the sum
+    float *m[2];
+    for (int r = 0; r < 2; r++) {
+        m[r] = dput(q, nq);
+        G.ops->matmul_backward_input(m[r], dk_, dw, N, C, KVD, 1, r);
+        if (!r) G.ops->bf16_round_n(m[r], nq);
+    }
+    float *a = dget(m[0], nq), *b = dget(m[1], nq);
+    CHECK_BITS("matmul_backward_input +=, round", b, a, nq);
+    free(a); free(b);
+    free(q); free(k); free(v); free(d); free(w);
 }
 END_TEST
 
@@ -969,22 +1007,22 @@ START_TEST(test_memory_no_growth) {
     const adamw_params_t hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .wd = 0.1f, .grad_scale = 1, .bc1 = 0.1f, .bc2 = 0.05f};
     for (int fp32 = 0; fp32 < 2; fp32++) {
         cuda_kernels_set_fp32_matmul(fp32);
-        G.ops->matmul_forward(big, x, w, N, C, V);
-        G.ops->matmul_backward_input(x, big, w, N, C, V, 0);
+        G.ops->matmul_forward(big, x, w, N, C, V, 0);
+        G.ops->matmul_backward_input(x, big, w, N, C, V, 0, 0);
         G.ops->matmul_backward_weight(dw, big, x, N, C, V);
-        G.ops->matmul_forward(y, x, w, N, C, F);
+        G.ops->matmul_forward(y, x, w, N, C, F, 0);
     }
     for (int plain = 0; plain < 2; plain++) {
         cuda_kernels_set_test_limits(0, 0, 0, plain);
-        G.ops->attention_forward(y, lse, x, z, z, B, T, NH, NKV, HS);
-        G.ops->attention_backward(x, z, w, y, x, z, z, y, lse, B, T, NH, NKV, HS);
+        G.ops->attention_forward(y, lse, x, z, z, B, T, NH, NKV, HS, 0);
+        G.ops->attention_backward(x, z, w, y, x, z, z, y, lse, B, T, NH, NKV, HS, 0);
     }
-    G.ops->rmsnorm_forward(y, rs, x, w, N, C, 1e-5f);
-    G.ops->rmsnorm_backward(x, dw, y, x, w, rs, N, C);
-    G.ops->rope_forward(x, w, w, B, T, NH, HS);
-    G.ops->rope_backward(x, w, w, B, T, NH, HS);
-    G.ops->swiglu_forward(x, y, z, (size_t)N * C);
-    G.ops->swiglu_backward(x, y, z, x, y, (size_t)N * C);
+    G.ops->rmsnorm_forward(y, rs, x, w, N, C, 1e-5f, 0);
+    G.ops->rmsnorm_backward(x, dw, y, x, w, rs, N, C, 0);
+    G.ops->rope_forward(x, w, w, B, T, NH, HS, 0);
+    G.ops->rope_backward(x, w, w, B, T, NH, HS, 0);
+    G.ops->swiglu_forward(x, y, z, (size_t)N * C, 0);
+    G.ops->swiglu_backward(x, y, z, x, y, (size_t)N * C, 0);
     G.ops->embedding_forward(x, tok, w, N, C, 0, V);
     G.ops->embedding_backward(dw, x, tok, N, C, 0, V);
     G.ops->crossentropy_fold(st, big, tok, N, V, 0);
@@ -992,7 +1030,7 @@ START_TEST(test_memory_no_growth) {
     G.ops->crossentropy_backward(big, big, st, tok, N, V, 0, 1.0f / N);
     G.ops->bf16_round_n(x, (size_t)N * C);
     G.ops->bf16_to_f32_n(y, p16, (size_t)N * C);
-    G.ops->add_inplace(x, y, (size_t)N * C);
+    G.ops->add_inplace(x, y, (size_t)N * C, 0);
     G.ops->adamw_update(w, dw, z, p16, y, x, (size_t)N * C, &hp);
     (void)G.ops->sumsq(x, (size_t)N * C);
     backend_sync(&G);
@@ -1065,6 +1103,7 @@ static Suite *cuda_suite(void) {
     tc = tcase(s, "swiglu", 1);
     tcase_add_loop_test(tc, test_swiglu, 0, NELEMS(SWIGLU_N));
     tcase_add_test(tc, test_swiglu_extremes);
+    tcase_add_test(tc, test_round_flags);
     tc = tcase(s, "embedding", 1);
     tcase_add_loop_test(tc, test_embedding, 0, NELEMS(EMB_SHAPES));
     tc = tcase(s, "crossentropy", 1);
