@@ -853,6 +853,32 @@ START_TEST(test_swiglu) {
 }
 END_TEST
 
+// Where the CPU has AVX-512F, runs of 16 take the 16-lane chunks and a tail shorter than 16 the
+// 8-lane ones: every element alone (a tail of one) must get the bits it got in the long run,
+// rounded or not (on other CPUs both sides are the 8-lane path).
+START_TEST(test_swiglu_paths) {
+    const size_t n = 4099;
+    rng_t rg = rng_make(610);
+    float *g = fnew(n), *u = fnew(n), *d = fnew(n), *o = fnew(n), *dg = fnew(n), *du = fnew(n);
+    fill_sym(g, n, 6.0, &rg);
+    fill_sym(u, n, 1.0, &rg);
+    fill_sym(d, n, 1.0, &rg);
+    for (int round = 0; round < 2; round++) {
+        swiglu_forward(o, g, u, n, round);
+        swiglu_backward(dg, du, d, g, u, n, round);
+        for (size_t i = 0; i < n; i++) {
+            float o1, dg1, du1;
+            swiglu_forward(&o1, g + i, u + i, 1, round);
+            swiglu_backward(&dg1, &du1, d + i, g + i, u + i, 1, round);
+            CHECK_LOOP(u_of(o1) == u_of(o[i]) && u_of(dg1) == u_of(dg[i]) && u_of(du1) == u_of(du[i]),
+                       "swiglu element %zu (round %d): alone %a %a %a, in the run %a %a %a", i, round, o1, dg1, du1,
+                       o[i], dg[i], du[i]);
+        }
+    }
+    free(g); free(u); free(d); free(o); free(dg); free(du);
+}
+END_TEST
+
 START_TEST(test_swiglu_extremes) {
     // exp(−g) overflows for g < −88.7: silu must go to −0, never NaN; large g is ~identity.
     const float gate[] = {-1e30f, -1e4f, -100.f, -88.f, -20.f, -1.2785f, -0.0f, 0.0f, 1e-30f, 20.f, 88.f, 100.f, 1e4f, 1e30f};
@@ -1669,6 +1695,7 @@ static Suite *kernels_suite(void) {
     tc = tcase(s, "swiglu");
     tcase_add_loop_test(tc, test_swiglu, 0, NELEMS(SWIGLU_SHAPES));
     tcase_add_test(tc, test_swiglu_extremes);
+    tcase_add_test(tc, test_swiglu_paths);
     tc = tcase(s, "embedding");
     tcase_add_loop_test(tc, test_embedding, 0, NELEMS(EMB_SHAPES));
     tcase_add_loop_test(tc, test_embedding_chunks, 0, NELEMS(EMB_CHUNKS));

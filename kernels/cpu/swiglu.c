@@ -2,9 +2,10 @@
 // out = silu(gate)·up with silu(x) = x/(1+e^−x). For very negative x, e^−x overflows to
 // +Inf and silu gives −0, its limit; no NaN appears for any finite input.
 // Vector code: GCC vector extensions (8 floats) in fixed chunks; the chunk functions are
-// compiled for AVX2 and for the x86-64 baseline, picked at load time; elementwise IEEE ops
-// only, so the bits do not depend on the clone or on the thread count. exp is exp8 from
-// simd.h, the same fixed sequence attention.c uses.
+// compiled for AVX2 and for the x86-64 baseline, picked at load time, and have 16-float twins
+// compiled for AVX-512F, called instead where the CPU has it; elementwise IEEE ops only, so
+// the bits depend on neither the path nor the thread count. exp is exp8 (exp16) from simd.h,
+// the same fixed sequence attention.c uses.
 // Called by the CPU backend between the MLP's up/gate and down projections.
 #include "kernels.h"
 #include <math.h>
@@ -46,21 +47,56 @@ static void swiglu_bwd_chunk(float *dgate, float *dup, const float *dout, const 
     }
 }
 
+// ---------------------------------------------------------------- 16-lane twins (AVX-512F)
+// The chunks above on 16 floats, the same operations per element; a tail shorter than 16
+// goes to the 8-lane chunk. Called only when tt_wide().
+TT_WIDE static void swiglu_fwd16(float *out, const float *gate, const float *up, size_t n, int round) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v16f g = ld16(gate + i), u = ld16(up + i);
+        v16f o = (g / (1.0f + exp16(-g))) * u;
+        if (round) o = rnd16(o);
+        st16(out + i, o);
+    }
+    if (i < n) swiglu_fwd_chunk(out + i, gate + i, up + i, n - i, round);
+}
+
+TT_WIDE static void swiglu_bwd16(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                                 size_t n, int round) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v16f g = ld16(gate + i), u = ld16(up + i), d = ld16(dout + i);
+        v16f sig = 1.0f / (1.0f + exp16(-g));
+        v16f silu = g * sig;
+        v16f dsilu = sig * (1.0f + g * (1.0f - sig));
+        v16f dg = (d * u) * dsilu, du = d * silu;
+        if (round) { dg = rnd16(dg); du = rnd16(du); }
+        st16(dgate + i, dg);
+        st16(dup + i, du);
+    }
+    if (i < n) swiglu_bwd_chunk(dgate + i, dup + i, dout + i, gate + i, up + i, n - i, round);
+}
+
+// ---------------------------------------------------------------- entry points
 void swiglu_forward(float *out, const float *gate, const float *up, size_t n, int round) {
     size_t nc = (n + SWIGLU_CHUNK - 1) / SWIGLU_CHUNK;
+    const int wide = tt_wide();
     #pragma omp parallel for schedule(static) if (nc > 1)
     for (size_t c = 0; c < nc; c++) {
         size_t i = c * SWIGLU_CHUNK, len = n - i < SWIGLU_CHUNK ? n - i : SWIGLU_CHUNK;
-        swiglu_fwd_chunk(out + i, gate + i, up + i, len, round);
+        if (wide) swiglu_fwd16(out + i, gate + i, up + i, len, round);
+        else swiglu_fwd_chunk(out + i, gate + i, up + i, len, round);
     }
 }
 
 void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n,
                      int round) {
     size_t nc = (n + SWIGLU_CHUNK - 1) / SWIGLU_CHUNK;
+    const int wide = tt_wide();
     #pragma omp parallel for schedule(static) if (nc > 1)
     for (size_t c = 0; c < nc; c++) {
         size_t i = c * SWIGLU_CHUNK, len = n - i < SWIGLU_CHUNK ? n - i : SWIGLU_CHUNK;
-        swiglu_bwd_chunk(dgate + i, dup + i, dout + i, gate + i, up + i, len, round);
+        if (wide) swiglu_bwd16(dgate + i, dup + i, dout + i, gate + i, up + i, len, round);
+        else swiglu_bwd_chunk(dgate + i, dup + i, dout + i, gate + i, up + i, len, round);
     }
 }
