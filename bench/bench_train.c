@@ -2,12 +2,15 @@
 // (default shape M: L 12, C 768, 12 heads, F 2048, V 256, T 256, B 4, as issue 13 measured
 // against PyTorch), after one untimed warm-up step. It reports tokens/s, the executed GFLOP/s
 // (the plan's FLOPs per step over the median step) and their fraction of the calibrated GEMM
-// rate, and where the mean timed step went: GEMMs, attention, everything else on the compute
-// thread, and waiting for parameters. The GEMM and attention times come from the run itself:
-// the trainer's op table is wrapped so that every matmul and attention call is timed (on a
-// GPU the backend is synchronized around each, which slows it a little: the split is for
-// reading, the tokens/s for comparing). --recompute auto resolves as train resolves it.
+// rate, and where the mean timed step went: GEMMs, attention, the norms, SwiGLU, RoPE and the
+// residual adds, BF16 conversions, the loss (embedding and cross-entropy), waiting for
+// parameters, and the rest of the compute thread's time (copies, the step's own work). The
+// times come from the run itself: the trainer's op table is wrapped so that every op the
+// compute thread calls is timed (on a GPU the backend is synchronized around each, which
+// slows it a little: the split is for reading, the tokens/s for comparing); calls from other
+// threads (the optimizer's) pass through untimed. --recompute auto resolves as train does.
 // Ends with {"bench":"train",...}. bench/torch_peer.py is the PyTorch peer.
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,12 +22,13 @@
 #include "train.h"
 #include "util.h"
 
-enum { OP_GEMM = 0, OP_ATTN, NOPS };
+enum { OP_GEMM = 0, OP_ATTN, OP_NORM, OP_SWIGLU, OP_ROPE_ADD, OP_BF16, OP_LOSS, NOPS };
 
-// The timing shim: one compute thread calls these, so plain statics do.
+// The timing shim: only the compute thread's calls are counted, so plain statics do.
 static const backend_ops_t *real;
 static backend_ops_t timed;
 static backend_t *timed_be;
+static pthread_t compute_thread;
 static double op_ms[NOPS];
 static int counting; // after the warm-up step
 
@@ -35,9 +39,10 @@ static double tick(void) {
 
 #define TIMED(kind, call)                                                                                              \
     do {                                                                                                               \
-        double t0_ = counting ? tick() : 0;                                                                           \
+        const int on_ = counting && pthread_equal(pthread_self(), compute_thread);                                    \
+        double t0_ = on_ ? tick() : 0;                                                                                \
         call;                                                                                                          \
-        if (counting) op_ms[kind] += tick() - t0_;                                                                     \
+        if (on_) op_ms[kind] += tick() - t0_;                                                                          \
     } while (0)
 
 static void mm_fwd(float *out, const float *inp, const float *w, int N, int IC, int OC, int round) {
@@ -58,8 +63,48 @@ static void att_bwd(float *dq, float *dk, float *dv, const float *dout, const fl
     TIMED(OP_ATTN, real->attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, round));
 }
 
+static void norm_fwd(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps, int round) {
+    TIMED(OP_NORM, real->rmsnorm_forward(out, rstd, x, w, N, C, eps, round));
+}
+static void norm_bwd(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N,
+                     int C, int round) {
+    TIMED(OP_NORM, real->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, round));
+}
+static void swiglu_fwd(float *out, const float *gate, const float *up, size_t n, int round) {
+    TIMED(OP_SWIGLU, real->swiglu_forward(out, gate, up, n, round));
+}
+static void swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n,
+                       int round) {
+    TIMED(OP_SWIGLU, real->swiglu_backward(dgate, dup, dout, gate, up, n, round));
+}
+static void rope_fwd(float *x, const float *c, const float *s, int B, int T, int NX, int HS, int round) {
+    TIMED(OP_ROPE_ADD, real->rope_forward(x, c, s, B, T, NX, HS, round));
+}
+static void rope_bwd(float *x, const float *c, const float *s, int B, int T, int NX, int HS, int round) {
+    TIMED(OP_ROPE_ADD, real->rope_backward(x, c, s, B, T, NX, HS, round));
+}
+static void add(float *x, const float *y, size_t n, int round) { TIMED(OP_ROPE_ADD, real->add_inplace(x, y, n, round)); }
+static void to_f32(float *dst, const uint16_t *src, size_t n) { TIMED(OP_BF16, real->bf16_to_f32_n(dst, src, n)); }
+static void from_f32(uint16_t *dst, const float *src, size_t n) { TIMED(OP_BF16, real->bf16_from_f32_n(dst, src, n)); }
+static void round_n(float *x, size_t n) { TIMED(OP_BF16, real->bf16_round_n(x, n)); }
+static void emb_fwd(float *out, const int *tok, const float *wte, int N, int C, int v0, int nv) {
+    TIMED(OP_LOSS, real->embedding_forward(out, tok, wte, N, C, v0, nv));
+}
+static void emb_bwd(float *dwte, const float *dout, const int *tok, int N, int C, int v0, int nv) {
+    TIMED(OP_LOSS, real->embedding_backward(dwte, dout, tok, N, C, v0, nv));
+}
+static void ce_fold(float *stats, const float *logits, const int *targets, int N, int Vq, int v0) {
+    TIMED(OP_LOSS, real->crossentropy_fold(stats, logits, targets, N, Vq, v0));
+}
+static void ce_loss(float *losses, const float *stats, int N) { TIMED(OP_LOSS, real->crossentropy_loss(losses, stats, N)); }
+static void ce_bwd(float *dlogits, const float *logits, const float *stats, const int *targets, int N, int Vq, int v0,
+                   float dscale) {
+    TIMED(OP_LOSS, real->crossentropy_backward(dlogits, logits, stats, targets, N, Vq, v0, dscale));
+}
+
 static void on_init(trainer_t *tr, void *arg) {
     (void)arg;
+    compute_thread = pthread_self();
     timed_be = trainer_backend(tr);
     real = timed_be->ops;
     timed = *real;
@@ -68,6 +113,21 @@ static void on_init(trainer_t *tr, void *arg) {
     timed.matmul_backward_weight = mm_bwd_w;
     timed.attention_forward = att_fwd;
     timed.attention_backward = att_bwd;
+    timed.rmsnorm_forward = norm_fwd;
+    timed.rmsnorm_backward = norm_bwd;
+    timed.swiglu_forward = swiglu_fwd;
+    timed.swiglu_backward = swiglu_bwd;
+    timed.rope_forward = rope_fwd;
+    timed.rope_backward = rope_bwd;
+    timed.add_inplace = add;
+    timed.bf16_to_f32_n = to_f32;
+    timed.bf16_from_f32_n = from_f32;
+    timed.bf16_round_n = round_n;
+    timed.embedding_forward = emb_fwd;
+    timed.embedding_backward = emb_bwd;
+    timed.crossentropy_fold = ce_fold;
+    timed.crossentropy_loss = ce_loss;
+    timed.crossentropy_backward = ce_bwd;
     timed_be->ops = &timed;
 }
 
@@ -119,25 +179,29 @@ int bench_train(const config_t *cfg_in) {
     const double tokens = (double)cfg.B * cfg.T * cfg.accum, tok_s = tokens / (r.step_ms / 1e3);
     const double gflops = p->flops_per_step / (r.step_ms / 1e3) / 1e9;
     const double peak = rates ? rates->gemm_flops / 1e9 : 0;
-    const double gemm = op_ms[OP_GEMM] / timed_steps, att = op_ms[OP_ATTN] / timed_steps;
+    double ms[NOPS], other = r.step_ms;
+    for (int k = 0; k < NOPS; k++) other -= ms[k] = op_ms[k] / timed_steps;
     const double wait = r.info.sched.wait_ms / steps; // over every step: the counter is the run's
-    double other = r.step_ms - gemm - att - wait;
+    other -= wait;
     if (other < 0) other = 0;
+    static const char *const what[NOPS] = {"GEMMs (matmul fwd, bwd input, weight)", "attention (fwd, bwd)",
+                                           "RMSNorm (fwd, bwd)", "SwiGLU (fwd, bwd)", "RoPE and residual adds",
+                                           "BF16 conversions and rounding", "embedding and cross-entropy"};
     printf("%-40s %12s\n", "what", "per step");
     printf("%-40s %9.1f ms  (median of %d)\n", "step", r.step_ms, timed_steps);
-    printf("%-40s %9.1f ms  %5.1f%%\n", "GEMMs (matmul fwd, bwd input, weight)", gemm, 100 * gemm / r.step_ms);
-    printf("%-40s %9.1f ms  %5.1f%%\n", "attention (fwd, bwd)", att, 100 * att / r.step_ms);
+    for (int k = 0; k < NOPS; k++) printf("%-40s %9.1f ms  %5.1f%%\n", what[k], ms[k], 100 * ms[k] / r.step_ms);
     printf("%-40s %9.1f ms  %5.1f%%\n", "waiting for parameters", wait, 100 * wait / r.step_ms);
-    printf("%-40s %9.1f ms  %5.1f%%\n", "the rest (norms, RoPE, SwiGLU, ...)", other, 100 * other / r.step_ms);
+    printf("%-40s %9.1f ms  %5.1f%%\n", "the rest (copies, the step's own work)", other, 100 * other / r.step_ms);
     printf("tokens/s %.1f; executed %.1f GFLOP/s (the plan's %.3g TFLOP per step)%s", tok_s, gflops,
            p->flops_per_step / 1e12, peak > 0 ? "" : "\n");
     if (peak > 0) printf(", %.2f of the calibrated GEMM rate %.1f GFLOP/s\n", gflops / peak, peak);
     printf("params_hash %016llx\n", (unsigned long long)r.hash);
     printf("{\"bench\":\"train\",\"tok_per_s\":%.1f,\"gflops\":%.1f,\"gemm_fraction\":%.3f,\"step_ms\":%.1f,"
-           "\"gemm_ms\":%.1f,\"attention_ms\":%.1f,\"wait_ms\":%.1f,\"other_ms\":%.1f,\"kept_blocks\":%d,"
+           "\"gemm_ms\":%.1f,\"attention_ms\":%.1f,\"norm_ms\":%.1f,\"swiglu_ms\":%.1f,\"rope_add_ms\":%.1f,"
+           "\"bf16_ms\":%.1f,\"loss_ms\":%.1f,\"wait_ms\":%.1f,\"other_ms\":%.1f,\"kept_blocks\":%d,"
            "\"params_hash\":\"%016llx\"}\n",
-           tok_s, gflops, peak > 0 ? gflops / peak : 0, r.step_ms, gemm, att, wait, other, cfg.kept_blocks,
-           (unsigned long long)r.hash);
+           tok_s, gflops, peak > 0 ? gflops / peak : 0, r.step_ms, ms[OP_GEMM], ms[OP_ATTN], ms[OP_NORM], ms[OP_SWIGLU],
+           ms[OP_ROPE_ADD], ms[OP_BF16], ms[OP_LOSS], wait, other, cfg.kept_blocks, (unsigned long long)r.hash);
     free(p);
     model_free(&m);
     return 0;
