@@ -18,6 +18,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// ---------------------------------------------------------------- vector paths
+// The widest vector path the kernels may take, for tests that check every path gives the
+// same bits: 2 AVX-512F (the default: whatever the CPU has), 1 AVX2 with FMA, 0 the x86-64
+// baseline. Set it between calls, never while an op runs.
+void kernels_limit_simd(int level);
+
 // ---------------------------------------------------------------- BF16
 // Round-to-nearest-even; NaN stays NaN (quiet), ±Inf stays ±Inf.
 uint16_t bf16_from_f32(float x);

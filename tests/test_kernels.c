@@ -1525,6 +1525,63 @@ END_TEST
 #define BITS_EQ(what, a, b, n) \
     ck_assert_msg(memcmp((a), (b), (n) * sizeof(*(a))) == 0, "%s: bits differ between 1 and 2 threads", (what))
 
+// Every vector path gives the same bits: AVX-512F (where the CPU has it), AVX2 with the
+// CPU's FMA, and the baseline (fmaf), through kernels_limit_simd. Attention at head sizes
+// whose tiles leave 16-, 8-lane and scalar tails, on both backward paths (1 thread: one
+// pass, 64: split); SwiGLU over a ragged length.
+START_TEST(test_simd_paths) {
+    static const int AS[][5] = {{2, 80, 4, 2, 10}, {2, 130, 4, 2, 6}, {1, 67, 3, 1, 36}, {1, 40, 2, 2, 64}};
+    rng_t rg = rng_make(1200);
+    for (size_t c = 0; c < NELEMS(AS); c++) {
+        const int B = AS[c][0], T = AS[c][1], NH = AS[c][2], NKV = AS[c][3], HS = AS[c][4];
+        const size_t nq = (size_t)B * T * NH * HS, nk = (size_t)B * T * NKV * HS, nl = (size_t)B * NH * T;
+        float *q = fnew(nq), *k = fnew(nk), *v = fnew(nk), *d = fnew(nq);
+        fill_sym(q, nq, 2.0, &rg); fill_sym(k, nk, 2.0, &rg); fill_sym(v, nk, 1.0, &rg); fill_sym(d, nq, 1.0, &rg);
+        float *out[3], *lse[3], *dq[3], *dk[3], *dv[3];
+        for (int th = 0; th < 2; th++) {
+            set_threads(th ? 64 : 1);
+            for (int lim = 2; lim >= 0; lim--) {
+                out[lim] = fnew(nq); lse[lim] = fnew(nl); dq[lim] = fnew(nq); dk[lim] = fnew(nk); dv[lim] = fnew(nk);
+                kernels_limit_simd(lim);
+                attention_forward(out[lim], lse[lim], q, k, v, B, T, NH, NKV, HS, 0);
+                attention_backward(dq[lim], dk[lim], dv[lim], d, q, k, v, out[lim], lse[lim], B, T, NH, NKV, HS, 0);
+            }
+            kernels_limit_simd(2);
+            for (int lim = 1; lim >= 0; lim--) {
+                const float *const got[] = {out[lim], lse[lim], dq[lim], dk[lim], dv[lim]};
+                const float *const want[] = {out[2], lse[2], dq[2], dk[2], dv[2]};
+                static const char *const name[] = {"out", "lse", "dq", "dk", "dv"};
+                const size_t n[] = {nq, nl, nq, nk, nk};
+                for (int o = 0; o < 5; o++)
+                    ck_assert_msg(memcmp(got[o], want[o], n[o] * sizeof(float)) == 0,
+                                  "attention %s (B %d T %d NH %d NKV %d HS %d, %d threads): the %s path's bits differ "
+                                  "from AVX-512F's", name[o], B, T, NH, NKV, HS, th ? 64 : 1,
+                                  lim ? "AVX2+FMA" : "baseline");
+            }
+            for (int lim = 0; lim < 3; lim++) { free(out[lim]); free(lse[lim]); free(dq[lim]); free(dk[lim]); free(dv[lim]); }
+        }
+        free(q); free(k); free(v); free(d);
+    }
+    const size_t n = 4099;
+    float *g = fnew(n), *u = fnew(n), *dd = fnew(n), *o[3], *dg[3], *du[3];
+    fill_sym(g, n, 6.0, &rg); fill_sym(u, n, 1.0, &rg); fill_sym(dd, n, 1.0, &rg);
+    for (int lim = 2; lim >= 0; lim--) {
+        o[lim] = fnew(n); dg[lim] = fnew(n); du[lim] = fnew(n);
+        kernels_limit_simd(lim);
+        swiglu_forward(o[lim], g, u, n, 1);
+        swiglu_backward(dg[lim], du[lim], dd, g, u, n, 1);
+    }
+    kernels_limit_simd(2);
+    for (int lim = 0; lim < 2; lim++) {
+        ck_assert_msg(memcmp(o[lim], o[2], n * sizeof(float)) == 0, "swiglu_forward: path %d differs from AVX-512F", lim);
+        ck_assert_msg(memcmp(dg[lim], dg[2], n * sizeof(float)) == 0 && memcmp(du[lim], du[2], n * sizeof(float)) == 0,
+                      "swiglu_backward: path %d differs from AVX-512F", lim);
+    }
+    for (int lim = 0; lim < 3; lim++) { free(o[lim]); free(dg[lim]); free(du[lim]); }
+    free(g); free(u); free(dd);
+}
+END_TEST
+
 START_TEST(test_det_attention) {
     const int B = 2, T = 80, NH = 6, NKV = 2, HS = 10;
     size_t nq = (size_t)B * T * NH * HS, nk = (size_t)B * T * NKV * HS, nl = (size_t)B * NH * T;
@@ -1708,6 +1765,7 @@ static Suite *kernels_suite(void) {
     tcase_add_loop_test(tc, test_adamw_bits, 0, NELEMS(ADAM_CASES));
     tc = tcase(s, "determinism");
     tcase_add_test(tc, test_det_attention);
+    tcase_add_test(tc, test_simd_paths);
     tcase_add_test(tc, test_det_embedding);
     tcase_add_test(tc, test_det_rmsnorm);
     tcase_add_test(tc, test_det_sumsq);

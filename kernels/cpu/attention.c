@@ -25,9 +25,10 @@
 // Vector code: GCC vector extensions. The kernels (mm_tile, the forward's softmax step, the
 // backward's P and dS) exist twice: on 8 floats, inlined into tasks compiled for AVX2 and
 // for the x86-64 baseline (the loader picks by CPU), and on 16 floats, compiled for
-// AVX-512F, which a task calls instead when the CPU has it. Per element every path does the
-// same IEEE operations in the same order, no FMA (-ffp-contract=off), so all give the same
-// bits.
+// AVX-512F, which a task calls instead when the CPU has it. The tile products are chains of
+// explicit fused multiply-adds (the CPU's, or fmaf's where it has none); nothing else fuses
+// (-ffp-contract=off). Per element every path does the same IEEE operations in the same
+// order, so all give the same bits (kernels_limit_simd lets the tests check it).
 // Head sizes above ATT_HS_MAX (tiles would not fit on the stack) take a plain per-row path
 // with the same semantics. Called by the CPU backend's attention op.
 #include "kernels.h"
@@ -48,8 +49,8 @@ _Static_assert(ATT_BK % ATT_BQ == 0 && ATT_BQ == 32, "tile sizes");
 // ---------------------------------------------------------------- 8-lane kernels
 // The 4 × (2 vectors) register block mm8 and mm16 share: C rows c0..c3, columns [j, j + 2W)
 // (+)= rows a0..a3 of A (element k at k·sak) · B; rs: the four rows' rescale, or NULL.
-#define TT_MM_BLOCK_DEF(name, V, W, ld, st, splat)                                                                \
-    INLINE void name(float *c0, float *c1, float *c2, float *c3, const float *a0, const float *a1, const float *a2, \
+#define TT_MM_BLOCK_DEF(name, ATTR, V, W, ld, st, splat, fma)                                                     \
+    ATTR INLINE void name(float *c0, float *c1, float *c2, float *c3, const float *a0, const float *a1, const float *a2, \
                      const float *a3, size_t sak, const float *restrict B, int ldb, int j, int K, int acc,          \
                      const float *rs) {                                                                             \
         V z = splat(0.0f);                                                                                          \
@@ -67,59 +68,65 @@ _Static_assert(ATT_BK % ATT_BQ == 0 && ATT_BQ == 32, "tile sizes");
             const float *bk = B + (size_t)k * ldb + j;                                                              \
             V b0 = ld(bk), b1 = ld(bk + W);                                                                         \
             size_t ak = (size_t)k * sak;                                                                            \
-            float x0 = a0[ak], x1 = a1[ak], x2 = a2[ak], x3 = a3[ak];                                               \
-            r00 += x0 * b0; r01 += x0 * b1;                                                                         \
-            r10 += x1 * b0; r11 += x1 * b1;                                                                         \
-            r20 += x2 * b0; r21 += x2 * b1;                                                                         \
-            r30 += x3 * b0; r31 += x3 * b1;                                                                         \
+            V x0 = splat(a0[ak]), x1 = splat(a1[ak]), x2 = splat(a2[ak]), x3 = splat(a3[ak]);                       \
+            r00 = fma(x0, b0, r00); r01 = fma(x0, b1, r01);                                                         \
+            r10 = fma(x1, b0, r10); r11 = fma(x1, b1, r11);                                                         \
+            r20 = fma(x2, b0, r20); r21 = fma(x2, b1, r21);                                                         \
+            r30 = fma(x3, b0, r30); r31 = fma(x3, b1, r31);                                                         \
         }                                                                                                           \
         st(c0 + j, r00); st(c0 + j + W, r01);                                                                       \
         st(c1 + j, r10); st(c1 + j + W, r11);                                                                       \
         st(c2 + j, r20); st(c2 + j + W, r21);                                                                       \
         st(c3 + j, r30); st(c3 + j + W, r31);                                                                       \
     }
-TT_MM_BLOCK_DEF(mm_block8, v8f, 8, ld8, st8, splat8)
-TT_MM_BLOCK_DEF(mm_block16, v16f, 16, ld16, st16, splat16) // only inside TT_WIDE functions
+TT_MM_BLOCK_DEF(mm_block8, TT_FMA, v8f, 8, ld8, st8, splat8, fma8)
+TT_MM_BLOCK_DEF(mm_block8_soft, , v8f, 8, ld8, st8, splat8, fma8_soft)
+TT_MM_BLOCK_DEF(mm_block16, TT_WIDE, v16f, 16, ld16, st16, splat16, fma16)
 
 // C (M, N) (+)= A (M, K) · B (K, N): C and B row-major with leading dimensions, A element
 // (i, k) at A[i·sai + k·sak] (so A can be read transposed). acc = 0 starts from zero; with
 // acc and rs non-NULL, row i of C is first multiplied by rs[i] (the online softmax's rescale,
 // done as C is loaded instead of in a pass of its own). Each element adds its K products in
-// k order, one rounding per multiply and per add: the same bits whatever the tile path or
-// vector width. 4×16 register tiles, then 4×8, then scalar.
-INLINE void mm8(float *restrict C, int ldc, const float *restrict A, size_t sai, size_t sak,
-                const float *restrict B, int ldb, int M, int N, int K, int acc, const float *rs) {
-    int i = 0;
-    for (; i < M; i += 4) {
-        const int mr = M - i < 4 ? M - i : 4; // rows in this strip (tail strips are narrower)
-        const float *a0 = A + (size_t)i * sai, *a1 = a0 + (mr > 1 ? sai : 0);
-        const float *a2 = a0 + (mr > 2 ? 2 * sai : 0), *a3 = a0 + (mr > 3 ? 3 * sai : 0);
-        float *c0 = C + (size_t)i * ldc, *c1 = c0 + (mr > 1 ? ldc : 0);
-        float *c2 = c0 + (mr > 2 ? 2 * ldc : 0), *c3 = c0 + (mr > 3 ? 3 * ldc : 0);
-        int j = 0;
-        if (mr == 4)
-            for (; j + 16 <= N; j += 16)
-                mm_block8(c0, c1, c2, c3, a0, a1, a2, a3, sak, B, ldb, j, K, acc, rs ? rs + i : NULL);
-        for (; j + 8 <= N; j += 8) { // one row at a time: tails of N and of M
-            for (int r = 0; r < mr; r++) {
-                const float *ar = A + (size_t)(i + r) * sai;
-                float *cr = C + (size_t)(i + r) * ldc;
-                v8f c = acc ? ld8(cr + j) : splat8(0.0f);
-                if (acc && rs) c *= rs[i + r];
-                for (int k = 0; k < K; k++) c += ar[(size_t)k * sak] * ld8(B + (size_t)k * ldb + j);
-                st8(cr + j, c);
-            }
-        }
-        for (; j < N; j++)
-            for (int r = 0; r < mr; r++) {
-                const float *ar = A + (size_t)(i + r) * sai;
-                float c = acc ? C[(size_t)(i + r) * ldc + j] : 0.0f;
-                if (acc && rs) c *= rs[i + r];
-                for (int k = 0; k < K; k++) c += ar[(size_t)k * sak] * B[(size_t)k * ldb + j];
-                C[(size_t)(i + r) * ldc + j] = c;
-            }
+// k order, each one fused multiply-add (one rounding): the same bits whatever the tile path,
+// the vector width or the FMA's source (mm8 on the CPU's FMA in a TT_FMA function; mm8_soft
+// on fmaf, for a CPU without it). 4×16 register tiles, then 4×8, then scalar.
+#define TT_MM8_DEF(name, ATTR, block, fma8v)                                                                           \
+    ATTR static void name(float *restrict C, int ldc, const float *restrict A, size_t sai, size_t sak,                 \
+                           const float *restrict B, int ldb, int M, int N, int K, int acc, const float *rs) {          \
+        int i = 0;                                                                                                     \
+        for (; i < M; i += 4) {                                                                                        \
+            const int mr = M - i < 4 ? M - i : 4; /* rows in this strip (tail strips are narrower) */                  \
+            const float *a0 = A + (size_t)i * sai, *a1 = a0 + (mr > 1 ? sai : 0);                                      \
+            const float *a2 = a0 + (mr > 2 ? 2 * sai : 0), *a3 = a0 + (mr > 3 ? 3 * sai : 0);                          \
+            float *c0 = C + (size_t)i * ldc, *c1 = c0 + (mr > 1 ? ldc : 0);                                            \
+            float *c2 = c0 + (mr > 2 ? 2 * ldc : 0), *c3 = c0 + (mr > 3 ? 3 * ldc : 0);                                \
+            int j = 0;                                                                                                 \
+            if (mr == 4)                                                                                               \
+                for (; j + 16 <= N; j += 16)                                                                           \
+                    block(c0, c1, c2, c3, a0, a1, a2, a3, sak, B, ldb, j, K, acc, rs ? rs + i : NULL);                 \
+            for (; j + 8 <= N; j += 8) { /* one row at a time: tails of N and of M */                                  \
+                for (int r = 0; r < mr; r++) {                                                                         \
+                    const float *ar = A + (size_t)(i + r) * sai;                                                       \
+                    float *cr = C + (size_t)(i + r) * ldc;                                                             \
+                    v8f c = acc ? ld8(cr + j) : splat8(0.0f);                                                          \
+                    if (acc && rs) c *= rs[i + r];                                                                     \
+                    for (int k = 0; k < K; k++)                                                                        \
+                        c = fma8v(splat8(ar[(size_t)k * sak]), ld8(B + (size_t)k * ldb + j), c);                       \
+                    st8(cr + j, c);                                                                                    \
+                }                                                                                                      \
+            }                                                                                                          \
+            for (; j < N; j++)                                                                                         \
+                for (int r = 0; r < mr; r++) {                                                                         \
+                    const float *ar = A + (size_t)(i + r) * sai;                                                       \
+                    float c = acc ? C[(size_t)(i + r) * ldc + j] : 0.0f;                                               \
+                    if (acc && rs) c *= rs[i + r];                                                                     \
+                    for (int k = 0; k < K; k++) c = __builtin_fmaf(ar[(size_t)k * sak], B[(size_t)k * ldb + j], c);    \
+                    C[(size_t)(i + r) * ldc + j] = c;                                                                  \
+                }                                                                                                      \
+        }                                                                                                              \
     }
-}
+TT_MM8_DEF(mm8, TT_FMA, mm_block8, fma8)
+TT_MM8_DEF(mm8_soft, , mm_block8_soft, fma8_soft)
 
 // The online softmax step of one (nk, BQ) tile of raw scores Sᵀ (keys as rows, masked
 // entries −inf), eight queries at a time: m' = max(m, the tile's max of S·scale), the tile
@@ -193,7 +200,8 @@ TT_WIDE static void mm16(float *restrict C, int ldc, const float *restrict A, si
             for (int k = 0; k < K; k++) {
                 v16f b0 = ld16(B + (size_t)k * ldb + j);
                 size_t ak = (size_t)k * sak;
-                r0 += a0[ak] * b0; r1 += a1[ak] * b0; r2 += a2[ak] * b0; r3 += a3[ak] * b0;
+                r0 = fma16(splat16(a0[ak]), b0, r0); r1 = fma16(splat16(a1[ak]), b0, r1);
+                r2 = fma16(splat16(a2[ak]), b0, r2); r3 = fma16(splat16(a3[ak]), b0, r3);
             }
             st16(c0 + j, r0); st16(c1 + j, r1); st16(c2 + j, r2); st16(c3 + j, r3);
         }
@@ -253,11 +261,13 @@ TT_WIDE static void grad_rows16(float *st, float *dpt, int nq, int nc, const flo
 
 // ---------------------------------------------------------------- the kernels a task calls
 // The 16-lane kernel where the CPU has AVX-512F (wide = tt_wide(), asked once per task),
-// else the 8-lane one, inlined into the task's clones.
+// else the 8-lane one, inlined into the task's clones (the tile product: on the CPU's FMA,
+// or on fmaf where it has none).
 INLINE void mm_tile(int wide, float *restrict C, int ldc, const float *restrict A, size_t sai, size_t sak,
                     const float *restrict B, int ldb, int M, int N, int K, int acc, const float *rs) {
     if (wide) mm16(C, ldc, A, sai, sak, B, ldb, M, N, K, acc, rs);
-    else mm8(C, ldc, A, sai, sak, B, ldb, M, N, K, acc, rs);
+    else if (tt_fma()) mm8(C, ldc, A, sai, sak, B, ldb, M, N, K, acc, rs);
+    else mm8_soft(C, ldc, A, sai, sak, B, ldb, M, N, K, acc, rs);
 }
 INLINE void softmax_tile(int wide, float *st, int nk, float *m, float *l, float *corr, float scale) {
     if (wide) softmax16(st, nk, m, l, corr, scale);

@@ -1,4 +1,5 @@
-// elementwise.c — add_inplace and sumsq (kernels.h "elementwise, reductions").
+// elementwise.c — add_inplace and sumsq (kernels.h "elementwise, reductions"), and the
+// vector-path limit the kernels read (kernels.h "vector paths").
 // sumsq is the global-norm reduction behind gradient clipping, so its bits must not depend
 // on the thread count: the input is cut into fixed chunks of SUMSQ_CHUNK elements, each
 // chunk is summed in double in a fixed order (below), and the chunk sums are added in chunk
@@ -12,6 +13,10 @@
 // Called by the optimizer driver (grad norm) and the backend (residual adds).
 #include "kernels.h"
 #include "simd.h"
+
+int tt_simd_limit = 2; // simd.h: the CPU's widest path unless a test lowers it
+
+void kernels_limit_simd(int level) { tt_simd_limit = level; }
 
 #define SUMSQ_CHUNK 4096
 // Chunks whose partial sums are held at once (on the stack: no op allocates). 256 chunks =

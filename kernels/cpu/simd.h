@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <immintrin.h> // uses: _mm256_fmadd_ps, _mm512_fmadd_ps
 
 // The helpers are static and always inlined, so the note that passing 32-byte vectors by
 // value depends on AVX being enabled (an ABI question) does not apply.
@@ -33,7 +34,28 @@ typedef float v16f __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 #define INLINE static inline __attribute__((always_inline))
 
-INLINE int tt_wide(void) { return __builtin_cpu_supports("avx512f"); }
+// The widest vector paths the kernels may take: the CPU's, unless kernels_limit_simd
+// (kernels.h, for tests) lowered it. 2: AVX-512F, 1: AVX2 with FMA, 0: the x86-64 baseline.
+extern int tt_simd_limit;
+INLINE int tt_wide(void) { return tt_simd_limit >= 2 && __builtin_cpu_supports("avx512f"); }
+INLINE int tt_fma(void) {
+    return tt_simd_limit >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+// Explicit fused multiply-adds, a·b + c with one rounding (DESIGN §2: -ffp-contract=off, so
+// these are the only fused operations): fma8 in TT_FMA functions, fma16 in TT_WIDE ones, and
+// fma8_soft anywhere (fmaf per lane: correctly rounded, so the same bits, slowly, on a CPU
+// without FMA).
+#define TT_FMA __attribute__((target("avx2,fma")))
+TT_FMA INLINE v8f fma8(v8f a, v8f b, v8f c) { return (v8f)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c); }
+TT_WIDE INLINE v16f fma16(v16f a, v16f b, v16f c) {
+    return (v16f)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+}
+INLINE v8f fma8_soft(v8f a, v8f b, v8f c) {
+    v8f r;
+    for (int i = 0; i < 8; i++) r[i] = fmaf(a[i], b[i], c[i]);
+    return r;
+}
 
 INLINE v8f ld8(const float *p) { v8f v; memcpy(&v, p, sizeof v); return v; }
 INLINE void st8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
