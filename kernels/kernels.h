@@ -19,9 +19,11 @@
 #include <stdint.h>
 
 // ---------------------------------------------------------------- vector paths
-// The widest vector path the kernels may take, for tests that check every path gives the
-// same bits: 2 AVX-512F (the default: whatever the CPU has), 1 AVX2 with FMA, 0 the x86-64
-// baseline. Set it between calls, never while an op runs.
+// The widest vector path attention and SwiGLU may take, for tests that check every path
+// gives the same bits: 2 AVX-512F (the default: whatever the CPU has), 1 AVX2 with FMA, 0
+// no FMA (attention's tile products on fmaf). The loader's pick of a function's AVX2 or
+// baseline clone stays the CPU's; AdamW's paths are separate functions its tests call.
+// Set it between calls, never while an op runs.
 void kernels_limit_simd(int level);
 
 // ---------------------------------------------------------------- BF16

@@ -23,12 +23,14 @@
 // products in k order; tile sums run in row order). D is parked in element 0 of each dq row
 // between the passes (dq is an "=" output written last), so backward needs no scratch.
 // Vector code: GCC vector extensions. The kernels (mm_tile, the forward's softmax step, the
-// backward's P and dS) exist twice: on 8 floats, inlined into tasks compiled for AVX2 and
-// for the x86-64 baseline (the loader picks by CPU), and on 16 floats, compiled for
-// AVX-512F, which a task calls instead when the CPU has it. The tile products are chains of
-// explicit fused multiply-adds (the CPU's, or fmaf's where it has none); nothing else fuses
-// (-ffp-contract=off). Per element every path does the same IEEE operations in the same
-// order, so all give the same bits (kernels_limit_simd lets the tests check it).
+// backward's P and dS) exist twice: on 8 floats and on 16 floats (compiled for AVX-512F,
+// which a task calls instead when the CPU has it). The tasks, and the 8-lane softmax and
+// P/dS steps inlined into them, are compiled for AVX2 and for the x86-64 baseline (the
+// loader picks by CPU). The tile products are chains of explicit fused multiply-adds: the
+// 8-lane product is compiled twice more, for AVX2+FMA and on fmaf for a CPU without FMA
+// (mm8, mm8_soft); nothing else fuses (-ffp-contract=off). Per element every path does the
+// same IEEE operations in the same order, so all give the same bits (kernels_limit_simd
+// lets the tests check it). The CUDA twin's score products are FMA chains in the same order.
 // Head sizes above ATT_HS_MAX (tiles would not fit on the stack) take a plain per-row path
 // with the same semantics. Called by the CPU backend's attention op.
 #include "kernels.h"
@@ -182,7 +184,7 @@ INLINE void grad_rows8(float *st, float *dpt, int nq, int j0, int nc, const floa
 // order (so the same bits), twice the lanes per instruction. Called only when tt_wide().
 
 // mm8 with 4×32 register tiles (eight 16-float accumulators), then 4×16; the columns past
-// the last 16 and the rows past the last 4 go to mm8.
+// the last 16 and the rows past the last 4 go to mm8 (every AVX-512F CPU has FMA).
 TT_WIDE static void mm16(float *restrict C, int ldc, const float *restrict A, size_t sai, size_t sak,
                          const float *restrict B, int ldb, int M, int N, int K, int acc, const float *rs) {
     const int M4 = M / 4 * 4, N16 = N / 16 * 16;
@@ -261,8 +263,8 @@ TT_WIDE static void grad_rows16(float *st, float *dpt, int nq, int nc, const flo
 
 // ---------------------------------------------------------------- the kernels a task calls
 // The 16-lane kernel where the CPU has AVX-512F (wide = tt_wide(), asked once per task),
-// else the 8-lane one, inlined into the task's clones (the tile product: on the CPU's FMA,
-// or on fmaf where it has none).
+// else the 8-lane one: softmax and P/dS inlined into the task's clones, the tile product
+// on the CPU's FMA (mm8) or on fmaf where it has none (mm8_soft).
 INLINE void mm_tile(int wide, float *restrict C, int ldc, const float *restrict A, size_t sai, size_t sak,
                     const float *restrict B, int ldb, int M, int N, int K, int acc, const float *rs) {
     if (wide) mm16(C, ldc, A, sai, sak, B, ldb, M, N, K, acc, rs);
