@@ -60,7 +60,9 @@ INLINE v8f fma8_soft(v8f a, v8f b, v8f c) {
 
 INLINE v8f ld8(const float *p) { v8f v; memcpy(&v, p, sizeof v); return v; }
 INLINE void st8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
-INLINE v8f splat8(float x) { return (v8f){x, x, x, x, x, x, x, x}; }
+// a broadcast of lane 0: GCC 12 builds an 8-element initializer lane by lane (vinsertps ×7,
+// vinsertf128), which bounded the attention tiles' FMA chains on a CPU without AVX-512
+INLINE v8f splat8(float x) { return __builtin_shuffle((v8f){x}, (v8i){0}); }
 INLINE v8f sel8(v8i m, v8f a, v8f b) { return (v8f)(((v8i)a & m) | ((v8i)b & ~m)); } // m ? a : b
 INLINE v8f max8(v8f a, v8f b) { return sel8(a > b, a, b); }
 // Lanes [0, n) from p, the rest `fill` (n < 8); and the store of lanes [0, n).
@@ -75,7 +77,7 @@ INLINE void st8_part(float *p, v8f v, size_t n) {
 // The same on 16 lanes (only inside TT_WIDE functions).
 INLINE v16f ld16(const float *p) { v16f v; memcpy(&v, p, sizeof v); return v; }
 INLINE void st16(float *p, v16f v) { memcpy(p, &v, sizeof v); }
-// a broadcast of lane 0 (GCC 12 builds the 16-element initializer one masked lane at a time)
+// a broadcast of lane 0, as splat8 (GCC 12 builds the 16-element initializer one masked lane at a time)
 INLINE v16f splat16(float x) { return __builtin_shuffle((v16f){x}, (v16i){0}); }
 INLINE v16f sel16(v16i m, v16f a, v16f b) { return (v16f)(((v16i)a & m) | ((v16i)b & ~m)); }
 INLINE v16f max16(v16f a, v16f b) { return sel16(a > b, a, b); }
