@@ -140,12 +140,7 @@ static void on_step(trainer_t *tr, int step, void *arg) {
 int bench_train(const config_t *cfg_in) {
     config_t cfg = *cfg_in;
     cfg.command = CMD_TRAIN;
-    if (!cfg.shape_given) { // shape M
-        cfg.L = 12; cfg.C = 768; cfg.NH = 12; cfg.NKV = 12; cfg.F = 2048; cfg.V = 256;
-        snprintf(cfg.preset, sizeof cfg.preset, "M");
-    }
-    if (!cfg.seq_given && !cfg.shape_given) cfg.T = 256;
-    if (!cfg.batch_given) cfg.B = 4;
+    config_bench_train_defaults(&cfg); // cli_parse applied them already; a caller of its own may not have
     const int steps = cfg.steps_given ? cfg.steps : 5; // 1 warm-up + 4 timed
     if (steps < 2) usage_error("bench train: --steps %d: at least 2 (one warm-up step is not timed)", steps);
     cfg.steps = steps;

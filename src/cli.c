@@ -673,6 +673,7 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         cfg->batch_given = seen(&ps, "batch");
         cfg->steps_given = seen(&ps, "steps");
         cfg->optim_cache_given = seen(&ps, "optimizer-cache");
+        if (!strcmp(cfg->bench_name, "train")) config_bench_train_defaults(cfg); // before the checks below
         check_shape(cfg);
         resolve_recompute(cfg);
         resolve_caches(cfg);

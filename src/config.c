@@ -112,6 +112,15 @@ void config_print(const config_t *c, FILE *f) {
 
 void config_keep_nothing(config_t *c) { c->kept_blocks = c->kept_bf16 = c->logits_kept = 0; }
 
+void config_bench_train_defaults(config_t *c) {
+    if (!c->shape_given) {
+        c->L = 12; c->C = 768; c->NH = 12; c->NKV = 12; c->F = 2048; c->V = 256;
+        snprintf(c->preset, sizeof c->preset, "M");
+    }
+    if (!c->seq_given && !c->shape_given) c->T = 256;
+    if (!c->batch_given) c->B = 4;
+}
+
 void config_resolve_schedule(config_t *c) {
     if (c->schedule_auto) c->schedule = c->accum > 1 ? SCHEDULE_VERTICAL : SCHEDULE_HORIZONTAL;
     if (c->acts_auto) c->acts_tier = c->schedule == SCHEDULE_VERTICAL ? ACTS_HOST : ACTS_DEVICE;

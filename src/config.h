@@ -121,3 +121,7 @@ void config_resolve_schedule(config_t *cfg);
 // Nothing kept for the backward: every block recomputes, the head computes its logits again
 // (kept_blocks, kept_bf16, logits_kept 0: what --recompute full runs and auto starts from).
 void config_keep_nothing(config_t *cfg);
+// `bench train`'s own defaults where the flags left them (shape_given, seq_given, batch_given):
+// shape M (L 12, C 768, 12 heads, F 2048, V 256), T 256, B 4. cli_parse applies them before it
+// checks the shape and resolves --recompute, so that `--recompute none` or N counts M's blocks.
+void config_bench_train_defaults(config_t *cfg);

@@ -383,6 +383,22 @@ START_TEST(test_preset_order) {
 }
 END_TEST
 
+// bench train's shape M (L 12) is its default before --recompute counts blocks: none keeps all
+// 12 and N recomputes N of M's, not of the small preset's 6; a shape flag takes M's place.
+START_TEST(test_bench_train_shape) {
+    config_t c;
+    parse(&c, (const char *[]){"bench", "train", "--recompute", "none", NULL});
+    ck_assert(c.L == 12 && c.C == 768 && c.F == 2048 && c.T == 256 && c.B == 4 && c.kept_blocks == 12);
+    ck_assert_str_eq(c.preset, "M");
+    parse(&c, (const char *[]){"bench", "train", "--recompute", "8", "--batch", "2", NULL});
+    ck_assert(c.kept_blocks == 4 && c.B == 2);
+    parse(&c, (const char *[]){"bench", "train", "--model", "tiny", "--recompute", "none", NULL});
+    ck_assert(c.L == 2 && c.kept_blocks == 2 && c.T == 64);
+    parse(&c, (const char *[]){"bench", "overlap", NULL});
+    ck_assert(c.L != 12 || c.C != 768); // only bench train has shape M
+}
+END_TEST
+
 START_TEST(test_equals_form) {
     config_t c;
     parse(&c, (const char *[]){"train", "--steps=7", "--lr=0.01", "--model=tiny", "--precision=fp32", "--device=cpu",
@@ -471,6 +487,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(core, test_defaults);
     tcase_add_test(core, test_preset_order);
     tcase_add_test(core, test_equals_form);
+    tcase_add_test(core, test_bench_train_shape);
     tcase_add_test(core, test_sizes);
     tcase_add_test(core, test_files);
     tcase_add_test(core, test_config_print);
