@@ -140,8 +140,9 @@ const flag_t cli_flags[] = {
              "--optimizer-cache auto has taken its share; none = 0"},
     {.name = "optimizer-cache", .metavar = "none|auto|SIZE", .kind = FK_STRING, FIELD(optim_cache_arg),
      .def = "none", .accepts = "none, auto, or a size such as 8G", .group = G_RUN, .cmds = TPB,
-     .help = "host memory for copies of the first NVMe-resident optimizer states the update takes, written "
-             "through, so that each step reads 12 bytes less per cached parameter (--optimizer nvme); auto = "
+     .help = "host memory for the first NVMe-resident optimizer states the update takes, kept there after the "
+             "first update (never written back), so that each step reads and writes 12 bytes less per cached "
+             "parameter (--optimizer nvme); auto = "
              "what RAM has to spare once the run fits (15% kept free), none = 0"},
     {.name = "profile", .metavar = "FILE", .kind = FK_STRING, FIELD(profile_path), .def = "",
      .def_show = "~/.cache/tiertrain/profile.json", .accepts = "a file path", .group = G_RUN, .cmds = TPB,

@@ -96,13 +96,14 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
     // NVMe: chunk k+1's states are read into one half of the double buffer while chunk k is
     // updated in the other and written back; a half is read into again only after its write
     // has completed. Each in-flight transfer remembers its chunk. The first ncache chunks work in
-    // their --optimizer-cache entries, written through (only their gradients use a half). The
-    // reads are the tier's: the last update may have queued this one's first two (see the end).
+    // their --optimizer-cache entries, filled from NVMe by the first update and never written
+    // back (only their gradients use a half). The reads are the tier's: the last update may have
+    // queued this one's first two (see the end).
     tier_xfer_t *rd = tier_o32_reads(tier), wr[2];
     memset(wr, 0, sizeof wr);
     int rc = 0, s0 = with_piece(lay, md, 0); // the first read: the first shard with a piece here
-    const int fill = ncache && !tier_o32_cache_valid(tier); // the first update, or the entries are stale
-    tier_o32_cache_set_valid(tier, 0); // until this update has written every chunk home
+    const int fill = ncache && !tier_o32_cache_valid(tier); // the first update: NVMe has the states
+    if (fill) tier_o32_cache_set_valid(tier, 0); // until every entry is filled and updated
     if (nvme && s0 < md->nshards && !tier_o32_take_read(tier, 0, s0, 0))
         rc = chunk_read(tier, &rd[0], s0, 0, 0, 0, ncache, fill, err, errlen);
     for (int s = 0, k = 0; s < md->nshards && rc == 0; s++) {
@@ -133,9 +134,7 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
             adamw_chunk(md, cfg, NULL, s, lo, n, master, m, v, tier_grads_for_update(tier, s, c, b), pc, plo,
                         lay->pbytes, &hp);
             if (c == nc - 1) rc = shard_done(tier, s, pc, err, errlen); // the states' write may still run
-            if (rc == 0 && nvme)
-                rc = k < ncache ? tier_o32_cache_submit(tier, &wr[b], IO_WRITE, s, c, k, err, errlen)
-                            : tier_o32_submit(tier, &wr[b], IO_WRITE, s, c, b, err, errlen);
+            if (rc == 0 && nvme && k >= ncache) rc = tier_o32_submit(tier, &wr[b], IO_WRITE, s, c, b, err, errlen);
         }
     }
     // every submitted transfer ends before its buffer is reused or freed; the first error wins
@@ -151,7 +150,7 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
         int r = tier_o32_finish(tier, tier_o32_cache_xfer(tier, k), e2, sizeof e2);
         if (r != 0 && rc == 0) { rc = r; snprintf(err, errlen, "%s", e2); }
     }
-    if (rc == 0) tier_o32_cache_set_valid(tier, 1); // the entries hold what went home: the next update's states
+    if (rc == 0 && fill) tier_o32_cache_set_valid(tier, 1); // the entries hold the newest states from now on
     // The next update's first two reads, now: at its start the forward waits for its first
     // shards, and their states need no gradient (the gradients are in a home; on NVMe they are
     // read with the states). Not after the last step's update, and not for cached chunks.

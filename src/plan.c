@@ -244,9 +244,10 @@ static void plan_traffic(const config_t *cfg, const model_t *m, plan_t *p) {
         p->d2h_bytes += (uint64_t)(cfg->accum * (m->L + 1) * ck);
         p->h2d_bytes += (uint64_t)((vertical ? 2 : 1) * cfg->accum * m->L * ck);
     }
-    if (cfg->optim_tier == TIER_NVME) { // the --optimizer-cache's chunks are written through, never read again
-        p->nvme_read_bytes += (uint64_t)((P - (double)tier_cached_elems(lay, m)) * 12);
-        p->nvme_write_bytes += (uint64_t)(P * 12);
+    if (cfg->optim_tier == TIER_NVME) { // the --optimizer-cache's chunks live in RAM after the first update
+        const double uncached = P - (double)tier_cached_elems(lay, m);
+        p->nvme_read_bytes += (uint64_t)(uncached * 12);
+        p->nvme_write_bytes += (uint64_t)(uncached * 12);
     }
 }
 
@@ -515,7 +516,7 @@ int plan_optim_cache_auto(config_t *cfg, const model_t *m, const profile_t *prof
     const int lo = most_cached(cfg, m, prof, p, &cfg->optim_cache, tier_cache_entry_bytes(&p->lay), p->lay.nchunks);
     char a[32], b[32];
     snprintf(why, len, "--optimizer-cache auto: %d of %d optimizer chunks keep their states in RAM (%s), %s less "
-             "NVMe reading a step (predicted floor %.1f ms/step; %.1f without)", lo, p->lay.nchunks,
+             "NVMe reading and writing a step (predicted floor %.1f ms/step; %.1f without)", lo, p->lay.nchunks,
              format_bytes(a, sizeof a, cfg->optim_cache), format_bytes(b, sizeof b, tier_cached_elems(&p->lay, m) * 12),
              p->floor_ms, none_ms);
     return 1;

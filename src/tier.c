@@ -688,6 +688,15 @@ int tier_o32_finish(tier_t *t, tier_xfer_t *x, char *err, size_t errlen) {
     return rc;
 }
 
+// The --optimizer-cache entry that holds chunk c of shard's states while the entries are valid
+// (the update's k-th chunk, counted as the update counts them), or -1: NVMe holds them.
+static int cache_entry(const tier_t *t, int shard, int c) {
+    if (!t->ocache_valid) return -1;
+    int k = c;
+    for (int s = 0; s < shard && k < t->lay.nocache; s++) k += tier_nchunks(&t->lay, t->m, s);
+    return k < t->lay.nocache ? k : -1;
+}
+
 // Where tier_o32_get puts chunk c of shard's master, m, v: the host home, or staging half 0.
 static void got_views(tier_t *t, int shard, int c, float *dst[3]) {
     size_t lo, n;
@@ -719,6 +728,14 @@ int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **
         for (int k = 0; k < 3; k++)
             if (parts & (1 << k)) backend_copy_d2h(t->be, dst[k], (float *)e->addr + k * total + lo, n * sizeof(float));
     } else if (e->home == TIER_NVME) {
+        const int ce = cache_entry(t, shard, c); // a cached chunk's states are newer than NVMe's
+        if (ce >= 0) {
+            float *src[3];
+            tier_o32_cache_views(t, ce, n, &src[0], &src[1], &src[2]);
+            for (int k = 0; k < 3; k++)
+                if (parts & (1 << k)) memcpy(dst[k], src[k], n * sizeof(float));
+            return 0;
+        }
         // the parts asked for, as one read from the first to the last of them; all three with
         // --io-verify, whose CRC covers the chunk's whole extent
         int k0 = 0, k1 = 2;
@@ -736,12 +753,17 @@ int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **
 
 int tier_o32_put(tier_t *t, int shard, int c, int parts, char *err, size_t errlen) {
     tier_entry_t *e = &t->table[shard][ST_O32];
-    t->ocache_valid = 0; // a cache entry may hold this chunk's old states
-    int rc = tier_o32_drop_reads(t, err, errlen); // and a read queued for the next update, its old states
+    int rc = tier_o32_drop_reads(t, err, errlen); // a read queued for the next update has the old states
     if (rc != 0) return rc;
     size_t lo, n, total = t->pn[shard];
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     lo -= t->plo[shard];
+    const int ce = e->home == TIER_NVME ? cache_entry(t, shard, c) : -1;
+    if (ce >= 0) { // the entry takes the new states (the others' entries are newer than NVMe: they stay)
+        float *dst[3];
+        tier_o32_cache_views(t, ce, n, &dst[0], &dst[1], &dst[2]);
+        for (int k = 0; k < 3; k++) memcpy(dst[k], stage_part(t, 0, n, k), n * sizeof(float));
+    }
     if (e->home == TIER_DEVICE) {
         for (int k = 0; k < 3; k++)
             if (parts & (1 << k))

@@ -270,10 +270,11 @@ int tier_o32_take_read(tier_t *t, int half, int shard, int c);
 void tier_o32_set_read(tier_t *t, int half, int shard, int c);
 int tier_o32_drop_reads(tier_t *t, char *err, size_t errlen);
 // --optimizer-cache (NVMe states): the update's first ncache chunks (this rank's, in order)
-// work in cache entries of their own, written through to NVMe, so that an update reads them
-// only when the entries are not valid: at the first update, and after tier_o32_put. Entry k's
-// views for a chunk of n elements; its transfer; whether the entries hold the states on NVMe
-// (the update that wrote them home sets it).
+// work in cache entries of their own, and NVMe sees them only at the first update, which fills
+// the entries from it: after that the entries are their home (never written back: NVMe is
+// scratch), and tier_o32_get and tier_o32_put read and write a cached chunk there. Entry k's
+// views for a chunk of n elements; its transfer; whether the entries hold the newest states
+// (the update that filled and updated them sets it).
 int tier_o32_ncache(const tier_t *t);
 void tier_o32_cache_views(tier_t *t, int k, size_t n, float **master, float **m, float **v);
 tier_xfer_t *tier_o32_cache_xfer(tier_t *t, int k);

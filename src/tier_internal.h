@@ -64,9 +64,10 @@ struct tier {
         int fail_k;               // the first use whose gather failed, -1: none
         char err[256];
     } gat;
-    // ---- --optimizer-cache: entry k holds the states of the update's k-th chunk, as on NVMe
-    // while ocache_valid. The update job alone uses the entries; tier_o32_put (the optimizer
-    // idle) clears ocache_valid.
+    // ---- --optimizer-cache: entry k holds the states of the update's k-th chunk while
+    // ocache_valid, newer than NVMe's (the update does not write them back). The update job uses
+    // the entries; tier_o32_get and tier_o32_put (the optimizer idle) read and write them in
+    // place of NVMe.
     tier_xfer_t *ocache_x;        // (nocache) each entry's fill in flight
     int ocache_valid;
     // ---- the update's reads (tier_o32_reads): one per staging half, and what each one queued

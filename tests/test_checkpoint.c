@@ -417,8 +417,9 @@ static const resume_case_t resume_cases[] = {
     {"--save-dtype bf16 (the FP32 master travels in optimizer.safetensors)", {NULL}, {"--save-dtype", "bf16", NULL},
      {NULL}},
     {"tied head, fp32", {"--tie", "--precision", "fp32", NULL}, {NULL}, {NULL}},
-    // the saved states of the cached chunks are the ones written through; the resumed run's
-    // cache is filled from what the checkpoint put on NVMe
+    // the saved states of the cached chunks come from their entries (NVMe's are the first
+    // update's: never written back); the resumed run's cache is filled from what the checkpoint
+    // put on NVMe
     {"--optimizer-cache on both sides", {NULL},
      {"--params", "host", "--optimizer", "nvme", "--optimizer-cache", "1M", NULL},
      {"--params", "host", "--optimizer", "nvme", "--optimizer-cache", "1M", NULL}},
