@@ -29,8 +29,11 @@ int io_parse_size(const char *s, uint64_t *out) {
         if (!found) return -EINVAL;
     }
     double bytes = v * mult;
+    // A unit of K or more rounds to the nearest byte ("16.4G", as format_bytes prints sizes);
+    // a fraction of one byte ("1.3", "1.3B") is not a size.
+    if (mult > 1) bytes = floor(bytes + 0.5);
     if (bytes >= 18446744073709551615.0) return -ERANGE;
-    if (bytes != floor(bytes)) return -EINVAL; // "1.3B" or "0.1K": not a whole number of bytes
+    if (bytes != floor(bytes)) return -EINVAL;
     *out = (uint64_t)bytes;
     return 0;
 }

@@ -118,6 +118,7 @@ static const bad_case_t bad[] = {
     {{"train", "--lr", "inf", NULL}, {"--lr inf", "not a number"}},
     {{"train", "--seed", "-5", NULL}, {"--seed -5", "non-negative integer"}},
     {{"train", "--hbm-budget", "lots", NULL}, {"--hbm-budget lots", "not a size", "512M"}},
+    {{"train", "--hbm-budget", "1.5B", NULL}, {"--hbm-budget 1.5B", "not a size", "512M"}},
     // out of range
     {{"train", "--steps", "0", NULL}, {"--steps 0", "out of range", ">= 1"}},
     {{"train", "--steps", "99999999999", NULL}, {"--steps 99999999999", "out of range"}},
@@ -427,6 +428,10 @@ START_TEST(test_sizes) {
     ck_assert_uint_eq(c.io_block, 64ULL << 20);
     parse(&c, (const char *[]){"train", "--hbm-budget", "none", "--host-budget", "0", "--io-block", "4096", NULL});
     ck_assert(c.hbm_budget == 0 && c.host_budget == 0 && c.io_block == 4096);
+    // a fraction of a unit rounds to the nearest byte, as the tool prints sizes ("16.4 GiB")
+    parse(&c, (const char *[]){"train", "--hbm-budget", "16.4G", "--host-budget", "0.1K", NULL});
+    ck_assert_uint_eq(c.hbm_budget, 17609365914ULL); // 16.4 x 2^30 = 17609365913.6
+    ck_assert_uint_eq(c.host_budget, 102);
     parse(&c, (const char *[]){"bench", "io", "--size", "1.5G", "--threads", "2", "--io-sqpoll", NULL});
     ck_assert(c.command == CMD_BENCH && c.bench_size == 3ULL << 29 && c.threads == 2 && c.io_sqpoll);
     ck_assert_str_eq(c.bench_name, "io");
