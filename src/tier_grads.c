@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "tier_internal.h"
+#include "trace.h"
 #include "util.h"
 
 // ---------------------------------------------------------------- gradients
@@ -13,6 +14,14 @@
 // --grads nvme: the host copy of slot i's gradient: the slot itself, or its staging buffer.
 static float *gnvme_host(const tier_t *t, int i) {
     return t->lay.device_is_host ? t->gvisit.buf[i] : t->buf[TB_GRAD_NVME][i];
+}
+
+// --trace: a gradient chunk's write as a span on the NVMe write track, from its submission
+// (run by the I/O thread before the ticket is done, so the slot's fields are still this write's).
+static void gnvme_traced(io_ticket_t *tk, void *arg) {
+    (void)tk;
+    const struct tier_gwrite *w = arg;
+    trace_span(TRACK_NVME_WRITE, "write", w->label, w->t0, trace_now_ms());
 }
 
 // Submits the write of slot i's gradient (its data is on the host) to its shard's chunks; a
@@ -25,12 +34,18 @@ static int gnvme_submit(tier_t *t, int i, char *err, size_t errlen) {
         gradnorm_zero(&t->gss[s]);
         gradnorm_add_squares(&t->gss[s], h, t->pn[s]);
     }
+    t->gw[i].t0 = trace_now_ms();
+    t->gw[i].label = t->label[s][ST_G];
     for (int c = 0; c < tier_nchunks(&t->lay, t->m, s); c++) {
         size_t lo, n;
         tier_chunk_range(&t->lay, t->m, s, c, &lo, &n);
         io_req_t r = {.op = IO_WRITE, .off = tier_chunk_off(t, s, c), .len = n * sizeof(float),
                       .buf = (void *)(h + (lo - t->plo[s])),
                       .name = t->label[s][ST_G]};
+        if (trace_enabled()) {
+            r.cb = gnvme_traced;
+            r.cb_arg = &t->gw[i];
+        }
         memset(&t->gw[i].tk[c], 0, sizeof t->gw[i].tk[c]);
         int rc = nvme_store_submit(t->nvme, &t->gw[i].tk[c], &r);
         if (rc != 0) {

@@ -39,12 +39,14 @@ struct tier {
     // itself where the device is host memory, else from the slot's staging copy once its copy
     // down has landed (submitted at the next visit's release, so the host waits at most one
     // shard behind the device). Compute thread only.
-    struct {
+    struct tier_gwrite {
         int shard;                // whose gradient the slot's write carries, -1: none in flight
         int queued;               // its copy down is queued, its write not yet submitted (GPU)
         int last;                 // the shard's last visit this step: Σ g² is taken from the host copy
         io_ticket_t *tk;          // (max chunks) one write per chunk
         int ntk;
+        double t0;                // submitted at (--trace: each chunk's write is a span from here)
+        const char *label;        // "gradients of <shard>", for the trace
     } gw[2];
     gradnorm_t *gss;              // (nshards) Σ g² of each shard's final gradient (--grads nvme)
     size_t *plo, *pn;             // (nshards) this rank's piece of each shard (tier_piece)

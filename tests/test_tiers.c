@@ -708,6 +708,18 @@ START_TEST(trace_has_every_track) {
     free(json);
     unlink(path);
     run_free(&r);
+    // --grads nvme: each shard's gradient write in the backward is on the write track too
+    const char *gextra[] = {"--params", "nvme", "--grads", "nvme", "--optimizer", "nvme", "--trace", path, NULL};
+    run_t g = train(base_bf16, gextra, NULL);
+    ck_assert_msg(g.rc == 0, "%s", g.err);
+    json = tu_slurp(path);
+    ck_assert_ptr_nonnull(json);
+    ck_assert_msg(strstr(json, "\"name\":\"write gradients of block.0\",\"ph\":\"X\",\"pid\":1,\"tid\":4,") &&
+                      strstr(json, "\"name\":\"write gradients of lm_head"),
+                  "no gradient write spans on the nvme writes track");
+    free(json);
+    unlink(path);
+    run_free(&g);
     const char *bad[] = {"--trace", "/nonexistent-dir/t.json", NULL};
     run_t b = train(base_bf16, bad, NULL);
     ck_assert_int_eq(b.rc, 2);
