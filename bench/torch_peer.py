@@ -14,14 +14,43 @@ import os
 import time
 
 
+# OpenBLAS 0.3.21's families without AVX2 (kernels/cpu/matmul.c, matmul_blas_core_better)
+NARROW = {"unknown", "Unknown", "Katmai", "Coppermine", "Northwood", "Prescott", "Banias", "Atom", "Core2",
+          "Penryn", "Dunnington", "Nehalem", "Athlon", "Opteron", "Opteron_SSE3", "Barcelona", "Nano",
+          "Sandybridge", "Bobcat", "Bulldozer", "Piledriver", "Steamroller"}
+
+
+def openblas_pick():
+    """OpenBLAS's own pick of kernel family on this CPU, asked in a child process (in this one
+    OpenBLAS must load after OPENBLAS_CORETYPE is settled); None when it cannot be asked."""
+    import subprocess
+    import sys
+    code = ("import ctypes, ctypes.util\n"
+            "lib = ctypes.CDLL(ctypes.util.find_library('openblas') or 'libopenblas.so.0')\n"
+            "lib.openblas_get_corename.restype = ctypes.c_char_p\n"
+            "print(lib.openblas_get_corename().decode())\n")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    try:
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() or None
+
+
 def blas_family():
     """The OpenBLAS kernel family for this CPU's vector units, as tiertrain runs it: Debian's
     OpenBLAS 0.3.21 picks by CPU model and takes one newer than it knows (an AVX-512 Xeon, family
     6 model 207) for a Prescott, a third of the speed, and Debian's torch runs its products on
     that OpenBLAS. So the peer names the family as tiertrain does (src/backend_cpu.c,
-    backend_blas_reexec), before torch loads OpenBLAS; an OPENBLAS_CORETYPE of one's own stays."""
+    backend_blas_reexec): OpenBLAS's own pick unless it lacks the CPU's AVX2 or AVX-512 units,
+    set before torch loads OpenBLAS; an OPENBLAS_CORETYPE of one's own stays."""
     if "OPENBLAS_CORETYPE" in os.environ:
         return os.environ["OPENBLAS_CORETYPE"] or "(empty)"
+    pick = openblas_pick()
+    if pick is not None and pick not in NARROW:
+        return pick
     try:
         with open("/proc/cpuinfo") as f:
             flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
@@ -31,7 +60,7 @@ def blas_family():
         os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
     elif "avx2" in flags and "fma" in flags:
         os.environ["OPENBLAS_CORETYPE"] = "Haswell"
-    return os.environ.get("OPENBLAS_CORETYPE", "OpenBLAS's own pick")
+    return os.environ.get("OPENBLAS_CORETYPE", pick or "OpenBLAS's own pick")
 
 
 BLAS = blas_family()
