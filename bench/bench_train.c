@@ -138,9 +138,8 @@ static void on_step(trainer_t *tr, int step, void *arg) {
 }
 
 int bench_train(const config_t *cfg_in) {
-    config_t cfg = *cfg_in;
+    config_t cfg = *cfg_in; // shape M, T and B where the flags left them: cli_parse (config_bench_train_defaults)
     cfg.command = CMD_TRAIN;
-    config_bench_train_defaults(&cfg); // cli_parse applied them already; a caller of its own may not have
     const int steps = cfg.steps_given ? cfg.steps : 5; // 1 warm-up + 4 timed
     if (steps < 2) usage_error("bench train: --steps %d: at least 2 (one warm-up step is not timed)", steps);
     cfg.steps = steps;

@@ -71,7 +71,7 @@ static int with_piece(const tier_layout_t *lay, const model_t *md, int s) {
 static int chunk_read(tier_t *tier, tier_xfer_t *x, int s, int c, int k, int half, int ncache, int fill,
                       char *err, size_t errlen) {
     if (k >= ncache) return tier_o32_submit(tier, x, IO_READ, s, c, half, err, errlen);
-    int rc = fill ? tier_o32_cache_submit(tier, tier_o32_cache_xfer(tier, k), IO_READ, s, c, k, err, errlen) : 0;
+    int rc = fill ? tier_o32_cache_fill(tier, tier_o32_cache_xfer(tier, k), s, c, k, err, errlen) : 0;
     return rc ? rc : tier_grads_submit(tier, x, s, c, half, err, errlen);
 }
 

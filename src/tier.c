@@ -645,14 +645,14 @@ int tier_o32_cache_valid(const tier_t *t) { return t->ocache_valid; }
 void tier_o32_cache_set_valid(tier_t *t, int valid) { t->ocache_valid = valid; }
 
 // master, m, v are one extent after the chunk's g, written (and CRC'd) together
-int tier_o32_cache_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int k, char *err, size_t errlen) {
+int tier_o32_cache_fill(tier_t *t, tier_xfer_t *x, int shard, int c, int k, char *err, size_t errlen) {
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     const uint64_t g = (uint64_t)(t->lay.o32_parts - 3) * n * sizeof(float);
-    io_req_t r = {.op = op, .off = tier_chunk_off(t, shard, c) + g, .len = 3 * n * sizeof(float),
+    io_req_t r = {.op = IO_READ, .off = tier_chunk_off(t, shard, c) + g, .len = 3 * n * sizeof(float),
                   .buf = t->buf[TB_OPTIM_CACHE][k], .name = t->label[shard][ST_O32],
-                  .crc = op == IO_READ ? t->table[shard][ST_O32].crc[c] : 0};
-    return xfer_submit(t, x, op, shard, c, &r, 1, err, errlen);
+                  .crc = t->table[shard][ST_O32].crc[c]};
+    return xfer_submit(t, x, IO_READ, shard, c, &r, 1, err, errlen);
 }
 
 int tier_grads_submit(tier_t *t, tier_xfer_t *x, int shard, int c, int half, char *err, size_t errlen) {
@@ -759,7 +759,8 @@ int tier_o32_put(tier_t *t, int shard, int c, int parts, char *err, size_t errle
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     lo -= t->plo[shard];
     const int ce = e->home == TIER_NVME ? cache_entry(t, shard, c) : -1;
-    if (ce >= 0) { // the entry takes the new states (the others' entries are newer than NVMe: they stay)
+    if (ce >= 0) { // the entry, the chunk's home, takes the new states (NVMe's copy below too); the
+                   // other entries stay valid: they are newer than NVMe
         float *dst[3];
         tier_o32_cache_views(t, ce, n, &dst[0], &dst[1], &dst[2]);
         for (int k = 0; k < 3; k++) memcpy(dst[k], stage_part(t, 0, n, k), n * sizeof(float));

@@ -280,8 +280,8 @@ void tier_o32_cache_views(tier_t *t, int k, size_t n, float **master, float **m,
 tier_xfer_t *tier_o32_cache_xfer(tier_t *t, int k);
 int tier_o32_cache_valid(const tier_t *t);
 void tier_o32_cache_set_valid(tier_t *t, int valid);
-// Queues the read of chunk c of shard's master, m, v into entry k, or their write from it.
-int tier_o32_cache_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int k, char *err, size_t errlen);
+// Queues the read of chunk c of shard's master, m, v into entry k (the first update's fill).
+int tier_o32_cache_fill(tier_t *t, tier_xfer_t *x, int shard, int c, int k, char *err, size_t errlen);
 // Queues the read of chunk c of shard's gradients alone (--grads nvme) into staging half
 // `half`, where tier_grads_for_update finds them; nothing otherwise.
 int tier_grads_submit(tier_t *t, tier_xfer_t *x, int shard, int c, int half, char *err, size_t errlen);

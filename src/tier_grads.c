@@ -16,12 +16,12 @@ static float *gnvme_host(const tier_t *t, int i) {
     return t->lay.device_is_host ? t->gvisit.buf[i] : t->buf[TB_GRAD_NVME][i];
 }
 
-// --trace: a gradient chunk's write as a span on the NVMe write track, from its submission
-// (run by the I/O thread before the ticket is done, so the slot's fields are still this write's).
+// --trace: a gradient chunk's write as a span on the NVMe write track, named as its request,
+// from its submission (run by the I/O thread before the ticket is done, so the slot's t0 is
+// still this write's).
 static void gnvme_traced(io_ticket_t *tk, void *arg) {
-    (void)tk;
     const struct tier_gwrite *w = arg;
-    trace_span(TRACK_NVME_WRITE, "write", w->label, w->t0, trace_now_ms());
+    trace_span(TRACK_NVME_WRITE, "write", tk->name, w->t0, trace_now_ms());
 }
 
 // Submits the write of slot i's gradient (its data is on the host) to its shard's chunks; a
@@ -35,7 +35,6 @@ static int gnvme_submit(tier_t *t, int i, char *err, size_t errlen) {
         gradnorm_add_squares(&t->gss[s], h, t->pn[s]);
     }
     t->gw[i].t0 = trace_now_ms();
-    t->gw[i].label = t->label[s][ST_G];
     for (int c = 0; c < tier_nchunks(&t->lay, t->m, s); c++) {
         size_t lo, n;
         tier_chunk_range(&t->lay, t->m, s, c, &lo, &n);

@@ -46,7 +46,6 @@ struct tier {
         io_ticket_t *tk;          // (max chunks) one write per chunk
         int ntk;
         double t0;                // submitted at (--trace: each chunk's write is a span from here)
-        const char *label;        // "gradients of <shard>", for the trace
     } gw[2];
     gradnorm_t *gss;              // (nshards) Σ g² of each shard's final gradient (--grads nvme)
     size_t *plo, *pn;             // (nshards) this rank's piece of each shard (tier_piece)

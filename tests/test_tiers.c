@@ -672,7 +672,7 @@ START_TEST(io_error_names_shard_and_file) {
     const char *cextra[] = {"--params", "nvme", "--grads", "nvme", "--optimizer", "nvme", "--optimizer-cache", "64M",
                             NULL};
     const char *const cspecs[][2] = {{"TT_IO_FAULT=read:eio@8", "step 2: optimizer: nvme read of 'optimizer states of "}};
-    for (int i = 0; i < 1; i++) {
+    for (size_t i = 0; i < sizeof cspecs / sizeof cspecs[0]; i++) {
         char *cenv[] = {(char *)cspecs[i][0], NULL};
         run_t c = train(base_bf16, cextra, cenv);
         ck_assert_msg(c.rc == 1, "%s: exit %d, stderr: %s", cspecs[i][0], c.rc, c.err);
