@@ -19,6 +19,7 @@
 #include "comm.h"  // uses: the world (--init-from is read by rank 0)
 #include "hf.h"    // uses: hf_read_config
 #include "model.h" // uses: model_preset, model_preset_names
+#include "tier.h"  // uses: tier_update_backward_refusal
 #include "util.h"  // uses: usage_error, parse_size, format_bytes
 
 #ifndef TT_VERSION
@@ -653,6 +654,10 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         if (cfg->grads_tier == TIER_NVME && cfg->optim_tier != TIER_NVME && !cfg->offload_auto)
             usage_error("--grads nvme: needs --optimizer nvme (the optimizer reads each shard's gradient with its "
                         "states, in one extent; add --optimizer nvme, or keep --grads host)");
+        if (cfg->update_when == UPDATE_BACKWARD && !cfg->offload_auto) {
+            const char *why = tier_update_backward_refusal(cfg, cfg->device);
+            if (why) usage_error("--update backward: %s", why);
+        }
         if (cfg->host_cache && cfg->params_tier != TIER_NVME && !cfg->offload_auto)
             usage_error("--host-cache %s: caches NVMe-resident parameters, but --params is not nvme (drop --host-cache "
                         "or add --params nvme)", format_bytes((char[32]){0}, 32, cfg->host_cache));

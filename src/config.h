@@ -15,6 +15,8 @@ typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } device_kind_t;
 typedef enum { TIER_DEVICE = 0, TIER_HOST, TIER_NVME } tier_kind_t;
 typedef enum { SCHEDULE_AUTO = 0, SCHEDULE_HORIZONTAL, SCHEDULE_VERTICAL } schedule_t;
 typedef enum { ACTS_AUTO = 0, ACTS_DEVICE, ACTS_HOST } acts_tier_t;
+// --update: when a host or NVMe optimizer updates a shard (tier_layout resolves auto)
+typedef enum { UPDATE_AUTO = 0, UPDATE_AFTER, UPDATE_BACKWARD } update_when_t;
 
 typedef struct {
     command_t command;
@@ -55,6 +57,7 @@ typedef struct {
     tier_kind_t grads_tier;  // --grads device|host (FP32 gradients)
     tier_kind_t optim_tier;  // --optimizer device|host|nvme (FP32 master, m, v)
     int prefetch;            // --prefetch: shards fetched ahead of their use
+    update_when_t update_when; // --update auto|after|backward
     int offload_auto;        // --offload auto: plan picks the placement (overrides the three above)
     schedule_t schedule;     // --schedule; resolved by cli_parse (auto: vertical when accum > 1)
     acts_tier_t acts_tier;   // --checkpoints; resolved by cli_parse (auto: host when vertical)

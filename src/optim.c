@@ -160,6 +160,89 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
     return rc;
 }
 
+// The update's number of chunk c of shard s: every shard's chunks in order (as
+// --optimizer-cache numbers its entries).
+static int chunk_number(const tier_layout_t *lay, const model_t *md, int s, int c) {
+    for (int j = 0; j < s; j++) c += tier_nchunks(lay, md, j);
+    return c;
+}
+
+// Every transfer of the job ends before its buffer is reused; the first error wins.
+static int finish_all(tier_t *tier, tier_xfer_t *rd, tier_xfer_t *wr, int ncache, int rc, char *err, size_t errlen) {
+    for (int i = 0; i < 2 + 2 + ncache; i++) {
+        tier_xfer_t *x = i < 2 ? &rd[i] : i < 4 ? &wr[i - 2] : tier_o32_cache_xfer(tier, i - 4);
+        char e2[512];
+        int r = tier_o32_finish(tier, x, e2, sizeof e2);
+        if (r != 0 && rc == 0) {
+            rc = r;
+            snprintf(err, errlen, "%s", e2);
+        }
+    }
+    return rc;
+}
+
+int optim_run_backward(tier_t *tier, const model_t *md, const config_t *cfg, int t, float lr, char *err,
+                       size_t errlen) {
+    const tier_layout_t *lay = tier_layout_of(tier);
+    const int nvme = lay->home[ST_O32] == TIER_NVME, ncache = nvme ? tier_o32_ncache(tier) : 0;
+    double t0 = now_ms();
+    adamw_params_t hp = optim_hparams(cfg, t, lr, 1.0f);
+    // as optim_run_host: the i-th chunk the job updates is read into staging half i & 1 (after
+    // that half's write has completed); (as, ac): the chunk already read ahead into the next half
+    tier_xfer_t *rd = tier_o32_reads(tier), wr[2];
+    memset(wr, 0, sizeof wr);
+    const int fill = ncache && !tier_o32_cache_valid(tier);
+    if (fill) tier_o32_cache_set_valid(tier, 0);
+    int rc = 0, i = 0, as = -1, ac = -1;
+    for (int done = 0; done < md->nshards && rc == 0; done++) {
+        const int s = tier_grads_next_final(tier, err, errlen);
+        if (s < 0) {
+            rc = s;
+            break;
+        }
+        const int nc = tier_nchunks(lay, md, s), k0 = chunk_number(lay, md, s, 0);
+        void *pc = tier_params_build(tier, s);
+        size_t plo, pn;
+        tier_piece(lay, md, s, &plo, &pn);
+        for (int c = 0; c < nc && rc == 0; c++, i++) {
+            const int b = i & 1, nb = b ^ 1, k = k0 + c;
+            if (nvme) {
+                if (!(as == s && ac == c) && (rc = tier_o32_finish(tier, &wr[b], err, errlen)) == 0)
+                    rc = chunk_read(tier, &rd[b], s, c, k, b, ncache, fill, err, errlen);
+                // the next chunk: this shard's, else the next shard's first when it is handed over
+                const int ns = c + 1 < nc ? s : tier_grads_peek_final(tier), ncx = c + 1 < nc ? c + 1 : 0;
+                as = ac = -1;
+                if (rc == 0 && ns >= 0 && (rc = tier_o32_finish(tier, &wr[nb], err, errlen)) == 0) {
+                    rc = chunk_read(tier, &rd[nb], ns, ncx, chunk_number(lay, md, ns, ncx), nb, ncache, fill, err,
+                                    errlen);
+                    as = ns;
+                    ac = ncx;
+                }
+                if (rc == 0) rc = tier_o32_finish(tier, &rd[b], err, errlen);
+                if (rc == 0 && k < ncache) rc = tier_o32_finish(tier, tier_o32_cache_xfer(tier, k), err, errlen);
+                if (rc != 0) break;
+            }
+            size_t lo, n;
+            tier_chunk_range(lay, md, s, c, &lo, &n);
+            float *master, *m, *v;
+            if (k < ncache) tier_o32_cache_views(tier, k, n, &master, &m, &v);
+            else tier_o32_views(tier, s, c, b, &master, &m, &v);
+            adamw_chunk(md, cfg, NULL, s, lo, n, master, m, v, tier_grads_for_update(tier, s, c, b), pc, plo,
+                        lay->pbytes, &hp);
+            if (c == nc - 1) { // the gradient is used up: its slot goes back to the backward first
+                tier_grads_consumed(tier, s);
+                tier_grads_done(tier, s);
+                rc = tier_params_store(tier, s, pc, tier_step_event(tier), err, errlen);
+            }
+            if (rc == 0 && nvme && k >= ncache) rc = tier_o32_submit(tier, &wr[b], IO_WRITE, s, c, b, err, errlen);
+        }
+    }
+    rc = finish_all(tier, rd, wr, ncache, rc, err, errlen);
+    if (rc == 0 && fill) tier_o32_cache_set_valid(tier, 1);
+    tier_stats(tier)->opt_ms += now_ms() - t0;
+    return rc;
+}
+
 int optim_run_device(tier_t *tier, const model_t *md, const config_t *cfg, const backend_t *be, int t, float lr,
                      float grad_scale, char *err, size_t errlen) {
     const tier_layout_t *lay = tier_layout_of(tier);

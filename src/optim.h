@@ -29,6 +29,15 @@ adamw_params_t optim_hparams(const config_t *cfg, int t, float lr, float grad_sc
 // tier's scheduler as it becomes final. Returns 0 or -errno with one line in err.
 int optim_run_host(tier_t *tier, const model_t *m, const config_t *cfg, int t, float lr, float grad_scale,
                    char *err, size_t errlen);
+// --update backward (lay.upd_bwd): the update of step t without clipping, beside the
+// backward: each shard as the backward hands its final gradient over (tier_grads_next_final),
+// in that order, with the gradient where the backward left it (an NVMe home's never goes
+// there); the next shard's first chunk is read while a shard's last one is updated when it is
+// already handed over. Publishes nothing (the job runs beside: sched_update_start_beside).
+// The same arithmetic on the same inputs as optim_run_host with grad_scale 1. Returns 0 or
+// -errno with one line in err.
+int optim_run_backward(tier_t *tier, const model_t *m, const config_t *cfg, int t, float lr, char *err,
+                       size_t errlen);
 // --optimizer device: the update of every shard queued on the compute stream, where the
 // states live; gradients homed on the host come up first, and the new compute copy goes down
 // to a host or NVMe home. The ops queued after it (the next forward) follow in stream order.

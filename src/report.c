@@ -50,9 +50,11 @@ void report_tiers(FILE *out, const config_t *cfg, const trainer_info_t *info, co
     }
     // a host or NVMe update runs on the update worker beside the next forward: its waits are
     // its own, not the compute thread's (which waits for an updated shard in its fetch)
-    fprintf(out, "  optimizer %.1f ms in all (%s AdamW)", ts->opt_ms, adamw_update_path());
+    fprintf(out, "  optimizer %.1f ms in all (%s AdamW, %s)", ts->opt_ms, adamw_update_path(),
+            info->upd_bwd ? "in the backward" : "after the backward");
     if (cfg->optim_tier == TIER_NVME)
         fprintf(out, ", of which %.1f ms the update worker waited for its states' NVMe transfers", ts->opt_nvme_wait_ms);
+    if (info->upd_bwd) fprintf(out, "; compute waited %.1f ms for gradient slots it held", ts->grad_slot_wait_ms);
     fputc('\n', out);
     fprintf(out, "  step     %.1f ms achieved, floor %.1f ms (bound by %s; rates: %s): efficiency %.2f\n", step_ms,
             plan->floor_ms, plan_resource_names[plan->bound], plan->prof ? plan->prof->source : "built-in defaults",

@@ -51,6 +51,8 @@ struct sched {
     pthread_t updater;
     int updater_started;
     int ubusy, udone, urc, ustop;
+    int upending;        // a job was started and the worker has not taken it yet
+    int ubeside;         // the job in flight was started beside (sched_update_start_beside)
     char uerr[512];
     sched_update_fn ufn;
     void *uctx;
@@ -110,8 +112,9 @@ static void *update_main(void *arg) {
     sched_t *s = arg;
     pthread_mutex_lock(&s->umu);
     for (;;) {
-        while (!s->ustop && !(s->ubusy && s->udone == 0 && s->urc == 0)) pthread_cond_wait(&s->ucv, &s->umu);
+        while (!s->ustop && !s->upending) pthread_cond_wait(&s->ucv, &s->umu);
         if (s->ustop) break;
+        s->upending = 0;
         sched_update_fn fn = s->ufn;
         void *ctx = s->uctx;
         pthread_mutex_unlock(&s->umu);
@@ -120,6 +123,7 @@ static void *update_main(void *arg) {
         pthread_mutex_lock(&s->umu);
         if (rc != 0) {
             s->urc = rc;
+            if (s->ubeside) s->udone = 0; // which shards it updated is unknown: none counts as final
             snprintf(s->uerr, sizeof s->uerr, "%s", err[0] ? err : strerror(-rc));
         } else {
             s->udone = s->nshards;
@@ -377,15 +381,23 @@ int sched_cache_victim(sched_t *s, const int *held, int n, int shard, int pos) {
 
 // ---------------------------------------------------------------- updates
 
-void sched_update_start(sched_t *s, sched_update_fn fn, void *ctx) {
+// A job after a failed one does not run: its error stays, and every wait returns it.
+static void update_start(sched_t *s, sched_update_fn fn, void *ctx, int published) {
     pthread_mutex_lock(&s->umu);
-    s->ufn = fn;
-    s->uctx = ctx;
-    s->udone = 0;
-    s->ubusy = 1;
-    pthread_cond_broadcast(&s->ucv);
+    if (s->urc == 0) {
+        s->ufn = fn;
+        s->uctx = ctx;
+        s->udone = published;
+        s->ubeside = published > 0;
+        s->ubusy = s->upending = 1;
+        pthread_cond_broadcast(&s->ucv);
+    }
     pthread_mutex_unlock(&s->umu);
 }
+
+void sched_update_start(sched_t *s, sched_update_fn fn, void *ctx) { update_start(s, fn, ctx, 0); }
+
+void sched_update_start_beside(sched_t *s, sched_update_fn fn, void *ctx) { update_start(s, fn, ctx, s->nshards); }
 
 void sched_update_publish(sched_t *s, int shard) {
     pthread_mutex_lock(&s->umu);

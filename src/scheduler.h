@@ -110,6 +110,10 @@ int sched_belady(const int *held, int n, const int *uses, int nuses, int from, i
 // Starts fn(ctx) on the update worker and returns at once; the previous job must have ended
 // (sched_update_wait). Shards count as not final until published.
 void sched_update_start(sched_t *s, sched_update_fn fn, void *ctx);
+// A job beside the phase that reads the shards it updates (--update backward: each shard's
+// update starts after its last use in the backward): every shard counts as final throughout,
+// so nothing waits for it but sched_update_wait, which the next phase's caller must call.
+void sched_update_start_beside(sched_t *s, sched_update_fn fn, void *ctx);
 // From the job: shards 0..shard are final.
 void sched_update_publish(sched_t *s, int shard);
 // Waits until shard is final when a job is in flight. Any thread. Returns 0, or the job's

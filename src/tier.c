@@ -145,10 +145,18 @@ int tier_init(tier_t **out, const config_t *cfg, const model_t *m, backend_t *be
     t->plo = calloc(ns, sizeof *t->plo);
     t->pn = calloc(ns, sizeof *t->pn);
     t->ocache_x = calloc((size_t)lay->nocache + 1, sizeof *t->ocache_x);
+    t->glast = calloc(ns, sizeof *t->glast);
     t->o32_rd_shard[0] = t->o32_rd_shard[1] = -1;
     if (!t->table || !t->label || !t->slot_of || !t->gslot_of || !t->slot_ev || !t->hcache_shard || !t->plo || !t->pn ||
-        !t->ocache_x)
+        !t->ocache_x || !t->glast)
         goto oom;
+    if (lay->upd_bwd) {
+        t->ho.q = calloc(ns, sizeof *t->ho.q);
+        if (!t->ho.q) goto oom;
+        pthread_mutex_init(&t->ho.mu, NULL);
+        pthread_cond_init(&t->ho.cv, NULL);
+        t->ho.inited = 1;
+    }
     for (int s = 0; s < m->nshards; s++) tier_piece(lay, m, s, &t->plo[s], &t->pn[s]);
     t->gather = lay->ranks > 1;
     pthread_mutex_init(&t->hc_mu, NULL);
@@ -166,16 +174,18 @@ int tier_init(tier_t **out, const config_t *cfg, const model_t *m, backend_t *be
     for (int i = 0; i < lay->nslots; i++)
         if ((rc = backend_event_create(be, &t->slot_ev[i], err, errlen)) != 0) goto fail;
     if ((rc = backend_event_create(be, &t->step_ev, err, errlen)) != 0) goto fail;
+    if (lay->home[ST_G] == TIER_NVME || lay->upd_bwd) {
+        t->gss = calloc(ns, sizeof *t->gss);
+        if (!t->gss) goto oom;
+    }
     if (lay->home[ST_G] == TIER_NVME) {
         int maxc = 0;
         for (int s = 0; s < m->nshards; s++) maxc = tier_nchunks(lay, m, s) > maxc ? tier_nchunks(lay, m, s) : maxc;
-        t->gss = calloc(ns, sizeof *t->gss);
         for (int i = 0; i < 2; i++) {
             t->gw[i].shard = -1;
             t->gw[i].tk = calloc((size_t)maxc, sizeof *t->gw[i].tk);
             if (!t->gw[i].tk) goto oom;
         }
-        if (!t->gss) goto oom;
     }
     if (lay->home[ST_G] != TIER_DEVICE) {
         if ((rc = visit_init(&t->gvisit, be, t->buf[TB_GRAD_SLOTS][0], t->buf[TB_GRAD_SLOTS][1], m->nshards, err,
@@ -248,6 +258,12 @@ void tier_free(tier_t *t) {
     free(t->slot_ev);
     free(t->hcache_shard);
     free(t->gss);
+    free(t->glast);
+    if (t->ho.inited) {
+        pthread_mutex_destroy(&t->ho.mu);
+        pthread_cond_destroy(&t->ho.cv);
+    }
+    free(t->ho.q);
     free(t->plo);
     free(t->pn);
     free(t->ocache_x);
@@ -582,9 +598,10 @@ int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     const uint64_t base = tier_chunk_off(t, shard, c), o32 = 3 * n * sizeof(float);
-    const uint64_t g = (uint64_t)(t->lay.o32_parts - 3) * n * sizeof(float); // 0 unless --grads nvme
+    const uint64_t gext = (uint64_t)(t->lay.o32_parts - 3) * n * sizeof(float); // 0 unless --grads nvme
+    const uint64_t g = t->lay.upd_bwd ? 0 : gext; // --update backward: the job has it in a slot
     float *stage = t->buf[TB_OPTIM_STAGING][half];
-    io_req_t r[2] = {{.op = op, .off = base + g, .len = o32, .buf = stage_part(t, half, n, 0),
+    io_req_t r[2] = {{.op = op, .off = base + gext, .len = o32, .buf = stage_part(t, half, n, 0),
                       .name = t->label[shard][ST_O32], .crc = op == IO_READ ? t->table[shard][ST_O32].crc[c] : 0}};
     int nreq = 1;
     if (op == IO_READ && g && !t->cfg->io_verify) { // g and the states in one extent
@@ -657,7 +674,7 @@ int tier_o32_cache_fill(tier_t *t, tier_xfer_t *x, int shard, int c, int k, char
 
 int tier_grads_submit(tier_t *t, tier_xfer_t *x, int shard, int c, int half, char *err, size_t errlen) {
     memset(x, 0, sizeof *x);
-    if (t->lay.o32_parts == 3) return 0; // the gradients are in a home
+    if (t->lay.o32_parts == 3 || t->lay.upd_bwd) return 0; // the gradients are in a home, or handed over
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     io_req_t r = {.op = IO_READ, .off = tier_chunk_off(t, shard, c), .len = n * sizeof(float),

@@ -109,11 +109,18 @@ typedef struct {
     int nocache;                // the update's first chunks (this rank's, in order) whose states stay in RAM
     int max_uses;               // the longest use order (a step's or an evaluation's)
     int rank, ranks;            // ZeRO-3: the homes hold this rank's piece of every shard (tier_piece)
+    int upd_bwd;                // --update backward (or auto, where it may run): each shard's update runs
+                                // beside the backward once its gradient is final (tier_grads_next_final)
     tier_spec_t spec[TB_COUNT];
     uint64_t device_bytes, host_bytes, nvme_bytes;
 } tier_layout_t;
 
 // Sizes and counts every buffer of a run of cfg on device (DEVICE_CPU or DEVICE_CUDA). Pure.
+// Why --update backward cannot run for cfg on device (DEVICE_AUTO: either), as a phrase with
+// the fix, or NULL when it can: it needs no clipping (the update would need the global norm,
+// known only once the backward ends), an optimizer on the host or NVMe, one rank and the CPU
+// backend (a GPU's gradients would need an event per shard).
+const char *tier_update_backward_refusal(const config_t *cfg, device_kind_t device);
 void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, tier_layout_t *lay);
 // Bytes of buffer b for shard s (per-shard buffers) or of each of its allocations.
 uint64_t tier_spec_bytes(const tier_layout_t *lay, const model_t *m, tier_buf_t b, int s);
@@ -164,6 +171,7 @@ typedef struct {
     double opt_nvme_wait_ms;                  // of which waiting for optimizer-state reads/writes
     double copy_ms;                           // compute thread queuing gradient and checkpoint copies
     double gather_wait_ms;                    // ranks: compute waiting for the gather worker's gathers
+    double grad_slot_wait_ms;                 // --update backward: compute waiting for a gradient slot the update holds
 } tier_stats_t;
 
 typedef struct tier tier_t;
@@ -231,6 +239,20 @@ int tier_grads_zero_all(tier_t *t, char *err, size_t errlen);
 // The host view of shard's gradients (after tier_grads_finish): the home, or a staging copy
 // (valid until the next call). Returns 0 or -errno with one line.
 int tier_grads_get(tier_t *t, int shard, const float **g, char *err, size_t errlen);
+
+// --update backward (lay.upd_bwd): a final visit's release hands the shard's gradient to the
+// update job (taking its Σ g²) instead of writing it home; a host or NVMe home's slot then
+// stays the job's until tier_grads_done, and the visit that next wants it waits. The job takes
+// the shards in the order handed over: tier_grads_next_final waits for the next one (its
+// index), or returns -errno with one line once the handover is closed and empty;
+// tier_grads_peek_final gives the next one only when already handed over (else -1). Each step
+// opens the handover before its backward; tier_grads_close ends it (the job's end, or the
+// backward's fault, with rc and why): every wait returns at once, and held slots are free.
+void tier_grads_open(tier_t *t);
+int tier_grads_next_final(tier_t *t, char *err, size_t errlen);
+int tier_grads_peek_final(tier_t *t);
+void tier_grads_done(tier_t *t, int shard);
+void tier_grads_close(tier_t *t, int rc, const char *why);
 
 // ---------------------------------------------------------------- optimizer states
 

@@ -99,15 +99,84 @@ static int gnvme_read(tier_t *t, int shard, int i, char *err, size_t errlen) {
     return rc;
 }
 
+// --update backward: waits until the update job has finished with slot i's gradient (or the
+// handover is closed).
+static void slot_wait(tier_t *t, int i) {
+    pthread_mutex_lock(&t->ho.mu);
+    double t0 = now_ms();
+    while (t->ho.held[i] && !t->ho.closed) pthread_cond_wait(&t->ho.cv, &t->ho.mu);
+    t->stats.grad_slot_wait_ms += now_ms() - t0;
+    pthread_mutex_unlock(&t->ho.mu);
+}
+
+// --update backward: shard's final gradient g (host memory: the CPU backend) goes to the
+// update job, its Σ g² taken first; slot >= 0 stays the job's until tier_grads_done.
+static void handover(tier_t *t, int shard, int slot, const float *g) {
+    gradnorm_zero(&t->gss[shard]);
+    gradnorm_add_squares(&t->gss[shard], g, t->pn[shard]);
+    pthread_mutex_lock(&t->ho.mu);
+    if (slot >= 0 && !t->ho.closed) t->ho.held[slot] = 1;
+    t->ho.q[t->ho.tail++] = shard;
+    pthread_cond_broadcast(&t->ho.cv);
+    pthread_mutex_unlock(&t->ho.mu);
+}
+
+void tier_grads_open(tier_t *t) {
+    pthread_mutex_lock(&t->ho.mu);
+    t->ho.head = t->ho.tail = 0;
+    t->ho.held[0] = t->ho.held[1] = 0;
+    t->ho.closed = t->ho.rc = 0;
+    t->ho.err[0] = 0;
+    pthread_mutex_unlock(&t->ho.mu);
+}
+
+int tier_grads_next_final(tier_t *t, char *err, size_t errlen) {
+    pthread_mutex_lock(&t->ho.mu);
+    while (t->ho.head == t->ho.tail && !t->ho.closed) pthread_cond_wait(&t->ho.cv, &t->ho.mu);
+    int rc = t->ho.head < t->ho.tail ? t->ho.q[t->ho.head++] : t->ho.rc ? t->ho.rc : -ECANCELED;
+    if (rc < 0) snprintf(err, errlen, "%s", t->ho.err[0] ? t->ho.err : "the backward handed over no more gradients");
+    pthread_mutex_unlock(&t->ho.mu);
+    return rc;
+}
+
+int tier_grads_peek_final(tier_t *t) {
+    pthread_mutex_lock(&t->ho.mu);
+    int s = t->ho.head < t->ho.tail ? t->ho.q[t->ho.head] : -1;
+    pthread_mutex_unlock(&t->ho.mu);
+    return s;
+}
+
+void tier_grads_done(tier_t *t, int shard) {
+    if (t->table[shard][ST_G].home != TIER_NVME) return; // it held no slot
+    pthread_mutex_lock(&t->ho.mu);
+    t->ho.held[t->gslot_of[shard]] = 0;
+    pthread_cond_broadcast(&t->ho.cv);
+    pthread_mutex_unlock(&t->ho.mu);
+}
+
+void tier_grads_close(tier_t *t, int rc, const char *why) {
+    pthread_mutex_lock(&t->ho.mu);
+    if (!t->ho.closed) {
+        t->ho.closed = 1;
+        t->ho.rc = rc;
+        snprintf(t->ho.err, sizeof t->ho.err, "%s", why ? why : "");
+    }
+    t->ho.held[0] = t->ho.held[1] = 0;
+    pthread_cond_broadcast(&t->ho.cv);
+    pthread_mutex_unlock(&t->ho.mu);
+}
+
 // A host or NVMe home visits a slot (visit.h): the copy up waits for the slot's last copy down
 // and for this shard's own last write-back, the ops wait for the copy up, the copy down for the
 // ops; on a GPU the next shard's copy up thus runs during this shard's backward. A gradient the
 // optimizer consumed is all zeros: its visit starts from a zeroed slot instead of a read.
 float *tier_grads_acquire(tier_t *t, int shard, int last, char *err, size_t errlen) {
     tier_entry_t *e = &t->table[shard][ST_G];
+    t->glast[shard] = last;
     if (e->home == TIER_DEVICE) return e->addr;
     int i = t->gnext;
     t->gnext ^= 1;
+    if (t->lay.upd_bwd) slot_wait(t, i);
     t->gslot_of[shard] = i;
     if (e->home == TIER_HOST) {
         visit_up(&t->gvisit, i, shard, e->addr, e->bytes);
@@ -128,12 +197,13 @@ float *tier_grads_acquire(tier_t *t, int shard, int last, char *err, size_t errl
 int tier_grads_release(tier_t *t, int shard, char *err, size_t errlen) {
     tier_entry_t *e = &t->table[shard][ST_G];
     e->dirty = 1;
-    if (e->home == TIER_DEVICE) return 0;
-    const int i = t->gslot_of[shard];
-    if (e->home == TIER_HOST) {
-        visit_down(&t->gvisit, i, shard, e->addr, e->bytes);
+    const int i = e->home == TIER_DEVICE ? -1 : t->gslot_of[shard];
+    if (e->home == TIER_HOST) visit_down(&t->gvisit, i, shard, e->addr, e->bytes); // the CPU's: at once
+    if (t->lay.upd_bwd && t->glast[shard]) { // the update reads the home, or (NVMe) the slot itself
+        handover(t, shard, e->home == TIER_NVME ? i : -1, e->home == TIER_NVME ? t->gvisit.buf[i] : e->addr);
         return 0;
     }
+    if (e->home != TIER_NVME) return 0;
     t->gw[i].shard = shard;
     if (t->lay.device_is_host) return gnvme_submit(t, i, err, errlen); // the ops are done: write from the slot
     visit_down(&t->gvisit, i, shard, gnvme_host(t, i), e->bytes);
@@ -156,7 +226,7 @@ int tier_grads_finish(tier_t *t, char *err, size_t errlen) {
 
 int tier_grads_norm(tier_t *t, int shard, gradnorm_t *acc, char *err, size_t errlen) {
     const tier_entry_t *e = &t->table[shard][ST_G];
-    if (e->home == TIER_NVME) { // taken as the final gradient was written
+    if (e->home == TIER_NVME || t->lay.upd_bwd) { // taken as the final gradient was written or handed over
         gradnorm_add(acc, &t->gss[shard]);
         return 0;
     }
@@ -212,9 +282,10 @@ int tier_grads_get(tier_t *t, int shard, const float **g, char *err, size_t errl
 
 const float *tier_grads_for_update(tier_t *t, int shard, int c, int half) {
     tier_entry_t *e = &t->table[shard][ST_G];
-    if (e->home == TIER_NVME) return t->buf[TB_OPTIM_STAGING][half]; // read with the states, first in the chunk
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
+    if (e->home == TIER_NVME && t->lay.upd_bwd) return (const float *)gnvme_host(t, t->gslot_of[shard]) + (lo - t->plo[shard]);
+    if (e->home == TIER_NVME) return t->buf[TB_OPTIM_STAGING][half]; // read with the states, first in the chunk
     const float *g = (const float *)e->addr + (lo - t->plo[shard]);
     if (e->home == TIER_DEVICE && !t->lay.device_is_host) {
         // after the step's backward only, not the next step's forward queued meanwhile
@@ -230,7 +301,7 @@ void tier_grads_consumed(tier_t *t, int shard) {
     if (e->home == TIER_DEVICE) backend_memset(t->be, e->addr, 0, e->bytes);
     else if (e->home == TIER_HOST) memset(e->addr, 0, e->bytes);
     e->dirty = 0; // NVMe: the next visit starts from zeros and overwrites the extent
-    if (t->gss) gradnorm_zero(&t->gss[shard]);
+    if (t->gss && !t->lay.upd_bwd) gradnorm_zero(&t->gss[shard]); // (handed over: the step reads it after)
 }
 
 const float *tier_grads_device(tier_t *t, int shard) {

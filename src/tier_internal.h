@@ -47,7 +47,21 @@ struct tier {
         int ntk;
         double t0;                // submitted at (--trace: each chunk's write is a span from here)
     } gw[2];
-    gradnorm_t *gss;              // (nshards) Σ g² of each shard's final gradient (--grads nvme)
+    gradnorm_t *gss;              // (nshards) Σ g² of each shard's final gradient (--grads nvme, --update backward)
+    int *glast;                   // (nshards) the shard's visit in progress is its last this step
+    // ---- --update backward (lay.upd_bwd): the final gradients handed to the update job, in
+    // the order the backward releases them; a slot holding one (a host or NVMe home's visit)
+    // is the job's until tier_grads_done. ho.mu guards ho, a leaf lock: the compute thread
+    // hands over and waits for slots, the update worker takes and gives back.
+    struct {
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        int inited;
+        int *q, head, tail;       // (nshards) shards handed over; q[head..tail) not yet taken
+        int held[2];              // slot i holds a gradient the job has not finished with
+        int closed, rc;           // no more this step (the job ended, or the backward stopped: rc)
+        char err[256];
+    } ho;
     size_t *plo, *pn;             // (nshards) this rank's piece of each shard (tier_piece)
     int gather;                   // ranks: every use of a shard gathers its pieces into a slot
     // ---- ranks on a host-memory device with MPI_THREAD_MULTIPLE: the gather worker gathers

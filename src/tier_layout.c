@@ -179,6 +179,7 @@ void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, ti
         uint64_t n = cfg->host_cache / tier_host_cache_entry_bytes(lay, m);
         lay->nhcache = (int)(n < (uint64_t)m->nshards ? n : (uint64_t)m->nshards);
     }
+    lay->upd_bwd = cfg->update_when != UPDATE_AFTER && !tier_update_backward_refusal(cfg, device);
     lay->o32_parts = G == TIER_NVME ? 4 : 3; // --grads nvme: g first in each chunk, read with its states
     // the longest use order: a step's (vertical: one pass) or an evaluation's forwards
     int reps = lay->vertical ? 1 : cfg->accum > 0 ? cfg->accum : 1, eval = cfg->eval_batches > 0 ? cfg->eval_batches : 1;
@@ -203,6 +204,21 @@ void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, ti
         if (P == TIER_NVME) lay->nvme_bytes += n * pb;
         if (cfg->optim_tier == TIER_NVME) lay->nvme_bytes += (uint64_t)lay->o32_parts * n * sizeof(float);
     }
+}
+
+const char *tier_update_backward_refusal(const config_t *cfg, device_kind_t device) {
+    if (cfg->clip > 0)
+        return "needs --clip 0: clipping scales every gradient by the global norm, known only once the backward "
+               "ends (add --clip 0, or use --update after)";
+    if (cfg->optim_tier == TIER_DEVICE)
+        return "--optimizer device updates on the device once the backward ends (use --optimizer host or nvme, or "
+               "--update after)";
+    if (cfg->ranks > 1)
+        return "one rank only: the ranks' gradient folds end with the backward (use --update after)";
+    if (device == DEVICE_CUDA)
+        return "the cpu backend only: a GPU's gradients would need an event per shard (use --device cpu, or "
+               "--update after)";
+    return NULL;
 }
 
 uint64_t tier_part_bytes(const tier_layout_t *lay, tier_kind_t tier, const char *part) {

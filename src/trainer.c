@@ -72,6 +72,12 @@ int trainer_init(trainer_t **out, const config_t *cfg, char *err, size_t errlen)
         (rc = comm_dev_init(comm_world(), backend_device_index(&tr->be), err, errlen)) != 0)
         goto fail;
     tier_layout(cfg, &tr->model, tr->be.kind, &tr->lay);
+    const char *why = cfg->update_when == UPDATE_BACKWARD ? tier_update_backward_refusal(cfg, tr->be.kind) : NULL;
+    if (why) {
+        snprintf(err, errlen, "--update backward: %s", why);
+        rc = -EINVAL;
+        goto fail;
+    }
     if ((rc = tier_init(&tr->tier, cfg, &tr->model, &tr->be, &tr->lay, err, errlen)) != 0) goto fail;
     if ((rc = step_init(&tr->step, cfg, &tr->model, &tr->be, tr->tier, err, errlen)) != 0) goto fail;
     tr->step_inited = 1;
@@ -129,6 +135,7 @@ void trainer_info(const trainer_t *tr, trainer_info_t *out) {
     out->host_bytes = tier_host_used(tr->tier);
     out->nslots = tr->lay.nslots;
     out->nhcache = tr->lay.nhcache;
+    out->upd_bwd = tr->lay.upd_bwd;
     out->tier = *tier_stats(tr->tier);
     sched_stats(tier_sched(tr->tier), &out->sched);
     out->has_nvme = tier_nvme_info(tr->tier, &out->nvme) == 0;
@@ -201,6 +208,18 @@ static int update_job(void *ctx, char *err, size_t errlen) {
     return rc;
 }
 
+// --update backward's job: the update beside the backward; whatever ends it closes the
+// handover, so that no visit waits for a slot the job will not give back.
+static int update_beside_job(void *ctx, char *err, size_t errlen) {
+    trainer_t *tr = ctx;
+    char e[512] = "";
+    backend_worker_threads(&tr->be);
+    int rc = optim_run_backward(tr->tier, &tr->model, tr->cfg, tr->req.t, tr->req.lr, e, sizeof e);
+    if (rc != 0) snprintf(err, errlen, "optimizer: %s", e);
+    tier_grads_close(tr->tier, rc, rc ? err : NULL);
+    return rc;
+}
+
 int trainer_optimizer_wait(trainer_t *tr, char *err, size_t errlen) {
     return sched_update_wait(tier_sched(tr->tier), err, errlen);
 }
@@ -233,12 +252,45 @@ static int ranks_loss(trainer_t *tr, double *loss, char *err, size_t errlen) {
     return 0;
 }
 
+// --update backward (one rank, no clipping): the update job starts before the forward and
+// updates each shard once the backward hands its final gradient over; the step ends with it
+// (the next forward reads every shard's new weights), and every streamed copy is stale then.
+static int train_step_beside(trainer_t *tr, int t, const int *tokens, const int *targets, float dscale,
+                             double *loss, double *norm, float *lr, char *err, size_t errlen) {
+    const config_t *cfg = tr->cfg;
+    int rc = trainer_optimizer_wait(tr, err, errlen);
+    if (rc != 0) return rc;
+    *lr = optim_lr(cfg, t);
+    *norm = NAN;
+    tr->req.t = t;
+    tr->req.lr = *lr;
+    tr->req.grad_scale = 1.0f;
+    tier_grads_open(tr->tier);
+    sched_update_start_beside(tier_sched(tr->tier), update_beside_job, tr);
+    *loss = step_forward_backward(&tr->step, tokens, targets, cfg->accum, dscale);
+    if (tr->step.fault[0]) {
+        tier_grads_close(tr->tier, -EIO, tr->step.fault); // the job stops at the first shard not handed over
+        snprintf(err, errlen, "%s", tr->step.fault);
+        rc = -EIO;
+    }
+    char e2[512];
+    int r2 = trainer_grad_norm(tr, norm, e2, sizeof e2); // Σ g² of each gradient, taken at its handover
+    if (r2 == 0) r2 = trainer_optimizer_wait(tr, e2, sizeof e2);
+    if (r2 != 0 && rc == 0) {
+        snprintf(err, errlen, "%s", e2);
+        rc = r2;
+    }
+    tier_params_invalidate(tr->tier);
+    return rc;
+}
+
 int trainer_train_step(trainer_t *tr, int t, const int *tokens, const int *targets, double *loss, double *norm,
                        float *lr, char *err, size_t errlen) {
     const config_t *cfg = tr->cfg;
     const int ranks = tr->step.ranks;
     // a mean over the step's tokens, on every rank
     const float dscale = 1.0f / ((float)tr->step.N * (float)cfg->accum * (float)ranks);
+    if (tr->lay.upd_bwd) return train_step_beside(tr, t, tokens, targets, dscale, loss, norm, lr, err, errlen);
     *loss = step_forward_backward(&tr->step, tokens, targets, cfg->accum, dscale);
     *norm = NAN;
     *lr = optim_lr(cfg, t);
