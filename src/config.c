@@ -86,9 +86,10 @@ void config_print(const config_t *c, FILE *f) {
                 enum_word("device|host|nvme", (int)c->grads_tier, w2, sizeof w2),
                 enum_word("device|host|nvme", (int)c->optim_tier, w3, sizeof w3), c->prefetch);
     }
-    fprintf(f, ", schedule %s, checkpoints %s, recompute %s", enum_word("auto|horizontal|vertical", (int)c->schedule, w,
-            sizeof w), enum_word("auto|device|host", (int)c->acts_tier, b2, sizeof b2),
-            c->recompute_arg[0] ? c->recompute_arg : "full");
+    fprintf(f, ", schedule %s, checkpoints %s, recompute %s, update %s",
+            enum_word("auto|horizontal|vertical", (int)c->schedule, w, sizeof w),
+            enum_word("auto|device|host", (int)c->acts_tier, b2, sizeof b2), c->recompute_arg[0] ? c->recompute_arg : "full",
+            enum_word("auto|after|backward", (int)c->update_when, b1, sizeof b1));
     if (c->host_cache_auto) fprintf(f, ", host-cache auto");
     else if (c->host_cache) fprintf(f, ", host-cache %s", format_bytes(b1, sizeof b1, c->host_cache));
     if (c->optim_cache_auto) fprintf(f, ", optimizer-cache auto");

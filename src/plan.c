@@ -232,7 +232,10 @@ static void plan_traffic(const config_t *cfg, const model_t *m, plan_t *p) {
         p->h2d_bytes += (uint64_t)visits;
         p->d2h_bytes += (uint64_t)visits;
     }
-    if (cfg->grads_tier == TIER_NVME) { // every visit writes; visits after a shard's first read back its partial sum
+    if (cfg->grads_tier == TIER_NVME && lay->upd_bwd) { // the final visit hands its gradient to the update
+        p->nvme_write_bytes += (uint64_t)again;
+        p->nvme_read_bytes += (uint64_t)again;
+    } else if (cfg->grads_tier == TIER_NVME) { // every visit writes; visits after a shard's first read back its partial sum
         p->nvme_write_bytes += (uint64_t)visits;
         p->nvme_read_bytes += (uint64_t)(again + G); // + the optimizer's read of each final gradient
         if (!lay->device_is_host) {
@@ -612,6 +615,9 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
                 p->ranks, p->local_ranks, format_bytes(a, sizeof a, p->ram_needed * (uint64_t)p->local_ranks),
                 format_bytes(b, sizeof b, p->nvme_bytes * (uint64_t)p->local_ranks), p->ranks,
                 format_bytes(c, sizeof c, p->comm_bytes), cfg->accum * p->ranks);
+    if (cfg->optim_tier != TIER_DEVICE)
+        fprintf(f, "update: %s\n", p->lay.upd_bwd ? "in the backward, each shard once its gradient is final (--update)"
+                                                  : "after the backward, beside the next forward (--update)");
     fprintf(f, "predicted floor per step (rates from %s):\n", p->prof ? p->prof->source : "built-in defaults; run tiertrain bench calibrate");
     for (int r = 0; r < PLAN_NRES; r++)
         fprintf(f, "  %-13s %10.1f ms%s\n", plan_resource_names[r], p->t_ms[r], r == p->bound ? "   <- bound" : "");
@@ -665,10 +671,11 @@ void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f) 
             (unsigned long long)p->save_need, (unsigned long long)p->save_free, p->flops_per_step, p->floor_ms,
             plan_resource_names[p->bound], p->prof ? "profile" : "defaults");
     fprintf(f, "\"hbm_budget\":%llu,\"host_budget\":%llu,\"kept_blocks\":%d,\"kept_bf16\":%s,\"logits_kept\":%s,"
-               "\"mlp_rows\":%d,\"ranks\":%d,\"local_ranks\":%d,\"comm_bytes\":%llu,\"t_ms\":{",
+               "\"mlp_rows\":%d,\"ranks\":%d,\"local_ranks\":%d,\"comm_bytes\":%llu,\"update\":\"%s\",\"t_ms\":{",
             (unsigned long long)cfg->hbm_budget, (unsigned long long)cfg->host_budget, cfg->kept_blocks,
             cfg->kept_bf16 ? "true" : "false", cfg->logits_kept ? "true" : "false",
-            model_mlp_rows(m, cfg->B * cfg->T), p->ranks, p->local_ranks, (unsigned long long)p->comm_bytes);
+            model_mlp_rows(m, cfg->B * cfg->T), p->ranks, p->local_ranks, (unsigned long long)p->comm_bytes,
+            cfg->optim_tier == TIER_DEVICE ? "device" : p->lay.upd_bwd ? "backward" : "after");
     for (int r = 0; r < PLAN_NRES; r++) fprintf(f, "%s\"%s\":%.3f", r ? "," : "", plan_resource_names[r], p->t_ms[r]);
     fprintf(f, "},\"suggestions\":[");
     for (int i = 0; i < p->nsugg; i++) // the changes are flags: nothing in them needs escaping
