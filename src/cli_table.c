@@ -121,9 +121,9 @@ const flag_t cli_flags[] = {
     {.name = "update", .metavar = "auto|after|backward", .kind = FK_ENUM, FIELD(update_when), .def = "auto",
      .values = "auto|after|backward", .group = G_RUN, .cmds = TPB,
      .help = "when the host or NVMe optimizer updates a shard: after = once the backward ends, beside the next "
-             "forward; backward = as soon as the shard's gradient is final, beside the rest of the backward, so the "
-             "gradient is used where it is and never goes to its home (needs --clip 0, one rank, the cpu backend; "
-             "the same bits); auto = backward where it may run, else after"},
+             "forward; backward = as soon as the shard's gradient is final, beside the rest of the backward (with "
+             "--grads nvme the gradient then never goes to NVMe; needs --clip 0, one rank, the cpu backend; the same "
+             "bits); auto = backward where it may run, else after"},
     {.name = "prefetch", .metavar = "N", .kind = FK_INT, FIELD(prefetch), .def = "2", .lo = 0, .hi = 64,
      .group = G_RUN, .cmds = TPB, .help = "streamed parameter shards fetched ahead of their use"},
     {.name = "schedule", .metavar = "auto|horizontal|vertical", .kind = FK_ENUM, FIELD(schedule), .def = "auto",

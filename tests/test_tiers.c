@@ -361,6 +361,94 @@ START_TEST(optimizer_cache_saves_reads) {
 }
 END_TEST
 
+// --update backward: without clipping, each shard's update runs beside the backward once its
+// gradient is final, on the same inputs as after it: the same bits as the resident run that
+// updates after the backward, under every home of the gradients and states, both schedules,
+// chunked states with a partial --optimizer-cache, --io-verify and a tied head. An NVMe home's
+// final gradient never goes to NVMe: a step writes and reads that much less, as the plan says.
+// Where it cannot run, it says why; an I/O error in the update stops the run, named, no hang.
+START_TEST(update_in_backward_keeps_bits) {
+    static const char *const noclip[] = {"--clip", "0", NULL};
+    static const char *const homes[][14] = {
+        {"--params", "nvme", "--grads", "nvme", "--optimizer", "nvme", "--optimizer-cache", "100K", "--schedule",
+         "horizontal"},
+        {"--params", "host", "--grads", "nvme", "--optimizer", "nvme", "--schedule", "vertical", "--io-verify"},
+        {"--params", "nvme", "--grads", "host", "--optimizer", "host", "--prefetch", "0", "--host-cache", "1M"},
+        {"--params", "device", "--grads", "device", "--optimizer", "nvme", "--schedule", "horizontal"},
+    };
+    static const char *const *const bases[] = {base_bf16, base_tied};
+    char *chunked[] = {"TT_OPT_CHUNK=2048", NULL};
+    for (int b = 0; b < 2; b++) {
+        const char *ref_flags[] = {"--clip", "0", "--update", "after", "--schedule", "horizontal", NULL};
+        run_t ref = train(bases[b], ref_flags, NULL);
+        char *a = fingerprint(&ref);
+        ck_assert_msg(strstr(ref.log, "\"update\":\"after\""), "%s", ref.log);
+        for (size_t i = 0; i < sizeof homes / sizeof homes[0]; i++) {
+            const char *extra[24];
+            int n = 0;
+            extra[n++] = "--update";
+            extra[n++] = "backward";
+            for (int k = 0; noclip[k]; k++) extra[n++] = noclip[k];
+            for (int k = 0; k < 14 && homes[i][k]; k++) extra[n++] = homes[i][k];
+            extra[n] = NULL;
+            run_t r = train(bases[b], extra, chunked);
+            char *f = fingerprint(&r);
+            ck_assert_msg(strcmp(a, f) == 0, "base %d, homes %zu: --update backward changed the bits:\n  %s\n  %s", b,
+                          i, a, f);
+            ck_assert_msg(strstr(r.log, "\"update\":\"backward\""), "%s", r.log);
+            ck_assert_msg(strstr(r.out, "AdamW, in the backward)") && strstr(r.out, "compute waited "), "%s", r.out);
+            free(f);
+            run_free(&r);
+        }
+        free(a);
+        run_free(&ref);
+    }
+    // bytes: 4 steps of accum 2, vertical, --grads nvme: each final gradient (the only visit
+    // of each shard) neither written nor read back
+    unsigned long long rd[2], wr[2], prd[2], pwr[2];
+    for (int k = 0; k < 2; k++) {
+        const char *extra[] = {"--clip", "0", "--update", k ? "backward" : "after", "--params", "host", "--grads",
+                               "nvme", "--optimizer", "nvme", "--schedule", "vertical", NULL};
+        run_t r = train(base_bf16, extra, NULL);
+        ck_assert_msg(r.rc == 0, "%s", r.err);
+        rd[k] = summary_u64(&r, "nvme_bytes_read");
+        wr[k] = summary_u64(&r, "nvme_bytes_written");
+        prd[k] = log_u64(&r, NULL, "nvme_read_bytes");
+        pwr[k] = log_u64(&r, NULL, "nvme_write_bytes");
+        run_free(&r);
+    }
+    const unsigned long long G = prd[0] - prd[1]; // the FP32 gradients, padded shards
+    ck_assert_msg(prd[0] > prd[1] && pwr[0] - pwr[1] == G && G % 4 == 0, "plan: read %llu/%llu, wrote %llu/%llu",
+                  prd[0], prd[1], pwr[0], pwr[1]);
+    ck_assert_msg(rd[0] - rd[1] == 4 * G && wr[0] - wr[1] == 4 * G, "read %llu/%llu, wrote %llu/%llu; G %llu", rd[0],
+                  rd[1], wr[0], wr[1], G);
+    // where it cannot run: one line, exit 2
+    static const char *const refusals[][2][8] = {
+        {{"--update", "backward", NULL}, {"--update backward: needs --clip 0: clipping scales every gradient by the "
+                                          "global norm, known only once the backward ends (add --clip 0, or use "
+                                          "--update after)"}},
+        {{"--update", "backward", "--clip", "0", "--optimizer", "device", NULL},
+         {"--update backward: --optimizer device updates on the device once the backward ends (use --optimizer host "
+          "or nvme, or --update after)"}},
+    };
+    for (int i = 0; i < 2; i++) {
+        run_t r = train(base_bf16, refusals[i][0], NULL);
+        ck_assert_msg(r.rc == 2 && strstr(r.err, refusals[i][1][0]), "exit %d: %s", r.rc, r.err);
+        run_free(&r);
+    }
+    // the update's first read fails (the head's states, the 6th read: after the forward's 5
+    // parameter fetches) while the backward has 4 shards to go: named, exit 1, no hang (the
+    // backward waits for no slot the update will not give back)
+    const char *fextra[] = {"--clip", "0", "--params", "nvme", "--grads", "nvme", "--optimizer", "nvme", NULL};
+    char *fenv[] = {"TT_IO_FAULT=read:eio@6", NULL};
+    run_t r = train(base_bf16, fextra, fenv);
+    ck_assert_msg(r.rc == 1 && strstr(r.err, "step 1: optimizer: nvme read of 'optimizer states of lm_head'") &&
+                      strstr(r.err, "Input/output error"),
+                  "exit %d: %s", r.rc, r.err);
+    run_free(&r);
+}
+END_TEST
+
 // The vocabulary cut into chunks (model.h): tiny with a vocabulary of 8192 is 4 chunks of
 // 2048 rows by default; TT_TEST_VOCAB_CHUNK makes it 2 or 1. The cut changes what a shard
 // holds, never a bit (the head works a CE_QUANTUM at a time whatever the chunks), under
@@ -1066,6 +1154,7 @@ int main(void) {
     tcase_add_test(inv, mlp_chunks_keep_bits);
     tcase_add_test(inv, vocab_chunks_keep_bits);
     tcase_add_test(inv, optimizer_cache_saves_reads);
+    tcase_add_test(inv, update_in_backward_keeps_bits);
     suite_add_tcase(s, inv);
     TCase *cap = tcase_create("capacity");
     tcase_add_checked_fixture(cap, setup, teardown);
