@@ -146,9 +146,10 @@ int tier_init(tier_t **out, const config_t *cfg, const model_t *m, backend_t *be
     t->pn = calloc(ns, sizeof *t->pn);
     t->ocache_x = calloc((size_t)lay->nocache + 1, sizeof *t->ocache_x);
     t->glast = calloc(ns, sizeof *t->glast);
+    t->ghanded = calloc(ns, sizeof *t->ghanded);
     t->o32_rd_shard[0] = t->o32_rd_shard[1] = -1;
     if (!t->table || !t->label || !t->slot_of || !t->gslot_of || !t->slot_ev || !t->hcache_shard || !t->plo || !t->pn ||
-        !t->ocache_x || !t->glast)
+        !t->ocache_x || !t->glast || !t->ghanded)
         goto oom;
     if (lay->upd_bwd) {
         t->ho.q = calloc(ns, sizeof *t->ho.q);
@@ -259,6 +260,7 @@ void tier_free(tier_t *t) {
     free(t->hcache_shard);
     free(t->gss);
     free(t->glast);
+    free(t->ghanded);
     if (t->ho.inited) {
         pthread_mutex_destroy(&t->ho.mu);
         pthread_cond_destroy(&t->ho.cv);

@@ -110,15 +110,22 @@ static void slot_wait(tier_t *t, int i) {
 }
 
 // --update backward: shard's final gradient g (host memory: the CPU backend) goes to the
-// update job, its Σ g² taken first; slot >= 0 stays the job's until tier_grads_done.
-static void handover(tier_t *t, int shard, int slot, const float *g) {
-    gradnorm_zero(&t->gss[shard]);
-    gradnorm_add_squares(&t->gss[shard], g, t->pn[shard]);
+// update job, its Σ g² taken first; slot >= 0 stays the job's until tier_grads_done. Returns
+// 0 when no job takes it (a backward outside a training step, or after the job stopped): the
+// visit ends as any other.
+static int handover(tier_t *t, int shard, int slot, const float *g) {
     pthread_mutex_lock(&t->ho.mu);
-    if (slot >= 0 && !t->ho.closed) t->ho.held[slot] = 1;
-    t->ho.q[t->ho.tail++] = shard;
-    pthread_cond_broadcast(&t->ho.cv);
+    const int taken = t->ho.open && t->ho.tail < t->m->nshards;
+    if (taken) {
+        gradnorm_zero(&t->gss[shard]);
+        gradnorm_add_squares(&t->gss[shard], g, t->pn[shard]);
+        t->ghanded[shard] = 1;
+        if (slot >= 0) t->ho.held[slot] = 1;
+        t->ho.q[t->ho.tail++] = shard;
+        pthread_cond_broadcast(&t->ho.cv);
+    }
     pthread_mutex_unlock(&t->ho.mu);
+    return taken;
 }
 
 void tier_grads_open(tier_t *t) {
@@ -127,7 +134,9 @@ void tier_grads_open(tier_t *t) {
     t->ho.held[0] = t->ho.held[1] = 0;
     t->ho.closed = t->ho.rc = 0;
     t->ho.err[0] = 0;
+    t->ho.open = 1;
     pthread_mutex_unlock(&t->ho.mu);
+    memset(t->ghanded, 0, (size_t)t->m->nshards * sizeof *t->ghanded);
 }
 
 int tier_grads_next_final(tier_t *t, char *err, size_t errlen) {
@@ -156,6 +165,7 @@ void tier_grads_done(tier_t *t, int shard) {
 
 void tier_grads_close(tier_t *t, int rc, const char *why) {
     pthread_mutex_lock(&t->ho.mu);
+    t->ho.open = 0;
     if (!t->ho.closed) {
         t->ho.closed = 1;
         t->ho.rc = rc;
@@ -199,10 +209,10 @@ int tier_grads_release(tier_t *t, int shard, char *err, size_t errlen) {
     e->dirty = 1;
     const int i = e->home == TIER_DEVICE ? -1 : t->gslot_of[shard];
     if (e->home == TIER_HOST) visit_down(&t->gvisit, i, shard, e->addr, e->bytes); // the CPU's: at once
-    if (t->lay.upd_bwd && t->glast[shard]) { // the update reads the home, or (NVMe) the slot itself
-        handover(t, shard, e->home == TIER_NVME ? i : -1, e->home == TIER_NVME ? t->gvisit.buf[i] : e->addr);
+    // the update job reads the home, or (NVMe) the slot itself
+    if (t->lay.upd_bwd && t->glast[shard] &&
+        handover(t, shard, e->home == TIER_NVME ? i : -1, e->home == TIER_NVME ? t->gvisit.buf[i] : e->addr))
         return 0;
-    }
     if (e->home != TIER_NVME) return 0;
     t->gw[i].shard = shard;
     if (t->lay.device_is_host) return gnvme_submit(t, i, err, errlen); // the ops are done: write from the slot
@@ -226,7 +236,7 @@ int tier_grads_finish(tier_t *t, char *err, size_t errlen) {
 
 int tier_grads_norm(tier_t *t, int shard, gradnorm_t *acc, char *err, size_t errlen) {
     const tier_entry_t *e = &t->table[shard][ST_G];
-    if (e->home == TIER_NVME || t->lay.upd_bwd) { // taken as the final gradient was written or handed over
+    if (e->home == TIER_NVME || t->ghanded[shard]) { // taken as the final gradient was written or handed over
         gradnorm_add(acc, &t->gss[shard]);
         return 0;
     }
@@ -284,7 +294,8 @@ const float *tier_grads_for_update(tier_t *t, int shard, int c, int half) {
     tier_entry_t *e = &t->table[shard][ST_G];
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
-    if (e->home == TIER_NVME && t->lay.upd_bwd) return (const float *)gnvme_host(t, t->gslot_of[shard]) + (lo - t->plo[shard]);
+    if (e->home == TIER_NVME && t->ghanded[shard]) // in the slot the backward handed over
+        return (const float *)gnvme_host(t, t->gslot_of[shard]) + (lo - t->plo[shard]);
     if (e->home == TIER_NVME) return t->buf[TB_OPTIM_STAGING][half]; // read with the states, first in the chunk
     const float *g = (const float *)e->addr + (lo - t->plo[shard]);
     if (e->home == TIER_DEVICE && !t->lay.device_is_host) {
@@ -301,7 +312,7 @@ void tier_grads_consumed(tier_t *t, int shard) {
     if (e->home == TIER_DEVICE) backend_memset(t->be, e->addr, 0, e->bytes);
     else if (e->home == TIER_HOST) memset(e->addr, 0, e->bytes);
     e->dirty = 0; // NVMe: the next visit starts from zeros and overwrites the extent
-    if (t->gss && !t->lay.upd_bwd) gradnorm_zero(&t->gss[shard]); // (handed over: the step reads it after)
+    if (t->gss && !t->ghanded[shard]) gradnorm_zero(&t->gss[shard]); // (handed over: the step reads it after)
 }
 
 const float *tier_grads_device(tier_t *t, int shard) {

@@ -49,6 +49,7 @@ struct tier {
     } gw[2];
     gradnorm_t *gss;              // (nshards) Σ g² of each shard's final gradient (--grads nvme, --update backward)
     int *glast;                   // (nshards) the shard's visit in progress is its last this step
+    int *ghanded;                 // (nshards) its final gradient went to the update job this step (compute thread)
     // ---- --update backward (lay.upd_bwd): the final gradients handed to the update job, in
     // the order the backward releases them; a slot holding one (a host or NVMe home's visit)
     // is the job's until tier_grads_done. ho.mu guards ho, a leaf lock: the compute thread
@@ -59,6 +60,7 @@ struct tier {
         int inited;
         int *q, head, tail;       // (nshards) shards handed over; q[head..tail) not yet taken
         int held[2];              // slot i holds a gradient the job has not finished with
+        int open;                 // a job takes them (tier_grads_open .. tier_grads_close)
         int closed, rc;           // no more this step (the job ended, or the backward stopped: rc)
         char err[256];
     } ho;
