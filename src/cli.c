@@ -573,6 +573,14 @@ static void check_nvme_paths(const char *list) {
     }
 }
 
+// --update backward where it cannot run (the backend --device auto picks is known at init,
+// which says so then).
+static void check_update(const config_t *cfg) {
+    const char *why = cfg->update_when == UPDATE_BACKWARD && !cfg->offload_auto
+                          ? tier_update_backward_refusal(cfg, cfg->device) : NULL;
+    if (why) usage_error("--update backward: %s", why);
+}
+
 static void table_check_or_die(void) {
     char err[512];
     if (cli_table_check(err, sizeof err) != 0) {
@@ -654,10 +662,7 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         if (cfg->grads_tier == TIER_NVME && cfg->optim_tier != TIER_NVME && !cfg->offload_auto)
             usage_error("--grads nvme: needs --optimizer nvme (the optimizer reads each shard's gradient with its "
                         "states, in one extent; add --optimizer nvme, or keep --grads host)");
-        if (cfg->update_when == UPDATE_BACKWARD && !cfg->offload_auto) {
-            const char *why = tier_update_backward_refusal(cfg, cfg->device);
-            if (why) usage_error("--update backward: %s", why);
-        }
+        check_update(cfg);
         if (cfg->host_cache && cfg->params_tier != TIER_NVME && !cfg->offload_auto)
             usage_error("--host-cache %s: caches NVMe-resident parameters, but --params is not nvme (drop --host-cache "
                         "or add --params nvme)", format_bytes((char[32]){0}, 32, cfg->host_cache));
@@ -683,6 +688,7 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         resolve_recompute(cfg);
         resolve_caches(cfg);
         resolve_schedule(cfg);
+        check_update(cfg);
         break;
     case CMD_EVAL:
         if (!cfg->resume[0] && !cfg->init_from[0])

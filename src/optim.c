@@ -47,12 +47,48 @@ static void adamw_chunk(const model_t *md, const config_t *cfg, const backend_t 
     trace_span(TRACK_OPTIM, "adamw", sh->name, t0, trace_now_ms());
 }
 
-// After the last chunk of shard s: its gradients are consumed, its new compute copy goes home
-// (a device home's copy after the step's readers of the shard only), and it is published.
-static int shard_done(tier_t *tier, int s, void *pc, char *err, size_t errlen) {
+// After the last chunk of shard s: its gradients are consumed (a slot handed over goes back to
+// the backward first), its new compute copy goes home (a device home's copy after the step's
+// readers of the shard only), and, with publish, it is published.
+static int shard_done(tier_t *tier, int s, void *pc, int publish, char *err, size_t errlen) {
     tier_grads_consumed(tier, s);
+    tier_grads_done(tier, s);
     int rc = tier_params_store(tier, s, pc, tier_step_event(tier), err, errlen);
-    if (rc == 0) sched_update_publish(tier_sched(tier), s);
+    if (rc == 0 && publish) sched_update_publish(tier_sched(tier), s);
+    return rc;
+}
+
+// Chunk c of shard s, the update's k-th (in its --optimizer-cache entry when k < ncache, else
+// in staging half b or its host home), once its reads have landed: AdamW into pc.
+static int update_chunk(tier_t *tier, const model_t *md, const config_t *cfg, tier_xfer_t *rd, int s, int c, int k,
+                        int b, int ncache, void *pc, adamw_params_t *hp, char *err, size_t errlen) {
+    const tier_layout_t *lay = tier_layout_of(tier);
+    int rc = lay->home[ST_O32] == TIER_NVME ? tier_o32_finish(tier, &rd[b], err, errlen) : 0;
+    if (rc == 0 && k < ncache) rc = tier_o32_finish(tier, tier_o32_cache_xfer(tier, k), err, errlen);
+    if (rc != 0) return rc;
+    size_t lo, n, plo, pn;
+    tier_chunk_range(lay, md, s, c, &lo, &n);
+    tier_piece(lay, md, s, &plo, &pn);
+    float *master, *m, *v;
+    if (k < ncache) tier_o32_cache_views(tier, k, n, &master, &m, &v);
+    else tier_o32_views(tier, s, c, b, &master, &m, &v);
+    adamw_chunk(md, cfg, NULL, s, lo, n, master, m, v, tier_grads_for_update(tier, s, c, b), pc, plo, lay->pbytes,
+                hp);
+    return 0;
+}
+
+// Every transfer of an update ends before its buffer is reused or freed (an update stopped
+// early leaves reads, writes and cache fills in flight); the first error wins.
+static int finish_all(tier_t *tier, tier_xfer_t *rd, tier_xfer_t *wr, int ncache, int rc, char *err, size_t errlen) {
+    for (int i = 0; i < 2 + 2 + ncache; i++) {
+        tier_xfer_t *x = i < 2 ? &rd[i] : i < 4 ? &wr[i - 2] : tier_o32_cache_xfer(tier, i - 4);
+        char e2[512];
+        int r = tier_o32_finish(tier, x, e2, sizeof e2);
+        if (r != 0 && rc == 0) {
+            rc = r;
+            snprintf(err, errlen, "%s", e2);
+        }
+    }
     return rc;
 }
 
@@ -109,8 +145,6 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
     for (int s = 0, k = 0; s < md->nshards && rc == 0; s++) {
         const int nc = tier_nchunks(lay, md, s);
         void *pc = tier_params_build(tier, s);
-        size_t plo, pn;
-        tier_piece(lay, md, s, &plo, &pn);
         if (nc == 0) { // no piece of it here: nothing to update, published all the same
             sched_update_publish(tier_sched(tier), s);
             continue;
@@ -122,34 +156,13 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
                 if (ns < md->nshards && (rc = tier_o32_finish(tier, &wr[nb], err, errlen)) == 0 &&
                     !(k == 0 && tier_o32_take_read(tier, nb, ns, ncx)))
                     rc = chunk_read(tier, &rd[nb], ns, ncx, k + 1, nb, ncache, fill, err, errlen);
-                if (rc == 0) rc = tier_o32_finish(tier, &rd[b], err, errlen);
-                if (rc == 0 && k < ncache) rc = tier_o32_finish(tier, tier_o32_cache_xfer(tier, k), err, errlen);
-                if (rc != 0) break;
             }
-            size_t lo, n;
-            tier_chunk_range(lay, md, s, c, &lo, &n);
-            float *master, *m, *v;
-            if (k < ncache) tier_o32_cache_views(tier, k, n, &master, &m, &v);
-            else tier_o32_views(tier, s, c, b, &master, &m, &v);
-            adamw_chunk(md, cfg, NULL, s, lo, n, master, m, v, tier_grads_for_update(tier, s, c, b), pc, plo,
-                        lay->pbytes, &hp);
-            if (c == nc - 1) rc = shard_done(tier, s, pc, err, errlen); // the states' write may still run
+            if (rc == 0) rc = update_chunk(tier, md, cfg, rd, s, c, k, b, ncache, pc, &hp, err, errlen);
+            if (rc == 0 && c == nc - 1) rc = shard_done(tier, s, pc, 1, err, errlen); // the states' write may still run
             if (rc == 0 && nvme && k >= ncache) rc = tier_o32_submit(tier, &wr[b], IO_WRITE, s, c, b, err, errlen);
         }
     }
-    // every submitted transfer ends before its buffer is reused or freed; the first error wins
-    for (int b = 0; b < 2; b++) {
-        char e2[512];
-        int r1 = tier_o32_finish(tier, &rd[b], e2, sizeof e2);
-        if (r1 != 0 && rc == 0) { rc = r1; snprintf(err, errlen, "%s", e2); }
-        int r2 = tier_o32_finish(tier, &wr[b], e2, sizeof e2);
-        if (r2 != 0 && rc == 0) { rc = r2; snprintf(err, errlen, "%s", e2); }
-    }
-    for (int k = 0; k < ncache; k++) { // an update stopped early leaves cache fills in flight
-        char e2[512];
-        int r = tier_o32_finish(tier, tier_o32_cache_xfer(tier, k), e2, sizeof e2);
-        if (r != 0 && rc == 0) { rc = r; snprintf(err, errlen, "%s", e2); }
-    }
+    rc = finish_all(tier, rd, wr, ncache, rc, err, errlen);
     if (rc == 0 && fill) tier_o32_cache_set_valid(tier, 1); // the entries hold the newest states from now on
     // The next update's first two reads, now: at its start the forward waits for its first
     // shards, and their states need no gradient (the gradients are in a home; on NVMe they are
@@ -157,27 +170,6 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
     if (rc == 0 && nvme && ncache == 0 && lay->o32_parts == 3 && t < cfg->steps && s0 < md->nshards)
         rc = queue_next_reads(tier, md, rd, s0, err, errlen);
     tier_stats(tier)->opt_ms += now_ms() - t0;
-    return rc;
-}
-
-// The update's number of chunk c of shard s: every shard's chunks in order (as
-// --optimizer-cache numbers its entries).
-static int chunk_number(const tier_layout_t *lay, const model_t *md, int s, int c) {
-    for (int j = 0; j < s; j++) c += tier_nchunks(lay, md, j);
-    return c;
-}
-
-// Every transfer of the job ends before its buffer is reused; the first error wins.
-static int finish_all(tier_t *tier, tier_xfer_t *rd, tier_xfer_t *wr, int ncache, int rc, char *err, size_t errlen) {
-    for (int i = 0; i < 2 + 2 + ncache; i++) {
-        tier_xfer_t *x = i < 2 ? &rd[i] : i < 4 ? &wr[i - 2] : tier_o32_cache_xfer(tier, i - 4);
-        char e2[512];
-        int r = tier_o32_finish(tier, x, e2, sizeof e2);
-        if (r != 0 && rc == 0) {
-            rc = r;
-            snprintf(err, errlen, "%s", e2);
-        }
-    }
     return rc;
 }
 
@@ -200,10 +192,8 @@ int optim_run_backward(tier_t *tier, const model_t *md, const config_t *cfg, int
             rc = s;
             break;
         }
-        const int nc = tier_nchunks(lay, md, s), k0 = chunk_number(lay, md, s, 0);
+        const int nc = tier_nchunks(lay, md, s), k0 = tier_chunk_number(lay, md, s, 0);
         void *pc = tier_params_build(tier, s);
-        size_t plo, pn;
-        tier_piece(lay, md, s, &plo, &pn);
         for (int c = 0; c < nc && rc == 0; c++, i++) {
             const int b = i & 1, nb = b ^ 1, k = k0 + c;
             if (nvme) {
@@ -213,27 +203,14 @@ int optim_run_backward(tier_t *tier, const model_t *md, const config_t *cfg, int
                 const int ns = c + 1 < nc ? s : tier_grads_peek_final(tier), ncx = c + 1 < nc ? c + 1 : 0;
                 as = ac = -1;
                 if (rc == 0 && ns >= 0 && (rc = tier_o32_finish(tier, &wr[nb], err, errlen)) == 0) {
-                    rc = chunk_read(tier, &rd[nb], ns, ncx, chunk_number(lay, md, ns, ncx), nb, ncache, fill, err,
-                                    errlen);
+                    rc = chunk_read(tier, &rd[nb], ns, ncx, tier_chunk_number(lay, md, ns, ncx), nb, ncache, fill,
+                                    err, errlen);
                     as = ns;
                     ac = ncx;
                 }
-                if (rc == 0) rc = tier_o32_finish(tier, &rd[b], err, errlen);
-                if (rc == 0 && k < ncache) rc = tier_o32_finish(tier, tier_o32_cache_xfer(tier, k), err, errlen);
-                if (rc != 0) break;
             }
-            size_t lo, n;
-            tier_chunk_range(lay, md, s, c, &lo, &n);
-            float *master, *m, *v;
-            if (k < ncache) tier_o32_cache_views(tier, k, n, &master, &m, &v);
-            else tier_o32_views(tier, s, c, b, &master, &m, &v);
-            adamw_chunk(md, cfg, NULL, s, lo, n, master, m, v, tier_grads_for_update(tier, s, c, b), pc, plo,
-                        lay->pbytes, &hp);
-            if (c == nc - 1) { // the gradient is used up: its slot goes back to the backward first
-                tier_grads_consumed(tier, s);
-                tier_grads_done(tier, s);
-                rc = tier_params_store(tier, s, pc, tier_step_event(tier), err, errlen);
-            }
+            if (rc == 0) rc = update_chunk(tier, md, cfg, rd, s, c, k, b, ncache, pc, &hp, err, errlen);
+            if (rc == 0 && c == nc - 1) rc = shard_done(tier, s, pc, 0, err, errlen); // published by the step's end
             if (rc == 0 && nvme && k >= ncache) rc = tier_o32_submit(tier, &wr[b], IO_WRITE, s, c, b, err, errlen);
         }
     }

@@ -157,6 +157,7 @@ int tier_init(tier_t **out, const config_t *cfg, const model_t *m, backend_t *be
         pthread_mutex_init(&t->ho.mu, NULL);
         pthread_cond_init(&t->ho.cv, NULL);
         t->ho.inited = 1;
+        t->ho.closed = 1; // until a step opens it
     }
     for (int s = 0; s < m->nshards; s++) tier_piece(lay, m, s, &t->plo[s], &t->pn[s]);
     t->gather = lay->ranks > 1;
@@ -711,8 +712,7 @@ int tier_o32_finish(tier_t *t, tier_xfer_t *x, char *err, size_t errlen) {
 // (the update's k-th chunk, counted as the update counts them), or -1: NVMe holds them.
 static int cache_entry(const tier_t *t, int shard, int c) {
     if (!t->ocache_valid) return -1;
-    int k = c;
-    for (int s = 0; s < shard && k < t->lay.nocache; s++) k += tier_nchunks(&t->lay, t->m, s);
+    const int k = tier_chunk_number(&t->lay, t->m, shard, c);
     return k < t->lay.nocache ? k : -1;
 }
 

@@ -141,6 +141,9 @@ void tier_chunk_range(const tier_layout_t *lay, const model_t *m, int s, int c, 
 int tier_gchunks(const tier_layout_t *lay, const model_t *m, int s);
 void tier_gchunk_range(const tier_layout_t *lay, const model_t *m, int s, int c, size_t *lo, size_t *n);
 int tier_first_gchunk(const tier_layout_t *lay, const model_t *m, int s);
+// The update's number of chunk c of shard s: every shard's chunks (this rank's) in shard
+// order, as --optimizer-cache numbers its entries.
+int tier_chunk_number(const tier_layout_t *lay, const model_t *m, int s, int c);
 // Elements of the update's first nocache chunks (--optimizer-cache).
 uint64_t tier_cached_elems(const tier_layout_t *lay, const model_t *m);
 // Bytes of --optimizer-cache one chunk's entry takes (its master, m and v; the cache holds
@@ -240,9 +243,10 @@ int tier_grads_zero_all(tier_t *t, char *err, size_t errlen);
 // (valid until the next call). Returns 0 or -errno with one line.
 int tier_grads_get(tier_t *t, int shard, const float **g, char *err, size_t errlen);
 
-// --update backward (lay.upd_bwd): a final visit's release hands the shard's gradient to the
-// update job (taking its Σ g²) instead of writing it home; a host or NVMe home's slot then
-// stays the job's until tier_grads_done, and the visit that next wants it waits. The job takes
+// --update backward (lay.upd_bwd): while a step's handover is open, a final visit's release
+// hands the shard's gradient to the update job (taking its Σ g²); an NVMe home's gradient is
+// not written there, and its slot stays the job's until tier_grads_done (nothing for a shard
+// not handed over), while the visit that next wants the slot waits. The job takes
 // the shards in the order handed over: tier_grads_next_final waits for the next one (its
 // index), or returns -errno with one line once the handover is closed and empty;
 // tier_grads_peek_final gives the next one only when already handed over (else -1). Each step

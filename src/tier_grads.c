@@ -115,7 +115,7 @@ static void slot_wait(tier_t *t, int i) {
 // visit ends as any other.
 static int handover(tier_t *t, int shard, int slot, const float *g) {
     pthread_mutex_lock(&t->ho.mu);
-    const int taken = t->ho.open && t->ho.tail < t->m->nshards;
+    const int taken = !t->ho.closed && t->ho.tail < t->m->nshards;
     if (taken) {
         gradnorm_zero(&t->gss[shard]);
         gradnorm_add_squares(&t->gss[shard], g, t->pn[shard]);
@@ -134,7 +134,6 @@ void tier_grads_open(tier_t *t) {
     t->ho.held[0] = t->ho.held[1] = 0;
     t->ho.closed = t->ho.rc = 0;
     t->ho.err[0] = 0;
-    t->ho.open = 1;
     pthread_mutex_unlock(&t->ho.mu);
     memset(t->ghanded, 0, (size_t)t->m->nshards * sizeof *t->ghanded);
 }
@@ -156,7 +155,7 @@ int tier_grads_peek_final(tier_t *t) {
 }
 
 void tier_grads_done(tier_t *t, int shard) {
-    if (t->table[shard][ST_G].home != TIER_NVME) return; // it held no slot
+    if (!t->ghanded[shard] || t->table[shard][ST_G].home != TIER_NVME) return; // it holds no slot
     pthread_mutex_lock(&t->ho.mu);
     t->ho.held[t->gslot_of[shard]] = 0;
     pthread_cond_broadcast(&t->ho.cv);
@@ -165,7 +164,6 @@ void tier_grads_done(tier_t *t, int shard) {
 
 void tier_grads_close(tier_t *t, int rc, const char *why) {
     pthread_mutex_lock(&t->ho.mu);
-    t->ho.open = 0;
     if (!t->ho.closed) {
         t->ho.closed = 1;
         t->ho.rc = rc;

@@ -60,8 +60,7 @@ struct tier {
         int inited;
         int *q, head, tail;       // (nshards) shards handed over; q[head..tail) not yet taken
         int held[2];              // slot i holds a gradient the job has not finished with
-        int open;                 // a job takes them (tier_grads_open .. tier_grads_close)
-        int closed, rc;           // no more this step (the job ended, or the backward stopped: rc)
+        int closed, rc;           // no job takes them (none opened yet, the job ended, or the backward stopped: rc)
         char err[256];
     } ho;
     size_t *plo, *pn;             // (nshards) this rank's piece of each shard (tier_piece)

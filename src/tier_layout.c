@@ -60,6 +60,11 @@ uint64_t tier_host_cache_entry_bytes(const tier_layout_t *lay, const model_t *m)
     return ALIGN_UP((uint64_t)m->max_shard_numel * lay->pbytes, PAGE);
 }
 
+int tier_chunk_number(const tier_layout_t *lay, const model_t *m, int s, int c) {
+    for (int j = 0; j < s; j++) c += tier_nchunks(lay, m, j);
+    return c;
+}
+
 uint64_t tier_cached_elems(const tier_layout_t *lay, const model_t *m) {
     uint64_t total = 0;
     int k = 0;
