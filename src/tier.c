@@ -77,7 +77,7 @@ static int init_stores(tier_t *t, char *err, size_t errlen) {
             next += st == ST_P16 ? 1 : nc;
             if (st == ST_G) continue; // g lies first in each of the shard's optimizer chunks (placed next)
             e->off = at;
-            at += st == ST_P16 ? e->bytes : (uint64_t)t->lay.o32_parts * t->pn[s] * sizeof(float);
+            at += st == ST_P16 ? e->bytes : (uint64_t)tier_o32_parts(&t->lay, s) * t->pn[s] * sizeof(float);
         }
         if (t->table[s][ST_G].home == TIER_NVME) t->table[s][ST_G].off = t->table[s][ST_O32].off;
     }
@@ -536,7 +536,8 @@ int tier_params_store(tier_t *t, int shard, const void *compute, void *after, ch
 uint64_t tier_chunk_off(const tier_t *t, int shard, int c) {
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
-    return t->table[shard][ST_O32].off + (uint64_t)(lo - t->plo[shard]) * t->lay.o32_parts * sizeof(float);
+    return t->table[shard][ST_O32].off +
+           (uint64_t)(lo - t->plo[shard]) * (uint64_t)tier_o32_parts(&t->lay, shard) * sizeof(float);
 }
 
 // ---------------------------------------------------------------- optimizer states
@@ -601,7 +602,7 @@ int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     const uint64_t base = tier_chunk_off(t, shard, c), o32 = 3 * n * sizeof(float);
-    const uint64_t gext = (uint64_t)(t->lay.o32_parts - 3) * n * sizeof(float); // 0 unless --grads nvme
+    const uint64_t gext = (uint64_t)(tier_o32_parts(&t->lay, shard) - 3) * n * sizeof(float); // 0: no g extent
     const uint64_t g = t->lay.upd_bwd ? 0 : gext; // --update backward: the job has it in a slot
     float *stage = t->buf[TB_OPTIM_STAGING][half];
     io_req_t r[2] = {{.op = op, .off = base + gext, .len = o32, .buf = stage_part(t, half, n, 0),
@@ -668,7 +669,7 @@ void tier_o32_cache_set_valid(tier_t *t, int valid) { t->ocache_valid = valid; }
 int tier_o32_cache_fill(tier_t *t, tier_xfer_t *x, int shard, int c, int k, char *err, size_t errlen) {
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
-    const uint64_t g = (uint64_t)(t->lay.o32_parts - 3) * n * sizeof(float);
+    const uint64_t g = (uint64_t)(tier_o32_parts(&t->lay, shard) - 3) * n * sizeof(float);
     io_req_t r = {.op = IO_READ, .off = tier_chunk_off(t, shard, c) + g, .len = 3 * n * sizeof(float),
                   .buf = t->buf[TB_OPTIM_CACHE][k], .name = t->label[shard][ST_O32],
                   .crc = t->table[shard][ST_O32].crc[c]};
@@ -763,7 +764,8 @@ int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **
             while (!(parts & (1 << k0))) k0++;
             while (!(parts & (1 << k1))) k1--;
         }
-        uint64_t off = tier_chunk_off(t, shard, c) + (uint64_t)(t->lay.o32_parts - 3 + k0) * n * sizeof(float);
+        const uint64_t g = (uint64_t)(tier_o32_parts(&t->lay, shard) - 3) * n * sizeof(float);
+        uint64_t off = tier_chunk_off(t, shard, c) + g + (uint64_t)k0 * n * sizeof(float);
         return tier_nvme_io(t, IO_READ, off, (uint64_t)(k1 - k0 + 1) * n * sizeof(float), dst[k0], &e->crc[c],
                             t->label[shard][ST_O32], err, errlen);
     }
@@ -789,7 +791,7 @@ int tier_o32_put(tier_t *t, int shard, int c, int parts, char *err, size_t errle
             if (parts & (1 << k))
                 backend_copy_h2d(t->be, (float *)e->addr + k * total + lo, stage_part(t, 0, n, k), n * sizeof(float));
     } else if (e->home == TIER_NVME) {
-        uint64_t off = tier_chunk_off(t, shard, c) + (uint64_t)(t->lay.o32_parts - 3) * n * sizeof(float);
+        uint64_t off = tier_chunk_off(t, shard, c) + (uint64_t)(tier_o32_parts(&t->lay, shard) - 3) * n * sizeof(float);
         return tier_nvme_io(t, IO_WRITE, off, 3 * n * sizeof(float), stage_part(t, 0, n, 0), &e->crc[c],
                             t->label[shard][ST_O32], err, errlen);
     }

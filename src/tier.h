@@ -104,7 +104,9 @@ typedef struct {
     int device_is_host;         // the CPU backend: device memory is host memory
     size_t pbytes;              // bytes per element of the compute copy
     size_t chunk_elems;         // elements of an optimizer chunk (all chunks of a shard but its last)
-    int o32_parts;              // floats per element of an NVMe chunk: master, m, v, and g first with --grads nvme
+    int o32_parts;              // floats per element of an optimizer chunk's staging: master, m, v, and g
+                                // first with --grads nvme (an NVMe chunk's: tier_o32_parts)
+    int gext_shards;            // --grads nvme: shards 0..gext_shards-1 keep g first in their NVMe chunks
     int nchunks;                // this rank's optimizer chunks, every shard's (tier_nchunks summed)
     int nocache;                // the update's first chunks (this rank's, in order) whose states stay in RAM
     int max_uses;               // the longest use order (a step's or an evaluation's)
@@ -121,6 +123,9 @@ typedef struct {
 // known only once the backward ends), an optimizer on the host or NVMe, one rank and the CPU
 // backend (a GPU's gradients would need an event per shard).
 const char *tier_update_backward_refusal(const config_t *cfg, device_kind_t device);
+// Floats per element of shard's NVMe chunks: master, m, v, and g first where the shard's
+// gradient goes to NVMe (--grads nvme, and not handed to the update in the backward once a step).
+static inline int tier_o32_parts(const tier_layout_t *lay, int shard) { return 3 + (shard < lay->gext_shards); }
 void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, tier_layout_t *lay);
 // Bytes of buffer b for shard s (per-shard buffers) or of each of its allocations.
 uint64_t tier_spec_bytes(const tier_layout_t *lay, const model_t *m, tier_buf_t b, int s);

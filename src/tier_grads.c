@@ -84,9 +84,20 @@ static int gnvme_wait(tier_t *t, int i, char *err, size_t errlen) {
     return rc;
 }
 
+// --update backward: whether shard's NVMe chunks lack a g extent (tier_layout: a shard visited
+// once a step hands its final gradient to the update in its slot), saying so in err. Only a
+// backward outside a training step, whose gradients no update takes, would want one.
+static int no_extent(const tier_t *t, int shard, char *err, size_t errlen) {
+    if (tier_o32_parts(&t->lay, shard) > 3) return 0;
+    snprintf(err, errlen, "%s: no NVMe extent under --update backward, which hands a shard's final gradient to the "
+             "update in the backward (a backward outside a training step needs --update after)", t->label[shard][ST_G]);
+    return 1;
+}
+
 // A partial sum of an earlier micro-batch (horizontal --accum with --grads nvme), read back
 // into slot i's host copy after every write in flight.
 static int gnvme_read(tier_t *t, int shard, int i, char *err, size_t errlen) {
+    if (no_extent(t, shard, err, errlen)) return -EINVAL;
     int rc = gnvme_wait(t, i ^ 1, err, errlen);
     float *h = gnvme_host(t, i);
     tier_entry_t *e = &t->table[shard][ST_G];
@@ -111,12 +122,12 @@ static void slot_wait(tier_t *t, int i) {
 
 // --update backward: shard's final gradient g (host memory: the CPU backend) goes to the
 // update job, its Σ g² taken first; slot >= 0 stays the job's until tier_grads_done. Returns
-// 0 when no job takes it (a backward outside a training step, or after the job stopped): the
-// visit ends as any other.
+// 1 when taken; 0 when no job takes it (a backward outside a training step): the visit ends as
+// any other; -1 when the job stopped on a failure, which the step reports.
 static int handover(tier_t *t, int shard, int slot, const float *g) {
     pthread_mutex_lock(&t->ho.mu);
-    const int taken = !t->ho.closed && t->ho.tail < t->m->nshards;
-    if (taken) {
+    const int taken = !t->ho.closed && t->ho.tail < t->m->nshards ? 1 : t->ho.rc ? -1 : 0;
+    if (taken > 0) {
         gradnorm_zero(&t->gss[shard]);
         gradnorm_add_squares(&t->gss[shard], g, t->pn[shard]);
         t->ghanded[shard] = 1;
@@ -208,10 +219,13 @@ int tier_grads_release(tier_t *t, int shard, char *err, size_t errlen) {
     const int i = e->home == TIER_DEVICE ? -1 : t->gslot_of[shard];
     if (e->home == TIER_HOST) visit_down(&t->gvisit, i, shard, e->addr, e->bytes); // the CPU's: at once
     // the update job reads the home, or (NVMe) the slot itself
-    if (t->lay.upd_bwd && t->glast[shard] &&
-        handover(t, shard, e->home == TIER_NVME ? i : -1, e->home == TIER_NVME ? t->gvisit.buf[i] : e->addr))
-        return 0;
+    if (t->lay.upd_bwd && t->glast[shard]) {
+        const int nv = e->home == TIER_NVME, h = handover(t, shard, nv ? i : -1, nv ? t->gvisit.buf[i] : e->addr);
+        // once the job has failed (the step reports why), a gradient with no extent is dropped
+        if (h > 0 || (h < 0 && nv && tier_o32_parts(&t->lay, shard) == 3)) return 0;
+    }
     if (e->home != TIER_NVME) return 0;
+    if (no_extent(t, shard, err, errlen)) return -EINVAL; // a backward outside a training step
     t->gw[i].shard = shard;
     if (t->lay.device_is_host) return gnvme_submit(t, i, err, errlen); // the ops are done: write from the slot
     visit_down(&t->gvisit, i, shard, gnvme_host(t, i), e->bytes);

@@ -188,6 +188,11 @@ void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, ti
     lay->o32_parts = G == TIER_NVME ? 4 : 3; // --grads nvme: g first in each chunk, read with its states
     // the longest use order: a step's (vertical: one pass) or an evaluation's forwards
     int reps = lay->vertical ? 1 : cfg->accum > 0 ? cfg->accum : 1, eval = cfg->eval_batches > 0 ? cfg->eval_batches : 1;
+    // --grads nvme: a chunk's g extent takes the partial sums between a shard's visits and the
+    // final gradient the update reads. With the update in the backward the final gradient is
+    // handed over in its slot, so a shard visited once a step (one pass) needs no extent: only
+    // the tied embedding's chunks, which the head visits before the embedding does.
+    if (G == TIER_NVME) lay->gext_shards = !lay->upd_bwd || reps > 1 ? m->nshards : m->tie ? m->vchunks : 0;
     lay->max_uses = model_use_order(m, reps > eval ? reps : eval, 1, NULL);
 
     // The optimizer's chunk: TIER_CHUNK_ELEMS, or the largest shard when smaller; halved (down to
@@ -207,7 +212,7 @@ void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, ti
         size_t lo, n;
         tier_piece(lay, m, s, &lo, &n); // this rank's piece of every state
         if (P == TIER_NVME) lay->nvme_bytes += n * pb;
-        if (cfg->optim_tier == TIER_NVME) lay->nvme_bytes += (uint64_t)lay->o32_parts * n * sizeof(float);
+        if (cfg->optim_tier == TIER_NVME) lay->nvme_bytes += (uint64_t)tier_o32_parts(lay, s) * n * sizeof(float);
     }
 }
 

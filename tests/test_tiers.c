@@ -912,6 +912,51 @@ START_TEST(plan_counts_the_recompute) {
 }
 END_TEST
 
+// --update backward with --grads nvme: a final gradient is handed to the update in its slot,
+// so a shard visited once a step (one pass: --accum 1 or vertical) keeps no g extent on NVMe.
+// The tied embedding's chunks, which the head visits before the embedding, keep theirs, and
+// horizontal accumulation keeps every one (the partial sums go there between visits). Counted
+// here from the shards' pieces, against the layout the plan and the store are sized from.
+START_TEST(update_in_backward_drops_gradient_extents) {
+    static const struct { int tie, accum; schedule_t sched; } cases[] = {
+        {0, 1, SCHEDULE_HORIZONTAL}, {1, 1, SCHEDULE_HORIZONTAL}, {0, 2, SCHEDULE_VERTICAL},
+        {1, 2, SCHEDULE_VERTICAL},   {0, 2, SCHEDULE_HORIZONTAL},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        config_t cfg;
+        small_on_nvme(&cfg);
+        cfg.tie = cases[k].tie;
+        cfg.accum = cases[k].accum;
+        cfg.schedule = cases[k].sched;
+        cfg.clip = 0;
+        model_t m;
+        model_init(&m, &cfg);
+        tier_layout_t after, bwd;
+        cfg.update_when = UPDATE_AFTER;
+        tier_layout(&cfg, &m, DEVICE_CPU, &after);
+        cfg.update_when = UPDATE_BACKWARD;
+        tier_layout(&cfg, &m, DEVICE_CPU, &bwd);
+        ck_assert(!after.upd_bwd && bwd.upd_bwd);
+        uint64_t dropped = 0;
+        const int one_pass = cases[k].accum == 1 || cases[k].sched == SCHEDULE_VERTICAL;
+        for (int s = 0; s < m.nshards; s++) {
+            size_t lo, n;
+            tier_piece(&bwd, &m, s, &lo, &n);
+            const int tied = cases[k].tie && s < m.vchunks; // the embedding's chunks, the head's too
+            const int keeps = !one_pass || tied;
+            ck_assert_msg(tier_o32_parts(&after, s) == 4 && tier_o32_parts(&bwd, s) == 3 + keeps,
+                          "case %zu, shard %d: parts %d after, %d in the backward", k, s, tier_o32_parts(&after, s),
+                          tier_o32_parts(&bwd, s));
+            if (!keeps) dropped += (uint64_t)n * sizeof(float);
+        }
+        ck_assert_msg(after.nvme_bytes - bwd.nvme_bytes == dropped && (one_pass ? dropped > 0 : dropped == 0),
+                      "case %zu: %llu - %llu bytes, dropped %llu", k, (unsigned long long)after.nvme_bytes,
+                      (unsigned long long)bwd.nvme_bytes, (unsigned long long)dropped);
+        model_free(&m);
+    }
+}
+END_TEST
+
 // The plan says when the NVMe store is over PLAN_NVME_SCALE × the file the profile measured
 // NVMe over (a disk's rate at a few GiB can come from a cache), and only then.
 START_TEST(plan_notes_nvme_scale) {
@@ -1164,6 +1209,7 @@ int main(void) {
     tcase_add_test(cap, plan_counts_the_recompute);
     tcase_add_test(cap, grads_leave_ram);
     tcase_add_test(cap, plan_json_line);
+    tcase_add_test(cap, update_in_backward_drops_gradient_extents);
     tcase_add_test(cap, plan_notes_nvme_scale);
     tcase_add_test(cap, optimizer_cache_auto_fits_budget);
     tcase_add_test(cap, host_cache_auto_fits_budget);
