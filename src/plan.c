@@ -17,6 +17,43 @@
 const char *const plan_resource_names[PLAN_NRES] = {"compute", "host->device", "device->host", "nvme",
                                                      "optimizer", "ranks link"};
 
+// ---------------------------------------------------------------- the step's phases
+
+// What a step's work is, per phase (plan.h: PLAN_PHASE_UPDATE): FLOPs, bytes on each link,
+// parameters AdamW updates, bytes a rank sends. Every piece of work is added once, to the
+// phase it runs in; the step's totals (p->flops_per_step aside) are the phases' sums.
+enum { W_FLOPS = 0, W_H2D, W_D2H, W_NVME_READ, W_NVME_WRITE, W_ADAM, W_COMM, W_N };
+enum { UPD_AFTER = 0, UPD_BACKWARD, UPD_DEVICE }; // where the update runs: see phase_of
+typedef struct {
+    int update;  // UPD_*
+    int passes;  // passes of the step: one per micro-batch (horizontal), or one (vertical)
+    double w[PLAN_NPHASES][W_N];
+} work_t;
+
+// The phase of a pass's forward (bwd 0) or backward (bwd 1). --update after: the update runs
+// beside the first pass's forward (trainer.c: the next step's forward overlaps it, shard by
+// shard), and no backward starts before that forward ends; --update backward: beside the last
+// pass's backward, once each shard's gradient is final (the forwards and earlier backwards come
+// before it); --optimizer device: between the backward and the next forward, beside nothing.
+static int phase_of(const work_t *k, int pass, int bwd) {
+    if (k->update == UPD_AFTER) return pass == 0 && !bwd ? PLAN_PHASE_UPDATE : PLAN_PHASE_REST;
+    if (k->update == UPD_BACKWARD) return pass == k->passes - 1 && bwd ? PLAN_PHASE_UPDATE : PLAN_PHASE_REST;
+    return PLAN_PHASE_REST;
+}
+
+// x of what resource res does in pass's forward (bwd 0) or backward (bwd 1).
+static void work_at(work_t *k, int pass, int bwd, int res, double x) { k->w[phase_of(k, pass, bwd)][res] += x; }
+
+// x done alike in every pass's forward (bwd 0) or backward (bwd 1).
+static void work_spread(work_t *k, int bwd, int res, double x) {
+    for (int i = 0; i < k->passes; i++) work_at(k, i, bwd, res, x / k->passes);
+}
+
+// x that the update does (it reads and writes its states, writes the new weights home).
+static void work_update(work_t *k, int res, double x) { k->w[PLAN_PHASE_UPDATE][res] += x; }
+
+static double work_total(const work_t *k, int res) { return k->w[PLAN_PHASE_UPDATE][res] + k->w[PLAN_PHASE_REST][res]; }
+
 // ---------------------------------------------------------------- replaying the use order
 
 // Belady's rule over cap buffers (sched_belady, as the scheduler and the host cache keep
@@ -52,35 +89,44 @@ static double piece_numel(const tier_layout_t *lay, const model_t *m, int s) {
     return (double)n;
 }
 
-static void stream_traffic(const config_t *cfg, const model_t *m, plan_t *p) {
+// A copy counts in the phase of the use it serves: the scheduler may start the first of a
+// backward's copies while its forward ends (up to --prefetch ahead), which this ignores.
+static void stream_traffic(const config_t *cfg, const model_t *m, plan_t *p, work_t *k) {
     const int nslots = p->lay.nslots, nhcache = p->lay.nhcache, reps = p->lay.vertical ? 1 : cfg->accum;
     const double pbytes = (double)p->lay.pbytes;
+    // a pass's uses: its forward's, then its backward's (model_use_order)
+    const int per = model_use_order(m, 1, 1, NULL), nfwd = model_use_order(m, 1, 0, NULL);
     int n = model_use_order(m, reps, 1, NULL);
     int *uses = calloc((size_t)n, sizeof *uses), *fetch = calloc((size_t)n * 2, sizeof *fetch);
+    int *at = calloc((size_t)n, sizeof *at); // the use each fetch serves
     char *miss = calloc((size_t)n, 1);
-    if (!uses || !fetch || !miss) { free(uses); free(fetch); free(miss); return; }
+    if (!uses || !fetch || !at || !miss) { free(uses); free(fetch); free(at); free(miss); return; }
     model_use_order(m, reps, 1, uses);
     replay(uses, n, nslots, 0, 0, miss);
     int nf = 0;
-    double bytes = 0;
-    for (int k = 0; k < n; k++)
-        if (miss[k]) { fetch[nf++] = uses[k]; bytes += piece_numel(&p->lay, m, uses[k]) * pbytes; }
-    p->param_fetches = (uint64_t)nf;
     // NVMe reads land in the slots themselves where the device is host memory (CPU backend)
-    if (cfg->params_tier == TIER_HOST || !p->lay.device_is_host) p->h2d_bytes += (uint64_t)bytes;
+    const int copies = cfg->params_tier == TIER_HOST || !p->lay.device_is_host;
+    for (int u = 0; u < n; u++) {
+        if (!miss[u]) continue;
+        at[nf] = u;
+        fetch[nf++] = uses[u];
+        if (copies) work_at(k, u / per, u % per >= nfwd, W_H2D, piece_numel(&p->lay, m, uses[u]) * pbytes);
+    }
+    p->param_fetches = (uint64_t)nf;
     if (cfg->params_tier == TIER_NVME) {
         memcpy(fetch + nf, fetch, (size_t)nf * sizeof *fetch); // two steps: count the second
         char *cmiss = malloc((size_t)nf * 2);
         if (cmiss) {
             replay(fetch, 2 * nf, nhcache, 1, nf, cmiss);
-            double rd = 0;
-            for (int k = nf; k < 2 * nf; k++)
-                if (cmiss[k]) rd += piece_numel(&p->lay, m, fetch[k]) * pbytes;
-            p->nvme_read_bytes += (uint64_t)rd;
+            for (int j = nf; j < 2 * nf; j++)
+                if (cmiss[j]) {
+                    const int u = at[j - nf];
+                    work_at(k, u / per, u % per >= nfwd, W_NVME_READ, piece_numel(&p->lay, m, fetch[j]) * pbytes);
+                }
             free(cmiss);
         }
     }
-    free(uses); free(fetch); free(miss);
+    free(uses); free(fetch); free(at); free(miss);
 }
 
 // ---------------------------------------------------------------- plan
@@ -208,69 +254,109 @@ static double local_numel(const tier_layout_t *lay, const model_t *m) {
     return total;
 }
 
-// Bytes each link moves per step (what the tier's counters measure): with ranks, of this
-// rank's pieces.
-static void plan_traffic(const config_t *cfg, const model_t *m, plan_t *p) {
+// Bytes each link moves per step (what the tier's counters measure), each in its phase: with
+// ranks, of this rank's pieces.
+static void plan_traffic(const config_t *cfg, const model_t *m, plan_t *p, work_t *k) {
     const tier_layout_t *lay = &p->lay;
     const double P = local_numel(lay, m), N = (double)cfg->B * cfg->T, C = m->C;
     const double Pp = P * (double)lay->pbytes, G = P * 4, emb4 = (double)model_embed_numel(m) * 4;
     const double ck = N * C * (lay->pbytes == 2 ? 2 : 4); // one checkpoint's bytes (BF16 in bf16 mode)
-    const int vertical = lay->vertical;
-    if (cfg->params_tier != TIER_DEVICE || lay->ranks > 1) stream_traffic(cfg, m, p);
+    const int vertical = lay->vertical, last = k->passes - 1;
+    if (cfg->params_tier != TIER_DEVICE || lay->ranks > 1) stream_traffic(cfg, m, p, k);
     // the optimizer's new weights travel to their home: built on the host for a device home,
     // on the device for a host or NVMe home when the optimizer runs there
     if (cfg->optim_tier == TIER_DEVICE) {
-        if (cfg->params_tier != TIER_DEVICE) p->d2h_bytes += (uint64_t)Pp;
-        if (cfg->grads_tier == TIER_HOST) p->h2d_bytes += (uint64_t)G; // gradients to the update
+        if (cfg->params_tier != TIER_DEVICE) work_update(k, W_D2H, Pp);
+        if (cfg->grads_tier == TIER_HOST) work_update(k, W_H2D, G); // gradients to the update
     } else if (cfg->params_tier == TIER_DEVICE && !lay->device_is_host) { // the CPU backend builds it in place
-        p->h2d_bytes += (uint64_t)Pp;
+        work_update(k, W_H2D, Pp);
     }
-    if (cfg->params_tier == TIER_NVME) p->nvme_write_bytes += (uint64_t)Pp;
-    // each shard's gradient visits the device once per pass (the tied embedding once more)
-    const double visits = (vertical ? 1 : cfg->accum) * G + (m->tie ? emb4 : 0), again = visits - G;
+    if (cfg->params_tier == TIER_NVME) work_update(k, W_NVME_WRITE, Pp);
+    // Each shard's gradient visits the device once per pass, in its backward; the tied
+    // embedding once more, after the last pass's (step.c), so in that backward here.
     if (cfg->grads_tier == TIER_HOST) { // every visit reads and writes the home
-        p->h2d_bytes += (uint64_t)visits;
-        p->d2h_bytes += (uint64_t)visits;
-    }
-    if (cfg->grads_tier == TIER_NVME && lay->upd_bwd) { // the final visit hands its gradient to the update
-        p->nvme_write_bytes += (uint64_t)again;
-        p->nvme_read_bytes += (uint64_t)again;
-    } else if (cfg->grads_tier == TIER_NVME) { // every visit writes; visits after a shard's first read back its partial sum
-        p->nvme_write_bytes += (uint64_t)visits;
-        p->nvme_read_bytes += (uint64_t)(again + G); // + the optimizer's read of each final gradient
-        if (!lay->device_is_host) {
-            p->d2h_bytes += (uint64_t)visits;
-            p->h2d_bytes += (uint64_t)again;
+        for (int res = W_H2D; res <= W_D2H; res++) {
+            work_spread(k, 1, res, k->passes * G);
+            if (m->tie) work_at(k, last, 1, res, emb4);
         }
     }
-    if (cfg->acts_tier == ACTS_HOST) { // each checkpoint written once (BF16 in bf16 mode); read back about once (twice when vertical)
-        p->d2h_bytes += (uint64_t)(cfg->accum * (m->L + 1) * ck);
-        p->h2d_bytes += (uint64_t)((vertical ? 2 : 1) * cfg->accum * m->L * ck);
+    if (cfg->grads_tier == TIER_NVME) {
+        // --update backward: a final visit hands its gradient to the update, so a pass's visit
+        // writes its partial sum unless it is the last pass, and reads the earlier one back
+        // unless it is the first; the tied embedding's last pass writes (its visit after is
+        // final) and that visit reads. --update after: every visit writes (the final one for the
+        // update, which reads it back) and every visit after a shard's first reads.
+        const int hand = lay->upd_bwd;
+        for (int i = 0; i < k->passes; i++) {
+            if (!hand || i < last) work_at(k, i, 1, W_NVME_WRITE, G);
+            if (i > 0) work_at(k, i, 1, W_NVME_READ, G);
+            if (!hand && !lay->device_is_host) {
+                work_at(k, i, 1, W_D2H, G);
+                if (i > 0) work_at(k, i, 1, W_H2D, G);
+            }
+        }
+        if (m->tie) {
+            work_at(k, last, 1, W_NVME_WRITE, emb4);
+            work_at(k, last, 1, W_NVME_READ, emb4);
+            if (!hand && !lay->device_is_host) {
+                work_at(k, last, 1, W_D2H, emb4);
+                work_at(k, last, 1, W_H2D, emb4);
+            }
+        }
+        if (!hand) work_update(k, W_NVME_READ, G); // the optimizer's read of each final gradient
+    }
+    // --checkpoints host: each checkpoint written once in its forward (BF16 in bf16 mode) and
+    // read back about once in its backward; vertical reads each once more in the forward (a
+    // block runs every micro-batch before the next block reads the first one's output back,
+    // which the two visit buffers no longer hold)
+    if (cfg->acts_tier == ACTS_HOST) {
+        work_spread(k, 0, W_D2H, cfg->accum * (m->L + 1) * ck);
+        work_spread(k, 1, W_H2D, cfg->accum * m->L * ck);
+        if (vertical) work_spread(k, 0, W_H2D, cfg->accum * m->L * ck);
     }
     if (cfg->optim_tier == TIER_NVME) { // the --optimizer-cache's chunks live in RAM after the first update
         const double uncached = P - (double)tier_cached_elems(lay, m);
-        p->nvme_read_bytes += (uint64_t)(uncached * 12);
-        p->nvme_write_bytes += (uint64_t)(uncached * 12);
+        work_update(k, W_NVME_READ, uncached * 12);
+        work_update(k, W_NVME_WRITE, uncached * 12);
     }
 }
 
-// Each resource's work over its measured rate; the largest is the floor.
-static void plan_floor(const config_t *cfg, const profile_t *prof, double P, plan_t *p) {
+// Each resource's time for work w (W_*) at prof's rates.
+static void work_ms(const double w[W_N], const profile_t *prof, double ms[PLAN_NRES]) {
+    ms[PLAN_COMPUTE] = 1e3 * w[W_FLOPS] / prof->gemm_flops;
+    ms[PLAN_H2D] = 1e3 * w[W_H2D] / prof->h2d_Bps;
+    ms[PLAN_D2H] = 1e3 * w[W_D2H] / prof->d2h_Bps;
+    ms[PLAN_NVME] = 1e3 * (w[W_NVME_READ] / prof->nvme_read_Bps + w[W_NVME_WRITE] / prof->nvme_write_Bps); // one device
+    ms[PLAN_ADAM] = 1e3 * w[W_ADAM] / prof->adam_params_per_s;
+    // ranks: what each rank sends in the folds and gathers, over the link bench calibrate measured
+    ms[PLAN_COMM] = 1e3 * w[W_COMM] / (prof->comm_Bps > 0 ? prof->comm_Bps : PLAN_COMM_DEFAULT_BPS);
+}
+
+// Each resource's time over the step and in each phase; a phase lasts its largest, and the
+// floor is the two phases' sum. A resource's whole-step time alone would be the floor only if
+// all of a step's work could overlap: the backward cannot start before the forward the update
+// paces ends, so the update's NVMe time and the backward's compute add up, not overlap.
+static void plan_floor(const profile_t *prof, const work_t *k, plan_t *p) {
     profile_t defaults;
     if (!prof) { profile_defaults(&defaults); prof = &defaults; p->prof = NULL; }
-    p->t_ms[PLAN_COMPUTE] = 1e3 * p->flops_per_step / prof->gemm_flops;
-    p->t_ms[PLAN_H2D] = 1e3 * (double)p->h2d_bytes / prof->h2d_Bps;
-    p->t_ms[PLAN_D2H] = 1e3 * (double)p->d2h_bytes / prof->d2h_Bps;
-    p->t_ms[PLAN_NVME] = 1e3 * ((double)p->nvme_read_bytes / prof->nvme_read_Bps +
-                                (double)p->nvme_write_bytes / prof->nvme_write_Bps); // reads + writes: one device
-    // AdamW on a GPU (--optimizer device) streams 28 bytes per parameter through HBM: a
-    // fraction of a step, not modeled; on the CPU backend it runs at the measured host rate.
-    p->t_ms[PLAN_ADAM] = cfg->optim_tier == TIER_DEVICE && cfg->device == DEVICE_CUDA ? 0 : 1e3 * P / prof->adam_params_per_s;
-    // ranks: what each rank sends in the folds and gathers, over the link bench calibrate measured
-    const double link = prof->comm_Bps > 0 ? prof->comm_Bps : PLAN_COMM_DEFAULT_BPS;
-    p->t_ms[PLAN_COMM] = 1e3 * (double)p->comm_bytes / link;
-    for (int r = 0; r < PLAN_NRES; r++)
-        if (p->t_ms[r] > p->floor_ms) { p->floor_ms = p->t_ms[r]; p->bound = r; }
+    const double total[W_N] = {p->flops_per_step, (double)p->h2d_bytes, (double)p->d2h_bytes,
+                               (double)p->nvme_read_bytes, (double)p->nvme_write_bytes, work_total(k, W_ADAM),
+                               (double)p->comm_bytes};
+    work_ms(total, prof, p->t_ms);
+    p->floor_ms = 0;
+    for (int ph = 0; ph < PLAN_NPHASES; ph++) {
+        work_ms(k->w[ph], prof, p->phase_ms[ph]);
+        p->phase_floor_ms[ph] = 0;
+        p->phase_bound[ph] = PLAN_COMPUTE;
+        for (int r = 0; r < PLAN_NRES; r++)
+            if (p->phase_ms[ph][r] > p->phase_floor_ms[ph]) {
+                p->phase_floor_ms[ph] = p->phase_ms[ph][r];
+                p->phase_bound[ph] = r;
+            }
+        p->floor_ms += p->phase_floor_ms[ph];
+    }
+    const int longer = p->phase_floor_ms[PLAN_PHASE_REST] > p->phase_floor_ms[PLAN_PHASE_UPDATE];
+    p->bound = p->phase_bound[longer ? PLAN_PHASE_REST : PLAN_PHASE_UPDATE];
 }
 
 int plan_nvme_scale_note(const plan_t *p, char *buf, size_t len) {
@@ -379,6 +465,8 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     const int kept = cfg->kept_blocks < m->L ? cfg->kept_blocks : m->L;
     const double r = (double)(m->L - kept) / m->L;
     const int passes = lay->vertical ? 1 : cfg->accum;
+    work_t k = {.update = cfg->optim_tier == TIER_DEVICE ? UPD_DEVICE : lay->upd_bwd ? UPD_BACKWARD : UPD_AFTER,
+                .passes = passes};
     const int vlast = cfg->logits_kept ? m->V : model_quantum_cols(m, CEIL_DIV(m->V, CE_QUANTUM) - 1);
     const double KVD = (double)m->NKV * m->HS, Pattn = 2.0 * C * C + 2.0 * C * KVD, Pgu = 2.0 * C * m->F;
     const double redo = (m->L - kept) * (Pattn + Pgu) + (model_mlp_chunks(m, (int)N) > 1 ? kept * Pgu : 0.0);
@@ -386,17 +474,41 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
                 2.0 * N * C * ((double)cfg->accum * m->V - (double)passes * vlast);
     double att = 4.0 * (3.0 + r) * N * cfg->T * C / 2.0 * m->L * cfg->accum;
     p->flops_per_step = mm + att;
+    // the forward's share: 2·P·N and attention's first pass, the rest the backward's; every pass
+    // does alike (each pass's backward computes the head's logits again but for the same quantum)
+    const double fwd = 2.0 * (double)m->num_params * N * cfg->accum + 4.0 * N * cfg->T * C / 2.0 * m->L * cfg->accum;
+    work_spread(&k, 0, W_FLOPS, fwd);
+    work_spread(&k, 1, W_FLOPS, p->flops_per_step - fwd);
     // ranks: each micro-batch's fold sends (N−1)/N of every shard's gradients in the all-to-all
-    // (the tied head's share once more, and gathered), and every use of a shard gathers the
-    // (N−1)/N of its compute copy held elsewhere (a forward and a backward per pass)
+    // (the tied head's share once more, and gathered) in its backward, and every use of a shard
+    // gathers the (N−1)/N of its compute copy held elsewhere (a forward and a backward per pass)
     p->ranks = cfg->ranks > 1 ? cfg->ranks : 1;
     p->local_ranks = cfg->local_ranks > 0 ? cfg->local_ranks : p->ranks;
-    const double whole = (double)m->numel_padded, share = (double)(p->ranks - 1) / p->ranks;
-    const double fold = whole + (m->tie ? 2.0 * (double)model_embed_numel(m) : 0.0);
-    const double uses = 2.0 * (lay->vertical ? 1 : cfg->accum);
-    p->comm_bytes = p->ranks > 1 ? (uint64_t)(share * (fold * 4.0 * cfg->accum + uses * whole * (double)lay->pbytes)) : 0;
-    plan_traffic(cfg, m, p);
-    plan_floor(cfg, prof, P, p);
+    if (p->ranks > 1) {
+        const double whole = (double)m->numel_padded, share = (double)(p->ranks - 1) / p->ranks;
+        const double fold = whole + (m->tie ? 2.0 * (double)model_embed_numel(m) : 0.0);
+        const double gather = share * passes * whole * (double)lay->pbytes;
+        work_spread(&k, 1, W_COMM, share * fold * 4.0 * cfg->accum);
+        work_spread(&k, 0, W_COMM, gather);
+        work_spread(&k, 1, W_COMM, gather);
+    }
+    // AdamW on a GPU (--optimizer device) streams 28 bytes per parameter through HBM: a
+    // fraction of a step, not modeled; on the CPU backend it runs at the measured host rate.
+    work_update(&k, W_ADAM, cfg->optim_tier == TIER_DEVICE && cfg->device == DEVICE_CUDA ? 0 : P);
+    plan_traffic(cfg, m, p, &k);
+    p->h2d_bytes = (uint64_t)work_total(&k, W_H2D);
+    p->d2h_bytes = (uint64_t)work_total(&k, W_D2H);
+    p->nvme_read_bytes = (uint64_t)work_total(&k, W_NVME_READ);
+    p->nvme_write_bytes = (uint64_t)work_total(&k, W_NVME_WRITE);
+    p->comm_bytes = (uint64_t)work_total(&k, W_COMM);
+    // what each phase runs, for plan_print and plan_json (several passes: horizontal --accum)
+    static const char *const names[3][2][PLAN_NPHASES] = {
+        [UPD_AFTER] = {{"update+forward", "backward"}, {"update+first forward", "backwards+other forwards"}},
+        [UPD_BACKWARD] = {{"update+backward", "forward"}, {"update+last backward", "forwards+other backwards"}},
+        [UPD_DEVICE] = {{"update", "forward+backward"}, {"update", "forwards+backwards"}},
+    };
+    for (int ph = 0; ph < PLAN_NPHASES; ph++) p->phase_names[ph] = names[k.update][passes > 1][ph];
+    plan_floor(prof, &k, p);
     plan_check(cfg, p);
     plan_save_space(cfg, m, 1, p);
 }
@@ -577,6 +689,15 @@ static void print_parts(const plan_t *p, tier_kind_t tier, FILE *f) {
         fprintf(f, "    %-18s %12s\n", "backend", format_bytes(a, sizeof a, p->backend_bytes));
 }
 
+void plan_phases_text(const plan_t *p, int seconds, char *buf, size_t len) {
+    const double u = seconds ? 1e3 : 1;
+    const char *unit = seconds ? "s" : "ms";
+    snprintf(buf, len, "%s %.1f %s (%s) + %s %.1f %s (%s)", p->phase_names[PLAN_PHASE_UPDATE],
+             p->phase_floor_ms[PLAN_PHASE_UPDATE] / u, unit, plan_resource_names[p->phase_bound[PLAN_PHASE_UPDATE]],
+             p->phase_names[PLAN_PHASE_REST], p->phase_floor_ms[PLAN_PHASE_REST] / u, unit,
+             plan_resource_names[p->phase_bound[PLAN_PHASE_REST]]);
+}
+
 void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
     char a[32], b[32], c[32], d[32];
     static const char *tn[] = {"device", "host", "nvme"};
@@ -622,6 +743,9 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
     for (int r = 0; r < PLAN_NRES; r++)
         fprintf(f, "  %-13s %10.1f ms%s\n", plan_resource_names[r], p->t_ms[r], r == p->bound ? "   <- bound" : "");
     fprintf(f, "  floor         %10.1f ms/step, bound by %s\n", p->floor_ms, plan_resource_names[p->bound]);
+    char phases[256];
+    plan_phases_text(p, 0, phases, sizeof phases);
+    fprintf(f, "  phases        %s\n", phases); // the floor is their sum
     char note[512];
     if (plan_nvme_scale_note(p, note, sizeof note)) fprintf(f, "  note: %s\n", note);
     if (p->feasible) fprintf(f, "feasible: yes\n");
@@ -677,7 +801,15 @@ void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f) 
             model_mlp_rows(m, cfg->B * cfg->T), p->ranks, p->local_ranks, (unsigned long long)p->comm_bytes,
             cfg->optim_tier == TIER_DEVICE ? "device" : p->lay.upd_bwd ? "backward" : "after");
     for (int r = 0; r < PLAN_NRES; r++) fprintf(f, "%s\"%s\":%.3f", r ? "," : "", plan_resource_names[r], p->t_ms[r]);
-    fprintf(f, "},\"suggestions\":[");
+    fprintf(f, "},\"phases\":[");
+    for (int ph = 0; ph < PLAN_NPHASES; ph++) {
+        fprintf(f, "%s{\"name\":\"%s\",\"ms\":%.3f,\"bound\":\"%s\",\"t_ms\":{", ph ? "," : "", p->phase_names[ph],
+                p->phase_floor_ms[ph], plan_resource_names[p->phase_bound[ph]]);
+        for (int r = 0; r < PLAN_NRES; r++)
+            fprintf(f, "%s\"%s\":%.3f", r ? "," : "", plan_resource_names[r], p->phase_ms[ph][r]);
+        fprintf(f, "}}");
+    }
+    fprintf(f, "],\"suggestions\":[");
     for (int i = 0; i < p->nsugg; i++) // the changes are flags: nothing in them needs escaping
         fprintf(f, "%s{\"change\":\"%s\",\"floor_ms\":%.3f}", i ? "," : "", p->sugg[i].change, p->sugg[i].floor_ms);
     fprintf(f, "],\"max_batch\":%d}\n", p->max_batch);

@@ -5,7 +5,8 @@
 // Placements follow --params/--grads/--optimizer/--schedule/--checkpoints/--host-cache (the
 // same rules as trainer_init). Per-step traffic on each link comes from replaying the step's
 // use order through the scheduler's rule (Belady over the device slots, then the host
-// cache); the floor divides each resource's work by the calibration profile's rate.
+// cache); the floor divides each resource's work in each of the step's two phases by the
+// calibration profile's rate (see PLAN_PHASE_UPDATE).
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
@@ -14,10 +15,17 @@
 #include "profile.h"
 #include "tier.h"
 
-// The resources a step's floor is the largest of. NVMe is one: a device shares its bandwidth
-// between reads and writes (measured on this VM: reading and writing at once, each ran at half
-// the rate of either alone), so its time is the reads' plus the writes'.
+// The resources a step's work runs on. NVMe is one: a device shares its bandwidth between
+// reads and writes (measured on this VM: reading and writing at once, each ran at half the
+// rate of either alone), so its time is the reads' plus the writes'.
 enum { PLAN_COMPUTE = 0, PLAN_H2D, PLAN_D2H, PLAN_NVME, PLAN_ADAM, PLAN_COMM, PLAN_NRES };
+// A step is two phases, the second starting when the first ends, and each lasts at least its
+// busiest resource's time: the floor is the sum of the two. Phase 0 is the update and what runs
+// beside it: under --update after, the first micro-batch's forward (it waits shard by shard for
+// the update, and the backward waits for it); under --update backward, the last backward pass
+// (the step ends with the update); with --optimizer device, nothing (the update runs on the
+// device between the backward and the next forward). Phase 1 is the rest of the step.
+enum { PLAN_PHASE_UPDATE = 0, PLAN_PHASE_REST, PLAN_NPHASES };
 // The ranks' link when no profile measured it (bench calibrate under a launcher does): a
 // modest shared-memory MPI rate, bytes a rank sends per second.
 #define PLAN_COMM_DEFAULT_BPS 2e9
@@ -44,10 +52,16 @@ typedef struct {
     // per optimizer step
     uint64_t param_fetches;  // streamed parameter shards copied to the device
     uint64_t h2d_bytes, d2h_bytes, nvme_read_bytes, nvme_write_bytes;
-    // predicted floor: each resource's time for one step, the largest is the floor
+    // predicted floor: each resource's time for one step (t_ms), and of that, its time in each
+    // phase (phase_ms[φ][r]; the two sum to t_ms[r]); a phase lasts its largest (phase_floor_ms,
+    // set by phase_bound), and the floor is the phases' sum
     double t_ms[PLAN_NRES];
+    double phase_ms[PLAN_NPHASES][PLAN_NRES];
+    double phase_floor_ms[PLAN_NPHASES];
+    int phase_bound[PLAN_NPHASES];     // index into plan_resource_names
+    const char *phase_names[PLAN_NPHASES]; // what each phase runs: "update+forward", "backward", ...
     double floor_ms;
-    int bound;               // index into plan_resource_names of the resource setting the floor
+    int bound;               // the resource bounding the longer phase (the update's on a tie)
     const profile_t *prof;   // the rates used
     int ranks, local_ranks;  // the world (cfg->ranks) and its ranks on this node, which share its RAM and NVMe
     uint64_t comm_bytes;     // bytes each rank sends per step in the gradient fold (and receives as many)
@@ -111,6 +125,10 @@ int plan_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p,
 // that still fits (up to 65536). Fills p->sugg / nsugg / max_batch.
 void plan_advise(const config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p);
 void plan_print(const plan_t *p, const config_t *cfg, FILE *f);
+// The floor's two phases as text, "update+forward 33.4 s (nvme) + backward 6.3 s (compute)":
+// each one's time (ms, or s when seconds) and the resource it is bound by, into buf. plan,
+// the tier report and bench capacity say it beside the floor.
+void plan_phases_text(const plan_t *p, int seconds, char *buf, size_t len);
 // When the NVMe store is over PLAN_NVME_SCALE × the file p's profile measured NVMe over, one
 // line saying the floor's NVMe rates may not hold at the store's size, and how to measure
 // them there, into buf; returns 1. Else 0 (buf empty): no store, no profile, a profile that
@@ -118,7 +136,8 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f);
 enum { PLAN_NVME_SCALE = 4 };
 int plan_nvme_scale_note(const plan_t *p, char *buf, size_t len);
 // The plan as one JSON line (`tiertrain plan`'s last line, and its --log): the model, whether
-// it fits and why not, each tier's bytes and named parts, RAM, traffic, the floor and its bound.
+// it fits and why not, each tier's bytes and named parts, RAM, traffic, the floor and its bound,
+// each resource's time, and the phases ("phases": each one's name, ms, bound and t_ms).
 void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f);
 // The --save facts of p (save_*) for a run whose first step is first_step, and p->feasible /
 // p->reason when the checkpoints cannot fit. plan_compute calls it with first_step 1; a
