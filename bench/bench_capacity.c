@@ -154,8 +154,11 @@ int bench_capacity(const config_t *cfg_in) {
     printf("%-26s %s read, %s written\n", "nvme traffic", format_bytes(a, sizeof a, r.info.tier.nvme_read_bytes),
            format_bytes(b, sizeof b, r.info.tier.nvme_write_bytes));
     const double rd = report_nvme_GBps(&r.info, IO_READ), wr = report_nvme_GBps(&r.info, IO_WRITE);
+    char phases[256];
     printf("%-26s %.1f s, bound by %s (rates: %s): step / floor %.2f\n", "floor", p.floor_ms / 1e3,
            plan_resource_names[p.bound], rates ? rates->source : "built-in defaults", step_ms / p.floor_ms);
+    plan_phases_text(&p, 1, phases, sizeof phases);
+    printf("%-26s %s\n", "  phases (their sum)", phases);
     if (rates)
         printf("%-26s %.2f GB/s reading, %.2f GB/s writing over the run (calibrated %.2f and %.2f over %s: %.2f x, "
                "%.2f x)\n", "nvme achieved", rd, wr, rates->nvme_read_Bps / 1e9, rates->nvme_write_Bps / 1e9,
@@ -187,8 +190,10 @@ int bench_capacity(const config_t *cfg_in) {
         printf("%-26s %.2f GB/s reading, %.2f GB/s writing over %s (the run achieved %.2f x, %.2f x)\n",
                "disk at this scale", srd / 1e9, swr / 1e9, format_bytes(a, sizeof a, p.nvme_bytes), rd / (srd / 1e9),
                wr / (swr / 1e9));
-        printf("%-26s %.1f s, bound by %s: step / floor %.2f (reads and writes share the disk: the floor adds "
-               "their times)\n", "floor at this scale", sfloor / 1e3, plan_resource_names[ps.bound], step_ms / sfloor);
+        printf("%-26s %.1f s, bound by %s: step / floor %.2f (reads and writes share the disk: a phase's NVMe time "
+               "adds their times)\n", "floor at this scale", sfloor / 1e3, plan_resource_names[ps.bound], step_ms / sfloor);
+        plan_phases_text(&ps, 1, phases, sizeof phases);
+        printf("%-26s %s\n", "  phases (their sum)", phases);
         // How much the disk gives when a step reads and writes at once, in seconds of the
         // passes apart per second (1: they take turns; 2: each at its own rate), and how much
         // of it the run took: the step's NVMe time at the rates apart, per second of the step.
@@ -196,7 +201,7 @@ int bench_capacity(const config_t *cfg_in) {
         busy = ps.t_ms[PLAN_NVME] / step_ms;
         printf("%-26s %.2f GB/s reading and %.2f GB/s writing: %.2f x what taking turns gives (2: neither slows "
                "the other)\n", "disk, both at once", mixed[0] / 1e9, mixed[1] / 1e9, share);
-        printf("%-26s %.2f of the step at the rates apart (its NVMe floor / step): %.2f x what the disk gives at "
+        printf("%-26s %.2f of the step at the rates apart (its NVMe time / step): %.2f x what the disk gives at "
                "once\n", "disk busy", busy, busy / share);
     }
     printf("%-26s %.4f -> %.4f\n", "loss", r.first_loss, r.last_loss);

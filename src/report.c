@@ -59,6 +59,9 @@ void report_tiers(FILE *out, const config_t *cfg, const trainer_info_t *info, co
     fprintf(out, "  step     %.1f ms achieved, floor %.1f ms (bound by %s; rates: %s): efficiency %.2f\n", step_ms,
             plan->floor_ms, plan_resource_names[plan->bound], plan->prof ? plan->prof->source : "built-in defaults",
             step_ms > 0 ? plan->floor_ms / step_ms : 0.0);
+    char phases[256];
+    plan_phases_text(plan, 0, phases, sizeof phases);
+    fprintf(out, "           the floor's phases, one after the other: %s\n", phases);
 }
 
 double report_nvme_GBps(const trainer_info_t *info, int op) {
