@@ -1092,6 +1092,275 @@ START_TEST(host_cache_auto_fits_budget) {
 }
 END_TEST
 
+// ---------------------------------------------------------------- the floor's phases
+
+// Time tolerances: the plan's own doubles agree to rounding (rel 1e-12: a handful of sums);
+// its JSON prints milliseconds to 3 decimals, so each figure read back is within 5e-4 ms and a
+// sum of a few within 2e-3.
+#define PHASE_RTOL 1e-12
+#define JSON_MS_ATOL 2e-3
+
+static int close_to(double out, double ref, double atol, double rtol) {
+    return !isnan(out) && !isnan(ref) && fabs(out - ref) <= atol + rtol * fabs(ref);
+}
+
+// The floor's shape, whatever the configuration: each phase lasts its largest resource's time,
+// the floor is their sum, bound by the longer's bound; each resource's phases sum to its step
+// time; and the floor lies between the largest step time (the old floor: everything overlapped)
+// and their sum (nothing overlapped).
+static void check_phases(const plan_t *p, const char *what) {
+    double most = 0, all = 0;
+    for (int r = 0; r < PLAN_NRES; r++) {
+        const double u = p->phase_ms[PLAN_PHASE_UPDATE][r], rest = p->phase_ms[PLAN_PHASE_REST][r];
+        ck_assert_msg(u >= 0 && rest >= 0, "%s: %s: phases %g and %g", what, plan_resource_names[r], u, rest);
+        ck_assert_msg(close_to(u + rest, p->t_ms[r], 1e-9, PHASE_RTOL), "%s: %s: phases %.17g + %.17g, step %.17g", what,
+                      plan_resource_names[r], u, rest, p->t_ms[r]);
+        most = fmax(most, p->t_ms[r]);
+        all += p->t_ms[r];
+    }
+    double sum = 0, ms[PLAN_NPHASES];
+    for (int ph = 0; ph < PLAN_NPHASES; ph++) {
+        ms[ph] = 0;
+        for (int r = 0; r < PLAN_NRES; r++) ms[ph] = fmax(ms[ph], p->phase_ms[ph][r]);
+        ck_assert_msg(ms[ph] == p->phase_floor_ms[ph] && p->phase_ms[ph][p->phase_bound[ph]] == ms[ph],
+                      "%s: phase %d lasts %g, its largest is %g (%s's %g)", what, ph, p->phase_floor_ms[ph], ms[ph],
+                      plan_resource_names[p->phase_bound[ph]], p->phase_ms[ph][p->phase_bound[ph]]);
+        sum += ms[ph];
+    }
+    ck_assert_msg(close_to(p->floor_ms, sum, 1e-9, PHASE_RTOL), "%s: floor %.17g, phases %.17g", what, p->floor_ms, sum);
+    ck_assert_int_eq(p->bound, p->phase_bound[ms[PLAN_PHASE_REST] > ms[PLAN_PHASE_UPDATE]]);
+    ck_assert_msg(p->floor_ms >= most * (1 - PHASE_RTOL) && p->floor_ms <= all * (1 + PHASE_RTOL),
+                  "%s: floor %g, the largest step time %g, their sum %g", what, p->floor_ms, most, all);
+}
+
+// What goes where, from plan_compute: the configurations of small below (B4 T64, every state on
+// NVMe, each block keeping its intermediates, the head its logits: the backward's FLOPs are then
+// twice the forward's) at the built-in rates, against the plan's own byte counts (P the
+// parameters: optim_bytes 12·P, params_bytes P·2, grads_bytes 4·P).
+//  - after the backward, the update's phase holds the first forward: a third of the FLOPs;
+//    under --update backward, the last backward: two thirds;
+//  - between the two, the update's phase trades the forward's work for the backward's, and adds
+//    the optimizer's NVMe work: its states read and written, the new weights written, and (only
+//    after the backward) each final gradient read back; the backward's phase writes those
+//    gradients (--update backward hands them over instead);
+//  - an --optimizer-cache takes its states' reads and writes off the update's phase only.
+START_TEST(plan_phases_hold_their_work) {
+    config_t cfg;
+    small_on_nvme(&cfg);
+    cfg.B = 4; cfg.T = 64;
+    model_t m;
+    model_init(&m, &cfg);
+    cfg.kept_blocks = m.L;
+    cfg.logits_kept = 1;
+    profile_t rate;
+    profile_defaults(&rate);
+    plan_t after, bwd, cached;
+    cfg.update_when = UPDATE_AFTER;
+    plan_compute(&cfg, &m, NULL, &after);
+    cfg.update_when = UPDATE_BACKWARD; // --clip 0 (small_on_nvme): it runs
+    plan_compute(&cfg, &m, NULL, &bwd);
+    ck_assert_int_eq(after.lay.upd_bwd, 0);
+    ck_assert_int_eq(bwd.lay.upd_bwd, 1);
+    check_phases(&after, "after");
+    check_phases(&bwd, "backward");
+    const double *ua = after.phase_ms[PLAN_PHASE_UPDATE], *ra = after.phase_ms[PLAN_PHASE_REST];
+    const double *ub = bwd.phase_ms[PLAN_PHASE_UPDATE], *rb = bwd.phase_ms[PLAN_PHASE_REST];
+    ck_assert_msg(close_to(ra[PLAN_COMPUTE], 2 * ua[PLAN_COMPUTE], 0, PHASE_RTOL) &&
+                      close_to(ub[PLAN_COMPUTE], 2 * rb[PLAN_COMPUTE], 0, PHASE_RTOL),
+                  "compute: after %g + %g, backward %g + %g", ua[PLAN_COMPUTE], ra[PLAN_COMPUTE], ub[PLAN_COMPUTE],
+                  rb[PLAN_COMPUTE]);
+    ck_assert_msg(ua[PLAN_ADAM] == after.t_ms[PLAN_ADAM] && ub[PLAN_ADAM] == bwd.t_ms[PLAN_ADAM] && ua[PLAN_ADAM] > 0,
+                  "AdamW: %g of %g, %g of %g", ua[PLAN_ADAM], after.t_ms[PLAN_ADAM], ub[PLAN_ADAM], bwd.t_ms[PLAN_ADAM]);
+    const double rd = rate.nvme_read_Bps / 1e3, wr = rate.nvme_write_Bps / 1e3; // bytes per ms
+    const double O = (double)after.optim_bytes, Pp = (double)after.params_bytes, G = (double)after.grads_bytes;
+    const double update = O / rd + O / wr + Pp / wr; // the update's own NVMe time, either way
+    ck_assert_msg(close_to(ua[PLAN_NVME] - rb[PLAN_NVME], update + G / rd, 1e-9, 1e-9),
+                  "the update's phase after the backward: %.17g more than the forward alone, want %.17g",
+                  ua[PLAN_NVME] - rb[PLAN_NVME], update + G / rd);
+    ck_assert_msg(close_to(ra[PLAN_NVME] - ub[PLAN_NVME], G / wr - update, 1e-9, 1e-9),
+                  "the backward: %.17g more after than beside the update, want %.17g", ra[PLAN_NVME] - ub[PLAN_NVME],
+                  G / wr - update);
+    // the same plan with an optimizer cache: only the update's phase reads and writes less
+    cfg.update_when = UPDATE_AFTER;
+    cfg.optim_cache = 2 * tier_cache_entry_bytes(&after.lay);
+    plan_compute(&cfg, &m, NULL, &cached);
+    check_phases(&cached, "cached");
+    const double saved = 12.0 * (double)tier_cached_elems(&cached.lay, &m);
+    ck_assert_msg(saved > 0, "no chunk cached");
+    ck_assert_msg(close_to(ua[PLAN_NVME] - cached.phase_ms[PLAN_PHASE_UPDATE][PLAN_NVME], saved / rd + saved / wr, 1e-9,
+                           1e-9) && cached.phase_ms[PLAN_PHASE_REST][PLAN_NVME] == ra[PLAN_NVME],
+                  "cache: the update's phase %g -> %g, the rest %g -> %g", ua[PLAN_NVME],
+                  cached.phase_ms[PLAN_PHASE_UPDATE][PLAN_NVME], ra[PLAN_NVME],
+                  cached.phase_ms[PLAN_PHASE_REST][PLAN_NVME]);
+    model_free(&m);
+}
+END_TEST
+
+// Every phase's work adds up to the step's, over homes, schedules, --accum, checkpoints on the
+// host, ranks and the three updates (check_phases), and the names say what runs in each.
+START_TEST(plan_phases_sum_to_the_step) {
+    static const tier_kind_t homes[][3] = {
+        {TIER_DEVICE, TIER_DEVICE, TIER_HOST}, {TIER_HOST, TIER_HOST, TIER_HOST}, {TIER_NVME, TIER_NVME, TIER_NVME},
+        {TIER_HOST, TIER_NVME, TIER_NVME},     {TIER_NVME, TIER_HOST, TIER_DEVICE},
+    };
+    for (int i = 0; i < 5 * 2 * 2 * 2; i++) {
+        config_t cfg;
+        small_on_nvme(&cfg);
+        cfg.params_tier = homes[i % 5][0]; cfg.grads_tier = homes[i % 5][1]; cfg.optim_tier = homes[i % 5][2];
+        cfg.accum = 1 + (i / 5) % 2;
+        cfg.schedule = (i / 10) % 2 ? SCHEDULE_VERTICAL : SCHEDULE_HORIZONTAL;
+        cfg.acts_tier = (i / 10) % 2 ? ACTS_HOST : ACTS_DEVICE;
+        cfg.update_when = (i / 20) % 2 ? UPDATE_BACKWARD : UPDATE_AFTER;
+        cfg.tie = i % 3 == 0;
+        cfg.kept_blocks = i % 4;
+        if (i % 7 == 3) cfg.ranks = cfg.local_ranks = 2; // --update backward refuses them: after
+        model_t m;
+        model_init(&m, &cfg);
+        plan_t p;
+        plan_compute(&cfg, &m, NULL, &p);
+        char what[128];
+        snprintf(what, sizeof what, "case %d (homes %d, accum %d, %s, update %s, ranks %d)", i, i % 5, cfg.accum,
+                 cfg.schedule == SCHEDULE_VERTICAL ? "vertical" : "horizontal", p.lay.upd_bwd ? "backward" : "after",
+                 p.ranks);
+        check_phases(&p, what);
+        ck_assert_msg((p.t_ms[PLAN_COMM] > 0) == (p.ranks > 1), "%s: ranks link %g", what, p.t_ms[PLAN_COMM]);
+        // the update's phase: the update alone, beside the last backward, or beside the first forward
+        const char *name = p.phase_names[PLAN_PHASE_UPDATE];
+        if (cfg.optim_tier == TIER_DEVICE) ck_assert_msg(!strcmp(name, "update"), "%s: %s", what, name);
+        else ck_assert_msg(!strncmp(name, "update+", 7) && strstr(name, p.lay.upd_bwd ? "backward" : "forward"),
+                           "%s: %s", what, name);
+        if (cfg.optim_tier == TIER_DEVICE) // beside nothing: the update's phase computes nothing
+            ck_assert_msg(p.phase_ms[PLAN_PHASE_UPDATE][PLAN_COMPUTE] == 0, "%s: %g", what,
+                          p.phase_ms[PLAN_PHASE_UPDATE][PLAN_COMPUTE]);
+        else
+            ck_assert_msg(p.phase_ms[PLAN_PHASE_UPDATE][PLAN_COMPUTE] > 0, "%s: the update's phase computes nothing", what);
+        model_free(&m);
+    }
+}
+END_TEST
+
+// All resident (the optimizer on the host, as --offload auto's first placement) at a batch whose
+// forward outlasts AdamW: compute is the only resource in both phases, so the floor is the
+// compute time, as it was before the phases, bound by compute.
+START_TEST(plan_floor_resident_is_compute) {
+    config_t cfg;
+    small_on_nvme(&cfg);
+    cfg.params_tier = cfg.grads_tier = TIER_DEVICE;
+    cfg.optim_tier = TIER_HOST;
+    cfg.B = 4; cfg.T = 64;
+    model_t m;
+    model_init(&m, &cfg);
+    for (int upd = 0; upd < 2; upd++) {
+        cfg.update_when = upd ? UPDATE_BACKWARD : UPDATE_AFTER;
+        plan_t p;
+        plan_compute(&cfg, &m, NULL, &p);
+        check_phases(&p, upd ? "resident, update in the backward" : "resident");
+        for (int r = 0; r < PLAN_NRES; r++)
+            if (r != PLAN_COMPUTE && r != PLAN_ADAM) ck_assert_msg(p.t_ms[r] == 0, "%s %g", plan_resource_names[r], p.t_ms[r]);
+        ck_assert_msg(p.t_ms[PLAN_ADAM] < p.phase_ms[PLAN_PHASE_UPDATE][PLAN_COMPUTE], "AdamW %g, beside %g of compute",
+                      p.t_ms[PLAN_ADAM], p.phase_ms[PLAN_PHASE_UPDATE][PLAN_COMPUTE]);
+        ck_assert_msg(close_to(p.floor_ms, p.t_ms[PLAN_COMPUTE], 0, PHASE_RTOL), "floor %.17g, compute %.17g", p.floor_ms,
+                      p.t_ms[PLAN_COMPUTE]);
+        ck_assert_int_eq(p.bound, PLAN_COMPUTE);
+    }
+    model_free(&m);
+}
+END_TEST
+
+// `tiertrain plan` with every state on NVMe and --update after at fixed rates (B4 T64: the
+// update's phase is the disk's, the backward the CPU's): its JSON "phases" give the floor again
+// (the largest of each phase's times, summed) and its bound; each resource's phases sum to its
+// t_ms; the floor is over the largest t_ms (what it was before the phases: here the phases'
+// bounds differ, so strictly) and at most their sum; the printed plan says the same phases. Then
+// with --accum 2 (the update beside the first micro-batch's forward) and --update backward.
+START_TEST(plan_json_floor_from_phases) {
+    char prof[4096];
+    snprintf(prof, sizeof prof, "%s/profile.json", nvme_dir);
+    FILE *f = fopen(prof, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "{\"version\": 1, \"gemm_flops\": 4e10, \"h2d_Bps\": 4e9, \"d2h_Bps\": 4e9, \"nvme_read_Bps\": 5e8, "
+               "\"nvme_write_Bps\": 5e8, \"adam_params_per_s\": 2e8, \"backend\": \"cpu\", \"threads\": 2, "
+               "\"measured_at\": \"2026-12-02T00:00:00Z\"}\n");
+    ck_assert_int_eq(fclose(f), 0);
+    static const char *const extra[3][8] = {
+        {"--update", "after", NULL}, {"--update", "after", "--accum", "2", "--schedule", "horizontal", NULL}, {"--update", "backward", NULL}};
+    static const char *const names[3][2] = {
+        {"update+forward", "backward"}, {"update+first forward", "backwards+other forwards"}, {"update+backward", "forward"}};
+    for (int c = 0; c < 3; c++) {
+        char *argv[40];
+        int n = 0;
+        const char *base[] = {tu_binary(), "plan", "--device", "cpu", "--nvme-path", nvme_dir, "--profile", prof,
+                              "--model", "small", "--batch", "4", "--seq", "64", "--params", "nvme", "--grads", "nvme",
+                              "--optimizer", "nvme", "--clip", "0", NULL};
+        for (int i = 0; base[i]; i++) argv[n++] = (char *)base[i];
+        for (int i = 0; extra[c][i]; i++) argv[n++] = (char *)extra[c][i];
+        argv[n] = NULL;
+        run_t r = {0};
+        r.rc = tu_run(argv, NULL, &r.out, &r.err);
+        ck_assert_msg(r.rc == 0 || r.rc == 2, "case %d: exit %d: %s", c, r.rc, r.err); // 2: a disk too small for it
+        const char *last = strrchr(r.out, '{');
+        while (last && last > r.out && last[-1] != '\n') last--;
+        json_t *root = NULL;
+        char err[512];
+        ck_assert_msg(last && json_parse(last, strlen(last), "plan", NULL, &root, err, sizeof err) == 0, "%s", err);
+        double floor_ms = 0, most = 0, all = 0;
+        const char *bound = NULL;
+        ck_assert(json_get_double(root, "floor_ms", &floor_ms, err, sizeof err) == 0);
+        ck_assert(json_get_string(root, "bound", &bound, err, sizeof err) == 0);
+        const json_t *t = json_get(root, "t_ms"), *ph = json_get(root, "phases");
+        ck_assert_msg(t && t->type == JSON_OBJECT && t->n == PLAN_NRES, "case %d: t_ms", c);
+        ck_assert_msg(ph && ph->type == JSON_ARRAY && ph->n == PLAN_NPHASES, "case %d: phases", c);
+        double ms[PLAN_NPHASES] = {0};
+        const char *pbound[PLAN_NPHASES] = {NULL};
+        for (int k = 0; k < PLAN_NPHASES; k++) {
+            const json_t *one = &ph->kids[k], *pt = json_get(one, "t_ms");
+            const char *name = NULL;
+            double said = 0;
+            ck_assert(json_get_string(one, "name", &name, err, sizeof err) == 0);
+            ck_assert_str_eq(name, names[c][k]);
+            ck_assert(json_get_double(one, "ms", &said, err, sizeof err) == 0);
+            ck_assert(json_get_string(one, "bound", &pbound[k], err, sizeof err) == 0);
+            ck_assert_msg(pt && pt->type == JSON_OBJECT && pt->n == PLAN_NRES, "case %d: phase %d's t_ms", c, k);
+            double at_bound = -1;
+            for (size_t i = 0; i < pt->n; i++) {
+                ms[k] = fmax(ms[k], pt->kids[i].num);
+                if (!strcmp(pt->kids[i].key, pbound[k])) at_bound = pt->kids[i].num;
+            }
+            ck_assert_msg(close_to(said, ms[k], JSON_MS_ATOL, 0) && at_bound == ms[k],
+                          "case %d: phase %s lasts %g, bound by %s (%g), its largest %g", c, name, said, pbound[k],
+                          at_bound, ms[k]);
+        }
+        for (size_t i = 0; i < t->n; i++) { // each resource: its phases sum to its step time
+            double u = 0, rest = 0;
+            ck_assert(json_get_double(json_get(&ph->kids[0], "t_ms"), t->kids[i].key, &u, err, sizeof err) == 0);
+            ck_assert(json_get_double(json_get(&ph->kids[1], "t_ms"), t->kids[i].key, &rest, err, sizeof err) == 0);
+            ck_assert_msg(close_to(u + rest, t->kids[i].num, JSON_MS_ATOL, 0), "case %d: %s: %g + %g, step %g", c,
+                          t->kids[i].key, u, rest, t->kids[i].num);
+            most = fmax(most, t->kids[i].num);
+            all += t->kids[i].num;
+        }
+        ck_assert_msg(close_to(floor_ms, ms[0] + ms[1], JSON_MS_ATOL, 0), "case %d: floor %g, phases %g + %g", c,
+                      floor_ms, ms[0], ms[1]);
+        ck_assert_str_eq(bound, pbound[ms[1] > ms[0]]);
+        ck_assert_msg(floor_ms <= all + JSON_MS_ATOL, "case %d: floor %g over the sum %g", c, floor_ms, all);
+        if (strcmp(pbound[0], pbound[1]))
+            ck_assert_msg(floor_ms > most + JSON_MS_ATOL, "case %d: floor %g, largest %g", c, floor_ms, most);
+        else
+            ck_assert_msg(close_to(floor_ms, most, JSON_MS_ATOL, 0), "case %d: floor %g, largest %g", c, floor_ms, most);
+        if (c == 0) // the disk bounds the update's phase, the CPU the backward
+            ck_assert_msg(!strcmp(pbound[0], "nvme") && !strcmp(pbound[1], "compute"), "bounds %s, %s", pbound[0],
+                          pbound[1]);
+        char line[256];
+        snprintf(line, sizeof line, "  phases        %s %.1f ms (%s) + %s %.1f ms (%s)\n", names[c][0], ms[0], pbound[0],
+                 names[c][1], ms[1], pbound[1]);
+        ck_assert_msg(strstr(r.out, line), "case %d: no line\n%swithin\n%s", c, line, r.out);
+        json_free(root);
+        run_free(&r);
+    }
+    unlink(prof);
+}
+END_TEST
+
 // bench capacity on a disk budget of 600M (TT_NVME_FREE stands in for statvfs): the largest
 // model that fits is small's width at 12 layers; the RAM left over becomes the optimizer cache
 // (so 3 steps, the third timed), the disk is measured at the store's size, and the JSON line
@@ -1126,7 +1395,8 @@ START_TEST(bench_capacity_small_disk) {
             ck_assert_msg(x[i] > 0 && isfinite(x[i]), "%s = %g", pos[i], x[i]);
         }
         // the share is the mixed pass's rates over the rates apart; the disk's busy time is
-        // part of the floor at those rates (their max), both to the JSON's 3 decimals
+        // within the floor at those rates (no resource's time is over it), both to the JSON's 3
+        // decimals
         const double share = x[4] / x[1] + x[5] / x[2];
         ck_assert_msg(fabs(x[6] - share) <= 2e-3 * share + 1e-3, "disk_share %g, from the rates %g", x[6], share);
         ck_assert_msg(x[7] * x[0] <= x[3] * 1.01 + 1e-3, "disk busy %g of %g s, floor %g s", x[7], x[0], x[3]);
@@ -1216,6 +1486,10 @@ int main(void) {
     tcase_add_test(cap, bench_capacity_small_disk);
     tcase_add_test(cap, bench_overlap_floor_now);
     tcase_add_test(cap, plan_suggests_what_fits);
+    tcase_add_test(cap, plan_phases_hold_their_work);
+    tcase_add_test(cap, plan_phases_sum_to_the_step);
+    tcase_add_test(cap, plan_floor_resident_is_compute);
+    tcase_add_test(cap, plan_json_floor_from_phases);
     suite_add_tcase(s, cap);
     TCase *flt = tcase_create("faults");
     tcase_add_checked_fixture(flt, setup, teardown);
