@@ -1143,7 +1143,9 @@ static void check_phases(const plan_t *p, const char *what) {
 //    the optimizer's NVMe work: its states read and written, the new weights written, and (only
 //    after the backward) each final gradient read back; the backward's phase writes those
 //    gradients (--update backward hands them over instead);
-//  - an --optimizer-cache takes its states' reads and writes off the update's phase only.
+//  - an --optimizer-cache takes its states' reads and writes off the update's phase only;
+//  - with the gradients in a home, an update after the backward reads the next one's first two
+//    chunks ahead as it ends: in the backward (not with a cache).
 START_TEST(plan_phases_hold_their_work) {
     config_t cfg;
     small_on_nvme(&cfg);
@@ -1192,6 +1194,18 @@ START_TEST(plan_phases_hold_their_work) {
                   "cache: the update's phase %g -> %g, the rest %g -> %g", ua[PLAN_NVME],
                   cached.phase_ms[PLAN_PHASE_UPDATE][PLAN_NVME], ra[PLAN_NVME],
                   cached.phase_ms[PLAN_PHASE_REST][PLAN_NVME]);
+    // the rest resident, the gradients too: the backward reads only what the update read ahead
+    // for the next one as it ended (two chunks' states, optim_run_host), and none with a cache
+    cfg.params_tier = cfg.grads_tier = TIER_DEVICE;
+    cfg.optim_cache = 0;
+    plan_compute(&cfg, &m, NULL, &cached);
+    check_phases(&cached, "states alone on NVMe");
+    const double two = 2 * 12.0 * (double)cached.lay.chunk_elems / rd, back = cached.phase_ms[PLAN_PHASE_REST][PLAN_NVME];
+    ck_assert_msg(back > 0 && back <= two * (1 + PHASE_RTOL), "the backward reads %g ms ahead, two chunks %g", back, two);
+    cfg.optim_cache = tier_cache_entry_bytes(&cached.lay);
+    plan_compute(&cfg, &m, NULL, &cached);
+    ck_assert_msg(cached.phase_ms[PLAN_PHASE_REST][PLAN_NVME] == 0, "a cache, and the backward reads %g ms",
+                  cached.phase_ms[PLAN_PHASE_REST][PLAN_NVME]);
     model_free(&m);
 }
 END_TEST
@@ -1201,16 +1215,16 @@ END_TEST
 START_TEST(plan_phases_sum_to_the_step) {
     static const tier_kind_t homes[][3] = {
         {TIER_DEVICE, TIER_DEVICE, TIER_HOST}, {TIER_HOST, TIER_HOST, TIER_HOST}, {TIER_NVME, TIER_NVME, TIER_NVME},
-        {TIER_HOST, TIER_NVME, TIER_NVME},     {TIER_NVME, TIER_HOST, TIER_DEVICE},
+        {TIER_HOST, TIER_NVME, TIER_NVME},     {TIER_NVME, TIER_HOST, TIER_DEVICE}, {TIER_DEVICE, TIER_HOST, TIER_NVME},
     };
-    for (int i = 0; i < 5 * 2 * 2 * 2; i++) {
+    for (int i = 0; i < 6 * 2 * 2 * 2; i++) {
         config_t cfg;
         small_on_nvme(&cfg);
-        cfg.params_tier = homes[i % 5][0]; cfg.grads_tier = homes[i % 5][1]; cfg.optim_tier = homes[i % 5][2];
-        cfg.accum = 1 + (i / 5) % 2;
-        cfg.schedule = (i / 10) % 2 ? SCHEDULE_VERTICAL : SCHEDULE_HORIZONTAL;
-        cfg.acts_tier = (i / 10) % 2 ? ACTS_HOST : ACTS_DEVICE;
-        cfg.update_when = (i / 20) % 2 ? UPDATE_BACKWARD : UPDATE_AFTER;
+        cfg.params_tier = homes[i % 6][0]; cfg.grads_tier = homes[i % 6][1]; cfg.optim_tier = homes[i % 6][2];
+        cfg.accum = 1 + (i / 6) % 2;
+        cfg.schedule = (i / 12) % 2 ? SCHEDULE_VERTICAL : SCHEDULE_HORIZONTAL;
+        cfg.acts_tier = (i / 12) % 2 ? ACTS_HOST : ACTS_DEVICE;
+        cfg.update_when = (i / 24) % 2 ? UPDATE_BACKWARD : UPDATE_AFTER;
         cfg.tie = i % 3 == 0;
         cfg.kept_blocks = i % 4;
         if (i % 7 == 3) cfg.ranks = cfg.local_ranks = 2; // --update backward refuses them: after
@@ -1219,7 +1233,7 @@ START_TEST(plan_phases_sum_to_the_step) {
         plan_t p;
         plan_compute(&cfg, &m, NULL, &p);
         char what[128];
-        snprintf(what, sizeof what, "case %d (homes %d, accum %d, %s, update %s, ranks %d)", i, i % 5, cfg.accum,
+        snprintf(what, sizeof what, "case %d (homes %d, accum %d, %s, update %s, ranks %d)", i, i % 6, cfg.accum,
                  cfg.schedule == SCHEDULE_VERTICAL ? "vertical" : "horizontal", p.lay.upd_bwd ? "backward" : "after",
                  p.ranks);
         check_phases(&p, what);
