@@ -4,7 +4,7 @@
 //   loss      the training loss per step and the validation loss per evaluation (#loss)
 //   time      each step's time against the plan's floor (#step-time)
 //   split     where the mean step went: compute, waiting for parameters, copies (#time-split)
-//   floor     the plan's time per resource, the largest setting the floor (#floor)
+//   floor     the plan's time per resource over the step (the floor sums its two phases' largest) (#floor)
 //   memory    the plan's device and host parts (#memory)
 //   trace     with --trace, each track's busy time (#trace)
 // plus the tier table and one sentence naming what binds the run. Every chart's <svg> has an
@@ -410,8 +410,9 @@ static void page(FILE *f, const run_log_t *lg, const char *log_path) {
         const json_t *t = json_get(p, "t_ms");
         seg_t sg[PLAN_NRES];
         for (int r = 0; r < PLAN_NRES; r++) sg[r] = (seg_t){plan_resource_names[r], t ? num(t, plan_resource_names[r], 0) : 0};
-        stacked_bar(f, "floor", "The plan's time per resource for one step (the largest is the floor)", sg, PLAN_NRES,
-                    "ms", 0);
+        stacked_bar(f, "floor",
+                    "The plan's time per resource for one step (the floor: each of its two phases' largest, summed)",
+                    sg, PLAN_NRES, "ms", 0);
         memory_bar(f, p, "device_parts", "memory", "Device memory by part (the plan)");
         memory_bar(f, p, "host_parts", "memory-host", "Host memory by part (the plan)");
     }
