@@ -455,6 +455,8 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     const double P = local_numel(lay, m), N = (double)cfg->B * cfg->T, C = m->C; // ranks: this rank's pieces
     p->params_bytes = (uint64_t)(P * (double)lay->pbytes);
     p->grads_bytes = (uint64_t)(P * 4);
+    p->grads_nvme_bytes = 0; // --update backward with --grads nvme: only the extents tier_layout gives
+    for (int s = 0; s < lay->gext_shards; s++) p->grads_nvme_bytes += (uint64_t)piece_numel(lay, m, s) * sizeof(float);
     p->optim_bytes = (uint64_t)(P * 12);
     p->acts_bytes = tier_part_bytes(lay, TIER_DEVICE, "activations") + tier_part_bytes(lay, TIER_DEVICE, "checkpoints") +
                     tier_part_bytes(lay, TIER_DEVICE, "scratch");
@@ -716,7 +718,13 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
     fprintf(f, "state                       bytes   home\n");
     fprintf(f, "  parameters (%s)    %12s   %s\n", cfg->precision == PREC_BF16 ? "bf16" : "fp32",
             format_bytes(a, sizeof a, p->params_bytes), tn[cfg->params_tier]);
-    fprintf(f, "  gradients (fp32)     %12s   %s\n", format_bytes(a, sizeof a, p->grads_bytes), tn[cfg->grads_tier]);
+    fprintf(f, "  gradients (fp32)     %12s   %s", format_bytes(a, sizeof a, p->grads_bytes), tn[cfg->grads_tier]);
+    if (cfg->grads_tier == TIER_NVME && p->lay.gext_shards < p->lay.nshards) { // tier_layout: --update backward
+        if (!p->grads_nvme_bytes) fprintf(f, " (none on disk: each final gradient passes to the update in its slot)");
+        else fprintf(f, " (%s on disk, the tied embedding's partial sums: the rest passes to the update in its slot)",
+                     format_bytes(b, sizeof b, p->grads_nvme_bytes));
+    }
+    fprintf(f, "\n");
     fprintf(f, "  master + m + v       %12s   %s\n", format_bytes(a, sizeof a, p->optim_bytes),
             tn[cfg->optim_tier]);
     fprintf(f, "  activations          %12s   device\n", format_bytes(a, sizeof a, p->acts_bytes));

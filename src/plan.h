@@ -34,6 +34,7 @@ extern const char *const plan_resource_names[PLAN_NRES]; // "compute", "host->de
 typedef struct {
     uint64_t params_bytes;   // compute copy (BF16, or FP32 in fp32 mode), padded shards
     uint64_t grads_bytes;    // FP32 gradients
+    uint64_t grads_nvme_bytes; // of them on NVMe (--grads nvme: less under --update backward, tier_layout)
     uint64_t optim_bytes;    // FP32 master + m + v
     uint64_t acts_bytes;     // on the device: checkpoints, one block's recompute, head, scratch
     uint64_t backend_bytes;  // the device backend's own (CUDA: cuBLASLt workspace, kernel scratch)

@@ -952,6 +952,21 @@ START_TEST(update_in_backward_drops_gradient_extents) {
         ck_assert_msg(after.nvme_bytes - bwd.nvme_bytes == dropped && (one_pass ? dropped > 0 : dropped == 0),
                       "case %zu: %llu - %llu bytes, dropped %llu", k, (unsigned long long)after.nvme_bytes,
                       (unsigned long long)bwd.nvme_bytes, (unsigned long long)dropped);
+        // the plan is sized from the same layout, and says what of the gradients is on disk
+        plan_t p;
+        plan_compute(&cfg, &m, NULL, &p);
+        ck_assert_uint_eq(p.nvme_bytes, bwd.nvme_bytes);
+        ck_assert_uint_eq(p.grads_nvme_bytes, (uint64_t)p.grads_bytes - dropped);
+        char *out = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&out, &len);
+        ck_assert_ptr_nonnull(f);
+        plan_print(&p, &cfg, f);
+        fclose(f);
+        const char *want = !one_pass ? NULL : cases[k].tie ? "on disk, the tied embedding's partial sums"
+                                                             : "(none on disk: each final gradient passes to the update";
+        ck_assert_msg(want ? strstr(out, want) != NULL : strstr(out, "on disk") == NULL, "case %zu: %s", k, out);
+        free(out);
         model_free(&m);
     }
 }
