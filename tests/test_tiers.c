@@ -967,6 +967,21 @@ START_TEST(update_in_backward_drops_gradient_extents) {
                                                              : "(none on disk: each final gradient passes to the update";
         ck_assert_msg(want ? strstr(out, want) != NULL : strstr(out, "on disk") == NULL, "case %zu: %s", k, out);
         free(out);
+        if (k == 0) { // a backward outside a training step: no update takes its gradients, and
+                      // there is nowhere to write them: refused in one line, no state overwritten
+            cfg.lr = 1e-3; cfg.beta1 = 0.9; cfg.beta2 = 0.95; cfg.eps = 1e-8;
+            trainer_t *tr = NULL;
+            char err[512];
+            ck_assert_msg(trainer_init(&tr, &cfg, err, sizeof err) == 0, "%s", err);
+            int tokens[32], targets[32];
+            for (int i = 0; i < 32; i++) tokens[i] = targets[i] = (7 * i) % cfg.V;
+            const double loss = trainer_forward_backward(tr, tokens, targets, 1, 1.0f / 32);
+            ck_assert_msg(isnan(loss) && strstr(trainer_fault(tr), "gradients of lm_head: no NVMe extent under --update "
+                                                                   "backward") &&
+                              strstr(trainer_fault(tr), "(a backward outside a training step needs --update after)"),
+                          "loss %g: %s", loss, trainer_fault(tr));
+            trainer_free(tr);
+        }
         model_free(&m);
     }
 }
