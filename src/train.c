@@ -623,6 +623,11 @@ int plan_run(const config_t *cfg_in) {
     print_model(&m, cfg, stdout);
     char err[512];
     if (backend_resolve_config(&resolved, err, sizeof err) != 0) usage_error("%s", err);
+    // --device auto found a GPU, where an explicit --update backward cannot run (train refuses it
+    // at trainer_init): say so, as the parser did for the other reasons, not plan the update after
+    const char *uwhy = cfg->update_when == UPDATE_BACKWARD && !cfg->offload_auto
+                           ? tier_update_backward_refusal(cfg, cfg->device) : NULL;
+    if (uwhy) usage_error("--update backward: %s", uwhy);
     plan_t p;
     profile_t prof;
     const profile_t *rates = train_load_profile(cfg, &prof);
