@@ -540,6 +540,12 @@ uint64_t tier_chunk_off(const tier_t *t, int shard, int c) {
            (uint64_t)(lo - t->plo[shard]) * (uint64_t)tier_o32_parts(&t->lay, shard) * sizeof(float);
 }
 
+// Bytes of g before the states in a chunk of n elements of shard: 0 where its NVMe chunks keep
+// no gradient (tier_o32_parts).
+static uint64_t gext_bytes(const tier_t *t, int shard, size_t n) {
+    return (uint64_t)(tier_o32_parts(&t->lay, shard) - 3) * n * sizeof(float);
+}
+
 // ---------------------------------------------------------------- optimizer states
 
 // Floats of the staging layout of chunk c: (g,) master, m, v, each n elements.
@@ -602,7 +608,7 @@ int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     const uint64_t base = tier_chunk_off(t, shard, c), o32 = 3 * n * sizeof(float);
-    const uint64_t gext = (uint64_t)(tier_o32_parts(&t->lay, shard) - 3) * n * sizeof(float); // 0: no g extent
+    const uint64_t gext = gext_bytes(t, shard, n);
     const uint64_t g = t->lay.upd_bwd ? 0 : gext; // --update backward: the job has it in a slot
     float *stage = t->buf[TB_OPTIM_STAGING][half];
     io_req_t r[2] = {{.op = op, .off = base + gext, .len = o32, .buf = stage_part(t, half, n, 0),
@@ -669,9 +675,8 @@ void tier_o32_cache_set_valid(tier_t *t, int valid) { t->ocache_valid = valid; }
 int tier_o32_cache_fill(tier_t *t, tier_xfer_t *x, int shard, int c, int k, char *err, size_t errlen) {
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
-    const uint64_t g = (uint64_t)(tier_o32_parts(&t->lay, shard) - 3) * n * sizeof(float);
-    io_req_t r = {.op = IO_READ, .off = tier_chunk_off(t, shard, c) + g, .len = 3 * n * sizeof(float),
-                  .buf = t->buf[TB_OPTIM_CACHE][k], .name = t->label[shard][ST_O32],
+    io_req_t r = {.op = IO_READ, .off = tier_chunk_off(t, shard, c) + gext_bytes(t, shard, n),
+                  .len = 3 * n * sizeof(float), .buf = t->buf[TB_OPTIM_CACHE][k], .name = t->label[shard][ST_O32],
                   .crc = t->table[shard][ST_O32].crc[c]};
     return xfer_submit(t, x, IO_READ, shard, c, &r, 1, err, errlen);
 }
@@ -764,8 +769,7 @@ int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **
             while (!(parts & (1 << k0))) k0++;
             while (!(parts & (1 << k1))) k1--;
         }
-        const uint64_t g = (uint64_t)(tier_o32_parts(&t->lay, shard) - 3) * n * sizeof(float);
-        uint64_t off = tier_chunk_off(t, shard, c) + g + (uint64_t)k0 * n * sizeof(float);
+        uint64_t off = tier_chunk_off(t, shard, c) + gext_bytes(t, shard, n) + (uint64_t)k0 * n * sizeof(float);
         return tier_nvme_io(t, IO_READ, off, (uint64_t)(k1 - k0 + 1) * n * sizeof(float), dst[k0], &e->crc[c],
                             t->label[shard][ST_O32], err, errlen);
     }
@@ -791,7 +795,7 @@ int tier_o32_put(tier_t *t, int shard, int c, int parts, char *err, size_t errle
             if (parts & (1 << k))
                 backend_copy_h2d(t->be, (float *)e->addr + k * total + lo, stage_part(t, 0, n, k), n * sizeof(float));
     } else if (e->home == TIER_NVME) {
-        uint64_t off = tier_chunk_off(t, shard, c) + (uint64_t)(tier_o32_parts(&t->lay, shard) - 3) * n * sizeof(float);
+        uint64_t off = tier_chunk_off(t, shard, c) + gext_bytes(t, shard, n);
         return tier_nvme_io(t, IO_WRITE, off, 3 * n * sizeof(float), stage_part(t, 0, n, 0), &e->crc[c],
                             t->label[shard][ST_O32], err, errlen);
     }
