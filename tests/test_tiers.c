@@ -1124,6 +1124,18 @@ END_TEST
 
 // ---------------------------------------------------------------- the floor's phases
 
+// A CPU profile with the given rates ("key": value, ...) at path (the test's NVMe folder's
+// profile.json, its name into path), for runs whose floor must not depend on this machine.
+static void write_profile(char *path, size_t len, const char *rates) {
+    snprintf(path, len, "%s/profile.json", nvme_dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "{\"version\": 1, %s, \"backend\": \"cpu\", \"threads\": 2, \"measured_at\": \"2026-12-02T00:00:00Z\"}\n",
+            rates);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+
 // Time tolerances: the plan's own doubles agree to rounding (rel 1e-12: a handful of sums);
 // its JSON prints milliseconds to 3 decimals, so each figure read back is within 5e-4 ms and a
 // sum of a few within 2e-3.
@@ -1321,13 +1333,8 @@ END_TEST
 // with --accum 2 (the update beside the first micro-batch's forward) and --update backward.
 START_TEST(plan_json_floor_from_phases) {
     char prof[4096];
-    snprintf(prof, sizeof prof, "%s/profile.json", nvme_dir);
-    FILE *f = fopen(prof, "w");
-    ck_assert_ptr_nonnull(f);
-    fprintf(f, "{\"version\": 1, \"gemm_flops\": 4e10, \"h2d_Bps\": 4e9, \"d2h_Bps\": 4e9, \"nvme_read_Bps\": 5e8, "
-               "\"nvme_write_Bps\": 5e8, \"adam_params_per_s\": 2e8, \"backend\": \"cpu\", \"threads\": 2, "
-               "\"measured_at\": \"2026-12-02T00:00:00Z\"}\n");
-    ck_assert_int_eq(fclose(f), 0);
+    write_profile(prof, sizeof prof, "\"gemm_flops\": 4e10, \"h2d_Bps\": 4e9, \"d2h_Bps\": 4e9, \"nvme_read_Bps\": 5e8, "
+                                     "\"nvme_write_Bps\": 5e8, \"adam_params_per_s\": 2e8");
     static const char *const extra[3][8] = {
         {"--update", "after", NULL}, {"--update", "after", "--accum", "2", "--schedule", "horizontal", NULL}, {"--update", "backward", NULL}};
     static const char *const names[3][2] = {
@@ -1463,13 +1470,8 @@ END_TEST
 // (compute-bound at this profile's rates) it scales by profile ÷ now.
 START_TEST(bench_overlap_floor_now) {
     char prof[4096];
-    snprintf(prof, sizeof prof, "%s/profile.json", nvme_dir);
-    FILE *f = fopen(prof, "w");
-    ck_assert_ptr_nonnull(f);
-    fprintf(f, "{\"version\": 1, \"gemm_flops\": 1e11, \"h2d_Bps\": 1e10, \"d2h_Bps\": 1e10, \"nvme_read_Bps\": 2e9, "
-               "\"nvme_write_Bps\": 2e9, \"adam_params_per_s\": 1e9, \"backend\": \"cpu\", \"threads\": 2, "
-               "\"nvme_bytes\": 4294967296, \"measured_at\": \"2026-12-02T00:00:00Z\"}\n");
-    ck_assert_int_eq(fclose(f), 0);
+    write_profile(prof, sizeof prof, "\"gemm_flops\": 1e11, \"h2d_Bps\": 1e10, \"d2h_Bps\": 1e10, \"nvme_read_Bps\": 2e9, "
+                                     "\"nvme_write_Bps\": 2e9, \"adam_params_per_s\": 1e9, \"nvme_bytes\": 4294967296");
     char *argv[] = {(char *)tu_binary(), "bench", "overlap", "--model", "tiny", "--nvme-path", nvme_dir, "--profile",
                     prof, NULL};
     run_t r = {0};
