@@ -176,6 +176,8 @@ char *io_ticket_message(const io_ticket_t *t, char *buf, size_t len);
 //                              half its bytes (4 KiB-rounded; 512 B of a 4 KiB piece), so
 //                              it completes genuinely short and the engine must continue it
 //   [read:|write:]eagain@K     the K-th request returns -EAGAIN once
+//   [read:|write:]slow=MS      every request from arming on completes MS ms late (a slow
+//                              device; the engine's completions wait in turn)
 // K counts pieces from 1, in dispatch order, over all ops or only the named op. Each
 // fault fires once. Init-time items are accepted (and only honoured) by
 // nvme_store_opts_t.faults / TT_IO_FAULT:

@@ -37,6 +37,7 @@ typedef struct {
     int skip;                // the ticket already failed: complete without I/O
     io_fault_kind_t fault;   // injected into this piece's first completion
     int fault_err;
+    unsigned slow_ms;        // its first completion is held this long (the fault slow=MS)
 } io_piece_t;
 
 // The engine interface. start runs in nvme_store_init after the files exist; on failure
@@ -85,6 +86,7 @@ struct nvme_store {
     double op_since[2], op_busy_ms[2]; // when the op's current busy spell began; the spells so far
     io_fault_t faults[IO_MAX_FAULTS];
     int nfaults;
+    unsigned slow_ms[2];            // [op]: the fault slow=MS, every piece from arming on
     // ---- stats
     _Atomic uint64_t st_bytes[2], st_pieces[2], st_requests, st_retries, st_shorts, st_errors, st_fixed;
 };

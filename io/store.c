@@ -83,6 +83,7 @@ static const struct { const char *name; int err; } errnames[] = {
 typedef struct {
     io_fault_t faults[IO_MAX_FAULTS];
     int nfaults;
+    unsigned slow_ms[2];
     unsigned flags;
     uint64_t fake_free;
 } fault_spec_t;
@@ -119,6 +120,14 @@ static int parse_faults(const char *spec, int at_init, fault_spec_t *out, char *
         char *p = item;
         if (strncmp(p, "read:", 5) == 0) { f.op = IO_READ; p += 5; }
         else if (strncmp(p, "write:", 6) == 0) { f.op = IO_WRITE; p += 6; }
+        if (strncmp(p, "slow=", 5) == 0) { // every piece of the op (or of both), no count
+            char *e = NULL;
+            unsigned long ms = strtoul(p + 5, &e, 10);
+            if (e == p + 5 || *e || ms > 60000) goto bad;
+            if (f.op != IO_WRITE) out->slow_ms[IO_READ] = (unsigned)ms;
+            if (f.op != IO_READ) out->slow_ms[IO_WRITE] = (unsigned)ms;
+            continue;
+        }
         char *at = strchr(p, '@');
         char *end = NULL;
         unsigned long long k = at ? strtoull(at + 1, &end, 10) : 0;
@@ -145,7 +154,7 @@ static int parse_faults(const char *spec, int at_init, fault_spec_t *out, char *
         out->faults[out->nfaults++] = f;
         continue;
     bad:
-        ERR("io fault '%s': not understood (accepted: [read:|write:]eio@K, errno=N@K, short@K, eagain@K; "
+        ERR("io fault '%s': not understood (accepted: [read:|write:]eio@K, errno=N@K, short@K, eagain@K, slow=MS; "
             "at creation also nouring, noregister, nodirect, free=SIZE)", item);
         rc = -EINVAL;
         break;
@@ -161,12 +170,17 @@ int nvme_store_inject(nvme_store_t *s, const char *spec, char *err, size_t errle
     pthread_mutex_lock(&s->mu);
     memcpy(s->faults, fs.faults, sizeof fs.faults);
     s->nfaults = fs.nfaults;
+    memcpy(s->slow_ms, fs.slow_ms, sizeof fs.slow_ms);
     s->seq_all = s->seq_op[0] = s->seq_op[1] = 0;
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
 
 int io_fault_apply(io_piece_t *p, int res) {
+    if (p->slow_ms) { // a slow device: this piece's completion arrives late
+        usleep(p->slow_ms * 1000u);
+        p->slow_ms = 0;
+    }
     io_fault_kind_t k = p->fault;
     if (k != FAULT_ERRNO && k != FAULT_EAGAIN) return res;
     p->fault = FAULT_NONE;
@@ -413,6 +427,7 @@ int nvme_store_init(nvme_store_t **out, const nvme_store_opts_t *o, char *err, s
     if (!o->faults && spec && *spec && !s->quiet) io_say("TT_IO_FAULT=%s: io fault injection armed", spec);
     memcpy(s->faults, fs.faults, sizeof fs.faults);
     s->nfaults = fs.nfaults;
+    memcpy(s->slow_ms, fs.slow_ms, sizeof fs.slow_ms);
     s->flags = fs.flags;
     s->fake_free = fs.fake_free;
     s->nbufs = o->nbufs;
@@ -547,6 +562,7 @@ int io_queue_take(nvme_store_t *s, io_piece_t *p) {
     p->skip = atomic_load_explicit(&t->err_set, memory_order_relaxed);
     if (!p->skip) {
         uint64_t sa = ++s->seq_all, so = ++s->seq_op[t->op];
+        p->slow_ms = s->slow_ms[t->op];
         for (int i = 0; i < s->nfaults; i++) {
             io_fault_t *f = &s->faults[i];
             if (f->fired || !((f->op < 0 && f->k == sa) || (f->op == (int)t->op && f->k == so))) continue;

@@ -505,6 +505,34 @@ START_TEST(test_fault_eagain) {
 }
 END_TEST
 
+// slow=MS holds each piece of the op, from arming on, at least MS ms: the store's own busy time
+// for the writes counts each (usleep never sleeps less), and the bytes are the same; a bad
+// value is an explained setup error.
+START_TEST(test_fault_slow) {
+    setup_dir();
+    nvme_store_t *s = open_store(ENG(_i), 1, 4 * MiB, 64 * KiB, 1, "write:slow=20");
+    unsigned char *b = abuf(256 * KiB), *r = abuf(256 * KiB);
+    fill(b, 256 * KiB, 7);
+    io_ticket_t t = {0};
+    ck_assert_int_eq(nvme_store_write(s, &t, 0, 256 * KiB, b), 0); // 4 pieces, one in flight at a time
+    wait_ok(&t);
+    ck_assert_int_eq(nvme_store_read(s, &t, 0, 256 * KiB, r, 0), 0);
+    wait_ok(&t);
+    assert_same("after slow writes", r, b, 256 * KiB);
+    io_stats_t st;
+    nvme_store_stats(s, &st);
+    ck_assert_msg(st.busy_ms[IO_WRITE] >= 4 * 20, "4 pieces held 20 ms each: busy %.1f ms", st.busy_ms[IO_WRITE]);
+    ck_assert_uint_eq(st.errors, 0);
+    char err[512];
+    ck_assert_int_eq(nvme_store_inject(s, "read:slow=x", err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "io fault 'read:slow=x': not understood") && strstr(err, "slow=MS"), "%s", err);
+    nvme_store_free(s);
+    free(b);
+    free(r);
+    teardown_dir();
+}
+END_TEST
+
 START_TEST(test_fault_env) {
     setup_dir();
     setenv("TT_IO_FAULT", "eio@2", 1);
@@ -867,6 +895,7 @@ int main(void) {
         tcase_add_loop_test(tc, test_fault_short, 0, 2);
         tcase_add_loop_test(tc, test_fault_eagain, 0, 2);
         tcase_add_loop_test(tc, test_fault_env, 0, 2);
+        tcase_add_loop_test(tc, test_fault_slow, 0, 2);
         tcase_add_loop_test(tc, test_misaligned_refused, 0, 2);
         tcase_add_loop_test(tc, test_verify_crc, 0, 4);
         suite_add_tcase(su, tc);
