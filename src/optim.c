@@ -53,9 +53,8 @@ static void adamw_chunk(const model_t *md, const config_t *cfg, const backend_t 
 static int shard_done(tier_t *tier, int s, void *pc, int publish, char *err, size_t errlen) {
     tier_grads_consumed(tier, s);
     tier_grads_done(tier, s);
-    int rc = tier_params_store(tier, s, pc, tier_step_event(tier), err, errlen);
-    if (rc == 0 && publish) sched_update_publish(tier_sched(tier), s);
-    return rc;
+    return publish ? tier_params_store_publish(tier, s, pc, tier_step_event(tier), err, errlen)
+                   : tier_params_store(tier, s, pc, tier_step_event(tier), err, errlen);
 }
 
 // Chunk c of shard s, the update's k-th (in its --optimizer-cache entry when k < ncache, else

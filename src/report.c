@@ -46,6 +46,9 @@ void report_tiers(FILE *out, const config_t *cfg, const trainer_info_t *info, co
                 (unsigned long long)info->sched.evictions);
         if (info->nhcache)
             fprintf(out, "; host cache %d shards, %llu hits", info->nhcache, (unsigned long long)ts->cache_hits);
+        if (ts->fresh_bytes)
+            fprintf(out, "; %s copied from the update's new copies, not read back from NVMe",
+                    format_bytes(a, sizeof a, ts->fresh_bytes));
         fputc('\n', out);
     }
     // a host or NVMe update runs on the update worker beside the next forward: its waits are
@@ -76,13 +79,14 @@ void report_summary(FILE *log, const trainer_info_t *info, const plan_t *plan, c
                  "\"val_loss\":%.6f,\"tok_per_s\":%.1f,\"step_ms\":%.3f,\"peak_device_bytes\":%llu,"
                  "\"peak_host_bytes\":%llu,\"nvme_bytes_read\":%llu,\"nvme_bytes_written\":%llu,"
                  "\"h2d_bytes\":%llu,\"d2h_bytes\":%llu,\"fetch_wait_ms\":%.3f,\"optimizer_nvme_wait_ms\":%.3f,"
-                 "\"copy_ms\":%.3f,\"optimizer_ms\":%.3f,\"host_cache_hits\":%llu,\"floor_ms\":%.3f,"
+                 "\"copy_ms\":%.3f,\"optimizer_ms\":%.3f,\"host_cache_hits\":%llu,\"nvme_bytes_fresh\":%llu,\"floor_ms\":%.3f,"
                  "\"efficiency\":%.4f,\"bound\":\"%s\",\"nvme_read_GBps\":%.3f,\"nvme_write_GBps\":%.3f,",
             r->params, r->steps, r->first_loss, r->final_loss, isfinite(r->val_loss) ? r->val_loss : -1.0,
             r->tok_per_s, r->step_ms, (unsigned long long)info->device_peak, (unsigned long long)info->host_bytes,
             (unsigned long long)ts->nvme_read_bytes, (unsigned long long)ts->nvme_write_bytes,
             (unsigned long long)ts->h2d_bytes, (unsigned long long)ts->d2h_bytes, info->sched.wait_ms,
-            ts->opt_nvme_wait_ms, ts->copy_ms, ts->opt_ms, (unsigned long long)ts->cache_hits, plan->floor_ms,
+            ts->opt_nvme_wait_ms, ts->copy_ms, ts->opt_ms, (unsigned long long)ts->cache_hits,
+            (unsigned long long)ts->fresh_bytes, plan->floor_ms,
             r->step_ms > 0 ? plan->floor_ms / r->step_ms : 0.0, plan_resource_names[plan->bound],
             report_nvme_GBps(info, IO_READ), report_nvme_GBps(info, IO_WRITE));
     if (r->ranks > 1) { // rank 0's figures above; each rank's peaks here

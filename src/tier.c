@@ -162,7 +162,9 @@ int tier_init(tier_t **out, const config_t *cfg, const model_t *m, backend_t *be
     for (int s = 0; s < m->nshards; s++) tier_piece(lay, m, s, &t->plo[s], &t->pn[s]);
     t->gather = lay->ranks > 1;
     pthread_mutex_init(&t->hc_mu, NULL);
+    pthread_cond_init(&t->hc_cv, NULL);
     t->hc_inited = 1;
+    t->fresh.shard = -1;
     static const char *const state_names[ST_COUNT] = {"parameters", "gradients", "optimizer states"};
     for (int s = 0; s < m->nshards; s++)
         for (int st = 0; st < ST_COUNT; st++) {
@@ -251,7 +253,10 @@ void tier_free(tier_t *t) {
     nvme_store_free(t->nvme);
     hostmem_free(t->host);
     for (int b = 0; b < TB_COUNT; b++) free(t->buf[b]);
-    if (t->hc_inited) pthread_mutex_destroy(&t->hc_mu);
+    if (t->hc_inited) {
+        pthread_mutex_destroy(&t->hc_mu);
+        pthread_cond_destroy(&t->hc_cv);
+    }
     free(t->table);
     free(t->label);
     free(t->crcs);
@@ -406,10 +411,12 @@ static int fetch_params(void *ctx, int shard, int pos, int slot, void *dst, char
     const void *src = e->addr;
     if (e->home == TIER_NVME) {
         pthread_mutex_lock(&t->hc_mu);
-        int hit = hcache_find(t, shard), ci = -1;
+        int hit = hcache_find(t, shard), ci = -1, fresh = 0;
         if (hit < 0) {
             ci = sched_cache_victim(t->sched, t->hcache_shard, t->lay.nhcache, shard, pos < 0 ? 0 : pos);
             if (ci >= 0) t->hcache_shard[ci] = -1; // not valid until the read lands
+            fresh = t->fresh.shard == shard;       // its update is writing it home now: copied from there
+            t->fresh.readers += fresh;
         }
         pthread_mutex_unlock(&t->hc_mu);
         if (hit >= 0) {
@@ -418,7 +425,15 @@ static int fetch_params(void *ctx, int shard, int pos, int slot, void *dst, char
         } else {
             // through a cache entry, else straight into the slot when it is host memory
             void *buf = ci >= 0 ? t->buf[TB_HOST_CACHE][ci] : t->lay.device_is_host ? dst : t->buf[TB_PARAM_STAGING][slot];
-            rc = tier_nvme_io(t, IO_READ, e->off, e->bytes, buf, &e->crc[0], t->label[shard][ST_P16], err, errlen);
+            if (fresh) {
+                memcpy(buf, t->fresh.buf, e->bytes);
+                stat_add(&t->stats.fresh_bytes, e->bytes);
+                pthread_mutex_lock(&t->hc_mu);
+                if (--t->fresh.readers == 0) pthread_cond_broadcast(&t->hc_cv);
+                pthread_mutex_unlock(&t->hc_mu);
+            } else {
+                rc = tier_nvme_io(t, IO_READ, e->off, e->bytes, buf, &e->crc[0], t->label[shard][ST_P16], err, errlen);
+            }
             if (rc != 0) return rc;
             if (ci >= 0) {
                 pthread_mutex_lock(&t->hc_mu);
@@ -506,6 +521,12 @@ void *tier_params_build(tier_t *t, int shard) {
     return in_place ? e->addr : t->buf[TB_PARAM_BUILD][0];
 }
 
+// A --host-cache entry holding shard stays current (under hc_mu).
+static void write_through(tier_t *t, int shard, const void *compute) {
+    int ci = hcache_find(t, shard);
+    if (ci >= 0) memcpy(t->buf[TB_HOST_CACHE][ci], compute, t->table[shard][ST_P16].bytes);
+}
+
 int tier_params_store(tier_t *t, int shard, const void *compute, void *after, char *err, size_t errlen) {
     tier_entry_t *e = &t->table[shard][ST_P16];
     switch (e->home) {
@@ -518,16 +539,40 @@ int tier_params_store(tier_t *t, int shard, const void *compute, void *after, ch
     case TIER_HOST:
         if (e->addr != compute) memcpy(e->addr, compute, e->bytes);
         return 0;
-    case TIER_NVME: {
-        pthread_mutex_lock(&t->hc_mu); // write-through: a cached copy stays current
-        int ci = hcache_find(t, shard);
-        if (ci >= 0) memcpy(t->buf[TB_HOST_CACHE][ci], compute, e->bytes);
+    case TIER_NVME:
+        pthread_mutex_lock(&t->hc_mu);
+        write_through(t, shard, compute);
         pthread_mutex_unlock(&t->hc_mu);
         return tier_nvme_io(t, IO_WRITE, e->off, e->bytes, (void *)compute, &e->crc[0], t->label[shard][ST_P16], err,
                             errlen);
     }
-    }
     return -EINVAL;
+}
+
+// An NVMe home: offered to the fetch worker from the moment it is published until its write
+// has landed (the forward waiting for the shard needs the bytes, not their trip through the
+// disk); a write that fails still fails the update, and so the step, as before.
+int tier_params_store_publish(tier_t *t, int shard, const void *compute, void *after, char *err, size_t errlen) {
+    tier_entry_t *e = &t->table[shard][ST_P16];
+    if (e->home != TIER_NVME) {
+        int rc = tier_params_store(t, shard, compute, after, err, errlen);
+        if (rc == 0) sched_update_publish(t->sched, shard);
+        return rc;
+    }
+    pthread_mutex_lock(&t->hc_mu); // a cached copy is current before a fetch may use it
+    write_through(t, shard, compute);
+    t->fresh.shard = shard;
+    t->fresh.buf = compute;
+    pthread_mutex_unlock(&t->hc_mu);
+    sched_update_publish(t->sched, shard);
+    int rc = tier_nvme_io(t, IO_WRITE, e->off, e->bytes, (void *)compute, &e->crc[0], t->label[shard][ST_P16], err,
+                          errlen);
+    pthread_mutex_lock(&t->hc_mu); // the build buffer is the update's again once no fetch copies it
+    while (t->fresh.readers > 0) pthread_cond_wait(&t->hc_cv, &t->hc_mu);
+    t->fresh.shard = -1;
+    t->fresh.buf = NULL;
+    pthread_mutex_unlock(&t->hc_mu);
+    return rc;
 }
 
 // ---------------------------------------------------------------- NVMe extents

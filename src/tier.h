@@ -175,6 +175,8 @@ typedef struct {
     uint64_t nvme_read_bytes, nvme_write_bytes;
     uint64_t act_h2d_bytes, act_d2h_bytes;    // of which activation checkpoints (--checkpoints host)
     uint64_t cache_hits;                      // --host-cache: streamed fetches served from host
+    uint64_t fresh_bytes;                     // NVMe parameters a fetch copied from the update's new copy,
+                                              // not read back (nvme_read_bytes + these: every fetch read)
     double opt_ms;                            // time in the optimizer step
     double opt_nvme_wait_ms;                  // of which waiting for optimizer-state reads/writes
     double copy_ms;                           // compute thread queuing gradient and checkpoint copies
@@ -226,6 +228,11 @@ void *tier_params_build(tier_t *t, int shard);
 // home's copy waits for the ops queued so far, or, with after (an event), for those before it
 // only. Returns 0 or -errno with one line.
 int tier_params_store(tier_t *t, int shard, const void *compute, void *after, char *err, size_t errlen);
+// tier_params_store, then the shard published to the scheduler (sched_update_publish); an
+// NVMe home is published first, and until its write lands a fetch of the shard copies it from
+// compute rather than reading it back. Returns as tier_params_store (published either way
+// for an NVMe home: its failure fails the update job, so the step).
+int tier_params_store_publish(tier_t *t, int shard, const void *compute, void *after, char *err, size_t errlen);
 
 // ---------------------------------------------------------------- gradients
 

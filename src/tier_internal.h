@@ -29,7 +29,17 @@ struct tier {
     // under it (the lock order in scheduler.h).
     int *hcache_shard;            // (nhcache) which shard each entry holds, -1 when empty
     pthread_mutex_t hc_mu;
+    pthread_cond_t hc_cv;         // fresh.readers fell to zero
     int hc_inited;
+    // ---- an NVMe home's new compute copy, offered to the fetch worker while the update
+    // writes it home (tier_params_store_publish): a fetch of the shard copies it from the build
+    // buffer instead of reading back the bytes being written. hc_mu guards it; the update
+    // takes the offer back once no fetch is copying (readers 0) before it reuses the buffer.
+    struct {
+        int shard;                // -1: nothing offered
+        const void *buf;
+        int readers;              // fetches copying from buf now
+    } fresh;
     // ---- gradients not homed on the device visit two slots, alternately
     visit_t gvisit;
     int gnext;                    // the slot the next visit takes

@@ -308,7 +308,7 @@ START_TEST(optimizer_cache_saves_reads) {
             char *b = fingerprint(&r);
             ck_assert_msg(strcmp(a, b) == 0, "--grads %s %s --optimizer-cache %s changed the bits:\n  %s\n  %s",
                           grads[i][0], grads[i][1], sizes[k], a, b);
-            got[k] = summary_u64(&r, "nvme_bytes_read");
+            got[k] = summary_u64(&r, "nvme_bytes_read") + summary_u64(&r, "nvme_bytes_fresh"); // every fetch's
             planned[k] = log_u64(&r, NULL, "nvme_read_bytes");
             wrote[k] = summary_u64(&r, "nvme_bytes_written");
             planned_w[k] = log_u64(&r, NULL, "nvme_write_bytes");
@@ -344,7 +344,7 @@ START_TEST(optimizer_cache_saves_reads) {
             ck_assert_msg(strstr(r.out, "--optimizer-cache auto: ") && strstr(r.out, "optimizer chunks keep their states "
                                                                                      "in RAM"), "%s", r.out);
             ck_assert_uint_eq(log_u64(&r, NULL, "nvme_read_bytes"), planned[2]);
-            ck_assert_uint_eq(summary_u64(&r, "nvme_bytes_read"), got[2]);
+            ck_assert_uint_eq(summary_u64(&r, "nvme_bytes_read") + summary_u64(&r, "nvme_bytes_fresh"), got[2]);
             free(b);
             run_free(&r);
         }
@@ -446,6 +446,33 @@ START_TEST(update_in_backward_keeps_bits) {
                       strstr(r.err, "Input/output error"),
                   "exit %d: %s", r.rc, r.err);
     run_free(&r);
+}
+END_TEST
+
+// --update after with the parameters on NVMe: the update publishes a shard as its write home
+// begins, and a fetch that comes meanwhile copies the new compute copy instead of reading the
+// bytes back. Writes held 30 ms each (TT_IO_FAULT=write:slow=30) keep that window open for
+// every shard: 4 updates, each followed by a use of every shard, forward at least 4 × the
+// BF16 parameters (2 of the store's 14 bytes a parameter); the bits are the resident run's, and the
+// bytes every fetch took (read + forwarded) are those of the run without the delay, whose
+// forwarding depends on timing.
+START_TEST(update_hands_parameters_to_the_fetch) {
+    run_t ref = train(base_bf16, reference, NULL);
+    char *a = fingerprint(&ref);
+    const char *extra[] = {"--params", "nvme", "--optimizer", "nvme", NULL};
+    char *slow[] = {"TT_IO_FAULT=write:slow=30", NULL};
+    run_t fast = train(base_bf16, extra, NULL), r = train(base_bf16, extra, slow);
+    char *f = fingerprint(&fast), *g = fingerprint(&r);
+    ck_assert_msg(strcmp(a, f) == 0 && strcmp(a, g) == 0, "forwarded parameters changed the bits:\n  %s\n  %s\n  %s",
+                  a, f, g);
+    const unsigned long long store = log_u64(&r, NULL, "nvme_bytes"), fresh = summary_u64(&r, "nvme_bytes_fresh");
+    ck_assert_msg(store % 14 == 0 && fresh >= 4 * (store / 14 * 2), "forwarded %llu bytes; the store is %llu", fresh,
+                  store); // and more where a shard is fetched again while its write is still held
+    ck_assert_uint_eq(summary_u64(&r, "nvme_bytes_read") + fresh,
+                      summary_u64(&fast, "nvme_bytes_read") + summary_u64(&fast, "nvme_bytes_fresh"));
+    ck_assert_msg(strstr(r.out, " copied from the update's new copies, not read back from NVMe"), "%s", r.out);
+    free(a); free(f); free(g);
+    run_free(&ref); run_free(&fast); run_free(&r);
 }
 END_TEST
 
@@ -1518,6 +1545,7 @@ int main(void) {
     tcase_add_test(inv, vocab_chunks_keep_bits);
     tcase_add_test(inv, optimizer_cache_saves_reads);
     tcase_add_test(inv, update_in_backward_keeps_bits);
+    tcase_add_test(inv, update_hands_parameters_to_the_fetch);
     suite_add_tcase(s, inv);
     TCase *cap = tcase_create("capacity");
     tcase_add_checked_fixture(cap, setup, teardown);
