@@ -90,6 +90,17 @@ static double piece_numel(const tier_layout_t *lay, const model_t *m, int s) {
 
 // A copy counts in the phase of the use it serves: the scheduler may start the first of a
 // backward's copies while its forward ends (up to --prefetch ahead), which this ignores.
+// --update after: the first forward's first use of each shard waits for the shard's update,
+// which hands the fetch its new copy while writing it home (tier_params_store_publish): no
+// NVMe read where the update paces the forward. Where the update runs ahead, the fetch reads
+// it back, hidden behind the compute that bounds that phase: the floor counts neither.
+// Those bytes are nvme_handed_bytes, outside nvme_read_bytes.
+static int first_use(const int *uses, int shard) {
+    int u = 0;
+    while (uses[u] != shard) u++;
+    return u;
+}
+
 static void stream_traffic(const config_t *cfg, const model_t *m, plan_t *p, work_t *k) {
     const int nslots = p->lay.nslots, nhcache = p->lay.nhcache, reps = p->lay.vertical ? 1 : cfg->accum;
     const double pbytes = (double)p->lay.pbytes;
@@ -120,7 +131,12 @@ static void stream_traffic(const config_t *cfg, const model_t *m, plan_t *p, wor
             for (int j = nf; j < 2 * nf; j++)
                 if (cmiss[j]) {
                     const int u = at[j - nf];
-                    work_at(k, u / per, u % per >= nfwd, W_NVME_READ, piece_numel(&p->lay, m, fetch[j]) * pbytes);
+                    const double bytes = piece_numel(&p->lay, m, fetch[j]) * pbytes;
+                    if (k->update == UPD_AFTER && u < nfwd && first_use(uses, fetch[j]) == u) {
+                        p->nvme_handed_bytes += (uint64_t)bytes; // by its update (above)
+                        continue;
+                    }
+                    work_at(k, u / per, u % per >= nfwd, W_NVME_READ, bytes);
                 }
             free(cmiss);
         }

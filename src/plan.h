@@ -53,6 +53,7 @@ typedef struct {
     // per optimizer step
     uint64_t param_fetches;  // streamed parameter shards copied to the device
     uint64_t h2d_bytes, d2h_bytes, nvme_read_bytes, nvme_write_bytes;
+    uint64_t nvme_handed_bytes; // --update after: parameters the update hands the forward, not read (in no total)
     // predicted floor: each resource's time for one step (t_ms), and of that, its time in each
     // phase (phase_ms[φ][r]; the two sum to t_ms[r]); a phase lasts its largest (phase_floor_ms,
     // set by phase_bound), and the floor is the phases' sum

@@ -71,8 +71,12 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
                 format_bytes(b, sizeof b, p->nvme_bytes * (uint64_t)p->local_ranks), p->ranks,
                 format_bytes(c, sizeof c, p->comm_bytes), cfg->accum * p->ranks);
     if (cfg->optim_tier != TIER_DEVICE)
-        fprintf(f, "update: %s\n", p->lay.upd_bwd ? "in the backward, each shard once its gradient is final (--update)"
-                                                  : "after the backward, beside the next forward (--update)");
+        fprintf(f, "update: %s", p->lay.upd_bwd ? "in the backward, each shard once its gradient is final (--update)"
+                                              : "after the backward, beside the next forward (--update)");
+    if (cfg->optim_tier != TIER_DEVICE && p->nvme_handed_bytes)
+        fprintf(f, "; it hands that forward %s of new parameters as it writes them to NVMe, not read back (where "
+                   "the update paces the forward)", format_bytes(a, sizeof a, p->nvme_handed_bytes));
+    if (cfg->optim_tier != TIER_DEVICE) fputc('\n', f);
     fprintf(f, "predicted floor per step (rates from %s):\n", p->prof ? p->prof->source : "built-in defaults; run tiertrain bench calibrate");
     for (int r = 0; r < PLAN_NRES; r++)
         fprintf(f, "  %-13s %10.1f ms%s\n", plan_resource_names[r], p->t_ms[r], r == p->bound ? "   <- bound" : "");
@@ -122,10 +126,12 @@ void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f) 
     fprintf(f, ",\"host_parts\":");
     json_parts(p, TIER_HOST, f);
     fprintf(f, ",\"h2d_bytes\":%llu,\"d2h_bytes\":%llu,\"nvme_read_bytes\":%llu,\"nvme_write_bytes\":%llu,"
+               "\"nvme_handed_bytes\":%llu,"
                "\"save_bytes\":%llu,\"save_need\":%llu,\"save_free\":%llu,"
                "\"flops\":%.6g,\"floor_ms\":%.3f,\"bound\":\"%s\",\"rates\":\"%s\",",
             (unsigned long long)p->h2d_bytes, (unsigned long long)p->d2h_bytes, (unsigned long long)p->nvme_read_bytes,
-            (unsigned long long)p->nvme_write_bytes, (unsigned long long)p->save_bytes,
+            (unsigned long long)p->nvme_write_bytes, (unsigned long long)p->nvme_handed_bytes,
+            (unsigned long long)p->save_bytes,
             (unsigned long long)p->save_need, (unsigned long long)p->save_free, p->flops_per_step, p->floor_ms,
             plan_resource_names[p->bound], p->prof ? "profile" : "defaults");
     fprintf(f, "\"hbm_budget\":%llu,\"host_budget\":%llu,\"kept_blocks\":%d,\"kept_bf16\":%s,\"logits_kept\":%s,"
