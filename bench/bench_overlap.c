@@ -7,7 +7,9 @@
 // plan's predicted floor and achieved ÷ floor: at the profile's rates, and at the GEMM rate
 // calibrate's quick GEMM measures before each round (a shared machine's GEMM rate drifts by a
 // quarter between minutes: the floor of the minutes the steps ran in). Every run must end with
-// the same params_hash (placement invariance); the bench fails when they do not.
+// the same params_hash (placement invariance); the bench fails when they do not. The NVMe
+// case's achieved disk rates (as the tier report gives them) against the profile's, and the
+// parameters its update handed the forward instead of NVMe.
 #include <stdio.h>
 #include <string.h>
 #include "bench.h"
@@ -45,6 +47,7 @@ int bench_overlap(const config_t *cfg_in) {
            cfg.preset, m.num_params / 1e6, cfg.B, cfg.T, OVERLAP_STEPS, OVERLAP_STEPS - 1, OVERLAP_ROUNDS);
     printf("floor rates: %s\n\n", rates ? rates->source : "built-in defaults (run tiertrain bench calibrate)");
     double step_ms[3] = {0}, floor_ms[3] = {0}, ms[3][OVERLAP_ROUNDS] = {{0}}, wait_ms[3] = {0};
+    double nvme_rd[OVERLAP_ROUNDS] = {0}, nvme_wr[OVERLAP_ROUNDS] = {0}, handed = 0; // the NVMe case's
     uint64_t hash[3] = {0}, first = 0; // first: the first run's hash, which every run must end with
     int failed = 0, ok[3] = {0}, identical = 1, runs = 0;
     config_t c[3];
@@ -84,6 +87,11 @@ int bench_overlap(const config_t *cfg_in) {
                 continue;
             }
             ms[w][r] = run.step_ms;
+            if (w == 2) { // achieved: bytes / time with requests in flight (report_nvme_GBps)
+                nvme_rd[r] = report_nvme_GBps(&run.info, IO_READ);
+                nvme_wr[r] = report_nvme_GBps(&run.info, IO_WRITE);
+                handed += (double)run.info.tier.fresh_bytes / (OVERLAP_ROUNDS * OVERLAP_STEPS);
+            }
             // the compute thread's, for parameters: per step, over every step of every round
             wait_ms[w] += run.info.sched.wait_ms / (OVERLAP_ROUNDS * OVERLAP_STEPS);
             if (runs++ == 0) first = run.hash;
@@ -122,6 +130,20 @@ int bench_overlap(const config_t *cfg_in) {
                now_ms[w] > 0 ? step_ms[w] / now_ms[w] : 0, plan_resource_names[p[w].bound], range, wait_ms[w],
                (unsigned long long)hash[w]);
     }
+    double rd = 0, wr = 0;
+    if (ok[2]) {
+        char a[32], b[32];
+        rd = bench_median(nvme_rd, OVERLAP_ROUNDS);
+        wr = bench_median(nvme_wr, OVERLAP_ROUNDS);
+        printf("\n%s: NVMe achieved %.2f GB/s reading, %.2f GB/s writing (bytes / time with requests in flight, "
+               "medians of the rounds)", ways[2].name, rd, wr);
+        if (rates)
+            printf("; calibrated %.2f and %.2f over %s: %.2f x, %.2f x", rates->nvme_read_Bps / 1e9,
+                   rates->nvme_write_Bps / 1e9, format_bytes(a, sizeof a, rates->nvme_bytes), rd * 1e9 / rates->nvme_read_Bps,
+                   wr * 1e9 / rates->nvme_write_Bps);
+        printf("; %s a step handed from the update to the forward, not read back\n",
+               format_bytes(b, sizeof b, (uint64_t)handed));
+    }
     model_free(&m);
     identical = identical && !failed;
     if (!failed && !identical) printf("\nparams_hash differs between placements: placement invariance is broken\n");
@@ -129,10 +151,11 @@ int bench_overlap(const config_t *cfg_in) {
     printf("{\"bench\":\"overlap\",\"resident_ms\":%.3f,\"host_ms\":%.3f,\"nvme_ms\":%.3f,\"resident_floor_ms\":%.3f,"
            "\"host_floor_ms\":%.3f,\"nvme_floor_ms\":%.3f,\"host_ratio\":%.4f,\"nvme_ratio\":%.4f,\"identical\":%s,"
            "\"rounds\":%d,\"gemm_profile_flops\":%.6g,\"gemm_now_flops\":%.6g,\"resident_floor_now_ms\":%.3f,"
-           "\"host_floor_now_ms\":%.3f,\"nvme_floor_now_ms\":%.3f}\n",
+           "\"host_floor_now_ms\":%.3f,\"nvme_floor_now_ms\":%.3f,\"nvme_read_GBps\":%.3f,\"nvme_write_GBps\":%.3f,"
+           "\"nvme_handed_bytes\":%.0f}\n",
            step_ms[0], step_ms[1], step_ms[2], floor_ms[0], floor_ms[1], floor_ms[2],
            step_ms[0] > 0 ? step_ms[1] / step_ms[0] : 0, step_ms[0] > 0 ? step_ms[2] / step_ms[0] : 0,
            identical ? "true" : "false", OVERLAP_ROUNDS, gemm_profile, gemm_now,
-           now_ms[0], now_ms[1], now_ms[2]);
+           now_ms[0], now_ms[1], now_ms[2], rd, wr, handed);
     return failed || !identical ? 1 : 0;
 }

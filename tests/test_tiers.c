@@ -1532,6 +1532,14 @@ START_TEST(bench_overlap_floor_now) {
     int same = 0;
     ck_assert_int_eq(json_get_bool(root, "identical", &same, err, sizeof err), 0);
     ck_assert(same);
+    // the NVMe case's disk, as its tier report gives it, against the profile's 2 GB/s each way
+    double rd = 0, wr = 0, handed = -1;
+    ck_assert_msg(json_get_double(root, "nvme_read_GBps", &rd, err, sizeof err) == 0 &&
+                      json_get_double(root, "nvme_write_GBps", &wr, err, sizeof err) == 0 &&
+                      json_get_double(root, "nvme_handed_bytes", &handed, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(rd > 0 && wr > 0 && handed >= 0, "read %g, write %g GB/s, handed %g bytes", rd, wr, handed);
+    ck_assert_msg(strstr(r.out, "params+optimizer nvme: NVMe achieved ") &&
+                      strstr(r.out, "calibrated 2.00 and 2.00 over 4.0 GiB: "), "%s", r.out);
     json_free(root);
     run_free(&r);
 }
