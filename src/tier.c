@@ -411,12 +411,15 @@ static int fetch_params(void *ctx, int shard, int pos, int slot, void *dst, char
     const void *src = e->addr;
     if (e->home == TIER_NVME) {
         pthread_mutex_lock(&t->hc_mu);
-        int hit = hcache_find(t, shard), ci = -1, fresh = 0;
+        int hit = hcache_find(t, shard), ci = -1;
+        const void *fresh = NULL; // its update is writing it home now: copied from the update's buffer
         if (hit < 0) {
             ci = sched_cache_victim(t->sched, t->hcache_shard, t->lay.nhcache, shard, pos < 0 ? 0 : pos);
             if (ci >= 0) t->hcache_shard[ci] = -1; // not valid until the read lands
-            fresh = t->fresh.shard == shard;       // its update is writing it home now: copied from there
-            t->fresh.readers += fresh;
+            if (t->fresh.shard == shard) {
+                fresh = t->fresh.buf;
+                t->fresh.readers++;
+            }
         }
         pthread_mutex_unlock(&t->hc_mu);
         if (hit >= 0) {
@@ -426,7 +429,7 @@ static int fetch_params(void *ctx, int shard, int pos, int slot, void *dst, char
             // through a cache entry, else straight into the slot when it is host memory
             void *buf = ci >= 0 ? t->buf[TB_HOST_CACHE][ci] : t->lay.device_is_host ? dst : t->buf[TB_PARAM_STAGING][slot];
             if (fresh) {
-                memcpy(buf, t->fresh.buf, e->bytes);
+                memcpy(buf, fresh, e->bytes);
                 stat_add(&t->stats.fresh_bytes, e->bytes);
                 pthread_mutex_lock(&t->hc_mu);
                 if (--t->fresh.readers == 0) pthread_cond_broadcast(&t->hc_cv);
