@@ -88,6 +88,13 @@ static double piece_numel(const tier_layout_t *lay, const model_t *m, int s) {
     return (double)n;
 }
 
+// The first use of shard in uses (which holds it).
+static int first_use(const int *uses, int shard) {
+    int u = 0;
+    while (uses[u] != shard) u++;
+    return u;
+}
+
 // A copy counts in the phase of the use it serves: the scheduler may start the first of a
 // backward's copies while its forward ends (up to --prefetch ahead), which this ignores.
 // --update after: the first forward's first use of each shard waits for the shard's update,
@@ -95,11 +102,6 @@ static double piece_numel(const tier_layout_t *lay, const model_t *m, int s) {
 // NVMe read where the update paces the forward. Where the update runs ahead, the fetch reads
 // it back, hidden behind the compute that bounds that phase: the floor counts neither.
 // Those bytes are nvme_handed_bytes, outside nvme_read_bytes.
-static int first_use(const int *uses, int shard) {
-    int u = 0;
-    while (uses[u] != shard) u++;
-    return u;
-}
 
 static void stream_traffic(const config_t *cfg, const model_t *m, plan_t *p, work_t *k) {
     const int nslots = p->lay.nslots, nhcache = p->lay.nhcache, reps = p->lay.vertical ? 1 : cfg->accum;

@@ -530,6 +530,13 @@ static void write_through(tier_t *t, int shard, const void *compute) {
     if (ci >= 0) memcpy(t->buf[TB_HOST_CACHE][ci], compute, t->table[shard][ST_P16].bytes);
 }
 
+// shard's new compute copy to its NVMe extent (waits for the write).
+static int write_home(tier_t *t, int shard, const void *compute, char *err, size_t errlen) {
+    tier_entry_t *e = &t->table[shard][ST_P16];
+    return tier_nvme_io(t, IO_WRITE, e->off, e->bytes, (void *)compute, &e->crc[0], t->label[shard][ST_P16], err,
+                        errlen);
+}
+
 int tier_params_store(tier_t *t, int shard, const void *compute, void *after, char *err, size_t errlen) {
     tier_entry_t *e = &t->table[shard][ST_P16];
     switch (e->home) {
@@ -546,8 +553,7 @@ int tier_params_store(tier_t *t, int shard, const void *compute, void *after, ch
         pthread_mutex_lock(&t->hc_mu);
         write_through(t, shard, compute);
         pthread_mutex_unlock(&t->hc_mu);
-        return tier_nvme_io(t, IO_WRITE, e->off, e->bytes, (void *)compute, &e->crc[0], t->label[shard][ST_P16], err,
-                            errlen);
+        return write_home(t, shard, compute, err, errlen);
     }
     return -EINVAL;
 }
@@ -556,8 +562,7 @@ int tier_params_store(tier_t *t, int shard, const void *compute, void *after, ch
 // has landed (the forward waiting for the shard needs the bytes, not their trip through the
 // disk); a write that fails still fails the update, and so the step, as before.
 int tier_params_store_publish(tier_t *t, int shard, const void *compute, void *after, char *err, size_t errlen) {
-    tier_entry_t *e = &t->table[shard][ST_P16];
-    if (e->home != TIER_NVME) {
+    if (t->table[shard][ST_P16].home != TIER_NVME) {
         int rc = tier_params_store(t, shard, compute, after, err, errlen);
         if (rc == 0) sched_update_publish(t->sched, shard);
         return rc;
@@ -568,8 +573,7 @@ int tier_params_store_publish(tier_t *t, int shard, const void *compute, void *a
     t->fresh.buf = compute;
     pthread_mutex_unlock(&t->hc_mu);
     sched_update_publish(t->sched, shard);
-    int rc = tier_nvme_io(t, IO_WRITE, e->off, e->bytes, (void *)compute, &e->crc[0], t->label[shard][ST_P16], err,
-                          errlen);
+    int rc = write_home(t, shard, compute, err, errlen);
     pthread_mutex_lock(&t->hc_mu); // the build buffer is the update's again once no fetch copies it
     while (t->fresh.readers > 0) pthread_cond_wait(&t->hc_cv, &t->hc_mu);
     t->fresh.shard = -1;

@@ -128,6 +128,22 @@ static void wait_ok(io_ticket_t *t) {
     ck_assert_msg(rc == 0, "ticket failed: %s", io_ticket_message(t, msg, sizeof msg));
 }
 
+// n bytes of fill(seed) written at off and read back (into a zeroed buffer) through s, every
+// ticket succeeding and the bytes the same (what names the case in a mismatch).
+static void round_trip(nvme_store_t *s, uint64_t off, uint64_t n, uint64_t seed, const char *what) {
+    unsigned char *b = abuf(n), *r = abuf(n);
+    fill(b, n, seed);
+    memset(r, 0, n);
+    io_ticket_t t = {0};
+    ck_assert_int_eq(nvme_store_write(s, &t, off, n, b), 0);
+    wait_ok(&t);
+    ck_assert_int_eq(nvme_store_read(s, &t, off, n, r, 0), 0);
+    wait_ok(&t);
+    assert_same(what, r, b, n);
+    free(b);
+    free(r);
+}
+
 static int count_lines_with(const char *text, const char *needle) {
     int n = 0;
     for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle)) n++;
@@ -461,15 +477,7 @@ END_TEST
 START_TEST(test_fault_short) {
     setup_dir();
     nvme_store_t *s = open_store(ENG(_i), 1, 4 * MiB, 256 * KiB, 4, "short@2,short@5,read:short@1,read:short@3");
-    unsigned char *b = abuf(2 * MiB), *r = abuf(2 * MiB);
-    fill(b, 2 * MiB, 21);
-    io_ticket_t t = {0};
-    ck_assert_int_eq(nvme_store_write(s, &t, 0, 2 * MiB, b), 0);
-    wait_ok(&t);
-    memset(r, 0, 2 * MiB);
-    ck_assert_int_eq(nvme_store_read(s, &t, 0, 2 * MiB, r, 0), 0);
-    wait_ok(&t);
-    assert_same("after short transfers", r, b, 2 * MiB);
+    round_trip(s, 0, 2 * MiB, 21, "after short transfers");
     io_stats_t st;
     nvme_store_stats(s, &st);
     ck_assert_uint_ge(st.shorts, 4);
@@ -477,8 +485,6 @@ START_TEST(test_fault_short) {
     ck_assert_uint_eq(st.bytes_written, 2 * MiB);
     ck_assert_uint_eq(st.bytes_read, 2 * MiB);
     nvme_store_free(s);
-    free(b);
-    free(r);
     teardown_dir();
 }
 END_TEST
@@ -486,21 +492,12 @@ END_TEST
 START_TEST(test_fault_eagain) {
     setup_dir();
     nvme_store_t *s = open_store(ENG(_i), 1, 4 * MiB, 64 * KiB, 8, "eagain@1,eagain@4,read:eagain@2");
-    unsigned char *b = abuf(MiB), *r = abuf(MiB);
-    fill(b, MiB, 31);
-    io_ticket_t t = {0};
-    ck_assert_int_eq(nvme_store_write(s, &t, MiB, MiB, b), 0);
-    wait_ok(&t);
-    ck_assert_int_eq(nvme_store_read(s, &t, MiB, MiB, r, 0), 0);
-    wait_ok(&t);
-    assert_same("after EAGAIN", r, b, MiB);
+    round_trip(s, MiB, MiB, 31, "after EAGAIN");
     io_stats_t st;
     nvme_store_stats(s, &st);
     ck_assert_uint_eq(st.retries, 3);
     ck_assert_uint_eq(st.errors, 0);
     nvme_store_free(s);
-    free(b);
-    free(r);
     teardown_dir();
 }
 END_TEST
@@ -511,14 +508,7 @@ END_TEST
 START_TEST(test_fault_slow) {
     setup_dir();
     nvme_store_t *s = open_store(ENG(_i), 1, 4 * MiB, 64 * KiB, 1, "write:slow=20");
-    unsigned char *b = abuf(256 * KiB), *r = abuf(256 * KiB);
-    fill(b, 256 * KiB, 7);
-    io_ticket_t t = {0};
-    ck_assert_int_eq(nvme_store_write(s, &t, 0, 256 * KiB, b), 0); // 4 pieces, one in flight at a time
-    wait_ok(&t);
-    ck_assert_int_eq(nvme_store_read(s, &t, 0, 256 * KiB, r, 0), 0);
-    wait_ok(&t);
-    assert_same("after slow writes", r, b, 256 * KiB);
+    round_trip(s, 0, 256 * KiB, 7, "after slow writes"); // 4 pieces, one in flight at a time
     io_stats_t st;
     nvme_store_stats(s, &st);
     ck_assert_msg(st.busy_ms[IO_WRITE] >= 4 * 20, "4 pieces held 20 ms each: busy %.1f ms", st.busy_ms[IO_WRITE]);
@@ -527,8 +517,6 @@ START_TEST(test_fault_slow) {
     ck_assert_int_eq(nvme_store_inject(s, "read:slow=x", err, sizeof err), -EINVAL);
     ck_assert_msg(strstr(err, "io fault 'read:slow=x': not understood") && strstr(err, "slow=MS"), "%s", err);
     nvme_store_free(s);
-    free(b);
-    free(r);
     teardown_dir();
 }
 END_TEST

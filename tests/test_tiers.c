@@ -453,9 +453,9 @@ END_TEST
 // begins, and a fetch that comes meanwhile copies the new compute copy instead of reading the
 // bytes back. Writes held 30 ms each (TT_IO_FAULT=write:slow=30) keep that window open for
 // every shard: 4 updates, each followed by a use of every shard, forward at least 4 × the
-// BF16 parameters (2 of the store's 14 bytes a parameter: the plan's nvme_handed_bytes); the bits are the resident run's, and the
-// bytes every fetch took (read + forwarded) are those of the run without the delay, whose
-// forwarding depends on timing.
+// BF16 parameters (2 of the store's 14 bytes a parameter: the plan's nvme_handed_bytes). The
+// bits are the resident run's, and the bytes every fetch took (read + forwarded) are those of
+// the run without the delay, whose forwarding depends on timing.
 START_TEST(update_hands_parameters_to_the_fetch) {
     run_t ref = train(base_bf16, reference, NULL);
     char *a = fingerprint(&ref);
@@ -1215,8 +1215,9 @@ static void check_phases(const plan_t *p, const char *what) {
 //    under --update backward, the last backward: two thirds;
 //  - between the two, the update's phase trades the forward's work for the backward's, and adds
 //    the optimizer's NVMe work: its states read and written, the new weights written, and (only
-//    after the backward) each final gradient read back; the backward's phase writes those
-//    gradients (--update backward hands them over instead);
+//    after the backward) each final gradient read back, less the forward's parameter reads (the
+//    update hands it the new weights); the backward's phase writes those gradients (--update
+//    backward hands them over instead);
 //  - an --optimizer-cache takes its states' reads and writes off the update's phase only;
 //  - with the gradients in a home, an update after the backward reads the next one's first two
 //    chunks ahead as it ends: in the backward (not with a cache).
