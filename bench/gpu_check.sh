@@ -27,8 +27,10 @@
 # Usage: bench/gpu_check.sh [--dry-run] [--force]
 #   --dry-run  unpack the bundle, check the tools and look for a GPU; build and run nothing
 #   --force    build and run everything even when no GPU is found (the GPU tests will fail)
-# Environment: OUT (logs), GPU_CHECK_BUDGET_S (total seconds), GPU_CHECK_QUICK=1 (train
-# stages use --model tiny: for checking this script itself), CUDACXX (nvcc).
+# Environment: OUT (logs), GPU_CHECK_BUDGET_S (total seconds), GPU_CHECK_NVME (a directory
+# for the NVMe tier; default: the first of /tmp, /var/tmp, the repo, $HOME that takes
+# O_DIRECT), GPU_CHECK_QUICK=1 (train stages use --model tiny: for checking this script
+# itself), CUDACXX (nvcc).
 # Exit: 0 all stages passed (CPU-backend training counts as passed, marked so); 1 a stage
 # failed or timed out; 3 no GPU (nothing built, unless --force).
 set -uo pipefail
@@ -198,6 +200,22 @@ if [[ -z "$gpu" ]] && (( ! force )); then
   finish 3
 fi
 
+# ---------------------------------------------------------------- 3b. a directory for the NVMe tier
+# The NVMe tier needs O_DIRECT; a container's /tmp may be tmpfs or an overlay that refuses
+# it. GPU_CHECK_NVME (a directory) wins; else the first of /tmp, /var/tmp, the build's parent
+# and $HOME where a 4 KiB direct write succeeds.
+nvme_dir=""
+for d in ${GPU_CHECK_NVME:-} /tmp /var/tmp "$root" "${HOME:-/root}"; do
+  [[ -d "$d" && -w "$d" ]] || continue
+  probe="$d/.tiertrain-direct-probe-$$"
+  if dd if=/dev/zero of="$probe" bs=4096 count=1 oflag=direct status=none 2>>"$out/gpu.log"; then
+    rm -f "$probe"; nvme_dir=$d; break
+  fi
+  rm -f "$probe"
+done
+if [[ -n "$nvme_dir" ]]; then row "nvme dir" PASS "$nvme_dir takes O_DIRECT ($(df -hT "$nvme_dir" | awk 'NR==2 {print $2", "$5" free"}'))"
+else nvme_dir=/tmp; row "nvme dir" FAIL "no directory took a 4 KiB O_DIRECT write (tried ${GPU_CHECK_NVME:-} /tmp /var/tmp $root \$HOME); NVMe stages will fail"; fi
+
 # ---------------------------------------------------------------- 4. configure and build
 built=0
 t=$(allow 120)
@@ -264,7 +282,7 @@ backend=""
 if (( built )); then
   t=$(allow 60)
   if (( t > 0 )); then
-    run "$out/train-probe.log" "$t" "$build/tiertrain" train --model tiny --steps 1 --eval-every 0 --nvme-path /tmp
+    run "$out/train-probe.log" "$t" "$build/tiertrain" train --model tiny --steps 1 --eval-every 0 --nvme-path "$nvme_dir"
     backend=$(grep -o 'tiers (backend [a-z0-9]*' "$out/train-probe.log" | awk '{print $3}' | tail -1)
   fi
   if [[ -z "$backend" ]]; then row "train backend" FAIL "a tiny run printed no backend (exit ${rc:-?}, see train-probe.log)"
@@ -279,7 +297,7 @@ if (( built )); then
   t=$(allow 60)
   if (( t == 0 )); then row "bench calibrate" TIMEOUT "out of time"
   else
-    run "$out/bench-calibrate.log" "$t" "$build/tiertrain" bench calibrate --size 512M --nvme-path /tmp --profile "$out/profile.json"
+    run "$out/bench-calibrate.log" "$t" "$build/tiertrain" bench calibrate --size 512M --nvme-path "$nvme_dir" --profile "$out/profile.json"
     js=$(grep '^{"bench":"calibrate"' "$out/bench-calibrate.log" | tail -1)
     if (( rc == 0 )) && [[ -n "$js" ]]; then
       profile_flags=(--profile "$out/profile.json")
@@ -306,7 +324,7 @@ for st in "${train_stages[@]}"; do
   t=$(allow 90)
   if (( t == 0 )); then row "$name" TIMEOUT "out of time"; continue; fi
   # shellcheck disable=SC2086
-  run "$out/$slug.log" "$t" "$build/tiertrain" train $flags ${profile_flags[@]+"${profile_flags[@]}"} --eval-every 0 --nvme-path /tmp --log "$out/$slug.jsonl"
+  run "$out/$slug.log" "$t" "$build/tiertrain" train $flags ${profile_flags[@]+"${profile_flags[@]}"} --eval-every 0 --nvme-path "$nvme_dir" --log "$out/$slug.jsonl"
   ran_on=$(grep -o 'tiers (backend [a-z0-9]*' "$out/$slug.log" | awk '{print $3}' | tail -1)
   place=$(grep -o 'params [a-z]*, grads [a-z]*, optimizer [a-z]*' "$out/$slug.log" | tail -1)
   sum=$(grep '"event":"summary"' "$out/$slug.jsonl" 2>/dev/null | tail -1)
