@@ -1,12 +1,22 @@
 // io_internal.h — what store.c shares with the two engines (engine_uring.c,
 // engine_psync.c). Not for callers outside io/.
 //
-// The request queue: submit appends a ticket (under s->mu) to a FIFO of tickets that
-// still have undispatched bytes. An engine thread takes pieces from its head with
-// io_queue_take (under s->mu): each piece is the next ≤ block bytes of the head ticket,
-// cut at stripe boundaries, with its file, file offset, sequence numbers and any fault
-// armed for it. The engine performs the piece and calls io_piece_done exactly once per
-// piece (outside s->mu); the piece that brings the ticket's `left` to zero finalizes it.
+// The request queue: submit appends a ticket (under s->mu) to its op's FIFO of tickets
+// that still have undispatched bytes. An engine thread takes pieces with io_queue_take
+// (under s->mu): each piece is the next ≤ block bytes of the head ticket of the op whose
+// turn it is, cut at stripe boundaries, with its file, file offset, sequence numbers and
+// any fault armed for it. The engine performs the piece and calls io_piece_done exactly
+// once per piece (outside s->mu); the piece that brings the ticket's `left` to zero
+// finalizes it.
+//
+// Turns: the device is given one op at a time. Reads and writes mixed in one queue make
+// a disk take turns anyway, piece by piece, and then each op's requests wait behind the
+// other's (a prefetch's read behind the update's write-back). So the queue gives the
+// device whole turns: a turn ends when its op has nothing left to dispatch, or has
+// dispatched `turn` bytes while the other op has work waiting; then its pieces drain and
+// the other op's turn begins. Within a turn up to qd pieces are in flight as before.
+// Each op's busy time is then the time the device was serving it, and bytes / busy is
+// that op's achieved rate.
 #pragma once
 #include <pthread.h>
 #include <stdarg.h>
@@ -77,12 +87,14 @@ struct nvme_store {
     pthread_mutex_t mu;
     pthread_cond_t cv;              // psync workers wait here for pieces
     pthread_cond_t idle_cv;         // nvme_store_free waits here for inflight == 0
-    io_ticket_t *qhead, *qtail;
+    io_ticket_t *qhead[2], *qtail[2]; // [op]: tickets with undispatched pieces, in submit order
     uint64_t inflight;              // tickets submitted and not yet finalized
+    int turn_op;                    // the op whose turn it is
+    uint64_t turn_bytes, turn;      // bytes dispatched in this turn; the most once the other op waits
     uint64_t qseq;
     int stopping;
     uint64_t seq_all, seq_op[2];
-    uint64_t op_inflight[2];        // tickets of each op in flight, for the busy time
+    uint64_t op_pieces[2];          // pieces of each op dispatched and not completed, for the busy time
     double op_since[2], op_busy_ms[2]; // when the op's current busy spell began; the spells so far
     io_fault_t faults[IO_MAX_FAULTS];
     int nfaults;
@@ -91,10 +103,13 @@ struct nvme_store {
     _Atomic uint64_t st_bytes[2], st_pieces[2], st_requests, st_retries, st_shorts, st_errors, st_fixed;
 };
 
-// Takes the next piece under s->mu (caller holds it). Returns 0 when the queue is empty.
+// Takes the next piece under s->mu (caller holds it). Returns 0 when the queue is empty,
+// or while one op's pieces drain before the other op's turn (the last of them to complete
+// kicks the engine).
 int io_queue_take(nvme_store_t *s, io_piece_t *p);
-// 1 when the queue has undispatched pieces (caller holds s->mu).
-static inline int io_queue_has_work(const nvme_store_t *s) { return s->qhead != NULL; }
+// 1 when the queue has undispatched pieces (caller holds s->mu); io_queue_take may still
+// return 0 while a turn ends.
+static inline int io_queue_has_work(const nvme_store_t *s) { return s->qhead[0] || s->qhead[1]; }
 // Completes one piece: res is 0 or -errno; err_foff the file offset where it failed.
 // Finalizes the ticket when it was its last piece. Thread-safe; call without s->mu.
 void io_piece_done(nvme_store_t *s, io_piece_t *p, int res, uint64_t err_foff);

@@ -394,6 +394,7 @@ int nvme_store_init(nvme_store_t **out, const nvme_store_opts_t *o, char *err, s
     pthread_cond_init(&s->idle_cv, NULL);
     s->block = o->block ? o->block : (1u << 20);
     s->qd = o->qd ? o->qd : 32;
+    s->turn = 2 * (uint64_t)s->qd * s->block;
     s->size = ALIGN_UP(o->size, (uint64_t)IO_ALIGN);
     s->verify = o->verify;
     s->keep = o->keep;
@@ -521,10 +522,9 @@ int nvme_store_submit(nvme_store_t *s, io_ticket_t *t, const io_req_t *r) {
         return -ESHUTDOWN;
     }
     t->qseq = ++s->qseq;
-    if (s->op_inflight[t->op]++ == 0) s->op_since[t->op] = mono_ms();
-    if (s->qtail) s->qtail->qnext = t;
-    else s->qhead = t;
-    s->qtail = t;
+    if (s->qtail[t->op]) s->qtail[t->op]->qnext = t;
+    else s->qhead[t->op] = t;
+    s->qtail[t->op] = t;
     s->inflight++;
     s->ops->kick(s); // under the lock: the engine cannot be stopped before it is woken
     pthread_mutex_unlock(&s->mu);
@@ -542,9 +542,21 @@ int nvme_store_write(nvme_store_t *s, io_ticket_t *t, uint64_t off, uint64_t len
     return nvme_store_submit(s, t, &r);
 }
 
+// The op whose piece goes to the device next (io_internal.h: turns), or -1: nothing is
+// queued, or the turn's pieces drain before the other op's turn.
+static int turn_op(nvme_store_t *s) {
+    const int cur = s->turn_op, other = !cur;
+    if (s->qhead[cur] && (!s->qhead[other] || s->turn_bytes < s->turn)) return cur;
+    if (!s->qhead[other] || s->op_pieces[cur]) return -1;
+    s->turn_op = other;
+    s->turn_bytes = 0;
+    return other;
+}
+
 int io_queue_take(nvme_store_t *s, io_piece_t *p) {
-    io_ticket_t *t = s->qhead;
-    if (!t) return 0;
+    const int op = turn_op(s);
+    if (op < 0) return 0;
+    io_ticket_t *t = s->qhead[op];
     uint64_t end = t->off + t->len, at = t->next;
     uint64_t pe = end - at > s->block ? at + s->block : end;
     if (s->npaths > 1) {
@@ -575,15 +587,16 @@ int io_queue_take(nvme_store_t *s, io_piece_t *p) {
     }
     t->next = pe;
     if (pe == end) {
-        s->qhead = t->qnext;
-        if (!s->qhead) s->qtail = NULL;
+        s->qhead[op] = t->qnext;
+        if (!s->qhead[op]) s->qtail[op] = NULL;
         t->qnext = NULL;
     }
+    s->turn_bytes += p->len;
+    if (s->op_pieces[op]++ == 0) s->op_since[op] = mono_ms();
     return 1;
 }
 
 static void ticket_finish(nvme_store_t *s, io_ticket_t *t) {
-    const io_op_t op = t->op; // t is the waiter's again once DONE is published below
     if (t->res == 0 && s->verify && t->op == IO_READ) {
         t->crc_read = crc32c(0, t->buf, t->len);
         if (t->crc_read != t->crc) {
@@ -600,13 +613,24 @@ static void ticket_finish(nvme_store_t *s, io_ticket_t *t) {
     // From here the waiter may reuse t; a wake on reused memory is at worst spurious.
     if (old == IO_TICKET_WAITING) futex(&t->state, FUTEX_WAKE_PRIVATE, INT_MAX);
     pthread_mutex_lock(&s->mu);
-    if (--s->op_inflight[op] == 0) s->op_busy_ms[op] += mono_ms() - s->op_since[op];
     if (--s->inflight == 0 && s->stopping) pthread_cond_broadcast(&s->idle_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+// The device is done with one piece of op: its busy spell ends with the op's last piece,
+// and when the other op waits, its turn can begin.
+static void piece_retire(nvme_store_t *s, io_op_t op) {
+    pthread_mutex_lock(&s->mu);
+    if (--s->op_pieces[op] == 0) {
+        s->op_busy_ms[op] += mono_ms() - s->op_since[op];
+        if (s->qhead[!op]) s->ops->kick(s);
+    }
     pthread_mutex_unlock(&s->mu);
 }
 
 void io_piece_done(nvme_store_t *s, io_piece_t *p, int res, uint64_t err_foff) {
     io_ticket_t *t = p->t;
+    piece_retire(s, p->op);
     if (res < 0) {
         atomic_fetch_add_explicit(&s->st_errors, 1, memory_order_relaxed);
         int expect = 0;
@@ -692,7 +716,7 @@ void nvme_store_stats(const nvme_store_t *s, io_stats_t *o) {
     pthread_mutex_lock(&m->mu); // a spell in progress counts up to now
     const double now = mono_ms();
     for (int op = 0; op < 2; op++)
-        o->busy_ms[op] = m->op_busy_ms[op] + (m->op_inflight[op] ? now - m->op_since[op] : 0);
+        o->busy_ms[op] = m->op_busy_ms[op] + (m->op_pieces[op] ? now - m->op_since[op] : 0);
     pthread_mutex_unlock(&m->mu);
 }
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "crc32c.h"
 #include "io.h"
@@ -142,6 +143,12 @@ static void round_trip(nvme_store_t *s, uint64_t off, uint64_t n, uint64_t seed,
     assert_same(what, r, b, n);
     free(b);
     free(r);
+}
+
+static double mono_now_ms(void) { // the clock the store's busy time reads
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 static int count_lines_with(const char *text, const char *needle) {
@@ -521,6 +528,47 @@ START_TEST(test_fault_slow) {
 }
 END_TEST
 
+// Turns: a read submitted behind a long write gets the device after one turn of the write
+// (2 x qd x block), not after the whole write; and the two ops' busy spells never overlap,
+// so their sum fits in the wall time. Each write piece is held 20 ms (slow=20), so the read
+// would wait ~300 ms behind the write in one queue.
+START_TEST(test_turns) {
+    setup_dir();
+    const uint64_t block = 64 * KiB, wlen = 32 * block, turn = 2 * 2 * block;
+    nvme_store_t *s = open_store(ENG(_i), 1, 4 * MiB, block, 2, "write:slow=20");
+    unsigned char *w = abuf(wlen), *r = abuf(block), *back = abuf(block);
+    fill(w, wlen, 11);
+    fill(back, block, 12);
+    io_ticket_t tw = {0}, tr = {0};
+    ck_assert_int_eq(nvme_store_write(s, &tw, wlen, block, back), 0); // the read's extent, written first
+    wait_ok(&tw);
+    io_stats_t before, at_read, after;
+    nvme_store_stats(s, &before);
+    const double t0 = mono_now_ms();
+    ck_assert_int_eq(nvme_store_write(s, &tw, 0, wlen, w), 0);
+    ck_assert_int_eq(nvme_store_read(s, &tr, wlen, block, r, 0), 0);
+    wait_ok(&tr);
+    nvme_store_stats(s, &at_read);
+    wait_ok(&tw);
+    const double wall = mono_now_ms() - t0;
+    nvme_store_stats(s, &after);
+    assert_same("the read behind the write", r, back, block);
+    const uint64_t written = at_read.bytes_written - before.bytes_written;
+    ck_assert_msg(written <= turn, "the read waited for %llu written bytes; one turn is %llu",
+                  (unsigned long long)written, (unsigned long long)turn);
+    const double busy = after.busy_ms[IO_READ] - before.busy_ms[IO_READ] + after.busy_ms[IO_WRITE] -
+                        before.busy_ms[IO_WRITE];
+    ck_assert_msg(busy <= wall + 0.5, "busy spells overlap: %.1f ms read + write in %.1f ms", busy, wall);
+    ck_assert_msg(busy >= 32 * 20 / 2, "32 pieces of 20 ms, 2 at a time: busy %.1f ms", busy);
+    round_trip(s, 0, wlen, 13, "after turns");
+    free(w);
+    free(r);
+    free(back);
+    nvme_store_free(s);
+    teardown_dir();
+}
+END_TEST
+
 START_TEST(test_fault_env) {
     setup_dir();
     setenv("TT_IO_FAULT", "eio@2", 1);
@@ -884,6 +932,7 @@ int main(void) {
         tcase_add_loop_test(tc, test_fault_eagain, 0, 2);
         tcase_add_loop_test(tc, test_fault_env, 0, 2);
         tcase_add_loop_test(tc, test_fault_slow, 0, 2);
+        tcase_add_loop_test(tc, test_turns, 0, 2);
         tcase_add_loop_test(tc, test_misaligned_refused, 0, 2);
         tcase_add_loop_test(tc, test_verify_crc, 0, 4);
         suite_add_tcase(su, tc);
