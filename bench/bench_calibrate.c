@@ -44,6 +44,7 @@
 #include "io.h"
 #include "json.h"    // uses: json_escape (the path in the JSON line)
 #include "kernels.h" // uses: adamw_update, adamw_update_path, matmul_blas_core
+#include "model.h"   // uses: model_preset
 #include "plan.h"    // uses: plan_nvme_free
 #include "profile.h"
 #include "util.h"
@@ -145,10 +146,21 @@ static int gemm_measure(backend_t *be, float *h_stage, size_t stage, int reps, d
     return 0;
 }
 
+// The backend's config for the measurement: the run's device and budget with 1b's shape at
+// B·T = 8192, so a GPU backend's kernel scratch (sized by the shape: cuda_kernels_scratch_bytes)
+// holds GPU_SHAPES' BF16 staging whatever model the run names. The CPU backend ignores it.
+static config_t gemm_config(const config_t *cfg) {
+    config_t c = *cfg;
+    if (model_preset("1b", &c) != 0) runtime_error("bench calibrate: the 1b preset is missing (model.c)");
+    c.B = GPU_SHAPES[0].N / c.T;
+    return c;
+}
+
 int bench_gemm_rate(const config_t *cfg, double *flops_per_s, char *err, size_t errlen) {
     enum { STAGE = 1 << 20 }; // floats
     backend_t be;
-    int rc = backend_init(&be, cfg, err, errlen);
+    const config_t gc = gemm_config(cfg);
+    int rc = backend_init(&be, &gc, err, errlen);
     if (rc != 0) return rc;
     float *stage = malloc(STAGE * sizeof(float));
     if (!stage) {
@@ -364,7 +376,8 @@ int bench_calibrate(const config_t *cfg) {
     profile_t prof;
     profile_defaults(&prof);
     backend_t be;
-    int rc0 = backend_init(&be, cfg, err, sizeof err);
+    const config_t gc = gemm_config(cfg);
+    int rc0 = backend_init(&be, &gc, err, sizeof err);
     if (rc0 != 0) fail_with(rc0, "bench calibrate: %s", err);
     snprintf(prof.backend, sizeof prof.backend, "%s", be.name);
     prof.threads = be.threads;
