@@ -51,11 +51,33 @@ __device__ __forceinline__ void zero_tile(float *dst, int ld, int HS) {
         dst[i * ld + d] = 0.0f;
     }
 }
-// Σ_d a[d]·b[d] in d order (FMAs).
-__device__ __forceinline__ float dot_smem(const float *a, const float *b, int HS) {
-    float s = 0.0f;
-    for (int d = 0; d < HS; d++) s = __fmaf_rn(a[d], b[d], s);
-    return s;
+// The warp's ATT_RPW rows at once (register blocking: one load of the lane's own row per d
+// serves every row, the rows' loads are broadcasts), each sum in the same order as a single
+// dot would take it, so the bits do not depend on the blocking.
+// out[r] = Σ_d a[r·4·ld + d]·b[d] in d order (FMAs): a = the warp's first row of a tile, b
+// = the lane's row of another.
+__device__ __forceinline__ void dots_rows(float out[ATT_RPW], const float *a, const float *b, int ld, int HS) {
+#pragma unroll
+    for (int r = 0; r < ATT_RPW; r++) out[r] = 0.0f;
+    for (int d = 0; d < HS; d++) {
+        const float y = b[d];
+#pragma unroll
+        for (int r = 0; r < ATT_RPW; r++) out[r] = __fmaf_rn(a[r * ATT_WARPS * ld + d], y, out[r]);
+    }
+}
+// acc[r] += Σ_{j < n} p[r·4·ATT_PLD + j]·x[j·ld] in j order (FMAs): p = the warp's first row
+// of a (32, 32) score tile, x = column d of a (32, HS) tile.
+__device__ __forceinline__ void rows_times_tile_acc(float acc[ATT_RPW], const float *p, const float *x, int ld, int n) {
+    for (int j = 0; j < n; j++) {
+        const float y = x[j * ld];
+#pragma unroll
+        for (int r = 0; r < ATT_RPW; r++) acc[r] = __fmaf_rn(p[r * ATT_WARPS * ATT_PLD + j], y, acc[r]);
+    }
+}
+__device__ __forceinline__ void rows_times_tile(float acc[ATT_RPW], const float *p, const float *x, int ld, int n) {
+#pragma unroll
+    for (int r = 0; r < ATT_RPW; r++) acc[r] = 0.0f;
+    rows_times_tile_acc(acc, p, x, ld, n);
 }
 
 // ---------------------------------------------------------------- forward (tiled)
@@ -83,11 +105,13 @@ att_fwd_kernel(float *out, float *lse, const float *q, const float *k, const flo
         load_tile(Ks, ld, kb + (size_t)s0 * ks, ks, nk, HS);
         load_tile(Vs, ld, vb + (size_t)s0 * ks, ks, nk, HS);
         __syncthreads();
+        float dots[ATT_RPW];
+        dots_rows(dots, Qs + warp * ld, Ks + lane * ld, ld, HS);
 #pragma unroll
         for (int r = 0; r < ATT_RPW; r++) {
             const int i = warp + ATT_WARPS * r;
             const bool valid = lane < nk && s0 + lane <= t0 + i;
-            float s = __fmul_rn(dot_smem(Qs + i * ld, Ks + lane * ld, HS), scale);
+            float s = __fmul_rn(dots[r], scale);
             s = valid ? s : -INFINITY;
             const float mnew = fmaxf(m_r[r], warp_max(s)); // finite: key s0 is always valid
             const float p = valid ? expf(__fsub_rn(s, mnew)) : 0.0f;
@@ -98,12 +122,15 @@ att_fwd_kernel(float *out, float *lse, const float *q, const float *k, const flo
             if (lane == 0) cr[i] = c;
         }
         __syncthreads();
-        // out = out·c + P·v, one thread per element (i, d), keys in order
-        for (int idx = threadIdx.x; idx < ATT_T * HS; idx += ATT_THREADS) {
-            const int i = idx / HS, d = idx - i * HS;
-            float acc = 0.0f;
-            for (int j = 0; j < nk; j++) acc = __fmaf_rn(Ps[i * ATT_PLD + j], Vs[j * ld + d], acc);
-            Os[i * ld + d] = __fadd_rn(__fmul_rn(Os[i * ld + d], cr[i]), acc);
+        // out = out·c + P·v: lane d of warp w sums the warp's rows w + 4r at column d, keys in order
+        for (int d = lane; d < HS; d += 32) {
+            float acc[ATT_RPW];
+            rows_times_tile(acc, Ps + warp * ATT_PLD, Vs + d, ld, nk);
+#pragma unroll
+            for (int r = 0; r < ATT_RPW; r++) {
+                const int i = warp + ATT_WARPS * r;
+                Os[i * ld + d] = __fadd_rn(__fmul_rn(Os[i * ld + d], cr[i]), acc[r]);
+            }
         }
     }
     __syncthreads();
@@ -160,28 +187,44 @@ att_dkdv_kernel(float *dk, float *dv, const float *dq, const float *dout, const 
                 Ds[i] = i < nq ? dq[qo + (size_t)i * qs] : 0.0f; // D parked in dq[row][0]
             }
             __syncthreads();
+            float sd[ATT_RPW], pd[ATT_RPW];
+            dots_rows(sd, Qs + warp * ld, Ks + lane * ld, ld, HS);
+            dots_rows(pd, dOs + warp * ld, Vs + lane * ld, ld, HS);
 #pragma unroll
             for (int r = 0; r < ATT_RPW; r++) {
                 const int i = warp + ATT_WARPS * r;
                 const bool valid = i < nq && lane < nk && s0 + lane <= t0 + i;
-                const float s = dot_smem(Qs + i * ld, Ks + lane * ld, HS);
-                const float dp = dot_smem(dOs + i * ld, Vs + lane * ld, HS);
-                const float p = expf(__fsub_rn(__fmul_rn(s, scale), Ls[i]));
-                const float ds = __fmul_rn(__fmul_rn(p, __fsub_rn(dp, Ds[i])), scale);
+                const float p = expf(__fsub_rn(__fmul_rn(sd[r], scale), Ls[i]));
+                const float ds = __fmul_rn(__fmul_rn(p, __fsub_rn(pd[r], Ds[i])), scale);
                 Ps[i * ATT_PLD + lane] = valid ? p : 0.0f;
                 dSs[i * ATT_PLD + lane] = valid ? ds : 0.0f;
             }
             __syncthreads();
-            // dv[j] += Σ_i P[i][j]·dout[i];  dk[j] += Σ_i dS[i][j]·q[i]  (i in order)
-            for (int idx = threadIdx.x; idx < ATT_T * HS; idx += ATT_THREADS) {
-                const int j = idx / HS, d = idx - j * HS;
-                float av = dVs[j * ld + d], ak = dKs[j * ld + d];
-                for (int i = 0; i < nq; i++) {
-                    av = __fmaf_rn(Ps[i * ATT_PLD + j], dOs[i * ld + d], av);
-                    ak = __fmaf_rn(dSs[i * ATT_PLD + j], Qs[i * ld + d], ak);
+            // dv[j] += Σ_i P[i][j]·dout[i];  dk[j] += Σ_i dS[i][j]·q[i]  (i in order): lane d
+            // of warp w owns column d of key rows w + 4r
+            for (int d = lane; d < HS; d += 32) {
+                float av[ATT_RPW], ak[ATT_RPW];
+#pragma unroll
+                for (int r = 0; r < ATT_RPW; r++) {
+                    const int j = warp + ATT_WARPS * r;
+                    av[r] = dVs[j * ld + d];
+                    ak[r] = dKs[j * ld + d];
                 }
-                dVs[j * ld + d] = av;
-                dKs[j * ld + d] = ak;
+                for (int i = 0; i < nq; i++) {
+                    const float o = dOs[i * ld + d], x = Qs[i * ld + d];
+                    const float *pr = Ps + i * ATT_PLD + warp, *sr = dSs + i * ATT_PLD + warp;
+#pragma unroll
+                    for (int r = 0; r < ATT_RPW; r++) {
+                        av[r] = __fmaf_rn(pr[ATT_WARPS * r], o, av[r]);
+                        ak[r] = __fmaf_rn(sr[ATT_WARPS * r], x, ak[r]);
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < ATT_RPW; r++) {
+                    const int j = warp + ATT_WARPS * r;
+                    dVs[j * ld + d] = av[r];
+                    dKs[j * ld + d] = ak[r];
+                }
             }
         }
     }
@@ -222,23 +265,26 @@ att_dq_kernel(float *dq, const float *dout, const float *q, const float *k, cons
         load_tile(Ks, ld, kb + (size_t)s0 * ks, ks, nk, HS);
         load_tile(Vs, ld, vb + (size_t)s0 * ks, ks, nk, HS);
         __syncthreads();
+        float sd[ATT_RPW], pd[ATT_RPW];
+        dots_rows(sd, Qs + warp * ld, Ks + lane * ld, ld, HS);
+        dots_rows(pd, dOs + warp * ld, Vs + lane * ld, ld, HS);
 #pragma unroll
         for (int r = 0; r < ATT_RPW; r++) {
             const int i = warp + ATT_WARPS * r;
             const bool valid = i < nq && lane < nk && s0 + lane <= t0 + i;
-            const float s = dot_smem(Qs + i * ld, Ks + lane * ld, HS);
-            const float dp = dot_smem(dOs + i * ld, Vs + lane * ld, HS);
-            const float p = expf(__fsub_rn(__fmul_rn(s, scale), Ls[i]));
-            const float ds = __fmul_rn(__fmul_rn(p, __fsub_rn(dp, Ds[i])), scale);
+            const float p = expf(__fsub_rn(__fmul_rn(sd[r], scale), Ls[i]));
+            const float ds = __fmul_rn(__fmul_rn(p, __fsub_rn(pd[r], Ds[i])), scale);
             dSs[i * ATT_PLD + lane] = valid ? ds : 0.0f;
         }
         __syncthreads();
-        // dq[i] += Σ_j dS[i][j]·k[j]  (j in order)
-        for (int idx = threadIdx.x; idx < ATT_T * HS; idx += ATT_THREADS) {
-            const int i = idx / HS, d = idx - i * HS;
-            float acc = dQs[i * ld + d];
-            for (int j = 0; j < nk; j++) acc = __fmaf_rn(dSs[i * ATT_PLD + j], Ks[j * ld + d], acc);
-            dQs[i * ld + d] = acc;
+        // dq[i] += Σ_j dS[i][j]·k[j]  (j in order): lane d of warp w, the warp's rows w + 4r
+        for (int d = lane; d < HS; d += 32) {
+            float acc[ATT_RPW];
+#pragma unroll
+            for (int r = 0; r < ATT_RPW; r++) acc[r] = dQs[(warp + ATT_WARPS * r) * ld + d];
+            rows_times_tile_acc(acc, dSs + warp * ATT_PLD, Ks + d, ld, nk);
+#pragma unroll
+            for (int r = 0; r < ATT_RPW; r++) dQs[(warp + ATT_WARPS * r) * ld + d] = acc[r];
         }
     }
     __syncthreads();
