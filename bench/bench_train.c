@@ -3,8 +3,9 @@
 // against PyTorch), after one untimed warm-up step. It reports tokens/s, the executed GFLOP/s
 // (the plan's FLOPs per step over the median step) and their fraction of the calibrated GEMM
 // rate, and where the mean timed step went: GEMMs, attention, the norms, SwiGLU, RoPE and the
-// residual adds, BF16 conversions, the loss (embedding and cross-entropy), waiting for
-// parameters, and the rest of the compute thread's time (copies, the step's own work). The
+// residual adds, BF16 conversions, the loss (embedding and cross-entropy), AdamW and the
+// gradient norm's sums of squares, a device backend's copies and memsets, waiting for
+// parameters, and the rest of the compute thread's time (the step's own work). The
 // times come from the run itself: the trainer's op table is wrapped so that every op the
 // compute thread calls is timed (on a GPU the backend is synchronized around each, which
 // slows it a little: the split is for reading, the tokens/s for comparing); calls from other
@@ -22,11 +23,13 @@
 #include "train.h"
 #include "util.h"
 
-enum { OP_GEMM = 0, OP_ATTN, OP_NORM, OP_SWIGLU, OP_ROPE_ADD, OP_BF16, OP_LOSS, NOPS };
+enum { OP_GEMM = 0, OP_ATTN, OP_NORM, OP_SWIGLU, OP_ROPE_ADD, OP_BF16, OP_LOSS, OP_UPDATE, OP_COPY, NOPS };
 
 // The timing shim: only the compute thread's calls are counted, so plain statics do.
 static const backend_ops_t *real;
 static backend_ops_t timed;
+static const backend_vt_t *real_vt; // device backends' copies and memsets; NULL on the CPU
+static backend_vt_t timed_vt;
 static backend_t *timed_be;
 static pthread_t compute_thread;
 static double op_ms[NOPS];
@@ -102,6 +105,22 @@ static void ce_bwd(float *dlogits, const float *logits, const float *stats, cons
     TIMED(OP_LOSS, real->crossentropy_backward(dlogits, logits, stats, targets, N, Vq, v0, dscale));
 }
 
+static double sum_sq(const float *x, size_t n) {
+    double r = 0;
+    TIMED(OP_UPDATE, r = real->sumsq(x, n));
+    return r;
+}
+static void adamw(float *master, float *m, float *v, uint16_t *p16, float *p32, const float *g, size_t n,
+                  const adamw_params_t *hp) {
+    TIMED(OP_UPDATE, real->adamw_update(master, m, v, p16, p32, g, n, hp));
+}
+static void vt_copy(struct backend *be, void *dst, const void *src, size_t n, backend_copy_dir_t dir, int async) {
+    TIMED(OP_COPY, real_vt->copy(be, dst, src, n, dir, async));
+}
+static void vt_memset(struct backend *be, void *d_dst, int byte, size_t n) {
+    TIMED(OP_COPY, real_vt->memset(be, d_dst, byte, n));
+}
+
 static void on_init(trainer_t *tr, void *arg) {
     (void)arg;
     compute_thread = pthread_self();
@@ -128,7 +147,16 @@ static void on_init(trainer_t *tr, void *arg) {
     timed.crossentropy_fold = ce_fold;
     timed.crossentropy_loss = ce_loss;
     timed.crossentropy_backward = ce_bwd;
+    timed.sumsq = sum_sq;
+    timed.adamw_update = adamw;
     timed_be->ops = &timed;
+    real_vt = timed_be->vt;
+    if (real_vt) {
+        timed_vt = *real_vt;
+        timed_vt.copy = vt_copy;
+        timed_vt.memset = vt_memset;
+        timed_be->vt = &timed_vt;
+    }
 }
 
 static void on_step(trainer_t *tr, int step, void *arg) {
@@ -180,22 +208,23 @@ int bench_train(const config_t *cfg_in) {
     if (other < 0) other = 0;
     static const char *const what[NOPS] = {"GEMMs (matmul fwd, bwd input, weight)", "attention (fwd, bwd)",
                                            "RMSNorm (fwd, bwd)", "SwiGLU (fwd, bwd)", "RoPE and residual adds",
-                                           "BF16 conversions and rounding", "embedding and cross-entropy"};
+                                           "BF16 conversions and rounding", "embedding and cross-entropy",
+                                           "AdamW and the gradient norm", "copies and memsets (device)"};
     printf("%-40s %12s\n", "what", "per step");
     printf("%-40s %9.1f ms  (median of %d)\n", "step", r.step_ms, timed_steps);
     for (int k = 0; k < NOPS; k++) printf("%-40s %9.1f ms  %5.1f%%\n", what[k], ms[k], 100 * ms[k] / r.step_ms);
     printf("%-40s %9.1f ms  %5.1f%%\n", "waiting for parameters", wait, 100 * wait / r.step_ms);
-    printf("%-40s %9.1f ms  %5.1f%%\n", "the rest (copies, the step's own work)", other, 100 * other / r.step_ms);
+    printf("%-40s %9.1f ms  %5.1f%%\n", "the rest (the step's own work)", other, 100 * other / r.step_ms);
     printf("tokens/s %.1f; executed %.1f GFLOP/s (the plan's %.3g TFLOP per step)%s", tok_s, gflops,
            p->flops_per_step / 1e12, peak > 0 ? "" : "\n");
     if (peak > 0) printf(", %.2f of the calibrated GEMM rate %.1f GFLOP/s\n", gflops / peak, peak);
     printf("params_hash %016llx\n", (unsigned long long)r.hash);
     printf("{\"bench\":\"train\",\"tok_per_s\":%.1f,\"gflops\":%.1f,\"gemm_fraction\":%.3f,\"step_ms\":%.1f,"
            "\"gemm_ms\":%.1f,\"attention_ms\":%.1f,\"norm_ms\":%.1f,\"swiglu_ms\":%.1f,\"rope_add_ms\":%.1f,"
-           "\"bf16_ms\":%.1f,\"loss_ms\":%.1f,\"wait_ms\":%.1f,\"other_ms\":%.1f,\"kept_blocks\":%d,"
+           "\"bf16_ms\":%.1f,\"loss_ms\":%.1f,\"update_ms\":%.1f,\"copy_ms\":%.1f,\"wait_ms\":%.1f,\"other_ms\":%.1f,\"kept_blocks\":%d,"
            "\"params_hash\":\"%016llx\"}\n",
            tok_s, gflops, peak > 0 ? gflops / peak : 0, r.step_ms, ms[OP_GEMM], ms[OP_ATTN], ms[OP_NORM], ms[OP_SWIGLU],
-           ms[OP_ROPE_ADD], ms[OP_BF16], ms[OP_LOSS], wait, other, cfg.kept_blocks, (unsigned long long)r.hash);
+           ms[OP_ROPE_ADD], ms[OP_BF16], ms[OP_LOSS], ms[OP_UPDATE], ms[OP_COPY], wait, other, cfg.kept_blocks, (unsigned long long)r.hash);
     free(p);
     model_free(&m);
     return 0;

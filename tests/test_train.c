@@ -285,8 +285,10 @@ START_TEST(bench_train_reports) {
     ck_assert_msg(b.rc == 0, "bench train exit %d:\n%s", b.rc, b.err);
     const char *json = strstr(b.out, "{\"bench\":\"train\"");
     ck_assert_msg(json, "no JSON line:\n%s", b.out);
-    static const char *const keys[] = {"\"tok_per_s\":", "\"gflops\":", "\"gemm_fraction\":", "\"gemm_ms\":",
-                                       "\"attention_ms\":", "\"other_ms\":", "\"wait_ms\":", NULL};
+    static const char *const keys[] = {"\"tok_per_s\":", "\"gflops\":",       "\"gemm_fraction\":",
+                                       "\"gemm_ms\":",   "\"attention_ms\":", "\"update_ms\":",
+                                       "\"copy_ms\":",   "\"other_ms\":",     "\"wait_ms\":",
+                                       NULL};
     for (int i = 0; keys[i]; i++) ck_assert_msg(strstr(json, keys[i]), "no %s in %s", keys[i], json);
     ck_assert_msg(atof(strstr(json, "\"gemm_ms\":") + 10) > 0 && atof(strstr(json, "\"attention_ms\":") + 15) > 0,
                   "the timed ops were not counted: %s", json);
