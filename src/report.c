@@ -53,7 +53,9 @@ void report_tiers(FILE *out, const config_t *cfg, const trainer_info_t *info, co
     }
     // a host or NVMe update runs on the update worker beside the next forward: its waits are
     // its own, not the compute thread's (which waits for an updated shard in its fetch)
-    fprintf(out, "  optimizer %.1f ms in all (%s AdamW, %s)", ts->opt_ms, adamw_update_path(),
+    // --optimizer device on a device backend updates there (its ops table's AdamW), else the CPU's
+    const int on_device = cfg->optim_tier == TIER_DEVICE && strcmp(info->backend, "cpu") != 0;
+    fprintf(out, "  optimizer %.1f ms in all (%s AdamW, %s)", ts->opt_ms, on_device ? info->backend : adamw_update_path(),
             info->upd_bwd ? "in the backward" : "after the backward");
     if (cfg->optim_tier == TIER_NVME)
         fprintf(out, ", of which %.1f ms the update worker waited for its states' NVMe transfers", ts->opt_nvme_wait_ms);
