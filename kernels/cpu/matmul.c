@@ -18,10 +18,14 @@
 // Output tiles from MM_TMAX × MM_TMAX down to MM_TMIN × MM_TMIN. Each tile's sgemm packs its
 // panels of both operands, so a small tile repacks them often: on 2 threads at 125m's shapes,
 // 128 × 256 tiles ran at 170 GF/s, 256 × 512 at 187 and 512 × 512 at 195 (OpenBLAS's own
-// threaded sgemm: 200). Halving stops once the output makes MM_MIN_TILES tiles to share out.
+// threaded sgemm: 200). Halving stops once the output makes MM_MIN_TILES tiles to share out:
+// 4, not 8, because on small's (1024, 384..1024) outputs the halving to 8 tiles repacked the
+// weights twice as often, and bench train --model small's GEMMs took 217–239 ms a step
+// against 207–216 with 4 (three runs each, the same bits). More cores than 4 share a small
+// output less well; a large one makes many tiles anyway.
 #define MM_TMAX 512
 #define MM_TMIN 128
-#define MM_MIN_TILES 8
+#define MM_MIN_TILES 4
 
 static int tiles_of(int n, int t) { return (n + t - 1) / t; }
 
