@@ -110,6 +110,9 @@ static double sum_sq(const float *x, size_t n) {
     TIMED(OP_UPDATE, r = real->sumsq(x, n));
     return r;
 }
+static void sum_sq_blocks(double *h_out, const float *x, size_t n) {
+    TIMED(OP_UPDATE, real->sumsq_blocks(h_out, x, n));
+}
 static void adamw(float *master, float *m, float *v, uint16_t *p16, float *p32, const float *g, size_t n,
                   const adamw_params_t *hp) {
     TIMED(OP_UPDATE, real->adamw_update(master, m, v, p16, p32, g, n, hp));
@@ -148,6 +151,7 @@ static void on_init(trainer_t *tr, void *arg) {
     timed.crossentropy_loss = ce_loss;
     timed.crossentropy_backward = ce_bwd;
     timed.sumsq = sum_sq;
+    timed.sumsq_blocks = sum_sq_blocks;
     timed.adamw_update = adamw;
     timed_be->ops = &timed;
     real_vt = timed_be->vt;

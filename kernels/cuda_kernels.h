@@ -4,7 +4,8 @@
 // prefix), takes device pointers (FP32 tensors in device memory; tokens and targets as
 // device int arrays; adamw_params_t in host memory), and is queued on the current compute
 // stream (cuda_kernels_set_stream): ops return before the GPU has run them, in stream order.
-// The one exception is cuda_sumsq, which returns a double and so waits for its result.
+// The exceptions are cuda_sumsq, which returns a double, and cuda_sumsq_blocks, which writes
+// host memory: both wait for their results.
 //
 // Numerics, op by op, against the CPU twin (tests/gpu/test_cuda_kernels.c holds them to it):
 //  - bit-identical: bf16 conversions, add_inplace, rope, embedding forward/backward (one
@@ -78,6 +79,7 @@ void cuda_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n);
 void cuda_bf16_round_n(float *x, size_t n);
 void cuda_add_inplace(float *x, const float *y, size_t n);
 double cuda_sumsq(const float *x, size_t n); // waits for the compute stream
+void cuda_sumsq_blocks(double *h_out, const float *x, size_t n); // h_out: host memory; waits
 void cuda_matmul_forward(float *out, const float *inp, const float *w, int N, int IC, int OC);
 void cuda_matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int accumulate);
 void cuda_matmul_backward_weight(float *dw, const float *dout, const float *inp, int N, int IC, int OC);

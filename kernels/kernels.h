@@ -39,6 +39,9 @@ void add_inplace(float *x, const float *y, size_t n, int round); // x += y
 // Σ x[i]², in double, over fixed chunks of 4096 summed in chunk order: the same bits for
 // any thread count.
 double sumsq(const float *x, size_t n);
+// out[b] = the sum of chunk b of x[0, n) as sumsq takes it (b < ⌈n / 4096⌉): what
+// gradnorm.h adds up exactly, so a device can send 8 bytes for every 16 KiB of gradients.
+void sumsq_blocks(double *out, const float *x, size_t n);
 
 // ---------------------------------------------------------------- matmul (OpenBLAS sgemm)
 // out (N, OC) = inp (N, IC) · w (OC, IC)ᵀ

@@ -31,6 +31,7 @@ typedef struct {
     void (*bf16_round_n)(float *x, size_t n);
     void (*add_inplace)(float *x, const float *y, size_t n, int round);
     double (*sumsq)(const float *x, size_t n);
+    void (*sumsq_blocks)(double *h_out, const float *x, size_t n); // h_out in host memory; returns when written
     void (*matmul_forward)(float *out, const float *inp, const float *w, int N, int IC, int OC, int round);
     void (*matmul_backward_input)(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int accumulate,
                                   int round);

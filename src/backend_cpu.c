@@ -21,6 +21,7 @@ static const backend_ops_t cpu_ops = {
     .bf16_round_n = bf16_round_n,
     .add_inplace = add_inplace,
     .sumsq = sumsq,
+    .sumsq_blocks = sumsq_blocks,
     .matmul_forward = matmul_forward,
     .matmul_backward_input = matmul_backward_input,
     .matmul_backward_weight = matmul_backward_weight,

@@ -115,6 +115,7 @@ static const backend_ops_t cuda_ops = {
     .bf16_round_n = cuda_bf16_round_n,
     .add_inplace = op_add_inplace,
     .sumsq = cuda_sumsq,
+    .sumsq_blocks = cuda_sumsq_blocks,
     .matmul_forward = op_matmul_forward,
     .matmul_backward_input = op_matmul_backward_input,
     .matmul_backward_weight = cuda_matmul_backward_weight,

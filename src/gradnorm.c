@@ -83,6 +83,10 @@ void gradnorm_add_squares(gradnorm_t *a, const float *x, size_t n) {
     gradnorm_add(a, &tot);
 }
 
+void gradnorm_add_block_sums(gradnorm_t *a, const double *s, size_t nb) {
+    for (size_t b = 0; b < nb; b++) add_double(a, s[b]);
+}
+
 double gradnorm_value(const gradnorm_t *a) {
     if (a->inf) return INFINITY;
     int top = GRADNORM_LIMBS - 1;

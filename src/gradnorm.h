@@ -8,7 +8,8 @@
 // order blocks arrive in, nor on which rank or thread took them. Block sums below 2^−GRADNORM_FRAC
 // are dropped and a total from 2^(64·LIMBS − FRAC) up is infinite (gradients that large are
 // no gradients). Pieces of shards (comm_piece) start on block boundaries.
-// What it does not do: know where gradients live (tier.c reads them to the host for it).
+// What it does not do: know where gradients live (tier.c reads them, or on a GPU their block
+// sums, to the host for it).
 // Who calls it: tier.c (each shard's piece), trainer.c (the total over shards and ranks).
 #pragma once
 #include <stddef.h>
@@ -26,6 +27,8 @@ typedef struct {
 void gradnorm_zero(gradnorm_t *a);
 // a += Σ x² over x[0..n), x starting on a block boundary (its blocks: [k·B, (k+1)·B) ∩ [0, n)).
 void gradnorm_add_squares(gradnorm_t *a, const float *x, size_t n);
+// a += the block sums s[0..nb) (sumsq_blocks' chunks are gradnorm's blocks, summed in its order).
+void gradnorm_add_block_sums(gradnorm_t *a, const double *s, size_t nb);
 // a += b (exact).
 void gradnorm_add(gradnorm_t *a, const gradnorm_t *b);
 // The total as a double (the same integer gives the same double), or INFINITY.

@@ -256,17 +256,19 @@ int tier_grads_norm(tier_t *t, int shard, gradnorm_t *acc, char *err, size_t err
         gradnorm_add_squares(acc, e->addr, t->pn[shard]);
         return 0;
     }
-    // a GPU's home: read down through the staging buffer, whole norm blocks at a time
-    size_t step = t->lay.chunk_elems / GRADNORM_BLOCK * GRADNORM_BLOCK;
-    if (step == 0) {
-        snprintf(err, errlen, "gradients of %s: the staging buffer is below one norm block", t->m->shards[shard].name);
+    // a GPU's home: the device sums each norm block and sends the sums down through the
+    // staging buffer (8 bytes for a block's 16 KiB), as many blocks at a time as it holds
+    const size_t nb = t->lay.chunk_elems * sizeof(float) / sizeof(double);
+    if (nb == 0) {
+        snprintf(err, errlen, "gradients of %s: the staging buffer is below one block sum", t->m->shards[shard].name);
         return -E2BIG;
     }
-    float *stage = t->buf[TB_GRAD_STAGING][0];
+    double *sums = (double *)t->buf[TB_GRAD_STAGING][0];
+    const size_t step = nb * GRADNORM_BLOCK;
     for (size_t at = 0; at < t->pn[shard]; at += step) {
         size_t k = t->pn[shard] - at < step ? t->pn[shard] - at : step;
-        backend_copy_d2h(t->be, stage, (const float *)e->addr + at, k * sizeof(float));
-        gradnorm_add_squares(acc, stage, k);
+        t->be->ops->sumsq_blocks(sums, (const float *)e->addr + at, k);
+        gradnorm_add_block_sums(acc, sums, (k + GRADNORM_BLOCK - 1) / GRADNORM_BLOCK);
     }
     return 0;
 }

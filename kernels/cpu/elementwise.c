@@ -10,6 +10,7 @@
 // one chain of dependent adds, so one chunk alone waits on the add latency and several keep
 // the adders busy. Each lane still adds its squares in index order: the bits are those of
 // the plain loop, for either clone and any thread count.
+// sumsq_blocks gives the chunk sums themselves (gradnorm.h adds them exactly).
 // Called by the optimizer driver (grad norm) and the backend (residual adds).
 #include "kernels.h"
 #include "simd.h"
@@ -87,6 +88,15 @@ static void group_sumsq(double *part, const float *x, size_t n, size_t c0, size_
     for (size_t c = c0; c < c1; c++) {
         size_t start = c * SUMSQ_CHUNK, len = n - start < SUMSQ_CHUNK ? n - start : SUMSQ_CHUNK;
         chunks_sumsq(part + (c - c0), x + start, len, 1);
+    }
+}
+
+void sumsq_blocks(double *out, const float *x, size_t n) {
+    size_t nchunks = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK, ng = (nchunks + SUMSQ_ILV - 1) / SUMSQ_ILV;
+    #pragma omp parallel for schedule(static) if (ng > 1)
+    for (size_t g = 0; g < ng; g++) {
+        size_t a = g * SUMSQ_ILV, b = a + SUMSQ_ILV < nchunks ? a + SUMSQ_ILV : nchunks;
+        group_sumsq(out + a, x, n, a, b);
     }
 }
 

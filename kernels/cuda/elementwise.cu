@@ -14,6 +14,7 @@
 // butterfly over 8 threads: lane 0 gets exactly that bracketing), and one thread adds the
 // chunk sums in chunk order onto a running total. Rounds of chunks keep the partial sums
 // in a fixed slice of the scratch. The result is copied to the host, which waits for it.
+// sumsq_blocks copies the chunk sums themselves to the host instead (gradnorm.h).
 // Called through the CUDA backend's op table.
 #include "common.cuh"
 
@@ -214,6 +215,26 @@ extern "C" double cuda_sumsq(const float *x, size_t n) {
     cudaCheck(cudaMemcpyAsync(&h, total, sizeof h, cudaMemcpyDeviceToHost, g_tt_cuda.stream));
     cudaCheck(cudaStreamSynchronize(g_tt_cuda.stream));
     return h;
+}
+
+// The chunk sums themselves, round by round through the scratch, copied into host memory
+// (stream order keeps a round's copy ahead of the next round's kernel).
+extern "C" void cuda_sumsq_blocks(double *h_out, const float *x, size_t n) {
+    NvtxRange range("sumsq_blocks");
+    if (n == 0) return;
+    const size_t round = sumsq_round();
+    TT_REQUIRE(round * sizeof(double) <= g_tt_cuda.scratch_bytes, "sumsq_blocks needs %zu bytes of scratch, the scratch has %zu",
+               round * sizeof(double), g_tt_cuda.scratch_bytes);
+    double *part = (double *)g_tt_cuda.scratch;
+    const size_t nchunks = CEIL_DIV(n, (size_t)SUMSQ_CHUNK);
+    for (size_t c0 = 0; c0 < nchunks; c0 += round) {
+        const size_t nc = nchunks - c0 < round ? nchunks - c0 : round;
+        const size_t threads = nc * 8;
+        sumsq_chunks_kernel<<<(unsigned)CEIL_DIV(threads, (size_t)256), 256, 0, g_tt_cuda.stream>>>(part, x, n, c0, nc);
+        launchCheck("sumsq_chunks_kernel");
+        cudaCheck(cudaMemcpyAsync(h_out + c0, part, nc * sizeof(double), cudaMemcpyDeviceToHost, g_tt_cuda.stream));
+    }
+    cudaCheck(cudaStreamSynchronize(g_tt_cuda.stream));
 }
 
 extern "C" void cuda_swiglu_forward(float *out, const float *gate, const float *up, size_t n) {

@@ -368,6 +368,18 @@ START_TEST(test_sumsq) {
     double want = sumsq(x, c.n), got = G.ops->sumsq(dx, c.n);
     ck_assert_msg(memcmp(&got, &want, sizeof got) == 0, "sumsq n=%zu round=%zu: GPU %.17g, CPU %.17g", c.n, c.round,
                   got, want);
+    // the chunk sums themselves, into host memory (the grad norm's blocks)
+    const size_t nb = (c.n + 4095) / 4096;
+    double *bw = calloc(nb + 1, sizeof *bw), *bg = calloc(nb + 1, sizeof *bg);
+    ck_assert(bw && bg);
+    sumsq_blocks(bw, x, c.n);
+    G.ops->sumsq_blocks(bg, dx, c.n);
+    for (size_t b = 0; b < nb; b++)
+        ck_assert_msg(memcmp(&bg[b], &bw[b], sizeof *bw) == 0, "sumsq_blocks n=%zu round=%zu block %zu: GPU %.17g, CPU %.17g",
+                      c.n, c.round, b, bg[b], bw[b]);
+    ck_assert_msg(bg[nb] == 0.0, "sumsq_blocks n=%zu wrote past its %zu blocks", c.n, nb);
+    free(bw);
+    free(bg);
     free(x);
 }
 END_TEST
