@@ -6,7 +6,8 @@
 # (our matmuls against bare cuBLASLt), and three short training runs of 1b: all resident
 # (tokens/s, MFU); parameters and optimizer on the host (ratio to resident); states twice
 # the --hbm-budget with parameters on the host and the optimizer on NVMe (ratio to the
-# plan's floor). Ends with one table: stage, status, key figure.
+# plan's floor); then `bench train` of 1b resident: where its step goes (attention, GEMMs,
+# the update, copies, the rest). Ends with one table: stage, status, key figure.
 #
 # Meant for a bare GPU box: CUDA 13, cmake, gcc; no network, no Debian archive. The bundle
 # is unpacked with `dpkg -x` (or ar + tar where there is no dpkg) into
@@ -346,5 +347,23 @@ for st in "${train_stages[@]}"; do
   elif [[ $rc == 124 || $rc == 137 ]]; then row "$name" TIMEOUT "after ${secs}s on the ${ran_on:-${backend:-unknown}} backend (see $slug.log)"
   else row "$name" FAIL "exit $rc: $(grep -m1 'tiertrain:' "$out/$slug.log" | cut -c1-100) (see $slug.log)"; fi
 done
+
+# Where the resident step goes (bench train: every op timed through a wrapped op table)
+if (( ! built )); then row "bench train 1b" SKIP "not built"
+else
+  t=$(allow 90)
+  if (( t == 0 )); then row "bench train 1b" TIMEOUT "out of time"
+  else
+    bflags=(--model 1b --seq 2048 --batch 4 --steps 3)
+    [[ "$backend" == cuda ]] || bflags=(--model 1b --seq 128 --batch 1 --steps 2)
+    (( quick )) && bflags=(--model tiny --steps 2)
+    run "$out/bench-train.log" "$t" "$build/tiertrain" bench train "${bflags[@]}" ${profile_flags[@]+"${profile_flags[@]}"}
+    js=$(grep '^{"bench":"train"' "$out/bench-train.log" | tail -1)
+    if (( rc == 0 )) && [[ -n "$js" ]]; then
+      f() { grep -o "\"$1\":[0-9.]*" <<< "$js" | head -1 | cut -d: -f2; }
+      row "bench train 1b" PASS "$(f step_ms) ms/step: attention $(f attention_ms), GEMMs $(f gemm_ms), update $(f update_ms), copies $(f copy_ms), the rest $(f other_ms) ms"
+    else row "bench train 1b" "$([[ $rc == 124 || $rc == 137 ]] && echo TIMEOUT || echo FAIL)" "exit $rc, no JSON line (see bench-train.log)"; fi
+  fi
+fi
 
 finish "$failed"
