@@ -3,8 +3,8 @@
 // against PyTorch), after one untimed warm-up step. It reports tokens/s, the executed GFLOP/s
 // (the plan's FLOPs per step over the median step) and their fraction of the calibrated GEMM
 // rate, and where the mean timed step went: GEMMs, attention, the norms, SwiGLU, RoPE and the
-// residual adds, BF16 conversions, the loss (embedding and cross-entropy), AdamW and the
-// gradient norm's sums of squares, a device backend's copies and memsets, waiting for
+// residual adds, BF16 conversions, the loss (embedding and cross-entropy), AdamW and a
+// device's block sums for the gradient norm, a device backend's copies and memsets, waiting for
 // parameters, and the rest of the compute thread's time (the step's own work). The
 // times come from the run itself: the trainer's op table is wrapped so that every op the
 // compute thread calls is timed (on a GPU the backend is synchronized around each, which
@@ -105,11 +105,6 @@ static void ce_bwd(float *dlogits, const float *logits, const float *stats, cons
     TIMED(OP_LOSS, real->crossentropy_backward(dlogits, logits, stats, targets, N, Vq, v0, dscale));
 }
 
-static double sum_sq(const float *x, size_t n) {
-    double r = 0;
-    TIMED(OP_UPDATE, r = real->sumsq(x, n));
-    return r;
-}
 static void sum_sq_blocks(double *h_out, const float *x, size_t n) {
     TIMED(OP_UPDATE, real->sumsq_blocks(h_out, x, n));
 }
@@ -150,7 +145,6 @@ static void on_init(trainer_t *tr, void *arg) {
     timed.crossentropy_fold = ce_fold;
     timed.crossentropy_loss = ce_loss;
     timed.crossentropy_backward = ce_bwd;
-    timed.sumsq = sum_sq;
     timed.sumsq_blocks = sum_sq_blocks;
     timed.adamw_update = adamw;
     timed_be->ops = &timed;

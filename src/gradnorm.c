@@ -1,5 +1,6 @@
 // gradnorm.c — see gradnorm.h.
 #include "gradnorm.h"
+#include "kernels.h" // uses: sumsq_blocks (a block's sum: sumsq's chunk, its order and threads)
 #include <math.h>
 #include <string.h>
 
@@ -52,35 +53,14 @@ void gradnorm_add(gradnorm_t *a, const gradnorm_t *b) {
     a->inf |= b->inf | carry;
 }
 
-// One block's Σ x² in double: eight chains (element i on chain i mod 8, in index order), then
-// the chains pairwise. Fixed, whatever calls it.
-static double block_sumsq(const float *x, size_t n) {
-    double c[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) c[k] += (double)x[i + k] * (double)x[i + k];
-    for (int k = 0; i < n; i++, k++) c[k] += (double)x[i] * (double)x[i];
-    return ((c[0] + c[1]) + (c[2] + c[3])) + ((c[4] + c[5]) + (c[6] + c[7]));
-}
-
 void gradnorm_add_squares(gradnorm_t *a, const float *x, size_t n) {
-    const long nb = (long)((n + GRADNORM_BLOCK - 1) / GRADNORM_BLOCK);
-    gradnorm_t tot;
-    gradnorm_zero(&tot);
-    // each thread its own accumulator; integer adds make the merge order free
-    #pragma omp parallel if (nb > 16)
-    {
-        gradnorm_t mine;
-        gradnorm_zero(&mine);
-        #pragma omp for schedule(static)
-        for (long b = 0; b < nb; b++) {
-            size_t lo = (size_t)b * GRADNORM_BLOCK, k = n - lo < GRADNORM_BLOCK ? n - lo : GRADNORM_BLOCK;
-            add_double(&mine, block_sumsq(x + lo, k));
-        }
-        #pragma omp critical
-        gradnorm_add(&tot, &mine);
+    enum { ROUND = 256 }; // blocks per call of sumsq_blocks (1 Mi elements: enough to share out)
+    double s[ROUND];
+    for (size_t at = 0; at < n; at += (size_t)ROUND * GRADNORM_BLOCK) {
+        size_t k = n - at < (size_t)ROUND * GRADNORM_BLOCK ? n - at : (size_t)ROUND * GRADNORM_BLOCK;
+        sumsq_blocks(s, x + at, k);
+        gradnorm_add_block_sums(a, s, (k + GRADNORM_BLOCK - 1) / GRADNORM_BLOCK);
     }
-    gradnorm_add(a, &tot);
 }
 
 void gradnorm_add_block_sums(gradnorm_t *a, const double *s, size_t nb) {

@@ -2,7 +2,8 @@
 // over ranks (each holding a piece of every shard), over threads.
 //
 // The sum is taken over blocks of GRADNORM_BLOCK elements at fixed places (a shard's
-// elements [k·B, (k+1)·B)): each block's squares are summed in double in one fixed order, and
+// elements [k·B, (k+1)·B)): each block's squares are summed in double in one fixed order
+// (kernels.h sumsq_blocks: sumsq's chunks of 4096, which a GPU takes the same way), and
 // the block sums are added into a fixed-point accumulator of GRADNORM_LIMBS 64-bit limbs
 // (bit i weighs 2^(i − GRADNORM_FRAC)): integer adds, so the total does not depend on the
 // order blocks arrive in, nor on which rank or thread took them. Block sums below 2^−GRADNORM_FRAC

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "gradnorm.h"
-#include "kernels.h" // uses: sumsq_blocks
 
 // Gradients over a wide range of magnitudes (1e-30 .. 1e3), signs mixed.
 static float *grads(size_t n, unsigned seed) {
@@ -41,28 +40,6 @@ START_TEST(test_split_and_order) {
     for (size_t i = 0; i < n; i++) ref += (long double)g[i] * g[i];
     ck_assert_msg(fabsl(v - ref) <= 1e-12L * ref, "%.17g against %.17Lg", v, ref);
     free(g);
-}
-END_TEST
-
-// A GPU sends its gradients' block sums (kernels.h sumsq_blocks, the CPU twin here): they
-// must be gradnorm's own blocks to the bit, or a device home's norm would differ from a host's.
-START_TEST(test_block_sums) {
-    static const size_t ns[] = {1, 7, 4095, GRADNORM_BLOCK, 5 * GRADNORM_BLOCK + 13, 37 * GRADNORM_BLOCK};
-    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
-        const size_t n = ns[i], nb = (n + GRADNORM_BLOCK - 1) / GRADNORM_BLOCK;
-        float *g = grads(n, 10 + (unsigned)i);
-        double *s = malloc(nb * sizeof *s);
-        ck_assert(s);
-        sumsq_blocks(s, g, n);
-        gradnorm_t want, got;
-        gradnorm_zero(&want);
-        gradnorm_add_squares(&want, g, n);
-        gradnorm_zero(&got);
-        gradnorm_add_block_sums(&got, s, nb);
-        ck_assert_msg(memcmp(&want, &got, sizeof want) == 0, "n=%zu: the block sums' total differs from the squares'", n);
-        free(s);
-        free(g);
-    }
 }
 END_TEST
 
@@ -128,7 +105,6 @@ int main(void) {
     Suite *s = suite_create("gradnorm");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_split_and_order);
-    tcase_add_test(tc, test_block_sums);
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_edges);
     suite_add_tcase(s, tc);

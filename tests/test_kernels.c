@@ -360,6 +360,18 @@ START_TEST(test_sumsq_order) {
     double got = sumsq(x, n), want = sumsq_plain(x, n);
     ck_assert_msg(memcmp(&got, &want, sizeof got) == 0, "sumsq n=%zu: %.17g, the plain order gives %.17g",
                   n, got, want);
+    // the chunk sums themselves (gradnorm.h's blocks): each one is the plain order's
+    const size_t nb = (n + 4095) / 4096;
+    double *s = dnew(nb + 1);
+    s[nb] = -1.0;
+    sumsq_blocks(s, x, n);
+    for (size_t b = 0; b < nb; b++) {
+        const double w = sumsq_plain(x + b * 4096, n - b * 4096 < 4096 ? n - b * 4096 : 4096);
+        ck_assert_msg(memcmp(&s[b], &w, sizeof w) == 0, "sumsq_blocks n=%zu block %zu: %.17g, the plain order gives %.17g",
+                      n, b, s[b], w);
+    }
+    ck_assert_msg(s[nb] == -1.0, "sumsq_blocks n=%zu wrote past its %zu blocks", n, nb);
+    free(s);
     free(x);
 }
 END_TEST

@@ -192,23 +192,34 @@ extern "C" void cuda_add_inplace(float *x, const float *y, size_t n) {
     launchCheck("add_kernel");
 }
 
-extern "C" double cuda_sumsq(const float *x, size_t n) {
-    NvtxRange range("sumsq");
-    if (n == 0) return 0.0;
-    const size_t round = sumsq_round();
-    TT_REQUIRE((round + 1) * sizeof(double) <= g_tt_cuda.scratch_bytes,
-               "sumsq needs %zu bytes of scratch, the scratch has %zu", (round + 1) * sizeof(double),
+// Rounds of chunk sums through the scratch (part[0, round)): each round's sums are added in
+// order onto *total (sumsq) or copied to host_out (sumsq_blocks); stream order keeps a round's
+// use of part ahead of the next round's kernel. n > 0.
+static void sumsq_rounds(const char *op, const float *x, size_t n, double *total, double *host_out) {
+    const size_t round = sumsq_round(), need = (round + (total ? 1 : 0)) * sizeof(double);
+    TT_REQUIRE(need <= g_tt_cuda.scratch_bytes, "%s needs %zu bytes of scratch, the scratch has %zu", op, need,
                g_tt_cuda.scratch_bytes);
-    double *part = (double *)g_tt_cuda.scratch, *total = part + round;
+    double *part = (double *)g_tt_cuda.scratch;
     const size_t nchunks = CEIL_DIV(n, (size_t)SUMSQ_CHUNK);
     for (size_t c0 = 0; c0 < nchunks; c0 += round) {
         const size_t nc = nchunks - c0 < round ? nchunks - c0 : round;
         const size_t threads = nc * 8;
         sumsq_chunks_kernel<<<(unsigned)CEIL_DIV(threads, (size_t)256), 256, 0, g_tt_cuda.stream>>>(part, x, n, c0, nc);
         launchCheck("sumsq_chunks_kernel");
-        sumsq_total_kernel<<<1, 1, 0, g_tt_cuda.stream>>>(total, part, nc, c0 == 0);
-        launchCheck("sumsq_total_kernel");
+        if (total) {
+            sumsq_total_kernel<<<1, 1, 0, g_tt_cuda.stream>>>(total, part, nc, c0 == 0);
+            launchCheck("sumsq_total_kernel");
+        } else {
+            cudaCheck(cudaMemcpyAsync(host_out + c0, part, nc * sizeof(double), cudaMemcpyDeviceToHost, g_tt_cuda.stream));
+        }
     }
+}
+
+extern "C" double cuda_sumsq(const float *x, size_t n) {
+    NvtxRange range("sumsq");
+    if (n == 0) return 0.0;
+    double *total = (double *)g_tt_cuda.scratch + sumsq_round();
+    sumsq_rounds("sumsq", x, n, total, NULL);
     // A pageable destination: the copy returns once the value is on the host; the sync
     // makes that explicit whatever the memory kind.
     double h = 0.0;
@@ -217,23 +228,11 @@ extern "C" double cuda_sumsq(const float *x, size_t n) {
     return h;
 }
 
-// The chunk sums themselves, round by round through the scratch, copied into host memory
-// (stream order keeps a round's copy ahead of the next round's kernel).
+// The chunk sums themselves, copied into host memory; returns once they are there.
 extern "C" void cuda_sumsq_blocks(double *h_out, const float *x, size_t n) {
     NvtxRange range("sumsq_blocks");
     if (n == 0) return;
-    const size_t round = sumsq_round();
-    TT_REQUIRE(round * sizeof(double) <= g_tt_cuda.scratch_bytes, "sumsq_blocks needs %zu bytes of scratch, the scratch has %zu",
-               round * sizeof(double), g_tt_cuda.scratch_bytes);
-    double *part = (double *)g_tt_cuda.scratch;
-    const size_t nchunks = CEIL_DIV(n, (size_t)SUMSQ_CHUNK);
-    for (size_t c0 = 0; c0 < nchunks; c0 += round) {
-        const size_t nc = nchunks - c0 < round ? nchunks - c0 : round;
-        const size_t threads = nc * 8;
-        sumsq_chunks_kernel<<<(unsigned)CEIL_DIV(threads, (size_t)256), 256, 0, g_tt_cuda.stream>>>(part, x, n, c0, nc);
-        launchCheck("sumsq_chunks_kernel");
-        cudaCheck(cudaMemcpyAsync(h_out + c0, part, nc * sizeof(double), cudaMemcpyDeviceToHost, g_tt_cuda.stream));
-    }
+    sumsq_rounds("sumsq_blocks", x, n, NULL, h_out);
     cudaCheck(cudaStreamSynchronize(g_tt_cuda.stream));
 }
 
