@@ -68,10 +68,12 @@ void *cuda_kernels_stream(void);
 void cuda_kernels_set_fp32_matmul(int on);
 
 // Test hooks (tests/gpu only; 0 = the default): the BF16 matmul row-chunk budget in
-// elements (small values force many chunks), sumsq's chunks per round, and forcing the
-// fallback GEMM kernel / the plain (untiled) attention kernels.
+// elements (small values force many chunks), sumsq's chunks per round, forcing the
+// fallback GEMM kernel, and which attention kernels run (CUDA_ATT_AUTO: tensor cores where
+// their tiles fit; CUDA_ATT_PLAIN: the untiled ones; CUDA_ATT_FP32: the FP32 tiled ones).
+enum { CUDA_ATT_AUTO = 0, CUDA_ATT_PLAIN = 1, CUDA_ATT_FP32 = 2 };
 void cuda_kernels_set_test_limits(size_t matmul_chunk_elems, size_t sumsq_round_chunks,
-                                  int force_gemm_fallback, int force_attention_plain);
+                                  int force_gemm_fallback, int attention_path);
 
 // ---------------------------------------------------------------- ops (contracts: kernels.h)
 void cuda_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);

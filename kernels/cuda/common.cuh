@@ -50,7 +50,7 @@ struct tt_cuda_state {
     size_t matmul_chunk_elems;
     size_t sumsq_round_chunks;
     int force_gemm_fallback;
-    int force_attention_plain;
+    int attention_path; // CUDA_ATT_*
 };
 extern tt_cuda_state g_tt_cuda;
 

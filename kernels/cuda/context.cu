@@ -82,9 +82,9 @@ extern "C" void *cuda_kernels_stream(void) { return (void *)g_tt_cuda.stream; }
 extern "C" void cuda_kernels_set_fp32_matmul(int on) { g_tt_cuda.fp32_matmul = on ? 1 : 0; }
 
 extern "C" void cuda_kernels_set_test_limits(size_t matmul_chunk_elems, size_t sumsq_round_chunks,
-                                             int force_gemm_fallback, int force_attention_plain) {
+                                             int force_gemm_fallback, int attention_path) {
     g_tt_cuda.matmul_chunk_elems = matmul_chunk_elems;
     g_tt_cuda.sumsq_round_chunks = sumsq_round_chunks;
     g_tt_cuda.force_gemm_fallback = force_gemm_fallback;
-    g_tt_cuda.force_attention_plain = force_attention_plain;
+    g_tt_cuda.attention_path = attention_path;
 }

@@ -54,7 +54,12 @@ static std::vector<char *> stacks;
 static std::vector<Thread> threads;
 static std::vector<int> state;
 static std::vector<uint64_t> slots; // 32 per warp
-static std::vector<char> smem_buf;
+static std::vector<char> smem_buf; // dyn_smem(): 128-byte aligned inside it
+static char *smem_at(size_t *len) {
+    const uintptr_t a = ((uintptr_t)smem_buf.data() + 127) & ~(uintptr_t)127;
+    if (len) *len = smem_buf.size() - 128;
+    return (char *)a;
+}
 static void (*g_body)(void *);
 static void *g_ctx;
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -97,7 +102,7 @@ static void *fresh_stack(char *base) {
 void block_barrier() { yield_as(WAIT_BLOCK); }
 void warp_barrier() { yield_as(WAIT_WARP); }
 uint64_t *warp_slots() { return slots.data() + 32 * (size_t)g_cur->warp; }
-void *dyn_smem() { return smem_buf.data(); }
+void *dyn_smem() { return smem_at(NULL); }
 
 static void die(const char *msg) {
     fprintf(stderr, "emu: %s (block %u,%u,%u of %u,%u,%u, %u threads)\n", msg, g_block.x, g_block.y, g_block.z, g_grid.x,
@@ -106,7 +111,9 @@ static void die(const char *msg) {
 }
 
 static void run_block(int nt, size_t smem) {
-    memset(smem_buf.data(), 0xFF, smem_buf.size());
+    size_t len;
+    char *sm = smem_at(&len);
+    memset(sm, 0xFF, len);
     for (int t = 0; t < nt; t++) {
         fiber_sp[t] = fresh_stack(stacks[t]);
         state[t] = RUN;
@@ -166,7 +173,7 @@ void run_grid(dim3 g, dim3 b, size_t smem, void (*body)(void *), void *ctx) {
     threads.resize(nt);
     state.resize(nt);
     slots.assign(32 * (size_t)((nt + 31) / 32), 0);
-    smem_buf.assign(smem ? smem : 1, 0);
+    smem_buf.assign((smem ? smem : 1) + 128, 0);
     for (int t = 0; t < nt; t++) threads[t] = Thread{dim3((unsigned)t, 0, 0), t % 32, t / 32};
     g_body = body;
     g_ctx = ctx;

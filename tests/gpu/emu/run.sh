@@ -32,7 +32,7 @@ pids=()
 for f in "$root"/kernels/cuda/*.cu; do
   name=$(basename "$f" .cu)
   # launches and dynamic shared memory in emulator form; one launch per line in these files
-  sed -e 's/extern __shared__ float sm\[\];/float *sm = (float *)emu::dyn_smem();/' \
+  sed -e 's/extern __shared__ \(__align__([0-9]*) \)\{0,1\}float sm\[\];/float *sm = (float *)emu::dyn_smem();/' \
       -e 's/\([A-Za-z_][A-Za-z0-9_<>]*\)<<<\(.*\)>>>(/EMU_LAUNCH(\1, \2)(/' "$f" > "$out/src/$name.cpp"
   if grep -q '<<<' "$out/src/$name.cpp"; then echo "run.sh: a launch in $f was not rewritten" >&2; exit 1; fi
   g++ "${cxxflags[@]}" -I "$root/kernels/cuda" -c "$out/src/$name.cpp" -o "$out/obj/cu_$name.o" &

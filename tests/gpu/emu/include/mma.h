@@ -1,0 +1,116 @@
+// mma.h — EMULATION ONLY (tests/gpu/emu): the part of CUDA's nvcuda::wmma the kernels use —
+// m16n16k8 TF32 fragments, FP32 accumulators — for kernels run as fibers (emu_device.h).
+// A real fragment is spread over the warp's lanes in a layout the API keeps opaque; here
+// every lane holds the whole tile, which gives the same results for code that only loads,
+// stores, multiplies and applies one operation to every element (what the API allows).
+// Loads and stores check what the hardware requires: a 256-bit aligned pointer and a
+// leading dimension that is a multiple of 16 bytes. A load is a warp collective: every lane
+// has read before any goes on (so one lane's store cannot reach another lane's load of the
+// same tile, as on the hardware, where the warp loads the tile at once). It is no barrier
+// before the reads: a lane reads shared memory as it is when that lane runs, so a kernel
+// that forgets a __syncwarp (or __syncthreads) between writing a tile and loading it may
+// read the 0xFF poison (the emulator runs lanes in shuffled order) and fail.
+// The products of mma_sync use the TF32 bits of their inputs (the hardware ignores the low
+// 13 bits of the significand) and add in k order: a tensor core's order and truncation
+// differ, which the tests' tolerances allow.
+#pragma once
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <type_traits>
+
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+namespace precision {
+struct tf32 {};
+} // namespace precision
+enum layout_t { mem_row_major, mem_col_major };
+
+template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment;
+template <class L> struct fragment<matrix_a, 16, 16, 8, precision::tf32, L> {
+    enum { rows = 16, cols = 8, num_elements = 128 };
+    float x[128]; // row-major, 16 × 8
+};
+template <class L> struct fragment<matrix_b, 16, 16, 8, precision::tf32, L> {
+    enum { rows = 8, cols = 16, num_elements = 128 };
+    float x[128]; // row-major, 8 × 16
+};
+template <> struct fragment<accumulator, 16, 16, 8, float, void> {
+    enum { rows = 16, cols = 16, num_elements = 256 };
+    float x[256]; // row-major, 16 × 16
+};
+
+inline void emu_wmma_check(const void *p, unsigned ldm) {
+    if ((uintptr_t)p % 32 != 0 || ldm % 4 != 0) {
+        fprintf(stderr, "emu: wmma load/store at %p with ldm %u: the pointer must be 32-byte aligned and ldm a "
+                        "multiple of 4 floats\n", p, ldm);
+        abort();
+    }
+}
+inline float emu_tf32_bits(float f) { // the bits a tensor core multiplies: the low 13 dropped
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u &= 0xffffe000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+// cvt.rna.tf32.f32: to nearest, ties away from zero, on the upper 19 bits
+inline float __float_to_tf32(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+// element (r, c) of an R × C operand at p: row-major p[r·ldm + c], column-major p[c·ldm + r]
+template <class F> inline void emu_load(F &f, const float *p, unsigned ldm, bool col) {
+    emu_wmma_check(p, ldm);
+    for (int r = 0; r < F::rows; r++)
+        for (int c = 0; c < F::cols; c++) f.x[r * F::cols + c] = col ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
+    emu::warp_barrier();
+}
+template <class L> inline void load_matrix_sync(fragment<matrix_a, 16, 16, 8, precision::tf32, L> &f, const float *p,
+                                                unsigned ldm) {
+    emu_load(f, p, ldm, std::is_same<L, col_major>::value);
+}
+template <class L> inline void load_matrix_sync(fragment<matrix_b, 16, 16, 8, precision::tf32, L> &f, const float *p,
+                                                unsigned ldm) {
+    emu_load(f, p, ldm, std::is_same<L, col_major>::value);
+}
+inline void load_matrix_sync(fragment<accumulator, 16, 16, 8, float> &f, const float *p, unsigned ldm, layout_t l) {
+    emu_load(f, p, ldm, l == mem_col_major);
+}
+inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 8, float> &f, unsigned ldm, layout_t l) {
+    emu_wmma_check(p, ldm);
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) {
+            float *d = l == mem_col_major ? p + (size_t)c * ldm + r : p + (size_t)r * ldm + c;
+            *d = f.x[r * 16 + c];
+        }
+}
+inline void fill_fragment(fragment<accumulator, 16, 16, 8, float> &f, float v) {
+    for (int i = 0; i < 256; i++) f.x[i] = v;
+}
+template <class LA, class LB>
+inline void mma_sync(fragment<accumulator, 16, 16, 8, float> &d, const fragment<matrix_a, 16, 16, 8, precision::tf32, LA> &a,
+                     const fragment<matrix_b, 16, 16, 8, precision::tf32, LB> &b,
+                     const fragment<accumulator, 16, 16, 8, float> &c) {
+    float out[256];
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++) {
+            float s = c.x[m * 16 + n];
+            for (int k = 0; k < 8; k++) s = fmaf(emu_tf32_bits(a.x[m * 8 + k]), emu_tf32_bits(b.x[k * 16 + n]), s);
+            out[m * 16 + n] = s;
+        }
+    memcpy(d.x, out, sizeof out);
+}
+} // namespace wmma
+} // namespace nvcuda
