@@ -30,7 +30,8 @@
 // 8-lane product is compiled twice more, for AVX2+FMA and on fmaf for a CPU without FMA
 // (mm8, mm8_soft); nothing else fuses (-ffp-contract=off). Per element every path does the
 // same IEEE operations in the same order, so all give the same bits (kernels_limit_simd
-// lets the tests check it). The CUDA twin's score products are FMA chains in the same order.
+// lets the tests check it). The CUDA twin's FP32 kernels form the score products as FMA chains in
+// the same order; its tensor-core kernels (the default on a GPU) add in the tensor cores' order.
 // Head sizes above ATT_HS_MAX (tiles would not fit on the stack) take a plain per-row path
 // with the same semantics. Called by the CPU backend's attention op.
 #include "kernels.h"
