@@ -99,18 +99,28 @@ inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 8, f
 inline void fill_fragment(fragment<accumulator, 16, 16, 8, float> &f, float v) {
     for (int i = 0; i < 256; i++) f.x[i] = v;
 }
+// A warp's mma: lane l computes elements l, l + 32, ... of the 16 × 16 result into the
+// warp's scratch, then every lane takes the whole tile (32 times less work than each lane
+// computing all of it, which made the emulated trainer suites several times slower). Blocks
+// run one at a time, so one scratch per warp of a block does.
+inline float *emu_wmma_scratch(int warp) {
+    static float s[32][256];
+    return s[warp];
+}
 template <class LA, class LB>
 inline void mma_sync(fragment<accumulator, 16, 16, 8, float> &d, const fragment<matrix_a, 16, 16, 8, precision::tf32, LA> &a,
                      const fragment<matrix_b, 16, 16, 8, precision::tf32, LB> &b,
                      const fragment<accumulator, 16, 16, 8, float> &c) {
-    float out[256];
-    for (int m = 0; m < 16; m++)
-        for (int n = 0; n < 16; n++) {
-            float s = c.x[m * 16 + n];
-            for (int k = 0; k < 8; k++) s = fmaf(emu_tf32_bits(a.x[m * 8 + k]), emu_tf32_bits(b.x[k * 16 + n]), s);
-            out[m * 16 + n] = s;
-        }
-    memcpy(d.x, out, sizeof out);
+    float *out = emu_wmma_scratch(emu::g_cur->warp);
+    for (int e = emu::g_cur->lane; e < 256; e += 32) {
+        const int m = e / 16, n = e % 16;
+        float s = c.x[e];
+        for (int k = 0; k < 8; k++) s = fmaf(emu_tf32_bits(a.x[m * 8 + k]), emu_tf32_bits(b.x[k * 16 + n]), s);
+        out[e] = s;
+    }
+    emu::warp_barrier(); // every lane's share is in
+    memcpy(d.x, out, sizeof d.x);
+    emu::warp_barrier(); // every lane has its copy before the next mma of the warp reuses the scratch
 }
 } // namespace wmma
 } // namespace nvcuda
