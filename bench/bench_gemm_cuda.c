@@ -16,7 +16,11 @@
 // backend's arena (backend_alloc); an unset --hbm-budget becomes what the buffers and the
 // backend need plus 1 GiB. Prints a table, then as the last line one JSON object
 // {"bench":"gemm","device":"cuda",...} whose first "kernel_gflops" and "ratio" are the totals
-// (bench/gpu_check.sh reads those). Does not touch the model, tiers or files.
+// (bench/gpu_check.sh reads those). A third column times the same GEMM as one cuBLASLt call on
+// the FP32 operands with CUBLAS_COMPUTE_32F_FAST_16BF (the library rounds them to BF16 inside
+// its kernel, exact for BF16 values, and runs on tensor cores): what the op would cost with
+// no conversion pass of its own ("-" where cuBLASLt offers no algorithm for it); it is checked
+// against the peer like the op. Does not touch the model, tiers or files.
 // Built only with CUDA (CMake drops this file otherwise); called by bench_gemm when the run
 // resolves to the CUDA backend.
 #include "bench.h"
@@ -108,23 +112,27 @@ static void upload_input(backend_t *be, float *d32, uint16_t *d16, float *h32, u
 }
 
 // ---------------------------------------------------------------- the peer
-// Column-major C (m, n) = op(A) (m, k) · op(B) (k, n) + beta·C with A, B BF16 and C FP32,
-// laid out exactly as matmul.cu's lt_gemm lays out its operands. Picks the heuristic's first
-// algorithm for a workspace of ws_bytes; none offered is a failure of the run.
-static void peer_init(peer_t *p, cublasLtHandle_t lt, int transa, int transb, int m, int n, int k, const void *A,
-                      int lda, const void *B, int ldb, float beta, float *C, int ldc, size_t ws_bytes,
-                      const char *shape, const char *op) {
+static void peer_free(peer_t *p);
+
+// Column-major C (m, n) = op(A) (m, k) · op(B) (k, n) + beta·C with A, B BF16 (fast: FP32,
+// computed as CUBLAS_COMPUTE_32F_FAST_16BF) and C FP32, laid out exactly as matmul.cu's
+// lt_gemm lays out its operands. Picks the heuristic's first algorithm for a workspace of
+// ws_bytes; none offered fails the run for the peer, and returns -1 for the fast variant.
+static int peer_init(peer_t *p, cublasLtHandle_t lt, int transa, int transb, int m, int n, int k, const void *A,
+                     int lda, const void *B, int ldb, float beta, float *C, int ldc, size_t ws_bytes, int fast,
+                     const char *shape, const char *op) {
     memset(p, 0, sizeof *p);
     p->A = A;
     p->B = B;
     p->C = C;
     p->beta = beta;
-    cublasCheck(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cudaDataType_t ab = fast ? CUDA_R_32F : CUDA_R_16BF;
+    cublasCheck(cublasLtMatmulDescCreate(&p->desc, fast ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    cublasCheck(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, transa ? k : m, transa ? m : k, lda));
-    cublasCheck(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, transb ? n : k, transb ? k : n, ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->la, ab, transa ? k : m, transa ? m : k, lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->lb, ab, transb ? n : k, transb ? k : n, ldb));
     cublasCheck(cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, m, n, ldc));
     // Every pointer is a 4 KiB-aligned arena allocation: cuBLASLt's default assumption of
     // 256-byte alignment holds, so no alignment preferences are needed.
@@ -137,6 +145,10 @@ static void peer_init(peer_t *p, cublasLtHandle_t lt, int transa, int transb, in
     int found = 0;
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &heur, &found);
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    if (fast && (st != CUBLAS_STATUS_SUCCESS || found < 1 || heur.state != CUBLAS_STATUS_SUCCESS)) {
+        peer_free(p); // any refusal: the variant is left out, the run goes on
+        return -1;
+    }
     if (st != CUBLAS_STATUS_SUCCESS || found < 1 || heur.state != CUBLAS_STATUS_SUCCESS)
         runtime_error("bench gemm: cublasLtMatmulAlgoGetHeuristic offers no algorithm for the %s %s GEMM "
                       "(m=%d n=%d k=%d, trans %c%c, BF16 x BF16 -> FP32): %s (%d)",
@@ -144,6 +156,7 @@ static void peer_init(peer_t *p, cublasLtHandle_t lt, int transa, int transb, in
                       cublasLtGetStatusString(st != CUBLAS_STATUS_SUCCESS ? st : heur.state),
                       (int)(st != CUBLAS_STATUS_SUCCESS ? st : heur.state));
     p->algo = heur.algo;
+    return 0;
 }
 
 static void peer_run(const peer_t *p, cublasLtHandle_t lt, void *ws, size_t ws_bytes, cudaStream_t stream) {
@@ -166,17 +179,19 @@ static void peer_free(peer_t *p) {
 //   bwd_in gemm(N, N, m=IC, n=N,  k=OC, A=w    lda=IC, B=dout ldb=OC, beta 0, C=dinp ldc=IC)
 //   bwd_w  gemm(N, T, m=IC, n=OC, k=N,  A=inp  lda=IC, B=dout ldb=OC, beta 1, C=dw   ldc=IC)
 // (bwd_in with accumulate = 0, as timed here; dw always accumulates.)
-static void peer_for(peer_t *p, cublasLtHandle_t lt, int op, const gemm_shape_t *s, const gemm_dev_t *d) {
+// fast: the FAST_16BF variant on the FP32 operands, into the op's output buffer.
+static int peer_for(peer_t *p, cublasLtHandle_t lt, int op, const gemm_shape_t *s, const gemm_dev_t *d, int fast) {
     const int N = s->N, IC = s->IC, OC = s->OC;
+    const void *w = fast ? (const void *)d->w : d->w16, *inp = fast ? (const void *)d->inp : d->inp16;
+    const void *dout = fast ? (const void *)d->dout : d->dout16;
     if (op == OP_FWD)
-        peer_init(p, lt, 1, 0, OC, N, IC, d->w16, IC, d->inp16, IC, 0.0f, d->out_p, OC, CUDA_LT_WORKSPACE_BYTES,
-                  s->name, OP_NAME[op]);
-    else if (op == OP_BWD_IN)
-        peer_init(p, lt, 0, 0, IC, N, OC, d->w16, IC, d->dout16, OC, 0.0f, d->dinp_p, IC, CUDA_LT_WORKSPACE_BYTES,
-                  s->name, OP_NAME[op]);
-    else
-        peer_init(p, lt, 0, 1, IC, OC, N, d->inp16, IC, d->dout16, OC, 1.0f, d->dw_p, IC, CUDA_LT_WORKSPACE_BYTES,
-                  s->name, OP_NAME[op]);
+        return peer_init(p, lt, 1, 0, OC, N, IC, w, IC, inp, IC, 0.0f, fast ? d->out_k : d->out_p, OC,
+                         CUDA_LT_WORKSPACE_BYTES, fast, s->name, OP_NAME[op]);
+    if (op == OP_BWD_IN)
+        return peer_init(p, lt, 0, 0, IC, N, OC, w, IC, dout, OC, 0.0f, fast ? d->dinp_k : d->dinp_p, IC,
+                         CUDA_LT_WORKSPACE_BYTES, fast, s->name, OP_NAME[op]);
+    return peer_init(p, lt, 0, 1, IC, OC, N, inp, IC, dout, OC, 1.0f, fast ? d->dw_k : d->dw_p, IC,
+                     CUDA_LT_WORKSPACE_BYTES, fast, s->name, OP_NAME[op]);
 }
 
 // One call of the backend's op on shape s (queued on the compute stream).
@@ -301,8 +316,8 @@ int bench_gemm_cuda(const config_t *cfg) {
     cudaStream_t stream = (cudaStream_t)cuda_kernels_stream();
     cublasLtHandle_t lt = NULL;
     cublasCheck(cublasLtCreate(&lt));
-    cudaEvent_t ev[3];
-    for (int i = 0; i < 3; i++) cudaCheck(cudaEventCreate(&ev[i]));
+    cudaEvent_t ev[4];
+    for (int i = 0; i < 4; i++) cudaCheck(cudaEventCreate(&ev[i]));
     int dev = 0;
     struct cudaDeviceProp prop;
     cudaCheck(cudaGetDevice(&dev));
@@ -320,19 +335,20 @@ int bench_gemm_cuda(const config_t *cfg) {
     free(h16);
 
     int failed = 0;
-    double gf_k[MAX_SHAPES][NOPS], gf_p[MAX_SHAPES][NOPS], diff[MAX_SHAPES][NOPS];
-    double flops_total = 0, time_k = 0, time_p = 0, diff_max = 0;
+    double gf_k[MAX_SHAPES][NOPS], gf_p[MAX_SHAPES][NOPS], gf_f[MAX_SHAPES][NOPS], diff[MAX_SHAPES][NOPS];
+    double flops_total = 0, time_k = 0, time_p = 0, time_f = 0, diff_max = 0;
+    int fast_all = 1; // every GEMM had a FAST_16BF algorithm that agreed with the peer
     char a[32];
     printf("bench gemm: CUDA backend matmul ops (BF16 mode) vs bare cublasLtMatmul (BF16 x BF16 -> FP32), %s, "
            "arena %s, median of %d\n", prop.name, format_bytes(a, sizeof a, be.budget), REPS);
-    printf("%-16s %6s %6s %6s  %-6s  %5s  %11s  %11s  %6s  %9s\n", "shape", "N", "IC", "OC", "op", "iters",
-           "kernel GF/s", "cuBLAS GF/s", "ratio", "rel diff");
+    printf("%-16s %6s %6s %6s  %-6s  %5s  %11s  %11s  %6s  %9s  %12s\n", "shape", "N", "IC", "OC", "op", "iters",
+           "kernel GF/s", "cuBLAS GF/s", "ratio", "rel diff", "FAST_16BF GF/s");
     for (int si = 0; si < NSHAPES && !failed; si++) {
         const gemm_shape_t *s = &SHAPES[si];
         const double flops = 2.0 * s->N * (double)s->IC * s->OC;
         for (int op = 0; op < NOPS && !failed; op++) {
             peer_t peer;
-            peer_for(&peer, lt, op, s, &d);
+            peer_for(&peer, lt, op, s, &d, 0);
             // warm-up and agreement: dw starts from zero in both
             size_t n = op == OP_FWD ? (size_t)s->N * s->OC : op == OP_BWD_IN ? (size_t)s->N * s->IC
                                                                                  : (size_t)s->OC * s->IC;
@@ -362,7 +378,24 @@ int bench_gemm_cuda(const config_t *cfg) {
                 failed = 1;
                 break;
             }
-            double tk[REPS], tp[REPS];
+            // the FAST_16BF variant: into the op's buffer, checked against the peer's result
+            peer_t fpeer;
+            int hf = peer_for(&fpeer, lt, op, s, &d, 1) == 0;
+            double fdiff = 0;
+            if (hf) {
+                if (op == OP_BWD_W) backend_memset(&be, d.dw_k, 0, n * sizeof(float));
+                peer_run(&fpeer, lt, d.lt_ws, CUDA_LT_WORKSPACE_BYTES, stream);
+                backend_copy_d2h(&be, h_k, out_k, n * sizeof(float));
+                fdiff = rel_diff(h_k, h_p, n);
+                if (!(fdiff <= AGREE_MAX)) {
+                    fprintf(stderr, "tiertrain: bench gemm: %s %s: the FAST_16BF call differs from the peer by %.3g; "
+                            "its speed is left out\n", s->name, OP_NAME[op], fdiff);
+                    peer_free(&fpeer);
+                    hf = 0;
+                }
+            }
+            fast_all &= hf;
+            double tk[REPS], tp[REPS], tf[REPS];
             // Alternate so drift hits both alike. Each run syncs at its end, so the op's calls
             // start on an idle stream (its first launch latency counts against it, over iters
             // calls) and the peer's queue behind them. Where the op's host-side set-up per call
@@ -374,47 +407,65 @@ int bench_gemm_cuda(const config_t *cfg) {
                 cudaCheck(cudaEventRecord(ev[1], stream));
                 for (int it = 0; it < s->iters; it++) peer_run(&peer, lt, d.lt_ws, CUDA_LT_WORKSPACE_BYTES, stream);
                 cudaCheck(cudaEventRecord(ev[2], stream));
-                cudaCheck(cudaEventSynchronize(ev[2]));
-                float mk = 0, mp = 0;
+                if (hf)
+                    for (int it = 0; it < s->iters; it++) peer_run(&fpeer, lt, d.lt_ws, CUDA_LT_WORKSPACE_BYTES, stream);
+                cudaCheck(cudaEventRecord(ev[3], stream));
+                cudaCheck(cudaEventSynchronize(ev[3]));
+                float mk = 0, mp = 0, mf = 0;
                 cudaCheck(cudaEventElapsedTime(&mk, ev[0], ev[1]));
                 cudaCheck(cudaEventElapsedTime(&mp, ev[1], ev[2]));
+                cudaCheck(cudaEventElapsedTime(&mf, ev[2], ev[3]));
                 tk[r] = 1e-3 * mk / s->iters; // seconds per call
                 tp[r] = 1e-3 * mp / s->iters;
+                tf[r] = 1e-3 * mf / s->iters;
             }
             peer_free(&peer);
-            double mk = median(tk, REPS), mp = median(tp, REPS);
+            if (hf) peer_free(&fpeer);
+            double mk = median(tk, REPS), mp = median(tp, REPS), mf = hf ? median(tf, REPS) : 0;
             gf_k[si][op] = flops / mk * 1e-9;
             gf_p[si][op] = flops / mp * 1e-9;
+            gf_f[si][op] = hf ? flops / mf * 1e-9 : 0;
             flops_total += flops;
             time_k += mk;
             time_p += mp;
-            printf("%-16s %6d %6d %6d  %-6s  %5d  %11.1f  %11.1f  %6.3f  %9.2e\n", s->name, s->N, s->IC, s->OC,
-                   OP_NAME[op], s->iters, gf_k[si][op], gf_p[si][op], gf_k[si][op] / gf_p[si][op], diff[si][op]);
+            time_f += mf;
+            char fcol[24] = "-";
+            if (hf) snprintf(fcol, sizeof fcol, "%.1f", gf_f[si][op]);
+            printf("%-16s %6d %6d %6d  %-6s  %5d  %11.1f  %11.1f  %6.3f  %9.2e  %12s\n", s->name, s->N, s->IC, s->OC,
+                   OP_NAME[op], s->iters, gf_k[si][op], gf_p[si][op], gf_k[si][op] / gf_p[si][op], diff[si][op], fcol);
             fflush(stdout);
         }
     }
     if (!failed) {
         double agg_k = flops_total / time_k * 1e-9, agg_p = flops_total / time_p * 1e-9;
+        const double agg_f = fast_all && time_f > 0 ? flops_total / time_f * 1e-9 : 0;
         printf("all shapes (total FLOPs / total median time): kernel %.1f GF/s, cuBLASLt %.1f GF/s, ratio %.3f; "
                "results agree (max rel diff %.2e); %.1f s\n",
                agg_k, agg_p, agg_k / agg_p, diff_max, (now_ms() - t_start) * 1e-3);
+        if (fast_all)
+            printf("FAST_16BF on the FP32 operands (no conversion pass): %.1f GF/s, %.3f of the peer\n", agg_f, agg_f / agg_p);
+        else
+            printf("FAST_16BF on the FP32 operands: not offered (or not agreeing) for every GEMM here\n");
 
         printf("{\"bench\":\"gemm\",\"device\":\"cuda\",\"gpu\":");
         if (json_fput_string(stdout, prop.name) != 0) printf("\"?\"");
-        printf(",\"kernel_gflops\":%.2f,\"peer_gflops\":%.2f,\"ratio\":%.4f,\"reps\":%d,\"max_rel_diff\":%.3g,"
-               "\"shapes\":[",
+        printf(",\"kernel_gflops\":%.2f,\"peer_gflops\":%.2f,\"ratio\":%.4f,\"reps\":%d,\"max_rel_diff\":%.3g,",
                agg_k, agg_p, agg_k / agg_p, REPS, diff_max);
+        if (fast_all) printf("\"fast16bf_gflops\":%.2f,", agg_f);
+        else printf("\"fast16bf_gflops\":null,");
+        printf("\"shapes\":[");
         for (int si = 0; si < NSHAPES; si++)
             for (int op = 0; op < NOPS; op++)
                 printf("%s{\"name\":\"%s\",\"N\":%d,\"IC\":%d,\"OC\":%d,\"op\":\"%s\",\"iters\":%d,\"kernel_gflops\":%.2f,"
-                       "\"peer_gflops\":%.2f,\"ratio\":%.4f,\"rel_diff\":%.3g}",
+                       "\"peer_gflops\":%.2f,\"ratio\":%.4f,\"rel_diff\":%.3g,\"fast16bf_gflops\":%.2f}",
                        si || op ? "," : "", SHAPES[si].name, SHAPES[si].N, SHAPES[si].IC, SHAPES[si].OC, OP_NAME[op],
-                       SHAPES[si].iters, gf_k[si][op], gf_p[si][op], gf_k[si][op] / gf_p[si][op], diff[si][op]);
+                       SHAPES[si].iters, gf_k[si][op], gf_p[si][op], gf_k[si][op] / gf_p[si][op], diff[si][op],
+                       gf_f[si][op]);
         printf("]}\n");
         fflush(stdout);
     }
 
-    for (int i = 0; i < 3; i++) cudaCheck(cudaEventDestroy(ev[i]));
+    for (int i = 0; i < 4; i++) cudaCheck(cudaEventDestroy(ev[i]));
     cublasCheck(cublasLtDestroy(lt));
     free(h_k);
     free(h_p);

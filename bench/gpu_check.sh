@@ -271,7 +271,8 @@ else
       # the first of each is the run's total (the per-shape figures follow)
       kg=$(grep -o '"kernel_gflops":[0-9.]*' <<< "$js" | head -1 | cut -d: -f2)
       ratio=$(grep -o '"ratio":[0-9.]*' <<< "$js" | head -1 | cut -d: -f2)
-      if grep -q '"device":"cuda"' <<< "$js"; then row "bench gemm" PASS "${kg} GFLOP/s over 1b's GEMMs, ${ratio} of bare cuBLASLt"
+      fast=$(grep -o '"fast16bf_gflops":[0-9.]*' <<< "$js" | head -1 | cut -d: -f2)
+      if grep -q '"device":"cuda"' <<< "$js"; then row "bench gemm" PASS "${kg} GFLOP/s over 1b's GEMMs, ${ratio} of bare cuBLASLt; FP32 operands as FAST_16BF ${fast:-not offered} GFLOP/s"
       else row "bench gemm" PASS "${kg} GFLOP/s, ${ratio} of cblas_sgemm (the CPU kernels: the run did not resolve to the GPU)"; fi
     else row "bench gemm" "$([[ $rc == 124 || $rc == 137 ]] && echo TIMEOUT || echo FAIL)" "exit $rc, no JSON line (see bench-gemm.log)"; fi
   fi
