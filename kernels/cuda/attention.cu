@@ -1,9 +1,11 @@
 // attention.cu — causal grouped-query attention, FP32 (kernels.h "attention"), the CUDA
 // twin of attention.c. Same layouts: q (B, T, NH, HS), k/v (B, T, NKV, HS), lse (B, NH, T);
 // query head h reads kv head h / (NH/NKV). No (T, T) buffer anywhere: FlashAttention's
-// structure. Three sets of kernels, the first that fits a head size runs: the tile products
-// on tensor cores (3xTF32, FP32-level accuracy; "tensor cores" below), the same tiles in
-// plain FP32 arithmetic (described next), and a plain path for the largest head sizes.
+// structure. The first that fits a head size runs: the tiled kernels with their tile
+// products on tensor cores (template argument TC true: 3xTF32, FP32-level accuracy; see
+// "tensor-core tile products"), the same kernels with the products in plain FP32 arithmetic
+// (TC false; described next), and a plain path for the largest head sizes. The two tiled
+// sets share everything but the products: tiles, blocks, softmax, P and dS, masks, order.
 // On the H200, 1b's attention (T 2048, HS 64) took 726 ms of a 1628 ms bench train step on
 // the FP32 tiles, about 12 TFLOP/s.
 //
@@ -35,28 +37,50 @@ using namespace nvcuda;
 #define ATT_THREADS 128                       // 4 warps
 #define ATT_WARPS (ATT_THREADS / 32)
 #define ATT_RPW (ATT_T / ATT_WARPS)           // tile rows per warp (8)
-#define ATT_PLD (ATT_T + 1)                   // row stride of the (32, 32) score tiles
+#define ATT_PLD (ATT_T + 1)                   // row stride of the (32, 32) score tiles, FP32
+#define TC_LDS (ATT_T + 4)                    // the same on tensor cores (a multiple of 4 floats)
 
 static int g_att_smem_limit = 48 * 1024;      // dynamic shared memory the tiled kernels may use
 
-__host__ __device__ static inline int att_ld(int HS) { return HS % 2 == 0 ? HS + 1 : HS; }
-static size_t fwd_smem(int HS) { return sizeof(float) * ((size_t)4 * ATT_T * att_ld(HS) + ATT_T * ATT_PLD + ATT_T); }
-static size_t dkdv_smem(int HS) { return sizeof(float) * ((size_t)6 * ATT_T * att_ld(HS) + 2 * ATT_T * ATT_PLD + 2 * ATT_T); }
-static size_t dq_smem(int HS) { return sizeof(float) * ((size_t)5 * ATT_T * att_ld(HS) + ATT_T * ATT_PLD + 2 * ATT_T); }
+// ---------------------------------------------------------------- tile geometry
+// TC: the tensor-core kernels' tiles (false: the FP32 ones'). Columns loaded per row: HS, or
+// HS rounded up to 16 (the padding zeros); row stride: odd (FP32: lane-strided reads hit 32
+// banks), or the padded width + 4 (a multiple of 4 floats, as WMMA wants).
+__host__ __device__ static inline int tc_hsp(int HS) { return (HS + 15) / 16 * 16; }
+template <bool TC> __host__ __device__ static inline int tile_w(int HS) { return TC ? tc_hsp(HS) : HS; }
+template <bool TC> __host__ __device__ static inline int tile_ld(int HS) {
+    return TC ? tc_hsp(HS) + 4 : HS % 2 == 0 ? HS + 1 : HS;
+}
+template <bool TC> __host__ __device__ static inline int score_ld() { return TC ? TC_LDS : ATT_PLD; }
+// Dynamic shared memory of `tiles` (32, tile_ld) tiles, `scores` (32, 32) score tiles and
+// `rows` per-row vectors of 32 floats.
+template <bool TC> static size_t tiled_smem(int HS, int tiles, int scores, int rows) {
+    return sizeof(float) * ((size_t)tiles * ATT_T * tile_ld<TC>(HS) + (size_t)scores * ATT_T * score_ld<TC>() + rows * ATT_T);
+}
+template <bool TC> static size_t fwd_smem(int HS) { return tiled_smem<TC>(HS, 4, 1, 1); }
+template <bool TC> static size_t dkdv_smem(int HS) { return tiled_smem<TC>(HS, 6, 2, 2); }
+// dq keeps S and dP on tensor cores; the FP32 kernel has both in registers and stores dS only
+template <bool TC> static size_t dq_smem(int HS) { return tiled_smem<TC>(HS, 5, TC ? 2 : 1, 2); }
 
-// rows [0, n) of a (32, HS) tile from global rows of stride `stride`; rows n.. are zeros.
+// rows [0, n) × columns [0, HS) of a (32, tile_w) tile from global rows of stride `stride`;
+// the other rows and the padding columns are zeros.
+template <bool TC>
 __device__ __forceinline__ void load_tile(float *dst, int ld, const float *src, size_t stride, int n, int HS) {
-    for (int idx = threadIdx.x; idx < ATT_T * HS; idx += ATT_THREADS) {
-        const int i = idx / HS, d = idx - i * HS;
-        dst[i * ld + d] = i < n ? src[(size_t)i * stride + d] : 0.0f;
+    const int W = tile_w<TC>(HS);
+    for (int idx = threadIdx.x; idx < ATT_T * W; idx += ATT_THREADS) {
+        const int i = idx / W, d = idx - i * W;
+        dst[i * ld + d] = i < n && d < HS ? src[(size_t)i * stride + d] : 0.0f;
     }
 }
-__device__ __forceinline__ void zero_tile(float *dst, int ld, int HS) {
-    for (int idx = threadIdx.x; idx < ATT_T * HS; idx += ATT_THREADS) {
-        const int i = idx / HS, d = idx - i * HS;
+template <bool TC> __device__ __forceinline__ void zero_tile(float *dst, int ld, int HS) {
+    const int W = tile_w<TC>(HS);
+    for (int idx = threadIdx.x; idx < ATT_T * W; idx += ATT_THREADS) {
+        const int i = idx / W, d = idx - i * W;
         dst[i * ld + d] = 0.0f;
     }
 }
+
+// ---------------------------------------------------------------- FP32 tile products
 // The warp's ATT_RPW rows at once (register blocking: one load of the lane's own row per d
 // serves every row, the rows' loads are broadcasts), each sum in the same order as a single
 // dot would take it, so the bits do not depend on the blocking.
@@ -86,261 +110,20 @@ __device__ __forceinline__ void rows_times_tile(float acc[ATT_RPW], const float 
     rows_times_tile_acc(acc, p, x, ld, n);
 }
 
-// ---------------------------------------------------------------- forward (tiled)
-__global__ void __launch_bounds__(ATT_THREADS)
-att_fwd_kernel(float *out, float *lse, const float *q, const float *k, const float *v, int T, int NH, int NKV,
-               int HS, float scale) {
-    extern __shared__ float sm[];
-    const int ld = att_ld(HS);
-    float *Qs = sm, *Ks = Qs + ATT_T * ld, *Vs = Ks + ATT_T * ld, *Os = Vs + ATT_T * ld;
-    float *Ps = Os + ATT_T * ld, *cr = Ps + ATT_T * ATT_PLD;
-    const int qb = gridDim.x - 1 - blockIdx.x; // the longest tiles start first
-    const int h = blockIdx.y, b = blockIdx.z;
-    const int t0 = qb * ATT_T, nq = min(ATT_T, T - t0), g = h / (NH / NKV);
-    const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
-    const float *kb = k + (size_t)b * T * ks + (size_t)g * HS, *vb = v + (size_t)b * T * ks + (size_t)g * HS;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    load_tile(Qs, ld, q + ((size_t)b * T + t0) * qs + (size_t)h * HS, qs, nq, HS);
-    zero_tile(Os, ld, HS);
-    float m_r[ATT_RPW], l_r[ATT_RPW];
-#pragma unroll
-    for (int r = 0; r < ATT_RPW; r++) { m_r[r] = -INFINITY; l_r[r] = 0.0f; }
-    for (int s0 = 0; s0 < t0 + nq; s0 += ATT_T) {
-        const int nk = min(ATT_T, T - s0);
-        __syncthreads(); // the previous tile's readers are done (and Qs/Os are written)
-        load_tile(Ks, ld, kb + (size_t)s0 * ks, ks, nk, HS);
-        load_tile(Vs, ld, vb + (size_t)s0 * ks, ks, nk, HS);
-        __syncthreads();
-        float dots[ATT_RPW];
-        dots_rows(dots, Qs + warp * ld, Ks + lane * ld, ld, HS);
-#pragma unroll
-        for (int r = 0; r < ATT_RPW; r++) {
-            const int i = warp + ATT_WARPS * r;
-            const bool valid = lane < nk && s0 + lane <= t0 + i;
-            float s = __fmul_rn(dots[r], scale);
-            s = valid ? s : -INFINITY;
-            const float mnew = fmaxf(m_r[r], warp_max(s)); // finite: key s0 is always valid
-            const float p = valid ? expf(__fsub_rn(s, mnew)) : 0.0f;
-            const float c = expf(__fsub_rn(m_r[r], mnew)); // exp(−inf) = 0 on the first tile
-            l_r[r] = __fadd_rn(__fmul_rn(l_r[r], c), warp_sum(p));
-            m_r[r] = mnew;
-            Ps[i * ATT_PLD + lane] = p;
-            if (lane == 0) cr[i] = c;
-        }
-        __syncthreads();
-        // out = out·c + P·v: lane d of warp w sums the warp's rows w + 4r at column d, keys in order
-        for (int d = lane; d < HS; d += 32) {
-            float acc[ATT_RPW];
-            rows_times_tile(acc, Ps + warp * ATT_PLD, Vs + d, ld, nk);
-#pragma unroll
-            for (int r = 0; r < ATT_RPW; r++) {
-                const int i = warp + ATT_WARPS * r;
-                Os[i * ld + d] = __fadd_rn(__fmul_rn(Os[i * ld + d], cr[i]), acc[r]);
-            }
-        }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < ATT_RPW; r++) {
-        const int i = warp + ATT_WARPS * r;
-        if (i >= nq) continue;
-        const float inv = __fdiv_rn(1.0f, l_r[r]);
-        float *o = out + ((size_t)b * T + t0 + i) * qs + (size_t)h * HS;
-        for (int d = lane; d < HS; d += 32) o[d] = __fmul_rn(Os[i * ld + d], inv);
-        if (lane == 0) lse[((size_t)b * NH + h) * T + t0 + i] = __fadd_rn(m_r[r], logf(l_r[r]));
-    }
-}
-
-// ---------------------------------------------------------------- backward (tiled)
-// D_t = dout_t·out_t in d order (no FMA: the CPU's dot_seq bits), parked in dq[row][0].
-__global__ void att_d_kernel(float *dq, const float *dout, const float *out, size_t rows, int HS) {
-    for (size_t r = blockIdx.x * (size_t)blockDim.x + threadIdx.x; r < rows; r += (size_t)gridDim.x * blockDim.x) {
-        const float *a = dout + r * HS, *o = out + r * HS;
-        float s = 0.0f;
-        for (int d = 0; d < HS; d++) s = __fadd_rn(s, __fmul_rn(a[d], o[d]));
-        dq[r * HS] = s;
-    }
-}
-
-// dk, dv rows [s0, s0 + 32) of kv head g: the group's heads in order, query tiles in order.
-__global__ void __launch_bounds__(ATT_THREADS)
-att_dkdv_kernel(float *dk, float *dv, const float *dq, const float *dout, const float *q, const float *k,
-                const float *v, const float *lse, int T, int NH, int NKV, int HS, float scale) {
-    extern __shared__ float sm[];
-    const int ld = att_ld(HS);
-    float *Ks = sm, *Vs = Ks + ATT_T * ld, *Qs = Vs + ATT_T * ld, *dOs = Qs + ATT_T * ld;
-    float *dKs = dOs + ATT_T * ld, *dVs = dKs + ATT_T * ld;
-    float *Ps = dVs + ATT_T * ld, *dSs = Ps + ATT_T * ATT_PLD, *Ls = dSs + ATT_T * ATT_PLD, *Ds = Ls + ATT_T;
-    const int g = blockIdx.y, b = blockIdx.z, group = NH / NKV;
-    const int s0 = blockIdx.x * ATT_T, nk = min(ATT_T, T - s0);
-    const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
-    const size_t ko = ((size_t)b * T + s0) * ks + (size_t)g * HS;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    load_tile(Ks, ld, k + ko, ks, nk, HS);
-    load_tile(Vs, ld, v + ko, ks, nk, HS);
-    zero_tile(dKs, ld, HS);
-    zero_tile(dVs, ld, HS);
-    for (int h = g * group; h < (g + 1) * group; h++) {
-        for (int t0 = s0; t0 < T; t0 += ATT_T) { // earlier query tiles see none of these keys
-            const int nq = min(ATT_T, T - t0);
-            const size_t qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
-            __syncthreads(); // the previous tile's readers are done
-            load_tile(Qs, ld, q + qo, qs, nq, HS);
-            load_tile(dOs, ld, dout + qo, qs, nq, HS);
-            if (threadIdx.x < ATT_T) {
-                const int i = threadIdx.x;
-                Ls[i] = i < nq ? lse[((size_t)b * NH + h) * T + t0 + i] : 0.0f;
-                Ds[i] = i < nq ? dq[qo + (size_t)i * qs] : 0.0f; // D parked in dq[row][0]
-            }
-            __syncthreads();
-            float sd[ATT_RPW], pd[ATT_RPW];
-            dots_rows(sd, Qs + warp * ld, Ks + lane * ld, ld, HS);
-            dots_rows(pd, dOs + warp * ld, Vs + lane * ld, ld, HS);
-#pragma unroll
-            for (int r = 0; r < ATT_RPW; r++) {
-                const int i = warp + ATT_WARPS * r;
-                const bool valid = i < nq && lane < nk && s0 + lane <= t0 + i;
-                const float p = expf(__fsub_rn(__fmul_rn(sd[r], scale), Ls[i]));
-                const float ds = __fmul_rn(__fmul_rn(p, __fsub_rn(pd[r], Ds[i])), scale);
-                Ps[i * ATT_PLD + lane] = valid ? p : 0.0f;
-                dSs[i * ATT_PLD + lane] = valid ? ds : 0.0f;
-            }
-            __syncthreads();
-            // dv[j] += Σ_i P[i][j]·dout[i];  dk[j] += Σ_i dS[i][j]·q[i]  (i in order): lane d
-            // of warp w owns column d of key rows w + 4r
-            for (int d = lane; d < HS; d += 32) {
-                float av[ATT_RPW], ak[ATT_RPW];
-#pragma unroll
-                for (int r = 0; r < ATT_RPW; r++) {
-                    const int j = warp + ATT_WARPS * r;
-                    av[r] = dVs[j * ld + d];
-                    ak[r] = dKs[j * ld + d];
-                }
-                for (int i = 0; i < nq; i++) {
-                    const float o = dOs[i * ld + d], x = Qs[i * ld + d];
-                    const float *pr = Ps + i * ATT_PLD + warp, *sr = dSs + i * ATT_PLD + warp;
-#pragma unroll
-                    for (int r = 0; r < ATT_RPW; r++) {
-                        av[r] = __fmaf_rn(pr[ATT_WARPS * r], o, av[r]);
-                        ak[r] = __fmaf_rn(sr[ATT_WARPS * r], x, ak[r]);
-                    }
-                }
-#pragma unroll
-                for (int r = 0; r < ATT_RPW; r++) {
-                    const int j = warp + ATT_WARPS * r;
-                    dVs[j * ld + d] = av[r];
-                    dKs[j * ld + d] = ak[r];
-                }
-            }
-        }
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < nk * HS; idx += ATT_THREADS) {
-        const int j = idx / HS, d = idx - j * HS;
-        dk[ko + (size_t)j * ks + d] = dKs[j * ld + d];
-        dv[ko + (size_t)j * ks + d] = dVs[j * ld + d];
-    }
-}
-
-// dq rows [t0, t0 + 32) of head h: reads the rows' parked D first, overwrites them last.
-__global__ void __launch_bounds__(ATT_THREADS)
-att_dq_kernel(float *dq, const float *dout, const float *q, const float *k, const float *v, const float *lse, int T,
-              int NH, int NKV, int HS, float scale) {
-    extern __shared__ float sm[];
-    const int ld = att_ld(HS);
-    float *Qs = sm, *dOs = Qs + ATT_T * ld, *Ks = dOs + ATT_T * ld, *Vs = Ks + ATT_T * ld, *dQs = Vs + ATT_T * ld;
-    float *dSs = dQs + ATT_T * ld, *Ls = dSs + ATT_T * ATT_PLD, *Ds = Ls + ATT_T;
-    const int qb = gridDim.x - 1 - blockIdx.x;
-    const int h = blockIdx.y, b = blockIdx.z;
-    const int t0 = qb * ATT_T, nq = min(ATT_T, T - t0), g = h / (NH / NKV);
-    const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
-    const size_t qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
-    const float *kb = k + (size_t)b * T * ks + (size_t)g * HS, *vb = v + (size_t)b * T * ks + (size_t)g * HS;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    load_tile(Qs, ld, q + qo, qs, nq, HS);
-    load_tile(dOs, ld, dout + qo, qs, nq, HS);
-    zero_tile(dQs, ld, HS);
-    if (threadIdx.x < ATT_T) {
-        const int i = threadIdx.x;
-        Ls[i] = i < nq ? lse[((size_t)b * NH + h) * T + t0 + i] : 0.0f;
-        Ds[i] = i < nq ? dq[qo + (size_t)i * qs] : 0.0f;
-    }
-    for (int s0 = 0; s0 < t0 + nq; s0 += ATT_T) {
-        const int nk = min(ATT_T, T - s0);
-        __syncthreads();
-        load_tile(Ks, ld, kb + (size_t)s0 * ks, ks, nk, HS);
-        load_tile(Vs, ld, vb + (size_t)s0 * ks, ks, nk, HS);
-        __syncthreads();
-        float sd[ATT_RPW], pd[ATT_RPW];
-        dots_rows(sd, Qs + warp * ld, Ks + lane * ld, ld, HS);
-        dots_rows(pd, dOs + warp * ld, Vs + lane * ld, ld, HS);
-#pragma unroll
-        for (int r = 0; r < ATT_RPW; r++) {
-            const int i = warp + ATT_WARPS * r;
-            const bool valid = i < nq && lane < nk && s0 + lane <= t0 + i;
-            const float p = expf(__fsub_rn(__fmul_rn(sd[r], scale), Ls[i]));
-            const float ds = __fmul_rn(__fmul_rn(p, __fsub_rn(pd[r], Ds[i])), scale);
-            dSs[i * ATT_PLD + lane] = valid ? ds : 0.0f;
-        }
-        __syncthreads();
-        // dq[i] += Σ_j dS[i][j]·k[j]  (j in order): lane d of warp w, the warp's rows w + 4r
-        for (int d = lane; d < HS; d += 32) {
-            float acc[ATT_RPW];
-#pragma unroll
-            for (int r = 0; r < ATT_RPW; r++) acc[r] = dQs[(warp + ATT_WARPS * r) * ld + d];
-            rows_times_tile_acc(acc, dSs + warp * ATT_PLD, Ks + d, ld, nk);
-#pragma unroll
-            for (int r = 0; r < ATT_RPW; r++) dQs[(warp + ATT_WARPS * r) * ld + d] = acc[r];
-        }
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < nq * HS; idx += ATT_THREADS) {
-        const int i = idx / HS, d = idx - i * HS;
-        dq[qo + (size_t)i * qs + d] = dQs[i * ld + d];
-    }
-}
-
-// ---------------------------------------------------------------- tensor cores (TF32)
-// The same tiles, blocks and softmax steps as the kernels above, with the tile products on
-// tensor cores: WMMA m16n16k8 TF32 fragments with FP32 accumulators, each product in three
-// (3xTF32: x = hi + lo, each a TF32 value; a·b ≈ lo_a·hi_b + hi_a·lo_b + hi_a·hi_b, the lo·lo
-// term dropped), which keeps about 21 bits of each product: FP32-level results in --precision
-// fp32 as in bf16 (BF16 values are TF32 values: their lo parts are zero). Each warp computes
-// whole 16 × 16 output tiles: a (32, 32) score tile is four (warp w: rows 16·(w / 2), keys
-// 16·(w % 2)), a (32, HS) accumulator tile 2·HS/16, dealt to the warps in turn. Scores go to
-// shared memory (row stride TC_LDS), where the softmax and dS steps read them as above;
+// ---------------------------------------------------------------- tensor-core tile products
+// WMMA m16n16k8 TF32 fragments with FP32 accumulators, each product in three (3xTF32: x =
+// hi + lo, each a TF32 value; a·b ≈ lo_a·hi_b + hi_a·lo_b + hi_a·hi_b, the lo·lo term
+// dropped), which keeps about 21 bits of each product: FP32-level results in --precision fp32
+// as in bf16 (BF16 values are TF32 values: their lo parts are zero). Each warp computes whole
+// 16 × 16 output tiles: a (32, 32) score tile is four (warp w: rows 16·(w / 2), keys
+// 16·(w % 2)), a (32, HS) accumulator tile 2·tc_hsp/16, dealt to the warps in turn. Scores go
+// to shared memory, where each thread reads its own (row, key) for the softmax and dS steps;
 // accumulators live in shared memory between key tiles (the forward's per-row rescale is a
-// plain loop over the warp's own output tile before it loads it). Tiles are HS rounded up to
-// 16 columns wide, the padding zeros. A tensor core adds in its own order, so these results
-// differ from the FP32 kernels' in the last bits; each is the same run to run (a fixed
-// sequence of instructions per output tile).
-#define TC_LDS (ATT_T + 4) // row stride of the (32, 32) score tiles (a multiple of 4 floats)
+// plain loop over the warp's own output tile before it loads it). A tensor core adds in its
+// own order, so these results differ from the FP32 kernels' in the last bits; each is the
+// same run to run (a fixed sequence of instructions per output tile).
 typedef wmma::fragment<wmma::accumulator, 16, 16, 8, float> tc_acc;
 
-__host__ __device__ static inline int tc_hsp(int HS) { return (HS + 15) / 16 * 16; }
-__host__ __device__ static inline int tc_ld(int HS) { return tc_hsp(HS) + 4; }
-static size_t fwd_tc_smem(int HS) { return sizeof(float) * ((size_t)4 * ATT_T * tc_ld(HS) + ATT_T * TC_LDS + ATT_T); }
-static size_t dkdv_tc_smem(int HS) {
-    return sizeof(float) * ((size_t)6 * ATT_T * tc_ld(HS) + 2 * ATT_T * TC_LDS + 2 * ATT_T);
-}
-static size_t dq_tc_smem(int HS) { return sizeof(float) * ((size_t)5 * ATT_T * tc_ld(HS) + 2 * ATT_T * TC_LDS + 2 * ATT_T); }
-
-// rows [0, n) × columns [0, HS) of a (32, tc_hsp(HS)) tile from global rows of stride
-// `stride`; the other rows and the padding columns are zeros.
-__device__ __forceinline__ void load_tile_tc(float *dst, int ld, const float *src, size_t stride, int n, int HS) {
-    const int HSp = tc_hsp(HS);
-    for (int idx = threadIdx.x; idx < ATT_T * HSp; idx += ATT_THREADS) {
-        const int i = idx / HSp, d = idx - i * HSp;
-        dst[i * ld + d] = i < n && d < HS ? src[(size_t)i * stride + d] : 0.0f;
-    }
-}
-__device__ __forceinline__ void zero_tile_tc(float *dst, int ld, int HS) {
-    const int HSp = tc_hsp(HS);
-    for (int idx = threadIdx.x; idx < ATT_T * HSp; idx += ATT_THREADS) {
-        const int i = idx / HSp, d = idx - i * HSp;
-        dst[i * ld + d] = 0.0f;
-    }
-}
 // hi holds x; on return hi = tf32(x), lo = tf32(x − hi)
 template <class F> __device__ __forceinline__ void tf32_split(F &hi, F &lo) {
 #pragma unroll
@@ -377,58 +160,90 @@ __device__ __forceinline__ void tc_scores(float *out, const float *X, const floa
     tc_mma<wmma::row_major, wmma::col_major>(c, X + r0 * ld, ld, 8, Y + c0 * ld, ld, 8, tc_hsp(HS));
     wmma::store_matrix_sync(out + r0 * TC_LDS + c0, c, TC_LDS, wmma::mem_row_major);
 }
+// The thread's scores after tc_scores (and a barrier): rows w + 4r, key `lane`.
+__device__ __forceinline__ void tc_rows(float out[ATT_RPW], const float *S, int warp, int lane) {
+#pragma unroll
+    for (int r = 0; r < ATT_RPW; r++) out[r] = S[(warp + ATT_WARPS * r) * TC_LDS + lane];
+}
+// acc (16 × 16 at c, stride ldc) += A · B over K, in shared memory
+template <class LA>
+__device__ __forceinline__ void tc_acc_tile(float *c, int ldc, const float *a, int lda, int ask, const float *b, int ldb,
+                                            int K) {
+    tc_acc f;
+    wmma::load_matrix_sync(f, c, ldc, wmma::mem_row_major);
+    tc_mma<LA, wmma::row_major>(f, a, lda, ask, b, ldb, 8 * ldb, K);
+    wmma::store_matrix_sync(c, f, ldc, wmma::mem_row_major);
+}
 
+// ---------------------------------------------------------------- forward (tiled)
+template <bool TC>
 __global__ void __launch_bounds__(ATT_THREADS)
-att_fwd_tc_kernel(float *out, float *lse, const float *q, const float *k, const float *v, int T, int NH, int NKV,
-                  int HS, float scale) {
+att_fwd_kernel(float *out, float *lse, const float *q, const float *k, const float *v, int T, int NH, int NKV,
+               int HS, float scale) {
     extern __shared__ __align__(128) float sm[];
-    const int ld = tc_ld(HS), ntiles = 2 * (tc_hsp(HS) / 16);
+    const int ld = tile_ld<TC>(HS), SLD = score_ld<TC>();
     float *Qs = sm, *Ks = Qs + ATT_T * ld, *Vs = Ks + ATT_T * ld, *Os = Vs + ATT_T * ld;
-    float *Ss = Os + ATT_T * ld, *cr = Ss + ATT_T * TC_LDS;
+    float *Ps = Os + ATT_T * ld, *cr = Ps + ATT_T * SLD;
     const int qb = gridDim.x - 1 - blockIdx.x; // the longest tiles start first
     const int h = blockIdx.y, b = blockIdx.z;
     const int t0 = qb * ATT_T, nq = min(ATT_T, T - t0), g = h / (NH / NKV);
     const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
     const float *kb = k + (size_t)b * T * ks + (size_t)g * HS, *vb = v + (size_t)b * T * ks + (size_t)g * HS;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    load_tile_tc(Qs, ld, q + ((size_t)b * T + t0) * qs + (size_t)h * HS, qs, nq, HS);
-    zero_tile_tc(Os, ld, HS);
+    load_tile<TC>(Qs, ld, q + ((size_t)b * T + t0) * qs + (size_t)h * HS, qs, nq, HS);
+    zero_tile<TC>(Os, ld, HS);
     float m_r[ATT_RPW], l_r[ATT_RPW];
 #pragma unroll
     for (int r = 0; r < ATT_RPW; r++) { m_r[r] = -INFINITY; l_r[r] = 0.0f; }
     for (int s0 = 0; s0 < t0 + nq; s0 += ATT_T) {
         const int nk = min(ATT_T, T - s0);
         __syncthreads(); // the previous tile's readers are done (and Qs/Os are written)
-        load_tile_tc(Ks, ld, kb + (size_t)s0 * ks, ks, nk, HS);
-        load_tile_tc(Vs, ld, vb + (size_t)s0 * ks, ks, nk, HS);
+        load_tile<TC>(Ks, ld, kb + (size_t)s0 * ks, ks, nk, HS);
+        load_tile<TC>(Vs, ld, vb + (size_t)s0 * ks, ks, nk, HS);
         __syncthreads();
-        tc_scores(Ss, Qs, Ks, ld, HS, warp);
-        __syncthreads();
+        float dots[ATT_RPW];
+        if constexpr (TC) {
+            tc_scores(Ps, Qs, Ks, ld, HS, warp);
+            __syncthreads();
+            tc_rows(dots, Ps, warp, lane);
+        } else {
+            dots_rows(dots, Qs + warp * ld, Ks + lane * ld, ld, HS);
+        }
 #pragma unroll
         for (int r = 0; r < ATT_RPW; r++) {
             const int i = warp + ATT_WARPS * r;
             const bool valid = lane < nk && s0 + lane <= t0 + i;
-            float s = __fmul_rn(Ss[i * TC_LDS + lane], scale);
+            float s = __fmul_rn(dots[r], scale);
             s = valid ? s : -INFINITY;
             const float mnew = fmaxf(m_r[r], warp_max(s)); // finite: key s0 is always valid
             const float p = valid ? expf(__fsub_rn(s, mnew)) : 0.0f;
             const float c = expf(__fsub_rn(m_r[r], mnew)); // exp(−inf) = 0 on the first tile
             l_r[r] = __fadd_rn(__fmul_rn(l_r[r], c), warp_sum(p));
             m_r[r] = mnew;
-            Ss[i * TC_LDS + lane] = p;
+            Ps[i * SLD + lane] = p;
             if (lane == 0) cr[i] = c;
         }
         __syncthreads();
-        // out = out·c + P·v, one (16, 16) output tile at a time
-        for (int f = warp; f < ntiles; f += ATT_WARPS) {
-            const int r0 = (f & 1) * 16, d0 = (f >> 1) * 16;
-            float *o = Os + r0 * ld + d0;
-            for (int e = lane; e < 256; e += 32) o[(e >> 4) * ld + (e & 15)] = __fmul_rn(o[(e >> 4) * ld + (e & 15)], cr[r0 + (e >> 4)]);
-            __syncwarp();
-            tc_acc c;
-            wmma::load_matrix_sync(c, o, ld, wmma::mem_row_major);
-            tc_mma<wmma::row_major, wmma::row_major>(c, Ss + r0 * TC_LDS, TC_LDS, 8, Vs + d0, ld, 8 * ld, ATT_T);
-            wmma::store_matrix_sync(o, c, ld, wmma::mem_row_major);
+        // out = out·c + P·v
+        if constexpr (TC) { // one (16, 16) output tile at a time
+            for (int f = warp; f < 2 * (tc_hsp(HS) / 16); f += ATT_WARPS) {
+                const int r0 = (f & 1) * 16, d0 = (f >> 1) * 16;
+                float *o = Os + r0 * ld + d0;
+                for (int e = lane; e < 256; e += 32)
+                    o[(e >> 4) * ld + (e & 15)] = __fmul_rn(o[(e >> 4) * ld + (e & 15)], cr[r0 + (e >> 4)]);
+                __syncwarp();
+                tc_acc_tile<wmma::row_major>(o, ld, Ps + r0 * TC_LDS, TC_LDS, 8, Vs + d0, ld, ATT_T);
+            }
+        } else { // lane d of warp w sums the warp's rows w + 4r at column d, keys in order
+            for (int d = lane; d < HS; d += 32) {
+                float acc[ATT_RPW];
+                rows_times_tile(acc, Ps + warp * ATT_PLD, Vs + d, ld, nk);
+#pragma unroll
+                for (int r = 0; r < ATT_RPW; r++) {
+                    const int i = warp + ATT_WARPS * r;
+                    Os[i * ld + d] = __fadd_rn(__fmul_rn(Os[i * ld + d], cr[i]), acc[r]);
+                }
+            }
         }
     }
     __syncthreads();
@@ -443,68 +258,125 @@ att_fwd_tc_kernel(float *out, float *lse, const float *q, const float *k, const 
     }
 }
 
-// P and dS of a (32, 32) tile in place: S and dP from the scores' tiles (rows: queries
-// t0 + i, columns: keys s0 + j), lse and D per query row; masked entries zero.
-__device__ __forceinline__ void tc_p_ds(float *Ss, float *dPs, const float *Ls, const float *Ds, int t0, int nq,
-                                        int s0, int nk, float scale, int warp, int lane) {
+// ---------------------------------------------------------------- backward (tiled)
+// D_t = dout_t·out_t in d order (no FMA: the CPU's dot_seq bits), parked in dq[row][0].
+__global__ void att_d_kernel(float *dq, const float *dout, const float *out, size_t rows, int HS) {
+    for (size_t r = blockIdx.x * (size_t)blockDim.x + threadIdx.x; r < rows; r += (size_t)gridDim.x * blockDim.x) {
+        const float *a = dout + r * HS, *o = out + r * HS;
+        float s = 0.0f;
+        for (int d = 0; d < HS; d++) s = __fadd_rn(s, __fmul_rn(a[d], o[d]));
+        dq[r * HS] = s;
+    }
+}
+
+// The query rows' lse and parked D (rows [t0, t0 + nq) of head h, zeros past nq): Ls, Ds.
+__device__ __forceinline__ void load_row_stats(float *Ls, float *Ds, const float *lse, const float *dq, int b, int h,
+                                               int T, int NH, int t0, int nq, size_t qo, size_t qs) {
+    if (threadIdx.x < ATT_T) {
+        const int i = threadIdx.x;
+        Ls[i] = i < nq ? lse[((size_t)b * NH + h) * T + t0 + i] : 0.0f;
+        Ds[i] = i < nq ? dq[qo + (size_t)i * qs] : 0.0f; // D parked in dq[row][0]
+    }
+}
+
+// The scores S = q·kᵀ and dP = dout·vᵀ of the thread's (query row w + 4r, key lane) pairs.
+// Tensor cores go through the score tiles St, dPt (then a barrier); FP32 stays in registers.
+template <bool TC>
+__device__ __forceinline__ void scores_s_dp(float sd[ATT_RPW], float pd[ATT_RPW], float *St, float *dPt, const float *Qs,
+                                            const float *dOs, const float *Ks, const float *Vs, int ld, int HS, int warp,
+                                            int lane) {
+    if constexpr (TC) {
+        tc_scores(St, Qs, Ks, ld, HS, warp);
+        tc_scores(dPt, dOs, Vs, ld, HS, warp);
+        __syncthreads();
+        tc_rows(sd, St, warp, lane);
+        tc_rows(pd, dPt, warp, lane);
+    } else {
+        dots_rows(sd, Qs + warp * ld, Ks + lane * ld, ld, HS);
+        dots_rows(pd, dOs + warp * ld, Vs + lane * ld, ld, HS);
+    }
+}
+
+// P = exp(S·scale − lse) and dS = P·(dP − D)·scale of the thread's pairs (queries t0 + i,
+// keys s0 + lane), masked entries zero, into the score tiles Pt (NULL: not kept) and dSt.
+__device__ __forceinline__ void p_ds(float *Pt, float *dSt, int sld, const float sd[ATT_RPW], const float pd[ATT_RPW],
+                                     const float *Ls, const float *Ds, int t0, int nq, int s0, int nk, float scale,
+                                     int warp, int lane) {
 #pragma unroll
     for (int r = 0; r < ATT_RPW; r++) {
         const int i = warp + ATT_WARPS * r;
         const bool valid = i < nq && lane < nk && s0 + lane <= t0 + i;
-        const float p = expf(__fsub_rn(__fmul_rn(Ss[i * TC_LDS + lane], scale), Ls[i]));
-        const float ds = __fmul_rn(__fmul_rn(p, __fsub_rn(dPs[i * TC_LDS + lane], Ds[i])), scale);
-        Ss[i * TC_LDS + lane] = valid ? p : 0.0f;
-        dPs[i * TC_LDS + lane] = valid ? ds : 0.0f;
+        const float p = expf(__fsub_rn(__fmul_rn(sd[r], scale), Ls[i]));
+        const float ds = __fmul_rn(__fmul_rn(p, __fsub_rn(pd[r], Ds[i])), scale);
+        if (Pt) Pt[i * sld + lane] = valid ? p : 0.0f;
+        dSt[i * sld + lane] = valid ? ds : 0.0f;
     }
 }
 
 // dk, dv rows [s0, s0 + 32) of kv head g: the group's heads in order, query tiles in order.
+template <bool TC>
 __global__ void __launch_bounds__(ATT_THREADS)
-att_dkdv_tc_kernel(float *dk, float *dv, const float *dq, const float *dout, const float *q, const float *k,
-                   const float *v, const float *lse, int T, int NH, int NKV, int HS, float scale) {
+att_dkdv_kernel(float *dk, float *dv, const float *dq, const float *dout, const float *q, const float *k,
+                const float *v, const float *lse, int T, int NH, int NKV, int HS, float scale) {
     extern __shared__ __align__(128) float sm[];
-    const int ld = tc_ld(HS), ntiles = 2 * (tc_hsp(HS) / 16);
+    const int ld = tile_ld<TC>(HS), SLD = score_ld<TC>();
     float *Ks = sm, *Vs = Ks + ATT_T * ld, *Qs = Vs + ATT_T * ld, *dOs = Qs + ATT_T * ld;
     float *dKs = dOs + ATT_T * ld, *dVs = dKs + ATT_T * ld;
-    float *Ss = dVs + ATT_T * ld, *dPs = Ss + ATT_T * TC_LDS, *Ls = dPs + ATT_T * TC_LDS, *Ds = Ls + ATT_T;
+    float *Ps = dVs + ATT_T * ld, *dSs = Ps + ATT_T * SLD, *Ls = dSs + ATT_T * SLD, *Ds = Ls + ATT_T;
     const int g = blockIdx.y, b = blockIdx.z, group = NH / NKV;
     const int s0 = blockIdx.x * ATT_T, nk = min(ATT_T, T - s0);
     const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
     const size_t ko = ((size_t)b * T + s0) * ks + (size_t)g * HS;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    load_tile_tc(Ks, ld, k + ko, ks, nk, HS);
-    load_tile_tc(Vs, ld, v + ko, ks, nk, HS);
-    zero_tile_tc(dKs, ld, HS);
-    zero_tile_tc(dVs, ld, HS);
+    load_tile<TC>(Ks, ld, k + ko, ks, nk, HS);
+    load_tile<TC>(Vs, ld, v + ko, ks, nk, HS);
+    zero_tile<TC>(dKs, ld, HS);
+    zero_tile<TC>(dVs, ld, HS);
     for (int h = g * group; h < (g + 1) * group; h++) {
         for (int t0 = s0; t0 < T; t0 += ATT_T) { // earlier query tiles see none of these keys
             const int nq = min(ATT_T, T - t0);
             const size_t qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
             __syncthreads(); // the previous tile's readers are done
-            load_tile_tc(Qs, ld, q + qo, qs, nq, HS);
-            load_tile_tc(dOs, ld, dout + qo, qs, nq, HS);
-            if (threadIdx.x < ATT_T) {
-                const int i = threadIdx.x;
-                Ls[i] = i < nq ? lse[((size_t)b * NH + h) * T + t0 + i] : 0.0f;
-                Ds[i] = i < nq ? dq[qo + (size_t)i * qs] : 0.0f; // D parked in dq[row][0]
-            }
+            load_tile<TC>(Qs, ld, q + qo, qs, nq, HS);
+            load_tile<TC>(dOs, ld, dout + qo, qs, nq, HS);
+            load_row_stats(Ls, Ds, lse, dq, b, h, T, NH, t0, nq, qo, qs);
             __syncthreads();
-            tc_scores(Ss, Qs, Ks, ld, HS, warp);
-            tc_scores(dPs, dOs, Vs, ld, HS, warp);
+            float sd[ATT_RPW], pd[ATT_RPW];
+            scores_s_dp<TC>(sd, pd, Ps, dSs, Qs, dOs, Ks, Vs, ld, HS, warp, lane);
+            p_ds(Ps, dSs, SLD, sd, pd, Ls, Ds, t0, nq, s0, nk, scale, warp, lane);
             __syncthreads();
-            tc_p_ds(Ss, dPs, Ls, Ds, t0, nq, s0, nk, scale, warp, lane);
-            __syncthreads();
-            // dv += Pᵀ·dout, dk += dSᵀ·q (queries in order): Pᵀ's element (j, i) is P[i][j],
-            // a column-major operand in place
-            for (int f = warp; f < ntiles; f += ATT_WARPS) {
-                const int j0 = (f & 1) * 16, d0 = (f >> 1) * 16;
-                tc_acc c;
-                wmma::load_matrix_sync(c, dVs + j0 * ld + d0, ld, wmma::mem_row_major);
-                tc_mma<wmma::col_major, wmma::row_major>(c, Ss + j0, TC_LDS, 8 * TC_LDS, dOs + d0, ld, 8 * ld, ATT_T);
-                wmma::store_matrix_sync(dVs + j0 * ld + d0, c, ld, wmma::mem_row_major);
-                wmma::load_matrix_sync(c, dKs + j0 * ld + d0, ld, wmma::mem_row_major);
-                tc_mma<wmma::col_major, wmma::row_major>(c, dPs + j0, TC_LDS, 8 * TC_LDS, Qs + d0, ld, 8 * ld, ATT_T);
-                wmma::store_matrix_sync(dKs + j0 * ld + d0, c, ld, wmma::mem_row_major);
+            // dv[j] += Σ_i P[i][j]·dout[i];  dk[j] += Σ_i dS[i][j]·q[i]  (i in order)
+            if constexpr (TC) { // Pᵀ's element (j, i) is P[i][j]: a column-major operand in place
+                for (int f = warp; f < 2 * (tc_hsp(HS) / 16); f += ATT_WARPS) {
+                    const int j0 = (f & 1) * 16, d0 = (f >> 1) * 16;
+                    tc_acc_tile<wmma::col_major>(dVs + j0 * ld + d0, ld, Ps + j0, TC_LDS, 8 * TC_LDS, dOs + d0, ld, ATT_T);
+                    tc_acc_tile<wmma::col_major>(dKs + j0 * ld + d0, ld, dSs + j0, TC_LDS, 8 * TC_LDS, Qs + d0, ld, ATT_T);
+                }
+            } else { // lane d of warp w owns column d of key rows w + 4r
+                for (int d = lane; d < HS; d += 32) {
+                    float av[ATT_RPW], ak[ATT_RPW];
+#pragma unroll
+                    for (int r = 0; r < ATT_RPW; r++) {
+                        const int j = warp + ATT_WARPS * r;
+                        av[r] = dVs[j * ld + d];
+                        ak[r] = dKs[j * ld + d];
+                    }
+                    for (int i = 0; i < nq; i++) {
+                        const float o = dOs[i * ld + d], x = Qs[i * ld + d];
+                        const float *pr = Ps + i * ATT_PLD + warp, *sr = dSs + i * ATT_PLD + warp;
+#pragma unroll
+                        for (int r = 0; r < ATT_RPW; r++) {
+                            av[r] = __fmaf_rn(pr[ATT_WARPS * r], o, av[r]);
+                            ak[r] = __fmaf_rn(sr[ATT_WARPS * r], x, ak[r]);
+                        }
+                    }
+#pragma unroll
+                    for (int r = 0; r < ATT_RPW; r++) {
+                        const int j = warp + ATT_WARPS * r;
+                        dVs[j * ld + d] = av[r];
+                        dKs[j * ld + d] = ak[r];
+                    }
+                }
             }
         }
     }
@@ -517,13 +389,15 @@ att_dkdv_tc_kernel(float *dk, float *dv, const float *dq, const float *dout, con
 }
 
 // dq rows [t0, t0 + 32) of head h: reads the rows' parked D first, overwrites them last.
+template <bool TC>
 __global__ void __launch_bounds__(ATT_THREADS)
-att_dq_tc_kernel(float *dq, const float *dout, const float *q, const float *k, const float *v, const float *lse, int T,
-                 int NH, int NKV, int HS, float scale) {
+att_dq_kernel(float *dq, const float *dout, const float *q, const float *k, const float *v, const float *lse, int T,
+              int NH, int NKV, int HS, float scale) {
     extern __shared__ __align__(128) float sm[];
-    const int ld = tc_ld(HS), ntiles = 2 * (tc_hsp(HS) / 16);
+    const int ld = tile_ld<TC>(HS), SLD = score_ld<TC>();
     float *Qs = sm, *dOs = Qs + ATT_T * ld, *Ks = dOs + ATT_T * ld, *Vs = Ks + ATT_T * ld, *dQs = Vs + ATT_T * ld;
-    float *Ss = dQs + ATT_T * ld, *dPs = Ss + ATT_T * TC_LDS, *Ls = dPs + ATT_T * TC_LDS, *Ds = Ls + ATT_T;
+    // dS (dP first, on tensor cores), then S on tensor cores only (dq_smem)
+    float *dSs = dQs + ATT_T * ld, *Ss = dSs + ATT_T * SLD, *Ls = Ss + (TC ? ATT_T * SLD : 0), *Ds = Ls + ATT_T;
     const int qb = gridDim.x - 1 - blockIdx.x;
     const int h = blockIdx.y, b = blockIdx.z;
     const int t0 = qb * ATT_T, nq = min(ATT_T, T - t0), g = h / (NH / NKV);
@@ -531,32 +405,35 @@ att_dq_tc_kernel(float *dq, const float *dout, const float *q, const float *k, c
     const size_t qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
     const float *kb = k + (size_t)b * T * ks + (size_t)g * HS, *vb = v + (size_t)b * T * ks + (size_t)g * HS;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    load_tile_tc(Qs, ld, q + qo, qs, nq, HS);
-    load_tile_tc(dOs, ld, dout + qo, qs, nq, HS);
-    zero_tile_tc(dQs, ld, HS);
-    if (threadIdx.x < ATT_T) {
-        const int i = threadIdx.x;
-        Ls[i] = i < nq ? lse[((size_t)b * NH + h) * T + t0 + i] : 0.0f;
-        Ds[i] = i < nq ? dq[qo + (size_t)i * qs] : 0.0f;
-    }
+    load_tile<TC>(Qs, ld, q + qo, qs, nq, HS);
+    load_tile<TC>(dOs, ld, dout + qo, qs, nq, HS);
+    zero_tile<TC>(dQs, ld, HS);
+    load_row_stats(Ls, Ds, lse, dq, b, h, T, NH, t0, nq, qo, qs);
     for (int s0 = 0; s0 < t0 + nq; s0 += ATT_T) {
         const int nk = min(ATT_T, T - s0);
         __syncthreads();
-        load_tile_tc(Ks, ld, kb + (size_t)s0 * ks, ks, nk, HS);
-        load_tile_tc(Vs, ld, vb + (size_t)s0 * ks, ks, nk, HS);
+        load_tile<TC>(Ks, ld, kb + (size_t)s0 * ks, ks, nk, HS);
+        load_tile<TC>(Vs, ld, vb + (size_t)s0 * ks, ks, nk, HS);
         __syncthreads();
-        tc_scores(Ss, Qs, Ks, ld, HS, warp);
-        tc_scores(dPs, dOs, Vs, ld, HS, warp);
+        float sd[ATT_RPW], pd[ATT_RPW];
+        scores_s_dp<TC>(sd, pd, Ss, dSs, Qs, dOs, Ks, Vs, ld, HS, warp, lane);
+        p_ds(NULL, dSs, SLD, sd, pd, Ls, Ds, t0, nq, s0, nk, scale, warp, lane);
         __syncthreads();
-        tc_p_ds(Ss, dPs, Ls, Ds, t0, nq, s0, nk, scale, warp, lane);
-        __syncthreads();
-        // dq += dS·k (keys in order)
-        for (int f = warp; f < ntiles; f += ATT_WARPS) {
-            const int i0 = (f & 1) * 16, d0 = (f >> 1) * 16;
-            tc_acc c;
-            wmma::load_matrix_sync(c, dQs + i0 * ld + d0, ld, wmma::mem_row_major);
-            tc_mma<wmma::row_major, wmma::row_major>(c, dPs + i0 * TC_LDS, TC_LDS, 8, Ks + d0, ld, 8 * ld, ATT_T);
-            wmma::store_matrix_sync(dQs + i0 * ld + d0, c, ld, wmma::mem_row_major);
+        // dq[i] += Σ_j dS[i][j]·k[j]  (j in order)
+        if constexpr (TC) {
+            for (int f = warp; f < 2 * (tc_hsp(HS) / 16); f += ATT_WARPS) {
+                const int i0 = (f & 1) * 16, d0 = (f >> 1) * 16;
+                tc_acc_tile<wmma::row_major>(dQs + i0 * ld + d0, ld, dSs + i0 * TC_LDS, TC_LDS, 8, Ks + d0, ld, ATT_T);
+            }
+        } else { // lane d of warp w, the warp's rows w + 4r
+            for (int d = lane; d < HS; d += 32) {
+                float acc[ATT_RPW];
+#pragma unroll
+                for (int r = 0; r < ATT_RPW; r++) acc[r] = dQs[(warp + ATT_WARPS * r) * ld + d];
+                rows_times_tile_acc(acc, dSs + warp * ATT_PLD, Ks + d, ld, nk);
+#pragma unroll
+                for (int r = 0; r < ATT_RPW; r++) dQs[(warp + ATT_WARPS * r) * ld + d] = acc[r];
+            }
         }
     }
     __syncthreads();
@@ -658,8 +535,9 @@ cudaError_t tt_attention_setup(int smem_optin) {
     if (e != cudaSuccess) return e;
     // The tiled kernels may use up to the opt-in limit of dynamic shared memory; should the
     // driver refuse, they keep the default 48 KiB (larger head sizes take the plain path).
-    const void *tiled[] = {(const void *)att_fwd_kernel,    (const void *)att_dkdv_kernel,    (const void *)att_dq_kernel,
-                           (const void *)att_fwd_tc_kernel, (const void *)att_dkdv_tc_kernel, (const void *)att_dq_tc_kernel};
+    const void *tiled[] = {(const void *)att_fwd_kernel<false>, (const void *)att_dkdv_kernel<false>,
+                           (const void *)att_dq_kernel<false>,  (const void *)att_fwd_kernel<true>,
+                           (const void *)att_dkdv_kernel<true>, (const void *)att_dq_kernel<true>};
     const int ntiled = (int)(sizeof tiled / sizeof tiled[0]);
     int limit = smem_optin > 48 * 1024 ? smem_optin : 48 * 1024;
     for (int i = 0; i < ntiled; i++) {
@@ -684,13 +562,36 @@ static void att_check(const char *op, int B, int T, int NH, int NKV) {
 
 // The kernels a shape takes: the tensor-core ones where their tiles fit in shared memory,
 // else the FP32 tiled ones where theirs do, else the plain ones (g_tt_cuda.attention_path
-// forces the plain or FP32 tiled ones for tests).
+// forces the plain or FP32 tiled ones for tests). smem: a pass's need, FP32 and tensor cores.
 enum { ATT_TC, ATT_TILED, ATT_PLAIN };
-static int att_path(size_t tc_smem, size_t tiled_smem) {
+static int att_path(size_t (*smem)(int, bool), int HS) {
     const int force = g_tt_cuda.attention_path;
-    if (force == CUDA_ATT_AUTO && tc_smem <= (size_t)g_att_smem_limit) return ATT_TC;
-    if (force != CUDA_ATT_PLAIN && tiled_smem <= (size_t)g_att_smem_limit) return ATT_TILED;
+    if (force == CUDA_ATT_AUTO && smem(HS, true) <= (size_t)g_att_smem_limit) return ATT_TC;
+    if (force != CUDA_ATT_PLAIN && smem(HS, false) <= (size_t)g_att_smem_limit) return ATT_TILED;
     return ATT_PLAIN;
+}
+static size_t fwd_need(int HS, bool tc) { return tc ? fwd_smem<true>(HS) : fwd_smem<false>(HS); }
+static size_t bwd_need(int HS, bool tc) { // the dk/dv and the dq kernels' larger
+    const size_t kv = tc ? dkdv_smem<true>(HS) : dkdv_smem<false>(HS), q = tc ? dq_smem<true>(HS) : dq_smem<false>(HS);
+    return kv > q ? kv : q;
+}
+
+template <bool TC>
+static void fwd_tiled(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int NH,
+                      int NKV, int HS, float scale) {
+    dim3 grid(CEIL_DIV(T, ATT_T), NH, B);
+    att_fwd_kernel<TC><<<grid, ATT_THREADS, fwd_smem<TC>(HS), g_tt_cuda.stream>>>(out, lse, q, k, v, T, NH, NKV, HS, scale);
+    launchCheck(TC ? "att_fwd_kernel (tensor cores)" : "att_fwd_kernel");
+}
+
+template <bool TC>
+static void bwd_tiled(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                      const float *v, const float *lse, int B, int T, int NH, int NKV, int HS, float scale) {
+    dim3 grid_kv(CEIL_DIV(T, ATT_T), NKV, B), grid_q(CEIL_DIV(T, ATT_T), NH, B);
+    att_dkdv_kernel<TC><<<grid_kv, ATT_THREADS, dkdv_smem<TC>(HS), g_tt_cuda.stream>>>(dk, dv, dq, dout, q, k, v, lse, T, NH, NKV, HS, scale);
+    launchCheck(TC ? "att_dkdv_kernel (tensor cores)" : "att_dkdv_kernel");
+    att_dq_kernel<TC><<<grid_q, ATT_THREADS, dq_smem<TC>(HS), g_tt_cuda.stream>>>(dq, dout, q, k, v, lse, T, NH, NKV, HS, scale);
+    launchCheck(TC ? "att_dq_kernel (tensor cores)" : "att_dq_kernel");
 }
 
 extern "C" void cuda_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B,
@@ -699,15 +600,10 @@ extern "C" void cuda_attention_forward(float *out, float *lse, const float *q, c
     if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0) return;
     att_check("attention_forward", B, T, NH, NKV);
     const float scale = 1.0f / sqrtf((float)HS); // the CPU's expression, on the host
-    const int path = att_path(fwd_tc_smem(HS), fwd_smem(HS));
-    dim3 grid(CEIL_DIV(T, ATT_T), NH, B);
-    if (path == ATT_TC) {
-        att_fwd_tc_kernel<<<grid, ATT_THREADS, fwd_tc_smem(HS), g_tt_cuda.stream>>>(out, lse, q, k, v, T, NH, NKV, HS, scale);
-        launchCheck("att_fwd_tc_kernel");
-    } else if (path == ATT_TILED) {
-        att_fwd_kernel<<<grid, ATT_THREADS, fwd_smem(HS), g_tt_cuda.stream>>>(out, lse, q, k, v, T, NH, NKV, HS, scale);
-        launchCheck("att_fwd_kernel");
-    } else {
+    const int path = att_path(fwd_need, HS);
+    if (path == ATT_TC) fwd_tiled<true>(out, lse, q, k, v, B, T, NH, NKV, HS, scale);
+    else if (path == ATT_TILED) fwd_tiled<false>(out, lse, q, k, v, B, T, NH, NKV, HS, scale);
+    else {
         const size_t warps = (size_t)B * NH * T;
         att_fwd_plain_kernel<<<(unsigned)CEIL_DIV(warps, (size_t)ATT_WARPS), ATT_THREADS, 0, g_tt_cuda.stream>>>(
             out, lse, q, k, v, B, T, NH, NKV, HS, scale);
@@ -726,22 +622,10 @@ extern "C" void cuda_attention_backward(float *dq, float *dk, float *dv, const f
     const size_t rows = (size_t)B * T * NH;
     att_d_kernel<<<grid_1d(rows, 256), 256, 0, g_tt_cuda.stream>>>(dq, dout, out, rows, HS);
     launchCheck("att_d_kernel");
-    const size_t smem_kv = dkdv_smem(HS), smem_q = dq_smem(HS), tc_kv = dkdv_tc_smem(HS), tc_q = dq_tc_smem(HS);
-    const int path = att_path(tc_kv > tc_q ? tc_kv : tc_q, smem_kv > smem_q ? smem_kv : smem_q);
-    dim3 grid_kv(CEIL_DIV(T, ATT_T), NKV, B), grid_q(CEIL_DIV(T, ATT_T), NH, B);
-    if (path == ATT_TC) {
-        att_dkdv_tc_kernel<<<grid_kv, ATT_THREADS, tc_kv, g_tt_cuda.stream>>>(dk, dv, dq, dout, q, k, v, lse, T, NH, NKV,
-                                                                             HS, scale);
-        launchCheck("att_dkdv_tc_kernel");
-        att_dq_tc_kernel<<<grid_q, ATT_THREADS, tc_q, g_tt_cuda.stream>>>(dq, dout, q, k, v, lse, T, NH, NKV, HS, scale);
-        launchCheck("att_dq_tc_kernel");
-    } else if (path == ATT_TILED) {
-        att_dkdv_kernel<<<grid_kv, ATT_THREADS, smem_kv, g_tt_cuda.stream>>>(dk, dv, dq, dout, q, k, v, lse, T, NH,
-                                                                            NKV, HS, scale);
-        launchCheck("att_dkdv_kernel");
-        att_dq_kernel<<<grid_q, ATT_THREADS, smem_q, g_tt_cuda.stream>>>(dq, dout, q, k, v, lse, T, NH, NKV, HS, scale);
-        launchCheck("att_dq_kernel");
-    } else {
+    const int path = att_path(bwd_need, HS);
+    if (path == ATT_TC) bwd_tiled<true>(dq, dk, dv, dout, q, k, v, lse, B, T, NH, NKV, HS, scale);
+    else if (path == ATT_TILED) bwd_tiled<false>(dq, dk, dv, dout, q, k, v, lse, B, T, NH, NKV, HS, scale);
+    else {
         const size_t wkv = (size_t)B * NKV * T, wq = (size_t)B * NH * T;
         att_dkdv_plain_kernel<<<(unsigned)CEIL_DIV(wkv, (size_t)ATT_WARPS), ATT_THREADS, 0, g_tt_cuda.stream>>>(
             dk, dv, dq, dout, q, k, v, lse, B, T, NH, NKV, HS, scale);
