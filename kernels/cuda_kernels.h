@@ -69,9 +69,10 @@ void cuda_kernels_set_fp32_matmul(int on);
 
 // Test hooks (tests/gpu only; 0 = the default): the BF16 matmul row-chunk budget in
 // elements (small values force many chunks), sumsq's chunks per round, forcing the
-// fallback GEMM kernel, and which attention kernels run (CUDA_ATT_AUTO: tensor cores where
-// their tiles fit; CUDA_ATT_PLAIN: the untiled ones; CUDA_ATT_FP32: the FP32 tiled ones).
-enum { CUDA_ATT_AUTO = 0, CUDA_ATT_PLAIN = 1, CUDA_ATT_FP32 = 2 };
+// fallback GEMM kernel, and which attention kernels run (CUDA_ATT_AUTO: the register-tiled
+// tensor-core ones, else the WMMA ones, where their tiles fit; CUDA_ATT_WMMA: the WMMA
+// tensor-core ones; CUDA_ATT_FP32: the FP32 tiled ones; CUDA_ATT_PLAIN: the untiled ones).
+enum { CUDA_ATT_AUTO = 0, CUDA_ATT_PLAIN = 1, CUDA_ATT_FP32 = 2, CUDA_ATT_WMMA = 3 };
 void cuda_kernels_set_test_limits(size_t matmul_chunk_elems, size_t sumsq_round_chunks,
                                   int force_gemm_fallback, int attention_path);
 

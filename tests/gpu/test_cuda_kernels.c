@@ -626,17 +626,18 @@ static const att_shape_t ATT_SHAPES[] = {
     {1, 70, 2, 1, 16}, {1, 9, 2, 1, 260}, {1, 130, 2, 2, 6}, {2, 100, 6, 2, 64}, {1, 65, 2, 1, 128}, {1, 40, 2, 1, 300},
     {1, 3, 1, 1, 1},   {1, 64, 6, 3, 7},
 };
-// ATTV_AUTO: tensor cores where their tiles fit (FP32 tiled or plain where not); ATTV_FP32:
-// the FP32 tiled kernels where they fit; ATTV_PLAIN: the untiled ones
-enum { ATTV_AUTO = 0, ATTV_FP32, ATTV_PLAIN, ATTV_COUNT };
-static const int ATTV_PATH[ATTV_COUNT] = {CUDA_ATT_AUTO, CUDA_ATT_FP32, CUDA_ATT_PLAIN};
-static const char *const ATTV_NAME[ATTV_COUNT] = {"auto", "fp32 tiled", "plain"};
+// ATTV_AUTO: the register-tiled tensor-core kernels for head sizes up to 128 (WMMA, FP32
+// tiled or plain beyond); ATTV_WMMA: the WMMA tensor-core kernels where their tiles fit;
+// ATTV_FP32: the FP32 tiled kernels where they fit; ATTV_PLAIN: the untiled ones
+enum { ATTV_AUTO = 0, ATTV_WMMA, ATTV_FP32, ATTV_PLAIN, ATTV_COUNT };
+static const int ATTV_PATH[ATTV_COUNT] = {CUDA_ATT_AUTO, CUDA_ATT_WMMA, CUDA_ATT_FP32, CUDA_ATT_PLAIN};
+static const char *const ATTV_NAME[ATTV_COUNT] = {"auto", "wmma", "fp32 tiled", "plain"};
 
 START_TEST(test_attention) {
     const att_shape_t s = ATT_SHAPES[_i / ATTV_COUNT];
     const int var = _i % ATTV_COUNT;
     cuda_kernels_set_test_limits(0, 0, 0, ATTV_PATH[var]);
-    const int tc = var == ATTV_AUTO; // where the tensor-core tiles do not fit, within the tighter bounds anyway
+    const int tc = var == ATTV_AUTO || var == ATTV_WMMA; // where no tensor-core tiles fit, within the tighter bounds anyway
     const size_t nq = (size_t)s.B * s.T * s.NH * s.HS, nk = (size_t)s.B * s.T * s.NKV * s.HS;
     const size_t nl = (size_t)s.B * s.NH * s.T;
     rng_t rg = rng_make(500 + (uint64_t)_i);
@@ -1011,7 +1012,7 @@ START_TEST(test_arena_budget) {
 END_TEST
 
 START_TEST(test_memory_no_growth) {
-    // Every op once (both matmul modes, the three attention paths, a sumsq round): device memory
+    // Every op once (both matmul modes, the four attention paths, a sumsq round): device memory
     // grows by no more than the arena plus the runtime's lazily loaded kernels.
     ck_assert_int_eq(cudaFree(NULL), cudaSuccess);
     const size_t free0 = mem_free();

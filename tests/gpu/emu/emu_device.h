@@ -13,6 +13,7 @@
 // What it does not check: real memory ordering, timing, cuBLASLt (always the fallback),
 // the IEEE details of the GPU's expf/logf, launch limits.
 #pragma once
+#define TT_EMU 1 // kernels that use inline PTX call the emulator's stand-ins instead
 #include <math.h>
 #include <stdint.h>
 #include <functional>

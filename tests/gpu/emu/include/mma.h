@@ -124,3 +124,31 @@ inline void mma_sync(fragment<accumulator, 16, 16, 8, float> &d, const fragment<
 }
 } // namespace wmma
 } // namespace nvcuda
+
+// PTX mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (the kernels' inline PTX, which
+// they replace by this under TT_EMU), with PTX's fragment layouts (g = lane / 4, t = lane % 4):
+// a = A(g, t), A(g + 8, t), A(g, t + 4), A(g + 8, t + 4); b = B(t, g), B(t + 4, g);
+// d = D(g, 2t), D(g, 2t + 1), D(g + 8, 2t), D(g + 8, 2t + 1). A warp collective: every lane
+// posts its fragments, then computes its own four results from the whole warp's, products of
+// the operands' TF32 bits added in k order.
+inline void emu_mma_m16n8k8_tf32(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    struct post { uint32_t a[4], b[2]; float c[4]; };
+    static post s[32][32]; // [warp][lane]; blocks run one at a time
+    post *w = s[emu::g_cur->warp];
+    const int lane = emu::g_cur->lane, g = lane >> 2, t = lane & 3;
+    memcpy(w[lane].a, a, sizeof w[lane].a);
+    memcpy(w[lane].b, b, sizeof w[lane].b);
+    memcpy(w[lane].c, d, sizeof w[lane].c);
+    emu::warp_barrier(); // every lane has posted
+    auto A = [&](int r, int k) { return nvcuda::wmma::emu_tf32_bits(__uint_as_float(w[(r & 7) * 4 + (k & 3)].a[(r >> 3) + 2 * (k >> 2)])); };
+    auto B = [&](int k, int n) { return nvcuda::wmma::emu_tf32_bits(__uint_as_float(w[n * 4 + (k & 3)].b[k >> 2])); };
+    float out[4];
+    for (int e = 0; e < 4; e++) {
+        const int r = g + 8 * (e >> 1), n = 2 * t + (e & 1);
+        float acc = w[lane].c[e];
+        for (int k = 0; k < 8; k++) acc = fmaf(A(r, k), B(k, n), acc);
+        out[e] = acc;
+    }
+    emu::warp_barrier(); // every lane has read the posts before any lane posts again
+    memcpy(d, out, sizeof out);
+}
