@@ -7,7 +7,8 @@
 # (tokens/s, MFU); parameters and optimizer on the host (ratio to resident); states twice
 # the --hbm-budget with parameters on the host and the optimizer on NVMe (ratio to the
 # plan's floor); then `bench train` of 1b resident: where its step goes (attention, GEMMs,
-# the update, copies, the rest). Ends with one table: stage, status, key figure.
+# the update, copies, the rest); last, where ncu is installed, one Nsight Compute profile of
+# each register-tiled attention kernel. Ends with one table: stage, status, key figure.
 #
 # Meant for a bare GPU box: CUDA 13, cmake, gcc; no network, no Debian archive. The bundle
 # is unpacked with `dpkg -x` (or ar + tar where there is no dpkg) into
@@ -368,5 +369,28 @@ else
     else row "bench train 1b" "$([[ $rc == 124 || $rc == 137 ]] && echo TIMEOUT || echo FAIL)" "exit $rc, no JSON line (see bench-train.log)"; fi
   fi
 fi
+
+# Nsight Compute on the register-tiled attention kernels, at 1b's attention shape on 2 layers
+# under an 8 GiB budget: on an unbudgeted run (its arena takes the whole GPU) ncu failed to
+# profile, probably because kernel replay saves and restores the device memory a run holds. One
+# launch of each kernel; the row says how long it ran, how busy the SMs were, how often a
+# scheduler issued and the occupancy it reached. Optional: no ncu (or no GPU), no stage.
+ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+for k in att_fwd_mma att_dkdv_mma att_dq_mma; do
+  if (( ! built )); then row "ncu $k" SKIP "not built"; continue; fi
+  if [[ "$backend" != cuda ]]; then row "ncu $k" SKIP "no GPU"; continue; fi
+  if [[ -z "$ncu_bin" ]]; then row "ncu $k" SKIP "ncu not found"; continue; fi
+  t=$(allow 60)
+  if (( t == 0 )); then row "ncu $k" TIMEOUT "out of time"; continue; fi
+  run "$out/ncu-$k.log" "$t" "$ncu_bin" --clock-control none -k "regex:$k" -c 1 --section SpeedOfLight \
+    --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats \
+    "$build/tiertrain" bench train --model 1b --layers 2 --vocab 256 --seq 2048 --batch 4 --hbm-budget 8G \
+    --params device --grads device --optimizer device --steps 2 ${profile_flags[@]+"${profile_flags[@]}"}
+  m() { awk -v k="$1" '{ l = $0; sub(/^ +/, "", l) } index(l, k) == 1 { print $NF; exit }' "$out/ncu-$k.log"; }
+  dur=$(awk '$1 == "Duration" {print $3 " " $2; exit}' "$out/ncu-$k.log")
+  if (( rc == 0 )) && [[ -n "$dur" ]]; then
+    row "ncu $k" PASS "$dur; SM throughput $(m 'Compute (SM) Throughput')%, issued warps per scheduler $(m 'Issued Warp Per Scheduler'), achieved occupancy $(m 'Achieved Occupancy')% of $(m 'Theoretical Occupancy')%, registers $(m 'Registers Per Thread')"
+  else row "ncu $k" "$([[ $rc == 124 || $rc == 137 ]] && echo TIMEOUT || echo FAIL)" "exit $rc: $(grep -m1 -E '==ERROR==|tiertrain:' "$out/ncu-$k.log" | cut -c1-100) (see ncu-$k.log)"; fi
+done
 
 finish "$failed"
