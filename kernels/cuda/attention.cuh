@@ -1,0 +1,71 @@
+// attention.cuh — what attention.cu (the WMMA, FP32 tiled and plain kernels, the path choice
+// and the entry points) and attention_mma.cu (the register-tiled kernels) share: the block
+// size, the tile loads, the backward's row statistics, and the register-tiled kernels' host
+// side. Device helpers only inline; nothing here owns state.
+#pragma once
+#include "common.cuh"
+
+#define ATT_T 32        // rows per tile of the side a block walks (= warp size in the tiled kernels)
+#define ATT_THREADS 128 // 4 warps, every attention kernel's block
+
+// Rows [0, n) × columns [0, HS) of NT (rows, W) tiles (NT 1 or 2: dst0/src0, dst1/src1)
+// from global rows of stride `stride`; the other rows and columns [HS, W) are zeros.
+// Batched: each thread issues ATT_LB loads per tile before its first store to shared memory,
+// so it waits for global memory once per batch, not once per element.
+#define ATT_LB 16
+template <int NT>
+__device__ __forceinline__ void load_tiles(float *dst0, const float *src0, float *dst1, const float *src1, int ld,
+                                           int W, int rows, size_t stride, int n, int HS) {
+    const int E = rows * W;
+    for (int base = threadIdx.x; base < E; base += ATT_THREADS * ATT_LB) {
+        float r0[ATT_LB], r1[ATT_LB];
+#pragma unroll
+        for (int u = 0; u < ATT_LB; u++) {
+            const int idx = base + u * ATT_THREADS, i = idx / W, d = idx - i * W;
+            const bool in = idx < E && i < n && d < HS;
+            const size_t o = (size_t)i * stride + d;
+            r0[u] = in ? src0[o] : 0.0f;
+            if (NT > 1) r1[u] = in ? src1[o] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < ATT_LB; u++) {
+            const int idx = base + u * ATT_THREADS, i = idx / W, d = idx - i * W;
+            if (idx < E) {
+                dst0[i * ld + d] = r0[u];
+                if (NT > 1) dst1[i * ld + d] = r1[u];
+            }
+        }
+    }
+}
+// The query rows' lse and parked D (rows [t0, t0 + nq) of head h, zeros past nq): Ls, Ds.
+__device__ __forceinline__ void load_row_stats(float *Ls, float *Ds, const float *lse, const float *dq, int b, int h,
+                                               int T, int NH, int t0, int nq, size_t qo, size_t qs) {
+    if (threadIdx.x < ATT_T) {
+        const int i = threadIdx.x;
+        Ls[i] = i < nq ? lse[((size_t)b * NH + h) * T + t0 + i] : 0.0f;
+        Ds[i] = i < nq ? dq[qo + (size_t)i * qs] : 0.0f; // D parked in dq[row][0]
+    }
+}
+
+// Dynamic shared memory of every kernel in k[0, n): up to `limit` bytes (less its static use).
+static inline cudaError_t att_set_smem(const void *const *k, int n, int limit) {
+    for (int i = 0; i < n; i++) {
+        cudaFuncAttributes a;
+        cudaError_t e = cudaFuncGetAttributes(&a, k[i]);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, limit - (int)a.sharedSizeBytes);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
+// ---------------------------------------------------------------- attention_mma.cu
+#define ATT_MMA_MAX_HS 128 // the register-tiled kernels' largest head size
+size_t att_mma_fwd_smem(int HS); // dynamic shared memory a pass needs, bytes
+size_t att_mma_bwd_smem(int HS);
+cudaError_t att_mma_set_smem(int limit); // the kernels may use up to limit bytes
+// The passes (after attention.cu's checks; the backward after att_d_kernel parked D in dq)
+void att_mma_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int NH,
+                     int NKV, int HS, float scale);
+void att_mma_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                      const float *v, const float *lse, int B, int T, int NH, int NKV, int HS, float scale);
