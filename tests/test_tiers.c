@@ -1482,10 +1482,12 @@ START_TEST(bench_capacity_small_disk) {
         }
         // the share is the mixed pass's rates over the rates apart; the disk's busy time is
         // within the floor at those rates (no resource's time is over it), both to the JSON's 3
-        // decimals
+        // decimals: disk_busy's rounding (±0.0005 of the step) is 2% of it in a 4 s step of 0.09
+        // s of disk time (seen under TSan: 0.023 × 3.953 s against a floor of 0.089 s)
         const double share = x[4] / x[1] + x[5] / x[2];
         ck_assert_msg(fabs(x[6] - share) <= 2e-3 * share + 1e-3, "disk_share %g, from the rates %g", x[6], share);
-        ck_assert_msg(x[7] * x[0] <= x[3] * 1.01 + 1e-3, "disk busy %g of %g s, floor %g s", x[7], x[0], x[3]);
+        ck_assert_msg(x[7] * x[0] <= x[3] * 1.01 + 5e-4 * x[0] + 1e-3, "disk busy %g of %g s, floor %g s", x[7], x[0],
+                      x[3]);
         ck_assert_msg(strstr(r.out, "disk, both at once ") && strstr(r.out, "disk busy "), "%s", r.out);
         json_free(root);
         run_free(&r);
