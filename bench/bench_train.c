@@ -9,8 +9,9 @@
 // times come from the run itself: the trainer's op table is wrapped so that every op the
 // compute thread calls is timed (on a GPU the backend is synchronized around each, which
 // slows it a little: the split is for reading, the tokens/s for comparing); calls from other
-// threads (the optimizer's) pass through untimed. --recompute auto resolves as train does.
-// Ends with {"bench":"train",...}. bench/torch_peer.py is the PyTorch peer.
+// threads (the optimizer's) pass through untimed. On a device backend a line counts the
+// compute thread's copies (by direction) and memsets, with their bytes: what the copies' time
+// is made of. --recompute auto resolves as train does. Ends with {"bench":"train",...}. bench/torch_peer.py is the PyTorch peer.
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,10 +113,21 @@ static void adamw(float *master, float *m, float *v, uint16_t *p16, float *p32, 
                   const adamw_params_t *hp) {
     TIMED(OP_UPDATE, real->adamw_update(master, m, v, p16, p32, g, n, hp));
 }
+// The compute thread's copies by direction (backend_copy_dir_t) and its memsets: calls and
+// bytes, to say what makes up "copies and memsets" on a device backend
+enum { CP_MEMSET = BACKEND_D2D + 1, NCP };
+static double cp_calls[NCP], cp_bytes[NCP];
+static void count_copy(int kind, size_t n) {
+    if (!counting || !pthread_equal(pthread_self(), compute_thread)) return;
+    cp_calls[kind] += 1;
+    cp_bytes[kind] += (double)n;
+}
 static void vt_copy(struct backend *be, void *dst, const void *src, size_t n, backend_copy_dir_t dir, int async) {
+    count_copy((int)dir, n);
     TIMED(OP_COPY, real_vt->copy(be, dst, src, n, dir, async));
 }
 static void vt_memset(struct backend *be, void *d_dst, int byte, size_t n) {
+    count_copy(CP_MEMSET, n);
     TIMED(OP_COPY, real_vt->memset(be, d_dst, byte, n));
 }
 
@@ -192,6 +204,8 @@ int bench_train(const config_t *cfg_in) {
     bench_run_t r;
     bench_hook_t hook = {on_init, on_step, NULL};
     memset(op_ms, 0, sizeof op_ms);
+    memset(cp_calls, 0, sizeof cp_calls);
+    memset(cp_bytes, 0, sizeof cp_bytes);
     counting = 0;
     int rc = bench_run_steps_hooked(&cfg, steps, &hook, &r, err, sizeof err);
     if (rc != 0) fail_with(rc, "bench train: %s", err);
@@ -213,16 +227,33 @@ int bench_train(const config_t *cfg_in) {
     for (int k = 0; k < NOPS; k++) printf("%-40s %9.1f ms  %5.1f%%\n", what[k], ms[k], 100 * ms[k] / r.step_ms);
     printf("%-40s %9.1f ms  %5.1f%%\n", "waiting for parameters", wait, 100 * wait / r.step_ms);
     printf("%-40s %9.1f ms  %5.1f%%\n", "the rest (the step's own work)", other, 100 * other / r.step_ms);
+    double ncp = 0, bcp = 0;
+    for (int k = 0; k < NCP; k++) {
+        cp_calls[k] /= timed_steps;
+        cp_bytes[k] /= timed_steps;
+        ncp += cp_calls[k];
+        bcp += cp_bytes[k];
+    }
+    if (ncp > 0) {
+        static const char *const cpw[NCP] = {"host to device", "device to host", "device to device", "memsets"};
+        printf("copies and memsets per step:");
+        for (int k = 0; k < NCP; k++) {
+            char b[32];
+            printf("%s %s %.0f (%s)", k ? "," : "", cpw[k], cp_calls[k], format_bytes(b, sizeof b, (uint64_t)cp_bytes[k]));
+        }
+        printf("\n");
+    }
     printf("tokens/s %.1f; executed %.1f GFLOP/s (the plan's %.3g TFLOP per step)%s", tok_s, gflops,
            p->flops_per_step / 1e12, peak > 0 ? "" : "\n");
     if (peak > 0) printf(", %.2f of the calibrated GEMM rate %.1f GFLOP/s\n", gflops / peak, peak);
     printf("params_hash %016llx\n", (unsigned long long)r.hash);
     printf("{\"bench\":\"train\",\"tok_per_s\":%.1f,\"gflops\":%.1f,\"gemm_fraction\":%.3f,\"step_ms\":%.1f,"
            "\"gemm_ms\":%.1f,\"attention_ms\":%.1f,\"norm_ms\":%.1f,\"swiglu_ms\":%.1f,\"rope_add_ms\":%.1f,"
-           "\"bf16_ms\":%.1f,\"loss_ms\":%.1f,\"update_ms\":%.1f,\"copy_ms\":%.1f,\"wait_ms\":%.1f,\"other_ms\":%.1f,\"kept_blocks\":%d,"
+           "\"bf16_ms\":%.1f,\"loss_ms\":%.1f,\"update_ms\":%.1f,\"copy_ms\":%.1f,\"copy_calls\":%.0f,\"copy_bytes\":%.0f,"
+           "\"wait_ms\":%.1f,\"other_ms\":%.1f,\"kept_blocks\":%d,"
            "\"params_hash\":\"%016llx\"}\n",
            tok_s, gflops, peak > 0 ? gflops / peak : 0, r.step_ms, ms[OP_GEMM], ms[OP_ATTN], ms[OP_NORM], ms[OP_SWIGLU],
-           ms[OP_ROPE_ADD], ms[OP_BF16], ms[OP_LOSS], ms[OP_UPDATE], ms[OP_COPY], wait, other, cfg.kept_blocks, (unsigned long long)r.hash);
+           ms[OP_ROPE_ADD], ms[OP_BF16], ms[OP_LOSS], ms[OP_UPDATE], ms[OP_COPY], ncp, bcp, wait, other, cfg.kept_blocks, (unsigned long long)r.hash);
     free(p);
     model_free(&m);
     return 0;

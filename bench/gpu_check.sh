@@ -365,7 +365,7 @@ else
     js=$(grep '^{"bench":"train"' "$out/bench-train.log" | tail -1)
     if (( rc == 0 )) && [[ -n "$js" ]]; then
       f() { grep -o "\"$1\":[0-9.]*" <<< "$js" | head -1 | cut -d: -f2; }
-      row "bench train 1b" PASS "$(f step_ms) ms/step: attention $(f attention_ms), GEMMs $(f gemm_ms), update $(f update_ms), copies $(f copy_ms), the rest $(f other_ms) ms"
+      row "bench train 1b" PASS "$(f step_ms) ms/step: attention $(f attention_ms), GEMMs $(f gemm_ms), update $(f update_ms), copies $(f copy_ms) ($(f copy_calls) calls, $(f copy_bytes) bytes), the rest $(f other_ms) ms"
     else row "bench train 1b" "$([[ $rc == 124 || $rc == 137 ]] && echo TIMEOUT || echo FAIL)" "exit $rc, no JSON line (see bench-train.log)"; fi
   fi
 fi
