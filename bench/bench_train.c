@@ -41,9 +41,12 @@ static double tick(void) {
     return now_ms();
 }
 
+// counting, and on the compute thread: what the timers and counters take
+static int counted(void) { return counting && pthread_equal(pthread_self(), compute_thread); }
+
 #define TIMED(kind, call)                                                                                              \
     do {                                                                                                               \
-        const int on_ = counting && pthread_equal(pthread_self(), compute_thread);                                    \
+        const int on_ = counted();                                                                                     \
         double t0_ = on_ ? tick() : 0;                                                                                \
         call;                                                                                                          \
         if (on_) op_ms[kind] += tick() - t0_;                                                                          \
@@ -118,7 +121,7 @@ static void adamw(float *master, float *m, float *v, uint16_t *p16, float *p32, 
 enum { CP_MEMSET = BACKEND_D2D + 1, NCP };
 static double cp_calls[NCP], cp_bytes[NCP];
 static void count_copy(int kind, size_t n) {
-    if (!counting || !pthread_equal(pthread_self(), compute_thread)) return;
+    if (!counted()) return;
     cp_calls[kind] += 1;
     cp_bytes[kind] += (double)n;
 }

@@ -186,13 +186,10 @@ att_fwd_kernel(float *out, float *lse, const float *q, const float *k, const flo
     const int ld = tile_ld<TC>(HS), SLD = score_ld<TC>();
     float *Qs = sm, *Ks = Qs + ATT_T * ld, *Vs = Ks + ATT_T * ld, *Os = Vs + ATT_T * ld;
     float *Ps = Os + ATT_T * ld, *cr = Ps + ATT_T * SLD;
-    const int qb = gridDim.x - 1 - blockIdx.x; // the longest tiles start first
-    const int h = blockIdx.y, b = blockIdx.z;
-    const int t0 = qb * ATT_T, nq = min(ATT_T, T - t0), g = h / (NH / NKV);
-    const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
-    const float *kb = k + (size_t)b * T * ks + (size_t)g * HS, *vb = v + (size_t)b * T * ks + (size_t)g * HS;
+    const att_qrows Q(k, v, ATT_T, T, NH, NKV, HS);
+    const int t0 = Q.t0, nq = Q.nq;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    load_tile<TC>(Qs, ld, q + ((size_t)b * T + t0) * qs + (size_t)h * HS, qs, nq, HS);
+    load_tile<TC>(Qs, ld, q + Q.qo, Q.qs, nq, HS);
     zero_tile<TC>(Os, ld, HS);
     float m_r[ATT_RPW], l_r[ATT_RPW];
 #pragma unroll
@@ -200,7 +197,7 @@ att_fwd_kernel(float *out, float *lse, const float *q, const float *k, const flo
     for (int s0 = 0; s0 < t0 + nq; s0 += ATT_T) {
         const int nk = min(ATT_T, T - s0);
         __syncthreads(); // the previous tile's readers are done (and Qs/Os are written)
-        load_tile2<TC>(Ks, Vs, ld, kb + (size_t)s0 * ks, vb + (size_t)s0 * ks, ks, nk, HS);
+        load_tile2<TC>(Ks, Vs, ld, Q.kb + (size_t)s0 * Q.ks, Q.vb + (size_t)s0 * Q.ks, Q.ks, nk, HS);
         __syncthreads();
         float dots[ATT_RPW];
         if constexpr (TC) {
@@ -253,9 +250,9 @@ att_fwd_kernel(float *out, float *lse, const float *q, const float *k, const flo
         const int i = warp + ATT_WARPS * r;
         if (i >= nq) continue;
         const float inv = __fdiv_rn(1.0f, l_r[r]);
-        float *o = out + ((size_t)b * T + t0 + i) * qs + (size_t)h * HS;
+        float *o = out + Q.qo + (size_t)i * Q.qs;
         for (int d = lane; d < HS; d += 32) o[d] = __fmul_rn(Os[i * ld + d], inv);
-        if (lane == 0) lse[((size_t)b * NH + h) * T + t0 + i] = __fadd_rn(m_r[r], logf(l_r[r]));
+        if (lane == 0) lse[Q.lo + i] = __fadd_rn(m_r[r], logf(l_r[r]));
     }
 }
 
@@ -387,20 +384,16 @@ att_dq_kernel(float *dq, const float *dout, const float *q, const float *k, cons
     float *Qs = sm, *dOs = Qs + ATT_T * ld, *Ks = dOs + ATT_T * ld, *Vs = Ks + ATT_T * ld, *dQs = Vs + ATT_T * ld;
     // dS (dP first, on tensor cores), then S on tensor cores only (dq_smem)
     float *dSs = dQs + ATT_T * ld, *Ss = dSs + ATT_T * SLD, *Ls = Ss + (TC ? ATT_T * SLD : 0), *Ds = Ls + ATT_T;
-    const int qb = gridDim.x - 1 - blockIdx.x;
-    const int h = blockIdx.y, b = blockIdx.z;
-    const int t0 = qb * ATT_T, nq = min(ATT_T, T - t0), g = h / (NH / NKV);
-    const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
-    const size_t qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
-    const float *kb = k + (size_t)b * T * ks + (size_t)g * HS, *vb = v + (size_t)b * T * ks + (size_t)g * HS;
+    const att_qrows Q(k, v, ATT_T, T, NH, NKV, HS);
+    const int t0 = Q.t0, nq = Q.nq;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    load_tile2<TC>(Qs, dOs, ld, q + qo, dout + qo, qs, nq, HS);
+    load_tile2<TC>(Qs, dOs, ld, q + Q.qo, dout + Q.qo, Q.qs, nq, HS);
     zero_tile<TC>(dQs, ld, HS);
-    load_row_stats(Ls, Ds, lse, dq, b, h, T, NH, t0, nq, qo, qs);
+    load_row_stats(Ls, Ds, lse, dq, Q.b, Q.h, T, NH, t0, nq, Q.qo, Q.qs);
     for (int s0 = 0; s0 < t0 + nq; s0 += ATT_T) {
         const int nk = min(ATT_T, T - s0);
         __syncthreads();
-        load_tile2<TC>(Ks, Vs, ld, kb + (size_t)s0 * ks, vb + (size_t)s0 * ks, ks, nk, HS);
+        load_tile2<TC>(Ks, Vs, ld, Q.kb + (size_t)s0 * Q.ks, Q.vb + (size_t)s0 * Q.ks, Q.ks, nk, HS);
         __syncthreads();
         float sd[ATT_RPW], pd[ATT_RPW];
         scores_s_dp<TC>(sd, pd, Ss, dSs, Qs, dOs, Ks, Vs, ld, HS, warp, lane);
@@ -426,7 +419,7 @@ att_dq_kernel(float *dq, const float *dout, const float *q, const float *k, cons
     __syncthreads();
     for (int idx = threadIdx.x; idx < nq * HS; idx += ATT_THREADS) {
         const int i = idx / HS, d = idx - i * HS;
-        dq[qo + (size_t)i * qs + d] = dQs[i * ld + d];
+        dq[Q.qo + (size_t)i * Q.qs + d] = dQs[i * ld + d];
     }
 }
 

@@ -37,6 +37,30 @@ __device__ __forceinline__ void load_tiles(float *dst0, const float *src0, float
         }
     }
 }
+// The query rows a block of the forward or dq pass owns, and where its operands start: grid x
+// counts tiles of `rows` query rows (the longest tiles, at the end, start first), y the head,
+// z the sequence. qs: the row stride of q, out, dout and dq; ks: of k and v; qo: the block's
+// first row of q (and out, dout, dq) for head h; lo: its first lse entry; kb, vb: its kv
+// head's first rows of k and v.
+struct att_qrows {
+    int h, b, t0, nq;
+    size_t qs, ks, qo, lo;
+    const float *kb, *vb;
+    __device__ att_qrows(const float *k, const float *v, int rows, int T, int NH, int NKV, int HS) {
+        h = blockIdx.y;
+        b = blockIdx.z;
+        t0 = (gridDim.x - 1 - blockIdx.x) * rows;
+        nq = min(rows, T - t0);
+        qs = (size_t)NH * HS;
+        ks = (size_t)NKV * HS;
+        qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
+        lo = ((size_t)b * NH + h) * T + t0;
+        const size_t kvo = (size_t)b * T * ks + (size_t)(h / (NH / NKV)) * HS;
+        kb = k + kvo;
+        vb = v + kvo;
+    }
+};
+
 // The query rows' lse and parked D (rows [t0, t0 + nq) of head h, zeros past nq): Ls, Ds.
 __device__ __forceinline__ void load_row_stats(float *Ls, float *Ds, const float *lse, const float *dq, int b, int h,
                                                int T, int NH, int t0, int nq, size_t qo, size_t qs) {

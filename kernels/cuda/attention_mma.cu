@@ -129,6 +129,19 @@ __device__ __forceinline__ float quad_sum(float v) {
     return __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
 
+// Row j (0: g, 1: g + 8) of the warp's accumulators in C layout, times mul, into dst[0, HS):
+// the thread's columns 8n + 2t and 8n + 2t + 1
+template <int NT>
+__device__ __forceinline__ void store_row(float *dst, const float acc[NT][4], int j, int t, int HS, float mul) {
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int d = n * 8 + 2 * t + e;
+            if (d < HS) dst[d] = __fmul_rn(acc[n][2 * j + e], mul);
+        }
+}
+
 // forward, block (64 query rows, h, b): online softmax per row in registers (the quad's four
 // lanes hold the same m, l), out rescaled by exp(m_old − m_new)
 template <int HSP>
@@ -138,21 +151,18 @@ att_fwd_mma(float *out, float *lse, const float *q, const float *k, const float 
     extern __shared__ __align__(128) float sm[];
     constexpr int LD = HSP + 4, NT = HSP / 8;
     float *Qs = sm, *Ks = Qs + MMA_M * LD, *Vs = Ks + MMA_N * LD;
-    const int qb = gridDim.x - 1 - blockIdx.x; // the longest tiles start first
-    const int h = blockIdx.y, b = blockIdx.z;
-    const int t0 = qb * MMA_M, nq = min(MMA_M, T - t0), kvh = h / (NH / NKV);
-    const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
-    const float *kb = k + (size_t)b * T * ks + (size_t)kvh * HS, *vb = v + (size_t)b * T * ks + (size_t)kvh * HS;
+    const att_qrows Q(k, v, MMA_M, T, NH, NKV, HS);
+    const int t0 = Q.t0, nq = Q.nq;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int r0 = 16 * warp; // the warp's rows: t0 + r0 + g + 8j, j = 0, 1
-    load_tiles<1>(Qs, q + ((size_t)b * T + t0) * qs + (size_t)h * HS, NULL, NULL, LD, HSP, MMA_M, qs, nq, HS);
+    load_tiles<1>(Qs, q + Q.qo, NULL, NULL, LD, HSP, MMA_M, Q.qs, nq, HS);
     float o[NT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     for (int s0 = 0; s0 < t0 + nq; s0 += MMA_N) {
         const int nk = min(MMA_N, T - s0);
         __syncthreads(); // the previous tile's readers are done
-        load_tiles<2>(Ks, kb + (size_t)s0 * ks, Vs, vb + (size_t)s0 * ks, LD, HSP, MMA_N, ks, nk, HS);
+        load_tiles<2>(Ks, Q.kb + (size_t)s0 * Q.ks, Vs, Q.vb + (size_t)s0 * Q.ks, LD, HSP, MMA_N, Q.ks, nk, HS);
         __syncthreads();
         if (s0 > t0 + r0 + 15) continue; // every key after the warp's queries
         float s[4][4];
@@ -193,16 +203,8 @@ att_fwd_mma(float *out, float *lse, const float *q, const float *k, const float 
     for (int j = 0; j < 2; j++) {
         const int i = r0 + g + 8 * j;
         if (i >= nq) continue;
-        const float inv = __fdiv_rn(1.0f, l[j]);
-        float *orow = out + ((size_t)b * T + t0 + i) * qs + (size_t)h * HS;
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int d = n * 8 + 2 * t + e;
-                if (d < HS) orow[d] = __fmul_rn(o[n][2 * j + e], inv);
-            }
-        if (t == 0) lse[((size_t)b * NH + h) * T + t0 + i] = __fadd_rn(m[j], logf(l[j]));
+        store_row<NT>(out + Q.qo + (size_t)i * Q.qs, o, j, t, HS, __fdiv_rn(1.0f, l[j]));
+        if (t == 0) lse[Q.lo + i] = __fadd_rn(m[j], logf(l[j]));
     }
 }
 
@@ -270,16 +272,8 @@ att_dkdv_mma(float *dk, float *dv, const float *dq, const float *dout, const flo
     for (int j = 0; j < 2; j++) {
         const int r = r0 + g + 8 * j;
         if (r >= nk) continue;
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int d = n * 8 + 2 * t + e;
-                if (d < HS) {
-                    dk[ko + (size_t)r * ks + d] = dK[n][2 * j + e];
-                    dv[ko + (size_t)r * ks + d] = dV[n][2 * j + e];
-                }
-            }
+        store_row<NT>(dk + ko + (size_t)r * ks, dK, j, t, HS, 1.0f);
+        store_row<NT>(dv + ko + (size_t)r * ks, dV, j, t, HS, 1.0f);
     }
 }
 
@@ -291,29 +285,25 @@ att_dq_mma(float *dq, const float *dout, const float *q, const float *k, const f
     extern __shared__ __align__(128) float sm[];
     constexpr int LD = HSP + 4, NT = HSP / 8;
     float *Qs = sm, *dOs = Qs + MMA_M * LD, *Ks = dOs + MMA_M * LD, *Vs = Ks + MMA_N * LD;
-    const int qb = gridDim.x - 1 - blockIdx.x;
-    const int h = blockIdx.y, b = blockIdx.z;
-    const int t0 = qb * MMA_M, nq = min(MMA_M, T - t0), kvh = h / (NH / NKV);
-    const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
-    const size_t qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
-    const float *kb = k + (size_t)b * T * ks + (size_t)kvh * HS, *vb = v + (size_t)b * T * ks + (size_t)kvh * HS;
+    const att_qrows Q(k, v, MMA_M, T, NH, NKV, HS);
+    const int t0 = Q.t0, nq = Q.nq;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int r0 = 16 * warp;
     float Lr[2], Dr[2];
 #pragma unroll
     for (int j = 0; j < 2; j++) { // the warp's rows' lse and parked D (zeros past nq)
         const int i = r0 + g + 8 * j;
-        Lr[j] = i < nq ? lse[((size_t)b * NH + h) * T + t0 + i] : 0.0f;
-        Dr[j] = i < nq ? dq[qo + (size_t)i * qs] : 0.0f;
+        Lr[j] = i < nq ? lse[Q.lo + i] : 0.0f;
+        Dr[j] = i < nq ? dq[Q.qo + (size_t)i * Q.qs] : 0.0f;
     }
-    load_tiles<2>(Qs, q + qo, dOs, dout + qo, LD, HSP, MMA_M, qs, nq, HS);
+    load_tiles<2>(Qs, q + Q.qo, dOs, dout + Q.qo, LD, HSP, MMA_M, Q.qs, nq, HS);
     float dQ[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; n++) dQ[n][0] = dQ[n][1] = dQ[n][2] = dQ[n][3] = 0.0f;
     for (int s0 = 0; s0 < t0 + nq; s0 += MMA_N) {
         const int nk = min(MMA_N, T - s0);
         __syncthreads();
-        load_tiles<2>(Ks, kb + (size_t)s0 * ks, Vs, vb + (size_t)s0 * ks, LD, HSP, MMA_N, ks, nk, HS);
+        load_tiles<2>(Ks, Q.kb + (size_t)s0 * Q.ks, Vs, Q.vb + (size_t)s0 * Q.ks, LD, HSP, MMA_N, Q.ks, nk, HS);
         __syncthreads();
         if (s0 > t0 + r0 + 15) continue;
         float s[4][4], dp[4][4];
@@ -328,13 +318,7 @@ att_dq_mma(float *dq, const float *dout, const float *q, const float *k, const f
     for (int j = 0; j < 2; j++) {
         const int i = r0 + g + 8 * j;
         if (i >= nq) continue;
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int d = n * 8 + 2 * t + e;
-                if (d < HS) dq[qo + (size_t)i * qs + d] = dQ[n][2 * j + e];
-            }
+        store_row<NT>(dq + Q.qo + (size_t)i * Q.qs, dQ, j, t, HS, 1.0f);
     }
 }
 
