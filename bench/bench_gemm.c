@@ -1,8 +1,9 @@
 // bench_gemm.c — `tiertrain bench gemm`: GFLOP/s of the three matmul kernels (forward,
 // backward-input, backward-weight) on the transformer's real shapes, each against a plain
 // cblas_sgemm of the identical shape and transposes in the same run (the peer), threaded by
-// OpenBLAS itself. The kernels run fixed output tiles as single-threaded sgemm calls under
-// OpenMP (so their bits do not depend on the thread count); the ratio says what that costs.
+// OpenBLAS itself. The kernels are ours where the CPU has FMA (kernels/cpu/gemm.c: one FMA
+// chain an element, bits fixed by the operands), else fixed output tiles as single-threaded
+// sgemm calls under OpenMP; the ratio says what either costs against OpenBLAS's own threading.
 // Both get the same number of threads: --threads, else OpenMP's default.
 // Per shape and op: one untimed warm-up of each, which also checks that kernel and peer
 // agree (max |difference| relative to max |peer|: ~1e-7 from the different summation
@@ -161,7 +162,7 @@ int bench_gemm(const config_t *cfg) {
     double flops_total = 0, time_k = 0, time_p = 0, diff_max = 0;
 
     char bt[128];
-    printf("bench gemm: matmul kernels (tiles by shape, OpenMP) vs cblas_sgemm (OpenBLAS threads), %s, %d threads, median of "
+    printf("bench gemm: matmul kernels vs cblas_sgemm (OpenBLAS threads), %s, %d threads, median of "
            "%d\n", backend_blas_text(bt, sizeof bt), threads, REPS);
     printf("%-16s %6s %6s %6s  %-6s  %11s  %10s  %6s  %9s\n", "shape", "N", "IC", "OC", "op",
            "kernel GF/s", "sgemm GF/s", "ratio", "rel diff");

@@ -19,9 +19,9 @@
 #include <stdint.h>
 
 // ---------------------------------------------------------------- vector paths
-// The widest vector path attention and SwiGLU may take, for tests that check every path
-// gives the same bits: 2 AVX-512F (the default: whatever the CPU has), 1 AVX2 with FMA, 0
-// no FMA (attention's tile products on fmaf). The loader's pick of a function's AVX2 or
+// The widest vector path attention, SwiGLU and matmul may take, for tests that check every
+// path gives the same bits: 2 AVX-512F (the default: whatever the CPU has), 1 AVX2 with FMA, 0
+// no FMA (attention's tile products on fmaf, matmul on OpenBLAS). The loader's pick of a function's AVX2 or
 // baseline clone stays the CPU's; AdamW's paths are separate functions its tests call.
 // Set it between calls, never while an op runs.
 void kernels_limit_simd(int level);
@@ -43,7 +43,11 @@ double sumsq(const float *x, size_t n);
 // gradnorm.h adds up exactly, so a device can send 8 bytes for every 16 KiB of gradients.
 void sumsq_blocks(double *out, const float *x, size_t n);
 
-// ---------------------------------------------------------------- matmul (OpenBLAS sgemm)
+// ---------------------------------------------------------------- matmul
+// On a CPU with FMA: our own kernels (kernels/cpu/gemm.h), every output element one fmaf chain
+// over the inner dimension in order, so the bits follow the operands alone (not the threads,
+// the vector width or how the rows are split into calls); else OpenBLAS sgemm in tiles sized
+// by the output's shape.
 // out (N, OC) = inp (N, IC) · w (OC, IC)ᵀ
 void matmul_forward(float *out, const float *inp, const float *w, int N, int IC, int OC, int round);
 // dinp (N, IC) = dout (N, OC) · w (OC, IC)        when accumulate == 0
@@ -53,6 +57,9 @@ void matmul_backward_input(float *dinp, const float *dout, const float *w, int N
                            int round);
 // dw (OC, IC) += dout (N, OC)ᵀ · inp (N, IC)
 void matmul_backward_weight(float *dw, const float *dout, const float *inp, int N, int IC, int OC);
+// "AVX-512F FMA kernels" or "AVX2 FMA kernels" where ours run the products (after
+// kernels_limit_simd), NULL where OpenBLAS does.
+const char *matmul_kernel_name(void);
 // The kernel family OpenBLAS runs the products with ("Haswell", "Cooperlake", ...): its own
 // pick for this CPU as it loads, or the one OPENBLAS_CORETYPE names.
 const char *matmul_blas_core(void);

@@ -199,10 +199,11 @@ void backend_blas_reexec(char **argv);
 #define BACKEND_BLAS_PICKED_ENV "TT_OPENBLAS_PICKED"
 // OpenBLAS's own pick when backend_blas_reexec replaced it, else NULL.
 const char *backend_blas_replaced(void);
-// Which OpenBLAS family runs the products and why: "OpenBLAS SkylakeX, not its own pick
-// Prescott", "OpenBLAS Haswell, as OPENBLAS_CORETYPE says", "OpenBLAS Haswell", or, when the
-// pick is narrower than the CPU and stayed, what would be wider; for the tier report, bench
-// calibrate and bench gemm. Returns buf.
+// What runs the products: on a CPU with FMA our kernels ("GEMMs on AVX-512F FMA kernels; "),
+// then which OpenBLAS family is loaded (the products' on a CPU without FMA, bench gemm's peer
+// everywhere) and why: "OpenBLAS SkylakeX, not its own pick Prescott", "OpenBLAS Haswell, as
+// OPENBLAS_CORETYPE says", "OpenBLAS Haswell", or, when the pick is narrower than the CPU and
+// stayed, what would be wider; for the tier report, bench calibrate and bench gemm. Returns buf.
 char *backend_blas_text(char *buf, size_t len);
 // be->threads from cfg (--threads, else $OMP_NUM_THREADS, else every core), OpenMP set to
 // it and OpenBLAS to one thread (kernels/cpu/matmul.c's determinism).

@@ -117,6 +117,13 @@ const char *backend_blas_replaced(void) {
 char *backend_blas_text(char *buf, size_t len) {
     const char *now = matmul_blas_core(), *picked = backend_blas_replaced(), *want = matmul_blas_core_better();
     const char *user = getenv("OPENBLAS_CORETYPE"), *ours = getenv(BACKEND_BLAS_PICKED_ENV);
+    const char *kern = matmul_kernel_name();
+    char *const text = buf;
+    if (kern) { // the products on our kernels; OpenBLAS is what bench gemm compares them with
+        const int n = snprintf(buf, len, "GEMMs on %s; ", kern);
+        if (n < 0 || (size_t)n >= len) return buf;
+        buf += n, len -= (size_t)n;
+    }
     if (picked)
         snprintf(buf, len, "OpenBLAS %s, not its own pick %s", now, picked);
     else if (user && ours && *ours) // the second run, whose OpenBLAS kept its pick
@@ -127,7 +134,7 @@ char *backend_blas_text(char *buf, size_t len) {
         snprintf(buf, len, "OpenBLAS %s, narrower than this CPU (OPENBLAS_CORETYPE=%s runs wider kernels)", now, want);
     else
         snprintf(buf, len, "OpenBLAS %s", now);
-    return buf;
+    return text;
 }
 
 void backend_setup_host_threads(backend_t *be, const config_t *cfg) {
@@ -136,8 +143,9 @@ void backend_setup_host_threads(backend_t *be, const config_t *cfg) {
     be->threads = cfg->threads > 0 ? cfg->threads : env && atoi(env) > 0 ? atoi(env) : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (be->threads < 1) be->threads = 1;
     // OpenMP is the only thread pool. OpenBLAS's own threading gives different bits for
-    // different thread counts, so the matmul kernels split their output into tiles sized by its
-    // shape alone, each one single-threaded sgemm, run by OpenMP (kernels/cpu/matmul.c).
+    // different thread counts, so where it runs the products (a CPU without FMA) the matmul
+    // kernels split their output into tiles sized by its shape alone, each one single-threaded
+    // sgemm, run by OpenMP (kernels/cpu/matmul.c).
     omp_set_num_threads(be->threads);
     openblas_set_num_threads(1);
 }

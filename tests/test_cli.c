@@ -11,7 +11,7 @@
 #include "cli.h"
 #include "config.h"
 #include "backend.h" // uses: backend_blas_replaced, BACKEND_BLAS_PICKED_ENV
-#include "kernels.h" // uses: matmul_blas_core
+#include "kernels.h" // uses: matmul_blas_core, matmul_kernel_name
 #include "testutil.h"
 
 // ---------------------------------------------------------------- helpers
@@ -222,7 +222,8 @@ static char *run_ok(const char *const *args) {
 // OpenBLAS's kernel family: where its own pick is narrower than this CPU (kernels.h,
 // matmul_blas_core_better), the binary runs itself again with the wider family, and the tier
 // report's backend line says which ran and which it replaced; where the pick is fine, that
-// family runs, unremarked, and an OPENBLAS_CORETYPE of the user's own is kept and named.
+// family runs, unremarked, and an OPENBLAS_CORETYPE of the user's own is kept and named. On a
+// CPU with FMA the line first names our kernels, which run the products there.
 START_TEST(test_blas_family) {
     const char *const args[] = {"train", "--model", "tiny", "--steps", "1", "--eval-every", "0", "--device", "cpu", NULL};
     char *argv[16];
@@ -242,15 +243,18 @@ START_TEST(test_blas_family) {
     char env_own[96];
     snprintf(env_own, sizeof env_own, "OPENBLAS_CORETYPE=%s", own_copy);
     char *const env[] = {env_own, NULL};
+    // on a CPU with FMA the products run on our kernels, and the line says so first
+    char ours[64] = "";
+    if (matmul_kernel_name()) snprintf(ours, sizeof ours, "GEMMs on %s; ", matmul_kernel_name());
     for (int user = !own; user < 2; user++) { // user: OPENBLAS_CORETYPE names own_copy
         char *out = NULL, *err = NULL;
         ck_assert_int_eq(tu_run(argv, user ? env : NULL, &out, &err), 0);
         if (user)
-            snprintf(want, sizeof want, " threads, OpenBLAS %s, as OPENBLAS_CORETYPE says): ", own_copy);
+            snprintf(want, sizeof want, " threads, %sOpenBLAS %s, as OPENBLAS_CORETYPE says): ", ours, own_copy);
         else if (replaced)
-            snprintf(want, sizeof want, " threads, OpenBLAS %s, not its own pick %s): ", now, own_copy);
+            snprintf(want, sizeof want, " threads, %sOpenBLAS %s, not its own pick %s): ", ours, now, own_copy);
         else
-            snprintf(want, sizeof want, " threads, OpenBLAS %s): ", own_copy);
+            snprintf(want, sizeof want, " threads, %sOpenBLAS %s): ", ours, own_copy);
         ck_assert_msg(strstr(out, want), "%s: no '%s' in:\n%s", user ? env_own : "no OPENBLAS_CORETYPE", want, out);
         ck_assert_msg(!strstr(err, "OpenBLAS"), "stderr: %s", err);
         free(out);

@@ -48,6 +48,9 @@ typedef struct { double atol, rtol; } tol_t;
 static const tol_t TOL_MM_OUT = {2e-5, 1e-5};
 static const tol_t TOL_MM_DINP = {2e-5, 1e-5};
 static const tol_t TOL_MM_DW = {2e-5, 1e-5};
+// the same, rounded to BF16 values: a different FP32 sum can round one BF16 step (2⁻⁷ of the
+// value at most) the other way
+static const tol_t TOL_MM_BF16 = {2e-5, 0.0079};
 // rmsnorm forward: a C-term FP32 sum of squares (relative ~√C·u), a sqrt, a divide and
 // two products: a few 1e-7 relative for C ≤ 200. Seen 0.07 / 0.05.
 static const tol_t TOL_RMS_OUT = {1e-6, 2e-6};
@@ -475,6 +478,87 @@ START_TEST(test_matmul) {
     free(inp); free(w); free(r); free(out); free(dinp); free(dinp_pre); free(dw); free(dw_pre);
     free(c.inp); free(c.w); free(c.r);
     free(ref_out); free(ref_dinp); free(ref_dw);
+}
+END_TEST
+
+// On a CPU with FMA, every matmul output element is one fmaf chain over the inner dimension
+// in k order, from 0 ("=") or the prior value ("+="), then BF16-rounded when asked (gemm.h):
+// the same bits as this plain loop, on the AVX-512F and the AVX2 paths, at 1 and 3 threads.
+// The shapes cross the kernels' blocks: K past KC (512, partial sums through memory), N past
+// NC (1024), ragged row and column tiles of both paths (12 × 32, 6 × 16), and M below MR.
+// Without FMA (kernels_limit_simd(0)) the products run on OpenBLAS: within TOL_MM_OUT.
+static const mm_shape_t MMB_SHAPES[] = {{1, 1, 1}, {13, 600, 1100}, {300, 24, 290}, {7, 48, 72}, {64, 1030, 40}};
+
+// C (M, N) (+)= op(A) · op(B) as fmaf chains, rounded when round; element (i, k) of op(A) at
+// A[transa ? k·lda + i : i·lda + k], likewise op(B).
+static void fma_chain_ref(int transa, int transb, int M, int N, int K, const float *A, int lda, const float *B,
+                          int ldb, int accumulate, float *C, int ldc, int round) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float acc = accumulate ? C[(size_t)i * ldc + j] : 0.0f;
+            for (int k = 0; k < K; k++)
+                acc = fmaf(transa ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k],
+                           transb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j], acc);
+            C[(size_t)i * ldc + j] = acc;
+        }
+    if (round)
+        for (int i = 0; i < M; i++) bf16_round_n(C + (size_t)i * ldc, (size_t)N);
+}
+
+START_TEST(test_matmul_fma_bits) {
+    const mm_shape_t s = MMB_SHAPES[_i];
+    const int N = s.N, IC = s.IC, OC = s.OC;
+    size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    rng_t rg = rng_make(1300 + (uint64_t)_i);
+    float *inp = fnew(ni), *w = fnew(nw), *d = fnew(no), *dinp0 = fnew(ni), *dw0 = fnew(nw);
+    float *ref[5] = {fnew(no), fnew(no), fnew(ni), fnew(ni), fnew(nw)}, *got[5] = {fnew(no), fnew(no), fnew(ni), fnew(ni), fnew(nw)};
+    fill_sym(inp, ni, 1.0, &rg); fill_sym(w, nw, 1.0, &rg); fill_sym(d, no, 1.0, &rg);
+    fill_sym(dinp0, ni, 1.0, &rg); fill_sym(dw0, nw, 1.0, &rg);
+    // the five products: out =, out = rounded, dinp += rounded, dinp =, dw +=
+    fma_chain_ref(0, 1, N, OC, IC, inp, IC, w, IC, 0, ref[0], OC, 0);
+    fma_chain_ref(0, 1, N, OC, IC, inp, IC, w, IC, 0, ref[1], OC, 1);
+    memcpy(ref[2], dinp0, ni * sizeof(float));
+    fma_chain_ref(0, 0, N, IC, OC, d, OC, w, IC, 1, ref[2], IC, 1);
+    fma_chain_ref(0, 0, N, IC, OC, d, OC, w, IC, 0, ref[3], IC, 0);
+    memcpy(ref[4], dw0, nw * sizeof(float));
+    fma_chain_ref(1, 0, OC, IC, N, d, OC, inp, IC, 1, ref[4], IC, 0);
+    static const char *const name[] = {"out", "out rounded", "dinp += rounded", "dinp =", "dw +="};
+    const size_t n[] = {no, no, ni, ni, nw};
+    const int have[] = {1, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
+                        __builtin_cpu_supports("avx512f")};
+    for (int lim = 2; lim >= 0; lim--) {
+        if (!have[lim]) continue;
+        for (int th = 1; th <= 3; th += 2) {
+            kernels_limit_simd(lim);
+            set_threads(th);
+            for (int o = 0; o < 5; o++) fill_nan(got[o], n[o]);
+            matmul_forward(got[0], inp, w, N, IC, OC, 0);
+            matmul_forward(got[1], inp, w, N, IC, OC, 1);
+            memcpy(got[2], dinp0, ni * sizeof(float));
+            matmul_backward_input(got[2], d, w, N, IC, OC, 1, 1);
+            matmul_backward_input(got[3], d, w, N, IC, OC, 0, 0);
+            memcpy(got[4], dw0, nw * sizeof(float));
+            matmul_backward_weight(got[4], d, inp, N, IC, OC);
+            kernels_limit_simd(2);
+            for (int o = 0; o < 5; o++) {
+                char what[128];
+                snprintf(what, sizeof what, "matmul %s N=%d IC=%d OC=%d (%s, %d threads)", name[o], N, IC, OC,
+                         lim == 2 ? "AVX-512F" : lim == 1 ? "AVX2+FMA" : "OpenBLAS", th);
+                if (lim > 0) {
+                    size_t bad = 0;
+                    while (bad < n[o] && !memcmp(&got[o][bad], &ref[o][bad], sizeof(float))) bad++;
+                    ck_assert_msg(bad == n[o], "%s: element %zu is %.9g, the fmaf chain's %.9g", what, bad,
+                                  (double)got[o][bad], (double)ref[o][bad]);
+                } else {
+                    double *r = to_d(ref[o], n[o]);
+                    CHECK_CLOSE(what, got[o], r, n[o], o == 1 || o == 2 ? TOL_MM_BF16 : TOL_MM_OUT);
+                    free(r);
+                }
+            }
+        }
+    }
+    for (int o = 0; o < 5; o++) { free(ref[o]); free(got[o]); }
+    free(inp); free(w); free(d); free(dinp0); free(dw0);
 }
 END_TEST
 
@@ -1658,27 +1742,32 @@ START_TEST(test_det_rmsnorm) {
 END_TEST
 
 START_TEST(test_det_matmul) {
-    // OpenBLAS's own threading changes bits with its thread count; the kernels' output
-    // tiles (sized by the shape alone, each one single-threaded sgemm) must not. 300 × 520
-    // and 520 × 200 outputs span several tiles, with ragged edges.
+    // 1 vs 2 threads, on every path this CPU has: the FMA kernels (their bits follow the
+    // operands alone) and OpenBLAS's (kernels_limit_simd(0): output tiles sized by the shape
+    // alone, each one single-threaded sgemm; OpenBLAS's own threading would change the bits).
+    // 300 × 520 and 520 × 200 outputs span several tiles and blocks, with ragged edges.
     const int N = 300, IC = 200, OC = 520;
     size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
     rng_t rg = rng_make(1006);
     float *inp = fnew(ni), *w = fnew(nw), *d = fnew(no), *out[2], *dinp[2], *dw[2];
     fill_sym(inp, ni, 1.0, &rg); fill_sym(w, nw, 1.0, &rg); fill_sym(d, no, 1.0, &rg);
-    for (int run = 0; run < 2; run++) {
-        out[run] = fnew(no); dinp[run] = fnew(ni); dw[run] = fnew(nw);
-        memset(dw[run], 0, nw * sizeof(float));
-        set_threads(run + 1);
-        openblas_set_num_threads(run + 1); // whatever the caller left OpenBLAS at
-        matmul_forward(out[run], inp, w, N, IC, OC, 0);
-        matmul_backward_input(dinp[run], d, w, N, IC, OC, 0, 0);
-        matmul_backward_weight(dw[run], d, inp, N, IC, OC);
+    for (int lim = 2; lim >= 0; lim--) {
+        for (int run = 0; run < 2; run++) {
+            out[run] = fnew(no); dinp[run] = fnew(ni); dw[run] = fnew(nw);
+            memset(dw[run], 0, nw * sizeof(float));
+            kernels_limit_simd(lim);
+            set_threads(run + 1);
+            openblas_set_num_threads(run + 1); // whatever the caller left OpenBLAS at
+            matmul_forward(out[run], inp, w, N, IC, OC, 0);
+            matmul_backward_input(dinp[run], d, w, N, IC, OC, 0, 0);
+            matmul_backward_weight(dw[run], d, inp, N, IC, OC);
+            kernels_limit_simd(2);
+        }
+        BITS_EQ("matmul out", out[0], out[1], no);
+        BITS_EQ("matmul dinp", dinp[0], dinp[1], ni);
+        BITS_EQ("matmul dw", dw[0], dw[1], nw);
+        for (int run = 0; run < 2; run++) { free(out[run]); free(dinp[run]); free(dw[run]); }
     }
-    BITS_EQ("matmul out", out[0], out[1], no);
-    BITS_EQ("matmul dinp", dinp[0], dinp[1], ni);
-    BITS_EQ("matmul dw", dw[0], dw[1], nw);
-    for (int run = 0; run < 2; run++) { free(out[run]); free(dinp[run]); free(dw[run]); }
     free(inp); free(w); free(d);
 }
 END_TEST
@@ -1749,6 +1838,7 @@ static Suite *kernels_suite(void) {
     tc = tcase(s, "matmul");
     tcase_add_loop_test(tc, test_matmul, 0, NELEMS(MM_SHAPES));
     tcase_add_test(tc, test_matmul_degenerate);
+    tcase_add_loop_test(tc, test_matmul_fma_bits, 0, NELEMS(MMB_SHAPES));
     tc = tcase(s, "rmsnorm");
     tcase_add_loop_test(tc, test_rmsnorm, 0, NELEMS(RMS_SHAPES));
     tc = tcase(s, "rope");

@@ -1,16 +1,20 @@
-// matmul.c — the three products of a linear layer, on OpenBLAS sgemm (kernels.h "matmul").
-// Row-major, weights (OC, IC) as in nn.Linear.
-// Determinism: OpenBLAS's own threading changes the bits with its thread count (measured with
-// 0.3.21: 6–10% of elements differ in the last bit between 1, 2, 3 and 4 threads). So each
-// output is cut into tiles whose size depends on the output's shape alone (tile_shape), every
-// tile is one single-threaded sgemm over the full inner dimension, and OpenMP runs the tiles
-// in parallel. A tile's bits depend only on its shape and data, never on the thread count.
-// This needs OpenBLAS at one thread: each call sets it (openblas_set_num_threads(1), once, when
-// it is not already 1); the threads are OpenMP's (--threads → omp_set_num_threads).
+// matmul.c — the three products of a linear layer (kernels.h "matmul"). Row-major, weights
+// (OC, IC) as in nn.Linear.
+// On a CPU with FMA they run on gemm_fma (gemm.c): every output element one FMA chain in k
+// order, so the bits depend on the operands alone — not on the thread count, the blocking or
+// the vector width — and the BF16 rounding is fused into the kernel's last store.
+// Without FMA (or under kernels_limit_simd(0)) they run on OpenBLAS sgemm. Its own threading
+// changes the bits with its thread count (measured with 0.3.21: 6–10% of elements differ in
+// the last bit between 1, 2, 3 and 4 threads), so there each output is cut into tiles whose
+// size depends on the output's shape alone (tile_shape), every tile is one single-threaded
+// sgemm over the full inner dimension, and OpenMP runs the tiles in parallel. That needs
+// OpenBLAS at one thread: each call sets it (openblas_set_num_threads(1), once, when it is
+// not already 1); the threads are OpenMP's (--threads → omp_set_num_threads).
 // Degenerate shapes (a zero dimension) are handled here: BLAS would reject a zero leading
 // dimension, and a zero inner dimension must still write "=" outputs.
 // Called by the CPU backend for every linear layer and the LM head.
 #include "kernels.h"
+#include "gemm.h"
 #include "simd.h"
 #include <string.h> // uses: strcmp
 #include <cblas.h> // uses: cblas_sgemm, openblas_get_num_threads, openblas_set_num_threads, openblas_get_corename
@@ -58,7 +62,8 @@ static void round_tile(float *c, int ldc, int m, int n) {
 
 // C (M, N) = op(A) (M, K) · op(B) (K, N) + beta·C, row-major, by tile_shape's tiles of C,
 // each one single-threaded sgemm over all of K (then rounded to BF16 values when round).
-static void gemm_tiled(int transa, int transb, int M, int N, int K, const float *A, int lda,
+// For CPUs without FMA.
+static void gemm_blas(int transa, int transb, int M, int N, int K, const float *A, int lda,
                        const float *B, int ldb, float beta, float *C, int ldc, int round) {
     int TM, TN;
     tile_shape(M, N, &TM, &TN);
@@ -77,11 +82,19 @@ static void gemm_tiled(int transa, int transb, int M, int N, int K, const float 
     }
 }
 
+// C = op(A) · op(B) (accumulate 0) or C += (1), then rounded when round: gemm_fma where the
+// CPU has FMA, else OpenBLAS.
+static void gemm(int transa, int transb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                 int accumulate, float *C, int ldc, int round) {
+    if (gemm_fma_path() > 0) gemm_fma(transa, transb, M, N, K, A, lda, B, ldb, accumulate, C, ldc, round);
+    else gemm_blas(transa, transb, M, N, K, A, lda, B, ldb, accumulate ? 1.0f : 0.0f, C, ldc, round);
+}
+
 void matmul_forward(float *out, const float *inp, const float *w, int N, int IC, int OC, int round) {
     if (N <= 0 || OC <= 0) return;
     if (IC <= 0) { fill_zero(out, (size_t)N * OC); return; } // zeros are BF16 values
     // out (N, OC) = inp (N, IC) · wᵀ
-    gemm_tiled(0, 1, N, OC, IC, inp, IC, w, IC, 0.0f, out, OC, round);
+    gemm(0, 1, N, OC, IC, inp, IC, w, IC, 0, out, OC, round);
 }
 
 void matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int accumulate,
@@ -93,13 +106,18 @@ void matmul_backward_input(float *dinp, const float *dout, const float *w, int N
         return;
     }
     // dinp (N, IC) (+)= dout (N, OC) · w (OC, IC)
-    gemm_tiled(0, 0, N, IC, OC, dout, OC, w, IC, accumulate ? 1.0f : 0.0f, dinp, IC, round);
+    gemm(0, 0, N, IC, OC, dout, OC, w, IC, accumulate, dinp, IC, round);
 }
 
 void matmul_backward_weight(float *dw, const float *dout, const float *inp, int N, int IC, int OC) {
     if (N <= 0 || IC <= 0 || OC <= 0) return;
     // dw (OC, IC) += dout (N, OC)ᵀ · inp (N, IC)
-    gemm_tiled(1, 0, OC, IC, N, dout, OC, inp, IC, 1.0f, dw, IC, 0);
+    gemm(1, 0, OC, IC, N, dout, OC, inp, IC, 1, dw, IC, 0);
+}
+
+const char *matmul_kernel_name(void) {
+    const int path = gemm_fma_path();
+    return path == 2 ? "AVX-512F FMA kernels" : path == 1 ? "AVX2 FMA kernels" : NULL;
 }
 
 const char *matmul_blas_core(void) {

@@ -1,0 +1,263 @@
+// gemm.c — gemm_fma (gemm.h): the linear layers' FP32 product on our own register kernels,
+// with each operand packed once per call and shared by the threads.
+//
+// Why not OpenBLAS: bench train --model small spent 15% of its step in OpenBLAS's packing
+// (perf: sgemm_itcopy/oncopy/otcopy/incopy), because each of matmul.c's fixed output tiles
+// was its own single-threaded sgemm that packed its panels of both operands again (fixed
+// tiles, so that the bits did not follow the thread count), plus 3% in sgemm_beta and the
+// separate BF16 rounding pass. Here the bits follow neither the blocking nor the threads
+// (gemm.h), so the blocking is free to be the fast one: B packed once per block of KC × NC
+// by all threads together, each thread packing its own rows of A, C loaded, accumulated and
+// stored (rounded on the last block) by the register kernel itself.
+//
+// The loops are BLIS's: for each NC columns, for each KC of the inner dimension, pack B;
+// then each thread takes blocks of MC rows, packs them, and runs the kernel over every MR × NR
+// tile, B's micro-panel (KC × NR) staying in L1 while A's micro-panels stream from L2.
+// Kernels: AVX-512F 12 × 32 (24 accumulators, two 16-float vectors a row), AVX2+FMA 6 × 16
+// (12 accumulators). Both take exactly the element's FMA chain, in k order.
+//
+// Called by matmul.c (the linear layers and the LM head); CPUs without FMA stay on OpenBLAS.
+#include "gemm.h"
+#include "simd.h"
+#include <omp.h>     // uses: omp_get_max_threads
+#include <pthread.h> // uses: pthread_mutex_lock (the static packing buffer)
+
+#define KC 512     // inner-dimension block: B's micro-panel is KC × 32 floats, 64 KiB, from L1 and L2
+#define NC 1024    // columns of B packed at a time: KC × NC floats, 2 MiB, shared by the threads
+#define MC_MAX 192 // rows of A a thread takes at a time (any split gives the same bits)
+#define MR_MAX 12
+#define NR_MAX 32
+
+static float bp_buf[(size_t)KC * NC] __attribute__((aligned(64)));
+static pthread_mutex_t bp_lock = PTHREAD_MUTEX_INITIALIZER;
+
+// The MR × NR tile at c (row stride ldc) += the kc products of A's micro-panel a (kc × MR,
+// k-major) and B's b (kc × NR, k-major); load 0: the tile starts from zero instead of c;
+// round: stored rounded to BF16 values.
+typedef void (*kern_fn)(int kc, const float *restrict a, size_t sa, const float *restrict b, float *restrict c,
+                        size_t ldc, int load, int round);
+
+// ---------------------------------------------------------------- register kernels
+// A is read in place, never packed: element (i, k) of the micro-panel at a is a[k·sa + i]
+// (the "k" kernels: Aᵀ stored, or a packed edge panel) or a[i·sa + k] (the "r" kernels: A
+// stored row-major). Its 12 KiB are reused from L2 across the columns; B's micro-panel is
+// the operand the kernel keeps in L1, so B is the one packed.
+#define ROWS12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+
+#define W_DECL(i) __m512 r##i##a, r##i##b;
+#define W_LOAD(i) r##i##a = _mm512_loadu_ps(c + i * ldc), r##i##b = _mm512_loadu_ps(c + i * ldc + 16);
+#define W_ZERO(i) r##i##a = r##i##b = _mm512_setzero_ps();
+#define W_FMA(i, x)                                                                                                \
+    {                                                                                                              \
+        const __m512 xv = _mm512_set1_ps(x);                                                                       \
+        r##i##a = _mm512_fmadd_ps(xv, b0, r##i##a), r##i##b = _mm512_fmadd_ps(xv, b1, r##i##b);                   \
+    }
+#define W_FMA_K(i) W_FMA(i, a[i])
+#define W_FMA_R(i) W_FMA(i, a##i[k])
+#define W_ROW(i) const float *a##i = a + (size_t)i * sa;
+#define W_STORE(i) _mm512_storeu_ps(c + i * ldc, r##i##a), _mm512_storeu_ps(c + i * ldc + 16, r##i##b);
+#define W_ROUND(i) r##i##a = (__m512)rnd16((v16f)r##i##a), r##i##b = (__m512)rnd16((v16f)r##i##b);
+#define W_BEGIN ROWS12(W_DECL) if (load) { ROWS12(W_LOAD) } else { ROWS12(W_ZERO) }
+#define W_END if (round) { ROWS12(W_ROUND) } ROWS12(W_STORE)
+#define W_B const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+
+TT_WIDE static void kern_12x32_k(int kc, const float *restrict a, size_t sa, const float *restrict b,
+                                 float *restrict c, size_t ldc, int load, int round) {
+    W_BEGIN
+    for (int k = 0; k < kc; k++, a += sa, b += 32) {
+        W_B
+        ROWS12(W_FMA_K)
+    }
+    W_END
+}
+
+TT_WIDE static void kern_12x32_r(int kc, const float *restrict a, size_t sa, const float *restrict b,
+                                 float *restrict c, size_t ldc, int load, int round) {
+    W_BEGIN
+    ROWS12(W_ROW)
+    for (int k = 0; k < kc; k++, b += 32) {
+        W_B
+        ROWS12(W_FMA_R)
+    }
+    W_END
+}
+
+#define N_DECL(i) __m256 r##i##a, r##i##b;
+#define N_LOAD(i) r##i##a = _mm256_loadu_ps(c + i * ldc), r##i##b = _mm256_loadu_ps(c + i * ldc + 8);
+#define N_ZERO(i) r##i##a = r##i##b = _mm256_setzero_ps();
+#define N_FMA(i, p)                                                                                                \
+    {                                                                                                              \
+        const __m256 xv = _mm256_broadcast_ss(p);                                                                  \
+        r##i##a = _mm256_fmadd_ps(xv, b0, r##i##a), r##i##b = _mm256_fmadd_ps(xv, b1, r##i##b);                   \
+    }
+#define N_FMA_K(i) N_FMA(i, a + i)
+#define N_FMA_R(i) N_FMA(i, a##i + k)
+#define N_ROW(i) const float *a##i = a + (size_t)i * sa;
+#define N_STORE(i) _mm256_storeu_ps(c + i * ldc, r##i##a), _mm256_storeu_ps(c + i * ldc + 8, r##i##b);
+#define N_ROUND(i) r##i##a = (__m256)rnd8((v8f)r##i##a), r##i##b = (__m256)rnd8((v8f)r##i##b);
+#define N_BEGIN ROWS6(N_DECL) if (load) { ROWS6(N_LOAD) } else { ROWS6(N_ZERO) }
+#define N_END if (round) { ROWS6(N_ROUND) } ROWS6(N_STORE)
+#define N_B const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+
+TT_FMA static void kern_6x16_k(int kc, const float *restrict a, size_t sa, const float *restrict b,
+                               float *restrict c, size_t ldc, int load, int round) {
+    N_BEGIN
+    for (int k = 0; k < kc; k++, a += sa, b += 16) {
+        N_B
+        ROWS6(N_FMA_K)
+    }
+    N_END
+}
+
+TT_FMA static void kern_6x16_r(int kc, const float *restrict a, size_t sa, const float *restrict b,
+                               float *restrict c, size_t ldc, int load, int round) {
+    N_BEGIN
+    ROWS6(N_ROW)
+    for (int k = 0; k < kc; k++, b += 16) {
+        N_B
+        ROWS6(N_FMA_R)
+    }
+    N_END
+}
+
+typedef struct {
+    int mr, nr;
+    kern_fn kern_k, kern_r;
+} path_t;
+
+int gemm_fma_path(void) { return tt_wide() ? 2 : tt_fma() ? 1 : 0; }
+
+// ---------------------------------------------------------------- packing
+static int min_i(int a, int b) { return a < b ? a : b; }
+
+// Rows [i0, i0 + m) and inner indices [k0, k0 + kc) of op(A) as k-major micro-panels of
+// kc × mr floats, rows past m zero: all of a block's rows where A is stored transposed (mr
+// contiguous floats a row of A, each k another row: packed, the kernel's 12 KiB of A stay
+// 48 lines apart, not 256), else only a block's last m < mr rows, which the kernel cannot
+// read in place (it reads mr rows, past the end of A).
+static void pack_a(int mr, int transa, const float *A, int lda, int i0, int m, int k0, int kc, float *restrict dst) {
+    for (int p = 0; p < m; p += mr, dst += (size_t)mr * kc) {
+        const int rows = min_i(mr, m - p);
+        for (int k = 0; k < kc; k++) {
+            float *d = dst + (size_t)k * mr;
+            if (transa) {
+                const float *src = A + (size_t)(k0 + k) * lda + i0 + p;
+                if (rows == 12) memcpy(d, src, 12 * sizeof *d); // the kernels' MR: a constant size copies
+                else if (rows == 6) memcpy(d, src, 6 * sizeof *d); // in two vector moves
+                else
+                    for (int r = 0; r < mr; r++) d[r] = r < rows ? src[r] : 0.0f;
+            } else {
+                for (int r = 0; r < mr; r++) d[r] = r < rows ? A[(size_t)(i0 + p + r) * lda + k0 + k] : 0.0f;
+            }
+        }
+    }
+}
+
+// dst[k·ld + c] = src[c·ls + k] for an 8 × 8 block (k, c < 8): rows of src become columns.
+TT_FMA static void transpose8(float *restrict dst, size_t ld, const float *restrict src, size_t ls) {
+    __m256 r[8], t[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * ls);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int i = 0; i < 4; i++) {
+        _mm256_storeu_ps(dst + i * ld, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+        _mm256_storeu_ps(dst + (i + 4) * ld, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+    }
+}
+
+// Micro-panel q of op(B)'s inner indices [k0, k0 + kc) and columns [j0, j0 + nc): columns
+// j0 + q·nr ... as kc × nr floats (k-major), columns past nc zero. Both CPUs that reach here
+// have AVX2: whole 8 × 8 blocks of a transposed B go through transpose8.
+TT_FMA static void pack_b(int nr, int transb, const float *B, int ldb, int k0, int kc, int j0, int nc, int q,
+                          float *restrict dst) {
+    const int j = q * nr, n = min_i(nr, nc - j);
+    dst += (size_t)j * kc;
+    if (!transb) {
+        for (int k = 0; k < kc; k++) {
+            const float *src = B + (size_t)(k0 + k) * ldb + j0 + j;
+            float *d = dst + (size_t)k * nr;
+            if (n == nr)
+                for (int c = 0; c < nr; c += 8) _mm256_storeu_ps(d + c, _mm256_loadu_ps(src + c));
+            else
+                for (int c = 0; c < nr; c++) d[c] = c < n ? src[c] : 0.0f;
+        }
+        return;
+    }
+    const float *src = B + (size_t)(j0 + j) * ldb + k0; // element (k, c) at src[c·ldb + k]
+    const int n8 = n / 8 * 8, k8 = kc / 8 * 8;
+    for (int c = 0; c < n8; c += 8)
+        for (int k = 0; k < k8; k += 8) transpose8(dst + (size_t)k * nr + c, (size_t)nr, src + (size_t)c * ldb + k, ldb);
+    for (int k = 0; k < kc; k++)
+        for (int c = 0; c < nr; c++)
+            if (c >= n8 || k >= k8) dst[(size_t)k * nr + c] = c < n ? src[(size_t)c * ldb + k] : 0.0f;
+}
+
+// ---------------------------------------------------------------- the product
+// One m × n (≤ MR × NR) tile at c: the kernel in place when the tile is whole, else through
+// a full-size scratch tile whose valid part is copied in and out.
+static void run_tile(kern_fn kern, const path_t *P, int kc, const float *a, size_t sa, const float *b, float *c,
+                     int ldc, int n, int m, int load, int round) {
+    if (m == P->mr && n == P->nr) {
+        kern(kc, a, sa, b, c, (size_t)ldc, load, round);
+        return;
+    }
+    float t[MR_MAX * NR_MAX] __attribute__((aligned(64))) = {0};
+    if (load)
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) t[i * P->nr + j] = c[(size_t)i * ldc + j];
+    kern(kc, a, sa, b, t, (size_t)P->nr, load, round);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = t[i * P->nr + j];
+}
+
+void gemm_fma(int transa, int transb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+              int accumulate, float *C, int ldc, int round) {
+    const path_t P = gemm_fma_path() == 2 ? (path_t){12, 32, kern_12x32_k, kern_12x32_r}
+                                          : (path_t){6, 16, kern_6x16_k, kern_6x16_r};
+    // Row blocks: a whole number of rounds of one a thread, each at most MC_MAX rows, as equal
+    // as whole micro-panels of MR rows allow (a barrier ends every block of B, so the threads
+    // should finish together). Any split gives the same bits.
+    const int threads = omp_get_max_threads(), panels_m = (M + P.mr - 1) / P.mr, per = MC_MAX / P.mr;
+    const int blocks = (panels_m + per * threads - 1) / (per * threads) * threads;
+    pthread_mutex_lock(&bp_lock); // a default mutex: fails only on a corrupt one
+    #pragma omp parallel if (blocks > 1 || (long)M * N * K > 1L << 22)
+    {
+        float ap[MC_MAX * KC] __attribute__((aligned(64))); // this thread's packed rows of A
+        for (int jc = 0; jc < N; jc += NC) {
+            const int nc = min_i(NC, N - jc), panels = (nc + P.nr - 1) / P.nr;
+            for (int pc = 0; pc < K; pc += KC) {
+                const int kc = min_i(KC, K - pc);
+                const int load = accumulate || pc > 0, rnd = round && pc + kc == K;
+                #pragma omp for schedule(static)
+                for (int q = 0; q < panels; q++) pack_b(P.nr, transb, B, ldb, pc, kc, jc, nc, q, bp_buf);
+                #pragma omp for schedule(dynamic, 1)
+                for (int blk = 0; blk < blocks; blk++) {
+                    const int i0 = (int)((long)blk * panels_m / blocks) * P.mr;
+                    const int m = min_i((int)((long)(blk + 1) * panels_m / blocks) * P.mr, M) - i0;
+                    const int whole = transa ? 0 : m / P.mr * P.mr;
+                    if (whole < m) pack_a(P.mr, transa, A, lda, i0 + whole, m - whole, pc, kc, ap);
+                    for (int j = 0; j < nc; j += P.nr) {
+                        const float *b = bp_buf + (size_t)j * kc;
+                        const int n = min_i(P.nr, nc - j);
+                        for (int i = 0; i < whole; i += P.mr) // A row-major, read in place
+                            run_tile(P.kern_r, &P, kc, A + (size_t)(i0 + i) * lda + pc, (size_t)lda, b,
+                                     C + (size_t)(i0 + i) * ldc + jc + j, ldc, n, P.mr, load, rnd);
+                        for (int i = whole; i < m; i += P.mr) // packed
+                            run_tile(P.kern_k, &P, kc, ap + (size_t)(i - whole) * kc, (size_t)P.mr, b,
+                                     C + (size_t)(i0 + i) * ldc + jc + j, ldc, n, min_i(P.mr, m - i), load, rnd);
+                    }
+                }
+            }
+        }
+    }
+    pthread_mutex_unlock(&bp_lock);
+}

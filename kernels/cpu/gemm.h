@@ -1,0 +1,22 @@
+// gemm.h — private to kernels/cpu: the FP32 matrix product the linear layers run on
+// (matmul.c), with its bits fixed by the operands alone.
+//
+// Every output element is one chain of fused multiply-adds over the inner dimension in
+// order, acc = fma(op(A)[i][k], op(B)[k][j], acc) for k = 0, 1, ..., K − 1, starting from 0
+// ("=") or from C ("+="), and is rounded to a BF16 value at the end when asked. The chain
+// never depends on the blocking, the thread count or the vector width (partial sums pass
+// through memory as FP32, which is exact), so the AVX-512F and the AVX2 paths give the same
+// bits, and so does a plain fmaf loop (tests/test_kernels.c holds them to that with memcmp).
+// Not reentrant across threads: one product runs at a time in a process (a mutex queues a
+// second caller), because the packed B operand lives in one static buffer.
+#pragma once
+
+// Which path gemm_fma takes on this CPU (after kernels_limit_simd): 2 AVX-512F, 1 AVX2 with
+// FMA, 0 none (the caller uses OpenBLAS instead).
+int gemm_fma_path(void);
+
+// C (M, N) = op(A) (M, K) · op(B) (K, N) (accumulate 0) or C += (accumulate 1), row-major;
+// op(A) is A (lda its row stride) or, transa, Aᵀ of A (K, M); op(B) likewise. round: the
+// result rounded to BF16 values. M, N, K ≥ 1; needs gemm_fma_path() ≥ 1.
+void gemm_fma(int transa, int transb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+              int accumulate, float *C, int ldc, int round);
