@@ -458,8 +458,8 @@ int bench_calibrate(const config_t *cfg) {
     }
 
     // ---- the table
-    char how[4][224];
-    char blas[160] = "", bt[128];
+    char how[4][320];
+    char blas[224] = "", bt[192];
     if (!be.vt) snprintf(blas, sizeof blas, " (%s)", backend_blas_text(bt, sizeof bt));
     snprintf(how[0], sizeof how[0], "%s matmul%s fwd+bwd_in+bwd_w, %s; median of %d", be.name, blas,
              be.vt ? "N 8192: 2048x5632, 5632x2048, 2048x2048" : "N 1024: 384x1024, 1024x384, 768x768", gemm_reps);

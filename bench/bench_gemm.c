@@ -161,7 +161,7 @@ int bench_gemm(const config_t *cfg) {
     double gf_k[NSHAPES][NOPS], gf_p[NSHAPES][NOPS], diff[NSHAPES][NOPS];
     double flops_total = 0, time_k = 0, time_p = 0, diff_max = 0;
 
-    char bt[128];
+    char bt[192];
     printf("bench gemm: matmul kernels vs cblas_sgemm (OpenBLAS threads), %s, %d threads, median of "
            "%d\n", backend_blas_text(bt, sizeof bt), threads, REPS);
     printf("%-16s %6s %6s %6s  %-6s  %11s  %10s  %6s  %9s\n", "shape", "N", "IC", "OC", "op",

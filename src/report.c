@@ -12,7 +12,7 @@ void report_tiers(FILE *out, const config_t *cfg, const trainer_info_t *info, co
     char a[32], b[32], c[32], d[32];
     static const char *sched_name[] = {"auto", "horizontal", "vertical"};
     const tier_stats_t *ts = &info->tier;
-    char blas[160] = "", bt[128]; // the CPU's products: which OpenBLAS kernels ran them
+    char blas[224] = "", bt[192]; // the CPU's products: our kernels or OpenBLAS, and its family
     if (!strcmp(info->backend, "cpu")) snprintf(blas, sizeof blas, ", %s", backend_blas_text(bt, sizeof bt));
     fprintf(out, "tiers (backend %s, %d threads%s): params %s, grads %s, optimizer %s, checkpoints %s, prefetch %d, "
                  "schedule %s\n",

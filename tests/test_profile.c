@@ -20,7 +20,7 @@
 #include "bench.h"   // uses: bench_nvme_rates
 #include "io.h"      // uses: nvme_dir_direct_ok
 #include "json.h"    // uses: json_parse (the calibrate JSON line)
-#include "kernels.h" // uses: matmul_blas_core
+#include "kernels.h" // uses: matmul_blas_core, matmul_kernel_name
 #include "profile.h"
 #include "testutil.h"
 
@@ -365,13 +365,14 @@ START_TEST(test_calibrate_e2e) {
     for (int i = 0; i < 6; i++) ck_assert_msg(strstr(out, rows[i]), "no row '%s' in\n%s", rows[i] + 1, out);
     // the gemm row names OpenBLAS's kernel family, the one this process's library runs too
     // (testutil.c: a suite runs itself again with a wider family where the binary does), and the
-    // pick it replaced
-    char fam[96];
+    // pick it replaced, after our kernels where they run the products (a CPU with FMA)
+    char fam[160], ours[64] = "";
+    if (matmul_kernel_name()) snprintf(ours, sizeof ours, "GEMMs on %s; ", matmul_kernel_name());
     if (backend_blas_replaced())
-        snprintf(fam, sizeof fam, "cpu matmul (OpenBLAS %s, not its own pick %s)", matmul_blas_core(),
+        snprintf(fam, sizeof fam, "cpu matmul (%sOpenBLAS %s, not its own pick %s)", ours, matmul_blas_core(),
                  backend_blas_replaced());
     else
-        snprintf(fam, sizeof fam, "cpu matmul (OpenBLAS %s", matmul_blas_core());
+        snprintf(fam, sizeof fam, "cpu matmul (%sOpenBLAS %s", ours, matmul_blas_core());
     ck_assert_msg(strstr(out, fam), "no '%s' in\n%s", fam, out);
     ck_assert_ptr_nonnull(strstr(out, "profile written to "));
 
