@@ -58,7 +58,8 @@ typedef void (*kern_fn)(int kc, const float *restrict a, size_t sa, const float 
 #define W_ROW(i) const float *a##i = a + (size_t)i * sa;
 #define W_STORE(i) _mm512_storeu_ps(c + i * ldc, r##i##a), _mm512_storeu_ps(c + i * ldc + 16, r##i##b);
 #define W_ROUND(i) r##i##a = (__m512)rnd16((v16f)r##i##a), r##i##b = (__m512)rnd16((v16f)r##i##b);
-#define W_BEGIN ROWS12(W_DECL) if (load) { ROWS12(W_LOAD) } else { ROWS12(W_ZERO) }
+#define W_PREFETCH(i) __builtin_prefetch(c + i * ldc, 1, 3), __builtin_prefetch(c + i * ldc + 31, 1, 3);
+#define W_BEGIN ROWS12(W_DECL) if (load) { ROWS12(W_LOAD) } else { ROWS12(W_PREFETCH) ROWS12(W_ZERO) }
 #define W_END if (round) { ROWS12(W_ROUND) } ROWS12(W_STORE)
 #define W_B const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
 
