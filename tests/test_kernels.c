@@ -485,9 +485,12 @@ END_TEST
 // in k order, from 0 ("=") or the prior value ("+="), then BF16-rounded when asked (gemm.h):
 // the same bits as this plain loop, on the AVX-512F and the AVX2 paths, at 1 and 3 threads.
 // The shapes cross the kernels' blocks: K past KC (512, partial sums through memory), N past
-// NC (1024), ragged row and column tiles of both paths (12 × 32, 6 × 16), and M below MR.
+// NC (1024), ragged row and column tiles of both paths (12 × 32, 6 × 16), M below MR, and
+// both drivers (gemm_cols at M ≤ 384 with enough column panels: 3 threads; gemm_rows above,
+// or at 1 thread).
 // Without FMA (kernels_limit_simd(0)) the products run on OpenBLAS: within TOL_MM_OUT.
-static const mm_shape_t MMB_SHAPES[] = {{1, 1, 1}, {13, 600, 1100}, {300, 24, 290}, {7, 48, 72}, {64, 1030, 40}};
+static const mm_shape_t MMB_SHAPES[] = {{1, 1, 1},    {13, 600, 1100}, {300, 24, 290},
+                                        {7, 48, 72},  {64, 1030, 40},  {400, 40, 70}};
 
 // C (M, N) (+)= op(A) · op(B) as fmaf chains, rounded when round; element (i, k) of op(A) at
 // A[transa ? k·lda + i : i·lda + k], likewise op(B).

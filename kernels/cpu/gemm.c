@@ -28,8 +28,11 @@
 #define MR_MAX 12
 #define NR_MAX 32
 
-static float bp_buf[(size_t)KC * NC] __attribute__((aligned(64)));
-static pthread_mutex_t bp_lock = PTHREAD_MUTEX_INITIALIZER;
+#define COL_M 384   // products of at most this many rows run by column panels (gemm_cols)
+
+static float bp_buf[(size_t)KC * NC] __attribute__((aligned(64)));   // gemm_rows: B's block
+static float ap_buf[(size_t)COL_M * KC] __attribute__((aligned(64))); // gemm_cols: A's block
+static pthread_mutex_t bp_lock = PTHREAD_MUTEX_INITIALIZER;          // both
 
 // The MR × NR tile at c (row stride ldc) += the kc products of A's micro-panel a (kc × MR,
 // k-major) and B's b (kc × NR, k-major); load 0: the tile starts from zero instead of c;
@@ -176,12 +179,11 @@ TT_FMA static void transpose8(float *restrict dst, size_t ld, const float *restr
 }
 
 // Micro-panel q of op(B)'s inner indices [k0, k0 + kc) and columns [j0, j0 + nc): columns
-// j0 + q·nr ... as kc × nr floats (k-major), columns past nc zero. Both CPUs that reach here
+// j0 + q·nr ... as kc × nr floats (k-major) at dst, columns past nc zero. Both CPUs that reach here
 // have AVX2: whole 8 × 8 blocks of a transposed B go through transpose8.
 TT_FMA static void pack_b(int nr, int transb, const float *B, int ldb, int k0, int kc, int j0, int nc, int q,
                           float *restrict dst) {
     const int j = q * nr, n = min_i(nr, nc - j);
-    dst += (size_t)j * kc;
     if (!transb) {
         for (int k = 0; k < kc; k++) {
             const float *src = B + (size_t)(k0 + k) * ldb + j0 + j;
@@ -197,9 +199,11 @@ TT_FMA static void pack_b(int nr, int transb, const float *B, int ldb, int k0, i
     const int n8 = n / 8 * 8, k8 = kc / 8 * 8;
     for (int c = 0; c < n8; c += 8)
         for (int k = 0; k < k8; k += 8) transpose8(dst + (size_t)k * nr + c, (size_t)nr, src + (size_t)c * ldb + k, ldb);
-    for (int k = 0; k < kc; k++)
-        for (int c = 0; c < nr; c++)
-            if (c >= n8 || k >= k8) dst[(size_t)k * nr + c] = c < n ? src[(size_t)c * ldb + k] : 0.0f;
+    for (int k = 0; k < kc; k++) { // the rest: columns past the 8 × 8 blocks, then their last rows
+        for (int c = n8; c < nr; c++) dst[(size_t)k * nr + c] = c < n ? src[(size_t)c * ldb + k] : 0.0f;
+        if (k >= k8)
+            for (int c = 0; c < n8; c++) dst[(size_t)k * nr + c] = src[(size_t)c * ldb + k];
+    }
 }
 
 // ---------------------------------------------------------------- the product
@@ -220,45 +224,91 @@ static void run_tile(kern_fn kern, const path_t *P, int kc, const float *a, size
         for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = t[i * P->nr + j];
 }
 
-void gemm_fma(int transa, int transb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
-              int accumulate, float *C, int ldc, int round) {
-    const path_t P = gemm_fma_path() == 2 ? (path_t){12, 32, kern_12x32_k, kern_12x32_r}
-                                          : (path_t){6, 16, kern_6x16_k, kern_6x16_r};
+// Many rows: BLIS's loops (the file's head). B's block packed by all threads together into
+// bp_buf, then each thread takes blocks of rows and runs them against all of it.
+static void gemm_rows(const path_t *P, int transa, int transb, int M, int N, int K, const float *A, int lda,
+                      const float *B, int ldb, int accumulate, float *C, int ldc, int round) {
     // Row blocks: a whole number of rounds of one a thread, each at most MC_MAX rows, as equal
     // as whole micro-panels of MR rows allow (a barrier ends every block of B, so the threads
     // should finish together). Any split gives the same bits.
-    const int threads = omp_get_max_threads(), panels_m = (M + P.mr - 1) / P.mr, per = MC_MAX / P.mr;
+    const int threads = omp_get_max_threads(), panels_m = (M + P->mr - 1) / P->mr, per = MC_MAX / P->mr;
     const int blocks = (panels_m + per * threads - 1) / (per * threads) * threads;
-    pthread_mutex_lock(&bp_lock); // a default mutex: fails only on a corrupt one
     #pragma omp parallel if (blocks > 1 || (long)M * N * K > 1L << 22)
     {
         float ap[MC_MAX * KC] __attribute__((aligned(64))); // this thread's packed rows of A
         for (int jc = 0; jc < N; jc += NC) {
-            const int nc = min_i(NC, N - jc), panels = (nc + P.nr - 1) / P.nr;
+            const int nc = min_i(NC, N - jc), panels = (nc + P->nr - 1) / P->nr;
             for (int pc = 0; pc < K; pc += KC) {
                 const int kc = min_i(KC, K - pc);
                 const int load = accumulate || pc > 0, rnd = round && pc + kc == K;
                 #pragma omp for schedule(static)
-                for (int q = 0; q < panels; q++) pack_b(P.nr, transb, B, ldb, pc, kc, jc, nc, q, bp_buf);
+                for (int q = 0; q < panels; q++)
+                    pack_b(P->nr, transb, B, ldb, pc, kc, jc, nc, q, bp_buf + (size_t)q * P->nr * kc);
                 #pragma omp for schedule(dynamic, 1)
                 for (int blk = 0; blk < blocks; blk++) {
-                    const int i0 = (int)((long)blk * panels_m / blocks) * P.mr;
-                    const int m = min_i((int)((long)(blk + 1) * panels_m / blocks) * P.mr, M) - i0;
-                    const int whole = transa ? 0 : m / P.mr * P.mr;
-                    if (whole < m) pack_a(P.mr, transa, A, lda, i0 + whole, m - whole, pc, kc, ap);
-                    for (int j = 0; j < nc; j += P.nr) {
+                    const int i0 = (int)((long)blk * panels_m / blocks) * P->mr;
+                    const int m = min_i((int)((long)(blk + 1) * panels_m / blocks) * P->mr, M) - i0;
+                    const int whole = transa ? 0 : m / P->mr * P->mr;
+                    if (whole < m) pack_a(P->mr, transa, A, lda, i0 + whole, m - whole, pc, kc, ap);
+                    for (int j = 0; j < nc; j += P->nr) {
                         const float *b = bp_buf + (size_t)j * kc;
-                        const int n = min_i(P.nr, nc - j);
-                        for (int i = 0; i < whole; i += P.mr) // A row-major, read in place
-                            run_tile(P.kern_r, &P, kc, A + (size_t)(i0 + i) * lda + pc, (size_t)lda, b,
-                                     C + (size_t)(i0 + i) * ldc + jc + j, ldc, n, P.mr, load, rnd);
-                        for (int i = whole; i < m; i += P.mr) // packed
-                            run_tile(P.kern_k, &P, kc, ap + (size_t)(i - whole) * kc, (size_t)P.mr, b,
-                                     C + (size_t)(i0 + i) * ldc + jc + j, ldc, n, min_i(P.mr, m - i), load, rnd);
+                        const int n = min_i(P->nr, nc - j);
+                        for (int i = 0; i < whole; i += P->mr) // A row-major, read in place
+                            run_tile(P->kern_r, P, kc, A + (size_t)(i0 + i) * lda + pc, (size_t)lda, b,
+                                     C + (size_t)(i0 + i) * ldc + jc + j, ldc, n, P->mr, load, rnd);
+                        for (int i = whole; i < m; i += P->mr) // packed
+                            run_tile(P->kern_k, P, kc, ap + (size_t)(i - whole) * kc, (size_t)P->mr, b,
+                                     C + (size_t)(i0 + i) * ldc + jc + j, ldc, n, min_i(P->mr, m - i), load, rnd);
                     }
                 }
             }
         }
     }
+}
+
+// Few rows (M ≤ COL_M), many column panels: all of A's KC-block stays in L2 (packed once into
+// ap_buf where it cannot be read in place), and each thread takes whole column panels, packs
+// each into its own buffer and runs it against every row: no shared B, so no barrier between
+// packing B and using it (the LM head's forward at B·T 256 against 32000 columns, the weight
+// gradients of k and v).
+static void gemm_cols(const path_t *P, int transa, int transb, int M, int N, int K, const float *A, int lda,
+                      const float *B, int ldb, int accumulate, float *C, int ldc, int round) {
+    const int panels = (N + P->nr - 1) / P->nr, whole = transa ? 0 : M / P->mr * P->mr;
+    const int packed = (M - whole + P->mr - 1) / P->mr; // micro-panels of A in ap_buf
+    #pragma omp parallel
+    {
+        float bq[KC * NR_MAX] __attribute__((aligned(64))); // this thread's panel of B
+        for (int pc = 0; pc < K; pc += KC) {
+            const int kc = min_i(KC, K - pc);
+            const int load = accumulate || pc > 0, rnd = round && pc + kc == K;
+            #pragma omp for schedule(static)
+            for (int p = 0; p < packed; p++)
+                pack_a(P->mr, transa, A, lda, whole + p * P->mr, min_i(P->mr, M - whole - p * P->mr), pc, kc,
+                       ap_buf + (size_t)p * P->mr * kc);
+            #pragma omp for schedule(dynamic, 1)
+            for (int q = 0; q < panels; q++) {
+                const int j = q * P->nr, n = min_i(P->nr, N - j);
+                pack_b(P->nr, transb, B, ldb, pc, kc, 0, N, q, bq);
+                for (int i = 0; i < whole; i += P->mr)
+                    run_tile(P->kern_r, P, kc, A + (size_t)i * lda + pc, (size_t)lda, bq, C + (size_t)i * ldc + j, ldc,
+                             n, P->mr, load, rnd);
+                for (int i = whole; i < M; i += P->mr)
+                    run_tile(P->kern_k, P, kc, ap_buf + (size_t)(i - whole) * kc, (size_t)P->mr, bq,
+                             C + (size_t)i * ldc + j, ldc, n, min_i(P->mr, M - i), load, rnd);
+            }
+        }
+    }
+}
+
+void gemm_fma(int transa, int transb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+              int accumulate, float *C, int ldc, int round) {
+    const path_t P = gemm_fma_path() == 2 ? (path_t){12, 32, kern_12x32_k, kern_12x32_r}
+                                          : (path_t){6, 16, kern_6x16_k, kern_6x16_r};
+    const int threads = omp_get_max_threads(), panels = (N + P.nr - 1) / P.nr;
+    pthread_mutex_lock(&bp_lock); // a default mutex: fails only on a corrupt one
+    if (M <= COL_M && threads > 1 && panels >= 2 * threads)
+        gemm_cols(&P, transa, transb, M, N, K, A, lda, B, ldb, accumulate, C, ldc, round);
+    else
+        gemm_rows(&P, transa, transb, M, N, K, A, lda, B, ldb, accumulate, C, ldc, round);
     pthread_mutex_unlock(&bp_lock);
 }
