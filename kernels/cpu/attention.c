@@ -184,15 +184,45 @@ INLINE void grad_rows8(float *st, float *dpt, int nq, int j0, int nc, const floa
 // The 8-lane kernels again, on 16-float vectors: per element the same operations in the same
 // order (so the same bits), twice the lanes per instruction. Called only when tt_wide().
 
-// mm8 with 4×32 register tiles (eight 16-float accumulators), then 4×16; the columns past
-// the last 16 and the rows past the last 4 go to mm8 (every AVX-512F CPU has FMA).
+// mm_block16 on rows i..i+7 (sixteen accumulators: eight would leave the two FMA pipes
+// waiting on their 4-cycle latency, and four broadcasts for two loads of B made the loads the
+// bound): per element the same chain.
+#define MM8R(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+TT_WIDE INLINE void mm_block16x8(float *C, int ldc, const float *A, size_t sai, size_t sak, int i,
+                                 const float *restrict B, int ldb, int j, int K, int acc, const float *rs) {
+#define MM8_INIT(r)                                                                                                \
+    float *c##r = C + (size_t)(i + r) * ldc + j;                                                                   \
+    const float *a##r = A + (size_t)(i + r) * sai;                                                                 \
+    v16f q##r##0 = acc ? ld16(c##r) : splat16(0.0f), q##r##1 = acc ? ld16(c##r + 16) : splat16(0.0f);              \
+    if (acc && rs) q##r##0 *= rs[r], q##r##1 *= rs[r];
+#define MM8_FMA(r)                                                                                                 \
+    {                                                                                                              \
+        const v16f x = splat16(a##r[ak]);                                                                          \
+        q##r##0 = fma16(x, b0, q##r##0), q##r##1 = fma16(x, b1, q##r##1);                                          \
+    }
+#define MM8_STORE(r) st16(c##r, q##r##0), st16(c##r + 16, q##r##1);
+    MM8R(MM8_INIT)
+    for (int k = 0; k < K; k++) {
+        const float *bk = B + (size_t)k * ldb + j;
+        const v16f b0 = ld16(bk), b1 = ld16(bk + 16);
+        const size_t ak = (size_t)k * sak;
+        MM8R(MM8_FMA)
+    }
+    MM8R(MM8_STORE)
+}
+
+// mm8 with 8×32 register tiles, then 4×32 and 4×16; the columns past the last 16 and the
+// rows past the last 4 go to mm8 (every AVX-512F CPU has FMA).
 TT_WIDE static void mm16(float *restrict C, int ldc, const float *restrict A, size_t sai, size_t sak,
                          const float *restrict B, int ldb, int M, int N, int K, int acc, const float *rs) {
-    const int M4 = M / 4 * 4, N16 = N / 16 * 16;
+    const int M4 = M / 4 * 4, N16 = N / 16 * 16, N32 = N / 32 * 32;
+    int i8 = 0; // rows [0, i8) have their columns [0, N32) done by 8×32 tiles
+    for (; i8 + 8 <= M4 && N32 > 0; i8 += 8)
+        for (int j = 0; j < N32; j += 32) mm_block16x8(C, ldc, A, sai, sak, i8, B, ldb, j, K, acc, rs ? rs + i8 : NULL);
     for (int i = 0; i < M4; i += 4) {
         const float *a0 = A + (size_t)i * sai, *a1 = a0 + sai, *a2 = a1 + sai, *a3 = a2 + sai;
         float *c0 = C + (size_t)i * ldc, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
-        int j = 0;
+        int j = i < i8 ? N32 : 0;
         for (; j + 32 <= N; j += 32)
             mm_block16(c0, c1, c2, c3, a0, a1, a2, a3, sak, B, ldb, j, K, acc, rs ? rs + i : NULL);
         if (j < N16) {
