@@ -188,9 +188,15 @@ TT_FMA static void pack_b(int nr, int transb, const float *B, int ldb, int k0, i
         for (int k = 0; k < kc; k++) {
             const float *src = B + (size_t)(k0 + k) * ldb + j0 + j;
             float *d = dst + (size_t)k * nr;
-            if (n == nr)
-                for (int c = 0; c < nr; c += 8) _mm256_storeu_ps(d + c, _mm256_loadu_ps(src + c));
-            else
+            if (n == nr && nr == 32) { // written out: GCC turns the loop into a call of memcpy
+                const __m256 x0 = _mm256_loadu_ps(src), x1 = _mm256_loadu_ps(src + 8);
+                const __m256 x2 = _mm256_loadu_ps(src + 16), x3 = _mm256_loadu_ps(src + 24);
+                _mm256_storeu_ps(d, x0), _mm256_storeu_ps(d + 8, x1);
+                _mm256_storeu_ps(d + 16, x2), _mm256_storeu_ps(d + 24, x3);
+            } else if (n == nr && nr == 16) {
+                const __m256 x0 = _mm256_loadu_ps(src), x1 = _mm256_loadu_ps(src + 8);
+                _mm256_storeu_ps(d, x0), _mm256_storeu_ps(d + 8, x1);
+            } else
                 for (int c = 0; c < nr; c++) d[c] = c < n ? src[c] : 0.0f;
         }
         return;
