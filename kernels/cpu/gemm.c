@@ -1,18 +1,24 @@
 // gemm.c — gemm_fma (gemm.h): the linear layers' FP32 product on our own register kernels,
-// with each operand packed once per call and shared by the threads.
+// with B packed once per call and shared by the threads, and A read in place.
 //
 // Why not OpenBLAS: bench train --model small spent 15% of its step in OpenBLAS's packing
 // (perf: sgemm_itcopy/oncopy/otcopy/incopy), because each of matmul.c's fixed output tiles
 // was its own single-threaded sgemm that packed its panels of both operands again (fixed
 // tiles, so that the bits did not follow the thread count), plus 3% in sgemm_beta and the
 // separate BF16 rounding pass. Here the bits follow neither the blocking nor the threads
-// (gemm.h), so the blocking is free to be the fast one: B packed once per block of KC × NC
-// by all threads together, each thread packing its own rows of A, C loaded, accumulated and
-// stored (rounded on the last block) by the register kernel itself.
+// (gemm.h), so the blocking is free to be the fast one, and the register kernel itself loads,
+// accumulates and stores C (rounded on the last block).
 //
-// The loops are BLIS's: for each NC columns, for each KC of the inner dimension, pack B;
-// then each thread takes blocks of MC rows, packs them, and runs the kernel over every MR × NR
-// tile, B's micro-panel (KC × NR) staying in L1 while A's micro-panels stream from L2.
+// Two drivers. gemm_rows (many rows) runs BLIS's loops: for each NC columns, for each KC of
+// the inner dimension, all threads pack B's block together; then each thread takes blocks of
+// rows and runs the kernel over every MR × NR tile, B's micro-panel (KC × NR) staying in L1
+// and L2 while A's rows stream from L2 in place. gemm_cols (at most COL_M rows) keeps A's
+// block in L2 and gives each thread whole column panels of B to pack and run. A is packed
+// only where it is stored transposed (its mr floats a k are then contiguous) or for a ragged
+// last micro-panel, which the kernels cannot read in place. Measured against alternatives (2
+// threads): reading B in place lost 9–40% a shape in bench train small (its rows are ldb
+// floats apart: L1, L2 and TLB misses); KC 128, 256 and 768 and COL_M 1024 were slower than
+// 512 and 384 on cold operands.
 // Kernels: AVX-512F 12 × 32 (24 accumulators, two 16-float vectors a row), AVX2+FMA 6 × 16
 // (12 accumulators). Both take exactly the element's FMA chain, in k order.
 //
@@ -20,7 +26,7 @@
 #include "gemm.h"
 #include "simd.h"
 #include <omp.h>     // uses: omp_get_max_threads
-#include <pthread.h> // uses: pthread_mutex_lock (the static packing buffer)
+#include <pthread.h> // uses: pthread_mutex_lock (the static packing buffers)
 
 #define KC 512     // inner-dimension block: B's micro-panel is KC × 32 floats, 64 KiB, from L1 and L2
 #define NC 1024    // columns of B packed at a time: KC × NC floats, 2 MiB, shared by the threads
@@ -204,7 +210,8 @@ TT_FMA static void pack_b(int nr, int transb, const float *B, int ldb, int k0, i
     const float *src = B + (size_t)(j0 + j) * ldb + k0; // element (k, c) at src[c·ldb + k]
     const int n8 = n / 8 * 8, k8 = kc / 8 * 8;
     for (int c = 0; c < n8; c += 8)
-        for (int k = 0; k < k8; k += 8) transpose8(dst + (size_t)k * nr + c, (size_t)nr, src + (size_t)c * ldb + k, ldb);
+        for (int k = 0; k < k8; k += 8)
+            transpose8(dst + (size_t)k * nr + c, (size_t)nr, src + (size_t)c * ldb + k, (size_t)ldb);
     for (int k = 0; k < kc; k++) { // the rest: columns past the 8 × 8 blocks, then their last rows
         for (int c = n8; c < nr; c++) dst[(size_t)k * nr + c] = c < n ? src[(size_t)c * ldb + k] : 0.0f;
         if (k >= k8)

@@ -7,8 +7,8 @@
 // never depends on the blocking, the thread count or the vector width (partial sums pass
 // through memory as FP32, which is exact), so the AVX-512F and the AVX2 paths give the same
 // bits, and so does a plain fmaf loop (tests/test_kernels.c holds them to that with memcmp).
-// Not reentrant across threads: one product runs at a time in a process (a mutex queues a
-// second caller), because the packed B operand lives in one static buffer.
+// One product runs at a time in a process (a mutex queues a second caller): its packed
+// operands live in static buffers (2.75 MiB in all), so no call allocates.
 #pragma once
 
 // Which path gemm_fma takes on this CPU (after kernels_limit_simd): 2 AVX-512F, 1 AVX2 with
