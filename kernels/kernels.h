@@ -20,9 +20,10 @@
 
 // ---------------------------------------------------------------- vector paths
 // The widest vector path attention, SwiGLU and matmul may take, for tests that check every
-// path gives the same bits: 2 AVX-512F (the default: whatever the CPU has), 1 AVX2 with FMA, 0
-// no FMA (attention's tile products on fmaf, matmul on OpenBLAS). The loader's pick of a function's AVX2 or
-// baseline clone stays the CPU's; AdamW's paths are separate functions its tests call.
+// path gives the same bits: 2 AVX-512F (the default: whatever the CPU has), 1 AVX2 with FMA,
+// 0 no FMA (attention's tile products on fmaf, matmul on OpenBLAS). The loader's pick of a
+// function's AVX2 or baseline clone stays the CPU's; AdamW's paths are separate functions its
+// tests call.
 // Set it between calls, never while an op runs.
 void kernels_limit_simd(int level);
 

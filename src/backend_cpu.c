@@ -117,24 +117,23 @@ const char *backend_blas_replaced(void) {
 char *backend_blas_text(char *buf, size_t len) {
     const char *now = matmul_blas_core(), *picked = backend_blas_replaced(), *want = matmul_blas_core_better();
     const char *user = getenv("OPENBLAS_CORETYPE"), *ours = getenv(BACKEND_BLAS_PICKED_ENV);
-    const char *kern = matmul_kernel_name();
-    char *const text = buf;
-    if (kern) { // the products on our kernels; OpenBLAS is what bench gemm compares them with
-        const int n = snprintf(buf, len, "GEMMs on %s; ", kern);
-        if (n < 0 || (size_t)n >= len) return buf;
-        buf += n, len -= (size_t)n;
-    }
+    char blas[160];
     if (picked)
-        snprintf(buf, len, "OpenBLAS %s, not its own pick %s", now, picked);
+        snprintf(blas, sizeof blas, "OpenBLAS %s, not its own pick %s", now, picked);
     else if (user && ours && *ours) // the second run, whose OpenBLAS kept its pick
-        snprintf(buf, len, "OpenBLAS %s, narrower than this CPU (this OpenBLAS ignores OPENBLAS_CORETYPE)", now);
+        snprintf(blas, sizeof blas, "OpenBLAS %s, narrower than this CPU (this OpenBLAS ignores OPENBLAS_CORETYPE)", now);
     else if (user)
-        snprintf(buf, len, "OpenBLAS %s, as OPENBLAS_CORETYPE says", now);
+        snprintf(blas, sizeof blas, "OpenBLAS %s, as OPENBLAS_CORETYPE says", now);
     else if (want)
-        snprintf(buf, len, "OpenBLAS %s, narrower than this CPU (OPENBLAS_CORETYPE=%s runs wider kernels)", now, want);
+        snprintf(blas, sizeof blas, "OpenBLAS %s, narrower than this CPU (OPENBLAS_CORETYPE=%s runs wider kernels)",
+                 now, want);
     else
-        snprintf(buf, len, "OpenBLAS %s", now);
-    return text;
+        snprintf(blas, sizeof blas, "OpenBLAS %s", now);
+    // where our kernels run the products, OpenBLAS is what bench gemm compares them with
+    const char *kern = matmul_kernel_name();
+    if (kern) snprintf(buf, len, "GEMMs on %s; %s", kern, blas);
+    else snprintf(buf, len, "%s", blas);
+    return buf;
 }
 
 void backend_setup_host_threads(backend_t *be, const config_t *cfg) {
