@@ -695,10 +695,14 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
 
     // ---- one pass, a task per kv head, when there are enough of them to share out evenly
     //      (equal tasks; the same bits as the split passes, which have finer tasks)
+    //      kv heads outermost: threads that start together take the same kv head of different
+    //      batch rows, whose rows of dq, dk and dv lie apart (the group beside the one a thread
+    //      writes, in the same rows, is where its prefetches land: batch rows innermost made
+    //      the backward 1.3× slower on two cores, measured on a Xeon)
     if ((long)B * NKV >= (long)ATT_FUSED_TASKS * omp_get_max_threads()) {
         #pragma omp parallel for collapse(2) schedule(dynamic, 1)
-        for (int b = 0; b < B; b++)
-            for (int g = 0; g < NKV; g++) bwd_task(dq, dk, dv, dout, q, k, v, lse, b, g, T, NH, NKV, HS, round);
+        for (int g = 0; g < NKV; g++)
+            for (int b = 0; b < B; b++) bwd_task(dq, dk, dv, dout, q, k, v, lse, b, g, T, NH, NKV, HS, round);
         return;
     }
 
