@@ -171,7 +171,10 @@ START_TEST(counts_and_json_line) {
     snprintf(want, sizeof want, "%zu windows of T+1 = 65", (size_t)W);
     ck_assert_msg(strstr(r.out, want) != NULL, "no '%s' in: %s", want, r.out);
     ck_assert_msg(strstr(r.out, "seq 64 (the checkpoint's), precision fp32 (--precision)") != NULL, "%s", r.out);
-    ck_assert_msg(r.err[0] == 0, "stderr: %s", r.err);
+    // stderr: nothing but the progress line, which a slow run prints (a loaded machine: CI
+    // runs two tests at once)
+    for (const char *l = r.err; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l))
+        ck_assert_msg(!strncmp(l, "tiertrain: evaluating (windows): ", 33), "stderr: %s", r.err);
     run_free(&r);
 }
 END_TEST
