@@ -58,6 +58,13 @@ static void mm_fwd(float *out, const float *inp, const float *w, int N, int IC, 
 static void mm_bwd_in(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int acc, int round) {
     TIMED(OP_GEMM, real->matmul_backward_input(dinp, dout, w, N, IC, OC, acc, round));
 }
+static void mm_fwd16(float *out, const float *inp, const uint16_t *w, float *scratch, int N, int IC, int OC, int round) {
+    TIMED(OP_GEMM, real->matmul_forward_w16(out, inp, w, scratch, N, IC, OC, round));
+}
+static void mm_bwd_in16(float *dinp, const float *dout, const uint16_t *w, float *scratch, int N, int IC, int OC,
+                        int acc, int round) {
+    TIMED(OP_GEMM, real->matmul_backward_input_w16(dinp, dout, w, scratch, N, IC, OC, acc, round));
+}
 static void mm_bwd_w(float *dw, const float *dout, const float *inp, int N, int IC, int OC) {
     TIMED(OP_GEMM, real->matmul_backward_weight(dw, dout, inp, N, IC, OC));
 }
@@ -143,6 +150,8 @@ static void on_init(trainer_t *tr, void *arg) {
     timed.matmul_forward = mm_fwd;
     timed.matmul_backward_input = mm_bwd_in;
     timed.matmul_backward_weight = mm_bwd_w;
+    if (real->matmul_forward_w16) timed.matmul_forward_w16 = mm_fwd16; // NULL stays NULL (the caller widens)
+    if (real->matmul_backward_input_w16) timed.matmul_backward_input_w16 = mm_bwd_in16;
     timed.attention_forward = att_fwd;
     timed.attention_backward = att_bwd;
     timed.rmsnorm_forward = norm_fwd;

@@ -56,6 +56,14 @@ void matmul_forward(float *out, const float *inp, const float *w, int N, int IC,
 // (round: the sum, after the accumulation)
 void matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int accumulate,
                            int round);
+// The two products of w with w given as BF16 values (bf16 mode's compute copy): the bits of
+// matmul_forward / matmul_backward_input on w widened to FP32 (bf16_to_f32_n). With FMA the
+// widening happens in the packing of w, so it is never stored; without, w is widened into
+// scratch (OC × IC floats, the caller's) and the FP32 product runs on it.
+void matmul_forward_w16(float *out, const float *inp, const uint16_t *w, float *scratch, int N, int IC, int OC,
+                        int round);
+void matmul_backward_input_w16(float *dinp, const float *dout, const uint16_t *w, float *scratch, int N, int IC,
+                               int OC, int accumulate, int round);
 // dw (OC, IC) += dout (N, OC)ᵀ · inp (N, IC)
 void matmul_backward_weight(float *dw, const float *dout, const float *inp, int N, int IC, int OC);
 // "AVX-512F FMA kernels" or "AVX2 FMA kernels" where ours run the products (after

@@ -36,6 +36,12 @@ typedef struct {
     void (*matmul_backward_input)(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int accumulate,
                                   int round);
     void (*matmul_backward_weight)(float *dw, const float *dout, const float *inp, int N, int IC, int OC);
+    // The products of BF16 weights (kernels.h matmul_forward_w16): NULL where the backend has
+    // none (CUDA), and the caller widens the weights itself (bf16_to_f32_n) for the FP32 ones.
+    void (*matmul_forward_w16)(float *out, const float *inp, const uint16_t *w, float *scratch, int N, int IC, int OC,
+                               int round);
+    void (*matmul_backward_input_w16)(float *dinp, const float *dout, const uint16_t *w, float *scratch, int N, int IC,
+                                      int OC, int accumulate, int round);
     void (*rmsnorm_forward)(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps, int round);
     void (*rmsnorm_backward)(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int C,
                              int round);

@@ -55,6 +55,53 @@ static void weights_release(step_t *st, int shard) {
     if (!st->bf16) tier_params_release(st->tier, shard);
 }
 
+// A block's weights for compute. f32: FP32 weights at the shard's offsets (weights_acquire's),
+// or, where the backend multiplies BF16 weights itself (b16 set: the CPU's FMA path packs them
+// straight from BF16, so no pass widens the shard), wbuf holding the two norms' weights alone,
+// each at its offset; then the compute copy is held until block_weights_release, as in fp32
+// mode. The products read either form with the same bits (kernels.h matmul_forward_w16).
+typedef struct {
+    const float *f32;
+    const uint16_t *b16; // the BF16 compute copy, or NULL
+    int shard;
+} wts_t;
+
+static wts_t block_weights_acquire(step_t *st, int shard) {
+    wts_t W = {.shard = shard};
+    if (!st->w16) {
+        W.f32 = weights_acquire(st, shard);
+        return W;
+    }
+    W.b16 = params_acquire(st, shard);
+    const tensor_t *t = st->m->shards[shard].tensors;
+    for (int i = 0; i < 2; i++) {
+        const size_t o = t[i ? BW_MLP_NORM : BW_ATTN_NORM].offset;
+        st->be->ops->bf16_to_f32_n(st->wbuf + o, W.b16 + o, (size_t)st->m->C);
+    }
+    W.f32 = st->wbuf;
+    return W;
+}
+
+static void block_weights_release(step_t *st, const wts_t *W) {
+    if (W->b16) tier_params_release(st->tier, W->shard);
+    else weights_release(st, W->shard);
+}
+
+// out (N, OC) = inp · tensor t of W ᵀ, and dinp (+)= dout · tensor t: on whichever form W has
+static void mm_forward(const step_t *st, const wts_t *W, int t, float *out, const float *inp, int N, int IC, int OC,
+                       int round) {
+    const size_t o = st->m->shards[W->shard].tensors[t].offset;
+    if (W->b16) st->be->ops->matmul_forward_w16(out, inp, W->b16 + o, st->wbuf + o, N, IC, OC, round);
+    else st->be->ops->matmul_forward(out, inp, W->f32 + o, N, IC, OC, round);
+}
+static void mm_backward_input(const step_t *st, const wts_t *W, int t, float *dinp, const float *dout, int N, int IC,
+                              int OC, int accumulate, int round) {
+    const size_t o = st->m->shards[W->shard].tensors[t].offset;
+    if (W->b16)
+        st->be->ops->matmul_backward_input_w16(dinp, dout, W->b16 + o, st->wbuf + o, N, IC, OC, accumulate, round);
+    else st->be->ops->matmul_backward_input(dinp, dout, W->f32 + o, N, IC, OC, accumulate, round);
+}
+
 // The device buffer a shard's gradients accumulate into for one visit (last: the shard's
 // final one this step). Pair with grads_release.
 static float *grads_acquire(step_t *st, int shard, int last) {
@@ -127,6 +174,10 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     st->T = cfg->T;
     st->N = cfg->B * cfg->T;
     st->bf16 = cfg->precision == PREC_BF16;
+    // TT_TEST_WIDEN_WEIGHTS (a testing hook): widen every block's weights as a device backend
+    // does, so that the tests can hold the two forms to the same bits
+    st->w16 = st->bf16 && be->ops->matmul_forward_w16 && be->ops->matmul_backward_input_w16 &&
+              !getenv("TT_TEST_WIDEN_WEIGHTS");
     st->nmb = lay->nmb;
     st->vertical = lay->vertical;
     const size_t N = (size_t)st->N;
@@ -205,9 +256,9 @@ void step_free(step_t *st) {
 
 // ---------------------------------------------------------------- block forward / backward
 
-// The attention half of block `layer` on x (N, C) with its FP32 weights W: ln1 … x2, and the
+// The attention half of block `layer` on x (N, C) with its weights W (wts_t): ln1 … x2, and the
 // MLP's norm (ln2, rstd2), into st->a (the first ACTS_NATTN buffers).
-static void block_attention(step_t *st, int layer, const float *W, const float *x) {
+static void block_attention(step_t *st, int layer, const wts_t *W, const float *x) {
     const backend_ops_t *op = st->be->ops;
     const model_t *m = st->m;
     const int s = model_block_shard(m, layer);
@@ -215,42 +266,41 @@ static void block_attention(step_t *st, int layer, const float *W, const float *
     const size_t NC = (size_t)N * C;
     acts_scratch_t *a = &st->a;
 
-    op->rmsnorm_forward(a->ln1, a->rstd1, x, tensor_of(st, W, s, BW_ATTN_NORM), N, C, m->norm_eps, r);
-    op->matmul_forward(a->q, a->ln1, tensor_of(st, W, s, BW_Q), N, C, C, r);
-    op->matmul_forward(a->k, a->ln1, tensor_of(st, W, s, BW_K), N, C, KVD, r);
-    op->matmul_forward(a->v, a->ln1, tensor_of(st, W, s, BW_V), N, C, KVD, r);
+    op->rmsnorm_forward(a->ln1, a->rstd1, x, tensor_of(st, W->f32, s, BW_ATTN_NORM), N, C, m->norm_eps, r);
+    mm_forward(st, W, BW_Q, a->q, a->ln1, N, C, C, r);
+    mm_forward(st, W, BW_K, a->k, a->ln1, N, C, KVD, r);
+    mm_forward(st, W, BW_V, a->v, a->ln1, N, C, KVD, r);
     op->rope_forward(a->q, st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS, r);
     op->rope_forward(a->k, st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS, r);
     op->attention_forward(a->att, a->lse, a->q, a->k, a->v, st->B, st->T, m->NH, m->NKV, m->HS, r);
     // each residual add writes the projection into the sum's own buffer and adds the stream
     // to it: att·Woᵀ + x, the same bits as x + att·Woᵀ (IEEE addition commutes), no buffer
-    op->matmul_forward(a->x2, a->att, tensor_of(st, W, s, BW_O), N, C, C, r);
+    mm_forward(st, W, BW_O, a->x2, a->att, N, C, C, r);
     op->add_inplace(a->x2, x, NC, r);
-    op->rmsnorm_forward(a->ln2, a->rstd2, a->x2, tensor_of(st, W, s, BW_MLP_NORM), N, C, m->norm_eps, r);
+    op->rmsnorm_forward(a->ln2, a->rstd2, a->x2, tensor_of(st, W->f32, s, BW_MLP_NORM), N, C, m->norm_eps, r);
 }
 
-// The MLP's intermediates for rows [r0, r0 + n) of block `layer` (n ≤ its chunk): gate, up and
+// The MLP's intermediates for rows [r0, r0 + n) of W's block (n ≤ its chunk): gate, up and
 // h from ln2, into the chunk buffers.
-static void mlp_chunk(step_t *st, int layer, const float *W, int r0, int n) {
+static void mlp_chunk(step_t *st, const wts_t *W, int r0, int n) {
     const backend_ops_t *op = st->be->ops;
     const model_t *m = st->m;
-    const int s = model_block_shard(m, layer), C = m->C, F = m->F;
+    const int C = m->C, F = m->F;
     const size_t nF = (size_t)n * F;
     acts_scratch_t *a = &st->a;
     const float *ln2 = a->ln2 + (size_t)r0 * C;
-    op->matmul_forward(a->gate, ln2, tensor_of(st, W, s, BW_GATE), n, C, F, st->bf16);
-    op->matmul_forward(a->up, ln2, tensor_of(st, W, s, BW_UP), n, C, F, st->bf16);
+    mm_forward(st, W, BW_GATE, a->gate, ln2, n, C, F, st->bf16);
+    mm_forward(st, W, BW_UP, a->up, ln2, n, C, F, st->bf16);
     op->swiglu_forward(a->h, a->gate, a->up, nF, st->bf16);
 }
 
-// x (N, C) → out (N, C) with the block's FP32 weights W; leaves the attention half's
+// x (N, C) → out (N, C) with the block's weights W; leaves the attention half's
 // intermediates in st->a (the MLP's last chunk's too) for the backward. Each MLP chunk's rows
 // of out are its own: per element, the ops and their order are those of one chunk of N rows.
 // out may be x (bf16 mode's one FP32 copy, acts.h): the attention half is the last to read x.
-static void block_forward(step_t *st, int layer, const float *W, const float *x, float *out) {
+static void block_forward(step_t *st, int layer, const wts_t *W, const float *x, float *out) {
     const backend_ops_t *op = st->be->ops;
     const model_t *m = st->m;
-    const int s = model_block_shard(m, layer);
     const int N = st->N, C = m->C, F = m->F, R = model_mlp_rows(m, N);
     acts_scratch_t *a = &st->a;
 
@@ -259,8 +309,8 @@ static void block_forward(step_t *st, int layer, const float *W, const float *x,
     for (int r0 = 0; r0 < N; r0 += R) {
         const int n = N - r0 < R ? N - r0 : R;
         const size_t nC = (size_t)n * C, o = (size_t)r0 * C;
-        mlp_chunk(st, layer, W, r0, n);
-        op->matmul_forward(out + o, a->h, tensor_of(st, W, s, BW_DOWN), n, F, C, st->bf16);
+        mlp_chunk(st, W, r0, n);
+        mm_forward(st, W, BW_DOWN, out + o, a->h, n, F, C, st->bf16);
         op->add_inplace(out + o, a->x2 + o, nC, st->bf16);
     }
 }
@@ -269,7 +319,7 @@ static void block_forward(step_t *st, int layer, const float *W, const float *x,
 // intermediates were kept), then turns st->dres from ∂L/∂out into ∂L/∂x and accumulates the
 // block's parameter gradients into G. The MLP runs chunk by chunk (model_mlp_rows), computing
 // each chunk's intermediates again unless a kept block holds all N rows of them.
-static void block_backward(step_t *st, int mb, int layer, const float *W, float *G, int recompute) {
+static void block_backward(step_t *st, int mb, int layer, const wts_t *W, float *G, int recompute) {
     const backend_ops_t *op = st->be->ops;
     const model_t *m = st->m;
     const int s = model_block_shard(m, layer);
@@ -305,35 +355,35 @@ static void block_backward(step_t *st, int mb, int layer, const float *W, float 
         const size_t nF = (size_t)n * F, o = (size_t)r0 * C;
         const float *dout = st->dres + o, *ln2 = a->ln2 + o;
         float *dln = a->dln + o;
-        if (!have) mlp_chunk(st, layer, W, r0, n);
+        if (!have) mlp_chunk(st, W, r0, n);
         op->matmul_backward_weight(grad_of(G, st, s, BW_DOWN), dout, a->h, n, F, C);
-        op->matmul_backward_input(dh, dout, tensor_of(st, W, s, BW_DOWN), n, F, C, 0, r);
+        mm_backward_input(st, W, BW_DOWN, dh, dout, n, F, C, 0, r);
         op->swiglu_backward(dgate, dup, dh, a->gate, a->up, nF, r);
-        op->matmul_backward_input(dln, dgate, tensor_of(st, W, s, BW_GATE), n, C, F, 0, 0);
-        op->matmul_backward_input(dln, dup, tensor_of(st, W, s, BW_UP), n, C, F, 1, r); // dln's rows complete
+        mm_backward_input(st, W, BW_GATE, dln, dgate, n, C, F, 0, 0);
+        mm_backward_input(st, W, BW_UP, dln, dup, n, C, F, 1, r); // dln's rows complete
         op->matmul_backward_weight(grad_of(G, st, s, BW_GATE), dgate, ln2, n, C, F);
         op->matmul_backward_weight(grad_of(G, st, s, BW_UP), dup, ln2, n, C, F);
     }
     op->rmsnorm_backward(st->dres, grad_of(G, st, s, BW_MLP_NORM), a->dln, a->x2,
-                         tensor_of(st, W, s, BW_MLP_NORM), a->rstd2, N, C, r); // now ∂L/∂x2
+                         tensor_of(st, W->f32, s, BW_MLP_NORM), a->rstd2, N, C, r); // now ∂L/∂x2
     // x2 and ln2 are dead from here
 
     // attention: x2 = x + att·Woᵀ
-    op->matmul_backward_input(datt, st->dres, tensor_of(st, W, s, BW_O), N, C, C, 0, r);
+    mm_backward_input(st, W, BW_O, datt, st->dres, N, C, C, 0, r);
     op->matmul_backward_weight(grad_of(G, st, s, BW_O), st->dres, a->att, N, C, C);
     op->attention_backward(dq, dk, dv, datt, a->q, a->k, a->v, a->att, a->lse,
                            st->B, st->T, m->NH, m->NKV, m->HS, r);
     op->rope_backward(dq, st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS, r);
     op->rope_backward(dk, st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS, r);
-    op->matmul_backward_input(a->dln, dq, tensor_of(st, W, s, BW_Q), N, C, C, 0, 0);
-    op->matmul_backward_input(a->dln, dk, tensor_of(st, W, s, BW_K), N, C, KVD, 1, 0);
-    op->matmul_backward_input(a->dln, dv, tensor_of(st, W, s, BW_V), N, C, KVD, 1, r); // dln complete
+    mm_backward_input(st, W, BW_Q, a->dln, dq, N, C, C, 0, 0);
+    mm_backward_input(st, W, BW_K, a->dln, dk, N, C, KVD, 1, 0);
+    mm_backward_input(st, W, BW_V, a->dln, dv, N, C, KVD, 1, r); // dln complete
     op->matmul_backward_weight(grad_of(G, st, s, BW_Q), dq, a->ln1, N, C, C);
     op->matmul_backward_weight(grad_of(G, st, s, BW_K), dk, a->ln1, N, C, KVD);
     op->matmul_backward_weight(grad_of(G, st, s, BW_V), dv, a->ln1, N, C, KVD);
     if (!x || dv != a->xf) x = acts_in(&st->acts, mb, layer); // (again when dv had its FP32 copy)
     op->rmsnorm_backward(st->dres, grad_of(G, st, s, BW_ATTN_NORM), a->dln, x,
-                         tensor_of(st, W, s, BW_ATTN_NORM), a->rstd1, N, C, r); // now ∂L/∂x
+                         tensor_of(st, W->f32, s, BW_ATTN_NORM), a->rstd1, N, C, r); // now ∂L/∂x
 }
 
 // ---------------------------------------------------------------- embedding and head
@@ -392,7 +442,7 @@ static int use_kept(step_t *st, void *kb, acts_scratch_t *saved) {
     return 1;
 }
 
-static void block_forward_mb(step_t *st, int mb, int l, const float *W) {
+static void block_forward_mb(step_t *st, int mb, int l, const wts_t *W) {
     double t0 = trace_now_ms();
     const float *x = acts_in(&st->acts, mb, l);
     acts_scratch_t saved;
@@ -572,7 +622,7 @@ static void head_backward(step_t *st, int mb0, int mb1, const float *Wlast, int 
     trace_span(TRACK_COMPUTE, "head backward", m->shards[hs].name, th, trace_now_ms());
 }
 
-static void block_backward_mb(step_t *st, int mb, int l, const float *W, float *G) {
+static void block_backward_mb(step_t *st, int mb, int l, const wts_t *W, float *G) {
     double t0 = trace_now_ms();
     use_microbatch(st, mb);
     acts_scratch_t saved;
@@ -630,10 +680,9 @@ double step_forward(step_t *st, const int *tokens, const int *targets) {
     copy_inputs(st, tokens, targets, 0, 1);
     embed_all(st, 0, 1);
     for (int l = 0; l < m->L; l++) {
-        int s = model_block_shard(m, l);
-        const float *W = weights_acquire(st, s);
-        block_forward_mb(st, 0, l, W);
-        weights_release(st, s);
+        const wts_t W = block_weights_acquire(st, model_block_shard(m, l));
+        block_forward_mb(st, 0, l, &W);
+        block_weights_release(st, &W);
     }
     head_forward(st, 0, 1, 0);
     return st->fault[0] ? NAN : st->mb_loss[0];
@@ -660,10 +709,9 @@ double step_forward_backward(step_t *st, const int *tokens, const int *targets, 
         copy_inputs(st, tokens + (size_t)mb0 * N, targets + (size_t)mb0 * N, mb0, mb1);
         embed_all(st, mb0, mb1);
         for (int l = 0; l < m->L; l++) {
-            int s = model_block_shard(m, l);
-            const float *W = weights_acquire(st, s);
-            for (int mb = mb0; mb < mb1; mb++) block_forward_mb(st, mb, l, W);
-            weights_release(st, s);
+            const wts_t W = block_weights_acquire(st, model_block_shard(m, l));
+            for (int mb = mb0; mb < mb1; mb++) block_forward_mb(st, mb, l, &W);
+            block_weights_release(st, &W);
         }
         const float *Wlast = head_forward(st, mb0, mb1, 1);
         for (int mb = mb0; mb < mb1; mb++) loss += st->mb_loss[mb];
@@ -671,15 +719,15 @@ double step_forward_backward(step_t *st, const int *tokens, const int *targets, 
         for (int l = m->L - 1; l >= 0; l--) {
             int s = model_block_shard(m, l);
             const size_t ns = m->shards[s].numel_padded;
-            const float *W = weights_acquire(st, s);
+            const wts_t W = block_weights_acquire(st, s);
             float *G = grads_acquire(st, s, last);
             for (int mb = mb0; mb < mb1; mb++) {
                 float *F = grads_target(st, G, mb, ns);
-                block_backward_mb(st, mb, l, W, F);
+                block_backward_mb(st, mb, l, &W, F);
                 grads_fold(st, G, F, ns, 0);
             }
             grads_release(st, s);
-            weights_release(st, s);
+            block_weights_release(st, &W);
         }
         embed_backward(st, mb0, mb1, last);
     }

@@ -565,6 +565,63 @@ START_TEST(test_matmul_fma_bits) {
 }
 END_TEST
 
+// The products of BF16 weights (matmul_forward_w16, matmul_backward_input_w16) keep the bits
+// of the FP32 products on the weights widened, on every path and thread count: with FMA the
+// packing widens them (the scratch is left as it was), on OpenBLAS the scratch holds them.
+START_TEST(test_matmul_w16_bits) {
+    const mm_shape_t s = MMB_SHAPES[_i];
+    const int N = s.N, IC = s.IC, OC = s.OC;
+    size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    rng_t rg = rng_make(1400 + (uint64_t)_i);
+    float *inp = fnew(ni), *w = fnew(nw), *d = fnew(no), *dinp0 = fnew(ni), *scratch = fnew(nw);
+    uint16_t *w16 = malloc(nw * sizeof *w16);
+    ck_assert_ptr_nonnull(w16);
+    float *ref[4] = {fnew(no), fnew(no), fnew(ni), fnew(ni)}, *got[4] = {fnew(no), fnew(no), fnew(ni), fnew(ni)};
+    fill_sym(inp, ni, 1.0, &rg); fill_sym(w, nw, 1.0, &rg); fill_sym(d, no, 1.0, &rg); fill_sym(dinp0, ni, 1.0, &rg);
+    bf16_from_f32_n(w16, w, nw);
+    bf16_to_f32_n(w, w16, nw); // w: the weights widened
+    static const char *const name[] = {"out", "out rounded", "dinp += rounded", "dinp ="};
+    const size_t n[] = {no, no, ni, ni};
+    const int have[] = {1, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
+                        __builtin_cpu_supports("avx512f")};
+    for (int lim = 2; lim >= 0; lim--) {
+        if (!have[lim]) continue;
+        for (int th = 1; th <= 3; th += 2) {
+            kernels_limit_simd(lim);
+            set_threads(th);
+            for (int o = 0; o < 4; o++) { fill_nan(ref[o], n[o]); fill_nan(got[o], n[o]); }
+            matmul_forward(ref[0], inp, w, N, IC, OC, 0);
+            matmul_forward(ref[1], inp, w, N, IC, OC, 1);
+            memcpy(ref[2], dinp0, ni * sizeof(float));
+            matmul_backward_input(ref[2], d, w, N, IC, OC, 1, 1);
+            matmul_backward_input(ref[3], d, w, N, IC, OC, 0, 0);
+            fill_nan(scratch, nw);
+            matmul_forward_w16(got[0], inp, w16, scratch, N, IC, OC, 0);
+            matmul_forward_w16(got[1], inp, w16, scratch, N, IC, OC, 1);
+            memcpy(got[2], dinp0, ni * sizeof(float));
+            matmul_backward_input_w16(got[2], d, w16, scratch, N, IC, OC, 1, 1);
+            matmul_backward_input_w16(got[3], d, w16, scratch, N, IC, OC, 0, 0);
+            kernels_limit_simd(2);
+            const char *path = lim == 2 ? "AVX-512F" : lim == 1 ? "AVX2+FMA" : "OpenBLAS";
+            for (int o = 0; o < 4; o++) {
+                size_t bad = 0;
+                while (bad < n[o] && !memcmp(&got[o][bad], &ref[o][bad], sizeof(float))) bad++;
+                ck_assert_msg(bad == n[o], "matmul %s of BF16 weights N=%d IC=%d OC=%d (%s, %d threads): element %zu is %.9g, "
+                              "the widened weights' %.9g", name[o], N, IC, OC, path, th, bad, (double)got[o][bad],
+                              (double)ref[o][bad]);
+            }
+            if (lim > 0)
+                for (size_t i = 0; i < nw; i++)
+                    CHECK_LOOP(isnan(scratch[i]), "%s: the FMA path wrote scratch[%zu]", path, i);
+            else
+                ck_assert_msg(!memcmp(scratch, w, nw * sizeof(float)), "OpenBLAS: the scratch does not hold w widened");
+        }
+    }
+    for (int o = 0; o < 4; o++) { free(ref[o]); free(got[o]); }
+    free(inp); free(w); free(w16); free(d); free(dinp0); free(scratch);
+}
+END_TEST
+
 START_TEST(test_matmul_degenerate) {
     // A zero inner dimension: "=" outputs become zeros, "+=" outputs are left alone; a zero
     // outer dimension writes nothing.
@@ -1842,6 +1899,7 @@ static Suite *kernels_suite(void) {
     tcase_add_loop_test(tc, test_matmul, 0, NELEMS(MM_SHAPES));
     tcase_add_test(tc, test_matmul_degenerate);
     tcase_add_loop_test(tc, test_matmul_fma_bits, 0, NELEMS(MMB_SHAPES));
+    tcase_add_loop_test(tc, test_matmul_w16_bits, 0, NELEMS(MMB_SHAPES));
     tc = tcase(s, "rmsnorm");
     tcase_add_loop_test(tc, test_rmsnorm, 0, NELEMS(RMS_SHAPES));
     tc = tcase(s, "rope");

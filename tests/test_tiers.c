@@ -220,6 +220,30 @@ static double last_loss(const run_t *r) {
 // keep the attention half (FP32 or BF16) and the backward computes each chunk's gate, up and h
 // again. With FMA they are also the whole-rows run's bits; the losses always agree within
 // rounding, and the scratch holds one chunk's gate, up and h instead of every row's.
+// bf16 mode's products read the BF16 compute copy straight (the CPU backend packs it,
+// kernels.h matmul_forward_w16) and hold it through the block; widening every block's weights
+// first, as a device backend does (TT_TEST_WIDEN_WEIGHTS), gives the same bits, resident and
+// streamed.
+START_TEST(bf16_weights_keep_bits) {
+    char *widen[] = {"TT_TEST_WIDEN_WEIGHTS=1", NULL};
+    static const char *const settings[][16] = {
+        {"--recompute", "none", NULL},
+        {"--params", "nvme", "--grads", "host", "--optimizer", "nvme", "--prefetch", "1", "--recompute", "1", NULL},
+        {"--params", "host", "--schedule", "vertical", "--checkpoints", "host", NULL},
+    };
+    for (int i = 0; i < 3; i++) {
+        run_t a = train(base_bf16, settings[i], NULL), b = train(base_bf16, settings[i], widen);
+        char *fa = fingerprint(&a), *fb = fingerprint(&b);
+        ck_assert_msg(!strcmp(fa, fb), "setting %d (%s %s): BF16 weights packed straight changed the bits:\n  packed:  %s\n  widened: %s",
+                      i, settings[i][0], settings[i][1], fa, fb);
+        free(fa);
+        free(fb);
+        run_free(&a);
+        run_free(&b);
+    }
+}
+END_TEST
+
 START_TEST(mlp_chunks_keep_bits) {
     char *chunked[] = {"TT_TEST_MLP_ROWS=16", NULL};
     static const char *const settings[][16] = {
@@ -1564,6 +1588,7 @@ int main(void) {
     tcase_add_test(inv, chunks_change_memory_not_bits);
     tcase_add_test(inv, recompute_keeps_bits);
     tcase_add_test(inv, mlp_chunks_keep_bits);
+    tcase_add_test(inv, bf16_weights_keep_bits);
     tcase_add_test(inv, vocab_chunks_keep_bits);
     tcase_add_test(inv, optimizer_cache_saves_reads);
     tcase_add_test(inv, update_in_backward_keeps_bits);

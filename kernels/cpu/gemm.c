@@ -19,6 +19,8 @@
 // threads): reading B in place lost 9–40% a shape in bench train small (its rows are ldb
 // floats apart: L1, L2 and TLB misses); KC 128, 256 and 768 and COL_M 1024 were slower than
 // 512 and 384 on cold operands.
+// B comes as FP32 or as BF16 values (gemm_fma_b16: bf16 mode's weights, widened as they are
+// packed, so no pass widens a shard into FP32 first; the bits are those of the widened copy).
 // Kernels: AVX-512F 12 × 32 (24 accumulators, two 16-float vectors a row), AVX2+FMA 6 × 16
 // (12 accumulators), each reading A through two strides, so one kernel serves A in place and
 // packed. Both take exactly the element's FMA chain, in k order.
@@ -130,10 +132,36 @@ static void pack_a(int mr, int transa, const float *A, int lda, int i0, int m, i
     }
 }
 
-// dst[k·ld + c] = src[c·ls + k] for an 8 × 8 block (k, c < 8): rows of src become columns.
-TT_FMA static void transpose8(float *restrict dst, size_t ld, const float *restrict src, size_t ls) {
+// B as the caller gave it: FP32, or BF16 values (uint16_t, the upper half of their FP32
+// bits), which the packing widens, so the product is that of the widened copy.
+typedef struct {
+    const void *p;
+    int b16;
+} bsrc_t;
+
+// 8 BF16 values widened to FP32 (exact: the low 16 bits become zero).
+TT_FMA INLINE __m256 ld8_b16(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+static float b16_f32(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+// The element at row r, column c of the array B (row stride ldb).
+static float b_at(bsrc_t B, size_t r, size_t c, int ldb) {
+    const size_t i = r * (size_t)ldb + c;
+    return B.b16 ? b16_f32(((const uint16_t *)B.p)[i]) : ((const float *)B.p)[i];
+}
+
+// dst[k·ld + c] = src[c·ls + k] for the 8 × 8 block at element off of B (k, c < 8): rows of
+// B (FP32, or BF16 widened) become columns.
+TT_FMA static void transpose8(float *restrict dst, size_t ld, bsrc_t B, size_t off, size_t ls) {
     __m256 r[8], t[8];
-    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * ls);
+    for (int i = 0; i < 8; i++)
+        r[i] = B.b16 ? ld8_b16((const uint16_t *)B.p + off + i * ls) : _mm256_loadu_ps((const float *)B.p + off + i * ls);
     for (int i = 0; i < 8; i += 2) {
         t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
@@ -151,37 +179,44 @@ TT_FMA static void transpose8(float *restrict dst, size_t ld, const float *restr
 }
 
 // Micro-panel q of op(B)'s inner indices [k0, k0 + kc) and columns [j0, j0 + nc): columns
-// j0 + q·nr ... as kc × nr floats (k-major) at dst, columns past nc zero. Both CPUs that reach here
-// have AVX2: whole 8 × 8 blocks of a transposed B go through transpose8.
-TT_FMA static void pack_b(int nr, int transb, const float *B, int ldb, int k0, int kc, int j0, int nc, int q,
+// j0 + q·nr ... as kc × nr floats (k-major) at dst, columns past nc zero; BF16 values widened
+// as they are copied. Both CPUs that reach here have AVX2: whole 8 × 8 blocks of a transposed
+// B go through transpose8.
+TT_FMA static void pack_b(int nr, int transb, bsrc_t B, int ldb, int k0, int kc, int j0, int nc, int q,
                           float *restrict dst) {
     const int j = q * nr, n = min_i(nr, nc - j);
     if (!transb) {
         for (int k = 0; k < kc; k++) {
-            const float *src = B + (size_t)(k0 + k) * ldb + j0 + j;
+            const size_t off = (size_t)(k0 + k) * ldb + j0 + j;
             float *d = dst + (size_t)k * nr;
-            if (n == nr && nr == 32) { // written out: GCC turns the loop into a call of memcpy
+            if (n == nr && B.b16) { // nr is 16 or 32
+                const uint16_t *src = (const uint16_t *)B.p + off;
+                for (int c = 0; c < nr; c += 8) _mm256_storeu_ps(d + c, ld8_b16(src + c));
+            } else if (n == nr && nr == 32) { // written out: GCC turns the loop into a call of memcpy
+                const float *src = (const float *)B.p + off;
                 const __m256 x0 = _mm256_loadu_ps(src), x1 = _mm256_loadu_ps(src + 8);
                 const __m256 x2 = _mm256_loadu_ps(src + 16), x3 = _mm256_loadu_ps(src + 24);
                 _mm256_storeu_ps(d, x0), _mm256_storeu_ps(d + 8, x1);
                 _mm256_storeu_ps(d + 16, x2), _mm256_storeu_ps(d + 24, x3);
             } else if (n == nr && nr == 16) {
+                const float *src = (const float *)B.p + off;
                 const __m256 x0 = _mm256_loadu_ps(src), x1 = _mm256_loadu_ps(src + 8);
                 _mm256_storeu_ps(d, x0), _mm256_storeu_ps(d + 8, x1);
             } else
-                for (int c = 0; c < nr; c++) d[c] = c < n ? src[c] : 0.0f;
+                for (int c = 0; c < nr; c++) d[c] = c < n ? b_at(B, (size_t)(k0 + k), (size_t)(j0 + j + c), ldb) : 0.0f;
         }
         return;
     }
-    const float *src = B + (size_t)(j0 + j) * ldb + k0; // element (k, c) at src[c·ldb + k]
+    // element (k, c) at B's row j0 + j + c, column k0 + k
+    const size_t r0 = (size_t)(j0 + j);
     const int n8 = n / 8 * 8, k8 = kc / 8 * 8;
     for (int c = 0; c < n8; c += 8)
         for (int k = 0; k < k8; k += 8)
-            transpose8(dst + (size_t)k * nr + c, (size_t)nr, src + (size_t)c * ldb + k, (size_t)ldb);
+            transpose8(dst + (size_t)k * nr + c, (size_t)nr, B, (r0 + c) * ldb + k0 + k, (size_t)ldb);
     for (int k = 0; k < kc; k++) { // the rest: columns past the 8 × 8 blocks, then their last rows
-        for (int c = n8; c < nr; c++) dst[(size_t)k * nr + c] = c < n ? src[(size_t)c * ldb + k] : 0.0f;
+        for (int c = n8; c < nr; c++) dst[(size_t)k * nr + c] = c < n ? b_at(B, r0 + c, (size_t)(k0 + k), ldb) : 0.0f;
         if (k >= k8)
-            for (int c = 0; c < n8; c++) dst[(size_t)k * nr + c] = src[(size_t)c * ldb + k];
+            for (int c = 0; c < n8; c++) dst[(size_t)k * nr + c] = b_at(B, r0 + c, (size_t)(k0 + k), ldb);
     }
 }
 
@@ -219,7 +254,7 @@ static void run_rows(const path_t *P, int kc, const float *A, int lda, int pc, i
 // Many rows: BLIS's loops (the file's head). B's block packed by all threads together into
 // bp_buf, then each thread takes blocks of rows and runs them against all of it.
 static void gemm_rows(const path_t *P, int transa, int transb, int M, int N, int K, const float *A, int lda,
-                      const float *B, int ldb, int accumulate, float *C, int ldc, int round) {
+                      bsrc_t B, int ldb, int accumulate, float *C, int ldc, int round) {
     // Row blocks: a whole number of rounds of one a thread, each at most MC_MAX rows, as equal
     // as whole micro-panels of MR rows allow (a barrier ends every block of B, so the threads
     // should finish together). Any split gives the same bits.
@@ -257,7 +292,7 @@ static void gemm_rows(const path_t *P, int transa, int transb, int M, int N, int
 // packing B and using it (the LM head's forward at B·T 256 against 32000 columns, the weight
 // gradients of k and v).
 static void gemm_cols(const path_t *P, int transa, int transb, int M, int N, int K, const float *A, int lda,
-                      const float *B, int ldb, int accumulate, float *C, int ldc, int round) {
+                      bsrc_t B, int ldb, int accumulate, float *C, int ldc, int round) {
     const int panels = (N + P->nr - 1) / P->nr, whole = transa ? 0 : M / P->mr * P->mr;
     const int packed = (M - whole + P->mr - 1) / P->mr; // micro-panels of A in ap_buf
     #pragma omp parallel
@@ -280,8 +315,8 @@ static void gemm_cols(const path_t *P, int transa, int transb, int M, int N, int
     }
 }
 
-void gemm_fma(int transa, int transb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
-              int accumulate, float *C, int ldc, int round) {
+static void gemm_any(int transa, int transb, int M, int N, int K, const float *A, int lda, bsrc_t B, int ldb,
+                     int accumulate, float *C, int ldc, int round) {
     const path_t P = gemm_fma_path() == 2 ? (path_t){12, 32, kern_12x32} : (path_t){6, 16, kern_6x16};
     const int threads = omp_get_max_threads(), panels = (N + P.nr - 1) / P.nr;
     pthread_mutex_lock(&bp_lock); // a default mutex: fails only on a corrupt one
@@ -290,4 +325,14 @@ void gemm_fma(int transa, int transb, int M, int N, int K, const float *A, int l
     else
         gemm_rows(&P, transa, transb, M, N, K, A, lda, B, ldb, accumulate, C, ldc, round);
     pthread_mutex_unlock(&bp_lock);
+}
+
+void gemm_fma(int transa, int transb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+              int accumulate, float *C, int ldc, int round) {
+    gemm_any(transa, transb, M, N, K, A, lda, (bsrc_t){B, 0}, ldb, accumulate, C, ldc, round);
+}
+
+void gemm_fma_b16(int transa, int transb, int M, int N, int K, const float *A, int lda, const uint16_t *B, int ldb,
+                  int accumulate, float *C, int ldc, int round) {
+    gemm_any(transa, transb, M, N, K, A, lda, (bsrc_t){B, 1}, ldb, accumulate, C, ldc, round);
 }

@@ -10,6 +10,7 @@
 // One product runs at a time in a process (a mutex queues a second caller): its packed
 // operands live in static buffers (2.75 MiB in all), so no call allocates.
 #pragma once
+#include <stdint.h>
 
 // Which path gemm_fma takes on this CPU (after kernels_limit_simd): 2 AVX-512F, 1 AVX2 with
 // FMA, 0 none (the caller uses OpenBLAS instead).
@@ -20,3 +21,8 @@ int gemm_fma_path(void);
 // result rounded to BF16 values. M, N, K ≥ 1; needs gemm_fma_path() ≥ 1.
 void gemm_fma(int transa, int transb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
               int accumulate, float *C, int ldc, int round);
+
+// The same product with B given as BF16 values (B's element x as its upper 16 bits): the
+// bits of gemm_fma on B widened to FP32, which is never stored (the packing widens it).
+void gemm_fma_b16(int transa, int transb, int M, int N, int K, const float *A, int lda, const uint16_t *B, int ldb,
+                  int accumulate, float *C, int ldc, int round);

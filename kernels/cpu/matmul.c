@@ -109,6 +109,26 @@ void matmul_backward_input(float *dinp, const float *dout, const float *w, int N
     gemm(0, 0, N, IC, OC, dout, OC, w, IC, accumulate, dinp, IC, round);
 }
 
+void matmul_forward_w16(float *out, const float *inp, const uint16_t *w, float *scratch, int N, int IC, int OC,
+                        int round) {
+    if (gemm_fma_path() <= 0 || N <= 0 || OC <= 0 || IC <= 0) {
+        if (N > 0 && OC > 0 && IC > 0) bf16_to_f32_n(scratch, w, (size_t)OC * IC);
+        matmul_forward(out, inp, scratch, N, IC, OC, round);
+        return;
+    }
+    gemm_fma_b16(0, 1, N, OC, IC, inp, IC, w, IC, 0, out, OC, round);
+}
+
+void matmul_backward_input_w16(float *dinp, const float *dout, const uint16_t *w, float *scratch, int N, int IC,
+                               int OC, int accumulate, int round) {
+    if (gemm_fma_path() <= 0 || N <= 0 || IC <= 0 || OC <= 0) {
+        if (N > 0 && IC > 0 && OC > 0) bf16_to_f32_n(scratch, w, (size_t)OC * IC);
+        matmul_backward_input(dinp, dout, scratch, N, IC, OC, accumulate, round);
+        return;
+    }
+    gemm_fma_b16(0, 0, N, IC, OC, dout, OC, w, IC, accumulate, dinp, IC, round);
+}
+
 void matmul_backward_weight(float *dw, const float *dout, const float *inp, int N, int IC, int OC) {
     if (N <= 0 || IC <= 0 || OC <= 0) return;
     // dw (OC, IC) += dout (N, OC)ᵀ · inp (N, IC)
