@@ -490,7 +490,9 @@ START_TEST(update_hands_parameters_to_the_fetch) {
     run_t ref = train(base_bf16, reference, NULL);
     char *a = fingerprint(&ref);
     const char *extra[] = {"--params", "nvme", "--optimizer", "nvme", NULL};
-    char *slow[] = {"TT_IO_FAULT=write:slow=30", NULL};
+    // writes held 100 ms: a fetch that comes while one is in flight copies the new copy; 30 ms
+    // was too short a window under CI's load (one shard's fetch came after its write had landed)
+    char *slow[] = {"TT_IO_FAULT=write:slow=100", NULL};
     run_t fast = train(base_bf16, extra, NULL), r = train(base_bf16, extra, slow);
     char *f = fingerprint(&fast), *g = fingerprint(&r);
     ck_assert_msg(strcmp(a, f) == 0 && strcmp(a, g) == 0, "forwarded parameters changed the bits:\n  %s\n  %s\n  %s",

@@ -22,6 +22,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,9 +233,14 @@ START_TEST(test_op_table) {
     ck_assert(o->crossentropy_fold == cuda_crossentropy_fold);
     ck_assert(o->crossentropy_loss == cuda_crossentropy_loss);
     ck_assert(o->crossentropy_backward == cuda_crossentropy_backward);
-    // every entry filled
+    // every entry filled but the products of BF16 weights, which CUDA leaves to the caller
+    // (step.c widens the weights for it: backend.h)
+    ck_assert(o->matmul_forward_w16 == NULL && o->matmul_backward_input_w16 == NULL);
     const void *const *p = (const void *const *)o;
-    for (size_t i = 0; i < sizeof *o / sizeof(void *); i++) ck_assert_msg(p[i] != NULL, "op table entry %zu is NULL", i);
+    const size_t w16[] = {offsetof(backend_ops_t, matmul_forward_w16) / sizeof(void *),
+                          offsetof(backend_ops_t, matmul_backward_input_w16) / sizeof(void *)};
+    for (size_t i = 0; i < sizeof *o / sizeof(void *); i++)
+        if (i != w16[0] && i != w16[1]) ck_assert_msg(p[i] != NULL, "op table entry %zu is NULL", i);
     ck_assert_ptr_nonnull(cuda_kernels_stream());
 }
 END_TEST
