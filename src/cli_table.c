@@ -109,8 +109,8 @@ const flag_t cli_flags[] = {
     {.name = "optimizer", .metavar = "device|host|nvme", .kind = FK_ENUM, FIELD(optim_tier), .def = "host",
      .values = "device|host|nvme", .group = G_RUN, .cmds = TPB,
      .help = "home of the FP32 master weights and Adam moments (12 bytes/parameter), where AdamW runs: device "
-             "on the device after the backward, host on the CPU overlapping the next forward, nvme streams them "
-             "through the host a shard at a time"},
+             "on the device after the backward, host on the CPU overlapping the next forward (with the CPU "
+             "backend: before it, on every core), nvme streams them through the host a shard at a time"},
     {.name = "offload", .metavar = "manual|auto", .kind = FK_ENUM, FIELD(offload_auto), .def = "manual",
      .values = "manual|auto", .group = G_RUN, .cmds = TP,
      .help = "auto: the first placement that fits the budgets and RAM, in order of the traffic it adds "

@@ -33,7 +33,9 @@ typedef struct {
 // beside the first pass's forward (trainer.c: the next step's forward overlaps it, shard by
 // shard), and no backward starts before that forward ends; --update backward: beside the last
 // pass's backward, once each shard's gradient is final (the forwards and earlier backwards come
-// before it); --optimizer device: between the backward and the next forward, beside nothing.
+// before it); --optimizer device, and the CPU backend's host update after the backward
+// (lay.upd_inline: its cores are the step's): between the backward and the next forward,
+// beside nothing.
 static int phase_of(const work_t *k, int pass, int bwd) {
     if (k->update == UPD_AFTER) return pass == 0 && !bwd ? PLAN_PHASE_UPDATE : PLAN_PHASE_REST;
     if (k->update == UPD_BACKWARD) return pass == k->passes - 1 && bwd ? PLAN_PHASE_UPDATE : PLAN_PHASE_REST;
@@ -496,7 +498,9 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     const int kept = cfg->kept_blocks < m->L ? cfg->kept_blocks : m->L;
     const double r = (double)(m->L - kept) / m->L;
     const int passes = lay->vertical ? 1 : cfg->accum;
-    work_t k = {.update = cfg->optim_tier == TIER_DEVICE ? UPD_DEVICE : lay->upd_bwd ? UPD_BACKWARD : UPD_AFTER,
+    work_t k = {.update = cfg->optim_tier == TIER_DEVICE || lay->upd_inline ? UPD_DEVICE
+                          : lay->upd_bwd                                 ? UPD_BACKWARD
+                                                                         : UPD_AFTER,
                 .passes = passes};
     const int vlast = cfg->logits_kept ? m->V : model_quantum_cols(m, CEIL_DIV(m->V, CE_QUANTUM) - 1);
     const double KVD = (double)m->NKV * m->HS, Pattn = 2.0 * C * C + 2.0 * C * KVD, Pgu = 2.0 * C * m->F;

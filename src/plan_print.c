@@ -71,8 +71,10 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
                 format_bytes(b, sizeof b, p->nvme_bytes * (uint64_t)p->local_ranks), p->ranks,
                 format_bytes(c, sizeof c, p->comm_bytes), cfg->accum * p->ranks);
     if (cfg->optim_tier != TIER_DEVICE)
-        fprintf(f, "update: %s", p->lay.upd_bwd ? "in the backward, each shard once its gradient is final (--update)"
-                                              : "after the backward, beside the next forward (--update)");
+        fprintf(f, "update: %s", p->lay.upd_bwd     ? "in the backward, each shard once its gradient is final (--update)"
+                                 : p->lay.upd_inline ? "after the backward, on every core before the next forward (the "
+                                                       "CPU backend: beside it, it would take a core from it)"
+                                                     : "after the backward, beside the next forward (--update)");
     if (cfg->optim_tier != TIER_DEVICE && p->nvme_handed_bytes)
         fprintf(f, "; it hands that forward %s of new parameters as it writes them to NVMe, not read back (where "
                    "the update paces the forward)", format_bytes(a, sizeof a, p->nvme_handed_bytes));
@@ -139,7 +141,7 @@ void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f) 
             (unsigned long long)cfg->hbm_budget, (unsigned long long)cfg->host_budget, cfg->kept_blocks,
             cfg->kept_bf16 ? "true" : "false", cfg->logits_kept ? "true" : "false",
             model_mlp_rows(m, cfg->B * cfg->T), p->ranks, p->local_ranks, (unsigned long long)p->comm_bytes,
-            cfg->optim_tier == TIER_DEVICE ? "device" : p->lay.upd_bwd ? "backward" : "after");
+            cfg->optim_tier == TIER_DEVICE ? "device" : p->lay.upd_bwd ? "backward" : p->lay.upd_inline ? "inline" : "after");
     for (int r = 0; r < PLAN_NRES; r++) fprintf(f, "%s\"%s\":%.3f", r ? "," : "", plan_resource_names[r], p->t_ms[r]);
     fprintf(f, "},\"phases\":[");
     for (int ph = 0; ph < PLAN_NPHASES; ph++) {

@@ -51,12 +51,13 @@ void report_tiers(FILE *out, const config_t *cfg, const trainer_info_t *info, co
                     format_bytes(a, sizeof a, ts->fresh_bytes));
         fputc('\n', out);
     }
-    // a host or NVMe update runs on the update worker beside the next forward: its waits are
+    // a host or NVMe update runs on the update worker beside the next forward (the CPU backend's
+    // host update on the compute thread before it: lay.upd_inline): its waits are
     // its own, not the compute thread's (which waits for an updated shard in its fetch)
     // --optimizer device on a device backend updates there (its ops table's AdamW), else the CPU's
     const int on_device = cfg->optim_tier == TIER_DEVICE && strcmp(info->backend, "cpu") != 0;
     fprintf(out, "  optimizer %.1f ms in all (%s AdamW, %s)", ts->opt_ms, on_device ? info->backend : adamw_update_path(),
-            info->upd_bwd ? "in the backward" : "after the backward");
+            info->upd_bwd ? "in the backward" : info->upd_inline ? "after the backward, on every core" : "after the backward");
     if (cfg->optim_tier == TIER_NVME)
         fprintf(out, ", of which %.1f ms the update worker waited for its states' NVMe transfers", ts->opt_nvme_wait_ms);
     if (info->upd_bwd) fprintf(out, "; compute waited %.1f ms for gradient slots it held", ts->grad_slot_wait_ms);

@@ -108,6 +108,19 @@ static void *fetch_main(void *arg) {
     return NULL;
 }
 
+// A job's end (under umu): its error kept, or every shard final; waiters woken.
+static void update_end(sched_t *s, int rc, const char *err) {
+    if (rc != 0) {
+        s->urc = rc;
+        if (s->ubeside) s->udone = 0; // which shards it updated is unknown: none counts as final
+        snprintf(s->uerr, sizeof s->uerr, "%s", err[0] ? err : strerror(-rc));
+    } else {
+        s->udone = s->nshards;
+    }
+    s->ubusy = 0;
+    pthread_cond_broadcast(&s->ucv);
+}
+
 static void *update_main(void *arg) {
     sched_t *s = arg;
     pthread_mutex_lock(&s->umu);
@@ -121,15 +134,7 @@ static void *update_main(void *arg) {
         char err[512] = "";
         int rc = fn(ctx, err, sizeof err);
         pthread_mutex_lock(&s->umu);
-        if (rc != 0) {
-            s->urc = rc;
-            if (s->ubeside) s->udone = 0; // which shards it updated is unknown: none counts as final
-            snprintf(s->uerr, sizeof s->uerr, "%s", err[0] ? err : strerror(-rc));
-        } else {
-            s->udone = s->nshards;
-        }
-        s->ubusy = 0;
-        pthread_cond_broadcast(&s->ucv);
+        update_end(s, rc, err);
     }
     pthread_mutex_unlock(&s->umu);
     return NULL;
@@ -398,6 +403,30 @@ static void update_start(sched_t *s, sched_update_fn fn, void *ctx, int publishe
 void sched_update_start(sched_t *s, sched_update_fn fn, void *ctx) { update_start(s, fn, ctx, 0); }
 
 void sched_update_start_beside(sched_t *s, sched_update_fn fn, void *ctx) { update_start(s, fn, ctx, s->nshards); }
+
+int sched_update_run(sched_t *s, sched_update_fn fn, void *ctx, char *err, size_t errlen) {
+    pthread_mutex_lock(&s->umu);
+    int rc = s->urc;
+    if (rc == 0) {
+        s->udone = 0; // as update_start: a fetch of a shard not yet published waits for it
+        s->ubeside = 0;
+        s->ubusy = 1;
+    }
+    pthread_mutex_unlock(&s->umu);
+    char e[512] = "";
+    if (rc == 0) {
+        rc = fn(ctx, e, sizeof e);
+        pthread_mutex_lock(&s->umu);
+        update_end(s, rc, e);
+        pthread_mutex_unlock(&s->umu);
+    }
+    if (rc != 0 && err) {
+        pthread_mutex_lock(&s->umu);
+        snprintf(err, errlen, "%s", s->uerr);
+        pthread_mutex_unlock(&s->umu);
+    }
+    return rc;
+}
 
 void sched_update_publish(sched_t *s, int shard) {
     pthread_mutex_lock(&s->umu);

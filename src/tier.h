@@ -113,6 +113,8 @@ typedef struct {
     int rank, ranks;            // ZeRO-3: the homes hold this rank's piece of every shard (tier_piece)
     int upd_bwd;                // --update backward (or auto, where it may run): each shard's update runs
                                 // beside the backward once its gradient is final (tier_grads_next_final)
+    int upd_inline;             // the CPU backend's --optimizer host update after the backward: on the
+                                // compute thread with every core, before the next forward (trainer.c)
     tier_spec_t spec[TB_COUNT];
     uint64_t device_bytes, host_bytes, nvme_bytes;
 } tier_layout_t;

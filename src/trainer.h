@@ -46,6 +46,7 @@ typedef struct {
     uint64_t host_bytes;      // the host pool's bytes in use
     int nslots, nhcache;      // parameter slots, host-cache entries
     int upd_bwd;              // the update ran in the backward (--update, tier_layout)
+    int upd_inline;           // the CPU backend's host update ran before the next forward (tier_layout)
     tier_stats_t tier;
     sched_stats_t sched;
     int has_nvme;

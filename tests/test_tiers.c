@@ -412,7 +412,8 @@ START_TEST(update_in_backward_keeps_bits) {
         const char *ref_flags[] = {"--clip", "0", "--update", "after", "--schedule", "horizontal", NULL};
         run_t ref = train(bases[b], ref_flags, NULL);
         char *a = fingerprint(&ref);
-        ck_assert_msg(strstr(ref.log, "\"update\":\"after\""), "%s", ref.log);
+        // the CPU backend's host update after the backward runs on the compute thread (lay.upd_inline)
+        ck_assert_msg(strstr(ref.log, "\"update\":\"inline\""), "%s", ref.log);
         for (size_t i = 0; i < sizeof homes / sizeof homes[0]; i++) {
             const char *extra[24];
             int n = 0;
@@ -1343,16 +1344,21 @@ START_TEST(plan_phases_sum_to_the_step) {
         plan_compute(&cfg, &m, NULL, &p);
         char what[128];
         snprintf(what, sizeof what, "case %d (homes %d, accum %d, %s, update %s, ranks %d)", i, i % 6, cfg.accum,
-                 cfg.schedule == SCHEDULE_VERTICAL ? "vertical" : "horizontal", p.lay.upd_bwd ? "backward" : "after",
+                 cfg.schedule == SCHEDULE_VERTICAL ? "vertical" : "horizontal",
+                 p.lay.upd_bwd ? "backward" : p.lay.upd_inline ? "inline" : "after",
                  p.ranks);
         check_phases(&p, what);
         ck_assert_msg((p.t_ms[PLAN_COMM] > 0) == (p.ranks > 1), "%s: ranks link %g", what, p.t_ms[PLAN_COMM]);
-        // the update's phase: the update alone, beside the last backward, or beside the first forward
+        // the update's phase: the update alone (--optimizer device, or the CPU backend's host
+        // update after the backward, on the compute thread), beside the last backward, or beside
+        // the first forward (NVMe states)
         const char *name = p.phase_names[PLAN_PHASE_UPDATE];
-        if (cfg.optim_tier == TIER_DEVICE) ck_assert_msg(!strcmp(name, "update"), "%s: %s", what, name);
+        const int alone = cfg.optim_tier == TIER_DEVICE || p.lay.upd_inline;
+        ck_assert_int_eq(p.lay.upd_inline, cfg.optim_tier == TIER_HOST && !p.lay.upd_bwd); // the CPU backend
+        if (alone) ck_assert_msg(!strcmp(name, "update"), "%s: %s", what, name);
         else ck_assert_msg(!strncmp(name, "update+", 7) && strstr(name, p.lay.upd_bwd ? "backward" : "forward"),
                            "%s: %s", what, name);
-        if (cfg.optim_tier == TIER_DEVICE) // beside nothing: the update's phase computes nothing
+        if (alone) // beside nothing: the update's phase computes nothing
             ck_assert_msg(p.phase_ms[PLAN_PHASE_UPDATE][PLAN_COMPUTE] == 0, "%s: %g", what,
                           p.phase_ms[PLAN_PHASE_UPDATE][PLAN_COMPUTE]);
         else
@@ -1363,8 +1369,10 @@ START_TEST(plan_phases_sum_to_the_step) {
 END_TEST
 
 // All resident (the optimizer on the host, as --offload auto's first placement) at a batch whose
-// forward outlasts AdamW: compute is the only resource in both phases, so the floor is the
-// compute time, as it was before the phases, bound by compute.
+// forward outlasts AdamW, on the CPU backend. The update in the backward runs beside it:
+// compute is the only resource in both phases, so the floor is the compute time, bound by
+// compute. The update after the backward runs on the step's own cores before the forward
+// (lay.upd_inline): its phase is AdamW alone, and the floor is AdamW's time plus the compute's.
 START_TEST(plan_floor_resident_is_compute) {
     config_t cfg;
     small_on_nvme(&cfg);
@@ -1380,10 +1388,22 @@ START_TEST(plan_floor_resident_is_compute) {
         check_phases(&p, upd ? "resident, update in the backward" : "resident");
         for (int r = 0; r < PLAN_NRES; r++)
             if (r != PLAN_COMPUTE && r != PLAN_ADAM) ck_assert_msg(p.t_ms[r] == 0, "%s %g", plan_resource_names[r], p.t_ms[r]);
-        ck_assert_msg(p.t_ms[PLAN_ADAM] < p.phase_ms[PLAN_PHASE_UPDATE][PLAN_COMPUTE], "AdamW %g, beside %g of compute",
-                      p.t_ms[PLAN_ADAM], p.phase_ms[PLAN_PHASE_UPDATE][PLAN_COMPUTE]);
-        ck_assert_msg(close_to(p.floor_ms, p.t_ms[PLAN_COMPUTE], 0, PHASE_RTOL), "floor %.17g, compute %.17g", p.floor_ms,
-                      p.t_ms[PLAN_COMPUTE]);
+        ck_assert_int_eq(p.lay.upd_inline, !upd);
+        ck_assert_int_eq(p.lay.upd_bwd, upd);
+        ck_assert(p.t_ms[PLAN_ADAM] > 0);
+        if (upd) {
+            ck_assert_msg(p.t_ms[PLAN_ADAM] < p.phase_ms[PLAN_PHASE_UPDATE][PLAN_COMPUTE], "AdamW %g, beside %g of compute",
+                          p.t_ms[PLAN_ADAM], p.phase_ms[PLAN_PHASE_UPDATE][PLAN_COMPUTE]);
+            ck_assert_msg(close_to(p.floor_ms, p.t_ms[PLAN_COMPUTE], 0, PHASE_RTOL), "floor %.17g, compute %.17g",
+                          p.floor_ms, p.t_ms[PLAN_COMPUTE]);
+        } else {
+            ck_assert_msg(p.phase_ms[PLAN_PHASE_UPDATE][PLAN_COMPUTE] == 0 &&
+                              p.phase_ms[PLAN_PHASE_UPDATE][PLAN_ADAM] == p.t_ms[PLAN_ADAM],
+                          "the update's phase: compute %g, AdamW %g of %g", p.phase_ms[PLAN_PHASE_UPDATE][PLAN_COMPUTE],
+                          p.phase_ms[PLAN_PHASE_UPDATE][PLAN_ADAM], p.t_ms[PLAN_ADAM]);
+            ck_assert_msg(close_to(p.floor_ms, p.t_ms[PLAN_COMPUTE] + p.t_ms[PLAN_ADAM], 0, PHASE_RTOL),
+                          "floor %.17g, compute %.17g + AdamW %.17g", p.floor_ms, p.t_ms[PLAN_COMPUTE], p.t_ms[PLAN_ADAM]);
+        }
         ck_assert_int_eq(p.bound, PLAN_COMPUTE);
     }
     model_free(&m);
@@ -1537,8 +1557,11 @@ END_TEST
 // (compute-bound at this profile's rates) it scales by profile ÷ now.
 START_TEST(bench_overlap_floor_now) {
     char prof[4096];
+    // AdamW at 1e15 parameters/s: the resident floor's update phase (the CPU backend's update on
+    // the step's cores, before the forward) takes nothing, so the floor is compute alone and
+    // scales with the GEMM rate
     write_profile(prof, sizeof prof, "\"gemm_flops\": 1e11, \"h2d_Bps\": 1e10, \"d2h_Bps\": 1e10, \"nvme_read_Bps\": 2e9, "
-                                     "\"nvme_write_Bps\": 2e9, \"adam_params_per_s\": 1e9, \"nvme_bytes\": 4294967296");
+                                     "\"nvme_write_Bps\": 2e9, \"adam_params_per_s\": 1e15, \"nvme_bytes\": 4294967296");
     char *argv[] = {(char *)tu_binary(), "bench", "overlap", "--model", "tiny", "--nvme-path", nvme_dir, "--profile",
                     prof, NULL};
     run_t r = {0};
