@@ -4,6 +4,7 @@
 // fail only its acquire (with the message), and nothing may hang or leak a thread.
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,6 +163,72 @@ START_TEST(failed_fetch_fails_its_acquire) {
 }
 END_TEST
 
+// sched_update_run: the job on the calling thread. A waiter for shard 3 on another thread (a
+// prefetch), started by the job once the run has marked it busy, returns only once the job
+// has published shard 3; the run returns the job's rc; after a failed job, a later run does
+// not run its job and returns the error, as every wait does.
+typedef struct {
+    sched_t *s;
+    int n, fail, runs, spawn;
+    pthread_t th;
+    atomic_int published; // shards the job has published
+    int seen;             // what the job had published when the waiter's wait returned (-1: it failed)
+} job_t;
+
+static void *wait_for_three(void *arg) {
+    job_t *j = arg;
+    char err[256];
+    j->seen = sched_update_wait_shard(j->s, 3, err, sizeof err) == 0 ? atomic_load(&j->published) : -1;
+    return NULL;
+}
+
+static int publishing_job(void *ctx, char *err, size_t errlen) {
+    job_t *j = ctx;
+    j->runs++;
+    if (j->spawn && pthread_create(&j->th, NULL, wait_for_three, j) != 0) {
+        snprintf(err, errlen, "pthread_create failed");
+        return -EAGAIN;
+    }
+    for (int k = 0; k < j->n; k++) {
+        struct timespec ts = {0, 2000000L}; // 2 ms a shard: the waiter is waiting by shard 3
+        nanosleep(&ts, NULL);
+        if (j->fail && k == 2) {
+            snprintf(err, errlen, "shard 2: injected EIO");
+            return -EIO;
+        }
+        atomic_store(&j->published, k + 1);
+        sched_update_publish(j->s, k);
+    }
+    return 0;
+}
+
+START_TEST(update_runs_here) {
+    char mem[2][SLOT_BYTES];
+    void *slots[2] = {mem[0], mem[1]};
+    fake_t f = {.fail_shard = -1};
+    sched_t *s = NULL;
+    char err[256] = "";
+    ck_assert_int_eq(sched_init(&s, 6, 2, slots, 1, 64, fake_fetch, &f, err, sizeof err), 0);
+    job_t j = {.s = s, .n = 6, .spawn = 1};
+    ck_assert_int_eq(sched_update_run(s, publishing_job, &j, err, sizeof err), 0);
+    ck_assert_int_eq(pthread_join(j.th, NULL), 0);
+    ck_assert_int_eq(j.runs, 1);
+    ck_assert_int_eq(atomic_load(&j.published), 6);
+    ck_assert_msg(j.seen >= 4, "the wait for shard 3 returned with %d shards published", j.seen);
+    ck_assert_int_eq(sched_update_wait(s, err, sizeof err), 0);
+    // a failing job: its rc and line; the next run does not run and gives the same
+    job_t bad = {.s = s, .n = 6, .fail = 1};
+    ck_assert_int_eq(sched_update_run(s, publishing_job, &bad, err, sizeof err), -EIO);
+    ck_assert_str_eq(err, "shard 2: injected EIO");
+    err[0] = 0;
+    ck_assert_int_eq(sched_update_run(s, publishing_job, &bad, err, sizeof err), -EIO);
+    ck_assert_str_eq(err, "shard 2: injected EIO");
+    ck_assert_int_eq(bad.runs, 1);
+    ck_assert_int_eq(sched_update_wait(s, err, sizeof err), -EIO);
+    sched_free(s);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("sched");
     TCase *tc = tcase_create("core");
@@ -174,6 +241,7 @@ int main(void) {
     TCase *faults = tcase_create("faults");
     tcase_set_timeout(faults, 60);
     tcase_add_test(faults, failed_fetch_fails_its_acquire);
+    tcase_add_test(faults, update_runs_here);
     suite_add_tcase(s, faults);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
