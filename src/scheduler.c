@@ -406,6 +406,7 @@ void sched_update_start_beside(sched_t *s, sched_update_fn fn, void *ctx) { upda
 
 int sched_update_run(sched_t *s, sched_update_fn fn, void *ctx, char *err, size_t errlen) {
     pthread_mutex_lock(&s->umu);
+    while (s->ubusy) pthread_cond_wait(&s->ucv, &s->umu); // a job in flight ends first
     int rc = s->urc;
     if (rc == 0) {
         s->udone = 0; // as update_start: a fetch of a shard not yet published waits for it

@@ -115,9 +115,10 @@ void sched_update_start(sched_t *s, sched_update_fn fn, void *ctx);
 // so nothing waits for it but sched_update_wait, which the next phase's caller must call.
 void sched_update_start_beside(sched_t *s, sched_update_fn fn, void *ctx);
 // From the job: shards 0..shard are final.
-// The same job run here, on the calling thread, to its end: a fetch meanwhile (the prefetch
-// worker's) waits for its shard's publish as for a job on the worker. After a failed job it
-// does not run. Returns its rc (err: its line, or the earlier job's).
+// The same job run here, on the calling thread, to its end (after a job in flight has ended):
+// a fetch meanwhile (the prefetch worker's) waits for its shard's publish as for a job on the
+// worker. After a failed job it does not run. Returns its rc (err: its line, or the earlier
+// job's).
 int sched_update_run(sched_t *s, sched_update_fn fn, void *ctx, char *err, size_t errlen);
 void sched_update_publish(sched_t *s, int shard);
 // Waits until shard is final when a job is in flight. Any thread. Returns 0, or the job's
