@@ -65,6 +65,10 @@ static void mm_bwd_in16(float *dinp, const float *dout, const uint16_t *w, float
                         int acc, int round) {
     TIMED(OP_GEMM, real->matmul_backward_input_w16(dinp, dout, w, scratch, N, IC, OC, acc, round));
 }
+static void mm_bwd_wn(int n, float *const dw[], const float *const dout[], const int OC[], const float *inp, int N,
+                      int IC) {
+    TIMED(OP_GEMM, real->matmul_backward_weight_n(n, dw, dout, OC, inp, N, IC));
+}
 static void mm_bwd_w(float *dw, const float *dout, const float *inp, int N, int IC, int OC) {
     TIMED(OP_GEMM, real->matmul_backward_weight(dw, dout, inp, N, IC, OC));
 }
@@ -152,6 +156,7 @@ static void on_init(trainer_t *tr, void *arg) {
     timed.matmul_backward_weight = mm_bwd_w;
     if (real->matmul_forward_w16) timed.matmul_forward_w16 = mm_fwd16; // NULL stays NULL (the caller widens)
     if (real->matmul_backward_input_w16) timed.matmul_backward_input_w16 = mm_bwd_in16;
+    if (real->matmul_backward_weight_n) timed.matmul_backward_weight_n = mm_bwd_wn;
     timed.attention_forward = att_fwd;
     timed.attention_backward = att_bwd;
     timed.rmsnorm_forward = norm_fwd;

@@ -66,6 +66,11 @@ void matmul_backward_input_w16(float *dinp, const float *dout, const uint16_t *w
                                int OC, int accumulate, int round);
 // dw (OC, IC) += dout (N, OC)ᵀ · inp (N, IC)
 void matmul_backward_weight(float *dw, const float *dout, const float *inp, int N, int IC, int OC);
+// n weight gradients of one input (q, k and v of ln1; gate and up of ln2): dw[i] (OC[i], IC) +=
+// dout[i] (N, OC[i])ᵀ · inp, each with the bits of its own matmul_backward_weight. With FMA the
+// n products share one packing of inp; without (or n > 4), they run one after another.
+void matmul_backward_weight_n(int n, float *const dw[], const float *const dout[], const int OC[], const float *inp,
+                              int N, int IC);
 // "AVX-512F FMA kernels" or "AVX2 FMA kernels" where ours run the products (after
 // kernels_limit_simd), NULL where OpenBLAS does.
 const char *matmul_kernel_name(void);

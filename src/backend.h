@@ -42,6 +42,10 @@ typedef struct {
                                int round);
     void (*matmul_backward_input_w16)(float *dinp, const float *dout, const uint16_t *w, float *scratch, int N, int IC,
                                       int OC, int accumulate, int round);
+    // Weight gradients of one input (kernels.h matmul_backward_weight_n): NULL where the
+    // backend has none (CUDA), and the caller runs matmul_backward_weight for each.
+    void (*matmul_backward_weight_n)(int n, float *const dw[], const float *const dout[], const int OC[],
+                                     const float *inp, int N, int IC);
     void (*rmsnorm_forward)(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps, int round);
     void (*rmsnorm_backward)(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int C,
                              int round);

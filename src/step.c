@@ -102,6 +102,18 @@ static void mm_backward_input(const step_t *st, const wts_t *W, int t, float *di
     else st->be->ops->matmul_backward_input(dinp, dout, W->f32 + o, N, IC, OC, accumulate, round);
 }
 
+// dw[i] += dout[i]ᵀ · inp for n tensors of one input (q, k, v; gate, up): one call where the
+// backend shares the input's packing among them (the same bits), else one product each
+static void mm_backward_weights(const step_t *st, int n, float *const dw[], const float *const dout[], const int OC[],
+                                const float *inp, int N, int IC) {
+    const backend_ops_t *op = st->be->ops;
+    if (op->matmul_backward_weight_n) {
+        op->matmul_backward_weight_n(n, dw, dout, OC, inp, N, IC);
+        return;
+    }
+    for (int i = 0; i < n; i++) op->matmul_backward_weight(dw[i], dout[i], inp, N, IC, OC[i]);
+}
+
 // The device buffer a shard's gradients accumulate into for one visit (last: the shard's
 // final one this step). Pair with grads_release.
 static float *grads_acquire(step_t *st, int shard, int last) {
@@ -361,8 +373,8 @@ static void block_backward(step_t *st, int mb, int layer, const wts_t *W, float 
         op->swiglu_backward(dgate, dup, dh, a->gate, a->up, nF, r);
         mm_backward_input(st, W, BW_GATE, dln, dgate, n, C, F, 0, 0);
         mm_backward_input(st, W, BW_UP, dln, dup, n, C, F, 1, r); // dln's rows complete
-        op->matmul_backward_weight(grad_of(G, st, s, BW_GATE), dgate, ln2, n, C, F);
-        op->matmul_backward_weight(grad_of(G, st, s, BW_UP), dup, ln2, n, C, F);
+        mm_backward_weights(st, 2, (float *const[]){grad_of(G, st, s, BW_GATE), grad_of(G, st, s, BW_UP)},
+                            (const float *const[]){dgate, dup}, (const int[]){F, F}, ln2, n, C);
     }
     op->rmsnorm_backward(st->dres, grad_of(G, st, s, BW_MLP_NORM), a->dln, a->x2,
                          tensor_of(st, W->f32, s, BW_MLP_NORM), a->rstd2, N, C, r); // now ∂L/∂x2
@@ -378,9 +390,9 @@ static void block_backward(step_t *st, int mb, int layer, const wts_t *W, float 
     mm_backward_input(st, W, BW_Q, a->dln, dq, N, C, C, 0, 0);
     mm_backward_input(st, W, BW_K, a->dln, dk, N, C, KVD, 1, 0);
     mm_backward_input(st, W, BW_V, a->dln, dv, N, C, KVD, 1, r); // dln complete
-    op->matmul_backward_weight(grad_of(G, st, s, BW_Q), dq, a->ln1, N, C, C);
-    op->matmul_backward_weight(grad_of(G, st, s, BW_K), dk, a->ln1, N, C, KVD);
-    op->matmul_backward_weight(grad_of(G, st, s, BW_V), dv, a->ln1, N, C, KVD);
+    mm_backward_weights(st, 3,
+                        (float *const[]){grad_of(G, st, s, BW_Q), grad_of(G, st, s, BW_K), grad_of(G, st, s, BW_V)},
+                        (const float *const[]){dq, dk, dv}, (const int[]){C, KVD, KVD}, a->ln1, N, C);
     if (!x || dv != a->xf) x = acts_in(&st->acts, mb, layer); // (again when dv had its FP32 copy)
     op->rmsnorm_backward(st->dres, grad_of(G, st, s, BW_ATTN_NORM), a->dln, x,
                          tensor_of(st, W->f32, s, BW_ATTN_NORM), a->rstd1, N, C, r); // now ∂L/∂x

@@ -622,6 +622,51 @@ START_TEST(test_matmul_w16_bits) {
 }
 END_TEST
 
+// matmul_backward_weight_n: up to 4 weight gradients of one input sharing its packing keep
+// each one's bits (memcmp against one matmul_backward_weight each), on every path and thread
+// count; 5 run one by one. Gradients of 7, 40 and 33 rows cross the kernels' MR (12, 6).
+START_TEST(test_matmul_weight_n_bits) {
+    const int N = 300, IC = 70, OCs[5] = {7, 40, 33, 12, 1};
+    rng_t rg = rng_make(1500);
+    float *inp = fnew((size_t)N * IC), *dout[5], *dw0[5], *ref[5], *got[5];
+    fill_sym(inp, (size_t)N * IC, 1.0, &rg);
+    for (int i = 0; i < 5; i++) {
+        const size_t nw = (size_t)OCs[i] * IC;
+        dout[i] = fnew((size_t)N * OCs[i]);
+        dw0[i] = fnew(nw); ref[i] = fnew(nw); got[i] = fnew(nw);
+        fill_sym(dout[i], (size_t)N * OCs[i], 1.0, &rg);
+        fill_sym(dw0[i], nw, 1.0, &rg);
+    }
+    const int have[] = {1, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
+                        __builtin_cpu_supports("avx512f")};
+    for (int lim = 2; lim >= 0; lim--) {
+        if (!have[lim]) continue;
+        for (int th = 1; th <= 3; th += 2)
+            for (int n = 1; n <= 5; n++) {
+                kernels_limit_simd(lim);
+                set_threads(th);
+                for (int i = 0; i < n; i++) {
+                    const size_t nw = (size_t)OCs[i] * IC;
+                    memcpy(ref[i], dw0[i], nw * sizeof(float));
+                    memcpy(got[i], dw0[i], nw * sizeof(float));
+                    matmul_backward_weight(ref[i], dout[i], inp, N, IC, OCs[i]);
+                }
+                matmul_backward_weight_n(n, got, (const float *const *)dout, OCs, inp, N, IC);
+                kernels_limit_simd(2);
+                for (int i = 0; i < n; i++) {
+                    const size_t nw = (size_t)OCs[i] * IC;
+                    size_t bad = 0;
+                    while (bad < nw && !memcmp(&got[i][bad], &ref[i][bad], sizeof(float))) bad++;
+                    ck_assert_msg(bad == nw, "dw %d of %d (OC %d), limit %d, %d threads: element %zu is %.9g, alone %.9g", i,
+                                  n, OCs[i], lim, th, bad, (double)got[i][bad], (double)ref[i][bad]);
+                }
+            }
+    }
+    for (int i = 0; i < 5; i++) { free(dout[i]); free(dw0[i]); free(ref[i]); free(got[i]); }
+    free(inp);
+}
+END_TEST
+
 START_TEST(test_matmul_degenerate) {
     // A zero inner dimension: "=" outputs become zeros, "+=" outputs are left alone; a zero
     // outer dimension writes nothing.
@@ -1900,6 +1945,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, test_matmul_degenerate);
     tcase_add_loop_test(tc, test_matmul_fma_bits, 0, NELEMS(MMB_SHAPES));
     tcase_add_loop_test(tc, test_matmul_w16_bits, 0, NELEMS(MMB_SHAPES));
+    tcase_add_test(tc, test_matmul_weight_n_bits);
     tc = tcase(s, "rmsnorm");
     tcase_add_loop_test(tc, test_rmsnorm, 0, NELEMS(RMS_SHAPES));
     tc = tcase(s, "rope");

@@ -19,6 +19,8 @@
 // threads): reading B in place lost 9–40% a shape in bench train small (its rows are ldb
 // floats apart: L1, L2 and TLB misses); KC 128, 256 and 768 and COL_M 1024 were slower than
 // 512 and 384 on cold operands.
+// gemm_fma_shared_b runs up to four products that share B in one gemm_rows, B packed once for
+// all of them (the weight gradients of q, k and v, which share ln1; gate and up, ln2).
 // B comes as FP32 or as BF16 values (gemm_fma_b16: bf16 mode's weights, widened as they are
 // packed, so no pass widens a shard into FP32 first; the bits are those of the widened copy).
 // Kernels: AVX-512F 12 × 32 (24 accumulators, two 16-float vectors a row), AVX2+FMA 6 × 16
@@ -253,13 +255,29 @@ static void run_rows(const path_t *P, int kc, const float *A, int lda, int pc, i
 
 // Many rows: BLIS's loops (the file's head). B's block packed by all threads together into
 // bp_buf, then each thread takes blocks of rows and runs them against all of it.
-static void gemm_rows(const path_t *P, int transa, int transb, int M, int N, int K, const float *A, int lda,
-                      bsrc_t B, int ldb, int accumulate, float *C, int ldc, int round) {
-    // Row blocks: a whole number of rounds of one a thread, each at most MC_MAX rows, as equal
-    // as whole micro-panels of MR rows allow (a barrier ends every block of B, so the threads
-    // should finish together). Any split gives the same bits.
-    const int threads = omp_get_max_threads(), panels_m = (M + P->mr - 1) / P->mr, per = MC_MAX / P->mr;
-    const int blocks = (panels_m + per * threads - 1) / (per * threads) * threads;
+// One product's own operands where several share B (gemm_fma_shared_b): op(A) (M, K) and C.
+typedef struct {
+    const float *A;
+    int lda, M;
+    float *C;
+    int ldc;
+} part_t;
+
+#define PARTS_MAX 4
+
+static void gemm_rows(const path_t *P, int transa, int transb, const part_t *parts, int nparts, int N, int K,
+                      bsrc_t B, int ldb, int accumulate, int round) {
+    // Row blocks of each part: a whole number of rounds of one a thread, each at most MC_MAX
+    // rows, as equal as whole micro-panels of MR rows allow (a barrier ends every block of B, so
+    // the threads should finish together). Any split gives the same bits. first[p]: part p's
+    // first block; the parts' blocks share each packed block of B.
+    const int threads = omp_get_max_threads(), per = MC_MAX / P->mr;
+    int first[PARTS_MAX + 1] = {0};
+    for (int p = 0; p < nparts; p++) {
+        const int panels_m = (parts[p].M + P->mr - 1) / P->mr;
+        first[p + 1] = first[p] + (panels_m + per * threads - 1) / (per * threads) * threads;
+    }
+    const int blocks = first[nparts];
     #pragma omp parallel
     {
         float ap[MC_MAX * KC] __attribute__((aligned(64))); // this thread's packed rows of A
@@ -272,9 +290,15 @@ static void gemm_rows(const path_t *P, int transa, int transb, int M, int N, int
                 for (int q = 0; q < panels; q++)
                     pack_b(P->nr, transb, B, ldb, pc, kc, jc, nc, q, bp_buf + (size_t)q * P->nr * kc);
                 #pragma omp for schedule(dynamic, 1)
-                for (int blk = 0; blk < blocks; blk++) {
-                    const int i0 = (int)((long)blk * panels_m / blocks) * P->mr;
-                    const int m = min_i((int)((long)(blk + 1) * panels_m / blocks) * P->mr, M) - i0;
+                for (int b = 0; b < blocks; b++) {
+                    int p = 0;
+                    while (b >= first[p + 1]) p++;
+                    const float *A = parts[p].A;
+                    float *C = parts[p].C;
+                    const int lda = parts[p].lda, ldc = parts[p].ldc, M = parts[p].M;
+                    const int panels_m = (M + P->mr - 1) / P->mr, nb = first[p + 1] - first[p], blk = b - first[p];
+                    const int i0 = (int)((long)blk * panels_m / nb) * P->mr;
+                    const int m = min_i((int)((long)(blk + 1) * panels_m / nb) * P->mr, M) - i0;
                     const int whole = transa ? 0 : m / P->mr * P->mr;
                     if (whole < m) pack_a(P->mr, transa, A, lda, i0 + whole, m - whole, pc, kc, ap);
                     for (int j = 0; j < nc; j += P->nr)
@@ -320,10 +344,12 @@ static void gemm_any(int transa, int transb, int M, int N, int K, const float *A
     const path_t P = gemm_fma_path() == 2 ? (path_t){12, 32, kern_12x32} : (path_t){6, 16, kern_6x16};
     const int threads = omp_get_max_threads(), panels = (N + P.nr - 1) / P.nr;
     pthread_mutex_lock(&bp_lock); // a default mutex: fails only on a corrupt one
-    if (M <= COL_M && threads > 1 && panels >= 2 * threads)
+    if (M <= COL_M && threads > 1 && panels >= 2 * threads) {
         gemm_cols(&P, transa, transb, M, N, K, A, lda, B, ldb, accumulate, C, ldc, round);
-    else
-        gemm_rows(&P, transa, transb, M, N, K, A, lda, B, ldb, accumulate, C, ldc, round);
+    } else {
+        const part_t one = {A, lda, M, C, ldc};
+        gemm_rows(&P, transa, transb, &one, 1, N, K, B, ldb, accumulate, round);
+    }
     pthread_mutex_unlock(&bp_lock);
 }
 
@@ -335,4 +361,16 @@ void gemm_fma(int transa, int transb, int M, int N, int K, const float *A, int l
 void gemm_fma_b16(int transa, int transb, int M, int N, int K, const float *A, int lda, const uint16_t *B, int ldb,
                   int accumulate, float *C, int ldc, int round) {
     gemm_any(transa, transb, M, N, K, A, lda, (bsrc_t){B, 1}, ldb, accumulate, C, ldc, round);
+}
+
+int gemm_fma_shared_b(int n, int transa, const int *M, const float *const *A, const int *lda, float *const *C,
+                      const int *ldc, int transb, int N, int K, const float *B, int ldb, int accumulate, int round) {
+    if (n < 1 || n > PARTS_MAX) return -1;
+    part_t parts[PARTS_MAX];
+    for (int i = 0; i < n; i++) parts[i] = (part_t){A[i], lda[i], M[i], C[i], ldc[i]};
+    const path_t P = gemm_fma_path() == 2 ? (path_t){12, 32, kern_12x32} : (path_t){6, 16, kern_6x16};
+    pthread_mutex_lock(&bp_lock);
+    gemm_rows(&P, transa, transb, parts, n, N, K, (bsrc_t){B, 0}, ldb, accumulate, round);
+    pthread_mutex_unlock(&bp_lock);
+    return 0;
 }

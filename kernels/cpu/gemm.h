@@ -22,6 +22,12 @@ int gemm_fma_path(void);
 void gemm_fma(int transa, int transb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
               int accumulate, float *C, int ldc, int round);
 
+// Up to 4 products sharing B, C_i (M[i], N) (+)= op(A_i) · op(B), with B packed once for all:
+// each C_i's bits are those of gemm_fma on its own operands. Returns 0, or -1 (n out of 1..4:
+// nothing done). M[i], N, K ≥ 1; needs gemm_fma_path() ≥ 1.
+int gemm_fma_shared_b(int n, int transa, const int *M, const float *const *A, const int *lda, float *const *C,
+                      const int *ldc, int transb, int N, int K, const float *B, int ldb, int accumulate, int round);
+
 // The same product with B given as BF16 values (B's element x as its upper 16 bits): the
 // bits of gemm_fma on B widened to FP32, which is never stored (the packing widens it).
 void gemm_fma_b16(int transa, int transb, int M, int N, int K, const float *A, int lda, const uint16_t *B, int ldb,

@@ -135,6 +135,16 @@ void matmul_backward_weight(float *dw, const float *dout, const float *inp, int 
     gemm(1, 0, OC, IC, N, dout, OC, inp, IC, 1, dw, IC, 0);
 }
 
+void matmul_backward_weight_n(int n, float *const dw[], const float *const dout[], const int OC[], const float *inp,
+                              int N, int IC) {
+    int whole = n >= 1 && n <= 4 && N > 0 && IC > 0 && gemm_fma_path() > 0;
+    for (int i = 0; i < n && whole; i++) whole = OC[i] > 0;
+    // dw[i] (OC[i], IC) += dout[i]ᵀ · inp: A transposed, its row stride OC[i]; C's IC
+    const int ldc[4] = {IC, IC, IC, IC};
+    if (whole && gemm_fma_shared_b(n, 1, OC, dout, OC, dw, ldc, 0, IC, N, inp, IC, 1, 0) == 0) return;
+    for (int i = 0; i < n; i++) matmul_backward_weight(dw[i], dout[i], inp, N, IC, OC[i]);
+}
+
 const char *matmul_kernel_name(void) {
     const int path = gemm_fma_path();
     return path == 2 ? "AVX-512F FMA kernels" : path == 1 ? "AVX2 FMA kernels" : NULL;

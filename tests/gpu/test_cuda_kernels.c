@@ -233,14 +233,16 @@ START_TEST(test_op_table) {
     ck_assert(o->crossentropy_fold == cuda_crossentropy_fold);
     ck_assert(o->crossentropy_loss == cuda_crossentropy_loss);
     ck_assert(o->crossentropy_backward == cuda_crossentropy_backward);
-    // every entry filled but the products of BF16 weights, which CUDA leaves to the caller
-    // (step.c widens the weights for it: backend.h)
-    ck_assert(o->matmul_forward_w16 == NULL && o->matmul_backward_input_w16 == NULL);
+    // every entry filled but the optional ones CUDA leaves to the caller (backend.h): the
+    // products of BF16 weights (step.c widens the weights) and the shared-input weight
+    // gradients (step.c runs one product each)
+    ck_assert(o->matmul_forward_w16 == NULL && o->matmul_backward_input_w16 == NULL && o->matmul_backward_weight_n == NULL);
     const void *const *p = (const void *const *)o;
-    const size_t w16[] = {offsetof(backend_ops_t, matmul_forward_w16) / sizeof(void *),
-                          offsetof(backend_ops_t, matmul_backward_input_w16) / sizeof(void *)};
+    const size_t opt[] = {offsetof(backend_ops_t, matmul_forward_w16) / sizeof(void *),
+                          offsetof(backend_ops_t, matmul_backward_input_w16) / sizeof(void *),
+                          offsetof(backend_ops_t, matmul_backward_weight_n) / sizeof(void *)};
     for (size_t i = 0; i < sizeof *o / sizeof(void *); i++)
-        if (i != w16[0] && i != w16[1]) ck_assert_msg(p[i] != NULL, "op table entry %zu is NULL", i);
+        if (i != opt[0] && i != opt[1] && i != opt[2]) ck_assert_msg(p[i] != NULL, "op table entry %zu is NULL", i);
     ck_assert_ptr_nonnull(cuda_kernels_stream());
 }
 END_TEST
