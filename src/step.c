@@ -73,10 +73,10 @@ static wts_t block_weights_acquire(step_t *st, int shard) {
         return W;
     }
     W.b16 = params_acquire(st, shard);
-    const tensor_t *t = st->m->shards[shard].tensors;
+    static const int norms[] = {BW_ATTN_NORM, BW_MLP_NORM};
     for (int i = 0; i < 2; i++) {
-        const size_t o = t[i ? BW_MLP_NORM : BW_ATTN_NORM].offset;
-        st->be->ops->bf16_to_f32_n(st->wbuf + o, W.b16 + o, (size_t)st->m->C);
+        const tensor_t *t = &st->m->shards[shard].tensors[norms[i]];
+        st->be->ops->bf16_to_f32_n(st->wbuf + t->offset, W.b16 + t->offset, t->numel);
     }
     W.f32 = st->wbuf;
     return W;

@@ -199,26 +199,22 @@ int trainer_zero_grads(trainer_t *tr, char *err, size_t errlen) {
 
 // ---------------------------------------------------------------- the step
 
-// The scheduler's update job: one step's AdamW over the host or NVMe states.
-static int update_job(void *ctx, char *err, size_t errlen) {
-    trainer_t *tr = ctx;
-    char e[512] = "";
-    backend_worker_threads(&tr->be); // on the CPU, AdamW on this thread alone, beside the forward
-    int rc = optim_run_host(tr->tier, &tr->model, tr->cfg, tr->req.t, tr->req.lr, tr->req.grad_scale, e, sizeof e);
-    if (rc != 0) snprintf(err, errlen, "optimizer: %s", e);
-    return rc;
-}
-
-// The CPU backend's host update (lay.upd_inline), on the compute thread and its cores, before
-// the next forward: on the update worker beside the forward it took a core from the forward's
-// threads (bench overlap --model small, resident, two Xeon cores: 271-282 ms a step beside, 263-267
-// here).
+// One step's AdamW over the host or NVMe states, on the calling thread's cores: the CPU
+// backend's host update (lay.upd_inline) runs it on the compute thread before the next forward
+// (on the update worker beside the forward it took a core from the forward's threads: bench
+// overlap --model small, resident, two Xeon cores: 271-282 ms a step beside, 263-267 here).
 static int update_here(void *ctx, char *err, size_t errlen) {
     trainer_t *tr = ctx;
     char e[512] = "";
     int rc = optim_run_host(tr->tier, &tr->model, tr->cfg, tr->req.t, tr->req.lr, tr->req.grad_scale, e, sizeof e);
     if (rc != 0) snprintf(err, errlen, "optimizer: %s", e);
     return rc;
+}
+
+// The scheduler's update job: the same on the update worker, beside the next forward.
+static int update_job(void *ctx, char *err, size_t errlen) {
+    backend_worker_threads(&((trainer_t *)ctx)->be); // on the CPU, AdamW on this thread alone
+    return update_here(ctx, err, errlen);
 }
 
 // --update backward's job: the update beside the backward; whatever ends it closes the

@@ -492,6 +492,13 @@ END_TEST
 static const mm_shape_t MMB_SHAPES[] = {{1, 1, 1},    {13, 600, 1100}, {300, 24, 290},
                                         {7, 48, 72},  {64, 1030, 40},  {400, 40, 70}};
 
+// Does this CPU have kernels_limit_simd's level lim (2 AVX-512F, 1 AVX2 with FMA, 0 none)?
+static int simd_have(int lim) {
+    return lim == 0 || (lim == 1 ? __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+                                 : __builtin_cpu_supports("avx512f"));
+}
+static const char *simd_path(int lim) { return lim == 2 ? "AVX-512F" : lim == 1 ? "AVX2+FMA" : "OpenBLAS"; }
+
 // C (M, N) (+)= op(A) · op(B) as fmaf chains, rounded when round; element (i, k) of op(A) at
 // A[transa ? k·lda + i : i·lda + k], likewise op(B).
 static void fma_chain_ref(int transa, int transb, int M, int N, int K, const float *A, int lda, const float *B,
@@ -527,10 +534,8 @@ START_TEST(test_matmul_fma_bits) {
     fma_chain_ref(1, 0, OC, IC, N, d, OC, inp, IC, 1, ref[4], IC, 0);
     static const char *const name[] = {"out", "out rounded", "dinp += rounded", "dinp =", "dw +="};
     const size_t n[] = {no, no, ni, ni, nw};
-    const int have[] = {1, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
-                        __builtin_cpu_supports("avx512f")};
     for (int lim = 2; lim >= 0; lim--) {
-        if (!have[lim]) continue;
+        if (!simd_have(lim)) continue;
         for (int th = 1; th <= 3; th += 2) {
             kernels_limit_simd(lim);
             set_threads(th);
@@ -545,13 +550,10 @@ START_TEST(test_matmul_fma_bits) {
             kernels_limit_simd(2);
             for (int o = 0; o < 5; o++) {
                 char what[128];
-                snprintf(what, sizeof what, "matmul %s N=%d IC=%d OC=%d (%s, %d threads)", name[o], N, IC, OC,
-                         lim == 2 ? "AVX-512F" : lim == 1 ? "AVX2+FMA" : "OpenBLAS", th);
+                snprintf(what, sizeof what, "matmul %s N=%d IC=%d OC=%d (%s, %d threads) against the fmaf chain",
+                         name[o], N, IC, OC, simd_path(lim), th);
                 if (lim > 0) {
-                    size_t bad = 0;
-                    while (bad < n[o] && !memcmp(&got[o][bad], &ref[o][bad], sizeof(float))) bad++;
-                    ck_assert_msg(bad == n[o], "%s: element %zu is %.9g, the fmaf chain's %.9g", what, bad,
-                                  (double)got[o][bad], (double)ref[o][bad]);
+                    CHECK_BITS(what, got[o], ref[o], n[o]);
                 } else {
                     double *r = to_d(ref[o], n[o]);
                     CHECK_CLOSE(what, got[o], r, n[o], o == 1 || o == 2 ? TOL_MM_BF16 : TOL_MM_OUT);
@@ -582,10 +584,8 @@ START_TEST(test_matmul_w16_bits) {
     bf16_to_f32_n(w, w16, nw); // w: the weights widened
     static const char *const name[] = {"out", "out rounded", "dinp += rounded", "dinp ="};
     const size_t n[] = {no, no, ni, ni};
-    const int have[] = {1, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
-                        __builtin_cpu_supports("avx512f")};
     for (int lim = 2; lim >= 0; lim--) {
-        if (!have[lim]) continue;
+        if (!simd_have(lim)) continue;
         for (int th = 1; th <= 3; th += 2) {
             kernels_limit_simd(lim);
             set_threads(th);
@@ -602,13 +602,12 @@ START_TEST(test_matmul_w16_bits) {
             matmul_backward_input_w16(got[2], d, w16, scratch, N, IC, OC, 1, 1);
             matmul_backward_input_w16(got[3], d, w16, scratch, N, IC, OC, 0, 0);
             kernels_limit_simd(2);
-            const char *path = lim == 2 ? "AVX-512F" : lim == 1 ? "AVX2+FMA" : "OpenBLAS";
+            const char *path = simd_path(lim);
             for (int o = 0; o < 4; o++) {
-                size_t bad = 0;
-                while (bad < n[o] && !memcmp(&got[o][bad], &ref[o][bad], sizeof(float))) bad++;
-                ck_assert_msg(bad == n[o], "matmul %s of BF16 weights N=%d IC=%d OC=%d (%s, %d threads): element %zu is %.9g, "
-                              "the widened weights' %.9g", name[o], N, IC, OC, path, th, bad, (double)got[o][bad],
-                              (double)ref[o][bad]);
+                char what[128];
+                snprintf(what, sizeof what, "matmul %s of BF16 weights N=%d IC=%d OC=%d (%s, %d threads)", name[o], N, IC,
+                         OC, path, th);
+                CHECK_BITS(what, got[o], ref[o], n[o]);
             }
             if (lim > 0)
                 for (size_t i = 0; i < nw; i++)
@@ -637,10 +636,8 @@ START_TEST(test_matmul_weight_n_bits) {
         fill_sym(dout[i], (size_t)N * OCs[i], 1.0, &rg);
         fill_sym(dw0[i], nw, 1.0, &rg);
     }
-    const int have[] = {1, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
-                        __builtin_cpu_supports("avx512f")};
     for (int lim = 2; lim >= 0; lim--) {
-        if (!have[lim]) continue;
+        if (!simd_have(lim)) continue;
         for (int th = 1; th <= 3; th += 2)
             for (int n = 1; n <= 5; n++) {
                 kernels_limit_simd(lim);
@@ -654,11 +651,10 @@ START_TEST(test_matmul_weight_n_bits) {
                 matmul_backward_weight_n(n, got, (const float *const *)dout, OCs, inp, N, IC);
                 kernels_limit_simd(2);
                 for (int i = 0; i < n; i++) {
-                    const size_t nw = (size_t)OCs[i] * IC;
-                    size_t bad = 0;
-                    while (bad < nw && !memcmp(&got[i][bad], &ref[i][bad], sizeof(float))) bad++;
-                    ck_assert_msg(bad == nw, "dw %d of %d (OC %d), limit %d, %d threads: element %zu is %.9g, alone %.9g", i,
-                                  n, OCs[i], lim, th, bad, (double)got[i][bad], (double)ref[i][bad]);
+                    char what[128];
+                    snprintf(what, sizeof what, "dw %d of %d (OC %d, %s, %d threads) against its own product", i, n,
+                             OCs[i], simd_path(lim), th);
+                    CHECK_BITS(what, got[i], ref[i], (size_t)OCs[i] * IC);
                 }
             }
     }

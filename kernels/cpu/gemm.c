@@ -29,6 +29,7 @@
 //
 // Called by matmul.c (the linear layers and the LM head); CPUs without FMA stay on OpenBLAS.
 #include "gemm.h"
+#include "kernels.h" // uses: bf16_to_f32
 #include "simd.h"
 #include <omp.h>     // uses: omp_get_max_threads
 #include <pthread.h> // uses: pthread_mutex_lock (the static packing buffers)
@@ -108,6 +109,11 @@ typedef struct {
 
 int gemm_fma_path(void) { return tt_wide() ? 2 : tt_fma() ? 1 : 0; }
 
+// The kernel and its tile for this CPU (gemm_fma_path() ≥ 1).
+static path_t path_now(void) {
+    return gemm_fma_path() == 2 ? (path_t){12, 32, kern_12x32} : (path_t){6, 16, kern_6x16};
+}
+
 // ---------------------------------------------------------------- packing
 static int min_i(int a, int b) { return a < b ? a : b; }
 
@@ -145,17 +151,10 @@ typedef struct {
 TT_FMA INLINE __m256 ld8_b16(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
-static float b16_f32(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 // The element at row r, column c of the array B (row stride ldb).
 static float b_at(bsrc_t B, size_t r, size_t c, int ldb) {
     const size_t i = r * (size_t)ldb + c;
-    return B.b16 ? b16_f32(((const uint16_t *)B.p)[i]) : ((const float *)B.p)[i];
+    return B.b16 ? bf16_to_f32(((const uint16_t *)B.p)[i]) : ((const float *)B.p)[i];
 }
 
 // dst[k·ld + c] = src[c·ls + k] for the 8 × 8 block at element off of B (k, c < 8): rows of
@@ -253,8 +252,6 @@ static void run_rows(const path_t *P, int kc, const float *A, int lda, int pc, i
     }
 }
 
-// Many rows: BLIS's loops (the file's head). B's block packed by all threads together into
-// bp_buf, then each thread takes blocks of rows and runs them against all of it.
 // One product's own operands where several share B (gemm_fma_shared_b): op(A) (M, K) and C.
 typedef struct {
     const float *A;
@@ -265,6 +262,8 @@ typedef struct {
 
 #define PARTS_MAX 4
 
+// Many rows: BLIS's loops (the file's head). B's block packed by all threads together into
+// bp_buf, then each thread takes blocks of rows (of every part) and runs them against all of it.
 static void gemm_rows(const path_t *P, int transa, int transb, const part_t *parts, int nparts, int N, int K,
                       bsrc_t B, int ldb, int accumulate, int round) {
     // Row blocks of each part: a whole number of rounds of one a thread, each at most MC_MAX
@@ -341,7 +340,7 @@ static void gemm_cols(const path_t *P, int transa, int transb, int M, int N, int
 
 static void gemm_any(int transa, int transb, int M, int N, int K, const float *A, int lda, bsrc_t B, int ldb,
                      int accumulate, float *C, int ldc, int round) {
-    const path_t P = gemm_fma_path() == 2 ? (path_t){12, 32, kern_12x32} : (path_t){6, 16, kern_6x16};
+    const path_t P = path_now();
     const int threads = omp_get_max_threads(), panels = (N + P.nr - 1) / P.nr;
     pthread_mutex_lock(&bp_lock); // a default mutex: fails only on a corrupt one
     if (M <= COL_M && threads > 1 && panels >= 2 * threads) {
@@ -368,7 +367,7 @@ int gemm_fma_shared_b(int n, int transa, const int *M, const float *const *A, co
     if (n < 1 || n > PARTS_MAX) return -1;
     part_t parts[PARTS_MAX];
     for (int i = 0; i < n; i++) parts[i] = (part_t){A[i], lda[i], M[i], C[i], ldc[i]};
-    const path_t P = gemm_fma_path() == 2 ? (path_t){12, 32, kern_12x32} : (path_t){6, 16, kern_6x16};
+    const path_t P = path_now();
     pthread_mutex_lock(&bp_lock);
     gemm_rows(&P, transa, transb, parts, n, N, K, (bsrc_t){B, 0}, ldb, accumulate, round);
     pthread_mutex_unlock(&bp_lock);

@@ -109,24 +109,27 @@ void matmul_backward_input(float *dinp, const float *dout, const float *w, int N
     gemm(0, 0, N, IC, OC, dout, OC, w, IC, accumulate, dinp, IC, round);
 }
 
+// The FP32 product's w: BF16 widened into scratch (none for a degenerate shape, which the
+// FP32 product handles without reading w).
+static const float *widened(float *scratch, const uint16_t *w, int IC, int OC) {
+    if (IC > 0 && OC > 0) bf16_to_f32_n(scratch, w, (size_t)OC * IC);
+    return scratch;
+}
+
 void matmul_forward_w16(float *out, const float *inp, const uint16_t *w, float *scratch, int N, int IC, int OC,
                         int round) {
-    if (gemm_fma_path() <= 0 || N <= 0 || OC <= 0 || IC <= 0) {
-        if (N > 0 && OC > 0 && IC > 0) bf16_to_f32_n(scratch, w, (size_t)OC * IC);
-        matmul_forward(out, inp, scratch, N, IC, OC, round);
-        return;
-    }
-    gemm_fma_b16(0, 1, N, OC, IC, inp, IC, w, IC, 0, out, OC, round);
+    if (gemm_fma_path() > 0 && N > 0 && IC > 0 && OC > 0)
+        gemm_fma_b16(0, 1, N, OC, IC, inp, IC, w, IC, 0, out, OC, round);
+    else
+        matmul_forward(out, inp, widened(scratch, w, IC, OC), N, IC, OC, round);
 }
 
 void matmul_backward_input_w16(float *dinp, const float *dout, const uint16_t *w, float *scratch, int N, int IC,
                                int OC, int accumulate, int round) {
-    if (gemm_fma_path() <= 0 || N <= 0 || IC <= 0 || OC <= 0) {
-        if (N > 0 && IC > 0 && OC > 0) bf16_to_f32_n(scratch, w, (size_t)OC * IC);
-        matmul_backward_input(dinp, dout, scratch, N, IC, OC, accumulate, round);
-        return;
-    }
-    gemm_fma_b16(0, 0, N, IC, OC, dout, OC, w, IC, accumulate, dinp, IC, round);
+    if (gemm_fma_path() > 0 && N > 0 && IC > 0 && OC > 0)
+        gemm_fma_b16(0, 0, N, IC, OC, dout, OC, w, IC, accumulate, dinp, IC, round);
+    else
+        matmul_backward_input(dinp, dout, widened(scratch, w, IC, OC), N, IC, OC, accumulate, round);
 }
 
 void matmul_backward_weight(float *dw, const float *dout, const float *inp, int N, int IC, int OC) {
@@ -137,11 +140,12 @@ void matmul_backward_weight(float *dw, const float *dout, const float *inp, int 
 
 void matmul_backward_weight_n(int n, float *const dw[], const float *const dout[], const int OC[], const float *inp,
                               int N, int IC) {
-    int whole = n >= 1 && n <= 4 && N > 0 && IC > 0 && gemm_fma_path() > 0;
-    for (int i = 0; i < n && whole; i++) whole = OC[i] > 0;
-    // dw[i] (OC[i], IC) += dout[i]ᵀ · inp: A transposed, its row stride OC[i]; C's IC
+    int shared = N > 0 && IC > 0 && gemm_fma_path() > 0;
+    for (int i = 0; i < n && shared; i++) shared = OC[i] > 0;
+    // dw[i] (OC[i], IC) += dout[i]ᵀ · inp: A transposed, its row stride OC[i]; C's IC (more
+    // than four: gemm_fma_shared_b declines, and they run one by one)
     const int ldc[4] = {IC, IC, IC, IC};
-    if (whole && gemm_fma_shared_b(n, 1, OC, dout, OC, dw, ldc, 0, IC, N, inp, IC, 1, 0) == 0) return;
+    if (shared && gemm_fma_shared_b(n, 1, OC, dout, OC, dw, ldc, 0, IC, N, inp, IC, 1, 0) == 0) return;
     for (int i = 0; i < n; i++) matmul_backward_weight(dw[i], dout[i], inp, N, IC, OC[i]);
 }
 
