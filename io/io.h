@@ -65,6 +65,7 @@ struct io_ticket {
     void *buf;                // caller's buffer: not touched by the caller until done
     const char *name;         // label for messages ("shard 3 o32"); NULL = none; must
                               // outlive the ticket's use of it (a string literal is fine)
+    int urgent;               // see io_req_t
     // ---- results
     int res;                  // 0, or -errno
     uint32_t crc;             // with verify: CRC32C of the extent. IO_WRITE: computed at
@@ -152,6 +153,9 @@ typedef struct {
     uint32_t crc;             // IO_READ with verify: expected CRC32C
     io_ticket_cb cb;          // may be NULL
     void *cb_arg;
+    int urgent;               // someone waits for it now: queued ahead of its op's other
+                              // requests (after earlier urgent ones), and the other op's
+                              // turn ends for it (io_internal.h: turns) once its pieces drain
 } io_req_t;
 int nvme_store_submit(nvme_store_t *s, io_ticket_t *t, const io_req_t *r);
 

@@ -13,7 +13,8 @@
 // a disk take turns anyway, piece by piece, and then each op's requests wait behind the
 // other's (a prefetch's read behind the update's write-back). So the queue gives the
 // device whole turns: a turn ends when its op has nothing left to dispatch, or has
-// dispatched `turn` bytes while the other op has work waiting; then its pieces drain and
+// dispatched `turn` bytes while the other op has work waiting, or the other op's first
+// request is urgent (io_req_t) and its own is not; then its pieces drain and
 // the other op's turn begins. Within a turn up to qd pieces are in flight as before.
 // Each op's busy time is then the time the device was serving it, and bytes / busy is
 // that op's achieved rate.

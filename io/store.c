@@ -487,6 +487,7 @@ int nvme_store_submit(nvme_store_t *s, io_ticket_t *t, const io_req_t *r) {
     t->len = r->len;
     t->buf = r->buf;
     t->name = r->name;
+    t->urgent = r->urgent;
     t->res = 0;
     t->crc = r->crc;
     t->crc_read = 0;
@@ -522,9 +523,16 @@ int nvme_store_submit(nvme_store_t *s, io_ticket_t *t, const io_req_t *r) {
         return -ESHUTDOWN;
     }
     t->qseq = ++s->qseq;
-    if (s->qtail[t->op]) s->qtail[t->op]->qnext = t;
-    else s->qhead[t->op] = t;
-    s->qtail[t->op] = t;
+    // the link t goes in: the end, or after the urgent ones (a ticket partly dispatched
+    // resumes where it stopped once it is the head again)
+    io_ticket_t **at = &s->qhead[t->op];
+    if (t->urgent)
+        while (*at && (*at)->urgent) at = &(*at)->qnext;
+    else
+        at = s->qtail[t->op] ? &s->qtail[t->op]->qnext : at;
+    t->qnext = *at;
+    *at = t;
+    if (!t->qnext) s->qtail[t->op] = t;
     s->inflight++;
     s->ops->kick(s); // under the lock: the engine cannot be stopped before it is woken
     pthread_mutex_unlock(&s->mu);
@@ -546,7 +554,8 @@ int nvme_store_write(nvme_store_t *s, io_ticket_t *t, uint64_t off, uint64_t len
 // queued, or the turn's pieces drain before the other op's turn.
 static int turn_op(nvme_store_t *s) {
     const int cur = s->turn_op, other = !cur;
-    if (s->qhead[cur] && (!s->qhead[other] || s->turn_bytes < s->turn)) return cur;
+    const int urged = s->qhead[other] && s->qhead[other]->urgent && !(s->qhead[cur] && s->qhead[cur]->urgent);
+    if (s->qhead[cur] && !urged && (!s->qhead[other] || s->turn_bytes < s->turn)) return cur;
     if (!s->qhead[other] || s->op_pieces[cur]) return -1;
     s->turn_op = other;
     s->turn_bytes = 0;

@@ -313,7 +313,8 @@ int tier_nvme_io(tier_t *t, io_op_t op, uint64_t off, uint64_t len, void *buf, u
     double t0 = trace_now_ms();
     io_ticket_t tk;
     memset(&tk, 0, sizeof tk);
-    io_req_t r = {.op = op, .off = off, .len = len, .buf = buf, .name = what, .crc = op == IO_WRITE ? 0 : *crc};
+    io_req_t r = {.op = op, .off = off, .len = len, .buf = buf, .name = what, .crc = op == IO_WRITE ? 0 : *crc,
+                  .urgent = 1}; // this thread waits for it: ahead of what is queued for later
     int rc = nvme_store_submit(t->nvme, &tk, &r);
     if (rc == 0) rc = io_ticket_wait(&tk);
     if (rc != 0) {

@@ -573,6 +573,67 @@ START_TEST(test_turns) {
 }
 END_TEST
 
+// Urgent requests (io_req_t.urgent): one queued behind a long read and a short one gets the
+// device once the long read's pieces in flight have drained, ahead of both, and one read
+// submitted during a long write ends the write's turn the same way (a plain read waits a
+// whole turn: test_turns). Each piece is held 20 ms (slow=20), 2 in flight.
+START_TEST(test_urgent) {
+    setup_dir();
+    const uint64_t block = 64 * KiB, len = 32 * block, qd = 2;
+    nvme_store_t *s = open_store(ENG(_i), 1, 4 * MiB, block, (int)qd, "read:slow=20");
+    unsigned char *w = abuf(len + 2 * block), *a = abuf(len), *b = abuf(block), *u = abuf(block);
+    fill(w, len + 2 * block, 21);
+    io_ticket_t ta = {0}, tb = {0}, tu = {0};
+    ck_assert_int_eq(nvme_store_write(s, &ta, 0, len + 2 * block, w), 0);
+    wait_ok(&ta);
+    io_stats_t before, at_submit, at_u;
+    nvme_store_stats(s, &before);
+    ck_assert_int_eq(nvme_store_read(s, &ta, 0, len, a, 0), 0);
+    ck_assert_int_eq(nvme_store_read(s, &tb, len, block, b, 0), 0);
+    io_req_t r = {.op = IO_READ, .off = len + block, .len = block, .buf = u, .urgent = 1};
+    ck_assert_int_eq(nvme_store_submit(s, &tu, &r), 0);
+    nvme_store_stats(s, &at_submit); // after: a stall between the two only raises the bound
+    wait_ok(&tu);
+    nvme_store_stats(s, &at_u);
+    ck_assert_msg(!io_ticket_poll(&tb), "the plain read queued before the urgent one finished first");
+    // read before it: what was done or in flight when it came (this thread may be late)
+    const uint64_t ahead = at_u.bytes_read - before.bytes_read - block;
+    const uint64_t late = at_submit.bytes_read - before.bytes_read + qd * block;
+    ck_assert_msg(ahead <= late, "the urgent read waited for %llu bytes; %llu were read or in flight at its submit",
+                  (unsigned long long)ahead, (unsigned long long)late);
+    wait_ok(&ta);
+    wait_ok(&tb);
+    assert_same("the long read", a, w, len);
+    assert_same("the short read", b, w + len, block);
+    assert_same("the urgent read", u, w + len + block, block);
+    // an urgent read during a long write: the write's turn ends for it
+    nvme_store_free(s);
+    s = open_store(ENG(_i), 1, 4 * MiB, block, (int)qd, "write:slow=20");
+    ck_assert_int_eq(nvme_store_write(s, &tb, len, block, w + len), 0);
+    wait_ok(&tb);
+    io_stats_t wb, wsub, wu;
+    nvme_store_stats(s, &wb);
+    ck_assert_int_eq(nvme_store_write(s, &ta, 0, len, w), 0);
+    r = (io_req_t){.op = IO_READ, .off = len, .len = block, .buf = u, .urgent = 1};
+    ck_assert_int_eq(nvme_store_submit(s, &tu, &r), 0);
+    nvme_store_stats(s, &wsub);
+    wait_ok(&tu);
+    nvme_store_stats(s, &wu);
+    const uint64_t written = wu.bytes_written - wb.bytes_written, wlate = wsub.bytes_written - wb.bytes_written + qd * block;
+    ck_assert_msg(written <= wlate, "the urgent read waited for %llu written bytes; %llu were written or in flight at its "
+                  "submit", (unsigned long long)written, (unsigned long long)wlate);
+    wait_ok(&ta);
+    assert_same("the urgent read during the write", u, w + len, block);
+    round_trip(s, 0, len, 22, "after urgent");
+    free(w);
+    free(a);
+    free(b);
+    free(u);
+    nvme_store_free(s);
+    teardown_dir();
+}
+END_TEST
+
 START_TEST(test_fault_env) {
     setup_dir();
     setenv("TT_IO_FAULT", "eio@2", 1);
@@ -937,6 +998,7 @@ int main(void) {
         tcase_add_loop_test(tc, test_fault_env, 0, 2);
         tcase_add_loop_test(tc, test_fault_slow, 0, 2);
         tcase_add_loop_test(tc, test_turns, 0, 2);
+        tcase_add_loop_test(tc, test_urgent, 0, 2);
         tcase_add_loop_test(tc, test_misaligned_refused, 0, 2);
         tcase_add_loop_test(tc, test_verify_crc, 0, 4);
         suite_add_tcase(su, tc);
