@@ -366,7 +366,8 @@ static void work_ms(const double w[W_N], const profile_t *prof, double ms[PLAN_N
 // Each resource's time over the step and in each phase; a phase lasts its largest, and the
 // floor is the two phases' sum. A resource's whole-step time alone would be the floor only if
 // all of a step's work could overlap: the backward cannot start before the forward the update
-// paces ends, so the update's NVMe time and the backward's compute add up, not overlap.
+// paces ends, so the update's NVMe time and the backward's compute add up, not overlap. On the
+// CPU backend AdamW beside a forward or backward takes the compute's cores.
 static void plan_floor(const profile_t *prof, const work_t *k, plan_t *p) {
     profile_t defaults;
     if (!prof) { profile_defaults(&defaults); prof = &defaults; p->prof = NULL; }
@@ -375,15 +376,21 @@ static void plan_floor(const profile_t *prof, const work_t *k, plan_t *p) {
                                (double)p->comm_bytes};
     work_ms(total, prof, p->t_ms);
     p->floor_ms = 0;
+    // the CPU backend's AdamW beside a forward or backward runs on the step's cores: in its
+    // phase it adds to the compute
+    const int shared = p->lay.device_is_host && k->update != UPD_DEVICE;
     for (int ph = 0; ph < PLAN_NPHASES; ph++) {
         work_ms(k->w[ph], prof, p->phase_ms[ph]);
         p->phase_floor_ms[ph] = 0;
         p->phase_bound[ph] = PLAN_COMPUTE;
-        for (int r = 0; r < PLAN_NRES; r++)
-            if (p->phase_ms[ph][r] > p->phase_floor_ms[ph]) {
-                p->phase_floor_ms[ph] = p->phase_ms[ph][r];
+        p->phase_adam_shared[ph] = shared && p->phase_ms[ph][PLAN_ADAM] > 0;
+        for (int r = 0; r < PLAN_NRES; r++) {
+            const double ms = p->phase_ms[ph][r] + (shared && r == PLAN_COMPUTE ? p->phase_ms[ph][PLAN_ADAM] : 0);
+            if (ms > p->phase_floor_ms[ph]) {
+                p->phase_floor_ms[ph] = ms;
                 p->phase_bound[ph] = r;
             }
+        }
         p->floor_ms += p->phase_floor_ms[ph];
     }
     const int longer = p->phase_floor_ms[PLAN_PHASE_REST] > p->phase_floor_ms[PLAN_PHASE_UPDATE];

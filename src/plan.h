@@ -61,6 +61,7 @@ typedef struct {
     double phase_ms[PLAN_NPHASES][PLAN_NRES];
     double phase_floor_ms[PLAN_NPHASES];
     int phase_bound[PLAN_NPHASES];     // index into plan_resource_names
+    int phase_adam_shared[PLAN_NPHASES]; // the CPU backend's AdamW runs in the phase on the compute's cores (counted with it)
     const char *phase_names[PLAN_NPHASES]; // what each phase runs: "update+forward", "backward", ...
     double floor_ms;
     int bound;               // the resource bounding the longer phase (the update's on a tie)

@@ -20,10 +20,13 @@ static void print_parts(const plan_t *p, tier_kind_t tier, FILE *f) {
 void plan_phases_text(const plan_t *p, int seconds, char *buf, size_t len) {
     const double u = seconds ? 1e3 : 1;
     const char *unit = seconds ? "s" : "ms";
-    snprintf(buf, len, "%s %.1f %s (%s) + %s %.1f %s (%s)", p->phase_names[PLAN_PHASE_UPDATE],
+    const char *with[PLAN_NPHASES]; // the CPU's AdamW in a compute-bound phase counts with the compute
+    for (int ph = 0; ph < PLAN_NPHASES; ph++)
+        with[ph] = p->phase_adam_shared[ph] && p->phase_bound[ph] == PLAN_COMPUTE ? " with AdamW on its cores" : "";
+    snprintf(buf, len, "%s %.1f %s (%s%s) + %s %.1f %s (%s%s)", p->phase_names[PLAN_PHASE_UPDATE],
              p->phase_floor_ms[PLAN_PHASE_UPDATE] / u, unit, plan_resource_names[p->phase_bound[PLAN_PHASE_UPDATE]],
-             p->phase_names[PLAN_PHASE_REST], p->phase_floor_ms[PLAN_PHASE_REST] / u, unit,
-             plan_resource_names[p->phase_bound[PLAN_PHASE_REST]]);
+             with[PLAN_PHASE_UPDATE], p->phase_names[PLAN_PHASE_REST], p->phase_floor_ms[PLAN_PHASE_REST] / u, unit,
+             plan_resource_names[p->phase_bound[PLAN_PHASE_REST]], with[PLAN_PHASE_REST]);
 }
 
 void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {

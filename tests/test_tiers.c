@@ -1225,11 +1225,19 @@ static void check_phases(const plan_t *p, const char *what) {
     }
     double sum = 0, ms[PLAN_NPHASES];
     for (int ph = 0; ph < PLAN_NPHASES; ph++) {
+        // the CPU backend's AdamW beside a forward or backward counts with the compute (its cores)
+        double own[PLAN_NRES];
+        ck_assert_msg(p->phase_adam_shared[ph] == (p->lay.device_is_host && !p->lay.upd_inline &&
+                                                   p->lay.home[ST_O32] != TIER_DEVICE && p->phase_ms[ph][PLAN_ADAM] > 0),
+                      "%s: phase %d: AdamW shares the cores: %d", what, ph, p->phase_adam_shared[ph]);
         ms[ph] = 0;
-        for (int r = 0; r < PLAN_NRES; r++) ms[ph] = fmax(ms[ph], p->phase_ms[ph][r]);
-        ck_assert_msg(ms[ph] == p->phase_floor_ms[ph] && p->phase_ms[ph][p->phase_bound[ph]] == ms[ph],
+        for (int r = 0; r < PLAN_NRES; r++) {
+            own[r] = p->phase_ms[ph][r] + (r == PLAN_COMPUTE && p->phase_adam_shared[ph] ? p->phase_ms[ph][PLAN_ADAM] : 0);
+            ms[ph] = fmax(ms[ph], own[r]);
+        }
+        ck_assert_msg(ms[ph] == p->phase_floor_ms[ph] && own[p->phase_bound[ph]] == ms[ph],
                       "%s: phase %d lasts %g, its largest is %g (%s's %g)", what, ph, p->phase_floor_ms[ph], ms[ph],
-                      plan_resource_names[p->phase_bound[ph]], p->phase_ms[ph][p->phase_bound[ph]]);
+                      plan_resource_names[p->phase_bound[ph]], own[p->phase_bound[ph]]);
         sum += ms[ph];
     }
     ck_assert_msg(close_to(p->floor_ms, sum, 1e-9, PHASE_RTOL), "%s: floor %.17g, phases %.17g", what, p->floor_ms, sum);
@@ -1369,10 +1377,11 @@ START_TEST(plan_phases_sum_to_the_step) {
 END_TEST
 
 // All resident (the optimizer on the host, as --offload auto's first placement) at a batch whose
-// forward outlasts AdamW, on the CPU backend. The update in the backward runs beside it:
-// compute is the only resource in both phases, so the floor is the compute time, bound by
-// compute. The update after the backward runs on the step's own cores before the forward
-// (lay.upd_inline): its phase is AdamW alone, and the floor is AdamW's time plus the compute's.
+// forward outlasts AdamW, on the CPU backend. The update in the backward runs beside it, on
+// its cores: compute and AdamW are the only resources, and add up in that phase, so the floor
+// is their sum, bound by compute. The update after the backward runs on the step's own cores
+// before the forward (lay.upd_inline): its phase is AdamW alone, and the floor is AdamW's time
+// plus the compute's all the same.
 START_TEST(plan_floor_resident_is_compute) {
     config_t cfg;
     small_on_nvme(&cfg);
@@ -1394,8 +1403,9 @@ START_TEST(plan_floor_resident_is_compute) {
         if (upd) {
             ck_assert_msg(p.t_ms[PLAN_ADAM] < p.phase_ms[PLAN_PHASE_UPDATE][PLAN_COMPUTE], "AdamW %g, beside %g of compute",
                           p.t_ms[PLAN_ADAM], p.phase_ms[PLAN_PHASE_UPDATE][PLAN_COMPUTE]);
-            ck_assert_msg(close_to(p.floor_ms, p.t_ms[PLAN_COMPUTE], 0, PHASE_RTOL), "floor %.17g, compute %.17g",
-                          p.floor_ms, p.t_ms[PLAN_COMPUTE]);
+            ck_assert_msg(close_to(p.floor_ms, p.t_ms[PLAN_COMPUTE] + p.t_ms[PLAN_ADAM], 0, PHASE_RTOL) &&
+                              p.phase_adam_shared[PLAN_PHASE_UPDATE] && p.bound == PLAN_COMPUTE,
+                          "floor %.17g, compute %.17g + AdamW %.17g", p.floor_ms, p.t_ms[PLAN_COMPUTE], p.t_ms[PLAN_ADAM]);
         } else {
             ck_assert_msg(p.phase_ms[PLAN_PHASE_UPDATE][PLAN_COMPUTE] == 0 &&
                               p.phase_ms[PLAN_PHASE_UPDATE][PLAN_ADAM] == p.t_ms[PLAN_ADAM],
