@@ -58,7 +58,7 @@ static int shard_done(tier_t *tier, int s, void *pc, int publish, char *err, siz
 }
 
 // Chunk c of shard s, the update's k-th (in its --optimizer-cache entry when k < ncache, else
-// in staging half b or its host home), once its reads have landed: AdamW into pc.
+// in staging buffer b or its host home), once its reads have landed: AdamW into pc.
 static int update_chunk(tier_t *tier, const model_t *md, const config_t *cfg, tier_xfer_t *rd, int s, int c, int k,
                         int b, int ncache, void *pc, adamw_params_t *hp, char *err, size_t errlen) {
     const tier_layout_t *lay = tier_layout_of(tier);
@@ -76,11 +76,13 @@ static int update_chunk(tier_t *tier, const model_t *md, const config_t *cfg, ti
     return 0;
 }
 
-// Every transfer of an update ends before its buffer is reused or freed (an update stopped
-// early leaves reads, writes and cache fills in flight); the first error wins.
-static int finish_all(tier_t *tier, tier_xfer_t *rd, tier_xfer_t *wr, int ncache, int rc, char *err, size_t errlen) {
-    for (int i = 0; i < 2 + 2 + ncache; i++) {
-        tier_xfer_t *x = i < 2 ? &rd[i] : i < 4 ? &wr[i - 2] : tier_o32_cache_xfer(tier, i - 4);
+// Every transfer of an update through its nst staging buffers ends before a buffer is reused
+// or freed (an update stopped early leaves reads, writes and cache fills in flight); the first
+// error wins.
+static int finish_all(tier_t *tier, tier_xfer_t *rd, tier_xfer_t *wr, int nst, int ncache, int rc, char *err,
+                      size_t errlen) {
+    for (int i = 0; i < 2 * nst + ncache; i++) {
+        tier_xfer_t *x = i < nst ? &rd[i] : i < 2 * nst ? &wr[i - nst] : tier_o32_cache_xfer(tier, i - 2 * nst);
         char e2[512];
         int r = tier_o32_finish(tier, x, e2, sizeof e2);
         if (r != 0 && rc == 0) {
@@ -98,49 +100,87 @@ static int with_piece(const tier_layout_t *lay, const model_t *md, int s) {
     return s;
 }
 
-// The read into staging half `half` of the update's k-th chunk, (s, c): when its states are
-// cached, its gradients alone, and while the cache fills (fill) its states into entry k too,
-// one chunk ahead as an uncached chunk's read is (all queued at once, a fill of GiBs would
-// stall the next forward's parameter reads behind it); else its gradients (--grads nvme)
-// and states.
-static int chunk_read(tier_t *tier, tier_xfer_t *x, int s, int c, int k, int half, int ncache, int fill,
-                      char *err, size_t errlen) {
-    if (k >= ncache) return tier_o32_submit(tier, x, IO_READ, s, c, half, err, errlen);
-    int rc = fill ? tier_o32_cache_fill(tier, tier_o32_cache_xfer(tier, k), s, c, k, err, errlen) : 0;
-    return rc ? rc : tier_grads_submit(tier, x, s, c, half, err, errlen);
+// A chunk in the update's order: shard s's chunk c, the update's k-th (s == nshards: past the last).
+typedef struct { int s, c, k; } chunk_at_t;
+
+static chunk_at_t chunk_first(const tier_layout_t *lay, const model_t *md) {
+    return (chunk_at_t){with_piece(lay, md, 0), 0, 0};
 }
 
-// The first two chunks' reads of the next update (from shard s0 on), into the halves they
-// will take then, recorded with the tier.
-static int queue_next_reads(tier_t *tier, const model_t *md, tier_xfer_t *rd, int s0, char *err, size_t errlen) {
+static chunk_at_t chunk_next(const tier_layout_t *lay, const model_t *md, chunk_at_t a) {
+    if (a.c + 1 < tier_nchunks(lay, md, a.s)) return (chunk_at_t){a.s, a.c + 1, a.k + 1};
+    return (chunk_at_t){with_piece(lay, md, a.s + 1), 0, a.k + 1};
+}
+
+// The read into staging buffer `sb` of the update's k-th chunk, (s, c): when its states are
+// cached, its gradients alone, and while the cache fills (fill) its states into entry k too,
+// as far ahead as an uncached chunk's read is (all queued at once, a fill of GiBs would stall
+// the next forward's parameter reads behind it); else its gradients (--grads nvme) and states.
+static int chunk_read(tier_t *tier, tier_xfer_t *x, int s, int c, int k, int sb, int ncache, int fill,
+                      char *err, size_t errlen) {
+    if (k >= ncache) return tier_o32_submit(tier, x, IO_READ, s, c, sb, err, errlen);
+    int rc = fill ? tier_o32_cache_fill(tier, tier_o32_cache_xfer(tier, k), s, c, k, err, errlen) : 0;
+    return rc ? rc : tier_grads_submit(tier, x, s, c, sb, err, errlen);
+}
+
+// The next update's first nst chunks' reads (no cache, every buffer free), into the buffers
+// they will take then, recorded with the tier.
+static int queue_next_reads(tier_t *tier, const model_t *md, tier_xfer_t *rd, int nst, char *err, size_t errlen) {
     const tier_layout_t *lay = tier_layout_of(tier);
-    const int two = tier_nchunks(lay, md, s0) > 1, s1 = two ? s0 : with_piece(lay, md, s0 + 1), c1 = two ? 1 : 0;
-    int rc = tier_o32_submit(tier, &rd[0], IO_READ, s0, 0, 0, err, errlen);
-    if (rc == 0) tier_o32_set_read(tier, 0, s0, 0);
-    if (rc == 0 && s1 < md->nshards && (rc = tier_o32_submit(tier, &rd[1], IO_READ, s1, c1, 1, err, errlen)) == 0)
-        tier_o32_set_read(tier, 1, s1, c1);
+    int rc = 0;
+    for (chunk_at_t a = chunk_first(lay, md); rc == 0 && a.s < md->nshards && a.k < nst; a = chunk_next(lay, md, a))
+        if ((rc = tier_o32_submit(tier, &rd[a.k], IO_READ, a.s, a.c, a.k, err, errlen)) == 0)
+            tier_o32_set_read(tier, a.k, a.s, a.c);
     return rc;
+}
+
+// The reads of the update's chunks from *q on, up to chunk `upto` (by number): chunk k's goes
+// into buffer k % nst once the write of that buffer's last chunk (k - nst) has landed; with
+// `wait` the caller waits for that write, else the reads stop at the first buffer still being
+// written. *q moves past every chunk whose read is queued.
+static int reads_ahead(tier_t *tier, const model_t *md, tier_xfer_t *rd, tier_xfer_t *wr, int nst, chunk_at_t *q,
+                       int upto, int wait, int ncache, int fill, char *err, size_t errlen) {
+    const tier_layout_t *lay = tier_layout_of(tier);
+    for (; q->s < md->nshards && q->k <= upto; *q = chunk_next(lay, md, *q)) {
+        const int b = q->k % nst;
+        if (!wait && !tier_o32_landed(&wr[b])) return 0;
+        int rc = tier_o32_finish(tier, &wr[b], err, errlen);
+        if (rc == 0) rc = chunk_read(tier, &rd[b], q->s, q->c, q->k, b, ncache, fill, err, errlen);
+        if (rc != 0) return rc;
+    }
+    return 0;
 }
 
 int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, float lr, float grad_scale,
                    char *err, size_t errlen) {
     const tier_layout_t *lay = tier_layout_of(tier);
     const int nvme = lay->home[ST_O32] == TIER_NVME, ncache = nvme ? tier_o32_ncache(tier) : 0;
+    const int nst = nvme ? lay->nostage : 1;
     double t0 = now_ms();
     adamw_params_t hp = optim_hparams(cfg, t, lr, grad_scale);
-    // NVMe: chunk k+1's states are read into one half of the double buffer while chunk k is
-    // updated in the other and written back; a half is read into again only after its write
-    // has completed. Each in-flight transfer remembers its chunk. The first ncache chunks work in
+    // NVMe: the update's k-th chunk goes through staging buffer k % nst, read once that
+    // buffer's last write (chunk k - nst's) has landed. Chunk k+1's read is queued before chunk
+    // k is updated (waiting for its buffer's write if need be), and the reads after it as far
+    // as their buffers are free, up to nst - 1 chunks ahead: the disk reads ahead while the
+    // update works and writes back, and the forward waiting for the next shard finds its
+    // states read. Each in-flight transfer remembers its chunk. The first ncache chunks work in
     // their --optimizer-cache entries, filled from NVMe by the first update and never written
-    // back (only their gradients use a half). The reads are the tier's: the last update may have
-    // queued this one's first two (see the end).
-    tier_xfer_t *rd = tier_o32_reads(tier), wr[2];
+    // back (only their gradients use a buffer). The reads are the tier's: the last update may
+    // have queued this one's first nst (see the end).
+    tier_xfer_t *rd = tier_o32_reads(tier), wr[TIER_OPT_STAGING];
     memset(wr, 0, sizeof wr);
-    int rc = 0, s0 = with_piece(lay, md, 0); // the first read: the first shard with a piece here
+    int rc = 0;
     const int fill = ncache && !tier_o32_cache_valid(tier); // the first update: NVMe has the states
     if (fill) tier_o32_cache_set_valid(tier, 0); // until every entry is filled and updated
-    if (nvme && s0 < md->nshards && !tier_o32_take_read(tier, 0, s0, 0))
-        rc = chunk_read(tier, &rd[0], s0, 0, 0, 0, ncache, fill, err, errlen);
+    chunk_at_t q = chunk_first(lay, md); // the first chunk whose read is not queued
+    if (nvme) { // the reads the last update queued for this one: each buffer's, while they are its chunks'
+        int mine = 1; // while it holds, q is chunk b
+        for (int b = 0; b < nst; b++) {
+            const int want = mine && q.s < md->nshards;
+            mine = tier_o32_take_read(tier, b, want ? q.s : -1, q.c) && want;
+            if (mine) q = chunk_next(lay, md, q);
+        }
+    }
     for (int s = 0, k = 0; s < md->nshards && rc == 0; s++) {
         const int nc = tier_nchunks(lay, md, s);
         void *pc = tier_params_build(tier, s);
@@ -149,25 +189,22 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
             continue;
         }
         for (int c = 0; c < nc && rc == 0; c++, k++) {
-            const int b = k & 1, nb = b ^ 1;
-            if (nvme) {
-                int ns = c + 1 < nc ? s : with_piece(lay, md, s + 1), ncx = c + 1 < nc ? c + 1 : 0;
-                if (ns < md->nshards && (rc = tier_o32_finish(tier, &wr[nb], err, errlen)) == 0 &&
-                    !(k == 0 && tier_o32_take_read(tier, nb, ns, ncx)))
-                    rc = chunk_read(tier, &rd[nb], ns, ncx, k + 1, nb, ncache, fill, err, errlen);
-            }
+            const int b = k % nst;
+            if (nvme) rc = reads_ahead(tier, md, rd, wr, nst, &q, k + 1, 1, ncache, fill, err, errlen);
+            if (nvme && rc == 0) rc = reads_ahead(tier, md, rd, wr, nst, &q, k + nst - 1, 0, ncache, fill, err, errlen);
             if (rc == 0) rc = update_chunk(tier, md, cfg, rd, s, c, k, b, ncache, pc, &hp, err, errlen);
-            if (rc == 0 && c == nc - 1) rc = shard_done(tier, s, pc, 1, err, errlen); // the states' write may still run
+            // the states' write first: the compute copy's write below waits, and so joins its turn
             if (rc == 0 && nvme && k >= ncache) rc = tier_o32_submit(tier, &wr[b], IO_WRITE, s, c, b, err, errlen);
+            if (rc == 0 && c == nc - 1) rc = shard_done(tier, s, pc, 1, err, errlen);
         }
     }
-    rc = finish_all(tier, rd, wr, ncache, rc, err, errlen);
+    rc = finish_all(tier, rd, wr, nst, ncache, rc, err, errlen);
     if (rc == 0 && fill) tier_o32_cache_set_valid(tier, 1); // the entries hold the newest states from now on
-    // The next update's first two reads, now: at its start the forward waits for its first
-    // shards, and their states need no gradient (the gradients are in a home; on NVMe they are
-    // read with the states). Not after the last step's update, and not for cached chunks.
-    if (rc == 0 && nvme && ncache == 0 && lay->o32_parts == 3 && t < cfg->steps && s0 < md->nshards)
-        rc = queue_next_reads(tier, md, rd, s0, err, errlen);
+    // The next update's first reads, now: at its start the forward waits for its first shards,
+    // and their states need no gradient (the gradients are in a home; on NVMe they are read
+    // with the states). Not after the last step's update, and not for cached chunks.
+    if (rc == 0 && nvme && ncache == 0 && lay->o32_parts == 3 && t < cfg->steps)
+        rc = queue_next_reads(tier, md, rd, nst, err, errlen);
     tier_stats(tier)->opt_ms += now_ms() - t0;
     return rc;
 }
@@ -178,8 +215,9 @@ int optim_run_backward(tier_t *tier, const model_t *md, const config_t *cfg, int
     const int nvme = lay->home[ST_O32] == TIER_NVME, ncache = nvme ? tier_o32_ncache(tier) : 0;
     double t0 = now_ms();
     adamw_params_t hp = optim_hparams(cfg, t, lr, 1.0f);
-    // as optim_run_host: the i-th chunk the job updates is read into staging half i & 1 (after
-    // that half's write has completed); (as, ac): the chunk already read ahead into the next half
+    // as optim_run_host with two staging buffers (lay.nostage): the i-th chunk the job updates is
+    // read into buffer i & 1 (after that buffer's write has completed); (as, ac): the chunk
+    // already read ahead into the other one
     tier_xfer_t *rd = tier_o32_reads(tier), wr[2];
     memset(wr, 0, sizeof wr);
     const int fill = ncache && !tier_o32_cache_valid(tier);
@@ -213,7 +251,7 @@ int optim_run_backward(tier_t *tier, const model_t *md, const config_t *cfg, int
             if (rc == 0 && nvme && k >= ncache) rc = tier_o32_submit(tier, &wr[b], IO_WRITE, s, c, b, err, errlen);
         }
     }
-    rc = finish_all(tier, rd, wr, ncache, rc, err, errlen);
+    rc = finish_all(tier, rd, wr, 2, ncache, rc, err, errlen);
     if (rc == 0 && fill) tier_o32_cache_set_valid(tier, 1);
     tier_stats(tier)->opt_ms += now_ms() - t0;
     return rc;

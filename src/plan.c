@@ -273,12 +273,12 @@ static double local_numel(const tier_layout_t *lay, const model_t *m) {
     return total;
 }
 
-// Elements of this rank's first two optimizer chunks, whose reads optim_run_host queues ahead:
-// what an --optimizer-cache of two chunks would hold.
+// Elements of this rank's first nostage optimizer chunks, whose reads optim_run_host queues
+// ahead: what an --optimizer-cache of as many chunks would hold.
 static double read_ahead(const tier_layout_t *lay, const model_t *m) {
-    tier_layout_t two = *lay;
-    two.nocache = 2;
-    return (double)tier_cached_elems(&two, m);
+    tier_layout_t first = *lay;
+    first.nocache = lay->nostage;
+    return (double)tier_cached_elems(&first, m);
 }
 
 // Bytes each link moves per step (what the tier's counters measure), each in its phase: with
@@ -343,7 +343,7 @@ static void plan_traffic(const config_t *cfg, const model_t *m, plan_t *p, work_
     }
     if (cfg->optim_tier == TIER_NVME) { // the --optimizer-cache's chunks live in RAM after the first update
         const double uncached = P - (double)tier_cached_elems(lay, m);
-        // an update after the backward queues the next one's first two reads as it ends
+        // an update after the backward queues the next one's first reads as it ends
         // (optim_run_host: no cache, the gradients in a home): they run in the backward
         const double ahead = k->update == UPD_AFTER && !lay->nocache && lay->o32_parts == 3 ? read_ahead(lay, m) : 0;
         work_update(k, W_NVME_READ, (uncached - ahead) * 12);

@@ -147,7 +147,7 @@ int tier_init(tier_t **out, const config_t *cfg, const model_t *m, backend_t *be
     t->ocache_x = calloc((size_t)lay->nocache + 1, sizeof *t->ocache_x);
     t->glast = calloc(ns, sizeof *t->glast);
     t->ghanded = calloc(ns, sizeof *t->ghanded);
-    t->o32_rd_shard[0] = t->o32_rd_shard[1] = -1;
+    for (int b = 0; b < TIER_OPT_STAGING; b++) t->o32_rd_shard[b] = -1;
     if (!t->table || !t->label || !t->slot_of || !t->gslot_of || !t->slot_ev || !t->hcache_shard || !t->plo || !t->pn ||
         !t->ocache_x || !t->glast || !t->ghanded)
         goto oom;

@@ -90,10 +90,14 @@ typedef struct {
     uint64_t total;     // Σ allocations, each rounded up to 4 KiB as the backend and the pool round
 } tier_spec_t;
 
-// The optimizer updates a shard a chunk at a time: NVMe staging holds two chunks, not two
+// The optimizer updates a shard a chunk at a time: NVMe staging holds a few chunks, not
 // shards (4M elements: 16 MiB per state; halved down to 64K while over --host-budget).
 #define TIER_CHUNK_ELEMS ((size_t)1 << 22)
 #define TIER_CHUNK_MIN ((size_t)1 << 16)
+// NVMe states: the update after the backward reads up to this many chunks ahead through as
+// many staging buffers (two while over --host-budget, and for --update backward, whose next
+// chunk is known only when the backward hands it over).
+#define TIER_OPT_STAGING 4
 
 typedef struct {
     tier_kind_t home[ST_COUNT]; // from --params, --grads, --optimizer
@@ -109,6 +113,7 @@ typedef struct {
     int gext_shards;            // --grads nvme: shards 0..gext_shards-1 keep g first in their NVMe chunks
     int nchunks;                // this rank's optimizer chunks, every shard's (tier_nchunks summed)
     int nocache;                // the update's first chunks (this rank's, in order) whose states stay in RAM
+    int nostage;                // NVMe states: staging buffers (2..TIER_OPT_STAGING), chunk k in buffer k % nostage
     int max_uses;               // the longest use order (a step's or an evaluation's)
     int rank, ranks;            // ZeRO-3: the homes hold this rank's piece of every shard (tier_piece)
     int upd_bwd;                // --update backward (or auto, where it may run): each shard's update runs
@@ -278,7 +283,7 @@ void tier_grads_close(tier_t *t, int rc, const char *why);
 // What of a chunk an access wants: the master, m, v (and for the update, g).
 enum { TIER_MASTER = 1, TIER_M = 2, TIER_V = 4, TIER_MV = 6, TIER_O32 = 7 };
 
-// An NVMe transfer of one chunk's states through a staging half: one request, or two when
+// An NVMe transfer of one chunk's states through a staging buffer: one request, or two when
 // --io-verify checks g and o32 apart (each extent carries its own CRC).
 typedef struct {
     io_ticket_t tk[2];
@@ -290,25 +295,27 @@ typedef struct {
 } tier_xfer_t;
 
 // Views of chunk c of shard's states for the update: the home when it is host or device
-// memory, else staging half `half` (after its read).
-void tier_o32_views(tier_t *t, int shard, int c, int half, float **master, float **m, float **v);
+// memory, else staging buffer `sb` (after its read).
+void tier_o32_views(tier_t *t, int shard, int c, int sb, float **master, float **m, float **v);
 // Queues the NVMe read (with the chunk's gradients when they live on NVMe) or the write back
-// of chunk c through staging half `half`. Returns 0 or -errno with one line.
-int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int half, char *err, size_t errlen);
+// of chunk c through staging buffer `sb`. Returns 0 or -errno with one line.
+int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int sb, char *err, size_t errlen);
 // Waits for x (nothing when idle), counts its bytes and keeps the CRCs of a write. Returns 0
 // or -errno with the ticket's message.
 int tier_o32_finish(tier_t *t, tier_xfer_t *x, char *err, size_t errlen);
-// The update's two reads in flight, one per staging half: the tier's, so that an update can
-// queue the next update's first two reads as it ends (its states went home, and nothing
-// changes them before the next update). tier_o32_take_read says whether half h's read in
-// flight is chunk c of shard's (then the caller finishes it as its own), else finishes and
-// forgets any; tier_o32_set_read records what half h's read is. tier_o32_drop_reads waits for
-// and forgets both: tier_o32_get, tier_o32_put and tier_free call it before they use the
+// Whether every request of x has completed (idle: yes), so that finishing it will not wait.
+int tier_o32_landed(const tier_xfer_t *x);
+// The update's reads in flight, one per staging buffer: the tier's, so that an update can
+// queue the next update's first reads as it ends (its states went home, and nothing changes
+// them before the next update). tier_o32_take_read says whether buffer sb's read in flight is
+// chunk c of shard's (then the caller finishes it as its own), else finishes and forgets any;
+// tier_o32_set_read records what buffer sb's read is. tier_o32_drop_reads waits for and
+// forgets them all: tier_o32_get, tier_o32_put and tier_free call it before they use the
 // staging or change the states (the optimizer idle); it returns 0 or the first read's -errno
 // with its message (the disk failed a read, used or not).
 tier_xfer_t *tier_o32_reads(tier_t *t);
-int tier_o32_take_read(tier_t *t, int half, int shard, int c);
-void tier_o32_set_read(tier_t *t, int half, int shard, int c);
+int tier_o32_take_read(tier_t *t, int sb, int shard, int c);
+void tier_o32_set_read(tier_t *t, int sb, int shard, int c);
 int tier_o32_drop_reads(tier_t *t, char *err, size_t errlen);
 // --optimizer-cache (NVMe states): the update's first ncache chunks (this rank's, in order)
 // work in cache entries of their own, and NVMe sees them only at the first update, which fills
@@ -323,13 +330,13 @@ int tier_o32_cache_valid(const tier_t *t);
 void tier_o32_cache_set_valid(tier_t *t, int valid);
 // Queues the read of chunk c of shard's master, m, v into entry k (the first update's fill).
 int tier_o32_cache_fill(tier_t *t, tier_xfer_t *x, int shard, int c, int k, char *err, size_t errlen);
-// Queues the read of chunk c of shard's gradients alone (--grads nvme) into staging half
-// `half`, where tier_grads_for_update finds them; nothing otherwise.
-int tier_grads_submit(tier_t *t, tier_xfer_t *x, int shard, int c, int half, char *err, size_t errlen);
+// Queues the read of chunk c of shard's gradients alone (--grads nvme) into staging buffer
+// `sb`, where tier_grads_for_update finds them; nothing otherwise.
+int tier_grads_submit(tier_t *t, tier_xfer_t *x, int shard, int c, int sb, char *err, size_t errlen);
 // The gradients of chunk c of shard where the host update reads them: the home, the NVMe
-// staging half (read with the states), or a copy from the device (queued after the step's
+// staging buffer (read with the states), or a copy from the device (queued after the step's
 // backward only).
-const float *tier_grads_for_update(tier_t *t, int shard, int c, int half);
+const float *tier_grads_for_update(tier_t *t, int shard, int c, int sb);
 // After the update read them: a device or host home is zeroed (the next backward adds to it).
 void tier_grads_consumed(tier_t *t, int shard);
 // The device copy of shard's gradients for --optimizer device: the home, or (host) a slot it
@@ -337,7 +344,7 @@ void tier_grads_consumed(tier_t *t, int shard);
 const float *tier_grads_device(tier_t *t, int shard);
 
 // Chunk c of shard's states in host memory for a checkpoint or the hash: the home, or the
-// staging half 0 read from its home (only the parts asked for), or zeros with fill_zero (the
+// staging buffer 0 read from its home (only the parts asked for), or zeros with fill_zero (the
 // caller overwrites them). Pointers at the chunk's first element; valid until the next call;
 // the optimizer must be idle. Returns 0 or -errno with one line.
 int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **master, float **m, float **v,

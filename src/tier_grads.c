@@ -304,13 +304,13 @@ int tier_grads_get(tier_t *t, int shard, const float **g, char *err, size_t errl
     return 0;
 }
 
-const float *tier_grads_for_update(tier_t *t, int shard, int c, int half) {
+const float *tier_grads_for_update(tier_t *t, int shard, int c, int sb) {
     tier_entry_t *e = &t->table[shard][ST_G];
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     if (e->home == TIER_NVME && t->ghanded[shard]) // in the slot the backward handed over
         return (const float *)gnvme_host(t, t->gslot_of[shard]) + (lo - t->plo[shard]);
-    if (e->home == TIER_NVME) return t->buf[TB_OPTIM_STAGING][half]; // read with the states, first in the chunk
+    if (e->home == TIER_NVME) return t->buf[TB_OPTIM_STAGING][sb]; // read with the states, first in the chunk
     const float *g = (const float *)e->addr + (lo - t->plo[shard]);
     if (e->home == TIER_DEVICE && !t->lay.device_is_host) {
         // after the step's backward only, not the next step's forward queued meanwhile

@@ -96,10 +96,10 @@ struct tier {
     // place of NVMe.
     tier_xfer_t *ocache_x;        // (nocache) each entry's fill in flight
     int ocache_valid;
-    // ---- the update's reads (tier_o32_reads): one per staging half, and what each one queued
+    // ---- the update's reads (tier_o32_reads): one per staging buffer, and what each one queued
     // for the next update is (shard, chunk; shard −1: none)
-    tier_xfer_t o32_rd[2];
-    int o32_rd_shard[2], o32_rd_chunk[2];
+    tier_xfer_t o32_rd[TIER_OPT_STAGING];
+    int o32_rd_shard[TIER_OPT_STAGING], o32_rd_chunk[TIER_OPT_STAGING];
     tier_stats_t stats;
 };
 

@@ -117,11 +117,12 @@ static void layout_specs(const config_t *cfg, const model_t *m, tier_layout_t *l
     // --grads nvme writes a slot's gradient straight from the slot when the device is host memory
     spec(lay, TB_GRAD_NVME, "gradient staging", "grad_staging", H, G == TIER_NVME && !lay->device_is_host ? 2 : 0,
          big * f);
-    spec(lay, TB_OPTIM_STAGING, "optimizer staging", "optimizer_staging", H, O == TIER_NVME ? 2 : O == TIER_DEVICE,
-         ostage);
-    // --optimizer-cache: whole chunks of master, m, v, at most the update's
     lay->nchunks = 0;
     for (int s = 0; s < m->nshards; s++) lay->nchunks += tier_nchunks(lay, m, s);
+    if (lay->nostage > lay->nchunks) lay->nostage = lay->nchunks > 2 ? lay->nchunks : 2; // no buffer left idle
+    spec(lay, TB_OPTIM_STAGING, "optimizer staging", "optimizer_staging", H,
+         O == TIER_NVME ? lay->nostage : O == TIER_DEVICE, ostage);
+    // --optimizer-cache: whole chunks of master, m, v, at most the update's
     const uint64_t ncache = O == TIER_NVME ? cfg->optim_cache / tier_cache_entry_bytes(lay) : 0;
     lay->nocache = (int)(ncache < (uint64_t)lay->nchunks ? ncache : (uint64_t)lay->nchunks);
     spec(lay, TB_OPTIM_CACHE, "optimizer state cache", "optimizer_cache", H, lay->nocache,
@@ -196,17 +197,21 @@ void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, ti
     if (G == TIER_NVME) lay->gext_shards = !lay->upd_bwd || reps > 1 ? m->nshards : m->tie ? m->vchunks : 0;
     lay->max_uses = model_use_order(m, reps > eval ? reps : eval, 1, NULL);
 
-    // The optimizer's chunk: TIER_CHUNK_ELEMS, or the largest shard when smaller; halved (down to
-    // TIER_CHUNK_MIN) while the host tier is over --host-budget, since it changes memory, never
-    // bits. TT_OPT_CHUNK=N (a testing hook; a multiple of SHARD_ALIGN_ELEMS) sets it.
+    // The optimizer's chunk: TIER_CHUNK_ELEMS, or the largest shard when smaller; while the host
+    // tier is over --host-budget, first two staging buffers instead of TIER_OPT_STAGING, then the
+    // chunk halved (down to TIER_CHUNK_MIN): they change memory and speed, never bits.
+    // TT_OPT_CHUNK=N (a testing hook; a multiple of SHARD_ALIGN_ELEMS) sets the chunk.
     const char *hook = getenv("TT_OPT_CHUNK");
     long long want = hook ? atoll(hook) : 0;
     size_t chunk = want >= SHARD_ALIGN_ELEMS && want % SHARD_ALIGN_ELEMS == 0 ? (size_t)want : TIER_CHUNK_ELEMS;
+    lay->nostage = lay->upd_bwd ? 2 : TIER_OPT_STAGING;
     for (;;) {
         lay->chunk_elems = chunk < big ? chunk : big;
         layout_specs(cfg, m, lay);
-        if (want || !cfg->host_budget || lay->host_bytes <= cfg->host_budget || chunk / 2 < TIER_CHUNK_MIN) break;
-        chunk /= 2;
+        if (want || !cfg->host_budget || lay->host_bytes <= cfg->host_budget) break;
+        if (lay->nostage > 2) lay->nostage = 2;
+        else if (chunk / 2 < TIER_CHUNK_MIN) break;
+        else chunk /= 2;
     }
     // NVMe: per shard, the compute copy's extent, then its chunks of (g,) master, m, v
     for (int s = 0; s < m->nshards; s++) {

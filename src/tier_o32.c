@@ -1,5 +1,5 @@
 // tier_o32.c — see tier.h. The optimizer states' NVMe extents, their transfers through the
-// staging halves and the --optimizer-cache entries, their reads and writes while the optimizer
+// staging buffers and the --optimizer-cache entries, their reads and writes while the optimizer
 // is idle (tier_o32_get / tier_o32_put), and the compute copy rebuilt from the master.
 // tier.c places and moves the parameters; tier_grads.c the gradients.
 #include "tier.h"
@@ -31,19 +31,19 @@ static uint64_t gext_bytes(const tier_t *t, int shard, size_t n) {
 // ---------------------------------------------------------------- optimizer states
 
 // Floats of the staging layout of chunk c: (g,) master, m, v, each n elements.
-static float *stage_part(tier_t *t, int half, size_t n, int part) {
-    return (float *)t->buf[TB_OPTIM_STAGING][half] + (size_t)(t->lay.o32_parts - 3 + part) * n;
+static float *stage_part(tier_t *t, int sb, size_t n, int part) {
+    return (float *)t->buf[TB_OPTIM_STAGING][sb] + (size_t)(t->lay.o32_parts - 3 + part) * n;
 }
 
-void tier_o32_views(tier_t *t, int shard, int c, int half, float **master, float **m, float **v) {
+void tier_o32_views(tier_t *t, int shard, int c, int sb, float **master, float **m, float **v) {
     tier_entry_t *e = &t->table[shard][ST_O32];
     size_t lo, n, total = t->pn[shard];
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     lo -= t->plo[shard]; // the home holds the piece
     if (e->home == TIER_NVME) {
-        *master = stage_part(t, half, n, 0);
-        *m = stage_part(t, half, n, 1);
-        *v = stage_part(t, half, n, 2);
+        *master = stage_part(t, sb, n, 0);
+        *m = stage_part(t, sb, n, 1);
+        *v = stage_part(t, sb, n, 2);
         return;
     }
     float *base = e->addr;
@@ -86,14 +86,14 @@ static int xfer_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, 
     return 0;
 }
 
-int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int half, char *err, size_t errlen) {
+int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int sb, char *err, size_t errlen) {
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     const uint64_t base = tier_chunk_off(t, shard, c), o32 = 3 * n * sizeof(float);
     const uint64_t gext = gext_bytes(t, shard, n);
     const uint64_t g = t->lay.upd_bwd ? 0 : gext; // --update backward: the job has it in a slot
-    float *stage = t->buf[TB_OPTIM_STAGING][half];
-    io_req_t r[2] = {{.op = op, .off = base + gext, .len = o32, .buf = stage_part(t, half, n, 0),
+    float *stage = t->buf[TB_OPTIM_STAGING][sb];
+    io_req_t r[2] = {{.op = op, .off = base + gext, .len = o32, .buf = stage_part(t, sb, n, 0),
                       .name = t->label[shard][ST_O32], .crc = op == IO_READ ? t->table[shard][ST_O32].crc[c] : 0}};
     int nreq = 1;
     if (op == IO_READ && g && !t->cfg->io_verify) { // g and the states in one extent
@@ -120,24 +120,24 @@ void tier_o32_cache_views(tier_t *t, int k, size_t n, float **master, float **m,
 
 tier_xfer_t *tier_o32_reads(tier_t *t) { return t->o32_rd; }
 
-int tier_o32_take_read(tier_t *t, int half, int shard, int c) {
-    const int mine = shard >= 0 && t->o32_rd_shard[half] == shard && t->o32_rd_chunk[half] == c;
-    if (!mine && t->o32_rd[half].n) { // another chunk's (not how updates run): its buffer is the caller's now
+int tier_o32_take_read(tier_t *t, int sb, int shard, int c) {
+    const int mine = shard >= 0 && t->o32_rd_shard[sb] == shard && t->o32_rd_chunk[sb] == c;
+    if (!mine && t->o32_rd[sb].n) { // another chunk's (not how updates run): its buffer is the caller's now
         char e[256];
-        (void)tier_o32_finish(t, &t->o32_rd[half], e, sizeof e); // unused: a failure shows where it is read again
+        (void)tier_o32_finish(t, &t->o32_rd[sb], e, sizeof e); // unused: a failure shows where it is read again
     }
-    t->o32_rd_shard[half] = -1;
+    t->o32_rd_shard[sb] = -1;
     return mine;
 }
 
-void tier_o32_set_read(tier_t *t, int half, int shard, int c) {
-    t->o32_rd_shard[half] = shard;
-    t->o32_rd_chunk[half] = c;
+void tier_o32_set_read(tier_t *t, int sb, int shard, int c) {
+    t->o32_rd_shard[sb] = shard;
+    t->o32_rd_chunk[sb] = c;
 }
 
 int tier_o32_drop_reads(tier_t *t, char *err, size_t errlen) {
     int rc = 0;
-    for (int h = 0; h < 2; h++) {
+    for (int h = 0; h < TIER_OPT_STAGING; h++) {
         char e[512];
         int r = t->o32_rd_shard[h] >= 0 ? tier_o32_finish(t, &t->o32_rd[h], e, sizeof e) : 0;
         if (r != 0 && rc == 0) {
@@ -163,15 +163,21 @@ int tier_o32_cache_fill(tier_t *t, tier_xfer_t *x, int shard, int c, int k, char
     return xfer_submit(t, x, IO_READ, shard, c, &r, 1, err, errlen);
 }
 
-int tier_grads_submit(tier_t *t, tier_xfer_t *x, int shard, int c, int half, char *err, size_t errlen) {
+int tier_grads_submit(tier_t *t, tier_xfer_t *x, int shard, int c, int sb, char *err, size_t errlen) {
     memset(x, 0, sizeof *x);
     if (t->lay.o32_parts == 3 || t->lay.upd_bwd) return 0; // the gradients are in a home, or handed over
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     io_req_t r = {.op = IO_READ, .off = tier_chunk_off(t, shard, c), .len = n * sizeof(float),
-                  .buf = t->buf[TB_OPTIM_STAGING][half], .name = t->label[shard][ST_G],
+                  .buf = t->buf[TB_OPTIM_STAGING][sb], .name = t->label[shard][ST_G],
                   .crc = t->table[shard][ST_G].crc[c]};
     return xfer_submit(t, x, IO_READ, shard, c, &r, 1, err, errlen);
+}
+
+int tier_o32_landed(const tier_xfer_t *x) {
+    for (int k = 0; k < x->n; k++)
+        if (!io_ticket_poll(&x->tk[k])) return 0;
+    return 1;
 }
 
 int tier_o32_finish(tier_t *t, tier_xfer_t *x, char *err, size_t errlen) {
@@ -204,7 +210,7 @@ static int cache_entry(const tier_t *t, int shard, int c) {
     return k < t->lay.nocache ? k : -1;
 }
 
-// Where tier_o32_get puts chunk c of shard's master, m, v: the host home, or staging half 0.
+// Where tier_o32_get puts chunk c of shard's master, m, v: the host home, or staging buffer 0.
 static void got_views(tier_t *t, int shard, int c, float *dst[3]) {
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
@@ -216,7 +222,7 @@ static void got_views(tier_t *t, int shard, int c, float *dst[3]) {
 int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **master, float **m, float **v,
                  char *err, size_t errlen) {
     tier_entry_t *e = &t->table[shard][ST_O32];
-    int rc = tier_o32_drop_reads(t, err, errlen); // staging half 0 is this call's (a failed read: the disk's error)
+    int rc = tier_o32_drop_reads(t, err, errlen); // staging buffer 0 is this call's (a failed read: the disk's error)
     if (rc != 0) return rc;
     size_t lo, n, total = t->pn[shard];
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);

@@ -309,9 +309,10 @@ START_TEST(chunks_change_memory_not_bits) {
     char *a = fingerprint(&ref), *b = fingerprint(&whole), *c = fingerprint(&part);
     ck_assert_str_eq(a, b);
     ck_assert_str_eq(a, c);
-    // tiny's largest shard (a block) is 51200 elements: two halves of (master, m, v) take 1.2 MiB whole, 48 KiB chunked
+    // tiny's largest shard (a block) is 51200 elements: four staging buffers of (master, m, v)
+    // take 2.3 MiB whole, 96 KiB chunked
     unsigned long long hw = summary_u64(&whole, "peak_host_bytes"), hp = summary_u64(&part, "peak_host_bytes");
-    ck_assert_msg(hw - hp == 2 * 3 * (51200 - 2048) * 4ull, "host pool: %llu whole, %llu chunked", hw, hp);
+    ck_assert_msg(hw - hp == TIER_OPT_STAGING * 3 * (51200 - 2048) * 4ull, "host pool: %llu whole, %llu chunked", hw, hp);
     free(a); free(b); free(c);
     run_free(&whole); run_free(&part); run_free(&ref);
 }
@@ -1260,8 +1261,8 @@ static void check_phases(const plan_t *p, const char *what) {
 //    update hands it the new weights); the backward's phase writes those gradients (--update
 //    backward hands them over instead);
 //  - an --optimizer-cache takes its states' reads and writes off the update's phase only;
-//  - with the gradients in a home, an update after the backward reads the next one's first two
-//    chunks ahead as it ends: in the backward (not with a cache).
+//  - with the gradients in a home, an update after the backward reads the next one's first
+//    chunks ahead as it ends, one per staging buffer: in the backward (not with a cache).
 START_TEST(plan_phases_hold_their_work) {
     config_t cfg;
     small_on_nvme(&cfg);
@@ -1318,8 +1319,19 @@ START_TEST(plan_phases_hold_their_work) {
     cfg.optim_cache = 0;
     plan_compute(&cfg, &m, NULL, &cached);
     check_phases(&cached, "states alone on NVMe");
-    const double two = 2 * 12.0 * (double)cached.lay.chunk_elems / rd, back = cached.phase_ms[PLAN_PHASE_REST][PLAN_NVME];
-    ck_assert_msg(back > 0 && back <= two * (1 + PHASE_RTOL), "the backward reads %g ms ahead, two chunks %g", back, two);
+    ck_assert_int_eq(cached.lay.nostage, TIER_OPT_STAGING);
+    const double ahead = cached.lay.nostage * 12.0 * (double)cached.lay.chunk_elems / rd;
+    const double back = cached.phase_ms[PLAN_PHASE_REST][PLAN_NVME];
+    ck_assert_msg(back > 0 && back <= ahead * (1 + PHASE_RTOL), "the backward reads %g ms ahead, %d chunks %g", back,
+                  cached.lay.nostage, ahead);
+    // a --host-budget one byte short of the four staging buffers: two, the chunk as it was
+    const size_t chunk = cached.lay.chunk_elems;
+    cfg.host_budget = cached.lay.host_bytes - 1;
+    plan_compute(&cfg, &m, NULL, &cached);
+    ck_assert_msg(cached.lay.nostage == 2 && cached.lay.chunk_elems == chunk, "over --host-budget: %d buffers of %zu",
+                  cached.lay.nostage, cached.lay.chunk_elems);
+    ck_assert_int_eq(bwd.lay.nostage, 2); // --update backward: its next chunk comes with the backward
+    cfg.host_budget = 0;
     cfg.optim_cache = tier_cache_entry_bytes(&cached.lay);
     plan_compute(&cfg, &m, NULL, &cached);
     ck_assert_msg(cached.phase_ms[PLAN_PHASE_REST][PLAN_NVME] == 0, "a cache, and the backward reads %g ms",
