@@ -169,6 +169,9 @@ typedef struct {
     float wd;           // decoupled weight decay for this tensor (0 for norms)
     float grad_scale;   // gradient multiplier (global-norm clip factor, 1 when not clipping)
     float bc1, bc2;     // bias corrections 1 − beta1^t, 1 − beta2^t (computed by the caller)
+    int consume;        // CPU paths: write 0 over each g element once it is read (g must then be
+                        // writable memory: the optimizer's gradient home, which the next backward
+                        // adds to from zero); the CUDA op never gets it
 } adamw_params_t;
 
 // One fused pass over n elements. Reads g, master, m, v; writes master, m, v and the compute

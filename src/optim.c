@@ -47,18 +47,20 @@ static void adamw_chunk(const model_t *md, const config_t *cfg, const backend_t 
     trace_span(TRACK_OPTIM, "adamw", sh->name, t0, trace_now_ms());
 }
 
-// After the last chunk of shard s: its gradients are consumed (a slot handed over goes back to
-// the backward first), its new compute copy goes home (a device home's copy after the step's
-// readers of the shard only), and, with publish, it is published.
-static int shard_done(tier_t *tier, int s, void *pc, int publish, char *err, size_t errlen) {
-    tier_grads_consumed(tier, s);
+// After the last chunk of shard s: its gradients are consumed (zeroed: the update wrote the
+// zeros; a slot handed over goes back to the backward first), its new compute copy goes home (a
+// device home's copy after the step's readers of the shard only), and, with publish, it is
+// published.
+static int shard_done(tier_t *tier, int s, void *pc, int publish, int zeroed, char *err, size_t errlen) {
+    tier_grads_consumed(tier, s, zeroed);
     tier_grads_done(tier, s);
     return publish ? tier_params_store_publish(tier, s, pc, tier_step_event(tier), err, errlen)
                    : tier_params_store(tier, s, pc, tier_step_event(tier), err, errlen);
 }
 
 // Chunk c of shard s, the update's k-th (in its --optimizer-cache entry when k < ncache, else
-// in staging buffer b or its host home), once its reads have landed: AdamW into pc.
+// in staging buffer b or its host home), once its reads have landed: AdamW into pc, writing
+// zeros over the gradients as it reads them where they are their home (hp->consume).
 static int update_chunk(tier_t *tier, const model_t *md, const config_t *cfg, tier_xfer_t *rd, int s, int c, int k,
                         int b, int ncache, void *pc, adamw_params_t *hp, char *err, size_t errlen) {
     const tier_layout_t *lay = tier_layout_of(tier);
@@ -71,8 +73,10 @@ static int update_chunk(tier_t *tier, const model_t *md, const config_t *cfg, ti
     float *master, *m, *v;
     if (k < ncache) tier_o32_cache_views(tier, k, n, &master, &m, &v);
     else tier_o32_views(tier, s, c, b, &master, &m, &v);
+    hp->consume = tier_grads_update_consumes(tier, s);
     adamw_chunk(md, cfg, NULL, s, lo, n, master, m, v, tier_grads_for_update(tier, s, c, b), pc, plo, lay->pbytes,
                 hp);
+    hp->consume = 0;
     return 0;
 }
 
@@ -195,7 +199,7 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
             if (rc == 0) rc = update_chunk(tier, md, cfg, rd, s, c, k, b, ncache, pc, &hp, err, errlen);
             // the states' write first: the compute copy's write below waits, and so joins its turn
             if (rc == 0 && nvme && k >= ncache) rc = tier_o32_submit(tier, &wr[b], IO_WRITE, s, c, b, err, errlen);
-            if (rc == 0 && c == nc - 1) rc = shard_done(tier, s, pc, 1, err, errlen);
+            if (rc == 0 && c == nc - 1) rc = shard_done(tier, s, pc, 1, tier_grads_update_consumes(tier, s), err, errlen);
         }
     }
     rc = finish_all(tier, rd, wr, nst, ncache, rc, err, errlen);
@@ -247,7 +251,8 @@ int optim_run_backward(tier_t *tier, const model_t *md, const config_t *cfg, int
                 }
             }
             if (rc == 0) rc = update_chunk(tier, md, cfg, rd, s, c, k, b, ncache, pc, &hp, err, errlen);
-            if (rc == 0 && c == nc - 1) rc = shard_done(tier, s, pc, 0, err, errlen); // published by the step's end
+            if (rc == 0 && c == nc - 1) // published by the step's end
+                rc = shard_done(tier, s, pc, 0, tier_grads_update_consumes(tier, s), err, errlen);
             if (rc == 0 && nvme && k >= ncache) rc = tier_o32_submit(tier, &wr[b], IO_WRITE, s, c, b, err, errlen);
         }
     }
@@ -271,7 +276,7 @@ int optim_run_device(tier_t *tier, const model_t *md, const config_t *cfg, const
         size_t plo, pn;
         tier_piece(lay, md, s, &plo, &pn);
         if (pn) adamw_chunk(md, cfg, be, s, plo, pn, master, m, v, g, pd, plo, lay->pbytes, &hp);
-        tier_grads_consumed(tier, s);
+        tier_grads_consumed(tier, s, 0);
         if (p16->home != TIER_DEVICE) {
             void *pc = tier_params_build(tier, s);
             backend_copy_d2h((backend_t *)be, pc, pd, p16->bytes);

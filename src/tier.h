@@ -337,8 +337,13 @@ int tier_grads_submit(tier_t *t, tier_xfer_t *x, int shard, int c, int sb, char 
 // staging buffer (read with the states), or a copy from the device (queued after the step's
 // backward only).
 const float *tier_grads_for_update(tier_t *t, int shard, int c, int sb);
-// After the update read them: a device or host home is zeroed (the next backward adds to it).
-void tier_grads_consumed(tier_t *t, int shard);
+// Whether the gradients tier_grads_for_update gives for shard are its home itself, whole (a
+// host home, or the CPU backend's device home, one rank), so that the update may write zeros
+// over them as it reads them (adamw_params_t.consume).
+int tier_grads_update_consumes(const tier_t *t, int shard);
+// After the update read them: a device or host home is zeroed (the next backward adds to it),
+// unless the update wrote the zeros (zeroed: tier_grads_update_consumes said so).
+void tier_grads_consumed(tier_t *t, int shard, int zeroed);
 // The device copy of shard's gradients for --optimizer device: the home, or (host) a slot it
 // is copied into. Returns the device pointer.
 const float *tier_grads_device(tier_t *t, int shard);

@@ -275,7 +275,7 @@ int tier_grads_norm(tier_t *t, int shard, gradnorm_t *acc, char *err, size_t err
 
 int tier_grads_zero_all(tier_t *t, char *err, size_t errlen) {
     int rc = tier_grads_finish(t, err, errlen);
-    for (int s = 0; s < t->m->nshards && rc == 0; s++) tier_grads_consumed(t, s);
+    for (int s = 0; s < t->m->nshards && rc == 0; s++) tier_grads_consumed(t, s, 0);
     return rc;
 }
 
@@ -321,9 +321,15 @@ const float *tier_grads_for_update(tier_t *t, int shard, int c, int sb) {
     return g;
 }
 
-void tier_grads_consumed(tier_t *t, int shard) {
+int tier_grads_update_consumes(const tier_t *t, int shard) {
+    const tier_kind_t home = t->table[shard][ST_G].home;
+    return t->lay.ranks == 1 && (home == TIER_HOST || (home == TIER_DEVICE && t->lay.device_is_host));
+}
+
+void tier_grads_consumed(tier_t *t, int shard, int zeroed) {
     tier_entry_t *e = &t->table[shard][ST_G];
-    if (e->home == TIER_DEVICE) backend_memset(t->be, e->addr, 0, e->bytes);
+    if (zeroed) {} // the update wrote the zeros as it read the gradients
+    else if (e->home == TIER_DEVICE) backend_memset(t->be, e->addr, 0, e->bytes);
     else if (e->home == TIER_HOST) memset(e->addr, 0, e->bytes);
     e->dirty = 0; // NVMe: the next visit starts from zeros and overwrites the extent
     if (t->gss && !t->ghanded[shard]) gradnorm_zero(&t->gss[shard]); // (handed over: the step reads it after)

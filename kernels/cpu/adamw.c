@@ -13,9 +13,11 @@ void adamw_update_scalar(float *master, float *m, float *v, uint16_t *p16, float
     const float lr = hp->lr, beta1 = hp->beta1, beta2 = hp->beta2, eps = hp->eps;
     const float wd = hp->wd, gs = hp->grad_scale, bc1 = hp->bc1, bc2 = hp->bc2;
     const float omb1 = 1.0f - beta1, omb2 = 1.0f - beta2;
+    float *gz = hp->consume ? (float *)g : NULL; // writable by the contract (kernels.h)
     #pragma omp parallel for schedule(static) if (n >= ADAMW_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float gi = g[i] * gs;
+        if (gz) gz[i] = 0.0f;
         float mi = fmaf(beta1, m[i], omb1 * gi);
         float vi = fmaf(beta2, v[i], (omb2 * gi) * gi);
         float mh = mi / bc1, vh = vi / bc2;

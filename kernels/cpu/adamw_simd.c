@@ -49,22 +49,25 @@ static adamw_consts_t consts_of(const adamw_params_t *hp) {
     return k;
 }
 
+// gz: g itself when the caller consumes it (adamw_params_t.consume: zeros written over it
+// once read), else NULL.
 typedef void (*adamw_tile_fn)(float *master, float *m, float *v, uint16_t *p16, float *p32,
-                              const float *g, size_t n, const adamw_consts_t *k);
+                              const float *g, float *gz, size_t n, const adamw_consts_t *k);
 
 // Runs fn over [0, n) in tiles: on this thread for one tile, else OpenMP over tiles.
 static void run_tiles(adamw_tile_fn fn, float *master, float *m, float *v, uint16_t *p16, float *p32,
                       const float *g, size_t n, const adamw_params_t *hp) {
     const adamw_consts_t k = consts_of(hp);
+    float *gz = hp->consume ? (float *)g : NULL; // writable by the contract (kernels.h)
     if (n <= ADAMW_TILE) {
-        fn(master, m, v, p16, p32, g, n, &k);
+        fn(master, m, v, p16, p32, g, gz, n, &k);
         return;
     }
     const size_t nt = (n + ADAMW_TILE - 1) / ADAMW_TILE;
     #pragma omp parallel for schedule(static)
     for (size_t t = 0; t < nt; t++) {
         size_t i = t * ADAMW_TILE, len = n - i < ADAMW_TILE ? n - i : ADAMW_TILE;
-        fn(master + i, m + i, v + i, p16 ? p16 + i : NULL, p32 ? p32 + i : NULL, g + i, len, &k);
+        fn(master + i, m + i, v + i, p16 ? p16 + i : NULL, p32 ? p32 + i : NULL, g + i, gz ? gz + i : NULL, len, &k);
     }
 }
 
@@ -105,9 +108,10 @@ AVX2_INLINE __m128i avx2_bf16(__m256 p) {
 
 // One block of eight at element 0 of each pointer (unaligned loads and stores).
 AVX2_INLINE void avx2_block(float *master, float *m, float *v, uint16_t *p16, float *p32, const float *g,
-                            const avx2_consts_t *c) {
+                            float *gz, const avx2_consts_t *c) {
     __m256 mi = _mm256_loadu_ps(m), vi = _mm256_loadu_ps(v);
     __m256 p = avx2_lanes(_mm256_loadu_ps(g), &mi, &vi, _mm256_loadu_ps(master), c);
+    if (gz) _mm256_storeu_ps(gz, _mm256_setzero_ps());
     _mm256_storeu_ps(m, mi);
     _mm256_storeu_ps(v, vi);
     _mm256_storeu_ps(master, p);
@@ -116,17 +120,18 @@ AVX2_INLINE void avx2_block(float *master, float *m, float *v, uint16_t *p16, fl
 }
 
 AVX2_FN static void avx2_tile(float *master, float *m, float *v, uint16_t *p16, float *p32, const float *g,
-                              size_t n, const adamw_consts_t *k) {
+                              float *gz, size_t n, const adamw_consts_t *k) {
     const avx2_consts_t c = {
         _mm256_set1_ps(k->lr), _mm256_set1_ps(k->beta1), _mm256_set1_ps(k->beta2), _mm256_set1_ps(k->eps),
         _mm256_set1_ps(k->wd), _mm256_set1_ps(k->gs), _mm256_set1_ps(k->bc1), _mm256_set1_ps(k->bc2),
         _mm256_set1_ps(k->omb1), _mm256_set1_ps(k->omb2),
     };
     size_t i = 0;
-    // The p16/p32 tests are loop-invariant and always predicted; one loop serves all four
-    // combinations (it is memory-bound, not branch-bound).
+    // The p16/p32/gz tests are loop-invariant and always predicted; one loop serves every
+    // combination (it is memory-bound, not branch-bound).
     for (; i + 8 <= n; i += 8)
-        avx2_block(master + i, m + i, v + i, p16 ? p16 + i : NULL, p32 ? p32 + i : NULL, g + i, &c);
+        avx2_block(master + i, m + i, v + i, p16 ? p16 + i : NULL, p32 ? p32 + i : NULL, g + i, gz ? gz + i : NULL,
+                   &c);
     if (i == n) return;
     // Tail (< 8): the same lanes over zero-padded copies (zeros compute harmlessly:
     // 0 / (0 + eps) = 0), then only the live elements are copied back.
@@ -137,7 +142,8 @@ AVX2_FN static void avx2_tile(float *master, float *m, float *v, uint16_t *p16, 
     memcpy(tm, m + i, r * sizeof(float));
     memcpy(tv, v + i, r * sizeof(float));
     memcpy(tp, master + i, r * sizeof(float));
-    avx2_block(tp, tm, tv, t16, t32, tg, &c);
+    avx2_block(tp, tm, tv, t16, t32, tg, NULL, &c);
+    if (gz) memset(gz + i, 0, r * sizeof(float));
     memcpy(m + i, tm, r * sizeof(float));
     memcpy(v + i, tv, r * sizeof(float));
     memcpy(master + i, tp, r * sizeof(float));
@@ -156,8 +162,9 @@ typedef struct {
 } avx512_consts_t;
 
 AVX512_INLINE void avx512_block(float *master, float *m, float *v, uint16_t *p16, float *p32, const float *g,
-                                __mmask16 k, const avx512_consts_t *c) {
+                                float *gz, __mmask16 k, const avx512_consts_t *c) {
     const __m512 gr = _mm512_maskz_loadu_ps(k, g), mr = _mm512_maskz_loadu_ps(k, m);
+    if (gz) _mm512_mask_storeu_ps(gz, k, _mm512_setzero_ps());
     const __m512 vr = _mm512_maskz_loadu_ps(k, v), pr = _mm512_maskz_loadu_ps(k, master);
     const __m512 gi = _mm512_mul_ps(gr, c->gs);
     const __m512 mi = _mm512_fmadd_ps(c->beta1, mr, _mm512_mul_ps(c->omb1, gi));
@@ -182,7 +189,7 @@ AVX512_INLINE void avx512_block(float *master, float *m, float *v, uint16_t *p16
 }
 
 AVX512_FN static void avx512_tile(float *master, float *m, float *v, uint16_t *p16, float *p32, const float *g,
-                                  size_t n, const adamw_consts_t *k) {
+                                  float *gz, size_t n, const adamw_consts_t *k) {
     const avx512_consts_t c = {
         _mm512_set1_ps(k->lr), _mm512_set1_ps(k->beta1), _mm512_set1_ps(k->beta2), _mm512_set1_ps(k->eps),
         _mm512_set1_ps(k->wd), _mm512_set1_ps(k->gs), _mm512_set1_ps(k->bc1), _mm512_set1_ps(k->bc2),
@@ -190,9 +197,10 @@ AVX512_FN static void avx512_tile(float *master, float *m, float *v, uint16_t *p
     };
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
-        avx512_block(master + i, m + i, v + i, p16 ? p16 + i : NULL, p32 ? p32 + i : NULL, g + i, 0xffff, &c);
+        avx512_block(master + i, m + i, v + i, p16 ? p16 + i : NULL, p32 ? p32 + i : NULL, g + i, gz ? gz + i : NULL,
+                     0xffff, &c);
     if (i < n)
-        avx512_block(master + i, m + i, v + i, p16 ? p16 + i : NULL, p32 ? p32 + i : NULL, g + i,
+        avx512_block(master + i, m + i, v + i, p16 ? p16 + i : NULL, p32 ? p32 + i : NULL, g + i, gz ? gz + i : NULL,
                      (__mmask16)((1u << (n - i)) - 1u), &c);
 }
 
