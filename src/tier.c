@@ -313,8 +313,12 @@ int tier_nvme_io(tier_t *t, io_op_t op, uint64_t off, uint64_t len, void *buf, u
     double t0 = trace_now_ms();
     io_ticket_t tk;
     memset(&tk, 0, sizeof tk);
+    // A read this thread waits for goes ahead of the read-ahead and write-back queued for later.
+    // Writes stay in line: an urgent compute-copy write home (hundreds of MiB a shard at scale)
+    // cut the update's reads short, and bench capacity's 4.3B model took 53.0 and 60.7 s a step
+    // against 49.1 and 50.5 with reads alone urgent.
     io_req_t r = {.op = op, .off = off, .len = len, .buf = buf, .name = what, .crc = op == IO_WRITE ? 0 : *crc,
-                  .urgent = 1}; // this thread waits for it: ahead of what is queued for later
+                  .urgent = op == IO_READ};
     int rc = nvme_store_submit(t->nvme, &tk, &r);
     if (rc == 0) rc = io_ticket_wait(&tk);
     if (rc != 0) {

@@ -211,8 +211,8 @@ uint64_t tier_host_used(const tier_t *t);                  // host pool bytes in
 int tier_nvme_info(const tier_t *t, io_info_t *out);       // 0, or -ENOENT when there is no store
 int tier_nvme_stats(const tier_t *t, io_stats_t *out);     // the engine's counters (zeros, -ENOENT: no store)
 
-// An NVMe transfer of one extent, waited for: urgent (io_req_t), so that it goes ahead of the
-// queued read-ahead and write-back. Returns 0 or -errno with the ticket's message.
+// An NVMe transfer of one extent, waited for; a read is urgent (io_req_t), so that it goes
+// ahead of the queued read-ahead and write-back. Returns 0 or -errno with the ticket's message.
 int tier_nvme_io(tier_t *t, io_op_t op, uint64_t off, uint64_t len, void *buf, uint32_t *crc, const char *what,
                  char *err, size_t errlen);
 
