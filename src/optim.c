@@ -47,12 +47,12 @@ static void adamw_chunk(const model_t *md, const config_t *cfg, const backend_t 
     trace_span(TRACK_OPTIM, "adamw", sh->name, t0, trace_now_ms());
 }
 
-// After the last chunk of shard s: its gradients are consumed (zeroed: the update wrote the
-// zeros; a slot handed over goes back to the backward first), its new compute copy goes home (a
-// device home's copy after the step's readers of the shard only), and, with publish, it is
-// published.
-static int shard_done(tier_t *tier, int s, void *pc, int publish, int zeroed, char *err, size_t errlen) {
-    tier_grads_consumed(tier, s, zeroed);
+// After the last chunk of shard s (update_chunk's): its gradients are consumed (zeroed already
+// where update_chunk's AdamW wrote the zeros; a slot handed over goes back to the backward
+// first), its new compute copy goes home (a device home's copy after the step's readers of the
+// shard only), and, with publish, it is published.
+static int shard_done(tier_t *tier, int s, void *pc, int publish, char *err, size_t errlen) {
+    tier_grads_consumed(tier, s, tier_grads_update_consumes(tier, s));
     tier_grads_done(tier, s);
     return publish ? tier_params_store_publish(tier, s, pc, tier_step_event(tier), err, errlen)
                    : tier_params_store(tier, s, pc, tier_step_event(tier), err, errlen);
@@ -76,7 +76,6 @@ static int update_chunk(tier_t *tier, const model_t *md, const config_t *cfg, ti
     hp->consume = tier_grads_update_consumes(tier, s);
     adamw_chunk(md, cfg, NULL, s, lo, n, master, m, v, tier_grads_for_update(tier, s, c, b), pc, plo, lay->pbytes,
                 hp);
-    hp->consume = 0;
     return 0;
 }
 
@@ -139,15 +138,15 @@ static int queue_next_reads(tier_t *tier, const model_t *md, tier_xfer_t *rd, in
 }
 
 // The reads of the update's chunks from *q on, up to chunk `upto` (by number): chunk k's goes
-// into buffer k % nst once the write of that buffer's last chunk (k - nst) has landed; with
-// `wait` the caller waits for that write, else the reads stop at the first buffer still being
-// written. *q moves past every chunk whose read is queued.
+// into buffer k % nst once the write of that buffer's last chunk (k - nst) has landed. Through
+// chunk `must` the caller waits for that write; after it the reads stop at the first buffer
+// still being written. *q moves past every chunk whose read is queued.
 static int reads_ahead(tier_t *tier, const model_t *md, tier_xfer_t *rd, tier_xfer_t *wr, int nst, chunk_at_t *q,
-                       int upto, int wait, int ncache, int fill, char *err, size_t errlen) {
+                       int must, int upto, int ncache, int fill, char *err, size_t errlen) {
     const tier_layout_t *lay = tier_layout_of(tier);
     for (; q->s < md->nshards && q->k <= upto; *q = chunk_next(lay, md, *q)) {
         const int b = q->k % nst;
-        if (!wait && !tier_o32_landed(&wr[b])) return 0;
+        if (q->k > must && !tier_o32_landed(&wr[b])) return 0;
         int rc = tier_o32_finish(tier, &wr[b], err, errlen);
         if (rc == 0) rc = chunk_read(tier, &rd[b], q->s, q->c, q->k, b, ncache, fill, err, errlen);
         if (rc != 0) return rc;
@@ -194,12 +193,11 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
         }
         for (int c = 0; c < nc && rc == 0; c++, k++) {
             const int b = k % nst;
-            if (nvme) rc = reads_ahead(tier, md, rd, wr, nst, &q, k + 1, 1, ncache, fill, err, errlen);
-            if (nvme && rc == 0) rc = reads_ahead(tier, md, rd, wr, nst, &q, k + nst - 1, 0, ncache, fill, err, errlen);
+            if (nvme) rc = reads_ahead(tier, md, rd, wr, nst, &q, k + 1, k + nst - 1, ncache, fill, err, errlen);
             if (rc == 0) rc = update_chunk(tier, md, cfg, rd, s, c, k, b, ncache, pc, &hp, err, errlen);
             // the states' write first: the compute copy's write below waits, and so joins its turn
             if (rc == 0 && nvme && k >= ncache) rc = tier_o32_submit(tier, &wr[b], IO_WRITE, s, c, b, err, errlen);
-            if (rc == 0 && c == nc - 1) rc = shard_done(tier, s, pc, 1, tier_grads_update_consumes(tier, s), err, errlen);
+            if (rc == 0 && c == nc - 1) rc = shard_done(tier, s, pc, 1, err, errlen);
         }
     }
     rc = finish_all(tier, rd, wr, nst, ncache, rc, err, errlen);
@@ -251,8 +249,7 @@ int optim_run_backward(tier_t *tier, const model_t *md, const config_t *cfg, int
                 }
             }
             if (rc == 0) rc = update_chunk(tier, md, cfg, rd, s, c, k, b, ncache, pc, &hp, err, errlen);
-            if (rc == 0 && c == nc - 1) // published by the step's end
-                rc = shard_done(tier, s, pc, 0, tier_grads_update_consumes(tier, s), err, errlen);
+            if (rc == 0 && c == nc - 1) rc = shard_done(tier, s, pc, 0, err, errlen); // published by the step's end
             if (rc == 0 && nvme && k >= ncache) rc = tier_o32_submit(tier, &wr[b], IO_WRITE, s, c, b, err, errlen);
         }
     }

@@ -328,9 +328,8 @@ int tier_grads_update_consumes(const tier_t *t, int shard) {
 
 void tier_grads_consumed(tier_t *t, int shard, int zeroed) {
     tier_entry_t *e = &t->table[shard][ST_G];
-    if (zeroed) {} // the update wrote the zeros as it read the gradients
-    else if (e->home == TIER_DEVICE) backend_memset(t->be, e->addr, 0, e->bytes);
-    else if (e->home == TIER_HOST) memset(e->addr, 0, e->bytes);
+    if (!zeroed && e->home == TIER_DEVICE) backend_memset(t->be, e->addr, 0, e->bytes);
+    else if (!zeroed && e->home == TIER_HOST) memset(e->addr, 0, e->bytes);
     e->dirty = 0; // NVMe: the next visit starts from zeros and overwrites the extent
     if (t->gss && !t->ghanded[shard]) gradnorm_zero(&t->gss[shard]); // (handed over: the step reads it after)
 }
