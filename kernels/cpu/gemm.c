@@ -34,7 +34,7 @@
 #include "gemm.h"
 #include "kernels.h" // uses: bf16_to_f32
 #include "simd.h"
-#include <omp.h>     // uses: omp_get_max_threads
+#include <omp.h>     // uses: omp_get_max_threads, omp_get_num_threads, omp_get_thread_num
 #include <pthread.h> // uses: pthread_mutex_lock (the static packing buffers)
 
 #define KC 512     // inner-dimension block: B's micro-panel is KC × 32 floats, 64 KiB, from L1 and L2
@@ -345,10 +345,14 @@ static void gemm_cols(const path_t *P, int transa, int transb, int M, int N, int
         for (int pc = 0; pc < K; pc += KC) {
             const int kc = min_i(KC, K - pc);
             const int load = accumulate || pc > 0, rnd = round && pc + kc == K;
-            #pragma omp for schedule(static)
-            for (int p = 0; p < packed; p++)
-                pack_a(P->mr, transa, A, lda, whole + p * P->mr, min_i(P->mr, M - whole - p * P->mr), pc, kc,
-                       ap_buf + (size_t)p * P->mr * kc);
+            { // each thread packs one run of micro-panels in one call, row by row where A is transposed
+                const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+                const int p0 = packed * id / nt, p1 = packed * (id + 1) / nt;
+                if (p0 < p1)
+                    pack_a(P->mr, transa, A, lda, whole + p0 * P->mr, min_i((p1 - p0) * P->mr, M - whole - p0 * P->mr),
+                           pc, kc, ap_buf + (size_t)p0 * P->mr * kc);
+                #pragma omp barrier
+            }
             #pragma omp for schedule(dynamic, 1)
             for (int q = 0; q < panels; q++) {
                 const int j = q * P->nr;
