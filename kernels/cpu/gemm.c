@@ -93,7 +93,8 @@ typedef void (*kern_fn)(int kc, const float *restrict a, size_t rs, size_t cs, c
         if (load) { ROWS(K_LOAD, ld, W) } else { ROWS(K_ZERO, splat, NR) }                                           \
         size_t o = 0;                                                                                                \
         for (int k = 0; k < kc; k++, o += cs, b += NR) {                                                             \
-            __builtin_prefetch(b + PF_B * NR, 0, 3), __builtin_prefetch(b + PF_B * NR + W, 0, 3);                    \
+            __builtin_prefetch(b + PF_B * NR, 0, 3);                                                                 \
+            if (NR > 16) __builtin_prefetch(b + PF_B * NR + W, 0, 3); /* 12 × 32: a k's B is two lines */            \
             const V b0 = ld(b), b1 = ld(b + W);                                                                      \
             ROWS(K_FMA, V, splat, fma)                                                                               \
         }                                                                                                            \
