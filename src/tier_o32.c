@@ -137,14 +137,14 @@ void tier_o32_set_read(tier_t *t, int sb, int shard, int c) {
 
 int tier_o32_drop_reads(tier_t *t, char *err, size_t errlen) {
     int rc = 0;
-    for (int h = 0; h < TIER_OPT_STAGING; h++) {
+    for (int sb = 0; sb < TIER_OPT_STAGING; sb++) {
         char e[512];
-        int r = t->o32_rd_shard[h] >= 0 ? tier_o32_finish(t, &t->o32_rd[h], e, sizeof e) : 0;
+        int r = t->o32_rd_shard[sb] >= 0 ? tier_o32_finish(t, &t->o32_rd[sb], e, sizeof e) : 0;
         if (r != 0 && rc == 0) {
             rc = r;
             snprintf(err, errlen, "%s", e);
         }
-        t->o32_rd_shard[h] = -1;
+        t->o32_rd_shard[sb] = -1;
     }
     return rc;
 }
