@@ -272,8 +272,10 @@ int optim_run_device(tier_t *tier, const model_t *md, const config_t *cfg, const
         tier_o32_views(tier, s, 0, 0, &master, &m, &v);
         size_t plo, pn;
         tier_piece(lay, md, s, &plo, &pn);
+        // the CPU backend's gradient home takes its zeros in the AdamW pass (no memset pass after)
+        hp.consume = tier_entry(tier, s, ST_G)->home == TIER_DEVICE && tier_grads_update_consumes(tier, s);
         if (pn) adamw_chunk(md, cfg, be, s, plo, pn, master, m, v, g, pd, plo, lay->pbytes, &hp);
-        tier_grads_consumed(tier, s, 0);
+        tier_grads_consumed(tier, s, hp.consume); // one rank: the piece is the whole shard
         if (p16->home != TIER_DEVICE) {
             void *pc = tier_params_build(tier, s);
             backend_copy_d2h((backend_t *)be, pc, pd, p16->bytes);
