@@ -178,10 +178,11 @@ int tier_init(tier_t **out, const config_t *cfg, const model_t *m, backend_t *be
     for (int i = 0; i < lay->nslots; i++)
         if ((rc = backend_event_create(be, &t->slot_ev[i], err, errlen)) != 0) goto fail;
     if ((rc = backend_event_create(be, &t->step_ev, err, errlen)) != 0) goto fail;
-    if (lay->home[ST_G] == TIER_NVME || lay->upd_bwd) {
+    if (lay->home[ST_G] == TIER_NVME || lay->upd_bwd || lay->device_is_host) {
         t->gss = calloc(ns, sizeof *t->gss);
         if (!t->gss) goto oom;
     }
+    if (lay->device_is_host && !(t->gnormed = calloc(ns, sizeof *t->gnormed))) goto oom;
     if (lay->home[ST_G] == TIER_NVME) {
         int maxc = 0;
         for (int s = 0; s < m->nshards; s++) maxc = tier_nchunks(lay, m, s) > maxc ? tier_nchunks(lay, m, s) : maxc;
@@ -267,6 +268,7 @@ void tier_free(tier_t *t) {
     free(t->gss);
     free(t->glast);
     free(t->ghanded);
+    free(t->gnormed);
     if (t->ho.inited) {
         pthread_mutex_destroy(&t->ho.mu);
         pthread_cond_destroy(&t->ho.cv);

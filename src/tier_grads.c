@@ -224,6 +224,13 @@ int tier_grads_release(tier_t *t, int shard, char *err, size_t errlen) {
         // once the job has failed (the step reports why), a gradient with no extent is dropped
         if (h > 0 || (h < 0 && nv && tier_o32_parts(&t->lay, shard) == 3)) return 0;
     }
+    // The CPU backend takes a final gradient's Σ g² here, from the bytes the backward's last
+    // products left in cache, not from memory after the backward (tier_grads_norm)
+    if (t->gnormed && t->glast[shard] && e->home != TIER_NVME) {
+        gradnorm_zero(&t->gss[shard]);
+        gradnorm_add_squares(&t->gss[shard], e->home == TIER_DEVICE ? e->addr : t->gvisit.buf[i], t->pn[shard]);
+        t->gnormed[shard] = 1;
+    }
     if (e->home != TIER_NVME) return 0;
     if (no_extent(t, shard, err, errlen)) return -EINVAL; // a backward outside a training step
     t->gw[i].shard = shard;
@@ -248,7 +255,8 @@ int tier_grads_finish(tier_t *t, char *err, size_t errlen) {
 
 int tier_grads_norm(tier_t *t, int shard, gradnorm_t *acc, char *err, size_t errlen) {
     const tier_entry_t *e = &t->table[shard][ST_G];
-    if (e->home == TIER_NVME || t->ghanded[shard]) { // taken as the final gradient was written or handed over
+    // taken as the final gradient was written, handed over or released (the CPU backend)
+    if (e->home == TIER_NVME || t->ghanded[shard] || (t->gnormed && t->gnormed[shard])) {
         gradnorm_add(acc, &t->gss[shard]);
         return 0;
     }
@@ -332,6 +340,7 @@ void tier_grads_consumed(tier_t *t, int shard, int zeroed) {
     else if (!zeroed && e->home == TIER_HOST) memset(e->addr, 0, e->bytes);
     e->dirty = 0; // NVMe: the next visit starts from zeros and overwrites the extent
     if (t->gss && !t->ghanded[shard]) gradnorm_zero(&t->gss[shard]); // (handed over: the step reads it after)
+    if (t->gnormed) t->gnormed[shard] = 0;
 }
 
 const float *tier_grads_device(tier_t *t, int shard) {

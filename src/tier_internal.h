@@ -57,9 +57,12 @@ struct tier {
         int ntk;
         double t0;                // submitted at (--trace: each chunk's write is a span from here)
     } gw[2];
-    gradnorm_t *gss;              // (nshards) Σ g² of each shard's final gradient (--grads nvme, --update backward)
+    gradnorm_t *gss;              // (nshards) Σ g² of each shard's final gradient (--grads nvme, --update backward,
+                                  // the CPU backend)
     int *glast;                   // (nshards) the shard's visit in progress is its last this step
     int *ghanded;                 // (nshards) its final gradient went to the update job this step (compute thread)
+    int *gnormed;                 // (nshards; the CPU backend) gss holds its final gradient's Σ g², taken at its
+                                  // last release, until consumed (compute thread)
     // ---- --update backward (lay.upd_bwd): the final gradients handed to the update job, in
     // the order the backward releases them; a slot holding one (a host or NVMe home's visit)
     // is the job's until tier_grads_done. ho.mu guards ho, a leaf lock: the compute thread
