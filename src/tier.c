@@ -419,7 +419,7 @@ static int fetch_params(void *ctx, int shard, int pos, int slot, void *dst, char
     if (e->home == TIER_NVME) {
         pthread_mutex_lock(&t->hc_mu);
         int hit = hcache_find(t, shard), ci = -1;
-        const void *fresh = NULL; // its update is writing it home now: copied from the update's buffer
+        const void *fresh = NULL; // its update's new copy, still in the build buffer: copied from there
         if (hit < 0) {
             ci = sched_cache_victim(t->sched, t->hcache_shard, t->lay.nhcache, shard, pos < 0 ? 0 : pos);
             if (ci >= 0) t->hcache_shard[ci] = -1; // not valid until the read lands
@@ -522,13 +522,24 @@ void tier_params_invalidate(tier_t *t) {
     if (t->lay.nslots) sched_invalidate(t->sched);
 }
 
+// The build buffer's offer to the fetches (fresh) is taken back once no fetch copies from it.
+static void fresh_drop(tier_t *t) {
+    pthread_mutex_lock(&t->hc_mu);
+    while (t->fresh.readers > 0) pthread_cond_wait(&t->hc_cv, &t->hc_mu);
+    t->fresh.shard = -1;
+    t->fresh.buf = NULL;
+    pthread_mutex_unlock(&t->hc_mu);
+}
+
 // A host home is built in place, and so is a device home the CPU can address (the CPU
 // backend: its next readers wait for the shard's publication); a GPU's home and an NVMe
-// home take the build buffer.
+// home take the build buffer, no longer offered to the fetches.
 void *tier_params_build(tier_t *t, int shard) {
     tier_entry_t *e = &t->table[shard][ST_P16];
     int in_place = e->home == TIER_HOST || (e->home == TIER_DEVICE && t->lay.device_is_host);
-    return in_place ? e->addr : t->buf[TB_PARAM_BUILD][0];
+    if (in_place) return e->addr;
+    fresh_drop(t);
+    return t->buf[TB_PARAM_BUILD][0];
 }
 
 // A --host-cache entry holding shard stays current (under hc_mu).
@@ -557,6 +568,7 @@ int tier_params_store(tier_t *t, int shard, const void *compute, void *after, ch
         if (e->addr != compute) memcpy(e->addr, compute, e->bytes);
         return 0;
     case TIER_NVME:
+        fresh_drop(t); // no fetch may take an offered copy older than this one
         pthread_mutex_lock(&t->hc_mu);
         write_through(t, shard, compute);
         pthread_mutex_unlock(&t->hc_mu);
@@ -565,9 +577,10 @@ int tier_params_store(tier_t *t, int shard, const void *compute, void *after, ch
     return -EINVAL;
 }
 
-// An NVMe home: offered to the fetch worker from the moment it is published until its write
-// has landed (the forward waiting for the shard needs the bytes, not their trip through the
-// disk); a write that fails still fails the update, and so the step, as before.
+// An NVMe home: offered to the fetch worker from the moment it is published until the build
+// buffer is taken again (the forward waiting for the shard needs the bytes, not their trip
+// through the disk, and the last shards updated are fetched after their writes have landed);
+// a write that fails withdraws the offer and fails the update, and so the step, as before.
 int tier_params_store_publish(tier_t *t, int shard, const void *compute, void *after, char *err, size_t errlen) {
     if (t->table[shard][ST_P16].home != TIER_NVME) {
         int rc = tier_params_store(t, shard, compute, after, err, errlen);
@@ -581,10 +594,6 @@ int tier_params_store_publish(tier_t *t, int shard, const void *compute, void *a
     pthread_mutex_unlock(&t->hc_mu);
     sched_update_publish(t->sched, shard);
     int rc = write_home(t, shard, compute, err, errlen);
-    pthread_mutex_lock(&t->hc_mu); // the build buffer is the update's again once no fetch copies it
-    while (t->fresh.readers > 0) pthread_cond_wait(&t->hc_cv, &t->hc_mu);
-    t->fresh.shard = -1;
-    t->fresh.buf = NULL;
-    pthread_mutex_unlock(&t->hc_mu);
+    if (rc != 0) fresh_drop(t);
     return rc;
 }

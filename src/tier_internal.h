@@ -31,10 +31,11 @@ struct tier {
     pthread_mutex_t hc_mu;
     pthread_cond_t hc_cv;         // fresh.readers fell to zero
     int hc_inited;
-    // ---- an NVMe home's new compute copy, offered to the fetch worker while the update
-    // writes it home (tier_params_store_publish): a fetch of the shard copies it from the build
-    // buffer instead of reading back the bytes being written. hc_mu guards it; the update
-    // takes the offer back once no fetch is copying (readers 0) before it reuses the buffer.
+    // ---- an NVMe home's new compute copy, offered to the fetch worker from its publication
+    // (tier_params_store_publish) until the build buffer is taken again (tier_params_build, by
+    // the next shard's update or the next update): a fetch of the shard copies it from the
+    // build buffer instead of reading back the bytes being written or just written. hc_mu
+    // guards it; the offer is taken back once no fetch is copying (readers 0).
     struct {
         int shard;                // -1: nothing offered
         const void *buf;
