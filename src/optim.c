@@ -195,9 +195,10 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
             const int b = k % nst;
             if (nvme) rc = reads_ahead(tier, md, rd, wr, nst, &q, k + 1, k + nst - 1, ncache, fill, err, errlen);
             if (rc == 0) rc = update_chunk(tier, md, cfg, rd, s, c, k, b, ncache, pc, &hp, err, errlen);
-            // the states' write first: the compute copy's write below waits, and so joins its turn
-            if (rc == 0 && nvme && k >= ncache) rc = tier_o32_submit(tier, &wr[b], IO_WRITE, s, c, b, err, errlen);
+            // the compute copy's write (waited for) before the states' write: queued behind it,
+            // it waited for both, and the update, which the forward waits for, with it
             if (rc == 0 && c == nc - 1) rc = shard_done(tier, s, pc, 1, err, errlen);
+            if (rc == 0 && nvme && k >= ncache) rc = tier_o32_submit(tier, &wr[b], IO_WRITE, s, c, b, err, errlen);
         }
     }
     rc = finish_all(tier, rd, wr, nst, ncache, rc, err, errlen);
