@@ -32,12 +32,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>    // uses: sysconf(_SC_LEVEL3_CACHE_SIZE)
 #include "bench.h"
 #include "hostmem.h" // uses: hostmem_mem_available
 #include "kernels.h"
-#include "util.h"    // uses: now_ms
+#include "util.h"    // uses: now_ms, alloc_huge
 
 #define REPS 7
 #define REPS_SCALAR 3
@@ -46,17 +45,6 @@
 #define WA_PARAM 2.0          // write-allocate reads: p16's lines
 #define WA_TRIAD 4.0          // write-allocate reads: a's lines
 #define CHECK_N (1u << 20)    // the slice the bit check runs on
-#define HUGE_ALIGN (2u << 20)
-
-// 2 MiB aligned and marked for transparent huge pages (fewer TLB misses and faster first
-// touch when the kernel has them; harmless when not). NULL on failure.
-static void *alloc_big(size_t bytes) {
-    void *p = NULL;
-    size_t len = (bytes + HUGE_ALIGN - 1) / HUGE_ALIGN * HUGE_ALIGN;
-    if (posix_memalign(&p, HUGE_ALIGN, len) != 0) return NULL;
-    madvise(p, len, MADV_HUGEPAGE); // advisory: EINVAL where THP is off changes nothing
-    return p;
-}
 
 static double minimum(const double *x, int n) {
     double m = x[0];
@@ -168,11 +156,11 @@ int bench_adam(const config_t *cfg) {
                 n, format_bytes(b1, sizeof b1, state_bytes + triad_bytes), format_bytes(b2, sizeof b2, avail));
         return 2; // bad input for this machine, found before any work (DESIGN §9)
     }
-    float *g = alloc_big(n * sizeof(float)), *master = alloc_big(n * sizeof(float));
-    float *m = alloc_big(n * sizeof(float)), *v = alloc_big(n * sizeof(float));
-    uint16_t *p16 = alloc_big(n * sizeof(uint16_t));
-    float *ta = alloc_big(triad_n * sizeof(float)), *tb = alloc_big(triad_n * sizeof(float));
-    float *tc = alloc_big(triad_n * sizeof(float));
+    float *g = alloc_huge(n * sizeof(float)), *master = alloc_huge(n * sizeof(float));
+    float *m = alloc_huge(n * sizeof(float)), *v = alloc_huge(n * sizeof(float));
+    uint16_t *p16 = alloc_huge(n * sizeof(uint16_t));
+    float *ta = alloc_huge(triad_n * sizeof(float)), *tb = alloc_huge(triad_n * sizeof(float));
+    float *tc = alloc_huge(triad_n * sizeof(float));
     int rc = 0;
     if (!g || !master || !m || !v || !p16 || !ta || !tb || !tc) {
         fprintf(stderr, "tiertrain: bench adam --adam-params %zu: cannot allocate %s (lower --adam-params)\n", n,

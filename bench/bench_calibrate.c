@@ -36,7 +36,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include "backend.h"
 #include "bench.h"
 #include "comm.h"
@@ -69,7 +68,6 @@
 #define ADAM_REPS 7
 #define ADAM_REPS_QUICK 3
 #define MAX_REPS 15                // the largest of the above (the timing arrays)
-#define HUGE_ALIGN (2u << 20)
 
 typedef struct {
     int N, IC, OC;
@@ -295,19 +293,10 @@ int bench_nvme_rates(const config_t *cfg, uint64_t size, double *rd, double *wr,
 
 // ---------------------------------------------------------------- Adam
 
-// 2 MiB aligned, marked for transparent huge pages; NULL on failure.
-static void *alloc_big(size_t bytes) {
-    void *p = NULL;
-    size_t len = ALIGN_UP(bytes, (size_t)HUGE_ALIGN);
-    if (posix_memalign(&p, HUGE_ALIGN, len) != 0) return NULL;
-    madvise(p, len, MADV_HUGEPAGE); // advisory: where THP is off nothing changes
-    return p;
-}
-
 static int adam_measure(size_t n, int reps, double *params_per_s, char *err, size_t errlen) {
-    float *g = alloc_big(n * sizeof(float)), *master = alloc_big(n * sizeof(float));
-    float *m = alloc_big(n * sizeof(float)), *v = alloc_big(n * sizeof(float));
-    uint16_t *p16 = alloc_big(n * sizeof(uint16_t));
+    float *g = alloc_huge(n * sizeof(float)), *master = alloc_huge(n * sizeof(float));
+    float *m = alloc_huge(n * sizeof(float)), *v = alloc_huge(n * sizeof(float));
+    uint16_t *p16 = alloc_huge(n * sizeof(uint16_t));
     int rc = 0;
     if (!g || !master || !m || !v || !p16) {
         char a[32];

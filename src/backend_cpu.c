@@ -9,7 +9,6 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 #include "util.h"
 #ifdef TT_HAVE_CUDA
@@ -208,18 +207,16 @@ void backend_free(backend_t *be) {
     be->used = 0;
 }
 
-// The CPU arena's placement: one zero-filled allocation per request, remembered for
-// backend_free; from 2 MiB on, 2 MiB-aligned and advised to use huge pages (the kernel's
-// default "madvise" defrag gave the step's buffers 4 KiB pages: TLB misses in every pass).
+// The CPU arena's placement: one zero-filled allocation per request (alloc_huge: with THP
+// defrag at "madvise", plain allocations gave the step's buffers 4 KiB pages and every pass TLB
+// misses), remembered for backend_free.
 static int cpu_alloc(backend_t *be, size_t sz, const char *what, void **out, char *err, size_t errlen) {
-    void *p = NULL;
-    const size_t huge = (size_t)2 << 20;
-    if (posix_memalign(&p, sz >= huge ? huge : 4096, sz >= huge ? ALIGN_UP(sz, huge) : sz) != 0) {
+    void *p = alloc_huge(sz);
+    if (!p) {
         char a[32];
         snprintf(err, errlen, "%s: out of memory allocating %s", what, format_bytes(a, sizeof a, sz));
         return -ENOMEM;
     }
-    if (sz >= huge) (void)madvise(p, ALIGN_UP(sz, huge), MADV_HUGEPAGE); // advisory: refused, 4 KiB pages as before
     memset(p, 0, sz);
     if (be->nallocs == be->cap_allocs) {
         int cap = be->cap_allocs ? 2 * be->cap_allocs : 64;

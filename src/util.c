@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h> // uses: madvise
 #include <time.h>
 
 void *malloc_check(size_t size, const char *file, int line) {
@@ -25,6 +26,14 @@ void *aligned_alloc_check(size_t align, size_t size, const char *file, int line)
         fprintf(stderr, "tiertrain: out of memory allocating %zu bytes (align %zu) at %s:%d\n", size, align, file, line);
         exit(1);
     }
+    return p;
+}
+
+void *alloc_huge(size_t bytes) {
+    const size_t huge = (size_t)2 << 20, align = bytes >= huge ? huge : 4096, len = ALIGN_UP(bytes ? bytes : 1, align);
+    void *p = NULL;
+    if (posix_memalign(&p, align, len) != 0) return NULL;
+    if (align == huge) (void)madvise(p, len, MADV_HUGEPAGE); // advisory: a refusal changes nothing
     return p;
 }
 

@@ -1,6 +1,7 @@
 // test_hostmem.c — the host pool (src/hostmem.h): allocation and alignment, budget and
 // MemAvailable errors, NUMA placement checked page by page with get_mempolicy and
-// move_pages, pinning and its fallback notice, huge-page advice, concurrent allocation.
+// move_pages, pinning and its fallback notice, huge-page advice, concurrent allocation; and
+// alloc_huge, the big buffers outside the pool.
 #include <check.h>
 #include <errno.h>
 #include <numa.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 #include "hostmem.h"
 #include "testutil.h"
+#include "util.h" // uses: alloc_huge
 
 #define MiB (1024ull * 1024ull)
 
@@ -43,6 +45,14 @@ static long smaps_field(const void *addr, const char *field) {
     }
     fclose(sm);
     return v;
+}
+
+// Transparent huge pages are on for advised ranges (madvise or always).
+static int thp_enabled(void) {
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    char thp[128] = "";
+    if (f) { if (!fgets(thp, sizeof thp, f)) thp[0] = 0; fclose(f); }
+    return strstr(thp, "[madvise]") || strstr(thp, "[always]");
 }
 
 static int count(const char *text, const char *needle) {
@@ -94,6 +104,24 @@ START_TEST(test_alloc_alignment) {
     ck_assert_uint_eq(iov[0].iov_len, size);
     hostmem_free(h);
     hostmem_free(NULL);
+}
+END_TEST
+
+// alloc_huge (util.h, the CPU arena's and the benches' big buffers): 4 KiB-aligned below 2 MiB,
+// 2 MiB-aligned and THP-eligible from 2 MiB on, every byte writable.
+START_TEST(test_alloc_huge) {
+    static const size_t sizes[] = {0, 1, 4097, 2 * MiB - 1, 2 * MiB, 3 * MiB + 1};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        char *p = alloc_huge(sizes[i]);
+        ck_assert_ptr_nonnull(p);
+        const int big = sizes[i] >= 2 * MiB;
+        ck_assert_msg((uintptr_t)p % (big ? 2 * MiB : 4096) == 0, "%zu bytes at %p", sizes[i], (void *)p);
+        memset(p, 0x5A, sizes[i]);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__) // their allocators place it themselves
+        if (big && thp_enabled()) ck_assert_int_eq(smaps_field(p, "THPeligible:"), 1);
+#endif
+        free(p);
+    }
 }
 END_TEST
 
@@ -219,10 +247,7 @@ START_TEST(test_pin_and_report) {
         ck_assert_ptr_nonnull(strstr(text, "ulimit -l"));
     }
     // huge-page advice took: the range is THP-eligible where THP is enabled at all
-    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-    char thp[128] = "";
-    if (f) { if (!fgets(thp, sizeof thp, f)) thp[0] = 0; fclose(f); }
-    if (strstr(thp, "[madvise]") || strstr(thp, "[always]")) {
+    if (thp_enabled()) {
         ck_assert_int_eq(info.hugepages, 1);
         ck_assert_int_eq(smaps_field(info.base, "THPeligible:"), 1);
     }
@@ -331,6 +356,7 @@ int main(void) {
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, tu_sanitized() ? 300 : 60);
     tcase_add_test(tc, test_alloc_alignment);
+    tcase_add_test(tc, test_alloc_huge);
     tcase_add_test(tc, test_budget_errors);
     tcase_add_test(tc, test_memavailable);
     tcase_add_test(tc, test_concurrent_alloc);
