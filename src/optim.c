@@ -195,8 +195,9 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
             const int b = k % nst;
             if (nvme) rc = reads_ahead(tier, md, rd, wr, nst, &q, k + 1, k + nst - 1, ncache, fill, err, errlen);
             if (rc == 0) rc = update_chunk(tier, md, cfg, rd, s, c, k, b, ncache, pc, &hp, err, errlen);
-            // the compute copy's write (waited for) before the states' write: queued behind it,
-            // it waited for both, and the update, which the forward waits for, with it
+            // the compute copy's write, which the update waits for, before the states' write:
+            // queued behind that one it waited for both, and so did the forward waiting for the
+            // update (optim_run_backward writes in this order too)
             if (rc == 0 && c == nc - 1) rc = shard_done(tier, s, pc, 1, err, errlen);
             if (rc == 0 && nvme && k >= ncache) rc = tier_o32_submit(tier, &wr[b], IO_WRITE, s, c, b, err, errlen);
         }
@@ -273,10 +274,11 @@ int optim_run_device(tier_t *tier, const model_t *md, const config_t *cfg, const
         tier_o32_views(tier, s, 0, 0, &master, &m, &v);
         size_t plo, pn;
         tier_piece(lay, md, s, &plo, &pn);
-        // the CPU backend's gradient home takes its zeros in the AdamW pass (no memset pass after)
-        hp.consume = tier_entry(tier, s, ST_G)->home == TIER_DEVICE && tier_grads_update_consumes(tier, s);
+        // where AdamW reads the home itself and may consume it (the CPU backend's device home, one
+        // rank), it writes the zeros as it reads: no memset pass after
+        hp.consume = g == tier_entry(tier, s, ST_G)->addr && tier_grads_update_consumes(tier, s);
         if (pn) adamw_chunk(md, cfg, be, s, plo, pn, master, m, v, g, pd, plo, lay->pbytes, &hp);
-        tier_grads_consumed(tier, s, hp.consume); // one rank: the piece is the whole shard
+        tier_grads_consumed(tier, s, hp.consume);
         if (p16->home != TIER_DEVICE) {
             void *pc = tier_params_build(tier, s);
             backend_copy_d2h((backend_t *)be, pc, pd, p16->bytes);
