@@ -8,15 +8,20 @@
 // READY and pinned, and a pinned or FETCHING slot is never chosen for eviction, so a slot's
 // memory has exactly one writer at a time.
 //
-// Updates: their own mutex and condition variable (a leaf lock: the job runs without it and
-// no other lock is taken under it). `busy` says a job is queued or running, `done` how many
-// shards of it are final, `rc` its error, which stays once set.
+// Updates: their own mutex and condition variable (the job runs without it; only the assist
+// lock is taken under it). `busy` says a job is queued or running, `done` how many shards of it
+// are final, `rc` its error, which stays once set.
+//
+// Assists: their own mutex `amu`, a leaf, taken under the fetch lock or the update lock by the
+// owner's waits and alone by the job. A posted piece is taken at most once: by the owner (then
+// `arunning` until it ends) or, once its wait has run out, by the job itself.
 #include "scheduler.h"
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "util.h"
 
 typedef enum { SLOT_EMPTY = 0, SLOT_QUEUED, SLOT_FETCHING, SLOT_READY, SLOT_FAILED } slot_state_t;
@@ -56,6 +61,17 @@ struct sched {
     char uerr[512];
     sched_update_fn ufn;
     void *uctx;
+    // ---- assists (sched_assist)
+    pthread_mutex_t amu;
+    pthread_cond_t acv;  // a posted piece ended or was taken (the job waits on it, timed)
+    pthread_t aowner;
+    int aowner_set;
+    int aposted;         // a piece waits for the owner
+    int arunning;        // the owner runs it
+    sched_assist_fn afn;
+    void *aarg;
+    uint64_t assists, assists_self; // pieces the owner ran; pieces the job ran itself after posting
+    double assist_ms;               // the owner's time in them
 };
 
 // ---------------------------------------------------------------- Belady's rule
@@ -106,6 +122,36 @@ static void *fetch_main(void *arg) {
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
+}
+
+// ---------------------------------------------------------------- assists
+// In a wait of the calling thread's, holding `outer` (the fetch or the update lock): when it
+// is the owner and a piece is posted, runs it with `outer` released, adds its time to *ms
+// (when not NULL) and returns 1 (the caller looks at its state again); else 0.
+static int assist_here(sched_t *s, pthread_mutex_t *outer, double *ms) {
+    pthread_mutex_lock(&s->amu);
+    if (!s->aposted || !s->aowner_set || !pthread_equal(s->aowner, pthread_self())) {
+        pthread_mutex_unlock(&s->amu);
+        return 0;
+    }
+    s->aposted = 0;
+    s->arunning = 1;
+    sched_assist_fn fn = s->afn;
+    void *arg = s->aarg;
+    pthread_mutex_unlock(&s->amu);
+    pthread_mutex_unlock(outer);
+    double t0 = now_ms();
+    fn(arg);
+    pthread_mutex_lock(&s->amu);
+    const double t = now_ms() - t0;
+    if (ms) *ms += t;
+    s->arunning = 0;
+    s->assists++;
+    s->assist_ms += t;
+    pthread_cond_broadcast(&s->acv);
+    pthread_mutex_unlock(&s->amu);
+    pthread_mutex_lock(outer);
+    return 1;
 }
 
 // A job's end (under umu): its error kept, or every shard final; waiters woken.
@@ -166,6 +212,21 @@ int sched_init(sched_t **out, int nshards, int nslots, void *const *slots, int p
     pthread_cond_init(&s->changed, NULL);
     pthread_mutex_init(&s->umu, NULL);
     pthread_cond_init(&s->ucv, NULL);
+    pthread_mutex_init(&s->amu, NULL);
+    pthread_condattr_t ca; // the job's wait for its piece is bounded: on the monotonic clock
+    if ((rc = pthread_condattr_init(&ca)) == 0) {
+        if ((rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC)) == 0) rc = pthread_cond_init(&s->acv, &ca);
+        pthread_condattr_destroy(&ca);
+    }
+    if (rc != 0) { // nothing to destroy but what was made above
+        pthread_cond_destroy(&s->changed);
+        pthread_cond_destroy(&s->ucv);
+        pthread_mutex_destroy(&s->mu);
+        pthread_mutex_destroy(&s->umu);
+        pthread_mutex_destroy(&s->amu);
+        snprintf(err, errlen, "cannot set up the update's assists: %s", strerror(rc));
+        goto fail;
+    }
     s->sync_inited = 1;
     if (nslots > 0) {
         if ((rc = pthread_create(&s->worker, NULL, fetch_main, s)) != 0) {
@@ -193,7 +254,8 @@ void sched_free(sched_t *s) {
     if (!s) return;
     if (s->updater_started) { // after the job in flight, if any
         pthread_mutex_lock(&s->umu);
-        while (s->ubusy) pthread_cond_wait(&s->ucv, &s->umu);
+        while (s->ubusy)
+            if (!assist_here(s, &s->umu, NULL)) pthread_cond_wait(&s->ucv, &s->umu);
         s->ustop = 1;
         pthread_cond_broadcast(&s->ucv);
         pthread_mutex_unlock(&s->umu);
@@ -211,6 +273,8 @@ void sched_free(sched_t *s) {
         pthread_cond_destroy(&s->changed);
         pthread_mutex_destroy(&s->umu);
         pthread_cond_destroy(&s->ucv);
+        pthread_mutex_destroy(&s->amu);
+        pthread_cond_destroy(&s->acv);
     }
     free(s->slots);
     free(s->held);
@@ -281,6 +345,8 @@ const void *sched_acquire(sched_t *s, int shard, int *slot_out, char *err, size_
         return NULL;
     }
     pthread_mutex_lock(&s->mu);
+    double helped = 0; // ms of the update's assists run here (not waiting)
+    assist_here(s, &s->mu, &helped); // a posted piece first: its shard's use is next or nearly
     int pos = sched_next_use(s->uses, s->nuses, shard, s->cursor);
     if (pos == INT32_MAX) pos = s->cursor - 1; // a use outside the order: fetch on demand
     else s->cursor = pos + 1;
@@ -290,16 +356,17 @@ const void *sched_acquire(sched_t *s, int shard, int *slot_out, char *err, size_
     while (s->where[shard] < 0) {
         int free_slot = pick_slot(s, pos, pos + 1, 1);
         if (free_slot >= 0) enqueue_fetch(s, free_slot, shard, pos);
-        else pthread_cond_wait(&s->changed, &s->mu);
+        else if (!assist_here(s, &s->mu, &helped)) pthread_cond_wait(&s->changed, &s->mu);
     }
     int slot = s->where[shard];
     slot_t *sl = &s->slots[slot];
     sl->pins++; // pinned before waiting: nothing can evict it now
     prefetch_after(s, pos);
     if (sl->state != SLOT_READY && sl->state != SLOT_FAILED) {
-        double t0 = now_ms();
-        while (sl->state != SLOT_READY && sl->state != SLOT_FAILED) pthread_cond_wait(&s->changed, &s->mu);
-        s->stats.wait_ms += now_ms() - t0;
+        double t0 = now_ms(), h0 = helped;
+        while (sl->state != SLOT_READY && sl->state != SLOT_FAILED)
+            if (!assist_here(s, &s->mu, &helped)) pthread_cond_wait(&s->changed, &s->mu);
+        s->stats.wait_ms += now_ms() - t0 - (helped - h0);
     }
     const void *buf = NULL;
     if (sl->state == SLOT_READY) {
@@ -329,7 +396,8 @@ void sched_invalidate(sched_t *s) {
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < s->nslots; i++) {
         slot_t *sl = &s->slots[i];
-        while (sl->state == SLOT_QUEUED || sl->state == SLOT_FETCHING) pthread_cond_wait(&s->changed, &s->mu);
+        while (sl->state == SLOT_QUEUED || sl->state == SLOT_FETCHING)
+            if (!assist_here(s, &s->mu, NULL)) pthread_cond_wait(&s->changed, &s->mu);
         if (sl->shard >= 0) s->where[sl->shard] = -1;
         sl->shard = -1;
         sl->state = SLOT_EMPTY;
@@ -373,6 +441,11 @@ void sched_stats(const sched_t *s, sched_stats_t *out) {
     pthread_mutex_lock((pthread_mutex_t *)&s->mu);
     *out = s->stats;
     pthread_mutex_unlock((pthread_mutex_t *)&s->mu);
+    pthread_mutex_lock((pthread_mutex_t *)&s->amu);
+    out->assists = s->assists;
+    out->assists_self = s->assists_self;
+    out->assist_ms = s->assist_ms;
+    pthread_mutex_unlock((pthread_mutex_t *)&s->amu);
 }
 
 int sched_cache_victim(sched_t *s, const int *held, int n, int shard, int pos) {
@@ -406,7 +479,8 @@ void sched_update_start_beside(sched_t *s, sched_update_fn fn, void *ctx) { upda
 
 int sched_update_run(sched_t *s, sched_update_fn fn, void *ctx, char *err, size_t errlen) {
     pthread_mutex_lock(&s->umu);
-    while (s->ubusy) pthread_cond_wait(&s->ucv, &s->umu); // a job in flight ends first
+    while (s->ubusy) // a job in flight ends first
+        if (!assist_here(s, &s->umu, NULL)) pthread_cond_wait(&s->ucv, &s->umu);
     int rc = s->urc;
     if (rc == 0) {
         s->udone = 0; // as update_start: a fetch of a shard not yet published waits for it
@@ -438,7 +512,8 @@ void sched_update_publish(sched_t *s, int shard) {
 
 int sched_update_wait_shard(sched_t *s, int shard, char *err, size_t errlen) {
     pthread_mutex_lock(&s->umu);
-    while (s->ubusy && s->udone <= shard && s->urc == 0) pthread_cond_wait(&s->ucv, &s->umu);
+    while (s->ubusy && s->udone <= shard && s->urc == 0)
+        if (!assist_here(s, &s->umu, NULL)) pthread_cond_wait(&s->ucv, &s->umu);
     int rc = s->udone > shard ? 0 : s->urc;
     if (rc != 0 && err) snprintf(err, errlen, "%s", s->uerr);
     pthread_mutex_unlock(&s->umu);
@@ -447,9 +522,55 @@ int sched_update_wait_shard(sched_t *s, int shard, char *err, size_t errlen) {
 
 int sched_update_wait(sched_t *s, char *err, size_t errlen) {
     pthread_mutex_lock(&s->umu);
-    while (s->ubusy) pthread_cond_wait(&s->ucv, &s->umu);
+    while (s->ubusy)
+        if (!assist_here(s, &s->umu, NULL)) pthread_cond_wait(&s->ucv, &s->umu);
     int rc = s->urc;
     if (rc != 0 && err) snprintf(err, errlen, "%s", s->uerr);
     pthread_mutex_unlock(&s->umu);
     return rc;
+}
+
+// ---------------------------------------------------------------- assists
+
+void sched_assist_owner(sched_t *s) {
+    pthread_mutex_lock(&s->amu);
+    s->aowner = pthread_self();
+    s->aowner_set = 1;
+    pthread_mutex_unlock(&s->amu);
+}
+
+int sched_assist(sched_t *s, sched_assist_fn fn, void *arg) {
+    pthread_mutex_lock(&s->amu);
+    if (!s->aowner_set || pthread_equal(s->aowner, pthread_self())) { // no owner, or the owner runs the job
+        pthread_mutex_unlock(&s->amu);
+        fn(arg);
+        return 0;
+    }
+    s->afn = fn;
+    s->aarg = arg;
+    s->aposted = 1;
+    pthread_mutex_unlock(&s->amu);
+    // wake the owner wherever it waits (it looks at aposted under the lock it waits with)
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&s->umu);
+    pthread_cond_broadcast(&s->ucv);
+    pthread_mutex_unlock(&s->umu);
+    struct timespec until;
+    int rc = clock_gettime(CLOCK_MONOTONIC, &until); // (fails only on a bad clock id: then no wait)
+    until.tv_nsec += (long)SCHED_ASSIST_WAIT_MS * 1000000L;
+    until.tv_sec += until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    pthread_mutex_lock(&s->amu);
+    while (s->aposted && rc == 0) rc = pthread_cond_timedwait(&s->acv, &s->amu, &until); // ETIMEDOUT ends it
+    const int mine = s->aposted; // not taken in time: the owner is busy elsewhere
+    if (mine) {
+        s->aposted = 0;
+        s->assists_self++;
+    }
+    while (s->arunning) pthread_cond_wait(&s->acv, &s->amu);
+    pthread_mutex_unlock(&s->amu);
+    if (mine) fn(arg);
+    return !mine;
 }

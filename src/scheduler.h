@@ -13,7 +13,13 @@
 // update worker while compute goes on with the next step; the job publishes each shard as
 // it becomes final, and a use of a shard waits only for that shard (sched_update_wait_shard).
 //
-// Nothing sleeps on a timer: every wait is on a condition variable for the state it needs.
+// Assists: on the CPU backend the update job hands its arithmetic (AdamW of one optimizer
+// chunk) to the compute thread, which runs it on every core in its next wait or acquire
+// (sched_assist): beside the forward on a core of its own, the job's AdamW took that core from
+// one of the forward's threads, and the other waited for it at every barrier.
+//
+// Nothing sleeps on a timer: every wait is on a condition variable for the state it needs,
+// and only the job's wait for its assist to be taken is bounded (SCHED_ASSIST_WAIT_MS).
 //
 // What it does not do: know where a shard's home copy lives or how to copy it (the fetch
 // callback does: host memcpy, NVMe read + copy), write anything back (slots are read-only
@@ -26,7 +32,8 @@
 //   fetch      this scheduler's fetch worker: runs the fetch callback (tier.c: host copy,
 //              --host-cache, NVMe read), one fetch at a time; started when there are slots.
 //   update     this scheduler's update worker: runs the update callback (optim.c over the
-//              host or NVMe states), one job at a time.
+//              host or NVMe states), one job at a time; with an assist owner (the compute
+//              thread, CPU backend) its AdamW runs there (sched_assist).
 //   gather     tier.c's gather worker (ranks, MPI_THREAD_MULTIPLE): gathers the ranks' pieces
 //              of each use's shard into its slot, in the use order, one use ahead of compute
 //              (sched_pin_fetched); its collectives go on comm_second.
@@ -34,7 +41,8 @@
 //   OpenMP     the kernels' pool, used by whichever thread runs an op.
 // Lock order (a thread holding one may take those after it, never before):
 //   tier's host-cache lock  →  this scheduler's lock  →  the NVMe store's lock.
-// The update state has its own lock, a leaf: it is never held while another is taken.
+// The update state has its own lock; the only lock taken under it, or under the scheduler's
+// by the owner's waits, is the assists' lock, a leaf.
 // Who calls it: tier.c (fetches), trainer.c and optim.c (updates), the plan (sched_belady).
 #pragma once
 #include <stddef.h>
@@ -54,7 +62,10 @@ typedef struct {
     uint64_t fetches;       // shards copied into slots
     uint64_t hits;          // acquires that found their shard already resident or in flight
     uint64_t evictions;     // resident shards dropped to make room
-    double wait_ms;         // time acquire spent waiting for a fetch
+    double wait_ms;         // time acquire spent waiting for a fetch (not running assists)
+    uint64_t assists;       // pieces of the update job the owner ran in its waits (sched_assist)
+    uint64_t assists_self;  // pieces the job ran itself, the owner busy elsewhere past the wait
+    double assist_ms;       // the owner's time in assists
 } sched_stats_t;
 
 // nslots device buffers (each large enough for any shard; 0: no fetches, no fetch worker);
@@ -127,3 +138,23 @@ int sched_update_wait_shard(sched_t *s, int shard, char *err, size_t errlen);
 // Waits for the job in flight to end. Returns 0, or its -errno with its message in err (the
 // error stays: every later wait returns it).
 int sched_update_wait(sched_t *s, char *err, size_t errlen);
+
+// ---------------------------------------------------------------- assists
+// A piece of the update job's work (AdamW over a chunk) for the owner to run on its cores.
+typedef void (*sched_assist_fn)(void *arg);
+
+// How long the job waits for the owner to take a piece before running it itself (ms): more
+// than a forward block takes at the shapes where the owner is compute-bound, so the owner's
+// next acquire comes first; the bound only keeps a wait the owner never reaches (a path
+// without assists) from stalling the job.
+#define SCHED_ASSIST_WAIT_MS 50
+
+// The calling thread becomes the owner of assists: from now on its waits in sched_acquire,
+// sched_update_wait(_shard), sched_update_run, sched_invalidate and sched_free, and each
+// sched_acquire as it starts, run a piece the job posted. Call before the first job starts.
+void sched_assist_owner(sched_t *s);
+
+// On the update job: fn(arg), run by the owner (the job waits for it to end), or here when
+// there is no owner, the owner is the caller, or it has not taken the piece within
+// SCHED_ASSIST_WAIT_MS. Returns 1 when the owner ran it, else 0. Either way fn has returned.
+int sched_assist(sched_t *s, sched_assist_fn fn, void *arg);

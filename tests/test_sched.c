@@ -229,6 +229,115 @@ START_TEST(update_runs_here) {
 }
 END_TEST
 
+// ---------------------------------------------------------------- assists
+// The update job's pieces run on the owner's cores while it waits for what the job gives it.
+typedef struct {
+    sched_t *s;
+    int n;                 // pieces, one a shard, each published after it ran
+    pthread_t owner;
+    atomic_int ran[8];     // times each piece ran
+    int on_owner[8];       // the piece ran on the owner's thread
+    int taken[8];          // sched_assist's answer
+} assist_t;
+
+typedef struct {
+    assist_t *a;
+    int k;
+} piece_t;
+
+static void piece(void *arg) {
+    piece_t *p = arg;
+    atomic_fetch_add(&p->a->ran[p->k], 1);
+    p->a->on_owner[p->k] = pthread_equal(pthread_self(), p->a->owner);
+}
+
+static int assist_job(void *ctx, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    assist_t *a = ctx;
+    for (int k = 0; k < a->n; k++) {
+        piece_t p = {a, k};
+        a->taken[k] = sched_assist(a->s, piece, &p);
+        sched_update_publish(a->s, k);
+    }
+    return 0;
+}
+
+// The fetch of a shard waits for its publish, as the tier's does (on the fetch worker, which
+// never runs a piece).
+static int gated_fetch(void *ctx, int shard, int pos, int slot, void *dst, char *err, size_t errlen) {
+    (void)pos, (void)slot;
+    assist_t *a = ctx;
+    int rc = sched_update_wait_shard(a->s, shard, err, errlen);
+    if (rc == 0) memset(dst, shard + 1, SLOT_BYTES);
+    return rc;
+}
+
+// Every piece runs once, on the owner, in the owner's acquires (the fetch waiting for the job)
+// and in sched_update_wait_shard; the stats count them.
+START_TEST(assists_run_in_the_owners_waits) {
+    char mem[2][SLOT_BYTES];
+    void *slots[2] = {mem[0], mem[1]};
+    assist_t a = {.n = 8, .owner = pthread_self()};
+    sched_t *s = NULL;
+    char err[256] = "";
+    ck_assert_int_eq(sched_init(&s, 8, 2, slots, 1, 64, gated_fetch, &a, err, sizeof err), 0);
+    a.s = s;
+    sched_assist_owner(s);
+    int uses[4] = {0, 1, 2, 3};
+    ck_assert_int_eq(sched_begin(s, uses, 4), 0);
+    sched_update_start(s, assist_job, &a);
+    for (int k = 0; k < 4; k++) { // the first four through acquires
+        const char *buf = sched_acquire(s, k, NULL, err, sizeof err);
+        ck_assert_msg(buf != NULL, "acquire %d: %s", k, err);
+        ck_assert_int_eq(buf[0], k + 1);
+        sched_release(s, k);
+    }
+    ck_assert_int_eq(sched_update_wait_shard(s, 6, err, sizeof err), 0); // the next three in the wait for 6
+    ck_assert_int_eq(sched_update_wait(s, err, sizeof err), 0);          // and the last
+    for (int k = 0; k < a.n; k++) {
+        ck_assert_int_eq(atomic_load(&a.ran[k]), 1);
+        ck_assert_msg(a.on_owner[k] && a.taken[k] == 1, "piece %d ran on the %s", k, a.on_owner[k] ? "owner" : "job");
+    }
+    sched_stats_t st;
+    sched_stats(s, &st);
+    ck_assert_int_eq((int)st.assists, 8);
+    ck_assert_int_eq((int)st.assists_self, 0);
+    sched_free(s);
+}
+END_TEST
+
+// An owner busy elsewhere past SCHED_ASSIST_WAIT_MS: the job runs the piece itself (once).
+// No owner, or the owner running the job itself (sched_update_run): the piece runs at once,
+// on the job's thread.
+START_TEST(assists_fall_back_to_the_job) {
+    sched_t *s = NULL;
+    char err[256] = "";
+    ck_assert_int_eq(sched_init(&s, 2, 0, NULL, 0, 8, fake_fetch, NULL, err, sizeof err), 0);
+    assist_t a = {.s = s, .n = 2, .owner = pthread_self()};
+    sched_update_start(s, assist_job, &a); // no owner yet
+    ck_assert_int_eq(sched_update_wait(s, err, sizeof err), 0);
+    sched_assist_owner(s);
+    ck_assert_int_eq(sched_update_run(s, assist_job, &a, err, sizeof err), 0); // the owner's own job
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(atomic_load(&a.ran[k]), 2);
+        ck_assert_int_eq(a.taken[k], 0);
+        ck_assert(a.on_owner[k]); // the last run was here
+    }
+    assist_t b = {.s = s, .n = 1, .owner = pthread_self()};
+    sched_update_start(s, assist_job, &b);
+    struct timespec ts = {0, (SCHED_ASSIST_WAIT_MS * 4) * 1000000L}; // busy: in no wait of the scheduler's
+    nanosleep(&ts, NULL);
+    ck_assert_int_eq(sched_update_wait(s, err, sizeof err), 0);
+    ck_assert_int_eq(atomic_load(&b.ran[0]), 1);
+    ck_assert_msg(!b.on_owner[0] && b.taken[0] == 0, "the piece waited for an owner that was not waiting");
+    sched_stats_t st;
+    sched_stats(s, &st);
+    ck_assert_int_eq((int)st.assists, 0);
+    ck_assert_int_eq((int)st.assists_self, 1);
+    sched_free(s);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("sched");
     TCase *tc = tcase_create("core");
@@ -242,6 +351,8 @@ int main(void) {
     tcase_set_timeout(faults, 60);
     tcase_add_test(faults, failed_fetch_fails_its_acquire);
     tcase_add_test(faults, update_runs_here);
+    tcase_add_test(faults, assists_run_in_the_owners_waits);
+    tcase_add_test(faults, assists_fall_back_to_the_job);
     suite_add_tcase(s, faults);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
