@@ -47,6 +47,24 @@ static void adamw_chunk(const model_t *md, const config_t *cfg, const backend_t 
     trace_span(TRACK_OPTIM, "adamw", sh->name, t0, trace_now_ms());
 }
 
+// One chunk's AdamW (adamw_chunk's arguments), as a piece the compute thread may run
+// (sched_assist): it writes only the chunk's states, its gradients (consumed) and pc.
+typedef struct {
+    const model_t *md;
+    const config_t *cfg;
+    int s;
+    size_t lo, n, plo, pbytes;
+    float *master, *m, *v;
+    const float *g;
+    void *pc;
+    adamw_params_t *hp;
+} chunk_job_t;
+
+static void chunk_job(void *arg) {
+    chunk_job_t *j = arg;
+    adamw_chunk(j->md, j->cfg, NULL, j->s, j->lo, j->n, j->master, j->m, j->v, j->g, j->pc, j->plo, j->pbytes, j->hp);
+}
+
 // After the last chunk of shard s (update_chunk's): its gradients are consumed (zeroed already
 // where update_chunk's AdamW wrote the zeros; a slot handed over goes back to the backward
 // first), its new compute copy goes home (a device home's copy after the step's readers of the
@@ -60,7 +78,8 @@ static int shard_done(tier_t *tier, int s, void *pc, int publish, char *err, siz
 
 // Chunk c of shard s, the update's k-th (in its --optimizer-cache entry when k < ncache, else
 // in staging buffer b or its host home), once its reads have landed: AdamW into pc, writing
-// zeros over the gradients as it reads them where they are their home (hp->consume).
+// zeros over the gradients as it reads them where they are their home (hp->consume), on the
+// compute thread's cores where it takes the piece (the CPU backend: tier_assist_owner), else here.
 static int update_chunk(tier_t *tier, const model_t *md, const config_t *cfg, tier_xfer_t *rd, int s, int c, int k,
                         int b, int ncache, void *pc, adamw_params_t *hp, char *err, size_t errlen) {
     const tier_layout_t *lay = tier_layout_of(tier);
@@ -74,8 +93,8 @@ static int update_chunk(tier_t *tier, const model_t *md, const config_t *cfg, ti
     if (k < ncache) tier_o32_cache_views(tier, k, n, &master, &m, &v);
     else tier_o32_views(tier, s, c, b, &master, &m, &v);
     hp->consume = tier_grads_update_consumes(tier, s);
-    adamw_chunk(md, cfg, NULL, s, lo, n, master, m, v, tier_grads_for_update(tier, s, c, b), pc, plo, lay->pbytes,
-                hp);
+    chunk_job_t j = {md, cfg, s, lo, n, plo, lay->pbytes, master, m, v, tier_grads_for_update(tier, s, c, b), pc, hp};
+    sched_assist(tier_sched(tier), chunk_job, &j);
     return 0;
 }
 

@@ -60,6 +60,10 @@ void report_tiers(FILE *out, const config_t *cfg, const trainer_info_t *info, co
             info->upd_bwd ? "in the backward" : info->upd_inline ? "after the backward, on every core" : "after the backward");
     if (cfg->optim_tier == TIER_NVME)
         fprintf(out, ", of which %.1f ms the update worker waited for its states' NVMe transfers", ts->opt_nvme_wait_ms);
+    const uint64_t pieces = info->sched.assists + info->sched.assists_self;
+    if (pieces) // the CPU backend's NVMe update (sched_assist)
+        fprintf(out, "; its AdamW on the compute thread's cores for %llu of %llu chunks (%.1f ms)",
+                (unsigned long long)info->sched.assists, (unsigned long long)pieces, info->sched.assist_ms);
     if (info->upd_bwd) fprintf(out, "; compute waited %.1f ms for gradient slots it held", ts->grad_slot_wait_ms);
     fputc('\n', out);
     fprintf(out, "  step     %.1f ms achieved, floor %.1f ms (bound by %s; rates: %s): efficiency %.2f\n", step_ms,
@@ -83,7 +87,8 @@ void report_summary(FILE *log, const trainer_info_t *info, const plan_t *plan, c
                  "\"peak_host_bytes\":%llu,\"nvme_bytes_read\":%llu,\"nvme_bytes_written\":%llu,"
                  "\"h2d_bytes\":%llu,\"d2h_bytes\":%llu,\"fetch_wait_ms\":%.3f,\"optimizer_nvme_wait_ms\":%.3f,"
                  "\"copy_ms\":%.3f,\"optimizer_ms\":%.3f,\"host_cache_hits\":%llu,\"nvme_bytes_fresh\":%llu,\"floor_ms\":%.3f,"
-                 "\"efficiency\":%.4f,\"bound\":\"%s\",\"nvme_read_GBps\":%.3f,\"nvme_write_GBps\":%.3f,",
+                 "\"efficiency\":%.4f,\"bound\":\"%s\",\"nvme_read_GBps\":%.3f,\"nvme_write_GBps\":%.3f,"
+                 "\"assists\":%llu,\"assists_self\":%llu,\"assist_ms\":%.3f,",
             r->params, r->steps, r->first_loss, r->final_loss, isfinite(r->val_loss) ? r->val_loss : -1.0,
             r->tok_per_s, r->step_ms, (unsigned long long)info->device_peak, (unsigned long long)info->host_bytes,
             (unsigned long long)ts->nvme_read_bytes, (unsigned long long)ts->nvme_write_bytes,
@@ -91,7 +96,8 @@ void report_summary(FILE *log, const trainer_info_t *info, const plan_t *plan, c
             ts->opt_nvme_wait_ms, ts->copy_ms, ts->opt_ms, (unsigned long long)ts->cache_hits,
             (unsigned long long)ts->fresh_bytes, plan->floor_ms,
             r->step_ms > 0 ? plan->floor_ms / r->step_ms : 0.0, plan_resource_names[plan->bound],
-            report_nvme_GBps(info, IO_READ), report_nvme_GBps(info, IO_WRITE));
+            report_nvme_GBps(info, IO_READ), report_nvme_GBps(info, IO_WRITE),
+            (unsigned long long)info->sched.assists, (unsigned long long)info->sched.assists_self, info->sched.assist_ms);
     if (r->ranks > 1) { // rank 0's figures above; each rank's peaks here
         fprintf(log, "\"ranks\":%d,\"gather_wait_ms\":%.3f", r->ranks, info->tier.gather_wait_ms);
         const char *key[2] = {"rank_peak_device_bytes", "rank_peak_host_bytes"};

@@ -120,6 +120,9 @@ typedef struct {
                                 // beside the backward once its gradient is final (tier_grads_next_final)
     int upd_inline;             // the CPU backend's --optimizer host update after the backward: on the
                                 // compute thread with every core, before the next forward (trainer.c)
+    int upd_assist;             // the CPU backend's --optimizer nvme update after the backward, one rank:
+                                // beside the next forward, its AdamW on the compute thread's cores
+                                // (sched_assist; trainer.c makes that thread the owner)
     tier_spec_t spec[TB_COUNT];
     uint64_t device_bytes, host_bytes, nvme_bytes;
 } tier_layout_t;

@@ -187,6 +187,7 @@ void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, ti
     }
     lay->upd_bwd = cfg->update_when != UPDATE_AFTER && !tier_update_backward_refusal(cfg, device);
     lay->upd_inline = lay->device_is_host && O == TIER_HOST && !lay->upd_bwd;
+    lay->upd_assist = lay->device_is_host && O == TIER_NVME && !lay->upd_bwd && lay->ranks == 1;
     lay->o32_parts = G == TIER_NVME ? 4 : 3; // --grads nvme: g first in each chunk, read with its states
     // the longest use order: a step's (vertical: one pass) or an evaluation's forwards
     int reps = lay->vertical ? 1 : cfg->accum > 0 ? cfg->accum : 1, eval = cfg->eval_batches > 0 ? cfg->eval_batches : 1;

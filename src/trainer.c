@@ -79,6 +79,9 @@ int trainer_init(trainer_t **out, const config_t *cfg, char *err, size_t errlen)
         goto fail;
     }
     if ((rc = tier_init(&tr->tier, cfg, &tr->model, &tr->be, &tr->lay, err, errlen)) != 0) goto fail;
+    // the CPU backend's NVMe update beside the forward: its AdamW on this thread's cores (the
+    // update worker on a core of its own took it from one of the forward's threads)
+    if (tr->lay.upd_assist) sched_assist_owner(tier_sched(tr->tier));
     if ((rc = step_init(&tr->step, cfg, &tr->model, &tr->be, tr->tier, err, errlen)) != 0) goto fail;
     tr->step_inited = 1;
     if (tr->step.ranks > 1) {

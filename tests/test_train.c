@@ -179,6 +179,9 @@ START_TEST(summary_has_fields) {
     char *none = json_field(r.log, "summary", "nvme_read_GBps");
     ck_assert_msg(none && atof(none) == 0, "no NVMe, yet a read rate %s", none);
     free(none);
+    char *no_assist = json_field(r.log, "summary", "assists"); // the update on the device: no assists
+    ck_assert_msg(no_assist && atoi(no_assist) == 0, "assists %s", no_assist);
+    free(no_assist);
     run_free(&r);
     // with the optimizer on NVMe: the engine's achieved rates (bytes over busy time) are there
     char *dir = tu_tmpdir("fields-nvme");
@@ -191,6 +194,14 @@ START_TEST(summary_has_fields) {
     ck_assert_msg(strstr(n.out, "achieved ") && strstr(n.out, " GB/s reading, "), "%s", n.out);
     free(rd);
     free(wr);
+    // the CPU backend's NVMe update: each step's AdamW of every chunk (tiny: 5 shards of one
+    // chunk each) went through sched_assist, on the compute thread's cores or (its wait run
+    // out) the update worker's, and the tier report says so
+    char *as = json_field(n.log, "summary", "assists"), *self = json_field(n.log, "summary", "assists_self");
+    ck_assert_msg(as && self && atoi(as) + atoi(self) == 3 * 5, "assists %s + %s", as, self);
+    ck_assert_msg(strstr(n.out, "its AdamW on the compute thread's cores for ") != NULL, "%s", n.out);
+    free(as);
+    free(self);
     run_free(&n);
     rmdir(dir);
     free(dir);
