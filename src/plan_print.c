@@ -78,7 +78,7 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
                                  : p->lay.upd_inline ? "after the backward, on every core before the next forward (the "
                                                        "CPU backend: beside it, it would take a core from it)"
                                  : p->lay.upd_assist ? "after the backward, beside the next forward, its AdamW on the compute "
-                                                       "thread's cores as it acquires each shard (--update)"
+                                                       "thread's cores between the forward's products (--update)"
                                                      : "after the backward, beside the next forward (--update)");
     if (cfg->optim_tier != TIER_DEVICE && p->nvme_handed_bytes)
         fprintf(f, "; it hands that forward %s of new parameters as it writes them to NVMe, not read back (where "

@@ -62,8 +62,10 @@ void report_tiers(FILE *out, const config_t *cfg, const trainer_info_t *info, co
         fprintf(out, ", of which %.1f ms the update worker waited for its states' NVMe transfers", ts->opt_nvme_wait_ms);
     const uint64_t pieces = info->sched.assists + info->sched.assists_self;
     if (pieces) // the CPU backend's NVMe update (sched_assist)
-        fprintf(out, "; its AdamW on the compute thread's cores for %llu of %llu chunks (%.1f ms)",
-                (unsigned long long)info->sched.assists, (unsigned long long)pieces, info->sched.assist_ms);
+        fprintf(out, "; its AdamW on the compute thread's cores for %llu of %llu chunks (%.1f ms; the worker waited "
+                     "%.1f ms for them to be taken)",
+                (unsigned long long)info->sched.assists, (unsigned long long)pieces, info->sched.assist_ms,
+                info->sched.assist_wait_ms);
     if (info->upd_bwd) fprintf(out, "; compute waited %.1f ms for gradient slots it held", ts->grad_slot_wait_ms);
     fputc('\n', out);
     fprintf(out, "  step     %.1f ms achieved, floor %.1f ms (bound by %s; rates: %s): efficiency %.2f\n", step_ms,

@@ -66,12 +66,13 @@ struct sched {
     pthread_cond_t acv;  // a posted piece ended or was taken (the job waits on it, timed)
     pthread_t aowner;
     int aowner_set;
-    int aposted;         // a piece waits for the owner
+    int aposted;         // a piece waits for the owner (atomic: sched_assist_poll reads it unlocked)
     int arunning;        // the owner runs it
     sched_assist_fn afn;
     void *aarg;
     uint64_t assists, assists_self; // pieces the owner ran; pieces the job ran itself after posting
     double assist_ms;               // the owner's time in them
+    double assist_wait_ms;          // the job's time from posting a piece to its taking (or its wait's end)
 };
 
 // ---------------------------------------------------------------- Belady's rule
@@ -125,21 +126,22 @@ static void *fetch_main(void *arg) {
 }
 
 // ---------------------------------------------------------------- assists
-// In a wait of the calling thread's, holding `outer` (the fetch or the update lock): when it
-// is the owner and a piece is posted, runs it with `outer` released, adds its time to *ms
-// (when not NULL) and returns 1 (the caller looks at its state again); else 0.
+// In a wait of the calling thread's, holding `outer` (the fetch or the update lock; NULL:
+// none, sched_assist_poll): when it is the owner and a piece is posted, runs it with `outer`
+// released, adds its time to *ms (when not NULL) and returns 1 (the caller looks at its state
+// again); else 0.
 static int assist_here(sched_t *s, pthread_mutex_t *outer, double *ms) {
     pthread_mutex_lock(&s->amu);
-    if (!s->aposted || !s->aowner_set || !pthread_equal(s->aowner, pthread_self())) {
+    if (!__atomic_load_n(&s->aposted, __ATOMIC_RELAXED) || !s->aowner_set || !pthread_equal(s->aowner, pthread_self())) {
         pthread_mutex_unlock(&s->amu);
         return 0;
     }
-    s->aposted = 0;
+    __atomic_store_n(&s->aposted, 0, __ATOMIC_RELAXED);
     s->arunning = 1;
     sched_assist_fn fn = s->afn;
     void *arg = s->aarg;
     pthread_mutex_unlock(&s->amu);
-    pthread_mutex_unlock(outer);
+    if (outer) pthread_mutex_unlock(outer);
     double t0 = now_ms();
     fn(arg);
     pthread_mutex_lock(&s->amu);
@@ -150,7 +152,7 @@ static int assist_here(sched_t *s, pthread_mutex_t *outer, double *ms) {
     s->assist_ms += t;
     pthread_cond_broadcast(&s->acv);
     pthread_mutex_unlock(&s->amu);
-    pthread_mutex_lock(outer);
+    if (outer) pthread_mutex_lock(outer);
     return 1;
 }
 
@@ -445,6 +447,7 @@ void sched_stats(const sched_t *s, sched_stats_t *out) {
     out->assists = s->assists;
     out->assists_self = s->assists_self;
     out->assist_ms = s->assist_ms;
+    out->assist_wait_ms = s->assist_wait_ms;
     pthread_mutex_unlock((pthread_mutex_t *)&s->amu);
 }
 
@@ -532,6 +535,11 @@ int sched_update_wait(sched_t *s, char *err, size_t errlen) {
 
 // ---------------------------------------------------------------- assists
 
+int sched_assist_poll(sched_t *s) {
+    if (!__atomic_load_n(&s->aposted, __ATOMIC_ACQUIRE)) return 0; // nothing posted: no lock taken
+    return assist_here(s, NULL, NULL);
+}
+
 void sched_assist_owner(sched_t *s) {
     pthread_mutex_lock(&s->amu);
     s->aowner = pthread_self();
@@ -548,7 +556,7 @@ int sched_assist(sched_t *s, sched_assist_fn fn, void *arg) {
     }
     s->afn = fn;
     s->aarg = arg;
-    s->aposted = 1;
+    __atomic_store_n(&s->aposted, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&s->amu);
     // wake the owner wherever it waits (it looks at aposted under the lock it waits with)
     pthread_mutex_lock(&s->mu);
@@ -557,16 +565,18 @@ int sched_assist(sched_t *s, sched_assist_fn fn, void *arg) {
     pthread_mutex_lock(&s->umu);
     pthread_cond_broadcast(&s->ucv);
     pthread_mutex_unlock(&s->umu);
+    const double t0 = now_ms();
     struct timespec until;
     int rc = clock_gettime(CLOCK_MONOTONIC, &until); // (fails only on a bad clock id: then no wait)
     until.tv_nsec += (long)SCHED_ASSIST_WAIT_MS * 1000000L;
     until.tv_sec += until.tv_nsec / 1000000000L;
     until.tv_nsec %= 1000000000L;
     pthread_mutex_lock(&s->amu);
-    while (s->aposted && rc == 0) rc = pthread_cond_timedwait(&s->acv, &s->amu, &until); // ETIMEDOUT ends it
-    const int mine = s->aposted; // not taken in time: the owner is busy elsewhere
+    while (__atomic_load_n(&s->aposted, __ATOMIC_RELAXED) && rc == 0) rc = pthread_cond_timedwait(&s->acv, &s->amu, &until); // ETIMEDOUT ends it
+    s->assist_wait_ms += now_ms() - t0;
+    const int mine = __atomic_load_n(&s->aposted, __ATOMIC_RELAXED); // not taken in time: the owner is busy elsewhere
     if (mine) {
-        s->aposted = 0;
+        __atomic_store_n(&s->aposted, 0, __ATOMIC_RELAXED);
         s->assists_self++;
     }
     while (s->arunning) pthread_cond_wait(&s->acv, &s->amu);

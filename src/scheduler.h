@@ -66,6 +66,7 @@ typedef struct {
     uint64_t assists;       // pieces of the update job the owner ran in its waits (sched_assist)
     uint64_t assists_self;  // pieces the job ran itself, the owner busy elsewhere past the wait
     double assist_ms;       // the owner's time in assists
+    double assist_wait_ms;  // the job's time waiting for its pieces to be taken
 } sched_stats_t;
 
 // nslots device buffers (each large enough for any shard; 0: no fetches, no fetch worker);
@@ -153,6 +154,12 @@ typedef void (*sched_assist_fn)(void *arg);
 // sched_update_wait(_shard), sched_update_run, sched_invalidate and sched_free, and each
 // sched_acquire as it starts, run a piece the job posted. Call before the first job starts.
 void sched_assist_owner(sched_t *s);
+
+// From the owner between its ops (the forward's linear layers): runs a posted piece now, and
+// returns 1; else 0 at the cost of one atomic load. The owner's acquires and waits come once
+// a block at most; at a large block (a 7b-wide layer) that left the job waiting for most of
+// its bounded wait a chunk, and the disk idle meanwhile.
+int sched_assist_poll(sched_t *s);
 
 // On the update job: fn(arg), run by the owner (the job waits for it to end), or here when
 // there is no owner, the owner is the caller, or it has not taken the piece within

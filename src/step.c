@@ -87,9 +87,17 @@ static void block_weights_release(step_t *st, const wts_t *W) {
     else weights_release(st, W->shard);
 }
 
+// Before a forward product (a linear layer's, a head quantum's): the update's AdamW of a chunk
+// posted meanwhile (lay.upd_assist), on every core, so that the update keeps pace with the
+// forward without taking a core from it.
+static void assist_poll(const step_t *st) {
+    if (st->assist) sched_assist_poll(st->assist);
+}
+
 // out (N, OC) = inp · tensor t of W ᵀ, and dinp (+)= dout · tensor t: on whichever form W has
 static void mm_forward(const step_t *st, const wts_t *W, int t, float *out, const float *inp, int N, int IC, int OC,
                        int round) {
+    assist_poll(st);
     const size_t o = st->m->shards[W->shard].tensors[t].offset;
     if (W->b16) st->be->ops->matmul_forward_w16(out, inp, W->b16 + o, st->wbuf + o, N, IC, OC, round);
     else st->be->ops->matmul_forward(out, inp, W->f32 + o, N, IC, OC, round);
@@ -201,6 +209,7 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
         snprintf(err, errlen, "out of memory for the step's tables");
         return -ENOMEM;
     }
+    st->assist = lay->upd_assist ? tier_sched(tier) : NULL;
     st->kept = lay->spec[TB_KEPT].count / lay->nmb;
     st->kept_bf16 = cfg->kept_bf16;
     if (st->kept) {
@@ -510,6 +519,7 @@ static float *head_logits(step_t *st, int mb, int q, const float *W, int v0k, in
     *Vq = model_quantum_cols(m, q);
     head_xf(st, mb);
     if (*logits_tag(st, q) == mb * st->nq + q) return lg;
+    assist_poll(st);
     st->be->ops->matmul_forward(lg, st->a.xf, W + (size_t)(q * CE_QUANTUM - v0k) * m->C, st->N, m->C, *Vq, st->bf16);
     *logits_tag(st, q) = mb * st->nq + q;
     return lg;

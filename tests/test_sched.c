@@ -5,6 +5,7 @@
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -306,6 +307,43 @@ START_TEST(assists_run_in_the_owners_waits) {
 }
 END_TEST
 
+// The owner between its ops (no wait): sched_assist_poll runs the posted piece, and is a
+// no-op when nothing is posted.
+typedef struct {
+    assist_t *a;
+    atomic_int posting; // the job is about to post its piece
+} poll_job_t;
+
+static int posting_job(void *ctx, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    poll_job_t *p = ctx;
+    piece_t pc = {p->a, 0};
+    atomic_store(&p->posting, 1);
+    p->a->taken[0] = sched_assist(p->a->s, piece, &pc);
+    sched_update_publish(p->a->s, 0);
+    return 0;
+}
+
+START_TEST(assists_run_in_the_owners_polls) {
+    sched_t *s = NULL;
+    char err[256] = "";
+    ck_assert_int_eq(sched_init(&s, 1, 0, NULL, 0, 8, fake_fetch, NULL, err, sizeof err), 0);
+    assist_t a = {.s = s, .n = 1, .owner = pthread_self()};
+    poll_job_t p = {.a = &a};
+    sched_assist_owner(s);
+    ck_assert_int_eq(sched_assist_poll(s), 0); // nothing posted
+    sched_update_start(s, posting_job, &p);
+    while (!atomic_load(&p.posting)) sched_yield();
+    int polled = 0; // until the owner's poll runs it (or, the owner late past the wait, the job does)
+    while (!polled && !atomic_load(&a.ran[0])) polled = sched_assist_poll(s);
+    ck_assert_int_eq(sched_update_wait(s, err, sizeof err), 0);
+    ck_assert_int_eq(atomic_load(&a.ran[0]), 1);
+    ck_assert_msg(polled && a.on_owner[0] && a.taken[0] == 1, "the piece ran on the %s", a.on_owner[0] ? "owner" : "job");
+    ck_assert_int_eq(sched_assist_poll(s), 0);
+    sched_free(s);
+}
+END_TEST
+
 // An owner busy elsewhere past SCHED_ASSIST_WAIT_MS: the job runs the piece itself (once).
 // No owner, or the owner running the job itself (sched_update_run): the piece runs at once,
 // on the job's thread.
@@ -352,6 +390,7 @@ int main(void) {
     tcase_add_test(faults, failed_fetch_fails_its_acquire);
     tcase_add_test(faults, update_runs_here);
     tcase_add_test(faults, assists_run_in_the_owners_waits);
+    tcase_add_test(faults, assists_run_in_the_owners_polls);
     tcase_add_test(faults, assists_fall_back_to_the_job);
     suite_add_tcase(s, faults);
     SRunner *sr = srunner_create(s);
