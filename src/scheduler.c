@@ -73,6 +73,7 @@ struct sched {
     uint64_t assists, assists_self; // pieces the owner ran; pieces the job ran itself after posting
     double assist_ms;               // the owner's time in them
     double assist_wait_ms;          // the job's time from posting a piece to its taking (or its wait's end)
+    double ataken_at;               // when the owner took the last piece (now_ms)
 };
 
 // ---------------------------------------------------------------- Belady's rule
@@ -138,6 +139,7 @@ static int assist_here(sched_t *s, pthread_mutex_t *outer, double *ms) {
     }
     __atomic_store_n(&s->aposted, 0, __ATOMIC_RELAXED);
     s->arunning = 1;
+    s->ataken_at = now_ms();
     sched_assist_fn fn = s->afn;
     void *arg = s->aarg;
     pthread_mutex_unlock(&s->amu);
@@ -554,6 +556,7 @@ int sched_assist(sched_t *s, sched_assist_fn fn, void *arg) {
         fn(arg);
         return 0;
     }
+    const double t0 = now_ms();
     s->afn = fn;
     s->aarg = arg;
     __atomic_store_n(&s->aposted, 1, __ATOMIC_RELEASE);
@@ -565,7 +568,6 @@ int sched_assist(sched_t *s, sched_assist_fn fn, void *arg) {
     pthread_mutex_lock(&s->umu);
     pthread_cond_broadcast(&s->ucv);
     pthread_mutex_unlock(&s->umu);
-    const double t0 = now_ms();
     struct timespec until;
     int rc = clock_gettime(CLOCK_MONOTONIC, &until); // (fails only on a bad clock id: then no wait)
     until.tv_nsec += (long)SCHED_ASSIST_WAIT_MS * 1000000L;
@@ -573,8 +575,8 @@ int sched_assist(sched_t *s, sched_assist_fn fn, void *arg) {
     until.tv_nsec %= 1000000000L;
     pthread_mutex_lock(&s->amu);
     while (__atomic_load_n(&s->aposted, __ATOMIC_RELAXED) && rc == 0) rc = pthread_cond_timedwait(&s->acv, &s->amu, &until); // ETIMEDOUT ends it
-    s->assist_wait_ms += now_ms() - t0;
     const int mine = __atomic_load_n(&s->aposted, __ATOMIC_RELAXED); // not taken in time: the owner is busy elsewhere
+    s->assist_wait_ms += (mine ? now_ms() : s->ataken_at) - t0; // (the owner wakes this wait only as it ends)
     if (mine) {
         __atomic_store_n(&s->aposted, 0, __ATOMIC_RELAXED);
         s->assists_self++;
