@@ -79,7 +79,7 @@ static int shard_done(tier_t *tier, int s, void *pc, int publish, char *err, siz
 // Chunk c of shard s, the update's k-th (in its --optimizer-cache entry when k < ncache, else
 // in staging buffer b or its host home), once its reads have landed: AdamW into pc, writing
 // zeros over the gradients as it reads them where they are their home (hp->consume), on the
-// compute thread's cores where it takes the piece (the CPU backend: tier_assist_owner), else here.
+// compute thread's cores where it takes the piece (lay.upd_assist: sched_assist), else here.
 static int update_chunk(tier_t *tier, const model_t *md, const config_t *cfg, tier_xfer_t *rd, int s, int c, int k,
                         int b, int ncache, void *pc, adamw_params_t *hp, char *err, size_t errlen) {
     const tier_layout_t *lay = tier_layout_of(tier);

@@ -61,7 +61,7 @@ typedef struct {
     double *mb_loss;          // (--accum) each micro-batch's mean loss, for the ranks' sum in order
     float *losses_host;       // (N) per-row losses read back
     int *uses;                // (max_uses) the current phase's use order
-    sched_t *assist;          // the scheduler whose posted update pieces the forward's linear layers run
+    sched_t *assist;          // the scheduler whose posted update pieces the forward's products run
                               // first (lay.upd_assist: sched_assist_poll), or NULL
     char fault[512];          // the first failure of the phase (a fetch, a visit): its numbers are void
 } step_t;
