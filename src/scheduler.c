@@ -133,7 +133,8 @@ static void *fetch_main(void *arg) {
 // again); else 0.
 static int assist_here(sched_t *s, pthread_mutex_t *outer, double *ms) {
     pthread_mutex_lock(&s->amu);
-    if (!__atomic_load_n(&s->aposted, __ATOMIC_RELAXED) || !s->aowner_set || !pthread_equal(s->aowner, pthread_self())) {
+    const int owner = s->aowner_set && pthread_equal(s->aowner, pthread_self());
+    if (!owner || !__atomic_load_n(&s->aposted, __ATOMIC_RELAXED)) {
         pthread_mutex_unlock(&s->amu);
         return 0;
     }
@@ -156,6 +157,12 @@ static int assist_here(sched_t *s, pthread_mutex_t *outer, double *ms) {
     pthread_mutex_unlock(&s->amu);
     if (outer) pthread_mutex_lock(outer);
     return 1;
+}
+
+// One wait on cv (its lock mu held) in a loop that looks at its state again after: a posted
+// piece instead, when the caller is the owner (its time added to *ms when not NULL).
+static void wait_or_assist(sched_t *s, pthread_cond_t *cv, pthread_mutex_t *mu, double *ms) {
+    if (!assist_here(s, mu, ms)) pthread_cond_wait(cv, mu);
 }
 
 // A job's end (under umu): its error kept, or every shard final; waiters woken.
@@ -212,25 +219,20 @@ int sched_init(sched_t **out, int nshards, int nslots, void *const *slots, int p
     if (!s->slots || !s->held || !s->where || !s->queue || !s->uses) goto oom;
     for (int i = 0; i < nslots; i++) { s->slots[i].buf = slots[i]; s->slots[i].shard = -1; }
     for (int i = 0; i < nshards; i++) s->where[i] = -1;
+    pthread_condattr_t ca; // first (the one that can fail): the job's bounded wait, on the monotonic clock
+    if ((rc = pthread_condattr_init(&ca)) == 0) {
+        if ((rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC)) == 0) rc = pthread_cond_init(&s->acv, &ca);
+        pthread_condattr_destroy(&ca);
+    }
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot set up the update's assists: %s", strerror(rc));
+        goto fail;
+    }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->changed, NULL);
     pthread_mutex_init(&s->umu, NULL);
     pthread_cond_init(&s->ucv, NULL);
     pthread_mutex_init(&s->amu, NULL);
-    pthread_condattr_t ca; // the job's wait for its piece is bounded: on the monotonic clock
-    if ((rc = pthread_condattr_init(&ca)) == 0) {
-        if ((rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC)) == 0) rc = pthread_cond_init(&s->acv, &ca);
-        pthread_condattr_destroy(&ca);
-    }
-    if (rc != 0) { // nothing to destroy but what was made above
-        pthread_cond_destroy(&s->changed);
-        pthread_cond_destroy(&s->ucv);
-        pthread_mutex_destroy(&s->mu);
-        pthread_mutex_destroy(&s->umu);
-        pthread_mutex_destroy(&s->amu);
-        snprintf(err, errlen, "cannot set up the update's assists: %s", strerror(rc));
-        goto fail;
-    }
     s->sync_inited = 1;
     if (nslots > 0) {
         if ((rc = pthread_create(&s->worker, NULL, fetch_main, s)) != 0) {
@@ -258,8 +260,7 @@ void sched_free(sched_t *s) {
     if (!s) return;
     if (s->updater_started) { // after the job in flight, if any
         pthread_mutex_lock(&s->umu);
-        while (s->ubusy)
-            if (!assist_here(s, &s->umu, NULL)) pthread_cond_wait(&s->ucv, &s->umu);
+        while (s->ubusy) wait_or_assist(s, &s->ucv, &s->umu, NULL);
         s->ustop = 1;
         pthread_cond_broadcast(&s->ucv);
         pthread_mutex_unlock(&s->umu);
@@ -360,7 +361,7 @@ const void *sched_acquire(sched_t *s, int shard, int *slot_out, char *err, size_
     while (s->where[shard] < 0) {
         int free_slot = pick_slot(s, pos, pos + 1, 1);
         if (free_slot >= 0) enqueue_fetch(s, free_slot, shard, pos);
-        else if (!assist_here(s, &s->mu, &helped)) pthread_cond_wait(&s->changed, &s->mu);
+        else wait_or_assist(s, &s->changed, &s->mu, &helped);
     }
     int slot = s->where[shard];
     slot_t *sl = &s->slots[slot];
@@ -369,7 +370,7 @@ const void *sched_acquire(sched_t *s, int shard, int *slot_out, char *err, size_
     if (sl->state != SLOT_READY && sl->state != SLOT_FAILED) {
         double t0 = now_ms(), h0 = helped;
         while (sl->state != SLOT_READY && sl->state != SLOT_FAILED)
-            if (!assist_here(s, &s->mu, &helped)) pthread_cond_wait(&s->changed, &s->mu);
+            wait_or_assist(s, &s->changed, &s->mu, &helped);
         s->stats.wait_ms += now_ms() - t0 - (helped - h0);
     }
     const void *buf = NULL;
@@ -400,8 +401,7 @@ void sched_invalidate(sched_t *s) {
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < s->nslots; i++) {
         slot_t *sl = &s->slots[i];
-        while (sl->state == SLOT_QUEUED || sl->state == SLOT_FETCHING)
-            if (!assist_here(s, &s->mu, NULL)) pthread_cond_wait(&s->changed, &s->mu);
+        while (sl->state == SLOT_QUEUED || sl->state == SLOT_FETCHING) wait_or_assist(s, &s->changed, &s->mu, NULL);
         if (sl->shard >= 0) s->where[sl->shard] = -1;
         sl->shard = -1;
         sl->state = SLOT_EMPTY;
@@ -484,8 +484,7 @@ void sched_update_start_beside(sched_t *s, sched_update_fn fn, void *ctx) { upda
 
 int sched_update_run(sched_t *s, sched_update_fn fn, void *ctx, char *err, size_t errlen) {
     pthread_mutex_lock(&s->umu);
-    while (s->ubusy) // a job in flight ends first
-        if (!assist_here(s, &s->umu, NULL)) pthread_cond_wait(&s->ucv, &s->umu);
+    while (s->ubusy) wait_or_assist(s, &s->ucv, &s->umu, NULL); // a job in flight ends first
     int rc = s->urc;
     if (rc == 0) {
         s->udone = 0; // as update_start: a fetch of a shard not yet published waits for it
@@ -517,8 +516,7 @@ void sched_update_publish(sched_t *s, int shard) {
 
 int sched_update_wait_shard(sched_t *s, int shard, char *err, size_t errlen) {
     pthread_mutex_lock(&s->umu);
-    while (s->ubusy && s->udone <= shard && s->urc == 0)
-        if (!assist_here(s, &s->umu, NULL)) pthread_cond_wait(&s->ucv, &s->umu);
+    while (s->ubusy && s->udone <= shard && s->urc == 0) wait_or_assist(s, &s->ucv, &s->umu, NULL);
     int rc = s->udone > shard ? 0 : s->urc;
     if (rc != 0 && err) snprintf(err, errlen, "%s", s->uerr);
     pthread_mutex_unlock(&s->umu);
@@ -527,8 +525,7 @@ int sched_update_wait_shard(sched_t *s, int shard, char *err, size_t errlen) {
 
 int sched_update_wait(sched_t *s, char *err, size_t errlen) {
     pthread_mutex_lock(&s->umu);
-    while (s->ubusy)
-        if (!assist_here(s, &s->umu, NULL)) pthread_cond_wait(&s->ucv, &s->umu);
+    while (s->ubusy) wait_or_assist(s, &s->ucv, &s->umu, NULL);
     int rc = s->urc;
     if (rc != 0 && err) snprintf(err, errlen, "%s", s->uerr);
     pthread_mutex_unlock(&s->umu);
@@ -574,8 +571,9 @@ int sched_assist(sched_t *s, sched_assist_fn fn, void *arg) {
     until.tv_sec += until.tv_nsec / 1000000000L;
     until.tv_nsec %= 1000000000L;
     pthread_mutex_lock(&s->amu);
-    while (__atomic_load_n(&s->aposted, __ATOMIC_RELAXED) && rc == 0) rc = pthread_cond_timedwait(&s->acv, &s->amu, &until); // ETIMEDOUT ends it
-    const int mine = __atomic_load_n(&s->aposted, __ATOMIC_RELAXED); // not taken in time: the owner is busy elsewhere
+    while (__atomic_load_n(&s->aposted, __ATOMIC_RELAXED) && rc == 0) // ETIMEDOUT ends it
+        rc = pthread_cond_timedwait(&s->acv, &s->amu, &until);
+    const int mine = __atomic_load_n(&s->aposted, __ATOMIC_RELAXED); // not taken in time: the owner is elsewhere
     s->assist_wait_ms += (mine ? now_ms() : s->ataken_at) - t0; // (the owner wakes this wait only as it ends)
     if (mine) {
         __atomic_store_n(&s->aposted, 0, __ATOMIC_RELAXED);

@@ -263,6 +263,14 @@ static int assist_job(void *ctx, char *err, size_t errlen) {
     return 0;
 }
 
+// The scheduler's counts of pieces the owner ran and the job ran itself.
+static void assert_assists(sched_t *s, int owner, int self) {
+    sched_stats_t st;
+    sched_stats(s, &st);
+    ck_assert_int_eq((int)st.assists, owner);
+    ck_assert_int_eq((int)st.assists_self, self);
+}
+
 // The fetch of a shard waits for its publish, as the tier's does (on the fetch worker, which
 // never runs a piece).
 static int gated_fetch(void *ctx, int shard, int pos, int slot, void *dst, char *err, size_t errlen) {
@@ -299,10 +307,7 @@ START_TEST(assists_run_in_the_owners_waits) {
         ck_assert_int_eq(atomic_load(&a.ran[k]), 1);
         ck_assert_msg(a.on_owner[k] && a.taken[k] == 1, "piece %d ran on the %s", k, a.on_owner[k] ? "owner" : "job");
     }
-    sched_stats_t st;
-    sched_stats(s, &st);
-    ck_assert_int_eq((int)st.assists, 8);
-    ck_assert_int_eq((int)st.assists_self, 0);
+    assert_assists(s, 8, 0);
     sched_free(s);
 }
 END_TEST
@@ -338,7 +343,8 @@ START_TEST(assists_run_in_the_owners_polls) {
     while (!polled && !atomic_load(&a.ran[0])) polled = sched_assist_poll(s);
     ck_assert_int_eq(sched_update_wait(s, err, sizeof err), 0);
     ck_assert_int_eq(atomic_load(&a.ran[0]), 1);
-    ck_assert_msg(polled && a.on_owner[0] && a.taken[0] == 1, "the piece ran on the %s", a.on_owner[0] ? "owner" : "job");
+    ck_assert_msg(polled && a.on_owner[0] && a.taken[0] == 1, "the piece ran on the %s",
+                  a.on_owner[0] ? "owner" : "job");
     ck_assert_int_eq(sched_assist_poll(s), 0);
     sched_free(s);
 }
@@ -362,16 +368,15 @@ START_TEST(assists_fall_back_to_the_job) {
         ck_assert(a.on_owner[k]); // the last run was here
     }
     assist_t b = {.s = s, .n = 1, .owner = pthread_self()};
-    sched_update_start(s, assist_job, &b);
-    struct timespec ts = {0, (SCHED_ASSIST_WAIT_MS * 4) * 1000000L}; // busy: in no wait of the scheduler's
+    poll_job_t p = {.a = &b};
+    sched_update_start(s, posting_job, &p);
+    while (!atomic_load(&p.posting)) sched_yield(); // posted (or about to be): then busy, in no wait
+    struct timespec ts = {0, (SCHED_ASSIST_WAIT_MS * 4) * 1000000L};
     nanosleep(&ts, NULL);
     ck_assert_int_eq(sched_update_wait(s, err, sizeof err), 0);
     ck_assert_int_eq(atomic_load(&b.ran[0]), 1);
     ck_assert_msg(!b.on_owner[0] && b.taken[0] == 0, "the piece waited for an owner that was not waiting");
-    sched_stats_t st;
-    sched_stats(s, &st);
-    ck_assert_int_eq((int)st.assists, 0);
-    ck_assert_int_eq((int)st.assists_self, 1);
+    assert_assists(s, 0, 1);
     sched_free(s);
 }
 END_TEST
