@@ -200,6 +200,9 @@ START_TEST(summary_has_fields) {
     char *as = json_field(n.log, "summary", "assists"), *self = json_field(n.log, "summary", "assists_self");
     ck_assert_msg(as && self && atoi(as) + atoi(self) == 3 * 5, "assists %s + %s", as, self);
     ck_assert_msg(strstr(n.out, "its AdamW on the compute thread's cores for ") != NULL, "%s", n.out);
+    char *aw = json_field(n.log, "summary", "assist_wait_ms");
+    ck_assert_msg(aw && atof(aw) >= 0, "assist_wait_ms %s", aw);
+    free(aw);
     free(as);
     free(self);
     run_free(&n);
