@@ -21,7 +21,8 @@
 // Determinism: every output element is written by exactly one task, and what it adds and in
 // which order is fixed by the block constants, never by the thread count (mm_tile adds its
 // products in k order; tile sums run in row order). D is parked in element 0 of each dq row
-// between the passes (dq is an "=" output written last), so backward needs no scratch.
+// between the split passes (dq is an "=" output written last), so backward needs no scratch;
+// the one-pass backward forms each query block's D itself, from the tiles it transposes.
 // Vector code: GCC vector extensions. The kernels (mm_tile, the forward's softmax step, the
 // backward's P and dS) exist twice: on 8 floats and on 16 floats (compiled for AVX-512F,
 // which a task calls instead when the CPU has it). The tasks, and the 8-lane softmax and
@@ -601,17 +602,19 @@ static void dq_task(float *dq, const float *dout, const float *q, const float *k
 // and each dk/dv block its (head, query block) products in dkdv_task's order. Tiles hold keys
 // as rows, as dq_task's do (S = k·qᵀ reads k in place; the query block is transposed once per
 // block); dk and dv read them as they lie, dq transposed. The products, their operands'
-// values and their order are those of the split passes, so the bits are the same: a tile's
-// rows past the block's last query are zero here, as dkdv_task's mask leaves them, and they
-// are added to dk and dv just as there.
+// values and their order are those of the split passes, so the bits are the same: D is
+// formed here as pass 1 forms it (the same products, added in d order), and the rows of a
+// key block past the block's last query, which dkdv_task's mask leaves zero and adds (+0),
+// are left out (the diagonal tiles' dk and dv products, half of them zero rows before).
 TT_CLONES
 static void bwd_task(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-                     const float *v, const float *lse, int b, int g, int T, int NH, int NKV, int HS, int round) {
+                     const float *v, const float *out, const float *lse, int b, int g, int T, int NH, int NKV, int HS,
+                     int round) {
     const int group = NH / NKV;
     const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS, kbo = (size_t)b * T * ks + (size_t)g * HS;
     const float scale = 1.0f / sqrtf((float)HS);
     const float *kb = k + kbo, *vb = v + kbo;
-    float qt[ATT_HS_MAX * ATT_BQ], dot_t[ATT_HS_MAX * ATT_BQ]; // (HS, BQ)
+    float qt[ATT_HS_MAX * ATT_BQ], dot_t[ATT_HS_MAX * ATT_BQ], out_t[ATT_HS_MAX * ATT_BQ]; // (HS, BQ)
     float st[ATT_BK * ATT_BQ], dpt[ATT_BK * ATT_BQ];          // (BK, BQ)
     float L[ATT_BQ], D[ATT_BQ];
     const int wide = tt_wide();
@@ -620,12 +623,18 @@ static void bwd_task(float *dq, float *dk, float *dv, const float *dout, const f
         for (int t0 = 0; t0 < T; t0 += ATT_BQ) {
             const int nq = T - t0 < ATT_BQ ? T - t0 : ATT_BQ;
             const size_t qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
-            for (int i = 0; i < ATT_BQ; i++) {
-                L[i] = i < nq ? lr[t0 + i] : 0.0f;
-                D[i] = i < nq ? dq[qo + (size_t)i * qs] : 0.0f; // D parked in dq[row][0], overwritten below
-            }
+            for (int i = 0; i < ATT_BQ; i++) L[i] = i < nq ? lr[t0 + i] : 0.0f;
             load_t(qt, ATT_BQ, q + qo, qs, nq, HS);
             load_t(dot_t, ATT_BQ, dout + qo, qs, nq, HS);
+            load_t(out_t, ATT_BQ, out + qo, qs, nq, HS);
+            // D = dout·out of each query row: lane i adds its products in d order, as d_rows
+            // does (the rows past nq are zero in both tiles, so their D is 0)
+            for (int iv = 0; iv < ATT_BQ; iv += 8) {
+                v8f sum = splat8(0.0f);
+                for (int d = 0; d < HS; d++)
+                    sum += ld8(dot_t + (size_t)d * ATT_BQ + iv) * ld8(out_t + (size_t)d * ATT_BQ + iv);
+                st8(D + iv, sum);
+            }
             for (int s0 = 0; s0 < t0 + nq; s0 += ATT_BK) {
                 const int nk = t0 + nq - s0 < ATT_BK ? t0 + nq - s0 : ATT_BK; // keys ≤ the block's last query
                 const int nkf = T - s0 < ATT_BK ? T - s0 : ATT_BK;             // the key block's rows
@@ -634,15 +643,21 @@ static void bwd_task(float *dq, float *dk, float *dv, const float *dout, const f
                 grad_cols(wide, st, dpt, nk, L, D, scale);
                 mask_tile(st, s0, nk, t0, 0.0f);
                 mask_tile(dpt, s0, nk, t0, 0.0f);
-                memset(st + (size_t)nk * ATT_BQ, 0, (size_t)(nkf - nk) * ATT_BQ * sizeof(float));
-                memset(dpt + (size_t)nk * ATT_BQ, 0, (size_t)(nkf - nk) * ATT_BQ * sizeof(float));
-                // dq (nq, HS) (+)= dS (nq, nk) · k; dv (nkf, HS) (+)= Pᵀ · dout, dk (+)= dSᵀ · q
+                // dq (nq, HS) (+)= dS (nq, nk) · k; dv (nk, HS) (+)= Pᵀ · dout, dk (+)= dSᵀ · q
                 mm_tile(wide, dq + qo, (int)qs, dpt, 1, ATT_BQ, kb + (size_t)s0 * ks, (int)ks, nq, HS, nk, s0 > 0, NULL);
                 const int first = h == g * group && t0 == s0; // the key block's first product: "="
-                mm_tile(wide, dv + kbo + (size_t)s0 * ks, (int)ks, st, ATT_BQ, 1, dout + qo, (int)qs, nkf, HS, nq,
-                        !first, NULL);
-                mm_tile(wide, dk + kbo + (size_t)s0 * ks, (int)ks, dpt, ATT_BQ, 1, q + qo, (int)qs, nkf, HS, nq,
-                        !first, NULL);
+                float *dvb = dv + kbo + (size_t)s0 * ks, *dkb = dk + kbo + (size_t)s0 * ks;
+                mm_tile(wide, dvb, (int)ks, st, ATT_BQ, 1, dout + qo, (int)qs, nk, HS, nq, !first, NULL);
+                mm_tile(wide, dkb, (int)ks, dpt, ATT_BQ, 1, q + qo, (int)qs, nk, HS, nq, !first, NULL);
+                // the key block's rows past the block's last query: no product of this query
+                // block reaches them (dkdv_task adds its tile's zero rows, +0, to a sum that is
+                // never −0: the same values); on the first visit they start at +0, as a zero
+                // row's product would
+                if (first)
+                    for (int r = nk; r < nkf; r++) {
+                        memset(dvb + (size_t)r * ks, 0, (size_t)HS * sizeof(float));
+                        memset(dkb + (size_t)r * ks, 0, (size_t)HS * sizeof(float));
+                    }
             }
             if (round) round_rows(dq + qo, qs, nq, HS); // the block's dq is complete
         }
@@ -675,16 +690,21 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
                         int B, int T, int NH, int NKV, int HS, int round) {
     if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0) return;
 
+    // the one pass (below) when there are enough kv heads to share out evenly
+    const int fused = HS <= ATT_HS_MAX && (long)B * NKV >= (long)ATT_FUSED_TASKS * omp_get_max_threads();
+
     // ---- pass 1: D = dout·out per query row (in order over d), parked in dq[row][0]
-    //      eight rows at a time (d_rows), the last few one by one
-    const long nr = (long)B * T * NH;
-    #pragma omp parallel for schedule(static)
-    for (long r0 = 0; r0 < nr; r0 += 8) {
-        if (nr - r0 >= 8) {
-            d_rows(dq + (size_t)r0 * HS, dout + (size_t)r0 * HS, out + (size_t)r0 * HS, HS);
-            continue;
+    //      eight rows at a time (d_rows), the last few one by one (the one pass takes its own)
+    const long nr = fused ? 0 : (long)B * T * NH;
+    if (nr > 0) {
+        #pragma omp parallel for schedule(static)
+        for (long r0 = 0; r0 < nr; r0 += 8) {
+            if (nr - r0 >= 8) {
+                d_rows(dq + (size_t)r0 * HS, dout + (size_t)r0 * HS, out + (size_t)r0 * HS, HS);
+                continue;
+            }
+            for (long r = r0; r < nr; r++) dq[(size_t)r * HS] = dot_seq(dout + (size_t)r * HS, out + (size_t)r * HS, HS);
         }
-        for (long r = r0; r < nr; r++) dq[(size_t)r * HS] = dot_seq(dout + (size_t)r * HS, out + (size_t)r * HS, HS);
     }
 
     if (HS > ATT_HS_MAX) {
@@ -699,10 +719,10 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
     //      batch rows, whose rows of dq, dk and dv lie apart (the group beside the one a thread
     //      writes, in the same rows, is where its prefetches land: batch rows innermost made
     //      the backward 1.3× slower on two cores, measured on a Xeon)
-    if ((long)B * NKV >= (long)ATT_FUSED_TASKS * omp_get_max_threads()) {
+    if (fused) {
         #pragma omp parallel for collapse(2) schedule(dynamic, 1)
         for (int g = 0; g < NKV; g++)
-            for (int b = 0; b < B; b++) bwd_task(dq, dk, dv, dout, q, k, v, lse, b, g, T, NH, NKV, HS, round);
+            for (int b = 0; b < B; b++) bwd_task(dq, dk, dv, dout, q, k, v, out, lse, b, g, T, NH, NKV, HS, round);
         return;
     }
 
