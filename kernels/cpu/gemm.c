@@ -18,7 +18,11 @@
 // last micro-panel, which the kernels cannot read in place. Measured against alternatives (2
 // threads): reading B in place lost 9–40% a shape in bench train small (its rows are ldb
 // floats apart: L1, L2 and TLB misses); KC 128, 256 and 768 and COL_M 1024 were slower than
-// 512 and 384 on cold operands.
+// 512 and 384 on cold operands. MC_MAX 96 rather than 192: twice the row blocks for the
+// dynamic schedule to even out a thread that falls behind (the other spins at the barrier
+// that ends each block of B); bench train small's GEMMs took 2.9 ms (1.5%) less a step,
+// over 36 alternated pairs of runs (±1.0 ms standard error); bench gemm's shapes, each
+// alone on an idle machine, the same to within the noise; 144 and 48 were no better.
 // gemm_fma_shared_b runs up to four products that share B in one gemm_rows, B packed once for
 // all of them (the weight gradients of q, k and v, which share ln1; gate and up, ln2).
 // B comes as FP32 or as BF16 values (gemm_fma_b16: bf16 mode's weights, widened as they are
@@ -39,7 +43,7 @@
 
 #define KC 512     // inner-dimension block: B's micro-panel is KC × 32 floats, 64 KiB, from L1 and L2
 #define NC 1024    // columns of B packed at a time: KC × NC floats, 2 MiB, shared by the threads
-#define MC_MAX 192 // rows of A a thread takes at a time (any split gives the same bits)
+#define MC_MAX 96  // rows of A a thread takes at a time (any split gives the same bits)
 #define MR_MAX 12
 #define PF_B 5     // the kernels prefetch B's micro-panel this many k ahead
 #define PF_A 4     // pack_a prefetches a transposed A this many rows ahead
