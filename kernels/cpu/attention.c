@@ -614,7 +614,7 @@ static void bwd_task(float *dq, float *dk, float *dv, const float *dout, const f
     const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS, kbo = (size_t)b * T * ks + (size_t)g * HS;
     const float scale = 1.0f / sqrtf((float)HS);
     const float *kb = k + kbo, *vb = v + kbo;
-    float qt[ATT_HS_MAX * ATT_BQ], dot_t[ATT_HS_MAX * ATT_BQ], out_t[ATT_HS_MAX * ATT_BQ]; // (HS, BQ)
+    float qt[ATT_HS_MAX * ATT_BQ], dot_t[ATT_HS_MAX * ATT_BQ]; // (HS, BQ); qt holds out's tile first, for D
     float st[ATT_BK * ATT_BQ], dpt[ATT_BK * ATT_BQ];          // (BK, BQ)
     float L[ATT_BQ], D[ATT_BQ];
     const int wide = tt_wide();
@@ -624,17 +624,17 @@ static void bwd_task(float *dq, float *dk, float *dv, const float *dout, const f
             const int nq = T - t0 < ATT_BQ ? T - t0 : ATT_BQ;
             const size_t qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
             for (int i = 0; i < ATT_BQ; i++) L[i] = i < nq ? lr[t0 + i] : 0.0f;
-            load_t(qt, ATT_BQ, q + qo, qs, nq, HS);
             load_t(dot_t, ATT_BQ, dout + qo, qs, nq, HS);
-            load_t(out_t, ATT_BQ, out + qo, qs, nq, HS);
+            load_t(qt, ATT_BQ, out + qo, qs, nq, HS);
             // D = dout·out of each query row: lane i adds its products in d order, as d_rows
             // does (the rows past nq are zero in both tiles, so their D is 0)
             for (int iv = 0; iv < ATT_BQ; iv += 8) {
                 v8f sum = splat8(0.0f);
                 for (int d = 0; d < HS; d++)
-                    sum += ld8(dot_t + (size_t)d * ATT_BQ + iv) * ld8(out_t + (size_t)d * ATT_BQ + iv);
+                    sum += ld8(dot_t + (size_t)d * ATT_BQ + iv) * ld8(qt + (size_t)d * ATT_BQ + iv);
                 st8(D + iv, sum);
             }
+            load_t(qt, ATT_BQ, q + qo, qs, nq, HS);
             for (int s0 = 0; s0 < t0 + nq; s0 += ATT_BK) {
                 const int nk = t0 + nq - s0 < ATT_BK ? t0 + nq - s0 : ATT_BK; // keys ≤ the block's last query
                 const int nkf = T - s0 < ATT_BK ? T - s0 : ATT_BK;             // the key block's rows
