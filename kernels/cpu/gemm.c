@@ -21,8 +21,8 @@
 // 512 and 384 on cold operands. MC_MAX 96 rather than 192: twice the row blocks for the
 // dynamic schedule to even out a thread that falls behind (the other spins at the barrier
 // that ends each block of B); bench train small's GEMMs took 2.9 ms (1.5%) less a step,
-// over 36 alternated pairs of runs (±1.0 ms standard error); bench gemm's shapes, each
-// alone on an idle machine, the same to within the noise; 144 and 48 were no better.
+// over 36 alternated pairs of runs (±1.0 ms standard error); bench gemm's shapes, run one
+// product at a time outside a step, the same to within the noise; 144 and 48 were no better.
 // gemm_fma_shared_b runs up to four products that share B in one gemm_rows, B packed once for
 // all of them (the weight gradients of q, k and v, which share ln1; gate and up, ln2).
 // B comes as FP32 or as BF16 values (gemm_fma_b16: bf16 mode's weights, widened as they are
