@@ -487,10 +487,12 @@ END_TEST
 // The shapes cross the kernels' blocks: K past KC (512, partial sums through memory), N past
 // NC (1024), ragged row and column tiles of both paths (12 × 32, 6 × 16), M below MR, and
 // both drivers (gemm_cols at M ≤ 384 with enough column panels: 3 threads; gemm_rows above,
-// or at 1 thread).
+// or at 1 thread). A transposed B's packing moves 16 × 8 blocks (AVX-512F), 8 × 8 blocks and
+// single elements: 59 columns leave a last panel of 27 (one of each), 45 inner indices 5 past
+// the blocks of 8.
 // Without FMA (kernels_limit_simd(0)) the products run on OpenBLAS: within TOL_MM_OUT.
-static const mm_shape_t MMB_SHAPES[] = {{1, 1, 1},    {13, 600, 1100}, {300, 24, 290},
-                                        {7, 48, 72},  {64, 1030, 40},  {400, 40, 70}};
+static const mm_shape_t MMB_SHAPES[] = {{1, 1, 1},   {13, 600, 1100}, {300, 24, 290}, {7, 48, 72},
+                                        {64, 1030, 40}, {400, 40, 70},  {37, 45, 59}};
 
 // Does this CPU have kernels_limit_simd's level lim (2 AVX-512F, 1 AVX2 with FMA, 0 none)?
 static int simd_have(int lim) {

@@ -205,10 +205,64 @@ TT_FMA static void transpose8(float *restrict dst, size_t ld, bsrc_t B, size_t o
     }
 }
 
+// Two rows of B, r and r + 8 (8 elements each from p, row stride ls), in the halves of one
+// 16-float vector; BF16 values widened (exact).
+TT_WIDE INLINE __m512 ld_rows2_f32(const float *p, size_t ls) {
+    const __m256d lo = _mm256_castps_pd(_mm256_loadu_ps(p)), hi = _mm256_castps_pd(_mm256_loadu_ps(p + 8 * ls));
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(lo), hi, 1));
+}
+TT_WIDE INLINE __m512 ld_rows2_b16(const uint16_t *p, size_t ls) {
+    const __m256i x = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p)),
+                                              _mm_loadu_si128((const __m128i *)(p + 8 * ls)), 1);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));
+}
+
+// dst[k·ld + c] = src[c·ls + k] for the 16 × 8 block (c < 16, k < 8) at element off of B: 16
+// rows of B (FP32, or BF16 widened) become 8 rows of 16 floats. Rows c and c + 8 share a
+// register, so the two 8 × 8 transposes run at once (unpack, shuffle: moves only), and a
+// two-source permute joins the halves, each result one whole 64-byte row of dst.
+#define TT_T16X8(LD, P, ls, dst, ld)                                                                                 \
+    do {                                                                                                             \
+        const __m512i lo_ = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);            \
+        const __m512i hi_ = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);          \
+        __m512 r_[8], t_[8];                                                                                         \
+        for (int i_ = 0; i_ < 8; i_++) r_[i_] = LD((P) + (size_t)i_ * (ls), (ls));                                  \
+        for (int i_ = 0; i_ < 8; i_ += 2) {                                                                          \
+            t_[i_] = _mm512_unpacklo_ps(r_[i_], r_[i_ + 1]);                                                         \
+            t_[i_ + 1] = _mm512_unpackhi_ps(r_[i_], r_[i_ + 1]);                                                     \
+        }                                                                                                            \
+        for (int i_ = 0; i_ < 8; i_ += 4) {                                                                          \
+            r_[i_] = _mm512_shuffle_ps(t_[i_], t_[i_ + 2], 0x44);                                                    \
+            r_[i_ + 1] = _mm512_shuffle_ps(t_[i_], t_[i_ + 2], 0xee);                                                \
+            r_[i_ + 2] = _mm512_shuffle_ps(t_[i_ + 1], t_[i_ + 3], 0x44);                                            \
+            r_[i_ + 3] = _mm512_shuffle_ps(t_[i_ + 1], t_[i_ + 3], 0xee);                                            \
+        }                                                                                                            \
+        for (int i_ = 0; i_ < 4; i_++) {                                                                             \
+            _mm512_storeu_ps((dst) + (size_t)i_ * (ld), _mm512_permutex2var_ps(r_[i_], lo_, r_[i_ + 4]));            \
+            _mm512_storeu_ps((dst) + (size_t)(i_ + 4) * (ld), _mm512_permutex2var_ps(r_[i_], hi_, r_[i_ + 4]));      \
+        }                                                                                                            \
+    } while (0)
+
+// A transposed B's whole 16 × 8 blocks of a micro-panel (columns [0, n16), inner indices
+// [0, k8)), element (k, c) from B's row r0 + c, column k0 + k: an inner block of 8 at a time
+// across the columns, so each row of dst is written whole before the next (column blocks
+// first wrote each 128-byte row in four visits a panel apart; the panel, 48–64 KiB, did not
+// stay in L1 between them). 30–40% less time than transpose8 for small's BF16 weights.
+TT_WIDE static void pack_bt16(float *restrict dst, int nr, bsrc_t B, int ldb, size_t r0, int k0, int k8, int n16) {
+    const size_t ls = (size_t)ldb;
+    for (int k = 0; k < k8; k += 8)
+        for (int c = 0; c < n16; c += 16) {
+            float *d = dst + (size_t)k * nr + c;
+            const size_t off = (r0 + c) * ls + k0 + k;
+            if (B.b16) TT_T16X8(ld_rows2_b16, (const uint16_t *)B.p + off, ls, d, (size_t)nr);
+            else TT_T16X8(ld_rows2_f32, (const float *)B.p + off, ls, d, (size_t)nr);
+        }
+}
+
 // Micro-panel q of op(B)'s inner indices [k0, k0 + kc) and columns [j0, j0 + nc): columns
 // j0 + q·nr ... as kc × nr floats (k-major) at dst, columns past nc zero; BF16 values widened
-// as they are copied. Both CPUs that reach here have AVX2: whole 8 × 8 blocks of a transposed
-// B go through transpose8.
+// as they are copied. Both CPUs that reach here have AVX2: whole blocks of a transposed B go
+// through pack_bt16 (AVX-512F) or transpose8, an inner block of 8 at a time (pack_bt16's why).
 TT_FMA static void pack_b(int nr, int transb, bsrc_t B, int ldb, int k0, int kc, int j0, int nc, int q,
                           float *restrict dst) {
     const int j = q * nr, n = min_i(nr, nc - j);
@@ -236,9 +290,10 @@ TT_FMA static void pack_b(int nr, int transb, bsrc_t B, int ldb, int k0, int kc,
     }
     // element (k, c) at B's row j0 + j + c, column k0 + k
     const size_t r0 = (size_t)(j0 + j);
-    const int n8 = n / 8 * 8, k8 = kc / 8 * 8;
-    for (int c = 0; c < n8; c += 8)
-        for (int k = 0; k < k8; k += 8)
+    const int n16 = tt_wide() ? n / 16 * 16 : 0, n8 = n / 8 * 8, k8 = kc / 8 * 8;
+    if (n16 > 0) pack_bt16(dst, nr, B, ldb, r0, k0, k8, n16);
+    for (int k = 0; k < k8; k += 8)
+        for (int c = n16; c < n8; c += 8)
             transpose8(dst + (size_t)k * nr + c, (size_t)nr, B, (r0 + c) * ldb + k0 + k, (size_t)ldb);
     for (int k = 0; k < kc; k++) { // the rest: columns past the 8 × 8 blocks, then their last rows
         for (int c = n8; c < nr; c++) dst[(size_t)k * nr + c] = c < n ? b_at(B, r0 + c, (size_t)(k0 + k), ldb) : 0.0f;
