@@ -129,6 +129,10 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
 // A vocabulary chunk: wte (nv, C) holds rows [v0, v0 + nv) of the (V, C) table.
 // out (N, C): row n = wte[tokens[n] − v0] where tokens[n] lies in the chunk; other rows untouched.
 void embedding_forward(float *out, const int *tokens, const float *wte, int N, int C, int v0, int nv);
+// The same from BF16 values (wte's elements as the upper halves of FP32 ones): each row read
+// is widened (exact), so no pass widens the chunk, and out holds what embedding_forward gives
+// on the widened table.
+void embedding_forward_w16(float *out, const int *tokens, const uint16_t *wte, int N, int C, int v0, int nv);
 // dwte (nv, C) += scatter of dout (N, C) by the tokens in the chunk; parallel over columns,
 // rows in order (so a chunk's rows get the bits the whole table's would).
 void embedding_backward(float *dwte, const float *dout, const int *tokens, int N, int C, int v0, int nv);

@@ -59,6 +59,9 @@ typedef struct {
     void (*swiglu_forward)(float *out, const float *gate, const float *up, size_t n, int round);
     void (*swiglu_backward)(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n, int round);
     void (*embedding_forward)(float *out, const int *tokens, const float *wte, int N, int C, int v0, int nv);
+    // From BF16 weights (kernels.h embedding_forward_w16): NULL where the backend has none
+    // (CUDA), and the caller widens the chunk itself.
+    void (*embedding_forward_w16)(float *out, const int *tokens, const uint16_t *wte, int N, int C, int v0, int nv);
     void (*embedding_backward)(float *dwte, const float *dout, const int *tokens, int N, int C, int v0, int nv);
     void (*crossentropy_fold)(float *stats, const float *logits, const int *targets, int N, int Vq, int v0);
     void (*crossentropy_loss)(float *losses, const float *stats, int N);

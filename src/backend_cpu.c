@@ -37,6 +37,7 @@ static const backend_ops_t cpu_ops = {
     .swiglu_forward = swiglu_forward,
     .swiglu_backward = swiglu_backward,
     .embedding_forward = embedding_forward,
+    .embedding_forward_w16 = embedding_forward_w16,
     .embedding_backward = embedding_backward,
     .crossentropy_fold = crossentropy_fold,
     .crossentropy_loss = crossentropy_loss,

@@ -87,6 +87,16 @@ static void block_weights_release(step_t *st, const wts_t *W) {
     else weights_release(st, W->shard);
 }
 
+// A vocabulary chunk's weights (the LM head's, or the embedding's): the BF16 compute copy
+// itself where the backend reads it (st->w16; held until block_weights_release), else FP32.
+// A chunk widened to FP32 for each use was 2.9% of 125m's step at B1 T128 (bench train).
+static wts_t chunk_weights_acquire(step_t *st, int shard) {
+    wts_t W = {.shard = shard};
+    if (st->w16) W.b16 = params_acquire(st, shard);
+    else W.f32 = weights_acquire(st, shard);
+    return W;
+}
+
 // Before a forward product (a linear layer's, a head quantum's): the update's AdamW of a chunk
 // posted meanwhile (lay.upd_assist), on every core, so that the update keeps pace with the
 // forward without taking a core from it.
@@ -94,20 +104,28 @@ static void assist_poll(const step_t *st) {
     if (st->assist) sched_assist_poll(st->assist);
 }
 
-// out (N, OC) = inp · tensor t of W ᵀ, and dinp (+)= dout · tensor t: on whichever form W has
-static void mm_forward(const step_t *st, const wts_t *W, int t, float *out, const float *inp, int N, int IC, int OC,
-                       int round) {
+// out (N, OC) = inp · W's (OC, IC) weights from element o ᵀ, and dinp (+)= dout · them: on
+// whichever form W has
+static void mm_forward_at(const step_t *st, const wts_t *W, size_t o, float *out, const float *inp, int N, int IC,
+                          int OC, int round) {
     assist_poll(st);
-    const size_t o = st->m->shards[W->shard].tensors[t].offset;
     if (W->b16) st->be->ops->matmul_forward_w16(out, inp, W->b16 + o, st->wbuf + o, N, IC, OC, round);
     else st->be->ops->matmul_forward(out, inp, W->f32 + o, N, IC, OC, round);
 }
-static void mm_backward_input(const step_t *st, const wts_t *W, int t, float *dinp, const float *dout, int N, int IC,
-                              int OC, int accumulate, int round) {
-    const size_t o = st->m->shards[W->shard].tensors[t].offset;
+static void mm_backward_input_at(const step_t *st, const wts_t *W, size_t o, float *dinp, const float *dout, int N,
+                                 int IC, int OC, int accumulate, int round) {
     if (W->b16)
         st->be->ops->matmul_backward_input_w16(dinp, dout, W->b16 + o, st->wbuf + o, N, IC, OC, accumulate, round);
     else st->be->ops->matmul_backward_input(dinp, dout, W->f32 + o, N, IC, OC, accumulate, round);
+}
+// The same for tensor t of a block's W
+static void mm_forward(const step_t *st, const wts_t *W, int t, float *out, const float *inp, int N, int IC, int OC,
+                       int round) {
+    mm_forward_at(st, W, st->m->shards[W->shard].tensors[t].offset, out, inp, N, IC, OC, round);
+}
+static void mm_backward_input(const step_t *st, const wts_t *W, int t, float *dinp, const float *dout, int N, int IC,
+                              int OC, int accumulate, int round) {
+    mm_backward_input_at(st, W, st->m->shards[W->shard].tensors[t].offset, dinp, dout, N, IC, OC, accumulate, round);
 }
 
 // dw[i] += dout[i]ᵀ · inp for n tensors of one input (q, k, v; gate, up): one call where the
@@ -418,13 +436,14 @@ static void use_microbatch(step_t *st, int mb) {
     st->dres = st->dres_all + k * N * (size_t)st->m->C;
 }
 
-// The embedding's chunk k (weights wte) into micro-batch mb's dres, which stages act (mb, 0)
+// The embedding's chunk k (weights W) into micro-batch mb's dres, which stages act (mb, 0)
 // until every chunk has written its tokens' rows (embed_commit).
-static void embed_forward(step_t *st, int mb, int k, const float *wte) {
+static void embed_forward(step_t *st, int mb, int k, const wts_t *W) {
     int v0, nv;
     model_vchunk(st->m, k, &v0, &nv);
     use_microbatch(st, mb);
-    st->be->ops->embedding_forward(st->dres, st->tokens, wte, st->N, st->m->C, v0, nv);
+    if (W->b16) st->be->ops->embedding_forward_w16(st->dres, st->tokens, W->b16, st->N, st->m->C, v0, nv);
+    else st->be->ops->embedding_forward(st->dres, st->tokens, W->f32, st->N, st->m->C, v0, nv);
 }
 
 static void embed_commit(step_t *st, int mb) {
@@ -438,9 +457,10 @@ static void embed_commit(step_t *st, int mb) {
 static void embed_all(step_t *st, int mb0, int mb1) {
     for (int k = 0; k < st->m->vchunks; k++) {
         const int s = model_embed_shard(st->m, k);
-        const float *wte = weights_acquire(st, s);
-        for (int mb = mb0; mb < mb1; mb++) embed_forward(st, mb, k, wte);
-        weights_release(st, s);
+        const wts_t W = st->be->ops->embedding_forward_w16 ? chunk_weights_acquire(st, s)
+                                                           : (wts_t){.f32 = weights_acquire(st, s), .shard = s};
+        for (int mb = mb0; mb < mb1; mb++) embed_forward(st, mb, k, &W);
+        block_weights_release(st, &W);
     }
     for (int mb = mb0; mb < mb1; mb++) embed_commit(st, mb);
 }
@@ -513,14 +533,13 @@ static void head_xf(step_t *st, int mb) {
 
 // Quantum q's logits (N, *Vq) of micro-batch mb (unless they are there already), from W, the
 // weights of the chunk holding it (rows from v0k); a->xf holds mb's normed x_L afterwards.
-static float *head_logits(step_t *st, int mb, int q, const float *W, int v0k, int *Vq) {
+static float *head_logits(step_t *st, int mb, int q, const wts_t *W, int v0k, int *Vq) {
     const model_t *m = st->m;
     float *lg = logits_at(st, q);
     *Vq = model_quantum_cols(m, q);
     head_xf(st, mb);
     if (*logits_tag(st, q) == mb * st->nq + q) return lg;
-    assist_poll(st);
-    st->be->ops->matmul_forward(lg, st->a.xf, W + (size_t)(q * CE_QUANTUM - v0k) * m->C, st->N, m->C, *Vq, st->bf16);
+    mm_forward_at(st, W, (size_t)(q * CE_QUANTUM - v0k) * m->C, lg, st->a.xf, st->N, m->C, *Vq, st->bf16);
     *logits_tag(st, q) = mb * st->nq + q;
     return lg;
 }
@@ -543,27 +562,27 @@ static double mean_loss(step_t *st) {
 // The head's forward of micro-batches mb0..mb1-1: the norm, then each chunk's quanta folded
 // into each micro-batch's stats (micro-batches last to first, so that the buffer ends with
 // mb0's last quantum, the backward's first); each micro-batch's mean loss into st->mb_loss.
-// hold: the last chunk's weights stay acquired for head_backward (returned), else NULL.
-static const float *head_forward(step_t *st, int mb0, int mb1, int hold) {
+// hold: the last chunk's weights stay acquired for head_backward (in *held).
+static void head_forward(step_t *st, int mb0, int mb1, int hold, wts_t *held) {
     const model_t *m = st->m;
     const backend_ops_t *op = st->be->ops;
     double th = trace_now_ms();
     head_norm_weights(st);
-    const float *W = NULL;
     for (int k = 0; k < m->vchunks; k++) {
         const int s = model_lm_shard(m, k);
         int q0, q1, v0;
         chunk_quanta(m, k, &q0, &q1, &v0);
-        W = weights_acquire(st, s);
+        const wts_t W = chunk_weights_acquire(st, s);
         for (int mb = mb1 - 1; mb >= mb0; mb--) {
             use_microbatch(st, mb);
             for (int q = q0; q < q1; q++) {
                 int Vq;
-                const float *lg = head_logits(st, mb, q, W, v0, &Vq);
+                const float *lg = head_logits(st, mb, q, &W, v0, &Vq);
                 op->crossentropy_fold(st->stats, lg, st->targets, st->N, Vq, q * CE_QUANTUM);
             }
         }
-        if (!hold || k < m->vchunks - 1) weights_release(st, s);
+        if (hold && k == m->vchunks - 1) *held = W;
+        else block_weights_release(st, &W);
     }
     for (int mb = mb0; mb < mb1; mb++) {
         use_microbatch(st, mb);
@@ -571,7 +590,6 @@ static const float *head_forward(step_t *st, int mb0, int mb1, int hold) {
         st->mb_loss[mb] = mean_loss(st);
     }
     trace_span(TRACK_COMPUTE, "head + loss", m->shards[model_head_shard(m)].name, th, trace_now_ms());
-    return hold ? W : NULL;
 }
 
 // Embedding chunk k's share of the tied head's gradient in gtie (every chunk's, in order).
@@ -592,7 +610,7 @@ static float *lm_grads(step_t *st, int k, int last, size_t *n) {
 // The head's backward of micro-batches mb0..mb1-1 after head_forward (Wlast: the last chunk's
 // weights it held): each chunk's LM head gradient, then the final norm's; leaves ∂L/∂x_L in
 // each micro-batch's dres.
-static void head_backward(step_t *st, int mb0, int mb1, const float *Wlast, int last, float dscale) {
+static void head_backward(step_t *st, int mb0, int mb1, const wts_t *Wlast, int last, float dscale) {
     const model_t *m = st->m;
     const backend_ops_t *op = st->be->ops;
     const int N = st->N, C = m->C, E = m->vchunks, qlast = st->nq - 1;
@@ -603,7 +621,7 @@ static void head_backward(step_t *st, int mb0, int mb1, const float *Wlast, int 
         const int s = model_lm_shard(m, k);
         int q0, q1, v0;
         chunk_quanta(m, k, &q0, &q1, &v0);
-        const float *W = k == E - 1 ? Wlast : weights_acquire(st, s);
+        const wts_t W = k == E - 1 ? *Wlast : chunk_weights_acquire(st, s);
         size_t n;
         float *G = lm_grads(st, k, last, &n);
         for (int mb = mb0; mb < mb1; mb++) {
@@ -611,19 +629,19 @@ static void head_backward(step_t *st, int mb0, int mb1, const float *Wlast, int 
             float *F = grads_target(st, G, mb, n);
             for (int q = q1 - 1; q >= q0; q--) {
                 int Vq;
-                float *dl = head_logits(st, mb, q, W, v0, &Vq); // ∂logits in place
-                const float *Wq = W + (size_t)(q * CE_QUANTUM - v0) * C;
+                float *dl = head_logits(st, mb, q, &W, v0, &Vq); // ∂logits in place
+                const size_t wq = (size_t)(q * CE_QUANTUM - v0) * C;
                 op->crossentropy_backward(dl, dl, st->stats, st->targets, N, Vq, q * CE_QUANTUM, dscale);
                 *logits_tag(st, q) = -1;
                 rnd(st, dl, (size_t)N * Vq);
                 // logits = xf·Wᵀ: ∂xf sums in dres over the quanta, last to first
-                op->matmul_backward_input(st->dres, dl, Wq, N, C, Vq, q != qlast, 0);
+                mm_backward_input_at(st, &W, wq, st->dres, dl, N, C, Vq, q != qlast, 0);
                 op->matmul_backward_weight(F + (size_t)(q * CE_QUANTUM - v0) * C, dl, a->xf, N, C, Vq);
             }
             grads_fold(st, G, F, n, m->tie);
         }
         if (!m->tie) grads_release(st, s);
-        weights_release(st, s);
+        block_weights_release(st, &W);
     }
     // xf = rmsnorm(x_L)
     const int hs = model_head_shard(m);
@@ -706,7 +724,7 @@ double step_forward(step_t *st, const int *tokens, const int *targets) {
         block_forward_mb(st, 0, l, &W);
         block_weights_release(st, &W);
     }
-    head_forward(st, 0, 1, 0);
+    head_forward(st, 0, 1, 0, NULL);
     return st->fault[0] ? NAN : st->mb_loss[0];
 }
 
@@ -735,9 +753,10 @@ double step_forward_backward(step_t *st, const int *tokens, const int *targets, 
             for (int mb = mb0; mb < mb1; mb++) block_forward_mb(st, mb, l, &W);
             block_weights_release(st, &W);
         }
-        const float *Wlast = head_forward(st, mb0, mb1, 1);
+        wts_t Wlast;
+        head_forward(st, mb0, mb1, 1, &Wlast);
         for (int mb = mb0; mb < mb1; mb++) loss += st->mb_loss[mb];
-        head_backward(st, mb0, mb1, Wlast, last, dscale);
+        head_backward(st, mb0, mb1, &Wlast, last, dscale);
         for (int l = m->L - 1; l >= 0; l--) {
             int s = model_block_shard(m, l);
             const size_t ns = m->shards[s].numel_padded;

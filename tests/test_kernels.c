@@ -1180,6 +1180,17 @@ START_TEST(test_embedding_chunks) {
     embedding_forward(out_all, tok, wte, N, C, 0, V);
     embedding_backward(dw_all, dout, tok, N, C, 0, V);
     set_threads(2);
+    // from BF16 values: the whole table widened is what each chunk's BF16 rows must give
+    uint16_t *w16 = malloc((nw + 2 * g) * sizeof *w16);
+    ck_assert_ptr_nonnull(w16);
+    float *wide = fnew(nw), *out16_all = fnew(no), *out16 = fnew(no);
+    bf16_from_f32_n(w16, wte, nw);
+    bf16_to_f32_n(wide, w16, nw);
+    fill_nan(out16_all, no);
+    set_threads(1);
+    embedding_forward(out16_all, tok, wide, N, C, 0, V);
+    set_threads(2);
+    fill_nan(out16, no);
     const int k = emb_cuts(cut, V, s.nv, &rg);
     float *out = fnew(no), *prev = fnew(no), *buf = fnew(nw + 2 * g), *buf0 = fnew(nw + 2 * g);
     fill_nan(out, no);
@@ -1198,6 +1209,18 @@ START_TEST(test_embedding_chunks) {
                        "embedding chunk [%d, %d) N=%d C=%d V=%d: out row %d (token %d) %s", v0, v0 + nv, N, C, V, n,
                        tok[n], in ? "is not its wte row" : "was touched");
         }
+        // the same chunk as BF16 values between guards of arbitrary bits
+        for (size_t i = 0; i < nc + 2 * g; i++) w16[i] = (uint16_t)rng_next(&rg);
+        bf16_from_f32_n(w16 + g, wte + (size_t)v0 * C, nc);
+        memcpy(prev, out16, no * sizeof(float));
+        embedding_forward_w16(out16, tok, w16 + g, N, C, v0, nv);
+        for (int n = 0; n < N; n++) {
+            const int in = tok[n] >= v0 && tok[n] < v0 + nv;
+            const float *want = in ? wide + (size_t)tok[n] * C : prev + (size_t)n * C;
+            CHECK_LOOP(memcmp(out16 + (size_t)n * C, want, (size_t)C * sizeof(float)) == 0,
+                       "embedding chunk [%d, %d) of BF16 values N=%d C=%d V=%d: out row %d (token %d) %s", v0, v0 + nv,
+                       N, C, V, n, tok[n], in ? "is not its widened row" : "was touched");
+        }
         // backward: the chunk's rows of the prefill between guards, onto which its tokens add
         fill_sym(buf, nc + 2 * g, 1.0, &rg);
         memcpy(buf + g, dw_pre + (size_t)v0 * C, nc * sizeof(float));
@@ -1213,8 +1236,10 @@ START_TEST(test_embedding_chunks) {
     char what[96];
     snprintf(what, sizeof what, "embedding out, %d chunks, N=%d C=%d V=%d", k, N, C, V);
     CHECK_BITS(what, out, out_all, no);
+    snprintf(what, sizeof what, "embedding out of BF16 values, %d chunks, N=%d C=%d V=%d", k, N, C, V);
+    CHECK_BITS(what, out16, out16_all, no);
     free(tok); free(cut); free(wte); free(dout); free(dw_pre); free(out_all); free(dw_all); free(out); free(prev);
-    free(buf); free(buf0);
+    free(buf); free(buf0); free(w16); free(wide); free(out16_all); free(out16);
 }
 END_TEST
 

@@ -221,17 +221,20 @@ static double last_loss(const run_t *r) {
 // again. With FMA they are also the whole-rows run's bits; the losses always agree within
 // rounding, and the scratch holds one chunk's gate, up and h instead of every row's.
 // bf16 mode's products read the BF16 compute copy straight (the CPU backend packs it,
-// kernels.h matmul_forward_w16) and hold it through the block; widening every block's weights
-// first, as a device backend does (TT_TEST_WIDEN_WEIGHTS), gives the same bits, resident and
-// streamed.
+// kernels.h matmul_forward_w16) and hold it through the block, and so do the LM head's and the
+// embedding's (embedding_forward_w16) through each vocabulary chunk; widening every shard's
+// weights first, as a device backend does (TT_TEST_WIDEN_WEIGHTS), gives the same bits,
+// resident and streamed, with the head tied or not and the vocabulary in 3 chunks.
 START_TEST(bf16_weights_keep_bits) {
     char *widen[] = {"TT_TEST_WIDEN_WEIGHTS=1", NULL};
     static const char *const settings[][16] = {
         {"--recompute", "none", NULL},
         {"--params", "nvme", "--grads", "host", "--optimizer", "nvme", "--prefetch", "1", "--recompute", "1", NULL},
         {"--params", "host", "--schedule", "vertical", "--checkpoints", "host", NULL},
+        {"--vocab", "5000", "--params", "host", "--recompute", "full", NULL},
+        {"--vocab", "5000", "--tie", "--params", "nvme", "--grads", "device", "--optimizer", "nvme", NULL},
     };
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         run_t a = train(base_bf16, settings[i], NULL), b = train(base_bf16, settings[i], widen);
         char *fa = fingerprint(&a), *fb = fingerprint(&b);
         ck_assert_msg(!strcmp(fa, fb), "setting %d (%s %s): BF16 weights packed straight changed the bits:\n  packed:  %s\n  widened: %s",

@@ -23,6 +23,14 @@ void embedding_forward(float *out, const int *tokens, const float *wte, int N, i
     }
 }
 
+void embedding_forward_w16(float *out, const int *tokens, const uint16_t *wte, int N, int C, int v0, int nv) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const int t = tokens[n] - v0;
+        if (t >= 0 && t < nv) bf16_to_f32_n(out + (size_t)n * C, wte + (size_t)t * C, (size_t)C);
+    }
+}
+
 TT_CLONES
 static void add_row(float *restrict dst, const float *restrict src, int n) {
     #pragma omp simd
