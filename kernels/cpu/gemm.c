@@ -323,9 +323,11 @@ static void run_tile(const path_t *P, int kc, const float *a, size_t rs, size_t 
 // Rows [i0, i0 + m) of op(A), inner indices [pc, pc + kc), against B's micro-panel b (n valid
 // columns), into C's tiles at row i0, column j: rows [i0, i0 + whole) read in place (A
 // row-major), the rest from their packed micro-panels at ap (pack_a). A tile that starts from
-// C (load) has the next tile's rows of C prefetched while it runs: the kernel loads its tile
-// first thing, and a tile of the weight gradients (128 or 256 inner indices) is short enough
-// for that wait to show (bench-like products of 125m's shapes at 128 tokens: 5–7% faster).
+// C (load) has the next tile's rows of C prefetched into L2 while it runs: the kernel loads its
+// tile first thing, and a tile of the weight gradients (128 or 256 inner indices) is short
+// enough for that wait to show (bench-like products of 125m's shapes at 128 tokens: 8–10%
+// faster). Into L1 instead, the burst of 24 prefetches waited on the line fill buffers (2% of
+// 125m's step in the loop issuing them, perf) and cost 2% on 384 inner indices.
 static void run_rows(const path_t *P, int kc, const float *A, int lda, int pc, int i0, int m, int whole,
                      const float *ap, const float *b, int n, float *C, int ldc, int j, int load, int round) {
     for (int i = 0; i < m; i += P->mr) {
@@ -333,8 +335,7 @@ static void run_rows(const path_t *P, int kc, const float *A, int lda, int pc, i
             const float *cn = C + (size_t)(i0 + i + P->mr) * ldc + j;
             for (int r = 0; r < min_i(P->mr, m - i - P->mr); r++) {
                 const float *row = cn + (size_t)r * ldc;
-                for (int w = 0; w < n; w += 16) __builtin_prefetch(row + w, 1, 3);
-                __builtin_prefetch(row + n - 1, 1, 3);
+                for (int w = 0; w < n; w += 16) __builtin_prefetch(row + w, 1, 2);
             }
         }
         const int in_place = i < whole;
