@@ -212,10 +212,10 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     st->T = cfg->T;
     st->N = cfg->B * cfg->T;
     st->bf16 = cfg->precision == PREC_BF16;
-    // TT_TEST_WIDEN_WEIGHTS (a testing hook): widen every block's weights as a device backend
+    // TT_TEST_WIDEN_WEIGHTS (a testing hook): widen every shard's weights as a device backend
     // does, so that the tests can hold the two forms to the same bits
     st->w16 = st->bf16 && be->ops->matmul_forward_w16 && be->ops->matmul_backward_input_w16 &&
-              !getenv("TT_TEST_WIDEN_WEIGHTS");
+              be->ops->embedding_forward_w16 && !getenv("TT_TEST_WIDEN_WEIGHTS");
     st->nmb = lay->nmb;
     st->vertical = lay->vertical;
     const size_t N = (size_t)st->N;
@@ -457,8 +457,7 @@ static void embed_commit(step_t *st, int mb) {
 static void embed_all(step_t *st, int mb0, int mb1) {
     for (int k = 0; k < st->m->vchunks; k++) {
         const int s = model_embed_shard(st->m, k);
-        const wts_t W = st->be->ops->embedding_forward_w16 ? chunk_weights_acquire(st, s)
-                                                           : (wts_t){.f32 = weights_acquire(st, s), .shard = s};
+        const wts_t W = chunk_weights_acquire(st, s);
         for (int mb = mb0; mb < mb1; mb++) embed_forward(st, mb, k, &W);
         block_weights_release(st, &W);
     }

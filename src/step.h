@@ -34,7 +34,7 @@ typedef struct {
     tier_t *tier;
     int B, T, N;              // N = B·T rows per micro-batch
     int bf16;                 // compute copy in BF16, activations rounded to BF16
-    int w16;                  // bf16 mode, and the backend multiplies BF16 weights itself (step.c wts_t)
+    int w16;                  // bf16 mode, and the backend reads BF16 weights itself (step.c wts_t)
     int nmb, vertical;        // micro-batches held at once; the schedule
     acts_t acts;              // activation checkpoints
     acts_scratch_t a;         // [device] one block's intermediates and the head

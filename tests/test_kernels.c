@@ -1160,6 +1160,20 @@ static int emb_cuts(int *cut, int V, int nv, rng_t *r) {
     return k;
 }
 
+// After the embedding of chunk [v0, v0 + nv) of a (V, C) table wrote into out: the row of each
+// token inside the chunk is that token's row of want (the table, widened when the chunk was
+// BF16), and every other row is as it was (prev).
+static void check_chunk_rows(const char *form, const float *out, const float *prev, const float *want, const int *tok,
+                             int N, int C, int V, int v0, int nv) {
+    for (int n = 0; n < N; n++) {
+        const int in = tok[n] >= v0 && tok[n] < v0 + nv;
+        const float *row = in ? want + (size_t)tok[n] * C : prev + (size_t)n * C;
+        CHECK_LOOP(memcmp(out + (size_t)n * C, row, (size_t)C * sizeof(float)) == 0,
+                   "embedding chunk [%d, %d) of %s N=%d C=%d V=%d: out row %d (token %d) %s", v0, v0 + nv, form, N, C,
+                   V, n, tok[n], in ? "is not its table row" : "was touched");
+    }
+}
+
 START_TEST(test_embedding_chunks) {
     const emb_chunk_t s = EMB_CHUNKS[_i];
     const int N = s.N, C = s.C, V = s.V;
@@ -1202,25 +1216,13 @@ START_TEST(test_embedding_chunks) {
         memcpy(buf + g, wte + (size_t)v0 * C, nc * sizeof(float));
         memcpy(prev, out, no * sizeof(float));
         embedding_forward(out, tok, buf + g, N, C, v0, nv);
-        for (int n = 0; n < N; n++) {
-            const int in = tok[n] >= v0 && tok[n] < v0 + nv;
-            const float *want = in ? wte + (size_t)tok[n] * C : prev + (size_t)n * C;
-            CHECK_LOOP(memcmp(out + (size_t)n * C, want, (size_t)C * sizeof(float)) == 0,
-                       "embedding chunk [%d, %d) N=%d C=%d V=%d: out row %d (token %d) %s", v0, v0 + nv, N, C, V, n,
-                       tok[n], in ? "is not its wte row" : "was touched");
-        }
+        check_chunk_rows("FP32 values", out, prev, wte, tok, N, C, V, v0, nv);
         // the same chunk as BF16 values between guards of arbitrary bits
         for (size_t i = 0; i < nc + 2 * g; i++) w16[i] = (uint16_t)rng_next(&rg);
         bf16_from_f32_n(w16 + g, wte + (size_t)v0 * C, nc);
         memcpy(prev, out16, no * sizeof(float));
         embedding_forward_w16(out16, tok, w16 + g, N, C, v0, nv);
-        for (int n = 0; n < N; n++) {
-            const int in = tok[n] >= v0 && tok[n] < v0 + nv;
-            const float *want = in ? wide + (size_t)tok[n] * C : prev + (size_t)n * C;
-            CHECK_LOOP(memcmp(out16 + (size_t)n * C, want, (size_t)C * sizeof(float)) == 0,
-                       "embedding chunk [%d, %d) of BF16 values N=%d C=%d V=%d: out row %d (token %d) %s", v0, v0 + nv,
-                       N, C, V, n, tok[n], in ? "is not its widened row" : "was touched");
-        }
+        check_chunk_rows("BF16 values", out16, prev, wide, tok, N, C, V, v0, nv);
         // backward: the chunk's rows of the prefill between guards, onto which its tokens add
         fill_sym(buf, nc + 2 * g, 1.0, &rg);
         memcpy(buf + g, dw_pre + (size_t)v0 * C, nc * sizeof(float));

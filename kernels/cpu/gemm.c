@@ -217,31 +217,29 @@ TT_WIDE INLINE __m512 ld_rows2_b16(const uint16_t *p, size_t ls) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));
 }
 
-// dst[k·ld + c] = src[c·ls + k] for the 16 × 8 block (c < 16, k < 8) at element off of B: 16
-// rows of B (FP32, or BF16 widened) become 8 rows of 16 floats. Rows c and c + 8 share a
-// register, so the two 8 × 8 transposes run at once (unpack, shuffle: moves only), and a
-// two-source permute joins the halves, each result one whole 64-byte row of dst.
-#define TT_T16X8(LD, P, ls, dst, ld)                                                                                 \
-    do {                                                                                                             \
-        const __m512i lo_ = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);            \
-        const __m512i hi_ = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);          \
-        __m512 r_[8], t_[8];                                                                                         \
-        for (int i_ = 0; i_ < 8; i_++) r_[i_] = LD((P) + (size_t)i_ * (ls), (ls));                                  \
-        for (int i_ = 0; i_ < 8; i_ += 2) {                                                                          \
-            t_[i_] = _mm512_unpacklo_ps(r_[i_], r_[i_ + 1]);                                                         \
-            t_[i_ + 1] = _mm512_unpackhi_ps(r_[i_], r_[i_ + 1]);                                                     \
-        }                                                                                                            \
-        for (int i_ = 0; i_ < 8; i_ += 4) {                                                                          \
-            r_[i_] = _mm512_shuffle_ps(t_[i_], t_[i_ + 2], 0x44);                                                    \
-            r_[i_ + 1] = _mm512_shuffle_ps(t_[i_], t_[i_ + 2], 0xee);                                                \
-            r_[i_ + 2] = _mm512_shuffle_ps(t_[i_ + 1], t_[i_ + 3], 0x44);                                            \
-            r_[i_ + 3] = _mm512_shuffle_ps(t_[i_ + 1], t_[i_ + 3], 0xee);                                            \
-        }                                                                                                            \
-        for (int i_ = 0; i_ < 4; i_++) {                                                                             \
-            _mm512_storeu_ps((dst) + (size_t)i_ * (ld), _mm512_permutex2var_ps(r_[i_], lo_, r_[i_ + 4]));            \
-            _mm512_storeu_ps((dst) + (size_t)(i_ + 4) * (ld), _mm512_permutex2var_ps(r_[i_], hi_, r_[i_ + 4]));      \
-        }                                                                                                            \
-    } while (0)
+// dst[k·ld + c] = row c's element k for the 16 × 8 block r (c < 16, k < 8; rows c and c + 8
+// in the halves of r[c mod 8], as ld_rows2 loads them): the two 8 × 8 transposes run at once
+// (unpack, shuffle: moves only), and a two-source permute joins the halves, each result one
+// whole 64-byte row of dst.
+TT_WIDE INLINE void t16x8_store(float *restrict dst, size_t ld, __m512 r[8]) {
+    const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+    const __m512i hi = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+    __m512 t[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int i = 0; i < 4; i++) {
+        _mm512_storeu_ps(dst + (size_t)i * ld, _mm512_permutex2var_ps(r[i], lo, r[i + 4]));
+        _mm512_storeu_ps(dst + (size_t)(i + 4) * ld, _mm512_permutex2var_ps(r[i], hi, r[i + 4]));
+    }
+}
 
 // A transposed B's whole 16 × 8 blocks of a micro-panel (columns [0, n16), inner indices
 // [0, k8)), element (k, c) from B's row r0 + c, column k0 + k: an inner block of 8 at a time
@@ -252,10 +250,13 @@ TT_WIDE static void pack_bt16(float *restrict dst, int nr, bsrc_t B, int ldb, si
     const size_t ls = (size_t)ldb;
     for (int k = 0; k < k8; k += 8)
         for (int c = 0; c < n16; c += 16) {
-            float *d = dst + (size_t)k * nr + c;
             const size_t off = (r0 + c) * ls + k0 + k;
-            if (B.b16) TT_T16X8(ld_rows2_b16, (const uint16_t *)B.p + off, ls, d, (size_t)nr);
-            else TT_T16X8(ld_rows2_f32, (const float *)B.p + off, ls, d, (size_t)nr);
+            __m512 r[8];
+            if (B.b16)
+                for (int i = 0; i < 8; i++) r[i] = ld_rows2_b16((const uint16_t *)B.p + off + i * ls, ls);
+            else
+                for (int i = 0; i < 8; i++) r[i] = ld_rows2_f32((const float *)B.p + off + i * ls, ls);
+            t16x8_store(dst + (size_t)k * nr + c, (size_t)nr, r);
         }
 }
 
@@ -326,8 +327,8 @@ static void run_tile(const path_t *P, int kc, const float *a, size_t rs, size_t 
 // C (load) has the next tile's rows of C prefetched into L2 while it runs: the kernel loads its
 // tile first thing, and a tile of the weight gradients (128 or 256 inner indices) is short
 // enough for that wait to show (bench-like products of 125m's shapes at 128 tokens: 8–10%
-// faster). Into L1 instead, the burst of 24 prefetches waited on the line fill buffers (2% of
-// 125m's step in the loop issuing them, perf) and cost 2% on 384 inner indices.
+// faster). Into L1 instead, a burst of three prefetches a row waited on the line fill buffers
+// (2.6% of a 125m run's perf samples in the loop issuing them) and cost 2% on 384 inner indices.
 static void run_rows(const path_t *P, int kc, const float *A, int lda, int pc, int i0, int m, int whole,
                      const float *ap, const float *b, int n, float *C, int ldc, int j, int load, int round) {
     for (int i = 0; i < m; i += P->mr) {
