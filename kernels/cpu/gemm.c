@@ -356,6 +356,15 @@ typedef struct {
 
 #define PARTS_MAX 4
 
+// The first micro-panel of block blk when n panels go into nb blocks: the blocks that take one
+// panel more come first, so that the dynamic schedule hands them out in its first round, one
+// to each thread (spread evenly instead, as floor(blk·n/nb) spreads them, both extra panels of
+// 86 in 12 blocks, the step's 1024 rows, fell to the same thread, which ran two panels longer
+// than the other waited at the barrier).
+static int block_start(int blk, int n, int nb) {
+    return blk * (n / nb) + min_i(blk, n % nb);
+}
+
 // Many rows: BLIS's loops (the file's head). B's block packed by all threads together into
 // bp_buf, then each thread takes blocks of rows (of every part) and runs them against all of it.
 static void gemm_rows(const path_t *P, int transa, int transb, const part_t *parts, int nparts, int N, int K,
@@ -390,8 +399,8 @@ static void gemm_rows(const path_t *P, int transa, int transb, const part_t *par
                     float *C = parts[p].C;
                     const int lda = parts[p].lda, ldc = parts[p].ldc, M = parts[p].M;
                     const int panels_m = (M + P->mr - 1) / P->mr, nb = first[p + 1] - first[p], blk = b - first[p];
-                    const int i0 = (int)((long)blk * panels_m / nb) * P->mr;
-                    const int m = min_i((int)((long)(blk + 1) * panels_m / nb) * P->mr, M) - i0;
+                    const int i0 = block_start(blk, panels_m, nb) * P->mr;
+                    const int m = min_i(block_start(blk + 1, panels_m, nb) * P->mr, M) - i0;
                     const int whole = transa ? 0 : m / P->mr * P->mr;
                     if (whole < m) pack_a(P->mr, transa, A, lda, i0 + whole, m - whole, pc, kc, ap);
                     for (int j = 0; j < nc; j += P->nr)
