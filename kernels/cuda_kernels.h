@@ -8,21 +8,22 @@
 // host memory: both wait for their results.
 //
 // Numerics, op by op, against the CPU twin (tests/gpu/test_cuda_kernels.c holds them to it):
-//  - bit-identical: bf16 conversions, add_inplace, rope, embedding forward/backward (one
-//    thread per column adds the rows in order, as the CPU does), sumsq (the CPU's chunks
-//    and lanes in double, chunk sums added in order by one thread) and AdamW (the
-//    documented IEEE sequence with __fmaf_rn/__fdiv_rn/__fsqrt_rn spelled out; the .cu
-//    files are built with --fmad=false, so nothing else is fused either);
+//  - bit-identical: bf16 conversions, add_inplace, rope, embedding forward (FP32 or BF16
+//    table) and backward (one thread per column adds the rows in order, as the CPU does),
+//    sumsq (the CPU's chunks and lanes in double, chunk sums added in order by one thread)
+//    and AdamW (the documented IEEE sequence with __fmaf_rn/__fdiv_rn/__fsqrt_rn spelled
+//    out; the .cu files are built with --fmad=false, so nothing else is fused either);
 //  - FP32 rounding level: rmsnorm, swiglu, attention, cross-entropy in its quantum form
 //    (other summation orders and CUDA's expf/logf instead of the CPU's exp8); every
 //    reduction has a fixed order (no float atomics), so results are the same run to run;
 //  - matmul on cuBLASLt: BF16 mode converts the FP32 inputs to BF16 (round to nearest
-//    even) into the scratch and multiplies BF16 x BF16 with FP32 accumulation
-//    (CUBLAS_COMPUTE_32F) into FP32 outputs — exact conversion when the caller has already
-//    rounded them, as the trainer does in bf16 mode. FP32 mode (cuda_kernels_set_fp32_matmul)
-//    multiplies the FP32 inputs directly, CUBLAS_COMPUTE_32F without TF32. In BF16 mode
-//    the rows (N) are cut into chunks whose size depends only on the shape, so the bits
-//    depend on the shape and the device, never on the budget or the scratch size.
+//    even; a BF16 weight is copied as it is) into the scratch and multiplies BF16 x BF16
+//    with FP32 accumulation (CUBLAS_COMPUTE_32F) into FP32 outputs — exact conversion when
+//    the caller has already rounded them, as the trainer does in bf16 mode. FP32 mode
+//    (cuda_kernels_set_fp32_matmul) multiplies the FP32 inputs directly, CUBLAS_COMPUTE_32F
+//    without TF32. In BF16 mode the rows (N) are cut into chunks whose size depends only on
+//    the shape, so the bits depend on the shape and the device, never on the budget or the
+//    scratch size.
 //
 // Errors: a failed launch or library call is a programmer/setup error: one line naming the
 // call, file and line on stderr, then exit(1) (llm.c's cudaCheck). Only cuda_kernels_init
@@ -85,6 +86,13 @@ double cuda_sumsq(const float *x, size_t n); // waits for the compute stream
 void cuda_sumsq_blocks(double *h_out, const float *x, size_t n); // h_out: host memory; waits
 void cuda_matmul_forward(float *out, const float *inp, const float *w, int N, int IC, int OC);
 void cuda_matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int accumulate);
+// The same two on BF16 weights (kernels.h matmul_forward_w16): BF16 mode copies the weight
+// into the kernels' scratch instead of narrowing an FP32 one, and leaves scratch alone (NULL
+// is fine: the step's case); FP32 mode widens it into scratch (OC·IC floats) first. The bits
+// of the FP32 ops on the widened weight.
+void cuda_matmul_forward_w16(float *out, const float *inp, const uint16_t *w, float *scratch, int N, int IC, int OC);
+void cuda_matmul_backward_input_w16(float *dinp, const float *dout, const uint16_t *w, float *scratch, int N, int IC,
+                                    int OC, int accumulate);
 void cuda_matmul_backward_weight(float *dw, const float *dout, const float *inp, int N, int IC, int OC);
 void cuda_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
 void cuda_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
@@ -99,6 +107,7 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
 void cuda_swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 void cuda_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
 void cuda_embedding_forward(float *out, const int *tokens, const float *wte, int N, int C, int v0, int nv);
+void cuda_embedding_forward_w16(float *out, const int *tokens, const uint16_t *wte, int N, int C, int v0, int nv);
 void cuda_embedding_backward(float *dwte, const float *dout, const int *tokens, int N, int C, int v0, int nv);
 void cuda_crossentropy_fold(float *stats, const float *logits, const int *targets, int N, int Vq, int v0);
 void cuda_crossentropy_loss(float *losses, const float *stats, int N);

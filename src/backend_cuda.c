@@ -66,6 +66,16 @@ static void op_matmul_backward_input(float *dinp, const float *dout, const float
     cuda_matmul_backward_input(dinp, dout, w, N, IC, OC, accumulate);
     rnd_if(round, dinp, (long long)N * IC);
 }
+static void op_matmul_forward_w16(float *out, const float *inp, const uint16_t *w, float *scratch, int N, int IC, int OC,
+                                  int round) {
+    cuda_matmul_forward_w16(out, inp, w, scratch, N, IC, OC);
+    rnd_if(round, out, (long long)N * OC);
+}
+static void op_matmul_backward_input_w16(float *dinp, const float *dout, const uint16_t *w, float *scratch, int N,
+                                         int IC, int OC, int accumulate, int round) {
+    cuda_matmul_backward_input_w16(dinp, dout, w, scratch, N, IC, OC, accumulate);
+    rnd_if(round, dinp, (long long)N * IC);
+}
 static void op_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps,
                                int round) {
     cuda_rmsnorm_forward(out, rstd, x, w, N, C, eps);
@@ -119,6 +129,8 @@ static const backend_ops_t cuda_ops = {
     .matmul_forward = op_matmul_forward,
     .matmul_backward_input = op_matmul_backward_input,
     .matmul_backward_weight = cuda_matmul_backward_weight,
+    .matmul_forward_w16 = op_matmul_forward_w16,
+    .matmul_backward_input_w16 = op_matmul_backward_input_w16,
     .rmsnorm_forward = op_rmsnorm_forward,
     .rmsnorm_backward = op_rmsnorm_backward,
     .rope_forward = op_rope_forward,
@@ -128,6 +140,7 @@ static const backend_ops_t cuda_ops = {
     .swiglu_forward = op_swiglu_forward,
     .swiglu_backward = op_swiglu_backward,
     .embedding_forward = cuda_embedding_forward,
+    .embedding_forward_w16 = cuda_embedding_forward_w16,
     .embedding_backward = cuda_embedding_backward,
     .crossentropy_fold = cuda_crossentropy_fold,
     .crossentropy_loss = cuda_crossentropy_loss,

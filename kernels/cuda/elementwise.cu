@@ -121,14 +121,16 @@ __global__ void rope_kernel(float *x, const float *cos_t, const float *sin_t, si
     }
 }
 
-// A vocabulary chunk: wte (nv, C) holds rows [v0, v0 + nv); rows of out whose token lies
-// outside it are left as they are.
-__global__ void embedding_fwd_kernel(float *out, const int *tokens, const float *wte, int C, int v0, int nv,
-                                     size_t total) {
+// A vocabulary chunk: wte (nv, C) holds rows [v0, v0 + nv), in FP32 or BF16 (widened, exact);
+// rows of out whose token lies outside it are left as they are.
+__device__ __forceinline__ float emb_elem(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float emb_elem(const uint16_t *p, size_t i) { return __uint_as_float((uint32_t)p[i] << 16); }
+template <typename T>
+__global__ void embedding_fwd_kernel(float *out, const int *tokens, const T *wte, int C, int v0, int nv, size_t total) {
     GRID_STRIDE(idx, total) {
         const size_t n = idx / C, c = idx % C;
         const int t = tokens[n] - v0;
-        if (t >= 0 && t < nv) out[idx] = wte[(size_t)t * C + c];
+        if (t >= 0 && t < nv) out[idx] = emb_elem(wte, (size_t)t * C + c);
     }
 }
 
@@ -156,7 +158,8 @@ cudaError_t tt_elementwise_setup(void) {
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, swiglu_fwd_kernel);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, swiglu_bwd_kernel);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, rope_kernel);
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, embedding_fwd_kernel);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, embedding_fwd_kernel<float>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, embedding_fwd_kernel<uint16_t>);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, embedding_bwd_kernel);
     return e;
 }
@@ -269,12 +272,23 @@ extern "C" void cuda_rope_backward(float *dx, const float *cos_t, const float *s
     rope_launch(dx, cos_t, sin_t, B, T, NX, HS, 1);
 }
 
-extern "C" void cuda_embedding_forward(float *out, const int *tokens, const float *wte, int N, int C, int v0, int nv) {
-    NvtxRange range("embedding_forward");
+template <typename T>
+static void embedding_fwd_launch(float *out, const int *tokens, const T *wte, int N, int C, int v0, int nv) {
     if (N <= 0 || C <= 0 || nv <= 0) return;
     const size_t total = (size_t)N * C;
-    embedding_fwd_kernel<<<grid_1d(total, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(out, tokens, wte, C, v0, nv, total);
+    embedding_fwd_kernel<T><<<grid_1d(total, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(out, tokens, wte, C, v0, nv, total);
     launchCheck("embedding_fwd_kernel");
+}
+
+extern "C" void cuda_embedding_forward(float *out, const int *tokens, const float *wte, int N, int C, int v0, int nv) {
+    NvtxRange range("embedding_forward");
+    embedding_fwd_launch(out, tokens, wte, N, C, v0, nv);
+}
+
+extern "C" void cuda_embedding_forward_w16(float *out, const int *tokens, const uint16_t *wte, int N, int C, int v0,
+                                           int nv) {
+    NvtxRange range("embedding_forward_w16");
+    embedding_fwd_launch(out, tokens, wte, N, C, v0, nv);
 }
 
 extern "C" void cuda_embedding_backward(float *dwte, const float *dout, const int *tokens, int N, int C, int v0, int nv) {

@@ -9,13 +9,15 @@
 //
 // BF16 mode: the FP32 inputs are converted to BF16 (round to nearest even, as bf16.c) into
 // the scratch, then BF16 x BF16 -> FP32 with CUBLAS_COMPUTE_32F. The weight is converted
-// whole; activations go in chunks of rows so the scratch stays bounded (a few tens of MiB
-// plus the largest weight) however large N is: forward and backward-input cut the output
-// rows (each chunk its own GEMM, independent outputs), backward-weight cuts the inner
-// dimension N (each chunk accumulates into dw with beta = 1, in chunk order). Chunk sizes
-// depend only on the shape (and a constant), never on the budget or the scratch size, so
-// the bits are a function of the shape and the device. FP32 mode: one GEMM on the FP32
-// inputs, CUBLAS_COMPUTE_32F (which never uses TF32; that needs COMPUTE_32F_FAST_TF32).
+// whole (a BF16 one, the _w16 products', is copied there as it is: the step hands them the
+// shard's BF16 compute copy, which no pass widens to FP32 first); activations go in chunks
+// of rows so the scratch stays bounded (a few tens of MiB plus the largest weight) however
+// large N is: forward and backward-input cut the output rows (each chunk its own GEMM,
+// independent outputs), backward-weight cuts the inner dimension N (each chunk accumulates
+// into dw with beta = 1, in chunk order). Chunk sizes depend only on the shape (and a
+// constant), never on the budget or the scratch size, so the bits are a function of the
+// shape and the device. FP32 mode: one GEMM on the FP32 inputs, CUBLAS_COMPUTE_32F (which
+// never uses TF32; that needs COMPUTE_32F_FAST_TF32).
 //
 // Algorithm choice: cuBLASLt's heuristic, with a fixed workspace (CUDA_LT_WORKSPACE_BYTES)
 // and the pointers' real alignments declared, so the same shape and alignment always get
@@ -166,22 +168,40 @@ static void require_scratch(size_t need, const char *op, int N, int IC, int OC) 
 }
 
 // ---------------------------------------------------------------- the three products
-extern "C" void cuda_matmul_forward(float *out, const float *inp, const float *w, int N, int IC, int OC) {
-    NvtxRange range("matmul_forward");
+// The weight (OC, IC) as the BF16 operand, at the scratch's head (256-aligned): narrowed from
+// FP32 (w32), or copied as it is (w16: the BF16 compute copy, whose tensor may start anywhere
+// in its shard; at the scratch's alignment cuBLASLt picks the algorithm, and so adds in the
+// order, that the widened copy of the same weight gets).
+static uint16_t *stage_weight(const float *w32, const uint16_t *w16, size_t n) {
+    uint16_t *wb = (uint16_t *)g_tt_cuda.scratch;
+    if (w16) cudaCheck(cudaMemcpyAsync(wb, w16, n * sizeof(uint16_t), cudaMemcpyDeviceToDevice, g_tt_cuda.stream));
+    else cuda_bf16_from_f32_n(wb, w32, n);
+    return wb;
+}
+
+// FP32 mode with BF16 weights: the weight widened into the caller's FP32 scratch (exact).
+static const float *widen_weight(const float *w32, const uint16_t *w16, float *scratch, size_t n) {
+    if (!w16) return w32;
+    cuda_bf16_to_f32_n(scratch, w16, n);
+    return scratch;
+}
+
+// out (N, OC) = inp · wᵀ, the weight in FP32 (w32) or BF16 (w16; scratch: OC·IC floats for FP32 mode)
+static void matmul_forward_any(float *out, const float *inp, const float *w32, const uint16_t *w16, float *scratch,
+                               int N, int IC, int OC) {
     if (N <= 0 || OC <= 0) return;
     if (IC <= 0) {
         cudaCheck(cudaMemsetAsync(out, 0, (size_t)N * OC * sizeof(float), g_tt_cuda.stream));
         return;
     }
     if (g_tt_cuda.fp32_matmul) {
-        gemm(1, 0, OC, N, IC, w, IC, inp, IC, 0.0f, out, OC, CUDA_R_32F);
+        gemm(1, 0, OC, N, IC, widen_weight(w32, w16, scratch, (size_t)OC * IC), IC, inp, IC, 0.0f, out, OC, CUDA_R_32F);
         return;
     }
     const int rn = rows_per_chunk(chunk_elems(), (size_t)IC, N);
     const size_t wbytes = align256((size_t)OC * IC * 2);
     require_scratch(wbytes + (size_t)rn * IC * 2, "matmul_forward", N, IC, OC);
-    uint16_t *wb = (uint16_t *)g_tt_cuda.scratch, *ab = (uint16_t *)((char *)g_tt_cuda.scratch + wbytes);
-    cuda_bf16_from_f32_n(wb, w, (size_t)OC * IC);
+    uint16_t *wb = stage_weight(w32, w16, (size_t)OC * IC), *ab = (uint16_t *)((char *)g_tt_cuda.scratch + wbytes);
     for (int r0 = 0; r0 < N; r0 += rn) { // stream order: a chunk's conversion waits for the previous GEMM
         const int rows = N - r0 < rn ? N - r0 : rn;
         cuda_bf16_from_f32_n(ab, inp + (size_t)r0 * IC, (size_t)rows * IC);
@@ -189,9 +209,9 @@ extern "C" void cuda_matmul_forward(float *out, const float *inp, const float *w
     }
 }
 
-extern "C" void cuda_matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int IC, int OC,
-                                           int accumulate) {
-    NvtxRange range("matmul_backward_input");
+// dinp (N, IC) (+)= dout · w, the weight in either form (as matmul_forward_any)
+static void matmul_backward_input_any(float *dinp, const float *dout, const float *w32, const uint16_t *w16,
+                                      float *scratch, int N, int IC, int OC, int accumulate) {
     if (N <= 0 || IC <= 0) return;
     if (OC <= 0) {
         if (!accumulate) cudaCheck(cudaMemsetAsync(dinp, 0, (size_t)N * IC * sizeof(float), g_tt_cuda.stream));
@@ -199,19 +219,42 @@ extern "C" void cuda_matmul_backward_input(float *dinp, const float *dout, const
     }
     const float beta = accumulate ? 1.0f : 0.0f;
     if (g_tt_cuda.fp32_matmul) {
-        gemm(0, 0, IC, N, OC, w, IC, dout, OC, beta, dinp, IC, CUDA_R_32F);
+        gemm(0, 0, IC, N, OC, widen_weight(w32, w16, scratch, (size_t)OC * IC), IC, dout, OC, beta, dinp, IC,
+             CUDA_R_32F);
         return;
     }
     const int rn = rows_per_chunk(chunk_elems(), (size_t)OC, N);
     const size_t wbytes = align256((size_t)OC * IC * 2);
     require_scratch(wbytes + (size_t)rn * OC * 2, "matmul_backward_input", N, IC, OC);
-    uint16_t *wb = (uint16_t *)g_tt_cuda.scratch, *db = (uint16_t *)((char *)g_tt_cuda.scratch + wbytes);
-    cuda_bf16_from_f32_n(wb, w, (size_t)OC * IC);
+    uint16_t *wb = stage_weight(w32, w16, (size_t)OC * IC), *db = (uint16_t *)((char *)g_tt_cuda.scratch + wbytes);
     for (int r0 = 0; r0 < N; r0 += rn) {
         const int rows = N - r0 < rn ? N - r0 : rn;
         cuda_bf16_from_f32_n(db, dout + (size_t)r0 * OC, (size_t)rows * OC);
         gemm(0, 0, IC, rows, OC, wb, IC, db, OC, beta, dinp + (size_t)r0 * IC, IC, CUDA_R_16BF);
     }
+}
+
+extern "C" void cuda_matmul_forward(float *out, const float *inp, const float *w, int N, int IC, int OC) {
+    NvtxRange range("matmul_forward");
+    matmul_forward_any(out, inp, w, NULL, NULL, N, IC, OC);
+}
+
+extern "C" void cuda_matmul_forward_w16(float *out, const float *inp, const uint16_t *w, float *scratch, int N, int IC,
+                                        int OC) {
+    NvtxRange range("matmul_forward_w16");
+    matmul_forward_any(out, inp, NULL, w, scratch, N, IC, OC);
+}
+
+extern "C" void cuda_matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int IC, int OC,
+                                           int accumulate) {
+    NvtxRange range("matmul_backward_input");
+    matmul_backward_input_any(dinp, dout, w, NULL, NULL, N, IC, OC, accumulate);
+}
+
+extern "C" void cuda_matmul_backward_input_w16(float *dinp, const float *dout, const uint16_t *w, float *scratch, int N,
+                                               int IC, int OC, int accumulate) {
+    NvtxRange range("matmul_backward_input_w16");
+    matmul_backward_input_any(dinp, dout, NULL, w, scratch, N, IC, OC, accumulate);
 }
 
 extern "C" void cuda_matmul_backward_weight(float *dw, const float *dout, const float *inp, int N, int IC, int OC) {

@@ -221,6 +221,10 @@ static int close_t(const char *what, const float *gpu, const float *cpu, size_t 
 #define CHECK_BITS(what, gpu, cpu, n) \
     ck_assert_msg(tu_same_bits((what), (gpu), (cpu), (n)), "%s: not bit-identical to the CPU (see stderr)", (what))
 
+// Bit for bit against another GPU op's result (the first difference goes to stderr).
+#define CHECK_SAME_OP(what, gpu, ref, n) \
+    ck_assert_msg(tu_same_bits((what), (gpu), (ref), (n)), "%s: not bit-identical to the FP32 op's (see stderr)", (what))
+
 // ---------------------------------------------------------------- the backend itself
 START_TEST(test_op_table) {
     ck_assert_str_eq(G.name, "cuda");
@@ -233,21 +237,14 @@ START_TEST(test_op_table) {
     ck_assert(o->crossentropy_fold == cuda_crossentropy_fold);
     ck_assert(o->crossentropy_loss == cuda_crossentropy_loss);
     ck_assert(o->crossentropy_backward == cuda_crossentropy_backward);
-    // every entry filled but the optional ones CUDA leaves to the caller (backend.h): the
-    // products and the embedding of BF16 weights (step.c widens the weights) and the
+    ck_assert(o->embedding_forward_w16 == cuda_embedding_forward_w16);
+    // every entry filled but the optional one CUDA leaves to the caller (backend.h): the
     // shared-input weight gradients (step.c runs one product each)
-    ck_assert(o->matmul_forward_w16 == NULL && o->matmul_backward_input_w16 == NULL && o->matmul_backward_weight_n == NULL);
-    ck_assert(o->embedding_forward_w16 == NULL);
+    ck_assert(o->matmul_backward_weight_n == NULL);
     const void *const *p = (const void *const *)o;
-    const size_t opt[] = {offsetof(backend_ops_t, matmul_forward_w16) / sizeof(void *),
-                          offsetof(backend_ops_t, matmul_backward_input_w16) / sizeof(void *),
-                          offsetof(backend_ops_t, matmul_backward_weight_n) / sizeof(void *),
-                          offsetof(backend_ops_t, embedding_forward_w16) / sizeof(void *)};
-    for (size_t i = 0; i < sizeof *o / sizeof(void *); i++) {
-        int optional = 0;
-        for (size_t j = 0; j < sizeof opt / sizeof opt[0]; j++) optional |= i == opt[j];
-        if (!optional) ck_assert_msg(p[i] != NULL, "op table entry %zu is NULL", i);
-    }
+    const size_t opt = offsetof(backend_ops_t, matmul_backward_weight_n) / sizeof(void *);
+    for (size_t i = 0; i < sizeof *o / sizeof(void *); i++)
+        if (i != opt) ck_assert_msg(p[i] != NULL, "op table entry %zu is NULL", i);
     ck_assert_ptr_nonnull(cuda_kernels_stream());
 }
 END_TEST
@@ -520,6 +517,71 @@ START_TEST(test_matmul) {
         free(a); free(b); free(d); free(c_out); free(g_out); free(c_dinp); free(g_dinp); free(c_dw); free(g_dw); free(g_dw2);
     }
     free(inp); free(w); free(dout); free(dinp_pre); free(dw_pre); free(sc_out); free(sc_dinp); free(sc_dw);
+}
+END_TEST
+
+// The products of BF16 weights keep the bits of the FP32 ones on the widened weights, in both
+// modes and on both GEMM paths, rounded or not, "=" and "+=": BF16 mode copies the weight
+// where it narrowed the widened one, FP32 mode widens it into the scratch. The weight starts
+// 6 bytes past an allocation, as a tensor inside a shard's compute copy may. Before each BF16
+// product a product of another weight leaves that one in the scratch, so a weight staged
+// short or not at all shows.
+START_TEST(test_matmul_w16) {
+    const mm_shape_t s = MM_SHAPES[_i / MMV_COUNT];
+    const int var = _i % MMV_COUNT, N = s.N, IC = s.IC, OC = s.OC;
+    if (var == MMV_CHUNKED) cuda_kernels_set_test_limits(97, 0, 0, 0);
+    if (var == MMV_FALLBACK) cuda_kernels_set_test_limits(0, 0, 1, 0);
+    const size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    rng_t rg = rng_make(260 + (uint64_t)_i);
+    float *inp = fnew(ni), *w = fnew(nw), *dout = fnew(no), *dinp_pre = fnew(ni);
+    fill_sym(inp, ni, 1.0, &rg);
+    fill_sym(w, nw, 1.0, &rg);
+    fill_sym(dout, no, 1.0, &rg);
+    fill_sym(dinp_pre, ni, 1.0, &rg);
+    uint16_t *w16 = xmalloc(nw * sizeof(uint16_t));
+    bf16_from_f32_n(w16, w, nw);
+    bf16_to_f32_n(w, w16, nw); // w: the weight widened
+    uint16_t *d_w16 = (uint16_t *)dalloc((nw + 3) * sizeof(uint16_t)) + 3;
+    upload(d_w16, w16, nw * sizeof(uint16_t));
+    float *d_w = dput(w, nw), *d_inp = dput(inp, ni), *d_dout = dput(dout, no), *d_scratch = dalloc(nw * 4);
+    float *d_ref = dalloc((no > ni ? no : ni) * 4), *d_got = dalloc((no > ni ? no : ni) * 4), *d_junk = dalloc(no * 4);
+    for (size_t i = 0; i < nw; i++) w[i] = -w[i];
+    float *d_other = dput(w, nw); // another weight (negated)
+    for (size_t i = 0; i < nw; i++) w[i] = -w[i];
+    char what[160];
+    for (int fp32 = 0; fp32 < 2; fp32++) {
+        cuda_kernels_set_fp32_matmul(fp32);
+        for (int round = 0; round < 2; round++) {
+            const char *mode = fp32 ? "fp32" : "bf16";
+            poison(d_ref, no * 4);
+            poison(d_got, no * 4);
+            G.ops->matmul_forward(d_ref, d_inp, d_w, N, IC, OC, round);
+            G.ops->matmul_forward(d_junk, d_inp, d_other, N, IC, OC, 0);
+            G.ops->matmul_forward_w16(d_got, d_inp, d_w16, d_scratch, N, IC, OC, round);
+            float *ref = dget(d_ref, no), *got = dget(d_got, no);
+            snprintf(what, sizeof what, "matmul_forward_w16 N=%d IC=%d OC=%d %s round %d, %s", N, IC, OC, mode, round,
+                     MMV_NAME[var]);
+            CHECK_SAME_OP(what, got, ref, no);
+            free(ref); free(got);
+            for (int acc = 0; acc < 2; acc++) {
+                if (acc) { upload(d_ref, dinp_pre, ni * 4); upload(d_got, dinp_pre, ni * 4); }
+                else { poison(d_ref, ni * 4); poison(d_got, ni * 4); }
+                G.ops->matmul_backward_input(d_ref, d_dout, d_w, N, IC, OC, acc, round);
+                G.ops->matmul_forward(d_junk, d_inp, d_other, N, IC, OC, 0);
+                G.ops->matmul_backward_input_w16(d_got, d_dout, d_w16, d_scratch, N, IC, OC, acc, round);
+                ref = dget(d_ref, ni);
+                got = dget(d_got, ni);
+                snprintf(what, sizeof what, "matmul_backward_input_w16 (%s) N=%d IC=%d OC=%d %s round %d, %s",
+                         acc ? "+=" : "=", N, IC, OC, mode, round, MMV_NAME[var]);
+                CHECK_SAME_OP(what, got, ref, ni);
+                free(ref); free(got);
+            }
+        }
+    }
+    uint16_t *back = xmalloc(nw * sizeof(uint16_t));
+    backend_copy_d2h(&G, back, d_w16, nw * sizeof(uint16_t));
+    ck_assert_msg(memcmp(back, w16, nw * sizeof(uint16_t)) == 0, "the products changed their BF16 weight");
+    free(back); free(inp); free(w); free(dout); free(dinp_pre); free(w16);
 }
 END_TEST
 
@@ -804,8 +866,12 @@ START_TEST(test_embedding) {
     fill_sym(dw_pre, nw, 1.0, &rg);
     int *d_tok = dput_bytes(tok, (size_t)s.N * sizeof(int));
     float *d_wte = dput(wte, nw), *d_out = dpoison(no), *d_dw = dput(dw_pre, nw), *d_dout = dput(dout, no);
-    float *c_out = fnew(no), *c_dw = fdup(dw_pre, nw);
+    float *c_out = fnew(no), *c_dw = fdup(dw_pre, nw), *c16_out = fnew(no), *d16_out = dpoison(no);
     memset(c_out, 0xFF, no * sizeof(float)); // as d_out: rows not yet written compare equal
+    memset(c16_out, 0xFF, no * sizeof(float));
+    uint16_t *wte16 = xmalloc(nw * sizeof(uint16_t));
+    for (size_t i = 0; i < nw; i++) wte16[i] = (uint16_t)(rng_next(&rg) >> 48); // any bits, NaNs and all
+    uint16_t *d_wte16 = dput_bytes(wte16, nw * sizeof(uint16_t));
     char what[128];
     for (int v0 = 0; v0 < s.V; v0 += s.nv) {
         const int nv = s.V - v0 < s.nv ? s.V - v0 : s.nv;
@@ -815,6 +881,14 @@ START_TEST(test_embedding) {
         float *g_out = dget(d_out, no);
         snprintf(what, sizeof what, "embedding out N=%d C=%d V=%d, chunk [%d, %d)", s.N, s.C, s.V, v0, v0 + nv);
         CHECK_BITS(what, g_out, c_out, no);
+        // the BF16 table: the CPU twin's rows (its own rows of the FP32 table widened)
+        embedding_forward_w16(c16_out, tok, wte16 + off, s.N, s.C, v0, nv);
+        G.ops->embedding_forward_w16(d16_out, d_tok, d_wte16 + off, s.N, s.C, v0, nv);
+        float *g16_out = dget(d16_out, no);
+        snprintf(what, sizeof what, "embedding out, BF16 table, N=%d C=%d V=%d, chunk [%d, %d)", s.N, s.C, s.V, v0,
+                 v0 + nv);
+        CHECK_BITS(what, g16_out, c16_out, no);
+        free(g16_out);
         embedding_backward(c_dw + off, dout, tok, s.N, s.C, v0, nv);
         G.ops->embedding_backward(d_dw + off, d_dout, d_tok, s.N, s.C, v0, nv);
         float *g_dw = dget(d_dw, nw);
@@ -822,7 +896,7 @@ START_TEST(test_embedding) {
         CHECK_BITS(what, g_dw, c_dw, nw);
         free(g_out); free(g_dw);
     }
-    free(tok); free(wte); free(dout); free(dw_pre); free(c_out); free(c_dw);
+    free(tok); free(wte); free(dout); free(dw_pre); free(c_out); free(c_dw); free(c16_out); free(wte16);
 }
 END_TEST
 
@@ -1132,6 +1206,7 @@ static Suite *cuda_suite(void) {
     tcase_add_loop_test(tc, test_sumsq, 0, NELEMS(SUMSQ_CASES));
     tc = tcase(s, "matmul", 1);
     tcase_add_loop_test(tc, test_matmul, 0, NELEMS(MM_SHAPES) * MMV_COUNT);
+    tcase_add_loop_test(tc, test_matmul_w16, 0, NELEMS(MM_SHAPES) * MMV_COUNT);
     tcase_add_test(tc, test_matmul_degenerate);
     tc = tcase(s, "rmsnorm", 1);
     tcase_add_loop_test(tc, test_rmsnorm, 0, NELEMS(RMS_SHAPES));
