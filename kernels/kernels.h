@@ -58,7 +58,8 @@ void matmul_backward_input(float *dinp, const float *dout, const float *w, int N
                            int round);
 // The two products of w with w given as BF16 values (bf16 mode's compute copy): the bits of
 // matmul_forward / matmul_backward_input on w widened to FP32 (bf16_to_f32_n). With FMA the
-// widening happens in the packing of w, so it is never stored; without, w is widened into
+// widening happens in the packing of w, so it is never stored and scratch is not touched (it
+// may be NULL where matmul_kernel_name() is not: the step's case); without, w is widened into
 // scratch (OC × IC floats, the caller's) and the FP32 product runs on it.
 void matmul_forward_w16(float *out, const float *inp, const uint16_t *w, float *scratch, int N, int IC, int OC,
                         int round);

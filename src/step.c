@@ -56,29 +56,35 @@ static void weights_release(step_t *st, int shard) {
 }
 
 // A block's weights for compute. f32: FP32 weights at the shard's offsets (weights_acquire's),
-// or, where the backend multiplies BF16 weights itself (b16 set: the CPU's FMA path packs them
-// straight from BF16, so no pass widens the shard), wbuf holding the two norms' weights alone,
-// each at its offset; then the compute copy is held until block_weights_release, as in fp32
-// mode. The products read either form with the same bits (kernels.h matmul_forward_w16).
+// or, where the backend multiplies BF16 weights itself (b16 set, lay.w16: the CPU's FMA path
+// packs them straight from BF16, CUDA copies them into its GEMM's staging, so no pass widens
+// the shard), NULL, and wbuf holds the two norms' weights alone; then the compute copy is held
+// until block_weights_release, as in fp32 mode. The products read either form with the same
+// bits (kernels.h matmul_forward_w16). norm: the two norms' FP32 weights (BW_ATTN_NORM,
+// BW_MLP_NORM) in either form.
 typedef struct {
     const float *f32;
     const uint16_t *b16; // the BF16 compute copy, or NULL
+    const float *norm[2];
     int shard;
 } wts_t;
 
+static const int NORMS[2] = {BW_ATTN_NORM, BW_MLP_NORM};
+
 static wts_t block_weights_acquire(step_t *st, int shard) {
     wts_t W = {.shard = shard};
+    const tensor_t *t = st->m->shards[shard].tensors;
     if (!st->w16) {
         W.f32 = weights_acquire(st, shard);
+        for (int i = 0; i < 2; i++) W.norm[i] = W.f32 + t[NORMS[i]].offset;
         return W;
     }
     W.b16 = params_acquire(st, shard);
-    static const int norms[] = {BW_ATTN_NORM, BW_MLP_NORM};
-    for (int i = 0; i < 2; i++) {
-        const tensor_t *t = &st->m->shards[shard].tensors[norms[i]];
-        st->be->ops->bf16_to_f32_n(st->wbuf + t->offset, W.b16 + t->offset, t->numel);
+    for (int i = 0; i < 2; i++) { // C weights each (tier_layout's TB_WEIGHTS)
+        float *dst = st->wbuf + (size_t)i * st->m->C;
+        st->be->ops->bf16_to_f32_n(dst, W.b16 + t[NORMS[i]].offset, t[NORMS[i]].numel);
+        W.norm[i] = dst;
     }
-    W.f32 = st->wbuf;
     return W;
 }
 
@@ -109,13 +115,13 @@ static void assist_poll(const step_t *st) {
 static void mm_forward_at(const step_t *st, const wts_t *W, size_t o, float *out, const float *inp, int N, int IC,
                           int OC, int round) {
     assist_poll(st);
-    if (W->b16) st->be->ops->matmul_forward_w16(out, inp, W->b16 + o, st->wbuf + o, N, IC, OC, round);
+    if (W->b16) st->be->ops->matmul_forward_w16(out, inp, W->b16 + o, NULL, N, IC, OC, round);
     else st->be->ops->matmul_forward(out, inp, W->f32 + o, N, IC, OC, round);
 }
 static void mm_backward_input_at(const step_t *st, const wts_t *W, size_t o, float *dinp, const float *dout, int N,
                                  int IC, int OC, int accumulate, int round) {
     if (W->b16)
-        st->be->ops->matmul_backward_input_w16(dinp, dout, W->b16 + o, st->wbuf + o, N, IC, OC, accumulate, round);
+        st->be->ops->matmul_backward_input_w16(dinp, dout, W->b16 + o, NULL, N, IC, OC, accumulate, round);
     else st->be->ops->matmul_backward_input(dinp, dout, W->f32 + o, N, IC, OC, accumulate, round);
 }
 // The same for tensor t of a block's W
@@ -212,10 +218,12 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     st->T = cfg->T;
     st->N = cfg->B * cfg->T;
     st->bf16 = cfg->precision == PREC_BF16;
-    // TT_TEST_WIDEN_WEIGHTS (a testing hook): widen every shard's weights as a device backend
-    // does, so that the tests can hold the two forms to the same bits
-    st->w16 = st->bf16 && be->ops->matmul_forward_w16 && be->ops->matmul_backward_input_w16 &&
-              be->ops->embedding_forward_w16 && !getenv("TT_TEST_WIDEN_WEIGHTS");
+    // the layout sized the weight scratch for the form (tier.h lay.w16)
+    st->w16 = lay->w16;
+    if (st->w16 && !(be->ops->matmul_forward_w16 && be->ops->matmul_backward_input_w16 && be->ops->embedding_forward_w16)) {
+        snprintf(err, errlen, "the %s backend cannot multiply BF16 weights, which the layout expects", be->name);
+        return -EINVAL;
+    }
     st->nmb = lay->nmb;
     st->vertical = lay->vertical;
     const size_t N = (size_t)st->N;
@@ -295,17 +303,16 @@ void step_free(step_t *st) {
 
 // ---------------------------------------------------------------- block forward / backward
 
-// The attention half of block `layer` on x (N, C) with its weights W (wts_t): ln1 … x2, and the
+// The attention half of a block on x (N, C) with its weights W (wts_t): ln1 … x2, and the
 // MLP's norm (ln2, rstd2), into st->a (the first ACTS_NATTN buffers).
-static void block_attention(step_t *st, int layer, const wts_t *W, const float *x) {
+static void block_attention(step_t *st, const wts_t *W, const float *x) {
     const backend_ops_t *op = st->be->ops;
     const model_t *m = st->m;
-    const int s = model_block_shard(m, layer);
     const int N = st->N, C = m->C, KVD = m->NKV * m->HS, r = st->bf16;
     const size_t NC = (size_t)N * C;
     acts_scratch_t *a = &st->a;
 
-    op->rmsnorm_forward(a->ln1, a->rstd1, x, tensor_of(st, W->f32, s, BW_ATTN_NORM), N, C, m->norm_eps, r);
+    op->rmsnorm_forward(a->ln1, a->rstd1, x, W->norm[0], N, C, m->norm_eps, r);
     mm_forward(st, W, BW_Q, a->q, a->ln1, N, C, C, r);
     mm_forward(st, W, BW_K, a->k, a->ln1, N, C, KVD, r);
     mm_forward(st, W, BW_V, a->v, a->ln1, N, C, KVD, r);
@@ -316,7 +323,7 @@ static void block_attention(step_t *st, int layer, const wts_t *W, const float *
     // to it: att·Woᵀ + x, the same bits as x + att·Woᵀ (IEEE addition commutes), no buffer
     mm_forward(st, W, BW_O, a->x2, a->att, N, C, C, r);
     op->add_inplace(a->x2, x, NC, r);
-    op->rmsnorm_forward(a->ln2, a->rstd2, a->x2, tensor_of(st, W->f32, s, BW_MLP_NORM), N, C, m->norm_eps, r);
+    op->rmsnorm_forward(a->ln2, a->rstd2, a->x2, W->norm[1], N, C, m->norm_eps, r);
 }
 
 // The MLP's intermediates for rows [r0, r0 + n) of W's block (n ≤ its chunk): gate, up and
@@ -337,13 +344,13 @@ static void mlp_chunk(step_t *st, const wts_t *W, int r0, int n) {
 // intermediates in st->a (the MLP's last chunk's too) for the backward. Each MLP chunk's rows
 // of out are its own: per element, the ops and their order are those of one chunk of N rows.
 // out may be x (bf16 mode's one FP32 copy, acts.h): the attention half is the last to read x.
-static void block_forward(step_t *st, int layer, const wts_t *W, const float *x, float *out) {
+static void block_forward(step_t *st, const wts_t *W, const float *x, float *out) {
     const backend_ops_t *op = st->be->ops;
     const model_t *m = st->m;
     const int N = st->N, C = m->C, F = m->F, R = model_mlp_rows(m, N);
     acts_scratch_t *a = &st->a;
 
-    block_attention(st, layer, W, x);
+    block_attention(st, W, x);
     st->xf_mb = -1; // bf16 mode's xf is ln1's buffer (acts.h)
     for (int r0 = 0; r0 < N; r0 += R) {
         const int n = N - r0 < R ? N - r0 : R;
@@ -370,7 +377,7 @@ static void block_backward(step_t *st, int mb, int layer, const wts_t *W, float 
     const float *x = NULL;
     if (recompute) {
         x = acts_in(&st->acts, mb, layer);
-        block_attention(st, layer, W, x); // the block's output is not needed
+        block_attention(st, W, x); // the block's output is not needed
     } else {
         acts_prefetch(&st->acts, mb, layer);
     }
@@ -404,7 +411,7 @@ static void block_backward(step_t *st, int mb, int layer, const wts_t *W, float 
                             (const float *const[]){dgate, dup}, (const int[]){F, F}, ln2, n, C);
     }
     op->rmsnorm_backward(st->dres, grad_of(G, st, s, BW_MLP_NORM), a->dln, a->x2,
-                         tensor_of(st, W->f32, s, BW_MLP_NORM), a->rstd2, N, C, r); // now ∂L/∂x2
+                         W->norm[1], a->rstd2, N, C, r); // now ∂L/∂x2
     // x2 and ln2 are dead from here
 
     // attention: x2 = x + att·Woᵀ
@@ -422,7 +429,7 @@ static void block_backward(step_t *st, int mb, int layer, const wts_t *W, float 
                         (const float *const[]){dq, dk, dv}, (const int[]){C, KVD, KVD}, a->ln1, N, C);
     if (!x || dv != a->xf) x = acts_in(&st->acts, mb, layer); // (again when dv had its FP32 copy)
     op->rmsnorm_backward(st->dres, grad_of(G, st, s, BW_ATTN_NORM), a->dln, x,
-                         tensor_of(st, W->f32, s, BW_ATTN_NORM), a->rstd1, N, C, r); // now ∂L/∂x
+                         W->norm[0], a->rstd1, N, C, r); // now ∂L/∂x
 }
 
 // ---------------------------------------------------------------- embedding and head
@@ -488,7 +495,7 @@ static void block_forward_mb(step_t *st, int mb, int l, const wts_t *W) {
     acts_scratch_t saved;
     void *kb = kept_of(st, mb, l);
     int kept = use_kept(st, kb, &saved);
-    block_forward(st, l, W, x, acts_out(&st->acts, mb, l + 1));
+    block_forward(st, W, x, acts_out(&st->acts, mb, l + 1));
     if (kept) st->a = saved;
     else if (kb) acts_kept_store(st->be, kb, &st->a, st->m, (size_t)st->N); // BF16: converted from the scratch
     acts_commit(&st->acts, mb, l + 1);
@@ -511,12 +518,19 @@ static float *logits_at(const step_t *st, int q) {
 }
 static int *logits_tag(const step_t *st, int q) { return &st->lg_tag[st->logits_all ? q : 0]; }
 
-// The final norm's weights into st->wnorm (held through the head).
+// The final norm's weights into st->wnorm (held through the head): widened straight there
+// from the compute copy where the step reads BF16 weights (lay.w16: wbuf holds no shard).
 static void head_norm_weights(step_t *st) {
     const int hs = model_head_shard(st->m);
-    const float *Wn = weights_acquire(st, hs);
-    backend_copy_d2d(st->be, st->wnorm, tensor_of(st, Wn, hs, HW_NORM), (size_t)st->m->C * sizeof(float));
-    weights_release(st, hs);
+    if (st->w16) {
+        const uint16_t *p = params_acquire(st, hs);
+        st->be->ops->bf16_to_f32_n(st->wnorm, p + st->m->shards[hs].tensors[HW_NORM].offset, (size_t)st->m->C);
+        tier_params_release(st->tier, hs);
+    } else {
+        const float *Wn = weights_acquire(st, hs);
+        backend_copy_d2d(st->be, st->wnorm, tensor_of(st, Wn, hs, HW_NORM), (size_t)st->m->C * sizeof(float));
+        weights_release(st, hs);
+    }
     st->xf_mb = -1; // the scratch's xf and logits are stale from here
     for (int i = 0; i < (st->logits_all ? st->nq : 1); i++) st->lg_tag[i] = -1;
 }

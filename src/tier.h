@@ -64,7 +64,7 @@ typedef enum {
     TB_OPTIM_CACHE,    // host: master | m | v of the update's first nocache chunks (--optimizer-cache)
     TB_NEW_PARAMS,     // device: --optimizer device's new compute copy when its home is elsewhere
     TB_TIED_GRAD,      // device: the tied LM head's share of the embedding gradient (every chunk's)
-    TB_WEIGHTS,        // device: FP32 weights of the largest shard (bf16 mode)
+    TB_WEIGHTS,        // device: FP32 weights of the largest shard (bf16 mode; w16: a block's two norms)
     TB_NORM_W,         // device: the final norm's FP32 weights (C), held through the head
     TB_CE_STATS,       // device: (nmb, 3, N) each held micro-batch's cross-entropy stats (kernels.h)
     TB_ACTS,           // device or host: activation checkpoints (nmb, L+1, N, C), BF16 in bf16 mode
@@ -107,6 +107,11 @@ typedef struct {
     int vertical;               // the step runs every micro-batch through a block before the next
     int device_is_host;         // the CPU backend: device memory is host memory
     size_t pbytes;              // bytes per element of the compute copy
+    int w16;                    // bf16 mode's products and embedding read the BF16 compute copy itself
+                                // (the CUDA backend, and the CPU's where its FMA kernels run the products:
+                                // step.c), so only the norms' weights are widened; else every use
+                                // widens its shard to FP32 (TT_TEST_WIDEN_WEIGHTS, a testing hook, asks
+                                // for that, so that the tests can hold the two forms to the same bits)
     size_t chunk_elems;         // elements of an optimizer chunk (all chunks of a shard but its last)
     int o32_parts;              // floats per element of an optimizer chunk's staging: master, m, v, and g
                                 // first with --grads nvme (an NVMe chunk's: tier_o32_parts)

@@ -4,6 +4,7 @@
 #include <string.h>
 #include "acts.h"
 #include "comm.h"
+#include "kernels.h"
 #include "tier.h"
 #include "util.h"
 
@@ -129,7 +130,7 @@ static void layout_specs(const config_t *cfg, const model_t *m, tier_layout_t *l
          3 * lay->chunk_elems * f);
     spec(lay, TB_NEW_PARAMS, "new parameters", "scratch", D, O == TIER_DEVICE && P != TIER_DEVICE, big * pb);
     spec(lay, TB_TIED_GRAD, "tied head gradient", "scratch", D, m->tie, emb * f);
-    spec(lay, TB_WEIGHTS, "FP32 weight scratch", "scratch", D, pb == 2, big * f);
+    spec(lay, TB_WEIGHTS, "FP32 weight scratch", "scratch", D, pb == 2, (lay->w16 ? 2 * (uint64_t)m->C : big) * f);
     spec(lay, TB_NORM_W, "final norm weights", "scratch", D, 1, (uint64_t)m->C * f);
     spec(lay, TB_CE_STATS, "cross-entropy stats", "activations", D, 1, (uint64_t)lay->nmb * 3 * N * f);
     // bf16 mode stores checkpoints as BF16 (the step rounds them: no bits lost) and gives the
@@ -172,6 +173,8 @@ void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, ti
     lay->nshards = m->nshards;
     lay->device_is_host = device != DEVICE_CUDA;
     lay->pbytes = cfg->precision == PREC_BF16 ? 2 : 4;
+    lay->w16 = lay->pbytes == 2 && (device == DEVICE_CUDA || matmul_kernel_name() != NULL) &&
+               !getenv("TT_TEST_WIDEN_WEIGHTS");
     lay->vertical = cfg->schedule == SCHEDULE_VERTICAL && cfg->accum > 1;
     lay->nmb = lay->vertical ? cfg->accum : 1;
     lay->ranks = cfg->ranks > 1 ? cfg->ranks : 1;

@@ -118,6 +118,7 @@ static const float *widened(float *scratch, const uint16_t *w, int IC, int OC) {
 
 void matmul_forward_w16(float *out, const float *inp, const uint16_t *w, float *scratch, int N, int IC, int OC,
                         int round) {
+    if (N <= 0) return; // no rows: nothing to write (matmul_forward's), and no widening
     if (gemm_fma_path() > 0 && N > 0 && IC > 0 && OC > 0)
         gemm_fma_b16(0, 1, N, OC, IC, inp, IC, w, IC, 0, out, OC, round);
     else
@@ -126,6 +127,7 @@ void matmul_forward_w16(float *out, const float *inp, const uint16_t *w, float *
 
 void matmul_backward_input_w16(float *dinp, const float *dout, const uint16_t *w, float *scratch, int N, int IC,
                                int OC, int accumulate, int round) {
+    if (N <= 0) return;
     if (gemm_fma_path() > 0 && N > 0 && IC > 0 && OC > 0)
         gemm_fma_b16(0, 0, N, IC, OC, dout, OC, w, IC, accumulate, dinp, IC, round);
     else
