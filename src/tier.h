@@ -132,7 +132,6 @@ typedef struct {
     uint64_t device_bytes, host_bytes, nvme_bytes;
 } tier_layout_t;
 
-// Sizes and counts every buffer of a run of cfg on device (DEVICE_CPU or DEVICE_CUDA). Pure.
 // Why --update backward cannot run for cfg on device (DEVICE_AUTO: either), as a phrase with
 // the fix, or NULL when it can: it needs no clipping (the update would need the global norm,
 // known only once the backward ends), an optimizer on the host or NVMe, one rank and the CPU
@@ -141,6 +140,9 @@ const char *tier_update_backward_refusal(const config_t *cfg, device_kind_t devi
 // Floats per element of shard's NVMe chunks: master, m, v, and g first where the shard's
 // gradient goes to NVMe (--grads nvme, and not handed to the update in the backward once a step).
 static inline int tier_o32_parts(const tier_layout_t *lay, int shard) { return 3 + (shard < lay->gext_shards); }
+// Sizes and counts every buffer of a run of cfg on device (DEVICE_CPU or DEVICE_CUDA). Pure,
+// but for the CPU's vector path (w16: kernels_limit_simd) and two testing hooks
+// (TT_TEST_WIDEN_WEIGHTS, TT_OPT_CHUNK).
 void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, tier_layout_t *lay);
 // Bytes of buffer b for shard s (per-shard buffers) or of each of its allocations.
 uint64_t tier_spec_bytes(const tier_layout_t *lay, const model_t *m, tier_buf_t b, int s);
