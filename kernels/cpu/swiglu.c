@@ -15,36 +15,64 @@
 #define SWIGLU_CHUNK 4096 // elements per parallel task
 
 // ---------------------------------------------------------------- chunks
-TT_CLONES
-static void swiglu_fwd_chunk(float *out, const float *gate, const float *up, size_t n, int round) {
-    for (size_t i = 0; i < n; i += 8) {
-        size_t nv = n - i < 8 ? n - i : 8;
-        v8f g = nv == 8 ? ld8(gate + i) : ld8_part(gate + i, nv, 0.0f);
-        v8f u = nv == 8 ? ld8(up + i) : ld8_part(up + i, nv, 0.0f);
+// Whole vectors, then the ragged tail (masked loads and stores); each body is inlined twice,
+// with round a constant, so that no branch is left inside the loop (see the 16-lane twins).
+INLINE void swiglu_fwd8_body(float *out, const float *gate, const float *up, size_t n, int round) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f g = ld8(gate + i), u = ld8(up + i);
         v8f o = (g / (1.0f + exp8(-g))) * u;
         if (round) o = rnd8(o);
-        if (nv == 8) st8(out + i, o);
-        else st8_part(out + i, o, nv);
+        st8(out + i, o);
+    }
+    if (i < n) {
+        const size_t nv = n - i;
+        v8f g = ld8_part(gate + i, nv, 0.0f), u = ld8_part(up + i, nv, 0.0f);
+        v8f o = (g / (1.0f + exp8(-g))) * u;
+        if (round) o = rnd8(o);
+        st8_part(out + i, o, nv);
     }
 }
 
+TT_CLONES
+static void swiglu_fwd_chunk(float *out, const float *gate, const float *up, size_t n, int round) {
+    if (round) swiglu_fwd8_body(out, gate, up, n, 1);
+    else swiglu_fwd8_body(out, gate, up, n, 0);
+}
+
 // d silu/dx = σ(x)·(1 + x·(1 − σ(x))), σ(x) = 1/(1+e^−x)
+INLINE void swiglu_bwd8_step(v8f g, v8f u, v8f d, int round, v8f *dg, v8f *du) {
+    v8f sig = 1.0f / (1.0f + exp8(-g));
+    v8f silu = g * sig;
+    v8f dsilu = sig * (1.0f + g * (1.0f - sig));
+    *dg = (d * u) * dsilu;
+    *du = d * silu;
+    if (round) { *dg = rnd8(*dg); *du = rnd8(*du); }
+}
+
+INLINE void swiglu_bwd8_body(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n,
+                             int round) {
+    size_t i = 0;
+    v8f dg, du;
+    for (; i + 8 <= n; i += 8) {
+        swiglu_bwd8_step(ld8(gate + i), ld8(up + i), ld8(dout + i), round, &dg, &du);
+        st8(dgate + i, dg);
+        st8(dup + i, du);
+    }
+    if (i < n) {
+        const size_t nv = n - i;
+        swiglu_bwd8_step(ld8_part(gate + i, nv, 0.0f), ld8_part(up + i, nv, 0.0f), ld8_part(dout + i, nv, 0.0f), round,
+                         &dg, &du);
+        st8_part(dgate + i, dg, nv);
+        st8_part(dup + i, du, nv);
+    }
+}
+
 TT_CLONES
 static void swiglu_bwd_chunk(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n,
                              int round) {
-    for (size_t i = 0; i < n; i += 8) {
-        size_t nv = n - i < 8 ? n - i : 8;
-        v8f g = nv == 8 ? ld8(gate + i) : ld8_part(gate + i, nv, 0.0f);
-        v8f u = nv == 8 ? ld8(up + i) : ld8_part(up + i, nv, 0.0f);
-        v8f d = nv == 8 ? ld8(dout + i) : ld8_part(dout + i, nv, 0.0f);
-        v8f sig = 1.0f / (1.0f + exp8(-g));
-        v8f silu = g * sig;
-        v8f dsilu = sig * (1.0f + g * (1.0f - sig));
-        v8f dg = (d * u) * dsilu, du = d * silu;
-        if (round) { dg = rnd8(dg); du = rnd8(du); }
-        if (nv == 8) { st8(dgate + i, dg); st8(dup + i, du); }
-        else { st8_part(dgate + i, dg, nv); st8_part(dup + i, du, nv); }
-    }
+    if (round) swiglu_bwd8_body(dgate, dup, dout, gate, up, n, 1);
+    else swiglu_bwd8_body(dgate, dup, dout, gate, up, n, 0);
 }
 
 // ---------------------------------------------------------------- 16-lane twins (AVX-512F)
