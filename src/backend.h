@@ -36,8 +36,8 @@ typedef struct {
     void (*matmul_backward_input)(float *dinp, const float *dout, const float *w, int N, int IC, int OC, int accumulate,
                                   int round);
     void (*matmul_backward_weight)(float *dw, const float *dout, const float *inp, int N, int IC, int OC);
-    // The products of BF16 weights (kernels.h matmul_forward_w16): NULL where the backend has
-    // none, and the caller widens the weights itself (bf16_to_f32_n) for the FP32 ones.
+    // The products of BF16 weights (kernels.h matmul_forward_w16), which every backend has: the
+    // step reads the compute copy with them where the layout says so (tier.h lay.w16).
     void (*matmul_forward_w16)(float *out, const float *inp, const uint16_t *w, float *scratch, int N, int IC, int OC,
                                int round);
     void (*matmul_backward_input_w16)(float *dinp, const float *dout, const uint16_t *w, float *scratch, int N, int IC,
@@ -59,8 +59,7 @@ typedef struct {
     void (*swiglu_forward)(float *out, const float *gate, const float *up, size_t n, int round);
     void (*swiglu_backward)(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n, int round);
     void (*embedding_forward)(float *out, const int *tokens, const float *wte, int N, int C, int v0, int nv);
-    // From BF16 weights (kernels.h embedding_forward_w16): NULL where the backend has none,
-    // and the caller widens the chunk itself.
+    // From BF16 weights (kernels.h embedding_forward_w16), as the two above.
     void (*embedding_forward_w16)(float *out, const int *tokens, const uint16_t *wte, int N, int C, int v0, int nv);
     void (*embedding_backward)(float *dwte, const float *dout, const int *tokens, int N, int C, int v0, int nv);
     void (*crossentropy_fold)(float *stats, const float *logits, const int *targets, int N, int Vq, int v0);

@@ -22,10 +22,6 @@ static void fault(step_t *st, const char *msg) {
     if (!st->fault[0]) snprintf(st->fault, sizeof st->fault, "%s", msg);
 }
 
-static const float *tensor_of(const step_t *st, const float *w, int shard, int t) {
-    return w + st->m->shards[shard].tensors[t].offset;
-}
-
 static float *grad_of(float *g, const step_t *st, int shard, int t) {
     return g + st->m->shards[shard].tensors[t].offset;
 }
@@ -55,13 +51,13 @@ static void weights_release(step_t *st, int shard) {
     if (!st->bf16) tier_params_release(st->tier, shard);
 }
 
-// A block's weights for compute. f32: FP32 weights at the shard's offsets (weights_acquire's),
-// or, where the backend multiplies BF16 weights itself (b16 set, lay.w16: the CPU's FMA path
-// packs them straight from BF16, CUDA copies them into its GEMM's staging, so no pass widens
-// the shard), NULL, and wbuf holds the two norms' weights alone; then the compute copy is held
-// until block_weights_release, as in fp32 mode. The products read either form with the same
-// bits (kernels.h matmul_forward_w16). norm: the two norms' FP32 weights (BW_ATTN_NORM,
-// BW_MLP_NORM) in either form.
+// A shard's weights for compute: the BF16 compute copy itself (b16) where the backend's
+// products and embedding read it (st->w16, tier.h lay.w16: the CPU's FMA path packs them
+// straight from BF16, CUDA copies them into its GEMM's staging), held until wts_release as
+// in fp32 mode; else FP32 (f32, weights_acquire's). The products read either form with the
+// same bits (kernels.h matmul_forward_w16). A block's also has its two norms' FP32 weights
+// (norm: BW_ATTN_NORM, BW_MLP_NORM), which with b16 are widened into wbuf, C each. Widening
+// a vocabulary chunk for each use was 2.9% of 125m's step at B1 T128 (bench train).
 typedef struct {
     const float *f32;
     const uint16_t *b16; // the BF16 compute copy, or NULL
@@ -69,37 +65,31 @@ typedef struct {
     int shard;
 } wts_t;
 
-static const int NORMS[2] = {BW_ATTN_NORM, BW_MLP_NORM};
-
-static wts_t block_weights_acquire(step_t *st, int shard) {
+static wts_t wts_acquire(step_t *st, int shard) {
     wts_t W = {.shard = shard};
-    const tensor_t *t = st->m->shards[shard].tensors;
-    if (!st->w16) {
-        W.f32 = weights_acquire(st, shard);
-        for (int i = 0; i < 2; i++) W.norm[i] = W.f32 + t[NORMS[i]].offset;
-        return W;
-    }
-    W.b16 = params_acquire(st, shard);
-    for (int i = 0; i < 2; i++) { // C weights each (tier_layout's TB_WEIGHTS)
-        float *dst = st->wbuf + (size_t)i * st->m->C;
-        st->be->ops->bf16_to_f32_n(dst, W.b16 + t[NORMS[i]].offset, t[NORMS[i]].numel);
-        W.norm[i] = dst;
-    }
+    if (st->w16) W.b16 = params_acquire(st, shard);
+    else W.f32 = weights_acquire(st, shard);
     return W;
 }
 
-static void block_weights_release(step_t *st, const wts_t *W) {
+static void wts_release(step_t *st, const wts_t *W) {
     if (W->b16) tier_params_release(st->tier, W->shard);
     else weights_release(st, W->shard);
 }
 
-// A vocabulary chunk's weights (the LM head's, or the embedding's): the BF16 compute copy
-// itself where the backend reads it (st->w16; held until block_weights_release), else FP32.
-// A chunk widened to FP32 for each use was 2.9% of 125m's step at B1 T128 (bench train).
-static wts_t chunk_weights_acquire(step_t *st, int shard) {
-    wts_t W = {.shard = shard};
-    if (st->w16) W.b16 = params_acquire(st, shard);
-    else W.f32 = weights_acquire(st, shard);
+static wts_t block_weights_acquire(step_t *st, int shard) {
+    static const int norms[2] = {BW_ATTN_NORM, BW_MLP_NORM};
+    const tensor_t *t = st->m->shards[shard].tensors;
+    wts_t W = wts_acquire(st, shard);
+    for (int i = 0; i < 2; i++) {
+        if (!W.b16) {
+            W.norm[i] = W.f32 + t[norms[i]].offset;
+            continue;
+        }
+        float *dst = st->wbuf + (size_t)i * st->m->C;
+        st->be->ops->bf16_to_f32_n(dst, W.b16 + t[norms[i]].offset, t[norms[i]].numel);
+        W.norm[i] = dst;
+    }
     return W;
 }
 
@@ -218,12 +208,7 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     st->T = cfg->T;
     st->N = cfg->B * cfg->T;
     st->bf16 = cfg->precision == PREC_BF16;
-    // the layout sized the weight scratch for the form (tier.h lay.w16)
-    st->w16 = lay->w16;
-    if (st->w16 && !(be->ops->matmul_forward_w16 && be->ops->matmul_backward_input_w16 && be->ops->embedding_forward_w16)) {
-        snprintf(err, errlen, "the %s backend cannot multiply BF16 weights, which the layout expects", be->name);
-        return -EINVAL;
-    }
+    st->w16 = lay->w16; // the layout sized the weight scratch for the form
     st->nmb = lay->nmb;
     st->vertical = lay->vertical;
     const size_t N = (size_t)st->N;
@@ -464,9 +449,9 @@ static void embed_commit(step_t *st, int mb) {
 static void embed_all(step_t *st, int mb0, int mb1) {
     for (int k = 0; k < st->m->vchunks; k++) {
         const int s = model_embed_shard(st->m, k);
-        const wts_t W = chunk_weights_acquire(st, s);
+        const wts_t W = wts_acquire(st, s);
         for (int mb = mb0; mb < mb1; mb++) embed_forward(st, mb, k, &W);
-        block_weights_release(st, &W);
+        wts_release(st, &W);
     }
     for (int mb = mb0; mb < mb1; mb++) embed_commit(st, mb);
 }
@@ -518,19 +503,15 @@ static float *logits_at(const step_t *st, int q) {
 }
 static int *logits_tag(const step_t *st, int q) { return &st->lg_tag[st->logits_all ? q : 0]; }
 
-// The final norm's weights into st->wnorm (held through the head): widened straight there
-// from the compute copy where the step reads BF16 weights (lay.w16: wbuf holds no shard).
+// The final norm's weights into st->wnorm (held through the head), from the compute copy:
+// widened in bf16 mode, copied in fp32 mode (no pass over the rest of the padded shard).
 static void head_norm_weights(step_t *st) {
     const int hs = model_head_shard(st->m);
-    if (st->w16) {
-        const uint16_t *p = params_acquire(st, hs);
-        st->be->ops->bf16_to_f32_n(st->wnorm, p + st->m->shards[hs].tensors[HW_NORM].offset, (size_t)st->m->C);
-        tier_params_release(st->tier, hs);
-    } else {
-        const float *Wn = weights_acquire(st, hs);
-        backend_copy_d2d(st->be, st->wnorm, tensor_of(st, Wn, hs, HW_NORM), (size_t)st->m->C * sizeof(float));
-        weights_release(st, hs);
-    }
+    const size_t o = st->m->shards[hs].tensors[HW_NORM].offset, C = (size_t)st->m->C;
+    const void *p = params_acquire(st, hs);
+    if (st->bf16) st->be->ops->bf16_to_f32_n(st->wnorm, (const uint16_t *)p + o, C);
+    else backend_copy_d2d(st->be, st->wnorm, (const float *)p + o, C * sizeof(float));
+    tier_params_release(st->tier, hs);
     st->xf_mb = -1; // the scratch's xf and logits are stale from here
     for (int i = 0; i < (st->logits_all ? st->nq : 1); i++) st->lg_tag[i] = -1;
 }
@@ -585,7 +566,7 @@ static void head_forward(step_t *st, int mb0, int mb1, int hold, wts_t *held) {
         const int s = model_lm_shard(m, k);
         int q0, q1, v0;
         chunk_quanta(m, k, &q0, &q1, &v0);
-        const wts_t W = chunk_weights_acquire(st, s);
+        const wts_t W = wts_acquire(st, s);
         for (int mb = mb1 - 1; mb >= mb0; mb--) {
             use_microbatch(st, mb);
             for (int q = q0; q < q1; q++) {
@@ -595,7 +576,7 @@ static void head_forward(step_t *st, int mb0, int mb1, int hold, wts_t *held) {
             }
         }
         if (hold && k == m->vchunks - 1) *held = W;
-        else block_weights_release(st, &W);
+        else wts_release(st, &W);
     }
     for (int mb = mb0; mb < mb1; mb++) {
         use_microbatch(st, mb);
@@ -634,7 +615,7 @@ static void head_backward(step_t *st, int mb0, int mb1, const wts_t *Wlast, int 
         const int s = model_lm_shard(m, k);
         int q0, q1, v0;
         chunk_quanta(m, k, &q0, &q1, &v0);
-        const wts_t W = k == E - 1 ? *Wlast : chunk_weights_acquire(st, s);
+        const wts_t W = k == E - 1 ? *Wlast : wts_acquire(st, s);
         size_t n;
         float *G = lm_grads(st, k, last, &n);
         for (int mb = mb0; mb < mb1; mb++) {
@@ -654,7 +635,7 @@ static void head_backward(step_t *st, int mb0, int mb1, const wts_t *Wlast, int 
             grads_fold(st, G, F, n, m->tie);
         }
         if (!m->tie) grads_release(st, s);
-        block_weights_release(st, &W);
+        wts_release(st, &W);
     }
     // xf = rmsnorm(x_L)
     const int hs = model_head_shard(m);
@@ -735,7 +716,7 @@ double step_forward(step_t *st, const int *tokens, const int *targets) {
     for (int l = 0; l < m->L; l++) {
         const wts_t W = block_weights_acquire(st, model_block_shard(m, l));
         block_forward_mb(st, 0, l, &W);
-        block_weights_release(st, &W);
+        wts_release(st, &W);
     }
     head_forward(st, 0, 1, 0, NULL);
     return st->fault[0] ? NAN : st->mb_loss[0];
@@ -764,7 +745,7 @@ double step_forward_backward(step_t *st, const int *tokens, const int *targets, 
         for (int l = 0; l < m->L; l++) {
             const wts_t W = block_weights_acquire(st, model_block_shard(m, l));
             for (int mb = mb0; mb < mb1; mb++) block_forward_mb(st, mb, l, &W);
-            block_weights_release(st, &W);
+            wts_release(st, &W);
         }
         wts_t Wlast;
         head_forward(st, mb0, mb1, 1, &Wlast);
@@ -781,7 +762,7 @@ double step_forward_backward(step_t *st, const int *tokens, const int *targets, 
                 grads_fold(st, G, F, ns, 0);
             }
             grads_release(st, s);
-            block_weights_release(st, &W);
+            wts_release(st, &W);
         }
         embed_backward(st, mb0, mb1, last);
     }
