@@ -17,20 +17,17 @@
 // ---------------------------------------------------------------- chunks
 // Whole vectors, then the ragged tail (masked loads and stores); each body is inlined twice,
 // with round a constant, so that no branch is left inside the loop (see the 16-lane twins).
+INLINE v8f swiglu_fwd8_step(v8f g, v8f u, int round) {
+    v8f o = (g / (1.0f + exp8(-g))) * u;
+    return round ? rnd8(o) : o;
+}
+
 INLINE void swiglu_fwd8_body(float *out, const float *gate, const float *up, size_t n, int round) {
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        v8f g = ld8(gate + i), u = ld8(up + i);
-        v8f o = (g / (1.0f + exp8(-g))) * u;
-        if (round) o = rnd8(o);
-        st8(out + i, o);
-    }
+    for (; i + 8 <= n; i += 8) st8(out + i, swiglu_fwd8_step(ld8(gate + i), ld8(up + i), round));
     if (i < n) {
         const size_t nv = n - i;
-        v8f g = ld8_part(gate + i, nv, 0.0f), u = ld8_part(up + i, nv, 0.0f);
-        v8f o = (g / (1.0f + exp8(-g))) * u;
-        if (round) o = rnd8(o);
-        st8_part(out + i, o, nv);
+        st8_part(out + i, swiglu_fwd8_step(ld8_part(gate + i, nv, 0.0f), ld8_part(up + i, nv, 0.0f), round), nv);
     }
 }
 
