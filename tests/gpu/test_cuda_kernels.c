@@ -431,11 +431,18 @@ static void mm_close(const char *what, const float *gpu, const float *cpu, const
     if (getenv("TK_VERBOSE")) fprintf(stderr, "  %-72s worst/limit %.3f\n", what, worst);
 }
 
-START_TEST(test_matmul) {
-    const mm_shape_t s = MM_SHAPES[_i / MMV_COUNT];
-    const int var = _i % MMV_COUNT, N = s.N, IC = s.IC, OC = s.OC;
+// Case i of a loop over MM_SHAPES × MMV_COUNT: its shape, and its variant (returned), set up.
+static int mm_case(int i, mm_shape_t *s) {
+    *s = MM_SHAPES[i / MMV_COUNT];
+    const int var = i % MMV_COUNT;
     if (var == MMV_CHUNKED) cuda_kernels_set_test_limits(97, 0, 0, 0);
     if (var == MMV_FALLBACK) cuda_kernels_set_test_limits(0, 0, 1, 0);
+    return var;
+}
+
+START_TEST(test_matmul) {
+    mm_shape_t s;
+    const int var = mm_case(_i, &s), N = s.N, IC = s.IC, OC = s.OC;
     const size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
     rng_t rg = rng_make(200 + (uint64_t)_i);
     float *inp = fnew(ni), *w = fnew(nw), *dout = fnew(no), *dinp_pre = fnew(ni), *dw_pre = fnew(nw);
@@ -527,10 +534,8 @@ END_TEST
 // product a product of another weight leaves that one in the scratch, so a weight staged
 // short or not at all shows.
 START_TEST(test_matmul_w16) {
-    const mm_shape_t s = MM_SHAPES[_i / MMV_COUNT];
-    const int var = _i % MMV_COUNT, N = s.N, IC = s.IC, OC = s.OC;
-    if (var == MMV_CHUNKED) cuda_kernels_set_test_limits(97, 0, 0, 0);
-    if (var == MMV_FALLBACK) cuda_kernels_set_test_limits(0, 0, 1, 0);
+    mm_shape_t s;
+    const int var = mm_case(_i, &s), N = s.N, IC = s.IC, OC = s.OC;
     const size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
     rng_t rg = rng_make(260 + (uint64_t)_i);
     float *inp = fnew(ni), *w = fnew(nw), *dout = fnew(no), *dinp_pre = fnew(ni);
