@@ -200,7 +200,10 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
         for (int b = 0; b < nst; b++) {
             const int want = mine && q.s < md->nshards;
             mine = tier_o32_take_read(tier, b, want ? q.s : -1, q.c) && want;
-            if (mine) q = chunk_next(lay, md, q);
+            if (mine) {
+                q = chunk_next(lay, md, q);
+                tier_stats(tier)->opt_reads_ahead++;
+            }
         }
     }
     for (int s = 0, k = 0; s < md->nshards && rc == 0; s++) {
@@ -230,6 +233,15 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
         rc = queue_next_reads(tier, md, rd, nst, err, errlen);
     tier_stats(tier)->opt_ms += now_ms() - t0;
     return rc;
+}
+
+int optim_queue_first_reads(tier_t *tier, const model_t *md, char *err, size_t errlen) {
+    const tier_layout_t *lay = tier_layout_of(tier);
+    // as optim_run_host's end queues them: NVMe states read by an update after the backward,
+    // no cache, the gradients in a home
+    if (lay->home[ST_O32] != TIER_NVME || lay->upd_bwd || tier_o32_ncache(tier) || lay->o32_parts != 3) return 0;
+    int rc = tier_o32_drop_reads(tier, err, errlen); // (none queued: a no-op)
+    return rc ? rc : queue_next_reads(tier, md, tier_o32_reads(tier), lay->nostage, err, errlen);
 }
 
 int optim_run_backward(tier_t *tier, const model_t *md, const config_t *cfg, int t, float lr, char *err,

@@ -196,6 +196,7 @@ typedef struct {
                                               // not read back (nvme_read_bytes + these: every fetch read)
     double opt_ms;                            // time in the optimizer step
     double opt_nvme_wait_ms;                  // of which waiting for optimizer-state reads/writes
+    uint64_t opt_reads_ahead;                 // NVMe optimizer chunks an update found read (queued before it)
     double copy_ms;                           // compute thread queuing gradient and checkpoint copies
     double gather_wait_ms;                    // ranks: compute waiting for the gather worker's gathers
     double grad_slot_wait_ms;                 // --update backward: compute waiting for a gradient slot the update holds

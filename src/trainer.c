@@ -21,6 +21,7 @@ struct trainer {
     tier_t *tier;
     step_t step;
     struct { int t; float lr, grad_scale; } req; // the update in flight (read by the update worker)
+    int stepped;             // a training step has begun (the first queues its update's first reads)
     double *loss_all;        // ranks: (ranks × accum) every rank's micro-batch losses
     gradnorm_t *norm_all;    // ranks: (ranks) every rank's Σ g²
     // ranks: a global chunk of master, m, v gathered from every rank's piece (trainer_states_get)
@@ -304,6 +305,10 @@ int trainer_train_step(trainer_t *tr, int t, const int *tokens, const int *targe
     // a mean over the step's tokens, on every rank
     const float dscale = 1.0f / ((float)tr->step.N * (float)cfg->accum * (float)ranks);
     if (tr->lay.upd_bwd) return train_step_beside(tr, t, tokens, targets, dscale, loss, norm, lr, err, errlen);
+    char qe[512] = "";
+    int qrc = 0; // no update before the first queued the first reads of its update: they go now
+    if (!tr->stepped) qrc = optim_queue_first_reads(tr->tier, &tr->model, qe, sizeof qe);
+    tr->stepped = 1;
     *loss = step_forward_backward(&tr->step, tokens, targets, cfg->accum, dscale);
     *norm = NAN;
     *lr = optim_lr(cfg, t);
@@ -311,6 +316,9 @@ int trainer_train_step(trainer_t *tr, int t, const int *tokens, const int *targe
     if (tr->step.fault[0]) {
         snprintf(err, errlen, "%s", tr->step.fault);
         rc = -EIO;
+    } else if (qrc != 0) { // as a fault: with ranks, every rank still reaches the collectives below
+        snprintf(err, errlen, "optimizer: %s", qe);
+        rc = qrc;
     }
     if (rc == 0 || ranks > 1) { // a collective with ranks: every rank takes part
         char e2[512];

@@ -516,6 +516,27 @@ START_TEST(update_hands_parameters_to_the_fetch) {
 }
 END_TEST
 
+// Each update after the backward finds its first TIER_OPT_STAGING chunks' states read
+// (optimizer_reads_ahead): an update queues the next one's reads as it ends, so that they run
+// in the backward, and the trainer queues the first update's before its first step, so that
+// the first, too, starts on read states instead of the forward waiting for them. base_bf16:
+// 4 updates of 2048-element chunks (more than 4 of them). The same bits; with every chunk in
+// the --optimizer-cache, no reads ahead.
+START_TEST(updates_find_their_first_reads) {
+    char *chunked[] = {"TT_OPT_CHUNK=2048", NULL};
+    run_t ref = train(base_bf16, reference, NULL);
+    const char *extra[] = {"--params", "nvme", "--optimizer", "nvme", NULL};
+    const char *cached[] = {"--params", "nvme", "--optimizer", "nvme", "--optimizer-cache", "64M", NULL};
+    run_t r = train(base_bf16, extra, chunked), c = train(base_bf16, cached, chunked);
+    char *a = fingerprint(&ref), *b = fingerprint(&r), *d = fingerprint(&c);
+    ck_assert_msg(strcmp(a, b) == 0 && strcmp(a, d) == 0, "reads ahead changed the bits:\n  %s\n  %s\n  %s", a, b, d);
+    ck_assert_uint_eq(summary_u64(&r, "optimizer_reads_ahead"), 4 * TIER_OPT_STAGING);
+    ck_assert_uint_eq(summary_u64(&c, "optimizer_reads_ahead"), 0);
+    free(a); free(b); free(d);
+    run_free(&ref); run_free(&r); run_free(&c);
+}
+END_TEST
+
 // The vocabulary cut into chunks (model.h): tiny with a vocabulary of 8192 is 4 chunks of
 // 2048 rows by default; TT_TEST_VOCAB_CHUNK makes it 2 or 1. The cut changes what a shard
 // holds, never a bit (the head works a CE_QUANTUM at a time whatever the chunks), under
@@ -1682,6 +1703,7 @@ int main(void) {
     tcase_add_test(inv, optimizer_cache_saves_reads);
     tcase_add_test(inv, update_in_backward_keeps_bits);
     tcase_add_test(inv, update_hands_parameters_to_the_fetch);
+    tcase_add_test(inv, updates_find_their_first_reads);
     suite_add_tcase(s, inv);
     TCase *cap = tcase_create("capacity");
     tcase_add_checked_fixture(cap, setup, teardown);
