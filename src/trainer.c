@@ -21,7 +21,10 @@ struct trainer {
     tier_t *tier;
     step_t step;
     struct { int t; float lr, grad_scale; } req; // the update in flight (read by the update worker)
-    int stepped;             // a training step has begun (the first queues its update's first reads)
+    // the next update's first reads are queued, or the update in flight will queue them; 0 in
+    // a fresh trainer and once a checkpoint's state reads or writes (tier_o32_get, _put) dropped
+    // them: then the next step queues them (optim_queue_first_reads)
+    int reads_ahead;
     double *loss_all;        // ranks: (ranks × accum) every rank's micro-batch losses
     gradnorm_t *norm_all;    // ranks: (ranks) every rank's Σ g²
     // ranks: a global chunk of master, m, v gathered from every rank's piece (trainer_states_get)
@@ -306,9 +309,9 @@ int trainer_train_step(trainer_t *tr, int t, const int *tokens, const int *targe
     const float dscale = 1.0f / ((float)tr->step.N * (float)cfg->accum * (float)ranks);
     if (tr->lay.upd_bwd) return train_step_beside(tr, t, tokens, targets, dscale, loss, norm, lr, err, errlen);
     char qe[512] = "";
-    int qrc = 0; // no update before the first queued the first reads of its update: they go now
-    if (!tr->stepped) qrc = optim_queue_first_reads(tr->tier, &tr->model, qe, sizeof qe);
-    tr->stepped = 1;
+    int qrc = 0; // no update in flight queues the reads of this step's update: they go now
+    if (!tr->reads_ahead) qrc = optim_queue_first_reads(tr->tier, &tr->model, qe, sizeof qe);
+    tr->reads_ahead = 1;
     *loss = step_forward_backward(&tr->step, tokens, targets, cfg->accum, dscale);
     *norm = NAN;
     *lr = optim_lr(cfg, t);
@@ -385,6 +388,7 @@ static int gather_chunk(trainer_t *tr, int s, int c, int parts, float *const min
 int trainer_states_get(trainer_t *tr, int s, int c, int parts, int fill_zero, float **master, float **m, float **v,
                        char *err, size_t errlen) {
     int rc = trainer_optimizer_wait(tr, err, errlen);
+    tr->reads_ahead = 0; // (tier_o32_get drops them)
     if (tr->step.ranks == 1) return rc ? rc : tier_o32_get(tr->tier, s, c, parts, fill_zero, master, m, v, err, errlen);
     // ranks: a view of the whole global chunk, each rank's piece of it gathered (or zeros)
     float *view[3];
@@ -409,6 +413,7 @@ int trainer_states_get(trainer_t *tr, int s, int c, int parts, int fill_zero, fl
 }
 
 int trainer_states_put(trainer_t *tr, int s, int c, int parts, char *err, size_t errlen) {
+    tr->reads_ahead = 0; // (tier_o32_put drops them)
     if (tr->step.ranks == 1) {
         int rc = tier_o32_put(tr->tier, s, c, parts, err, errlen);
         return rc || !(parts & TIER_MASTER) ? rc : tier_params_from_master(tr->tier, s, c, err, errlen);

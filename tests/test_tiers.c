@@ -518,22 +518,34 @@ END_TEST
 
 // Each update after the backward finds its first TIER_OPT_STAGING chunks' states read
 // (optimizer_reads_ahead): an update queues the next one's reads as it ends, so that they run
-// in the backward, and the trainer queues the first update's before its first step, so that
-// the first, too, starts on read states instead of the forward waiting for them. base_bf16:
-// 4 updates of 2048-element chunks (more than 4 of them). The same bits; with every chunk in
-// the --optimizer-cache, no reads ahead.
+// in the backward, and the trainer queues them where no update did: before the first step,
+// and after a checkpoint, whose state reads drop the queued ones. So the first update, and
+// the one after a save, too, start on read states instead of the forward waiting for them.
+// base_bf16: 4 updates of 2048-element chunks (more than 4 of them), with --save-every 2 a
+// save after the second. The same bits; with every chunk in the --optimizer-cache, no reads
+// ahead.
 START_TEST(updates_find_their_first_reads) {
     char *chunked[] = {"TT_OPT_CHUNK=2048", NULL};
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s/ckpt-ahead", nvme_dir);
     run_t ref = train(base_bf16, reference, NULL);
     const char *extra[] = {"--params", "nvme", "--optimizer", "nvme", NULL};
+    const char *saved[] = {"--params", "nvme", "--optimizer", "nvme", "--save", dir, "--save-every", "2", NULL};
     const char *cached[] = {"--params", "nvme", "--optimizer", "nvme", "--optimizer-cache", "64M", NULL};
-    run_t r = train(base_bf16, extra, chunked), c = train(base_bf16, cached, chunked);
+    run_t r = train(base_bf16, extra, chunked), s = train(base_bf16, saved, chunked);
+    run_t c = train(base_bf16, cached, chunked);
     char *a = fingerprint(&ref), *b = fingerprint(&r), *d = fingerprint(&c);
     ck_assert_msg(strcmp(a, b) == 0 && strcmp(a, d) == 0, "reads ahead changed the bits:\n  %s\n  %s\n  %s", a, b, d);
+    // (the saving run's log has each checkpoint's hash first: its last line has the run's)
+    char want[64];
+    snprintf(want, sizeof want, "params_hash %.16s", a);
+    ck_assert_msg(s.rc == 0 && strstr(s.out, want), "with saves, not %s: %s%s", want, s.out, s.err);
     ck_assert_uint_eq(summary_u64(&r, "optimizer_reads_ahead"), 4 * TIER_OPT_STAGING);
+    ck_assert_uint_eq(summary_u64(&s, "optimizer_reads_ahead"), 4 * TIER_OPT_STAGING);
     ck_assert_uint_eq(summary_u64(&c, "optimizer_reads_ahead"), 0);
     free(a); free(b); free(d);
-    run_free(&ref); run_free(&r); run_free(&c);
+    run_free(&ref); run_free(&r); run_free(&s); run_free(&c);
+    ck_assert_int_eq(tu_rm_rf(dir), 0);
 }
 END_TEST
 
