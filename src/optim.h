@@ -32,8 +32,9 @@ int optim_run_host(tier_t *tier, const model_t *m, const config_t *cfg, int t, f
 // The first update's first reads, which no update before it queued: each later update queues
 // the next one's as it ends, so that they run in the backward and the next forward finds its
 // first shards' states read (optim_run_host). For NVMe states updated after the backward
-// without a cache; a no-op elsewhere. The trainer calls it before its first step's forward,
-// with no update running. Returns 0 or -errno with one line in err.
+// without a cache; a no-op elsewhere. The trainer calls it where no update queued them (its
+// first step, the first after a checkpoint), as the step's backward begins, with no update
+// running. Returns 0 or -errno with one line in err.
 int optim_queue_first_reads(tier_t *tier, const model_t *m, char *err, size_t errlen);
 // --update backward (lay.upd_bwd): the update of step t without clipping, beside the
 // backward: each shard as the backward hands its final gradient over (tier_grads_next_final),

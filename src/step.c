@@ -750,6 +750,7 @@ double step_forward_backward(step_t *st, const int *tokens, const int *targets, 
         wts_t Wlast;
         head_forward(st, mb0, mb1, 1, &Wlast);
         for (int mb = mb0; mb < mb1; mb++) loss += st->mb_loss[mb];
+        if (p == 0 && st->backward_begins) st->backward_begins(st->backward_arg);
         head_backward(st, mb0, mb1, &Wlast, last, dscale);
         for (int l = m->L - 1; l >= 0; l--) {
             int s = model_block_shard(m, l);

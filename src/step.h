@@ -63,6 +63,11 @@ typedef struct {
     int *uses;                // (max_uses) the current phase's use order
     sched_t *assist;          // the scheduler whose posted update pieces the forward's products run
                               // first (lay.upd_assist: sched_assist_poll), or NULL
+    // step_forward_backward calls it (when set) once, as the step's first backward begins:
+    // the first pass's forward has fetched its parameters by then (the trainer queues the
+    // first reads of the step's update there when no update in flight does)
+    void (*backward_begins)(void *arg);
+    void *backward_arg;
     char fault[512];          // the first failure of the phase (a fetch, a visit): its numbers are void
 } step_t;
 
