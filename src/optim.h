@@ -29,7 +29,7 @@ adamw_params_t optim_hparams(const config_t *cfg, int t, float lr, float grad_sc
 // tier's scheduler as it becomes final. Returns 0 or -errno with one line in err.
 int optim_run_host(tier_t *tier, const model_t *m, const config_t *cfg, int t, float lr, float grad_scale,
                    char *err, size_t errlen);
-// The first update's first reads, which no update before it queued: each later update queues
+// An update's first reads where no update before it queued them: each update queues
 // the next one's as it ends, so that they run in the backward and the next forward finds its
 // first shards' states read (optim_run_host). For NVMe states updated after the backward
 // without a cache; a no-op elsewhere. The trainer calls it where no update queued them (its
