@@ -301,10 +301,14 @@ static void plan_traffic(const config_t *cfg, const model_t *m, plan_t *p, work_
     if (cfg->params_tier == TIER_NVME) work_update(k, W_NVME_WRITE, Pp);
     // Each shard's gradient visits the device once per pass, in its backward; the tied
     // embedding once more, after the last pass's (step.c), so in that backward here.
-    if (cfg->grads_tier == TIER_HOST) { // every visit reads and writes the home
-        for (int res = W_H2D; res <= W_D2H; res++) {
-            work_spread(k, 1, res, k->passes * G);
-            if (m->tie) work_at(k, last, 1, res, emb4);
+    if (cfg->grads_tier == TIER_HOST) { // every visit writes the home; a step's first starts from
+        // zeros (the update consumed the home), every later one reads it: the passes after the
+        // first, and the tied embedding's visit after the last
+        work_spread(k, 1, W_D2H, k->passes * G);
+        work_spread(k, 1, W_H2D, (k->passes - 1) * G);
+        if (m->tie) {
+            work_at(k, last, 1, W_D2H, emb4);
+            work_at(k, last, 1, W_H2D, emb4);
         }
     }
     if (cfg->grads_tier == TIER_NVME) {

@@ -549,6 +549,30 @@ START_TEST(updates_find_their_first_reads) {
 }
 END_TEST
 
+// Host-resident gradients: a step's first visit of a shard starts from zeros on the device
+// (the update consumed the home) and only the later ones copy the home up, so each step
+// copies up what the plan counts and writes every visit back: base_bf16 horizontal, 2
+// passes (one of the two visits reads), 4 steps; base_tied also visits the tied embedding
+// once after its last pass. The bits are the resident run's.
+START_TEST(grads_host_visits_start_from_zeros) {
+    const char *const *bases[] = {base_bf16, base_tied};
+    const unsigned long long steps[] = {4, 3};
+    const char *extra[] = {"--schedule", "horizontal", "--checkpoints", "device", "--grads", "host", NULL};
+    for (int b = 0; b < 2; b++) {
+        run_t ref = train(bases[b], reference, NULL), r = train(bases[b], extra, NULL);
+        char *x = fingerprint(&ref), *y = fingerprint(&r);
+        ck_assert_msg(strcmp(x, y) == 0, "--grads host changed the bits:\n  %s\n  %s", x, y);
+        const unsigned long long up = log_u64(&r, NULL, "h2d_bytes"), down = log_u64(&r, NULL, "d2h_bytes");
+        ck_assert_uint_eq(summary_u64(&r, "h2d_bytes"), steps[b] * up); // the plan's line first, per step
+        ck_assert_uint_eq(summary_u64(&r, "d2h_bytes"), steps[b] * down);
+        if (b == 0) ck_assert_uint_eq(2 * up, down);
+        else ck_assert_msg(up > 0 && 2 * up > down && up < down, "tied: %llu up, %llu down a step", up, down);
+        free(x); free(y);
+        run_free(&ref); run_free(&r);
+    }
+}
+END_TEST
+
 // The vocabulary cut into chunks (model.h): tiny with a vocabulary of 8192 is 4 chunks of
 // 2048 rows by default; TT_TEST_VOCAB_CHUNK makes it 2 or 1. The cut changes what a shard
 // holds, never a bit (the head works a CE_QUANTUM at a time whatever the chunks), under
@@ -1716,6 +1740,7 @@ int main(void) {
     tcase_add_test(inv, update_in_backward_keeps_bits);
     tcase_add_test(inv, update_hands_parameters_to_the_fetch);
     tcase_add_test(inv, updates_find_their_first_reads);
+    tcase_add_test(inv, grads_host_visits_start_from_zeros);
     suite_add_tcase(s, inv);
     TCase *cap = tcase_create("capacity");
     tcase_add_checked_fixture(cap, setup, teardown);
