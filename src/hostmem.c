@@ -86,10 +86,16 @@ static int gpu_node(const char *gpu_pci) {
     return node;
 }
 
-int hostmem_pick_node(const char *gpu_pci, const char **why) {
+int hostmem_pick_node(const char *gpu_pci, int cpu_only, const char **why) {
     if (why) *why = "none (no NUMA support)";
     if (numa_available() < 0) return -1;
-    int node = gpu_node(gpu_pci);
+    // one node, or no GPU: hwloc's topology is not wanted (loading it dlopens hwloc's
+    // plugins, and with them libxml2, ICU and X11, in every process)
+    if (numa_max_node() == 0) {
+        if (why) *why = "the only node";
+        return 0;
+    }
+    int node = cpu_only ? -1 : gpu_node(gpu_pci);
     if (node >= 0) {
         if (why) *why = "nearest the GPU";
         return node;
@@ -173,7 +179,7 @@ int hostmem_init(hostmem_t **out, const hostmem_opts_t *o, char *err, size_t err
         node = numa ? o->numa_node : -1;
         why = "--numa-node";
     } else {
-        node = hostmem_pick_node(o->gpu_pci, &why);
+        node = hostmem_pick_node(o->gpu_pci, o->cpu_only, &why);
     }
 
     hostmem_t *h = calloc(1, sizeof *h);

@@ -3,8 +3,9 @@
 //
 // What it does: at init, checks the request against --host-budget and /proc/meminfo
 // MemAvailable, maps one region (2 MiB aligned, MADV_HUGEPAGE), binds it to a NUMA node
-// (--numa-node N, or auto: with hwloc the node nearest the GPU when there is one, else
-// the node of the calling CPU; bound with mbind from libnuma), touches every page once
+// (--numa-node N, or auto: the only node on a machine with one; with hwloc the node
+// nearest the GPU when one is in use and found, else the node of the calling CPU; bound
+// with mbind from libnuma), touches every page once
 // with a few threads (first touch of fresh memory is slow on VMs: better now than in
 // step 1) and reports how long that took, then pins it with mlock (or the caller's pin
 // function, e.g. cudaHostRegister) where RLIMIT_MEMLOCK allows — else it stays unpinned
@@ -39,6 +40,7 @@ typedef struct {
     int quiet;                // no notices (the init report and fallbacks)
     const char *gpu_pci;      // auto node: PCI bus id of the GPU in use ("0000:3b:00.0");
                               // NULL = the first NVIDIA GPU hwloc finds, if any
+    int cpu_only;             // auto node: no GPU in use (the CPU backend): hwloc is not asked
     hostmem_pin_fn pin_fn, unpin_fn;
     void *pin_arg;
     const char *faults;       // tests: "nomlock" (pinning fails with ENOMEM);
@@ -49,7 +51,8 @@ typedef struct {
     uint64_t size, used, peak;
     void *base;
     int node;                 // NUMA node bound to, or -1 (no NUMA support)
-    const char *node_why;     // how the node was chosen: "--numa-node", "nearest the GPU", "the calling CPU's"
+    const char *node_why;     // how the node was chosen: "--numa-node", "the only node", "nearest the GPU",
+                              // "the calling CPU's"
     int pinned;               // 1 when mlock/pin_fn succeeded
     int hugepages;            // 1 when MADV_HUGEPAGE was accepted
     double touch_ms;          // time to touch every page at init
@@ -82,5 +85,5 @@ int hostmem_regions(const hostmem_t *h, struct iovec *iov, int max);
 // not from libnuma's node sizes, which under-report on VMs.
 uint64_t hostmem_mem_available(void);
 // The NUMA node auto selects (see above), or -1 without NUMA support; why says which
-// rule chose it (may be NULL).
-int hostmem_pick_node(const char *gpu_pci, const char **why);
+// rule chose it (may be NULL). cpu_only: no GPU in use, so none to be near.
+int hostmem_pick_node(const char *gpu_pci, int cpu_only, const char **why);

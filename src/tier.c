@@ -55,6 +55,7 @@ static int init_stores(tier_t *t, char *err, size_t errlen) {
     hostmem_opts_t ho;
     tier_hostmem_opts(&ho, t->cfg, t->lay.host_bytes ? t->lay.host_bytes : 4096);
     ho.quiet = 1; // the tier report says what the pool is
+    ho.cpu_only = t->lay.device_is_host;
     if (!t->lay.device_is_host) {
         ho.pin_fn = backend_host_pin;
         ho.unpin_fn = backend_host_unpin;

@@ -180,7 +180,12 @@ START_TEST(test_numa_placement) {
         fprintf(stderr, "test_numa_placement: no NUMA support, placement unchecked\n");
         return;
     }
-    int auto_node = hostmem_pick_node(NULL, NULL);
+    int auto_node = hostmem_pick_node(NULL, 0, NULL);
+    const char *why = NULL;
+    const int cpu_node = hostmem_pick_node(NULL, 1, &why); // no GPU in use: one node, or the CPU's
+    ck_assert_int_ge(cpu_node, 0);
+    ck_assert_int_le(cpu_node, numa_max_node());
+    if (numa_max_node() == 0) ck_assert_msg(auto_node == 0 && strcmp(why, "the only node") == 0, "%d, %s", auto_node, why);
     ck_assert_int_ge(auto_node, 0);
     ck_assert_int_le(auto_node, numa_max_node());
     for (int pass = 0; pass < 2; pass++) {
