@@ -518,9 +518,10 @@ END_TEST
 
 // Each update after the backward finds its first TIER_OPT_STAGING chunks' states read
 // (optimizer_reads_ahead): an update queues the next one's reads as it ends, so that they run
-// in the backward, and the trainer queues them where no update did: before the first step,
-// and after a checkpoint, whose state reads drop the queued ones. So the first update, and
-// the one after a save, too, start on read states instead of the forward waiting for them.
+// in the backward, and the trainer queues them where no update did, as the step's backward
+// begins: the first step's, and the first after a checkpoint, whose state reads drop the
+// queued ones. So the first update, and the one after a save, too, start on read states
+// instead of the forward waiting for them.
 // base_bf16: 4 updates of 2048-element chunks (more than 4 of them), with --save-every 2 a
 // save after the second. The same bits; with every chunk in the --optimizer-cache, no reads
 // ahead.
