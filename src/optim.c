@@ -145,6 +145,13 @@ static int chunk_read(tier_t *tier, tier_xfer_t *x, int s, int c, int k, int sb,
     return rc ? rc : tier_grads_submit(tier, x, s, c, sb, err, errlen);
 }
 
+// Whether an update after the backward reads the next one's first chunks ahead: NVMe states
+// without a cache, the gradients in a home (with --grads nvme they are read with the states).
+static int reads_go_ahead(tier_t *tier) {
+    const tier_layout_t *lay = tier_layout_of(tier);
+    return lay->home[ST_O32] == TIER_NVME && tier_o32_ncache(tier) == 0 && lay->o32_parts == 3;
+}
+
 // The next update's first nst chunks' reads (no cache, every buffer free), into the buffers
 // they will take then, recorded with the tier.
 static int queue_next_reads(tier_t *tier, const model_t *md, tier_xfer_t *rd, int nst, char *err, size_t errlen) {
@@ -229,18 +236,17 @@ int optim_run_host(tier_t *tier, const model_t *md, const config_t *cfg, int t, 
     // The next update's first reads, now: at its start the forward waits for its first shards,
     // and their states need no gradient (the gradients are in a home; on NVMe they are read
     // with the states). Not after the last step's update, and not for cached chunks.
-    if (rc == 0 && nvme && ncache == 0 && lay->o32_parts == 3 && t < cfg->steps)
-        rc = queue_next_reads(tier, md, rd, nst, err, errlen);
+    if (rc == 0 && reads_go_ahead(tier) && t < cfg->steps) rc = queue_next_reads(tier, md, rd, nst, err, errlen);
     tier_stats(tier)->opt_ms += now_ms() - t0;
     return rc;
 }
 
 int optim_queue_first_reads(tier_t *tier, const model_t *md, char *err, size_t errlen) {
     const tier_layout_t *lay = tier_layout_of(tier);
-    // as optim_run_host's end queues them: NVMe states read by an update after the backward,
-    // no cache, the gradients in a home
-    if (lay->home[ST_O32] != TIER_NVME || lay->upd_bwd || tier_o32_ncache(tier) || lay->o32_parts != 3) return 0;
-    int rc = tier_o32_drop_reads(tier, err, errlen); // (none queued: a no-op)
+    if (lay->upd_bwd || !reads_go_ahead(tier)) return 0;
+    // reads still queued (a rank that read none of a checkpoint's chunks kept them) end first:
+    // their buffers are the new reads'
+    int rc = tier_o32_drop_reads(tier, err, errlen);
     return rc ? rc : queue_next_reads(tier, md, tier_o32_reads(tier), lay->nostage, err, errlen);
 }
 

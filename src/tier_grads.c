@@ -188,8 +188,8 @@ void tier_grads_close(tier_t *t, int rc, const char *why) {
 // A host or NVMe home visits a slot (visit.h): the copy up waits for the slot's last copy down
 // and for this shard's own last write-back, the ops wait for the copy up, the copy down for the
 // ops; on a GPU the next shard's copy up thus runs during this shard's backward. A gradient the
-// optimizer consumed is all zeros: its visit starts from a zeroed slot instead of a read (a
-// host home's too: its copy up was a step's whole gradients over the link, for zeros).
+// optimizer consumed is all zeros, on either home: its visit starts from a zeroed slot instead
+// of a read (a copy up of a host home was a step's whole gradients over the link, for zeros).
 float *tier_grads_acquire(tier_t *t, int shard, int last, char *err, size_t errlen) {
     tier_entry_t *e = &t->table[shard][ST_G];
     t->glast[shard] = last;
@@ -198,23 +198,18 @@ float *tier_grads_acquire(tier_t *t, int shard, int last, char *err, size_t errl
     t->gnext ^= 1;
     if (t->lay.upd_bwd) slot_wait(t, i);
     t->gslot_of[shard] = i;
-    if (e->home == TIER_HOST && e->dirty) {
-        visit_up(&t->gvisit, i, shard, e->addr, e->bytes);
-        return t->gvisit.buf[i];
+    if (e->home == TIER_NVME) {
+        if (gnvme_wait(t, i, err, errlen) != 0) return NULL; // the slot's (and its staging's) last write
+        t->gw[i].last = last;
     }
-    if (e->home == TIER_HOST) {
+    if (!e->dirty) { // consumed: zeros, whatever the home
         visit_open(&t->gvisit, i);
         backend_memset(t->be, t->gvisit.buf[i], 0, e->bytes);
-        return t->gvisit.buf[i];
-    }
-    if (gnvme_wait(t, i, err, errlen) != 0) return NULL; // the slot's (and its staging's) last write
-    t->gw[i].last = last;
-    if (e->dirty) {
+    } else if (e->home == TIER_HOST) {
+        visit_up(&t->gvisit, i, shard, e->addr, e->bytes);
+    } else {
         if (gnvme_read(t, shard, i, err, errlen) != 0) return NULL;
         if (!t->lay.device_is_host) visit_up(&t->gvisit, i, shard, gnvme_host(t, i), e->bytes);
-    } else {
-        visit_open(&t->gvisit, i);
-        backend_memset(t->be, t->gvisit.buf[i], 0, e->bytes);
     }
     return t->gvisit.buf[i];
 }
