@@ -20,8 +20,10 @@
 
 // ---------------------------------------------------------------- vector paths
 // The widest vector path attention, SwiGLU and matmul may take, for tests that check every
-// path gives the same bits: 2 AVX-512F (the default: whatever the CPU has), 1 AVX2 with FMA,
-// 0 no FMA (attention's tile products on fmaf, matmul on OpenBLAS). The loader's pick of a
+// path gives the same bits: 3 (the default: whatever the CPU has) as 2, plus matmul on AMX
+// tiles where the CPU has AMX-BF16 and the operands are BF16 values (other bits: gemm.h),
+// 2 AVX-512F, 1 AVX2 with FMA, 0 no FMA (attention's tile products on fmaf, matmul on
+// OpenBLAS). The loader's pick of a
 // function's AVX2 or baseline clone stays the CPU's; AdamW's paths are separate functions its
 // tests call.
 // Set it between calls, never while an op runs.
@@ -73,8 +75,12 @@ void matmul_backward_weight(float *dw, const float *dout, const float *inp, int 
 void matmul_backward_weight_n(int n, float *const dw[], const float *const dout[], const int OC[], const float *inp,
                               int N, int IC);
 // "AVX-512F FMA kernels" or "AVX2 FMA kernels" where ours run the products (after
-// kernels_limit_simd), NULL where OpenBLAS does.
+// kernels_limit_simd), "AMX BF16 tiles, else AVX-512F FMA kernels" where products of BF16
+// operands run on AMX (matmul_amx), NULL where OpenBLAS does.
 const char *matmul_kernel_name(void);
+// 1 where products of BF16 operands run on AMX tiles (kernels_limit_simd(3), the default, on
+// a CPU with AMX-BF16 whose kernel grants the tile state), else 0.
+int matmul_amx(void);
 // The kernel family OpenBLAS runs the products with ("Haswell", "Cooperlake", ...): its own
 // pick for this CPU as it loads, or the one OPENBLAS_CORETYPE names.
 const char *matmul_blas_core(void);

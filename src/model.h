@@ -91,7 +91,8 @@ int model_quantum_cols(const model_t *m, int q);
 // them again chunk by chunk, and its three weight gradients sum over the chunks in order).
 // m->mrows depends on F alone, a multiple of 128 rows (OpenBLAS's output tile on a CPU without
 // FMA, so that every other product keeps its bits there): the shape, never a budget, decides
-// the bits. With FMA the chunking changes no bit at all (kernels/cpu/gemm.h).
+// the bits. With FMA the chunking changes no bit at all (kernels/cpu/gemm.h), and on AMX tiles
+// none where the chunks are multiples of 32 rows, as these are (a tile product per 32 rows).
 // TT_TEST_MLP_ROWS=R (a testing hook, R > 0) sets it.
 #define MODEL_MLP_BYTES ((size_t)64 << 20)
 static inline int model_mlp_rows(const model_t *m, int N) { return N < m->mrows ? N : m->mrows; }

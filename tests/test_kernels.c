@@ -569,6 +569,99 @@ START_TEST(test_matmul_fma_bits) {
 }
 END_TEST
 
+// On AMX tiles (matmul_amx(): a CPU with AMX-BF16, at the default kernels_limit_simd), the
+// five products of BF16 operands (every value a BF16 value: the weights, the activations and
+// their gradients in bf16 mode) are within TOL_MM_OUT / TOL_MM_BF16 of the FP64 sums; they
+// keep their bits at 1 and 3 threads; with kernels_limit_simd(2) they are the fmaf chain's;
+// on the K ≥ 32 shapes some element differs from the fmaf chain (the tiles add in their own
+// order: the path ran). One operand word that is not a BF16 value, in A or in B, and the call
+// gives the fmaf chain's bits, "+=" included (nothing added twice). A CPU without AMX skips.
+START_TEST(test_matmul_amx) {
+    if (!matmul_amx()) {
+        fprintf(stderr, "test_matmul_amx: no AMX-BF16 on this CPU (or the kernel refused the tile state): skipped\n");
+        return;
+    }
+    const mm_shape_t s = MMB_SHAPES[_i];
+    const int N = s.N, IC = s.IC, OC = s.OC;
+    size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    rng_t rg = rng_make(1700 + (uint64_t)_i);
+    float *inp = fnew(ni), *w = fnew(nw), *d = fnew(no), *dinp0 = fnew(ni), *dw0 = fnew(nw);
+    fill_sym(inp, ni, 1.0, &rg); fill_sym(w, nw, 1.0, &rg); fill_sym(d, no, 1.0, &rg);
+    fill_sym(dinp0, ni, 1.0, &rg); fill_sym(dw0, nw, 1.0, &rg);
+    bf16_round_n(inp, ni); bf16_round_n(w, nw); bf16_round_n(d, no); // BF16 values, as in bf16 mode
+    static const char *const name[] = {"out", "out rounded", "dinp += rounded", "dinp =", "dw +="};
+    const size_t n[] = {no, no, ni, ni, nw};
+    float *got[3][5], *ref[5];
+    for (int o = 0; o < 5; o++) {
+        ref[o] = fnew(n[o]);
+        for (int v = 0; v < 3; v++) got[v][o] = fnew(n[o]);
+    }
+    // the five products into out[0..4], on this CPU's widest path (or limited to lim)
+#define FIVE(out, lim, th)                                                                                        \
+    do {                                                                                                          \
+        kernels_limit_simd(lim);                                                                                  \
+        set_threads(th);                                                                                          \
+        for (int o = 0; o < 5; o++) fill_nan((out)[o], n[o]);                                                     \
+        matmul_forward((out)[0], inp, w, N, IC, OC, 0);                                                           \
+        matmul_forward((out)[1], inp, w, N, IC, OC, 1);                                                           \
+        memcpy((out)[2], dinp0, ni * sizeof(float));                                                              \
+        matmul_backward_input((out)[2], d, w, N, IC, OC, 1, 1);                                                   \
+        matmul_backward_input((out)[3], d, w, N, IC, OC, 0, 0);                                                   \
+        memcpy((out)[4], dw0, nw * sizeof(float));                                                                \
+        matmul_backward_weight((out)[4], d, inp, N, IC, OC);                                                      \
+        kernels_limit_simd(3);                                                                                    \
+    } while (0)
+    FIVE(ref, 2, 2); // the FMA kernels: the fmaf chain's bits (test_matmul_fma_bits)
+    FIVE(got[0], 3, 1);
+    FIVE(got[1], 3, 3);
+    for (int o = 0; o < 5; o++) {
+        const int K = o < 2 ? IC : o < 4 ? OC : N; // the product's inner dimension
+        // FP64 sums of the same products
+        double *r = dnew(n[o]);
+        const int rows = o < 4 ? N : OC, cols = o < 2 ? OC : IC;
+        for (int i = 0; i < rows; i++)
+            for (int j = 0; j < cols; j++) {
+                double acc = o == 2 ? dinp0[(size_t)i * IC + j] : o == 4 ? dw0[(size_t)i * IC + j] : 0.0;
+                for (int k = 0; k < K; k++)
+                    acc += o < 2  ? (double)inp[(size_t)i * IC + k] * w[(size_t)j * IC + k]
+                           : o < 4 ? (double)d[(size_t)i * OC + k] * w[(size_t)k * IC + j]
+                                   : (double)d[(size_t)k * OC + i] * inp[(size_t)k * IC + j];
+                r[(size_t)i * cols + j] = acc;
+            }
+        char what[160];
+        snprintf(what, sizeof what, "AMX matmul %s N=%d IC=%d OC=%d against FP64", name[o], N, IC, OC);
+        CHECK_CLOSE(what, got[0][o], r, n[o], o == 1 || o == 2 ? TOL_MM_BF16 : TOL_MM_OUT);
+        free(r);
+        snprintf(what, sizeof what, "AMX matmul %s N=%d IC=%d OC=%d, 3 threads against 1", name[o], N, IC, OC);
+        CHECK_BITS(what, got[1][o], got[0][o], n[o]);
+        if (K >= 32 && o != 1 && o != 2) // rounded outputs may all agree
+            ck_assert_msg(memcmp(got[0][o], ref[o], n[o] * sizeof(float)),
+                          "AMX matmul %s N=%d IC=%d OC=%d: the fmaf chain's bits everywhere (did the tiles run?)", name[o],
+                          N, IC, OC);
+    }
+    // one word that is not a BF16 value: the fmaf chain's bits
+    for (int which = 0; which < 2; which++) {
+        float *x = which ? w : d, keep = x[0];
+        x[0] = nextafterf(x[0] == 0.0f ? 1.0f : x[0], INFINITY); // low bits set
+        FIVE(ref, 2, 2);
+        FIVE(got[2], 3, 2);
+        for (int o = which ? 0 : 2; o < (which ? 4 : 5); o++) { // the products that read it: d dinp, dw; w out, dinp
+            char what[160];
+            snprintf(what, sizeof what, "matmul %s N=%d IC=%d OC=%d with a non-BF16 word in %s", name[o], N, IC, OC,
+                     which ? "w" : "d");
+            CHECK_BITS(what, got[2][o], ref[o], n[o]);
+        }
+        x[0] = keep;
+    }
+#undef FIVE
+    for (int o = 0; o < 5; o++) {
+        free(ref[o]);
+        for (int v = 0; v < 3; v++) free(got[v][o]);
+    }
+    free(inp); free(w); free(d); free(dinp0); free(dw0);
+}
+END_TEST
+
 // The products of BF16 weights (matmul_forward_w16, matmul_backward_input_w16) keep the bits
 // of the FP32 products on the weights widened, on every path and thread count: with FMA the
 // packing widens them (the scratch is left as it was), on OpenBLAS the scratch holds them.
@@ -1970,6 +2063,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, test_matmul_degenerate);
     tcase_add_loop_test(tc, test_matmul_fma_bits, 0, NELEMS(MMB_SHAPES));
     tcase_add_loop_test(tc, test_matmul_w16_bits, 0, NELEMS(MMB_SHAPES));
+    tcase_add_loop_test(tc, test_matmul_amx, 0, NELEMS(MMB_SHAPES));
     tcase_add_test(tc, test_matmul_weight_n_bits);
     tc = tcase(s, "rmsnorm");
     tcase_add_loop_test(tc, test_rmsnorm, 0, NELEMS(RMS_SHAPES));

@@ -214,12 +214,13 @@ static double last_loss(const run_t *r) {
     return strtod(p + 7, NULL);
 }
 
-// The MLP in chunks of rows (model_mlp_rows; TT_TEST_MLP_ROWS=16 cuts base_bf16's 64 rows
-// into 4 chunks, base_tied's 34 into 16 + 16 + 2). Its three weight gradients sum over the
+// The MLP in chunks of rows (model_mlp_rows; TT_TEST_MLP_ROWS=32 cuts base_bf16's 64 rows
+// into 2 chunks, base_tied's 34 into 32 + 2). Its three weight gradients sum over the
 // chunks, and the bits are the same for every placement and --recompute setting: kept blocks
 // keep the attention half (FP32 or BF16) and the backward computes each chunk's gate, up and h
-// again. With FMA they are also the whole-rows run's bits; the losses always agree within
-// rounding, and the scratch holds one chunk's gate, up and h instead of every row's.
+// again. With FMA, and on AMX tiles where chunks are whole multiples of their 32 rows, they
+// are also the whole-rows run's bits; the losses always agree within rounding, and the scratch
+// holds one chunk's gate, up and h instead of every row's.
 // bf16 mode's products read the BF16 compute copy straight (the CPU backend packs it,
 // kernels.h matmul_forward_w16) and hold it through the block, and so do the LM head's and the
 // embedding's (embedding_forward_w16) through each vocabulary chunk; widening every shard's
@@ -248,7 +249,7 @@ START_TEST(bf16_weights_keep_bits) {
 END_TEST
 
 START_TEST(mlp_chunks_keep_bits) {
-    char *chunked[] = {"TT_TEST_MLP_ROWS=16", NULL};
+    char *chunked[] = {"TT_TEST_MLP_ROWS=32", NULL};
     static const char *const settings[][16] = {
         {"--recompute", "none", NULL},
         {"--recompute", "1", "--checkpoints", "host", "--schedule", "vertical", NULL},
@@ -263,9 +264,9 @@ START_TEST(mlp_chunks_keep_bits) {
     for (int b = 0; b < 2; b++) {
         run_t ref = train(bases[b], full, chunked);
         char *a = fingerprint(&ref);
-        const char *says = b == 0 ? "; the MLP in 4 chunks of 16 rows\n" : "; the MLP in 3 chunks of 16 rows\n";
+        const char *says = "; the MLP in 2 chunks of 32 rows\n";
         ck_assert_msg(strstr(ref.out, says), "no '%s' in %s", says, ref.out);
-        ck_assert_uint_eq(log_u64(&ref, NULL, "mlp_rows"), 16); // the plan's line in the log
+        ck_assert_uint_eq(log_u64(&ref, NULL, "mlp_rows"), 32); // the plan's line in the log
         for (int i = 0; i < (b == 0 ? 5 : 4); i++) {
             run_t r = train(bases[b], settings[i], chunked);
             char *c = fingerprint(&r);
@@ -282,16 +283,18 @@ START_TEST(mlp_chunks_keep_bits) {
         ck_assert_uint_eq(log_u64(&whole, NULL, "mlp_rows"), (unsigned long long)rows[b]);
         // With FMA, a product's bits follow its operands alone (kernels/cpu/gemm.h): dw summed
         // chunk by chunk is the same fmaf chain over the rows as in one product, so the chunked
-        // MLP keeps every bit of the whole one (the log lines above show the chunks ran). On
-        // OpenBLAS (no FMA) the split sums differ; the losses below stay close.
+        // MLP keeps every bit of the whole one (the log lines above show the chunks ran). On AMX
+        // tiles dw adds one tile product per 32 rows in order, and 32-row chunks start each
+        // chunk where the whole product starts a tile product: the same sequence, the same bits.
+        // On OpenBLAS (no FMA) the split sums differ; the losses below stay close.
         if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-            ck_assert_msg(!strcmp(a, w), "base %d: the MLP in chunks of 16 rows changed the bits:\n  chunks: %s\n  whole:  %s",
+            ck_assert_msg(!strcmp(a, w), "base %d: the MLP in chunks of 32 rows changed the bits:\n  chunks: %s\n  whole:  %s",
                           b, a, w);
         const double lw = last_loss(&whole), lc = last_loss(&ref);
         ck_assert_msg(fabs(lw - lc) <= 1e-4 * fabs(lw), "base %d: final loss %.9g whole, %.9g in chunks", b, lw, lc);
         // gate, up and h: (rows, F) floats each, every buffer whole pages (tiny: F = 192)
         const unsigned long long pg = 4096, whole_b = (rows[b] * 192ull * 4 + pg - 1) / pg * pg,
-                                 chunk_b = (16 * 192ull * 4 + pg - 1) / pg * pg;
+                                 chunk_b = (32 * 192ull * 4 + pg - 1) / pg * pg;
         const unsigned long long dw = summary_u64(&whole, "peak_device_bytes"), dc = summary_u64(&ref, "peak_device_bytes");
         ck_assert_msg(dw - dc == 3 * (whole_b - chunk_b), "base %d: device peak %llu whole, %llu in chunks", b, dw, dc);
         free(a); free(w);

@@ -15,7 +15,7 @@
 #include "kernels.h"
 #include "simd.h"
 
-int tt_simd_limit = 2; // simd.h: the CPU's widest path unless a test lowers it
+int tt_simd_limit = 3; // simd.h: the CPU's widest path unless a test lowers it
 
 void kernels_limit_simd(int level) { tt_simd_limit = level; }
 

@@ -461,11 +461,13 @@ static void gemm_any(int transa, int transb, int M, int N, int K, const float *A
 
 void gemm_fma(int transa, int transb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
               int accumulate, float *C, int ldc, int round) {
+    if (gemm_amx(transa, transb, M, N, K, A, lda, B, 0, ldb, accumulate, C, ldc, round) == 0) return;
     gemm_any(transa, transb, M, N, K, A, lda, (bsrc_t){B, 0}, ldb, accumulate, C, ldc, round);
 }
 
 void gemm_fma_b16(int transa, int transb, int M, int N, int K, const float *A, int lda, const uint16_t *B, int ldb,
                   int accumulate, float *C, int ldc, int round) {
+    if (gemm_amx(transa, transb, M, N, K, A, lda, B, 1, ldb, accumulate, C, ldc, round) == 0) return;
     gemm_any(transa, transb, M, N, K, A, lda, (bsrc_t){B, 1}, ldb, accumulate, C, ldc, round);
 }
 
@@ -473,7 +475,12 @@ int gemm_fma_shared_b(int n, int transa, const int *M, const float *const *A, co
                       const int *ldc, int transb, int N, int K, const float *B, int ldb, int accumulate, int round) {
     if (n < 1 || n > PARTS_MAX) return -1;
     part_t parts[PARTS_MAX];
-    for (int i = 0; i < n; i++) parts[i] = (part_t){A[i], lda[i], M[i], C[i], ldc[i]};
+    int left = 0; // the products AMX declined, for the FMA kernels (each keeps its own bits)
+    for (int i = 0; i < n; i++)
+        if (gemm_amx(transa, transb, M[i], N, K, A[i], lda[i], B, 0, ldb, accumulate, C[i], ldc[i], round))
+            parts[left++] = (part_t){A[i], lda[i], M[i], C[i], ldc[i]};
+    if (!left) return 0;
+    n = left;
     const path_t P = path_now();
     pthread_mutex_lock(&bp_lock);
     gemm_rows(&P, transa, transb, parts, n, N, K, (bsrc_t){B, 0}, ldb, accumulate, round);

@@ -32,3 +32,13 @@ int gemm_fma_shared_b(int n, int transa, const int *M, const float *const *A, co
 // bits of gemm_fma on B widened to FP32, which is never stored (the packing widens it).
 void gemm_fma_b16(int transa, int transb, int M, int N, int K, const float *A, int lda, const uint16_t *B, int ldb,
                   int accumulate, float *C, int ldc, int round);
+
+// The same products on AMX tiles (gemm_amx.c), where the CPU has AMX-BF16 (and
+// kernels_limit_simd has not lowered the path below 3) and both operands hold BF16 values:
+// each element is C_in followed by one tile product per 32 inner indices, in order, so its
+// bits follow the operands and the shape alone, and differ from the FMA chain's. B is FP32 or
+// (b16) BF16 halves. Returns 0 when done, 1 when declined (no AMX, or an operand word that is
+// not a BF16 value: nothing written; run gemm_fma's path instead).
+int gemm_amx_path(void);
+int gemm_amx(int transa, int transb, int M, int N, int K, const float *A, int lda, const void *B, int b16, int ldb,
+             int accumulate, float *C, int ldc, int round);

@@ -35,8 +35,8 @@ typedef int32_t v16i __attribute__((vector_size(64)));
 #define INLINE static inline __attribute__((always_inline))
 
 // The widest vector paths attention and SwiGLU may take: the CPU's, unless
-// kernels_limit_simd (kernels.h, for tests) lowered it. 2: AVX-512F, 1: AVX2 with FMA,
-// 0: no FMA.
+// kernels_limit_simd (kernels.h, for tests) lowered it. 3: as 2, and the matrix products on
+// AMX tiles where the CPU has them (gemm_amx.c), 2: AVX-512F, 1: AVX2 with FMA, 0: no FMA.
 extern int tt_simd_limit;
 INLINE int tt_wide(void) { return tt_simd_limit >= 2 && __builtin_cpu_supports("avx512f"); }
 INLINE int tt_fma(void) {

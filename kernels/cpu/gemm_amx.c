@@ -1,0 +1,322 @@
+// gemm_amx.c — gemm.h's product on Intel AMX tiles (TDPBF16PS: BF16 operands, FP32
+// accumulators), taken where the CPU has AMX-BF16 and both operands hold BF16 values.
+//
+// Why: the products were 80% of a CPU step (bench train --model small), and the FMA kernels
+// (gemm.c) ran them at about 320 GFLOP/s on two AVX-512 cores. One tile product (16 rows ×
+// 32 inner indices × 16 columns) does what takes the FMA kernel 32 vector FMAs a row: bench
+// gemm's shapes run at 1.2–1.8 TFLOP/s here, and small's step went from 244 to about 97 ms
+// (the Xeon VM, 2 threads).
+//
+// Which products: both operands must be BF16 values, FP32 words whose low 16 bits are zero
+// (in bf16 mode the weights, the activations and their gradients the ops round: a product of
+// two is exact in FP32). Packing narrows them to BF16 and checks every word; one word with
+// low bits set declines the call (gemm_amx returns 1 before writing anything) and gemm.c runs
+// it on the FMA kernels, so an FP32-mode run, or an operand that is not rounded, keeps the
+// FMA chain's bits (the first 16 words of each operand are looked at before any packing, so
+// an FP32 operand costs next to nothing).
+// The bits: each output element is C_in (0 or C) followed by one TDPBF16PS per 32 inner
+// indices, in order (inner indices padded with zeros to a multiple of 32). The hardware sums
+// each instruction's 32 exact products in its own fixed order (measured: not the FMA chain's,
+// not pairwise, different in 60% of elements), so the bits differ from the FMA kernels', and
+// follow the operands and the shape alone: not the thread count, not the blocking (a chunk of
+// the inner dimension ends by storing FP32 accumulators, exactly, and the next reloads them).
+// Placement invariance (DESIGN §3) holds: every placement runs the same products on the same
+// machine, and the MLP's row chunks (model.h: multiples of 128 rows) cut the weight
+// gradients' inner dimension where a tile product starts. kernels_limit_simd(2) (the tests)
+// turns this path off. Denormal BF16 inputs count as zero and denormal results flush to zero
+// (the instruction's rules).
+//
+// Layout (see the packing section): both operands packed tile by tile, BF16 rows for A, pairs
+// of inner indices in 32-bit words for B (the layout the instruction reads). A block of 32 ×
+// 32 outputs holds four accumulator tiles, and each step of 32 inner indices loads two tiles
+// of A and two of B for four products. Chunks of AMX_MC rows, AMX_KC inner indices and AMX_NC
+// columns bound the buffers (4 MiB in all); a call larger than one chunk checks its operands in
+// a pass of their own first, so that a declined call has written nothing.
+// Called by gemm.c (gemm_fma, gemm_fma_b16, gemm_fma_shared_b).
+#include "gemm.h"
+#include "simd.h"
+#include <cpuid.h>       // uses: __get_cpuid_count
+#include <immintrin.h>   // uses: _tile_*, _mm512_*
+#include <pthread.h>     // uses: pthread_once, pthread_mutex_lock
+#include <sys/syscall.h> // uses: SYS_arch_prctl
+#include <unistd.h>      // uses: syscall
+
+#define AMX_MC 1024 // rows of op(A) packed at a time (multiple of 32)
+#define AMX_KC 1024 // inner indices packed at a time (multiple of 32)
+#define AMX_NC 1024 // columns of op(B) packed at a time (multiple of 32)
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+#define TT_AMX __attribute__((target("avx512f,avx512bw,avx512vl,amx-tile,amx-bf16")))
+
+static uint16_t a_pk[(size_t)AMX_MC * AMX_KC] __attribute__((aligned(64)));
+static uint32_t b_pk[(size_t)AMX_KC / 2 * AMX_NC] __attribute__((aligned(64)));
+static pthread_mutex_t amx_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int amx_have; // the CPU has AMX-BF16 and AVX-512BW, and the kernel granted the tile state
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_probe(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
+    const int tile = (d >> 24) & 1, bf16 = (d >> 22) & 1;
+    if (!tile || !bf16 || !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw")) return;
+    // Linux hands out the 8 KiB tile state only on request (5.16 and later); refused, no AMX
+    amx_have = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
+int gemm_amx_path(void) {
+    if (tt_simd_limit < 3) return 0;
+    pthread_once(&amx_once, amx_probe);
+    return amx_have;
+}
+
+static int round32(int x) { return (x + 31) & ~31; }
+static int min_i(int a, int b) { return a < b ? a : b; }
+static __mmask16 lanes(int n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n > 0 ? n : 0)) - 1u); }
+
+// ---------------------------------------------------------------- the operands' check
+// The OR of the low 16 bits of rows × cols FP32 words at p (row stride ld): 0 when every one
+// is a BF16 value.
+TT_AMX static unsigned low_bits(const float *p, int rows, int cols, int ld) {
+    unsigned bad = 0;
+    #pragma omp parallel for schedule(static) reduction(| : bad) if (rows > 1)
+    for (int r = 0; r < rows; r++) {
+        __m512i acc = _mm512_setzero_si512();
+        for (int c = 0; c < cols; c += 16)
+            acc = _mm512_or_si512(acc, _mm512_castps_si512(_mm512_maskz_loadu_ps(lanes(cols - c), p + (size_t)r * ld + c)));
+        bad |= (unsigned)_mm512_reduce_or_epi32(acc) & 0xffffu;
+    }
+    return bad;
+}
+
+// ---------------------------------------------------------------- packing
+// Both operands are packed tile by tile, each tile's 1 KiB contiguous (a tile load's rows 64
+// bytes apart: with the rows of a whole chunk between them, 2–4 KiB apart, the loads of the B
+// tiles missed L1 on every row and took a third of the block's time). With nks = kcp / 32
+// steps of 32 inner indices:
+//   A: tile (rows 16·ib.., step s) at a_pk + (ib·nks + s)·512: row r, 32 BF16 in k order;
+//   B: tile (columns 16·jb.., step s) at b_pk + (jb·nks + s)·256 words: row kp (the pair
+//      2kp, 2kp + 1 of the step), 16 words in column order.
+// The packers run inside gemm_amx's parallel region (orphaned omp for: their loop is shared)
+// and OR the low halves they read into *bad. pack_a's loop ends without a barrier: a pack_b
+// always follows it, and the barrier at the end of pack_b's covers both.
+
+// 16 FP32 words to their BF16 halves (the upper 16 bits), in order.
+TT_AMX static inline __m256i narrow16(__m512 v) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)); }
+// The low halves of an accumulated OR, into *bad.
+static void flag(unsigned *bad, unsigned low) {
+    if (low & 0xffffu) __atomic_fetch_or(bad, low & 0xffffu, __ATOMIC_RELAXED);
+}
+// Word offsets of lanes 0..15 times n.
+TT_AMX static inline __m512i lane_times(int n) {
+    return _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(n));
+}
+
+// op(A) rows [m0, m0 + mc), inner indices [k0, k0 + kc) into a_pk (mcp rows, kcp inner
+// indices, zeros past mc and kc).
+TT_AMX static void pack_a(int transa, const float *A, int lda, int m0, int mc, int k0, int kc, int mcp, int kcp,
+                          unsigned *bad) {
+    const int nks = kcp / 32;
+    if (!transa) {
+        #pragma omp for schedule(static) nowait
+        for (int r = 0; r < mcp; r++) {
+            uint16_t *d = a_pk + (size_t)(r / 16) * nks * 512 + (r % 16) * 32;
+            __m512i acc = _mm512_setzero_si512();
+            for (int k = 0; k < kcp; k += 16) {
+                const __m512 v = _mm512_maskz_loadu_ps(lanes(r < mc ? kc - k : 0), A + (size_t)(m0 + r) * lda + k0 + k);
+                acc = _mm512_or_si512(acc, _mm512_castps_si512(v));
+                _mm256_store_si256((__m256i *)(d + (size_t)(k / 32) * 512 + k % 32), narrow16(v));
+            }
+            flag(bad, (unsigned)_mm512_reduce_or_epi32(acc));
+        }
+        return;
+    }
+    // A stored transposed (element (r, k) at A[k·lda + r]): each pair of A's rows k, k + 1
+    // gives 16 rows' words (BF16 of k low, of k + 1 high), scattered down a tile's rows
+    const __m512i step = lane_times(16);
+    #pragma omp for schedule(static) nowait
+    for (int r = 0; r < mcp; r += 16) {
+        uint32_t *d = (uint32_t *)a_pk + (size_t)(r / 16) * nks * 256;
+        const __mmask16 m = lanes(mc - r);
+        __m512i acc = _mm512_setzero_si512();
+        for (int kp = 0; kp < kcp / 2; kp++) {
+            const int k = 2 * kp;
+            const __m512i lo = _mm512_castps_si512(_mm512_maskz_loadu_ps(k < kc ? m : 0, A + (size_t)(k0 + k) * lda + m0 + r));
+            const __m512i hi =
+                _mm512_castps_si512(_mm512_maskz_loadu_ps(k + 1 < kc ? m : 0, A + (size_t)(k0 + k + 1) * lda + m0 + r));
+            acc = _mm512_or_si512(acc, _mm512_or_si512(lo, hi));
+            const __m512i w = _mm512_or_si512(_mm512_srli_epi32(lo, 16), _mm512_and_si512(hi, _mm512_set1_epi32((int)0xffff0000u)));
+            _mm512_i32scatter_epi32(d + (size_t)(kp / 16) * 256 + kp % 16, step, w, 4);
+        }
+        flag(bad, (unsigned)_mm512_reduce_or_epi32(acc));
+    }
+}
+
+// op(B) inner indices [k0, k0 + kc), columns [n0, n0 + nc) into b_pk (zeros past kc and nc);
+// B is FP32 (b16 = 0) or BF16 halves (never checked: always BF16 values).
+TT_AMX static void pack_b(int transb, const void *B, int b16, int ldb, int k0, int kc, int n0, int nc, int kcp,
+                          int ncp, unsigned *bad) {
+    const int nks = kcp / 32;
+    if (!transb) { // rows k, k + 1 of B give 16 columns' words at a time: one tile row
+        #pragma omp for schedule(static)
+        for (int kp = 0; kp < kcp / 2; kp++) {
+            const int k = 2 * kp;
+            uint32_t *d = b_pk + (size_t)(kp / 16) * 256 + (kp % 16) * 16;
+            __m512i acc = _mm512_setzero_si512();
+            for (int n = 0; n < ncp; n += 16) {
+                const __mmask16 m = lanes(nc - n);
+                __m512i lo, hi;
+                if (b16) {
+                    const uint16_t *s = (const uint16_t *)B + (size_t)(k0 + k) * ldb + n0 + n;
+                    lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k < kc ? m : 0, s));
+                    hi = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k + 1 < kc ? m : 0, s + ldb)), 16);
+                } else {
+                    const float *s = (const float *)B + (size_t)(k0 + k) * ldb + n0 + n;
+                    const __m512i l = _mm512_castps_si512(_mm512_maskz_loadu_ps(k < kc ? m : 0, s));
+                    const __m512i h = _mm512_castps_si512(_mm512_maskz_loadu_ps(k + 1 < kc ? m : 0, s + ldb));
+                    acc = _mm512_or_si512(acc, _mm512_or_si512(l, h));
+                    lo = _mm512_srli_epi32(l, 16);
+                    hi = _mm512_and_si512(h, _mm512_set1_epi32((int)0xffff0000u));
+                }
+                _mm512_store_si512(d + (size_t)(n / 16) * nks * 256, _mm512_or_si512(lo, hi));
+            }
+            flag(bad, (unsigned)_mm512_reduce_or_epi32(acc));
+        }
+        return;
+    }
+    // B stored transposed (element (k, n) at B[n·ldb + k]): row n's inner indices, in order,
+    // are already the pairs; 16 words at a time scattered down column n of a tile
+    const __m512i step = lane_times(16);
+    #pragma omp for schedule(static)
+    for (int n = 0; n < ncp; n++) {
+        uint32_t *d = b_pk + (size_t)(n / 16) * nks * 256 + n % 16;
+        __m512i acc = _mm512_setzero_si512();
+        for (int kp = 0; kp < kcp / 2; kp += 16) { // a tile's 16 rows
+            const int k = 2 * kp, left = n < nc ? kc - k : 0; // inner indices left in the row
+            __m512i w;
+            if (b16) {
+                const __mmask32 m = left >= 32 ? ~(__mmask32)0 : left > 0 ? (__mmask32)((1u << left) - 1u) : 0;
+                w = _mm512_maskz_loadu_epi16(m, (const uint16_t *)B + (size_t)(n0 + n) * ldb + k0 + k);
+            } else {
+                const float *s = (const float *)B + (size_t)(n0 + n) * ldb + k0 + k;
+                const __m512 v0 = _mm512_maskz_loadu_ps(lanes(left), s);
+                const __m512 v1 = _mm512_maskz_loadu_ps(lanes(left - 16), s + 16);
+                acc = _mm512_or_si512(acc, _mm512_or_si512(_mm512_castps_si512(v0), _mm512_castps_si512(v1)));
+                w = _mm512_inserti64x4(_mm512_castsi256_si512(narrow16(v0)), narrow16(v1), 1);
+            }
+            _mm512_i32scatter_epi32(d + (size_t)(kp / 16) * 256, step, w, 4);
+        }
+        flag(bad, (unsigned)_mm512_reduce_or_epi32(acc));
+    }
+}
+
+// ---------------------------------------------------------------- tiles
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tilecfg_t;
+
+// Every tile 16 rows of 64 bytes: 0–3 the four accumulators, 4–5 A, 6–7 B.
+TT_AMX static void tiles_on(void) {
+    tilecfg_t cfg = {.palette = 1};
+    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    _tile_loadconfig(&cfg);
+}
+
+// The 32 × 32 block of outputs whose A tiles start at ap (rows 16.. at ap + nks·512) and B
+// tiles at bp (columns 16.. at bp + nks·256), c its first element in C: starts from zero
+// (first_zero), else from C; adds the nks steps; rounds to BF16 values when round. Blocks
+// that reach past mr rows or nr columns (the edges of C) go through tmp.
+TT_AMX static void block(const uint16_t *ap, const uint32_t *bp, int nks, float *c, int ldc, int mr, int nr,
+                         int first_zero, int round) {
+    float tmp[32 * 32] __attribute__((aligned(64)));
+    const int whole = mr >= 32 && nr >= 32;
+    const size_t cs = (size_t)ldc * 4;
+    if (first_zero) {
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    } else if (whole) {
+        _tile_loadd(0, c, cs); _tile_loadd(1, c + 16, cs);
+        _tile_loadd(2, c + (size_t)16 * ldc, cs); _tile_loadd(3, c + (size_t)16 * ldc + 16, cs);
+    } else {
+        for (int r = 0; r < 32; r++)
+            for (int q = 0; q < 32; q += 16)
+                _mm512_store_ps(tmp + r * 32 + q, _mm512_maskz_loadu_ps(r < mr ? lanes(nr - q) : 0, c + (size_t)r * ldc + q));
+        _tile_loadd(0, tmp, 128); _tile_loadd(1, tmp + 16, 128);
+        _tile_loadd(2, tmp + 16 * 32, 128); _tile_loadd(3, tmp + 16 * 32 + 16, 128);
+    }
+    const uint16_t *a1 = ap + (size_t)nks * 512;
+    const uint32_t *b1 = bp + (size_t)nks * 256;
+    for (int s = 0; s < nks; s++) {
+        _tile_loadd(4, ap + (size_t)s * 512, 64);
+        _tile_loadd(6, bp + (size_t)s * 256, 64);
+        _tile_loadd(7, b1 + (size_t)s * 256, 64);
+        _tile_loadd(5, a1 + (size_t)s * 512, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, tmp, 128); _tile_stored(1, tmp + 16, 128);
+    _tile_stored(2, tmp + 16 * 32, 128); _tile_stored(3, tmp + 16 * 32 + 16, 128);
+    for (int r = 0; r < min_i(mr, 32); r++)
+        for (int q = 0; q < 32; q += 16) {
+            v16f v = (v16f)_mm512_load_ps(tmp + r * 32 + q);
+            if (round) v = rnd16(v);
+            _mm512_mask_storeu_ps(c + (size_t)r * ldc + q, lanes(nr - q), (__m512)v);
+        }
+}
+
+TT_AMX int gemm_amx(int transa, int transb, int M, int N, int K, const float *A, int lda, const void *B, int b16,
+                    int ldb, int accumulate, float *C, int ldc, int round) {
+    if (!gemm_amx_path() || M < 1 || N < 1 || K < 1) return 1;
+    // an FP32 operand shows itself in its first words: decline before any packing
+    if (low_bits(A, 1, min_i(16, transa ? M : K), lda) ||
+        (!b16 && low_bits(B, 1, min_i(16, transb ? K : N), ldb)))
+        return 1;
+    pthread_mutex_lock(&amx_lock); // a default mutex: fails only on a corrupt one
+    const int one = M <= AMX_MC && N <= AMX_NC && K <= AMX_KC;
+    if (!one) { // check it all before the first chunk writes C
+        unsigned bad = transa ? low_bits(A, K, M, lda) : low_bits(A, M, K, lda);
+        if (!b16 && !bad) bad = transb ? low_bits(B, N, K, ldb) : low_bits(B, K, N, ldb);
+        if (bad) {
+            pthread_mutex_unlock(&amx_lock);
+            return 1;
+        }
+    }
+    // One parallel region for the call: packing and the blocks are its shared loops. A word
+    // with low bits set can only turn up where the call is one chunk (else checked above),
+    // so each flag is set in the one pack of its operand, and every thread reads both after
+    // pack_b's barrier (never before: a thread that looked while another was still packing
+    // would skip the barrier the other waits at): all leave together, nothing written.
+    unsigned bad_a = 0, bad_b = 0;
+    #pragma omp parallel
+    {
+        tiles_on();
+        int quit = 0; // this thread's reading of the flags, taken only after a pack's barrier
+        for (int m0 = 0; m0 < M && !quit; m0 += AMX_MC) {
+            const int mc = min_i(AMX_MC, M - m0), mcp = round32(mc);
+            for (int k0 = 0; k0 < K && !quit; k0 += AMX_KC) {
+                const int kc = min_i(AMX_KC, K - k0), kcp = round32(kc), nks = kcp / 32;
+                pack_a(transa, A, lda, m0, mc, k0, kc, mcp, kcp, &bad_a); // no barrier: pack_b's
+                for (int n0 = 0; n0 < N && !quit; n0 += AMX_NC) {
+                    const int nc = min_i(AMX_NC, N - n0), ncp = round32(nc);
+                    pack_b(transb, B, b16, ldb, k0, kc, n0, nc, kcp, ncp, &bad_b);
+                    quit = (__atomic_load_n(&bad_a, __ATOMIC_RELAXED) | __atomic_load_n(&bad_b, __ATOMIC_RELAXED)) != 0;
+                    if (quit) break;
+                    float *c0 = C + (size_t)m0 * ldc + n0;
+                    #pragma omp for collapse(2) schedule(static)
+                    for (int i = 0; i < mcp; i += 32)
+                        for (int j = 0; j < ncp; j += 32)
+                            block(a_pk + (size_t)(i / 16) * nks * 512, b_pk + (size_t)(j / 16) * nks * 256, nks,
+                                  c0 + (size_t)i * ldc + j, ldc, mc - i, nc - j, k0 == 0 && !accumulate,
+                                  round && k0 + kc == K);
+                }
+            }
+        }
+        _tile_release();
+    }
+    pthread_mutex_unlock(&amx_lock);
+    return bad_a || bad_b;
+}
