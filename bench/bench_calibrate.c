@@ -42,7 +42,7 @@
 #include "hostmem.h"
 #include "io.h"
 #include "json.h"    // uses: json_escape (the path in the JSON line)
-#include "kernels.h" // uses: adamw_update, adamw_update_path, matmul_blas_core
+#include "kernels.h" // uses: adamw_update, adamw_update_path, matmul_blas_core, bf16_round_n
 #include "model.h"   // uses: model_preset
 #include "plan.h"    // uses: plan_nvme_free
 #include "profile.h"
@@ -79,9 +79,12 @@ static const gemm_shape_t CPU_SHAPES[] = {{1024, 384, 1024}, {1024, 1024, 384}, 
 static const gemm_shape_t GPU_SHAPES[] = {{8192, 2048, 5632}, {8192, 5632, 2048}, {8192, 2048, 2048}};
 #define NSHAPES 3
 
-// U(−0.5, 0.5) floats, incompressible and deterministic.
+// U(−0.5, 0.5) floats rounded to BF16 values, incompressible and deterministic: the operands
+// a bf16 run's products take (its weights, activations and their gradients are BF16 values),
+// so the rate is the path those run on (on a CPU with AMX-BF16, its tiles: kernels/cpu/gemm.h).
 static void fill_rand(float *x, size_t n, uint64_t seed) {
     for (size_t i = 0; i < n; i++) x[i] = (float)((double)(splitmix64(&seed) >> 40) / 16777216.0 - 0.5);
+    bf16_round_n(x, n);
 }
 
 // ---------------------------------------------------------------- gemm

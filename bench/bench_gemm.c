@@ -1,9 +1,11 @@
 // bench_gemm.c — `tiertrain bench gemm`: GFLOP/s of the three matmul kernels (forward,
 // backward-input, backward-weight) on the transformer's real shapes, each against a plain
 // cblas_sgemm of the identical shape and transposes in the same run (the peer), threaded by
-// OpenBLAS itself. The kernels are ours where the CPU has FMA (kernels/cpu/gemm.c: one FMA
-// chain an element, bits fixed by the operands), else fixed output tiles as single-threaded
-// sgemm calls under OpenMP; the ratio says what either costs against OpenBLAS's own threading.
+// OpenBLAS itself. The operands are BF16 values, as a bf16 run's are. The kernels are ours
+// where the CPU has FMA (kernels/cpu/gemm.c: one FMA chain an element, bits fixed by the
+// operands; on a CPU with AMX-BF16, its tiles: gemm_amx.c), else fixed output tiles as
+// single-threaded sgemm calls under OpenMP; the ratio says what either costs against
+// OpenBLAS's own threading.
 // Both get the same number of threads: --threads, else OpenMP's default.
 // Per shape and op: one untimed warm-up of each, which also checks that kernel and peer
 // agree (max |difference| relative to max |peer|: ~1e-7 from the different summation
@@ -74,6 +76,7 @@ static void fill_rand(float *x, size_t n, uint64_t seed) {
         s ^= s << 13; s ^= s >> 7; s ^= s << 17;
         x[i] = (float)((double)(s >> 40) / (double)(1ull << 24) - 0.5); // U(−0.5, 0.5)
     }
+    bf16_round_n(x, n); // BF16 values, as a bf16 run's operands: the kernel its products run on
 }
 
 static void bufs_free(gemm_bufs_t *b) {
