@@ -160,6 +160,7 @@ int bench_gemm(const config_t *cfg) {
     }
     int threads = cfg && cfg->threads > 0 ? cfg->threads : omp_get_max_threads();
     omp_set_num_threads(threads);
+    kernels_limit_simd(cfg && cfg->cpu_gemm == CPU_GEMM_FMA ? 2 : 3); // --cpu-gemm
     double t_start = now_s();
     double gf_k[NSHAPES][NOPS], gf_p[NSHAPES][NOPS], diff[NSHAPES][NOPS];
     double flops_total = 0, time_k = 0, time_p = 0, diff_max = 0;

@@ -151,6 +151,8 @@ void backend_setup_host_threads(backend_t *be, const config_t *cfg) {
     // sgemm, run by OpenMP (kernels/cpu/matmul.c).
     omp_set_num_threads(be->threads);
     openblas_set_num_threads(1);
+    // --cpu-gemm fma keeps the products off AMX tiles (their bits differ from the FMA chain's)
+    kernels_limit_simd(cfg->cpu_gemm == CPU_GEMM_FMA ? 2 : 3);
 }
 
 // this thread's nthreads-var only (a thread's own ICV)

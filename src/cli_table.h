@@ -54,7 +54,7 @@ typedef struct {
 
 extern const char *const cli_group_name[G_COUNT];
 extern const char *const cli_group_title[G_COUNT];
-enum { CLI_NFLAGS = 69, CLI_NCOMMANDS = 6, CLI_NBENCH = 8 };
+enum { CLI_NFLAGS = 70, CLI_NCOMMANDS = 6, CLI_NBENCH = 8 };
 extern const flag_t cli_flags[CLI_NFLAGS];
 extern const command_info_t cli_commands[CLI_NCOMMANDS];
 extern const char *const cli_bench_names[CLI_NBENCH];

@@ -75,6 +75,7 @@ void config_print(const config_t *c, FILE *f) {
     fprintf(f, "  run: device %s, threads ", enum_word("auto|cpu|cuda", c->device, w, sizeof w));
     if (c->threads) fprintf(f, "%d", c->threads);
     else fprintf(f, "all cores");
+    fprintf(f, ", cpu-gemm %s", enum_word("auto|fma", c->cpu_gemm, w, sizeof w));
     fprintf(f, ", hbm-budget %s, host-budget %s, log %s%s\n", budget_text(b1, sizeof b1, c->hbm_budget),
             budget_text(b2, sizeof b2, c->host_budget), c->log_path[0] ? c->log_path : "none", c->quiet ? ", quiet" : "");
     if (c->offload_auto) {

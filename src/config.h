@@ -11,6 +11,8 @@
 
 typedef enum { CMD_NONE = 0, CMD_TRAIN, CMD_PLAN, CMD_BENCH, CMD_TOKENIZE, CMD_EVAL, CMD_REPORT } command_t;
 typedef enum { PREC_BF16 = 0, PREC_FP32 } precision_t;
+// --cpu-gemm: the CPU backend's matrix products (kernels/cpu/gemm.h)
+typedef enum { CPU_GEMM_AUTO = 0, CPU_GEMM_FMA } cpu_gemm_t;
 typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } device_kind_t;
 typedef enum { TIER_DEVICE = 0, TIER_HOST, TIER_NVME } tier_kind_t;
 typedef enum { SCHEDULE_AUTO = 0, SCHEDULE_HORIZONTAL, SCHEDULE_VERTICAL } schedule_t;
@@ -50,6 +52,7 @@ typedef struct {
     // ---- run
     device_kind_t device;    // --device
     int threads;             // --threads (0 = all cores)
+    cpu_gemm_t cpu_gemm;     // --cpu-gemm
     uint64_t hbm_budget;     // --hbm-budget bytes (0 = no cap)
     uint64_t host_budget;    // --host-budget bytes (0 = no cap)
     // ---- tiers: where each state's home copy lives

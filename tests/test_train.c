@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "kernels.h" // uses: matmul_amx, matmul_kernel_name
 #include "testutil.h"
 
 // Value of "key": in the first JSONL line containing "event":"<event>" (numbers and
@@ -102,6 +103,38 @@ START_TEST(threads_do_not_change_bits) {
     ck_assert_str_eq(ha, hb);
     free(ha); free(hb);
     run_free(&a); run_free(&b);
+}
+END_TEST
+
+// --cpu-gemm: fma keeps the products on the FMA kernels (the same bits at 1 and 2 threads,
+// the run's configuration and tier report say so); auto takes AMX tiles where this CPU has
+// them (matmul_amx), whose bits differ from the FMA chain's, else the same kernels and bits.
+START_TEST(cpu_gemm_picks_the_products) {
+    const char *fma1[] = {"--model", "tiny", "--steps", "3", "--batch", "2", "--seq", "64", "--threads", "1",
+                          "--cpu-gemm", "fma", "--eval-every", "0", NULL};
+    const char *fma2[] = {"--model", "tiny", "--steps", "3", "--batch", "2", "--seq", "64", "--threads", "2",
+                          "--cpu-gemm", "fma", "--eval-every", "0", NULL};
+    const char *aut[] = {"--model", "tiny", "--steps", "3", "--batch", "2", "--seq", "64", "--threads", "2",
+                         "--eval-every", "0", NULL};
+    run_t a = train("gemm_fma1", fma1), b = train("gemm_fma2", fma2), c = train("gemm_auto", aut);
+    char *ha = hash_of(&a), *hb = hash_of(&b), *hc = hash_of(&c);
+    ck_assert_str_eq(ha, hb);
+    ck_assert_msg(strstr(a.out, ", cpu-gemm fma,") && strstr(c.out, ", cpu-gemm auto,"), "%s", a.out);
+    const char *kern = matmul_kernel_name();
+    if (kern && !matmul_amx()) {
+        char want[160];
+        snprintf(want, sizeof want, "GEMMs on %s;", kern);
+        ck_assert_msg(strstr(a.out, want) && strstr(c.out, want), "no '%s' in:\n%s", want, a.out);
+    }
+    if (matmul_amx()) {
+        ck_assert_msg(strstr(a.out, "GEMMs on AVX-512F FMA kernels;"), "%s", a.out);
+        ck_assert_msg(strstr(c.out, "GEMMs on AMX BF16 tiles"), "%s", c.out);
+        ck_assert_str_ne(ha, hc); // the tiles add in their own order
+    } else {
+        ck_assert_str_eq(ha, hc);
+    }
+    free(ha); free(hb); free(hc);
+    run_free(&a); run_free(&b); run_free(&c);
 }
 END_TEST
 
@@ -340,6 +373,7 @@ int main(void) {
     tcase_set_timeout(det, 600);
     tcase_add_test(det, same_run_twice_same_bits);
     tcase_add_test(det, threads_do_not_change_bits);
+    tcase_add_test(det, cpu_gemm_picks_the_products);
     tcase_add_test(det, seed_changes_bits);
     suite_add_tcase(s, det);
     TCase *learn = tcase_create("learning");
