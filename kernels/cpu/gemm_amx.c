@@ -132,22 +132,28 @@ TT_AMX static void pack_a(int transa, const float *A, int lda, int m0, int mc, i
         }
         return;
     }
-    // A stored transposed (element (r, k) at A[k·lda + r]): each pair of A's rows k, k + 1
-    // gives 16 rows' words (BF16 of k low, of k + 1 high), scattered down a tile's rows
+    // A stored transposed (element (r, k) at A[k·lda + r]): A's rows k, k + 1 give the words
+    // (BF16 of k low, of k + 1 high) of every row r, scattered down the tiles' rows. A task
+    // takes one step's 32 inner indices (a column of tiles, whose lines no other task writes)
+    // and reads its rows front to back: walked 16 columns at a time down all K rows instead,
+    // each load was another row's line, and these packs took a third of all packing.
     const __m512i step = lane_times(16);
     #pragma omp for schedule(static) nowait
-    for (int r = 0; r < mcp; r += 16) {
-        uint32_t *d = (uint32_t *)a_pk + (size_t)(r / 16) * nks * 256;
-        const __mmask16 m = lanes(mc - r);
+    for (int st = 0; st < nks; st++) {
+        uint32_t *d = (uint32_t *)a_pk + (size_t)st * 256;
         __m512i acc = _mm512_setzero_si512();
-        for (int kp = 0; kp < kcp / 2; kp++) {
-            const int k = 2 * kp;
-            const __m512i lo = _mm512_castps_si512(_mm512_maskz_loadu_ps(k < kc ? m : 0, A + (size_t)(k0 + k) * lda + m0 + r));
-            const __m512i hi =
-                _mm512_castps_si512(_mm512_maskz_loadu_ps(k + 1 < kc ? m : 0, A + (size_t)(k0 + k + 1) * lda + m0 + r));
-            acc = _mm512_or_si512(acc, _mm512_or_si512(lo, hi));
-            const __m512i w = _mm512_or_si512(_mm512_srli_epi32(lo, 16), _mm512_and_si512(hi, _mm512_set1_epi32((int)0xffff0000u)));
-            _mm512_i32scatter_epi32(d + (size_t)(kp / 16) * 256 + kp % 16, step, w, 4);
+        for (int j = 0; j < 16; j++) { // the pair kp = 16·st + j: inner indices k, k + 1
+            const int k = 32 * st + 2 * j;
+            const float *lo_row = A + (size_t)(k0 + k) * lda + m0, *hi_row = lo_row + lda;
+            for (int r = 0; r < mcp; r += 16) {
+                const __mmask16 m = lanes(mc - r);
+                const __m512i lo = _mm512_castps_si512(_mm512_maskz_loadu_ps(k < kc ? m : 0, lo_row + r));
+                const __m512i hi = _mm512_castps_si512(_mm512_maskz_loadu_ps(k + 1 < kc ? m : 0, hi_row + r));
+                acc = _mm512_or_si512(acc, _mm512_or_si512(lo, hi));
+                const __m512i w =
+                    _mm512_or_si512(_mm512_srli_epi32(lo, 16), _mm512_and_si512(hi, _mm512_set1_epi32((int)0xffff0000u)));
+                _mm512_i32scatter_epi32(d + (size_t)(r / 16) * nks * 256 + j, step, w, 4);
+            }
         }
         flag(bad, (unsigned)_mm512_reduce_or_epi32(acc));
     }
