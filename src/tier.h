@@ -96,8 +96,10 @@ typedef struct {
 #define TIER_CHUNK_MIN ((size_t)1 << 16)
 // NVMe states: the update after the backward reads up to this many chunks ahead through as
 // many staging buffers (two while over --host-budget, and for --update backward, whose next
-// chunk is known only when the backward hands it over).
-#define TIER_OPT_STAGING 4
+// chunk is known only when the backward hands it over). 8, not 4: once the products ran on
+// AMX tiles the NVMe cases became bound by the disk, and the chunks read beside the backward
+// are the update's that it need not wait for (make run's placement 154 -> 128 ms a step).
+#define TIER_OPT_STAGING 8
 
 typedef struct {
     tier_kind_t home[ST_COUNT]; // from --params, --grads, --optimizer
