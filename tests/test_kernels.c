@@ -577,6 +577,7 @@ END_TEST
 // order: the path ran). One operand word that is not a BF16 value, in A or in B, and the call
 // gives the fmaf chain's bits, "+=" included (nothing added twice). A CPU without AMX skips.
 START_TEST(test_matmul_amx) {
+    kernels_limit_simd(3); // the default
     if (!matmul_amx()) {
         fprintf(stderr, "test_matmul_amx: no AMX-BF16 on this CPU (or the kernel refused the tile state): skipped\n");
         return;
@@ -718,7 +719,8 @@ END_TEST
 
 // matmul_backward_weight_n: up to 4 weight gradients of one input sharing its packing keep
 // each one's bits (memcmp against one matmul_backward_weight each), on every path and thread
-// count; 5 run one by one. Gradients of 7, 40 and 33 rows cross the kernels' MR (12, 6).
+// count, AMX tiles included; 5 run one by one. Gradients of 7, 40 and 33 rows cross the
+// kernels' MR (12, 6).
 START_TEST(test_matmul_weight_n_bits) {
     const int N = 300, IC = 70, OCs[5] = {7, 40, 33, 12, 1};
     rng_t rg = rng_make(1500);
@@ -749,6 +751,31 @@ START_TEST(test_matmul_weight_n_bits) {
                     char what[128];
                     snprintf(what, sizeof what, "dw %d of %d (OC %d, %s, %d threads) against its own product", i, n,
                              OCs[i], simd_path(lim), th);
+                    CHECK_BITS(what, got[i], ref[i], (size_t)OCs[i] * IC);
+                }
+            }
+    }
+    // On AMX tiles (BF16 operands) too, one of them (a word of its dout that is not a BF16
+    // value) on the FMA kernels while the others take the tiles
+    kernels_limit_simd(3); // the default, which the loop above left at 2
+    if (matmul_amx()) {
+        bf16_round_n(inp, (size_t)N * IC);
+        for (int i = 0; i < 5; i++) bf16_round_n(dout[i], (size_t)N * OCs[i]);
+        dout[1][0] = nextafterf(dout[1][0] == 0.0f ? 1.0f : dout[1][0], INFINITY);
+        for (int th = 1; th <= 3; th += 2)
+            for (int n = 1; n <= 5; n++) {
+                set_threads(th);
+                for (int i = 0; i < n; i++) {
+                    const size_t nw = (size_t)OCs[i] * IC;
+                    memcpy(ref[i], dw0[i], nw * sizeof(float));
+                    memcpy(got[i], dw0[i], nw * sizeof(float));
+                    matmul_backward_weight(ref[i], dout[i], inp, N, IC, OCs[i]);
+                }
+                matmul_backward_weight_n(n, got, (const float *const *)dout, OCs, inp, N, IC);
+                for (int i = 0; i < n; i++) {
+                    char what[128];
+                    snprintf(what, sizeof what, "dw %d of %d (OC %d, AMX, %d threads) against its own product", i, n,
+                             OCs[i], th);
                     CHECK_BITS(what, got[i], ref[i], (size_t)OCs[i] * IC);
                 }
             }
