@@ -642,8 +642,11 @@ START_TEST(test_matmul_amx) {
     }
     // one word that is not a BF16 value: the fmaf chain's bits
     for (int which = 0; which < 2; which++) {
-        float *x = which ? w : d, keep = x[0];
-        x[0] = nextafterf(x[0] == 0.0f ? 1.0f : x[0], INFINITY); // low bits set
+        // past the first words, which the tiles look at before packing: packing must find it
+        float *x = which ? w : d;
+        const size_t at = (which ? nw : no) / 2;
+        const float keep = x[at];
+        x[at] = nextafterf(x[at] == 0.0f ? 1.0f : x[at], INFINITY); // low bits set
         FIVE(ref, 2, 2);
         FIVE(got[2], 3, 2);
         for (int o = which ? 0 : 2; o < (which ? 4 : 5); o++) { // the products that read it: d dinp, dw; w out, dinp
@@ -652,7 +655,7 @@ START_TEST(test_matmul_amx) {
                      which ? "w" : "d");
             CHECK_BITS(what, got[2][o], ref[o], n[o]);
         }
-        x[0] = keep;
+        x[at] = keep;
     }
 #undef FIVE
     for (int o = 0; o < 5; o++) {
@@ -761,7 +764,8 @@ START_TEST(test_matmul_weight_n_bits) {
     if (matmul_amx()) {
         bf16_round_n(inp, (size_t)N * IC);
         for (int i = 0; i < 5; i++) bf16_round_n(dout[i], (size_t)N * OCs[i]);
-        dout[1][0] = nextafterf(dout[1][0] == 0.0f ? 1.0f : dout[1][0], INFINITY);
+        const size_t at = (size_t)N * OCs[1] / 2; // past the words looked at before packing
+        dout[1][at] = nextafterf(dout[1][at] == 0.0f ? 1.0f : dout[1][at], INFINITY);
         for (int th = 1; th <= 3; th += 2)
             for (int n = 1; n <= 5; n++) {
                 set_threads(th);
