@@ -476,9 +476,9 @@ int gemm_fma_shared_b(int n, int transa, const int *M, const float *const *A, co
     if (n < 1 || n > PARTS_MAX) return -1;
     part_t parts[PARTS_MAX];
     int left = 0; // the products AMX declined, for the FMA kernels (each keeps its own bits)
+    const unsigned declined = gemm_amx_shared_b(n, transa, M, A, lda, C, ldc, transb, N, K, B, ldb, accumulate, round);
     for (int i = 0; i < n; i++)
-        if (gemm_amx(transa, transb, M[i], N, K, A[i], lda[i], B, 0, ldb, accumulate, C[i], ldc[i], round))
-            parts[left++] = (part_t){A[i], lda[i], M[i], C[i], ldc[i]};
+        if (declined >> i & 1) parts[left++] = (part_t){A[i], lda[i], M[i], C[i], ldc[i]};
     if (!left) return 0;
     n = left;
     const path_t P = path_now();

@@ -330,3 +330,52 @@ TT_AMX int gemm_amx(int transa, int transb, int M, int N, int K, const float *A,
     pthread_mutex_unlock(&amx_lock);
     return bad_a || bad_b;
 }
+
+TT_AMX unsigned gemm_amx_shared_b(int n, int transa, const int *M, const float *const *A, const int *lda,
+                                  float *const *C, const int *ldc, int transb, int N, int K, const float *B, int ldb,
+                                  int accumulate, int round) {
+    unsigned declined = 0;
+    int one = n >= 1 && n <= 32 && gemm_amx_path() && N >= 1 && N <= AMX_NC && K >= 1 && K <= AMX_KC &&
+              !low_bits(B, 1, min_i(16, transb ? K : N), ldb);
+    for (int i = 0; i < n && one; i++) one = M[i] >= 1 && M[i] <= AMX_MC;
+    if (!one) { // larger than one chunk (or no tiles): each on its own
+        for (int i = 0; i < n; i++)
+            if (gemm_amx(transa, transb, M[i], N, K, A[i], lda[i], B, 0, ldb, accumulate, C[i], ldc[i], round))
+                declined |= 1u << i;
+        return declined;
+    }
+    // an FP32 A shows itself in its first words (as in gemm_amx)
+    for (int i = 0; i < n; i++)
+        if (low_bits(A[i], 1, min_i(16, transa ? M[i] : K), lda[i])) declined |= 1u << i;
+    if (declined == (n < 32 ? (1u << n) - 1u : ~0u)) return declined;
+    pthread_mutex_lock(&amx_lock);
+    // B packed once, then each product's A and blocks; every flag is read after the barrier
+    // that ends its pack (pack_b's loop has one; pack_a's is added here)
+    const int kcp = round32(K), nks = kcp / 32, ncp = round32(N);
+    unsigned bad_b = 0, bad_a[32] = {0};
+    #pragma omp parallel
+    {
+        tiles_on();
+        pack_b(transb, B, 0, ldb, 0, K, 0, N, kcp, ncp, &bad_b);
+        if (!__atomic_load_n(&bad_b, __ATOMIC_RELAXED))
+            for (int i = 0; i < n; i++) {
+                if (declined >> i & 1) continue;
+                const int mcp = round32(M[i]);
+                pack_a(transa, A[i], lda[i], 0, M[i], 0, K, mcp, kcp, &bad_a[i]);
+                #pragma omp barrier
+                if (__atomic_load_n(&bad_a[i], __ATOMIC_RELAXED)) continue;
+                #pragma omp for collapse(2) schedule(static)
+                for (int r = 0; r < mcp; r += 32)
+                    for (int j = 0; j < ncp; j += 32)
+                        block(a_pk + (size_t)(r / 16) * nks * 512, b_pk + (size_t)(j / 16) * nks * 256, nks,
+                              C[i] + (size_t)r * ldc[i] + j, ldc[i], M[i] - r, N - j, !accumulate, round);
+            }
+        _tile_release();
+    }
+    pthread_mutex_unlock(&amx_lock);
+    if (bad_b) return n < 32 ? (1u << n) - 1u : ~0u;
+    for (int i = 0; i < n; i++)
+        if (bad_a[i]) declined |= 1u << i;
+    return declined;
+}
+
