@@ -42,8 +42,8 @@ void gemm_fma_b16(int transa, int transb, int M, int N, int K, const float *A, i
 int gemm_amx_path(void);
 int gemm_amx(int transa, int transb, int M, int N, int K, const float *A, int lda, const void *B, int b16, int ldb,
              int accumulate, float *C, int ldc, int round);
-// gemm_fma_shared_b's products on AMX tiles, B (FP32) packed once where every product is one
-// chunk: each C_i's bits are gemm_amx's on its own operands. Returns the mask of the products
-// declined (bit i: C_i untouched, for the FMA kernels), all n of them without AMX.
+// gemm_fma_shared_b's products (1 ≤ n ≤ 8) on AMX tiles, B (FP32) packed once where every
+// product is one chunk: each C_i's bits are gemm_amx's on its own operands. Returns the mask of
+// the products declined (bit i: C_i untouched, for the FMA kernels), all n of them without AMX.
 unsigned gemm_amx_shared_b(int n, int transa, const int *M, const float *const *A, const int *lda, float *const *C,
                            const int *ldc, int transb, int N, int K, const float *B, int ldb, int accumulate, int round);

@@ -44,6 +44,7 @@
 #define AMX_MC 1024 // rows of op(A) packed at a time (multiple of 32)
 #define AMX_KC 1024 // inner indices packed at a time (multiple of 32)
 #define AMX_NC 1024 // columns of op(B) packed at a time (multiple of 32)
+#define PARTS_AMX 8 // products gemm_amx_shared_b packs one B for, at most
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
@@ -276,106 +277,116 @@ TT_AMX static void block(const uint16_t *ap, const uint32_t *bp, int nks, float 
         }
 }
 
-TT_AMX int gemm_amx(int transa, int transb, int M, int N, int K, const float *A, int lda, const void *B, int b16,
-                    int ldb, int accumulate, float *C, int ldc, int round) {
-    if (!gemm_amx_path() || M < 1 || N < 1 || K < 1) return 1;
-    // an FP32 operand shows itself in its first words: decline before any packing
-    if (low_bits(A, 1, min_i(16, transa ? M : K), lda) ||
-        (!b16 && low_bits(B, 1, min_i(16, transb ? K : N), ldb)))
-        return 1;
-    pthread_mutex_lock(&amx_lock); // a default mutex: fails only on a corrupt one
-    const int one = M <= AMX_MC && N <= AMX_NC && K <= AMX_KC;
-    if (!one) { // check it all before the first chunk writes C
-        unsigned bad = transa ? low_bits(A, K, M, lda) : low_bits(A, M, K, lda);
-        if (!b16 && !bad) bad = transb ? low_bits(B, N, K, ldb) : low_bits(B, K, N, ldb);
-        if (bad) {
-            pthread_mutex_unlock(&amx_lock);
-            return 1;
-        }
-    }
-    // One parallel region for the call: packing and the blocks are its shared loops. A word
-    // with low bits set can only turn up where the call is one chunk (else checked above),
-    // so each flag is set in the one pack of its operand, and every thread reads both after
-    // pack_b's barrier (never before: a thread that looked while another was still packing
-    // would skip the barrier the other waits at): all leave together, nothing written.
-    unsigned bad_a = 0, bad_b = 0;
+// The chunk's blocks (mcp × ncp outputs from a_pk, b_pk; mr × nr of them in C at c), shared
+// by the threads: a worksharing loop inside the caller's parallel region, ending in a barrier.
+// static: with schedule(dynamic, 1) the blocks of 1024 × 1024 over 384 took 1.04 ms a call on
+// two threads, against 0.37.
+TT_AMX static void blocks(int mcp, int ncp, int nks, float *c, int ldc, int mr, int nr, int first_zero, int round) {
+    #pragma omp for collapse(2) schedule(static)
+    for (int i = 0; i < mcp; i += 32)
+        for (int j = 0; j < ncp; j += 32)
+            block(a_pk + (size_t)(i / 16) * nks * 512, b_pk + (size_t)(j / 16) * nks * 256, nks, c + (size_t)i * ldc + j,
+                  ldc, mr - i, nr - j, first_zero, round);
+}
+
+// Whether the first words of a stored matrix (its first row: cols words) show an FP32
+// operand: such an operand is declined before any packing, at next to no cost.
+TT_AMX static int first_words_fp32(const float *p, int cols, int ld) { return low_bits(p, 1, min_i(16, cols), ld) != 0; }
+
+// n products of one chunk each (M[i] ≤ AMX_MC, N ≤ AMX_NC, K ≤ AMX_KC) sharing B: B packed
+// once, then each product's A and blocks. Every flag is read after the barrier that ends its
+// pack, never before (a thread that looked while another was still packing would skip the
+// barrier the other waits at): all threads leave a product, or the call, together, and a
+// declined product is not written. Returns the mask of the products declined (those in skip
+// among them); the caller holds amx_lock.
+TT_AMX static unsigned one_chunk(int n, unsigned skip, int transa, const int *M, const float *const *A, const int *lda,
+                                 float *const *C, const int *ldc, int transb, int N, int K, const void *B, int b16,
+                                 int ldb, int accumulate, int round) {
+    const int kcp = round32(K), nks = kcp / 32, ncp = round32(N);
+    unsigned bad_b = 0, bad_a[PARTS_AMX] = {0};
     #pragma omp parallel
     {
         tiles_on();
-        int quit = 0; // this thread's reading of the flags, taken only after a pack's barrier
-        for (int m0 = 0; m0 < M && !quit; m0 += AMX_MC) {
-            const int mc = min_i(AMX_MC, M - m0), mcp = round32(mc);
-            for (int k0 = 0; k0 < K && !quit; k0 += AMX_KC) {
-                const int kc = min_i(AMX_KC, K - k0), kcp = round32(kc), nks = kcp / 32;
-                pack_a(transa, A, lda, m0, mc, k0, kc, mcp, kcp, &bad_a); // no barrier: pack_b's
-                for (int n0 = 0; n0 < N && !quit; n0 += AMX_NC) {
-                    const int nc = min_i(AMX_NC, N - n0), ncp = round32(nc);
-                    pack_b(transb, B, b16, ldb, k0, kc, n0, nc, kcp, ncp, &bad_b);
-                    quit = (__atomic_load_n(&bad_a, __ATOMIC_RELAXED) | __atomic_load_n(&bad_b, __ATOMIC_RELAXED)) != 0;
-                    if (quit) break;
-                    // static: with schedule(dynamic, 1) the blocks of 1024 × 1024 over 384 took
-                    // 1.04 ms a call on two threads, against 0.37
-                    float *c0 = C + (size_t)m0 * ldc + n0;
-                    #pragma omp for collapse(2) schedule(static)
-                    for (int i = 0; i < mcp; i += 32)
-                        for (int j = 0; j < ncp; j += 32)
-                            block(a_pk + (size_t)(i / 16) * nks * 512, b_pk + (size_t)(j / 16) * nks * 256, nks,
-                                  c0 + (size_t)i * ldc + j, ldc, mc - i, nc - j, k0 == 0 && !accumulate,
-                                  round && k0 + kc == K);
-                }
+        int packed_b = 0;
+        for (int i = 0; i < n; i++) {
+            if (skip >> i & 1) continue;
+            const int mcp = round32(M[i]);
+            pack_a(transa, A[i], lda[i], 0, M[i], 0, K, mcp, kcp, &bad_a[i]); // no barrier of its own
+            if (!packed_b) { // the first product's A and B packed side by side, one barrier
+                pack_b(transb, B, b16, ldb, 0, K, 0, N, kcp, ncp, &bad_b);
+                packed_b = 1;
+            } else {
+                #pragma omp barrier
             }
+            if (__atomic_load_n(&bad_b, __ATOMIC_RELAXED)) break;
+            if (__atomic_load_n(&bad_a[i], __ATOMIC_RELAXED)) continue;
+            blocks(mcp, ncp, nks, C[i], ldc[i], M[i], N, !accumulate, round);
         }
         _tile_release();
     }
+    unsigned declined = skip;
+    for (int i = 0; i < n; i++)
+        if (bad_b || bad_a[i]) declined |= 1u << i;
+    return declined;
+}
+
+TT_AMX int gemm_amx(int transa, int transb, int M, int N, int K, const float *A, int lda, const void *B, int b16,
+                    int ldb, int accumulate, float *C, int ldc, int round) {
+    if (!gemm_amx_path() || M < 1 || N < 1 || K < 1 || first_words_fp32(A, transa ? M : K, lda) ||
+        (!b16 && first_words_fp32(B, transb ? K : N, ldb)))
+        return 1;
+    pthread_mutex_lock(&amx_lock); // a default mutex: fails only on a corrupt one
+    int declined = 0;
+    if (M <= AMX_MC && N <= AMX_NC && K <= AMX_KC) {
+        declined = one_chunk(1, 0, transa, &M, &A, &lda, &C, &ldc, transb, N, K, B, b16, ldb, accumulate, round) != 0;
+    } else { // several chunks: the operands checked whole first, so no chunk's pack finds a bad word
+        declined = (transa ? low_bits(A, K, M, lda) : low_bits(A, M, K, lda)) ||
+                   (!b16 && (transb ? low_bits(B, N, K, ldb) : low_bits(B, K, N, ldb)));
+        if (!declined) {
+            unsigned unused = 0; // the packs' flags: all clear
+            #pragma omp parallel
+            {
+                tiles_on();
+                for (int m0 = 0; m0 < M; m0 += AMX_MC) {
+                    const int mc = min_i(AMX_MC, M - m0), mcp = round32(mc);
+                    for (int k0 = 0; k0 < K; k0 += AMX_KC) {
+                        const int kc = min_i(AMX_KC, K - k0), kcp = round32(kc);
+                        pack_a(transa, A, lda, m0, mc, k0, kc, mcp, kcp, &unused); // no barrier: pack_b's
+                        for (int n0 = 0; n0 < N; n0 += AMX_NC) {
+                            const int nc = min_i(AMX_NC, N - n0), ncp = round32(nc);
+                            pack_b(transb, B, b16, ldb, k0, kc, n0, nc, kcp, ncp, &unused);
+                            blocks(mcp, ncp, kcp / 32, C + (size_t)m0 * ldc + n0, ldc, mc, nc, k0 == 0 && !accumulate,
+                                   round && k0 + kc == K);
+                        }
+                    }
+                }
+                _tile_release();
+            }
+        }
+    }
     pthread_mutex_unlock(&amx_lock);
-    return bad_a || bad_b;
+    return declined;
 }
 
 TT_AMX unsigned gemm_amx_shared_b(int n, int transa, const int *M, const float *const *A, const int *lda,
                                   float *const *C, const int *ldc, int transb, int N, int K, const float *B, int ldb,
                                   int accumulate, int round) {
-    unsigned declined = 0;
-    int one = n >= 1 && n <= 32 && gemm_amx_path() && N >= 1 && N <= AMX_NC && K >= 1 && K <= AMX_KC &&
-              !low_bits(B, 1, min_i(16, transb ? K : N), ldb);
+    const unsigned all = (1u << n) - 1u; // 1 ≤ n ≤ PARTS_AMX (gemm.h)
+    int one = gemm_amx_path() && N >= 1 && N <= AMX_NC && K >= 1 && K <= AMX_KC &&
+              !first_words_fp32(B, transb ? K : N, ldb);
     for (int i = 0; i < n && one; i++) one = M[i] >= 1 && M[i] <= AMX_MC;
+    unsigned declined = 0;
     if (!one) { // larger than one chunk (or no tiles): each on its own
         for (int i = 0; i < n; i++)
             if (gemm_amx(transa, transb, M[i], N, K, A[i], lda[i], B, 0, ldb, accumulate, C[i], ldc[i], round))
                 declined |= 1u << i;
         return declined;
     }
-    // an FP32 A shows itself in its first words (as in gemm_amx)
     for (int i = 0; i < n; i++)
-        if (low_bits(A[i], 1, min_i(16, transa ? M[i] : K), lda[i])) declined |= 1u << i;
-    if (declined == (n < 32 ? (1u << n) - 1u : ~0u)) return declined;
+        if (first_words_fp32(A[i], transa ? M[i] : K, lda[i])) declined |= 1u << i;
+    if (declined == all) return all;
     pthread_mutex_lock(&amx_lock);
-    // B packed once, then each product's A and blocks; every flag is read after the barrier
-    // that ends its pack (pack_b's loop has one; pack_a's is added here)
-    const int kcp = round32(K), nks = kcp / 32, ncp = round32(N);
-    unsigned bad_b = 0, bad_a[32] = {0};
-    #pragma omp parallel
-    {
-        tiles_on();
-        pack_b(transb, B, 0, ldb, 0, K, 0, N, kcp, ncp, &bad_b);
-        if (!__atomic_load_n(&bad_b, __ATOMIC_RELAXED))
-            for (int i = 0; i < n; i++) {
-                if (declined >> i & 1) continue;
-                const int mcp = round32(M[i]);
-                pack_a(transa, A[i], lda[i], 0, M[i], 0, K, mcp, kcp, &bad_a[i]);
-                #pragma omp barrier
-                if (__atomic_load_n(&bad_a[i], __ATOMIC_RELAXED)) continue;
-                #pragma omp for collapse(2) schedule(static)
-                for (int r = 0; r < mcp; r += 32)
-                    for (int j = 0; j < ncp; j += 32)
-                        block(a_pk + (size_t)(r / 16) * nks * 512, b_pk + (size_t)(j / 16) * nks * 256, nks,
-                              C[i] + (size_t)r * ldc[i] + j, ldc[i], M[i] - r, N - j, !accumulate, round);
-            }
-        _tile_release();
-    }
+    declined = one_chunk(n, declined, transa, M, A, lda, C, ldc, transb, N, K, B, 0, ldb, accumulate, round);
     pthread_mutex_unlock(&amx_lock);
-    if (bad_b) return n < 32 ? (1u << n) - 1u : ~0u;
-    for (int i = 0; i < n; i++)
-        if (bad_a[i]) declined |= 1u << i;
     return declined;
 }
-

@@ -151,13 +151,13 @@ void matmul_backward_weight_n(int n, float *const dw[], const float *const dout[
     for (int i = 0; i < n; i++) matmul_backward_weight(dw[i], dout[i], inp, N, IC, OC[i]);
 }
 
+int matmul_amx(void) { return gemm_fma_path() == 2 && gemm_amx_path(); }
+
 const char *matmul_kernel_name(void) {
     const int path = gemm_fma_path();
-    if (path == 2 && gemm_amx_path()) return "AMX BF16 tiles, else AVX-512F FMA kernels";
+    if (matmul_amx()) return "AMX BF16 tiles, else AVX-512F FMA kernels";
     return path == 2 ? "AVX-512F FMA kernels" : path == 1 ? "AVX2 FMA kernels" : NULL;
 }
-
-int matmul_amx(void) { return gemm_fma_path() == 2 && gemm_amx_path(); }
 
 const char *matmul_blas_core(void) {
     const char *c = openblas_get_corename();
