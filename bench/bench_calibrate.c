@@ -8,6 +8,11 @@
 //               N = 8192) (2·N·IC·OC FLOPs per call); every shape runs all three ops, so the rate is
 //               total FLOPs / total median time, the three ops weighted equally as a
 //               step weights them (each matmul runs each once).
+//   attention   the backend's attention_forward + attention_backward at small's shape
+//               (a GPU: 1b's at B·T = 8192), 3 · 2·N·T·C FLOPs (plan.c's count).
+//   elementwise the rest of one block's forward and backward at that shape (RMSNorm ×2,
+//               RoPE on q and k, the residual adds, SwiGLU, and their backwards), over
+//               the bytes plan_block_elem_words counts.
 //   h2d, d2h    backend_copy_h2d / d2h of 64 MiB between the pinned host pool (hostmem.h)
 //               and backend_alloc'd device memory, both touched first.
 //   nvme        sequential writes, then reads, of the whole store (4 GiB, or --size; at
@@ -42,9 +47,9 @@
 #include "hostmem.h"
 #include "io.h"
 #include "json.h"    // uses: json_escape (the path in the JSON line)
-#include "kernels.h" // uses: adamw_update, adamw_update_path, matmul_blas_core, bf16_round_n
+#include "kernels.h" // uses: adamw_update, adamw_update_path, matmul_blas_core, bf16_round_n, rope_table
 #include "model.h"   // uses: model_preset
-#include "plan.h"    // uses: plan_nvme_free
+#include "plan.h"    // uses: plan_nvme_free, plan_block_elem_words
 #include "profile.h"
 #include "util.h"
 #include "tier.h"
@@ -172,6 +177,87 @@ int bench_gemm_rate(const config_t *cfg, double *flops_per_s, char *err, size_t 
     free(stage);
     backend_free(&be);
     return rc;
+}
+
+// ---------------------------------------------------------------- attention and the elementwise ops
+
+// One block's shape for the ops: small's on the CPU, 1b's at B·T = 8192 on a GPU (as the
+// GEMM shapes above).
+typedef struct {
+    int B, T, NH, NKV, HS, F;
+} ops_shape_t;
+static const ops_shape_t CPU_OPS = {4, 256, 6, 2, 64, 1024}, GPU_OPS = {4, 2048, 32, 4, 64, 5632};
+
+// Fills n floats of device memory at d with fill_rand's values through h_stage (stage floats).
+static void fill_device(backend_t *be, float *d, size_t n, float *h_stage, size_t stage, uint64_t seed) {
+    for (size_t off = 0; off < n; off += stage) {
+        const size_t k = n - off < stage ? n - off : stage;
+        fill_rand(h_stage, k, seed + off);
+        backend_copy_h2d(be, d + off, h_stage, k * sizeof(float));
+    }
+}
+
+// The attention op's rate (its forward and backward: the plan's 3 · 2·N·T·C FLOPs, half the
+// T×T products being masked) and the elementwise ops' (one block's forward and backward
+// sequence, in bf16 mode: the bytes plan_block_elem_words counts over the median time), on
+// the backend's own ops and device memory.
+static int ops_measure(backend_t *be, float *h_stage, size_t stage, int reps, double *attn_flops, double *elem_Bps,
+                       char *err, size_t errlen) {
+    const ops_shape_t sh = be->vt ? GPU_OPS : CPU_OPS;
+    const int N = sh.B * sh.T, C = sh.NH * sh.HS, KVD = sh.NKV * sh.HS, F = sh.F;
+    const size_t NC = (size_t)N * C, NK = (size_t)N * KVD, NF = (size_t)N * F, rn = (size_t)sh.T * (sh.HS / 2);
+    float *q, *k, *v, *out, *dout, *dq, *dk, *dv, *lse, *x, *x2, *ln, *dx, *rstd, *w, *dw, *gate, *up, *h, *dg, *du, *cs, *sn;
+    struct { float **p; size_t n; uint64_t seed; } want[] = {
+        {&q, NC, 1}, {&k, NK, 2}, {&v, NK, 3}, {&out, NC, 0}, {&dout, NC, 4}, {&dq, NC, 0}, {&dk, NK, 0}, {&dv, NK, 0},
+        {&lse, (size_t)sh.B * sh.NH * sh.T, 0}, {&x, NC, 5}, {&x2, NC, 6}, {&ln, NC, 0}, {&dx, NC, 0},
+        {&rstd, (size_t)N, 0}, {&w, (size_t)C, 7}, {&dw, (size_t)C, 0}, {&gate, NF, 8}, {&up, NF, 9}, {&h, NF, 10},
+        {&dg, NF, 0}, {&du, NF, 0}, {&cs, rn, 0}, {&sn, rn, 0},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        int rc = backend_alloc(be, want[i].n * sizeof(float), "calibrate ops", (void **)want[i].p, err, errlen);
+        if (rc != 0) return rc;
+        if (want[i].seed) fill_device(be, *want[i].p, want[i].n, h_stage, stage, 0x0b5 * want[i].seed);
+    }
+    if (stage < 2 * rn) {
+        snprintf(err, errlen, "calibrate ops: the staging buffer is smaller than the RoPE tables");
+        return -EINVAL;
+    }
+    rope_table(h_stage, h_stage + rn, sh.T, sh.HS, 10000.0);
+    backend_copy_h2d(be, cs, h_stage, rn * sizeof(float));
+    backend_copy_h2d(be, sn, h_stage + rn, rn * sizeof(float));
+    const backend_ops_t *op = be->ops;
+    double ta[MAX_REPS], te[MAX_REPS];
+    for (int r = -1; r < reps; r++) { // r = −1: the untimed warm-up
+        double t0 = now_ms();
+        op->attention_forward(out, lse, q, k, v, sh.B, sh.T, sh.NH, sh.NKV, sh.HS, 1);
+        op->attention_backward(dq, dk, dv, dout, q, k, v, out, lse, sh.B, sh.T, sh.NH, sh.NKV, sh.HS, 1);
+        backend_sync(be);
+        double t1 = now_ms();
+        // the block's forward (step.c block_forward) and backward, elementwise ops only: the
+        // sums (x2, dx, dw) grow a little each repeat, the rotations keep their norms
+        op->rmsnorm_forward(ln, rstd, x, w, N, C, 1e-5f, 1);
+        op->rope_forward(q, cs, sn, sh.B, sh.T, sh.NH, sh.HS, 1);
+        op->rope_forward(k, cs, sn, sh.B, sh.T, sh.NKV, sh.HS, 1);
+        op->add_inplace(x2, x, NC, 1);
+        op->rmsnorm_forward(ln, rstd, x2, w, N, C, 1e-5f, 1);
+        op->swiglu_forward(h, gate, up, NF, 1);
+        op->add_inplace(out, x2, NC, 1);
+        op->swiglu_backward(dg, du, h, gate, up, NF, 1);
+        op->rmsnorm_backward(dx, dw, ln, x2, w, rstd, N, C, 1);
+        op->rope_backward(dq, cs, sn, sh.B, sh.T, sh.NH, sh.HS, 1);
+        op->rope_backward(dk, cs, sn, sh.B, sh.T, sh.NKV, sh.HS, 1);
+        op->rmsnorm_backward(dx, dw, ln, x, w, rstd, N, C, 1);
+        backend_sync(be);
+        if (r >= 0) {
+            ta[r] = (t1 - t0) / 1e3;
+            te[r] = (now_ms() - t1) / 1e3;
+        }
+    }
+    const double att = 3.0 * 2.0 * N * (double)sh.T * C, ma = bench_median(ta, reps), me = bench_median(te, reps);
+    const double bytes = 4.0 * N * (plan_block_elem_words(C, KVD, F, 0) + plan_block_elem_words(C, KVD, F, 1));
+    *attn_flops = ma > 0 ? att / ma : 0;
+    *elem_Bps = me > 0 ? bytes / me : 0;
+    return 0;
 }
 
 // ---------------------------------------------------------------- host <-> device copies
@@ -428,6 +514,11 @@ int bench_calibrate(const config_t *cfg) {
         notice("bench calibrate: %s", err);
         goto out;
     }
+    if ((rc = ops_measure(&be, (float *)h_copy, COPY_BYTES / sizeof(float), gemm_reps, &prof.attn_flops, &prof.elem_Bps,
+                          err, sizeof err)) != 0) {
+        notice("bench calibrate: %s", err);
+        goto out;
+    }
     copy_measure(&be, h_copy, d_copy, copy_reps, &prof.h2d_Bps, &prof.d2h_Bps);
     char msg[1024] = "";
     int passes = 0;
@@ -450,7 +541,7 @@ int bench_calibrate(const config_t *cfg) {
     }
 
     // ---- the table
-    char how[4][320];
+    char how[6][320];
     char blas[224] = "", bt[192];
     if (!be.vt) snprintf(blas, sizeof blas, " (%s)", backend_blas_text(bt, sizeof bt));
     snprintf(how[0], sizeof how[0], "%s matmul%s fwd+bwd_in+bwd_w, %s; median of %d", be.name, blas,
@@ -461,8 +552,15 @@ int bench_calibrate(const config_t *cfg) {
              format_bytes(a, sizeof a, size), format_bytes(b, sizeof b, block), qd, passes);
     snprintf(how[3], sizeof how[3], "adamw_update (%s) over %zuM parameters; median of %d", adamw_update_path(), adam_n >> 20,
              adam_reps);
+    const ops_shape_t sh = be.vt ? GPU_OPS : CPU_OPS;
+    snprintf(how[4], sizeof how[4], "%s attention fwd+bwd, B %d T %d heads %d kv %d hs %d (3x 2NTC FLOPs); median of %d",
+             be.name, sh.B, sh.T, sh.NH, sh.NKV, sh.HS, gemm_reps);
+    snprintf(how[5], sizeof how[5], "%s rmsnorm, rope, residual adds, swiglu of one block fwd+bwd, N %d C %d F %d; median of %d",
+             be.name, sh.B * sh.T, sh.NH * sh.HS, sh.F, gemm_reps);
     printf("%-11s %10s %-9s %s\n", "what", "measured", "unit", "how");
     printf("%-11s %10.1f %-9s %s\n", "gemm", prof.gemm_flops / 1e9, "GFLOP/s", how[0]);
+    printf("%-11s %10.1f %-9s %s\n", "attention", prof.attn_flops / 1e9, "GFLOP/s", how[4]);
+    printf("%-11s %10.2f %-9s %s\n", "elementwise", prof.elem_Bps / 1e9, "GB/s", how[5]);
     printf("%-11s %10.2f %-9s %s\n", "h2d", prof.h2d_Bps / 1e9, "GB/s", how[1]);
     printf("%-11s %10.2f %-9s %s\n", "d2h", prof.d2h_Bps / 1e9, "GB/s", how[1]);
     printf("%-11s %10.3f %-9s %s\n", "nvme read", prof.nvme_read_Bps / 1e9, "GB/s", how[2]);
@@ -480,10 +578,10 @@ int bench_calibrate(const config_t *cfg) {
     char jpath[2 * TT_PATH_MAX + 8];
     ssize_t jn = json_escape(jpath, sizeof jpath, path, strlen(path));
     if (jn < 0 || (size_t)jn >= sizeof jpath) snprintf(jpath, sizeof jpath, "null"); // not UTF-8: scripts get null
-    printf("{\"bench\":\"calibrate\",\"gemm_flops\":%.6g,\"h2d_Bps\":%.6g,\"d2h_Bps\":%.6g,\"nvme_read_Bps\":%.6g,"
+    printf("{\"bench\":\"calibrate\",\"gemm_flops\":%.6g,\"attn_flops\":%.6g,\"elem_Bps\":%.6g,\"h2d_Bps\":%.6g,\"d2h_Bps\":%.6g,\"nvme_read_Bps\":%.6g,"
            "\"nvme_write_Bps\":%.6g,\"adam_params_per_s\":%.6g,\"comm_Bps\":%.6g,\"ranks\":%d,\"backend\":\"%s\","
            "\"threads\":%d,\"profile\":%s}\n",
-           prof.gemm_flops, prof.h2d_Bps, prof.d2h_Bps, prof.nvme_read_Bps, prof.nvme_write_Bps, prof.adam_params_per_s,
+           prof.gemm_flops, prof.attn_flops, prof.elem_Bps, prof.h2d_Bps, prof.d2h_Bps, prof.nvme_read_Bps, prof.nvme_write_Bps, prof.adam_params_per_s,
            prof.comm_Bps, comm_size(comm_world()), prof.backend, prof.threads, jpath);
     fflush(stdout);
     exit_code = 0;

@@ -21,7 +21,8 @@ const char *const plan_resource_names[PLAN_NRES] = {"compute", "host->device", "
 // What a step's work is, per phase (plan.h: PLAN_PHASE_UPDATE): FLOPs, bytes on each link,
 // parameters AdamW updates, bytes a rank sends. Every piece of work is added once, to the
 // phase it runs in; the step's totals (p->flops_per_step aside) are the phases' sums.
-enum { W_FLOPS = 0, W_H2D, W_D2H, W_NVME_READ, W_NVME_WRITE, W_ADAM, W_COMM, W_N };
+// (the compute: matmul FLOPs, attention FLOPs, bytes the elementwise ops read and write)
+enum { W_FLOPS = 0, W_ATT, W_ELEM, W_H2D, W_D2H, W_NVME_READ, W_NVME_WRITE, W_ADAM, W_COMM, W_N };
 enum { UPD_AFTER = 0, UPD_BACKWARD, UPD_DEVICE }; // where the update runs: see phase_of
 typedef struct {
     int update;  // UPD_*
@@ -356,15 +357,35 @@ static void plan_traffic(const config_t *cfg, const model_t *m, plan_t *p, work_
     }
 }
 
+// The compute's three parts' times for work w at prof's rates (PLAN_CPART_*): a profile
+// written before attention and the elementwise ops were measured counts attention at the
+// matmuls' rate and the elementwise ops as nothing, as the plan used to.
+static void compute_parts_ms(const double w[W_N], const profile_t *prof, double part[PLAN_NCPARTS]) {
+    part[PLAN_CPART_MATMUL] = 1e3 * w[W_FLOPS] / prof->gemm_flops;
+    part[PLAN_CPART_ATTENTION] = 1e3 * w[W_ATT] / (prof->attn_flops > 0 ? prof->attn_flops : prof->gemm_flops);
+    part[PLAN_CPART_ELEM] = prof->elem_Bps > 0 ? 1e3 * w[W_ELEM] / prof->elem_Bps : 0;
+}
+
 // Each resource's time for work w (W_*) at prof's rates.
 static void work_ms(const double w[W_N], const profile_t *prof, double ms[PLAN_NRES]) {
-    ms[PLAN_COMPUTE] = 1e3 * w[W_FLOPS] / prof->gemm_flops;
+    double part[PLAN_NCPARTS];
+    compute_parts_ms(w, prof, part);
+    ms[PLAN_COMPUTE] = part[PLAN_CPART_MATMUL] + part[PLAN_CPART_ATTENTION] + part[PLAN_CPART_ELEM];
     ms[PLAN_H2D] = 1e3 * w[W_H2D] / prof->h2d_Bps;
     ms[PLAN_D2H] = 1e3 * w[W_D2H] / prof->d2h_Bps;
     ms[PLAN_NVME] = 1e3 * (w[W_NVME_READ] / prof->nvme_read_Bps + w[W_NVME_WRITE] / prof->nvme_write_Bps); // one device
     ms[PLAN_ADAM] = 1e3 * w[W_ADAM] / prof->adam_params_per_s;
     // ranks: what each rank sends in the folds and gathers, over the link bench calibrate measured
     ms[PLAN_COMM] = 1e3 * w[W_COMM] / (prof->comm_Bps > 0 ? prof->comm_Bps : PLAN_COMM_DEFAULT_BPS);
+}
+
+double plan_block_elem_words(int C, int KVD, int F, int bwd) {
+    // forward: RMSNorm ×2 (read x, write the norm: 2C each), RoPE on q and k (2C + 2KVD),
+    // the residual adds (read both, write the sum: 3C ×2), SwiGLU (read gate and up, write h:
+    // 3F); backward: RMSNorm ×2 (read the gradient and x, write the input gradient and add
+    // to it: 4C each), RoPE on dq and dk (2C + 2KVD), SwiGLU (read dh, gate and up, write
+    // dgate and dup: 5F)
+    return bwd ? 8.0 * C + 2.0 * C + 2.0 * KVD + 5.0 * F : 4.0 * C + 2.0 * C + 2.0 * KVD + 6.0 * C + 3.0 * F;
 }
 
 // Each resource's time over the step and in each phase; a phase lasts its largest, and the
@@ -375,10 +396,12 @@ static void work_ms(const double w[W_N], const profile_t *prof, double ms[PLAN_N
 static void plan_floor(const profile_t *prof, const work_t *k, plan_t *p) {
     profile_t defaults;
     if (!prof) { profile_defaults(&defaults); prof = &defaults; p->prof = NULL; }
-    const double total[W_N] = {p->flops_per_step, (double)p->h2d_bytes, (double)p->d2h_bytes,
-                               (double)p->nvme_read_bytes, (double)p->nvme_write_bytes, work_total(k, W_ADAM),
-                               (double)p->comm_bytes};
+    const double total[W_N] = {
+        [W_FLOPS] = work_total(k, W_FLOPS), [W_ATT] = work_total(k, W_ATT), [W_ELEM] = work_total(k, W_ELEM),
+        [W_H2D] = (double)p->h2d_bytes, [W_D2H] = (double)p->d2h_bytes, [W_NVME_READ] = (double)p->nvme_read_bytes,
+        [W_NVME_WRITE] = (double)p->nvme_write_bytes, [W_ADAM] = work_total(k, W_ADAM), [W_COMM] = (double)p->comm_bytes};
     work_ms(total, prof, p->t_ms);
+    compute_parts_ms(total, prof, p->compute_ms);
     p->floor_ms = 0;
     // the CPU backend's AdamW beside a forward or backward runs on the step's cores: in its
     // phase it adds to the compute
@@ -523,8 +546,22 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     // the forward's share: 2·P·N and attention's first pass, the rest the backward's; every pass
     // does alike (each pass's backward computes the head's logits again but for the same quantum)
     const double fwd = 2.0 * (double)m->num_params * N * cfg->accum + 4.0 * N * cfg->T * C / 2.0 * m->L * cfg->accum;
-    work_spread(&k, 0, W_FLOPS, fwd);
-    work_spread(&k, 1, W_FLOPS, p->flops_per_step - fwd);
+    const double att_fwd = 4.0 * N * cfg->T * C / 2.0 * m->L * cfg->accum;
+    work_spread(&k, 0, W_FLOPS, fwd - att_fwd);
+    work_spread(&k, 1, W_FLOPS, mm - (fwd - att_fwd));
+    work_spread(&k, 0, W_ATT, att_fwd);
+    work_spread(&k, 1, W_ATT, att - att_fwd);
+    // the elementwise ops, in FP32 words a token reads and writes: each block's
+    // (plan_block_elem_words), the recompute's forward ops again (the attention half's, and
+    // SwiGLU where gate and up are computed again), and the head's: the final RMSNorm (2C
+    // forward, 4C backward), the embedding's gather and scatter (2C each), cross-entropy's
+    // fold over the logits (V) and its backward (2V)
+    const double wf = plan_block_elem_words(m->C, (int)KVD, m->F, 0), wb = plan_block_elem_words(m->C, (int)KVD, m->F, 1);
+    const double wredo = (m->L - kept) * (wf - 3.0 * m->F - 3.0 * C) + (m->L - kept + (model_mlp_chunks(m, (int)N) > 1 ? kept : 0)) * 3.0 * m->F;
+    const double tokens = N * cfg->accum;
+    work_spread(&k, 0, W_ELEM, 4.0 * tokens * (m->L * wf + 4.0 * C + m->V));
+    work_spread(&k, 1, W_ELEM, 4.0 * tokens * (m->L * wb + wredo + 6.0 * C + 2.0 * m->V));
+    p->elem_bytes = work_total(&k, W_ELEM);
     // ranks: each micro-batch's fold sends (N−1)/N of every shard's gradients in the all-to-all
     // (the tied head's share once more, and gathered) in its backward, and every use of a shard
     // gathers the (N−1)/N of its compute copy held elsewhere (a forward and a backward per pass)

@@ -19,6 +19,8 @@
 // reads and writes (measured on this VM: reading and writing at once, each ran at half the
 // rate of either alone), so its time is the reads' plus the writes'.
 enum { PLAN_COMPUTE = 0, PLAN_H2D, PLAN_D2H, PLAN_NVME, PLAN_ADAM, PLAN_COMM, PLAN_NRES };
+// The compute's parts, each at its own rate from the profile (profile.h).
+enum { PLAN_CPART_MATMUL = 0, PLAN_CPART_ATTENTION, PLAN_CPART_ELEM, PLAN_NCPARTS };
 // A step is two phases, the second starting when the first ends, and each lasts at least its
 // busiest resource's time: the floor is the sum of the two. Phase 0 is the update and what runs
 // beside it: under --update after, the first micro-batch's forward (it waits shard by shard for
@@ -50,6 +52,7 @@ typedef struct {
     uint64_t save_need;      // new bytes then, less the older checkpoints pruned by then
     uint64_t save_free;      // free bytes on its filesystem (less the NVMe states, when they share it)
     double flops_per_step;   // matmul FLOPs incl. the recompute, plus attention
+    double elem_bytes;       // bytes the elementwise ops read and write per step (the compute's third part)
     // per optimizer step
     uint64_t param_fetches;  // streamed parameter shards copied to the device
     uint64_t h2d_bytes, d2h_bytes, nvme_read_bytes, nvme_write_bytes;
@@ -58,6 +61,7 @@ typedef struct {
     // phase (phase_ms[φ][r]; the two sum to t_ms[r]); a phase lasts its largest (phase_floor_ms,
     // set by phase_bound), and the floor is the phases' sum
     double t_ms[PLAN_NRES];
+    double compute_ms[PLAN_NCPARTS]; // t_ms[PLAN_COMPUTE]'s parts: matmuls, attention, elementwise ops
     double phase_ms[PLAN_NPHASES][PLAN_NRES];
     double phase_floor_ms[PLAN_NPHASES];
     int phase_bound[PLAN_NPHASES];     // index into plan_resource_names
@@ -111,6 +115,11 @@ extern const plan_placement_t plan_placements[PLAN_NPLACEMENTS];
 
 // prof: the rates for the floor (kept by pointer in p; it must outlive p).
 void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p);
+// FP32 words a token's elementwise ops (RMSNorm, RoPE, residual adds, SwiGLU) read and write
+// in one block's forward (bwd 0) or backward (bwd 1: its own ops, not the recompute's), for
+// dim C, KVD = kv heads × head size and ffn F: the plan's count, and what bench calibrate
+// divides the ops' time by for the profile's elem_Bps.
+double plan_block_elem_words(int C, int KVD, int F, int bwd);
 // --offload auto: sets cfg's three homes to the feasible placement with the lowest predicted
 // floor (ties: the one adding less traffic, in the order all resident; params streamed from
 // host; + gradients on host; optimizer on NVMe; …; then gradients on NVMe too, down to every

@@ -29,6 +29,19 @@ void plan_phases_text(const plan_t *p, int seconds, char *buf, size_t len) {
              plan_resource_names[p->phase_bound[PLAN_PHASE_REST]], with[PLAN_PHASE_REST]);
 }
 
+// The compute's parts, after its line of the floor table.
+static void compute_parts(const plan_t *p, FILE *f) {
+    profile_t defaults;
+    const profile_t *prof = p->prof;
+    if (!prof) { profile_defaults(&defaults); prof = &defaults; }
+    fprintf(f, " (matmuls %.1f, attention %.1f, elementwise ops %.1f", p->compute_ms[PLAN_CPART_MATMUL],
+            p->compute_ms[PLAN_CPART_ATTENTION], p->compute_ms[PLAN_CPART_ELEM]);
+    if (!(prof->attn_flops > 0) || !(prof->elem_Bps > 0))
+        fprintf(f, "; the profile has no attention or elementwise rate: attention at the matmuls' rate, the "
+                   "elementwise ops uncounted; tiertrain bench calibrate measures them");
+    fputc(')', f);
+}
+
 void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
     char a[32], b[32], c[32], d[32];
     static const char *tn[] = {"device", "host", "nvme"};
@@ -59,8 +72,10 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
         fprintf(f, "  checkpoints          %12s   of %s free (--save %s: %d of %s at the fullest)\n",
                 format_bytes(a, sizeof a, p->save_need), format_bytes(b, sizeof b, p->save_free), cfg->save_dir,
                 p->save_count, format_bytes(c, sizeof c, p->save_bytes));
-    fprintf(f, "compute per step: %.3g TFLOP (matmuls incl. the recompute of %d of %d blocks, causal attention)\n",
-            p->flops_per_step / 1e12, cfg->L - (cfg->kept_blocks < cfg->L ? cfg->kept_blocks : cfg->L), cfg->L);
+    fprintf(f, "compute per step: %.3g TFLOP (matmuls incl. the recompute of %d of %d blocks, causal attention), "
+               "elementwise ops reading and writing %s\n",
+            p->flops_per_step / 1e12, cfg->L - (cfg->kept_blocks < cfg->L ? cfg->kept_blocks : cfg->L), cfg->L,
+            format_bytes(a, sizeof a, (uint64_t)p->elem_bytes));
     fprintf(f, "traffic per step: host->device %s, device->host %s, nvme read %s, nvme write %s (%llu parameter "
                "fetches)\n",
             format_bytes(a, sizeof a, p->h2d_bytes), format_bytes(b, sizeof b, p->d2h_bytes),
@@ -85,8 +100,11 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
                    "the update paces the forward)", format_bytes(a, sizeof a, p->nvme_handed_bytes));
     if (cfg->optim_tier != TIER_DEVICE) fputc('\n', f);
     fprintf(f, "predicted floor per step (rates from %s):\n", p->prof ? p->prof->source : "built-in defaults; run tiertrain bench calibrate");
-    for (int r = 0; r < PLAN_NRES; r++)
-        fprintf(f, "  %-13s %10.1f ms%s\n", plan_resource_names[r], p->t_ms[r], r == p->bound ? "   <- bound" : "");
+    for (int r = 0; r < PLAN_NRES; r++) {
+        fprintf(f, "  %-13s %10.1f ms%s", plan_resource_names[r], p->t_ms[r], r == p->bound ? "   <- bound" : "");
+        if (r == PLAN_COMPUTE) compute_parts(p, f);
+        fputc('\n', f);
+    }
     fprintf(f, "  floor         %10.1f ms/step, bound by %s\n", p->floor_ms, plan_resource_names[p->bound]);
     char phases[256];
     plan_phases_text(p, 0, phases, sizeof phases);
@@ -148,7 +166,10 @@ void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f) 
             model_mlp_rows(m, cfg->B * cfg->T), p->ranks, p->local_ranks, (unsigned long long)p->comm_bytes,
             cfg->optim_tier == TIER_DEVICE ? "device" : p->lay.upd_bwd ? "backward" : p->lay.upd_inline ? "inline" : "after");
     for (int r = 0; r < PLAN_NRES; r++) fprintf(f, "%s\"%s\":%.3f", r ? "," : "", plan_resource_names[r], p->t_ms[r]);
-    fprintf(f, "},\"phases\":[");
+    fprintf(f, "},\"elem_bytes\":%.6g,\"compute_ms\":{\"matmuls\":%.3f,\"attention\":%.3f,\"elementwise\":%.3f}",
+            p->elem_bytes, p->compute_ms[PLAN_CPART_MATMUL], p->compute_ms[PLAN_CPART_ATTENTION],
+            p->compute_ms[PLAN_CPART_ELEM]);
+    fprintf(f, ",\"phases\":[");
     for (int ph = 0; ph < PLAN_NPHASES; ph++) {
         fprintf(f, "%s{\"name\":\"%s\",\"ms\":%.3f,\"bound\":\"%s\",\"t_ms\":{", ph ? "," : "", p->phase_names[ph],
                 p->phase_floor_ms[ph], plan_resource_names[p->phase_bound[ph]]);

@@ -34,6 +34,13 @@ static const rate_key_t RATES[] = {
     {"adam_params_per_s", offsetof(profile_t, adam_params_per_s)},
 };
 #define NRATES ((int)(sizeof RATES / sizeof RATES[0]))
+// Rates a profile may lack (0 in profile_t: never measured, and the plan says what stands in).
+static const rate_key_t OPT_RATES[] = {
+    {"attn_flops", offsetof(profile_t, attn_flops)},
+    {"elem_Bps", offsetof(profile_t, elem_Bps)},
+    {"comm_Bps", offsetof(profile_t, comm_Bps)},
+};
+#define NOPT ((int)(sizeof OPT_RATES / sizeof OPT_RATES[0]))
 
 static double *rate_at(profile_t *p, int i) { return (double *)((char *)p + RATES[i].off); }
 static double rate_get(const profile_t *p, int i) { return *(const double *)((const char *)p + RATES[i].off); }
@@ -46,6 +53,8 @@ void profile_defaults(profile_t *p) {
     p->nvme_read_Bps = 0.5e9;     // a slow virtual disk
     p->nvme_write_Bps = 0.5e9;
     p->adam_params_per_s = 2e8;   // ~6 GB/s of memory at 30 B per parameter
+    p->attn_flops = 20e9;         // half the matmuls' rate: the softmax between its products
+    p->elem_Bps = 4e9;            // the copy rate above
     snprintf(p->backend, sizeof p->backend, "cpu");
     p->threads = 0;
     snprintf(p->source, sizeof p->source, "defaults");
@@ -161,16 +170,20 @@ static int from_json(profile_t *p, const json_t *root, char *err, size_t errlen)
         }
         *rate_at(p, i) = x;
     }
-    // The rest is optional, checked when present: the ranks' link, and how it was measured.
-    if (json_get(root, "comm_Bps")) {
+    // The rest is optional, checked when present: the op rates and the ranks' link, and how
+    // it was measured.
+    for (int i = 0; i < NOPT; i++) {
+        const json_t *v = json_get(root, OPT_RATES[i].key);
         double x = 0;
-        if ((rc = json_get_double(root, "comm_Bps", &x, err, errlen)) != 0) return rc;
+        *(double *)((char *)p + OPT_RATES[i].off) = 0; // absent: never measured (not the defaults' guess)
+        if (!v) continue;
+        if ((rc = json_get_double(root, OPT_RATES[i].key, &x, err, errlen)) != 0) return rc;
         if (!isfinite(x) || !(x > 0)) {
-            snprintf(err, errlen, "%s: key 'comm_Bps' at byte %zu: %.40s is not a rate (accepted: a number > 0)",
-                     root->doc, json_get(root, "comm_Bps")->at, json_get(root, "comm_Bps")->s);
+            snprintf(err, errlen, "%s: key '%s' at byte %zu: %.40s is not a rate (accepted: a number > 0)", root->doc,
+                     OPT_RATES[i].key, v->at, v->s);
             return -EINVAL;
         }
-        p->comm_Bps = x;
+        *(double *)((char *)p + OPT_RATES[i].off) = x;
     }
     if (json_get(root, "backend")) {
         if ((rc = json_get_string(root, "backend", &s, err, errlen)) != 0) return rc;
@@ -261,7 +274,10 @@ static int write_json(FILE *f, const profile_t *p) {
     if (gmtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     fprintf(f, "{\n  \"version\": %d,\n", PROFILE_VERSION);
     for (int i = 0; i < NRATES; i++) fprintf(f, "  \"%s\": %.17g,\n", RATES[i].key, rate_get(p, i)); // %.17g: exact
-    if (p->comm_Bps > 0 && isfinite(p->comm_Bps)) fprintf(f, "  \"comm_Bps\": %.17g,\n", p->comm_Bps);
+    for (int i = 0; i < NOPT; i++) { // written when measured
+        const double x = *(const double *)((const char *)p + OPT_RATES[i].off);
+        if (x > 0 && isfinite(x)) fprintf(f, "  \"%s\": %.17g,\n", OPT_RATES[i].key, x);
+    }
     fprintf(f, "  \"backend\": ");
     int rc = json_fput_string(f, p->backend[0] ? p->backend : "cpu");
     fprintf(f, ",\n  \"threads\": %d,\n", p->threads);

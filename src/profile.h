@@ -15,6 +15,11 @@ typedef struct {
     double nvme_read_Bps;     // NVMe tier read and write rates (bytes/s), through the io engine
     double nvme_write_Bps;
     double adam_params_per_s; // AdamW update rate of the optimizer (parameters/s)
+    // The step's other compute, measured through the backend's own ops by bench calibrate
+    // (0: never measured; the plan then counts attention at gemm_flops and no elementwise time):
+    double attn_flops;        // FLOP/s of the attention op, forward and backward (plan.c's FLOP count)
+    double elem_Bps;          // bytes/s that one block's elementwise ops (RMSNorm, RoPE, residual adds,
+                              // SwiGLU) read and write, as plan_block_elem_words counts them
     double comm_Bps;          // ranks: bytes a rank sends per second in the gradient fold (all-to-all +
                               // all-gather), measured by bench calibrate under a launcher; 0: never measured
     uint64_t nvme_bytes;      // the size of the file the NVMe rates were measured over; 0: not recorded
@@ -37,9 +42,11 @@ const char *profile_path(const config_t *cfg, char *buf, size_t len);
 // (p holds the defaults: callers say so and go on, or stop, as fits).
 // The file is one JSON object (read with json.h): "version": 1, the six rates under the
 // field names above ("gemm_flops", "h2d_Bps", ...; each must be a finite number > 0), and
-// optionally "backend" (a string), "threads" (an integer ≥ 0), "nvme_bytes" (an integer ≥ 0:
-// the size of the file NVMe was measured over; profiles written before it have none) and
-// "measured_at" (an ISO 8601 UTC date, a string); other keys are ignored. Anything else is -EINVAL, e.g.
+// optionally "attn_flops", "elem_Bps" and "comm_Bps" (rates as above; profiles written
+// before them have none), "backend" (a string), "threads" (an integer ≥ 0), "nvme_bytes" (an
+// integer ≥ 0: the size of the file NVMe was measured over; profiles written before it have
+// none) and "measured_at" (an ISO 8601 UTC date, a string); other keys are ignored. Anything
+// else is -EINVAL, e.g.
 //   profile /p.json: key 'h2d_Bps' at byte 40: 0 is not a rate (accepted: a number > 0)
 //   (run tiertrain bench calibrate to remake it)            <- one line, without "tiertrain: "
 int profile_load(profile_t *p, const char *path, char *err, size_t errlen);

@@ -1076,6 +1076,12 @@ START_TEST(plan_counts_the_recompute) {
         ck_assert_msg(fabs(full.flops_per_step - two.flops_per_step - 2 * (per - kept)) <= 1e-9 * full.flops_per_step,
                       "chunked %d: full - 2 kept = %.6g, counted %.6g", chunked, full.flops_per_step - two.flops_per_step,
                       2 * (per - kept));
+        // and the elementwise ops again, in bytes: the attention half's RMSNorm, RoPE, residual
+        // add and the MLP's norm (9C + 2KVD words a token), SwiGLU's forward (3F)
+        const double eper = 4 * N * (9 * C + 2 * KVD + 3 * F), ekept = chunked ? 4 * N * 3 * F : 0;
+        ck_assert_msg(fabs(full.elem_bytes - none.elem_bytes - L * (eper - ekept)) <= 1e-9 * full.elem_bytes,
+                      "chunked %d: elementwise full - none = %.6g, counted %.6g", chunked, full.elem_bytes - none.elem_bytes,
+                      L * (eper - ekept));
         model_free(&m);
         unsetenv("TT_TEST_MLP_ROWS");
     }
@@ -1355,10 +1361,52 @@ static void check_phases(const plan_t *p, const char *what) {
                   "%s: floor %g, the largest step time %g, their sum %g", what, p->floor_ms, most, all);
 }
 
+// The compute's three parts, each at its rate: small at B1 T32 keeping every block's
+// intermediates, its byte count of the elementwise ops counted here from the ops step.c runs
+// (FP32 words a token reads and writes: a block's forward RMSNorm ×2, RoPE on q and k,
+// residual adds ×2, SwiGLU; its backward RMSNorm ×2 reading and adding into the gradient,
+// RoPE on dq and dk, SwiGLU's; the head's norm forward and backward, the embedding's gather
+// and scatter, cross-entropy over the logits V, and V read and written in its backward).
+// A profile from before attention and the elementwise ops were measured counts attention at
+// the matmuls' rate and the elementwise ops as nothing.
+START_TEST(plan_times_the_compute_parts) {
+    config_t cfg;
+    small_on_nvme(&cfg);
+    cfg.kept_blocks = 6;
+    model_t m;
+    model_init(&m, &cfg);
+    const double N = 32, T = 32, C = 384, KVD = 128, F = 1024, V = 256, L = 6;
+    const double words = L * ((2 + 2 + 3 + 3 + 2) * C + 2 * KVD + 3 * F + (4 + 4 + 2) * C + 2 * KVD + 5 * F) +
+                         (2 + 4 + 2 + 2) * C + 3 * V;
+    const double att = 3 * 4.0 * N * T * C / 2 * L; // forward, backward ×2
+    profile_t prof;
+    profile_defaults(&prof);
+    prof.gemm_flops = 1e12;
+    prof.attn_flops = 1e11;
+    prof.elem_Bps = 2e10;
+    plan_t p, old;
+    plan_compute(&cfg, &m, &prof, &p);
+    ck_assert_msg(close_to(p.elem_bytes, 4 * N * words, 0, 1e-12), "elementwise bytes %.17g, counted %.17g", p.elem_bytes,
+                  4 * N * words);
+    const double want[PLAN_NCPARTS] = {1e3 * (p.flops_per_step - att) / 1e12, 1e3 * att / 1e11, 1e3 * 4 * N * words / 2e10};
+    for (int i = 0; i < PLAN_NCPARTS; i++)
+        ck_assert_msg(close_to(p.compute_ms[i], want[i], 0, 1e-12), "part %d: %.17g ms, want %.17g", i, p.compute_ms[i], want[i]);
+    ck_assert_msg(close_to(p.t_ms[PLAN_COMPUTE], want[0] + want[1] + want[2], 0, 1e-12), "compute %.17g ms",
+                  p.t_ms[PLAN_COMPUTE]);
+    check_phases(&p, "three rates");
+    prof.attn_flops = prof.elem_Bps = 0; // an older profile
+    plan_compute(&cfg, &m, &prof, &old);
+    ck_assert_msg(close_to(old.t_ms[PLAN_COMPUTE], 1e3 * p.flops_per_step / 1e12, 0, 1e-12) &&
+                      old.compute_ms[PLAN_CPART_ELEM] == 0,
+                  "without the op rates: compute %.17g ms, elementwise %g", old.t_ms[PLAN_COMPUTE], old.compute_ms[PLAN_CPART_ELEM]);
+    model_free(&m);
+}
+END_TEST
+
 // What goes where, from plan_compute: the configurations of small below (B4 T64, every state on
 // NVMe, each block keeping its intermediates, the head its logits: the backward's FLOPs are then
-// twice the forward's) at the built-in rates, against the plan's own byte counts (P the
-// parameters: optim_bytes 12·P, params_bytes P·2, grads_bytes 4·P).
+// twice the forward's) at the built-in rates (the elementwise ops uncounted), against the
+// plan's own byte counts (P the parameters: optim_bytes 12·P, params_bytes P·2, grads_bytes 4·P).
 //  - after the backward, the update's phase holds the first forward: a third of the FLOPs;
 //    under --update backward, the last backward: two thirds;
 //  - between the two, the update's phase trades the forward's work for the backward's, and adds
@@ -1379,11 +1427,12 @@ START_TEST(plan_phases_hold_their_work) {
     cfg.logits_kept = 1;
     profile_t rate;
     profile_defaults(&rate);
+    rate.elem_Bps = 0; // the elementwise ops uncounted: the compute is FLOPs, the backward's twice the forward's
     plan_t after, bwd, cached;
     cfg.update_when = UPDATE_AFTER;
-    plan_compute(&cfg, &m, NULL, &after);
+    plan_compute(&cfg, &m, &rate, &after);
     cfg.update_when = UPDATE_BACKWARD; // --clip 0 (small_on_nvme): it runs
-    plan_compute(&cfg, &m, NULL, &bwd);
+    plan_compute(&cfg, &m, &rate, &bwd);
     ck_assert_int_eq(after.lay.upd_bwd, 0);
     ck_assert_int_eq(bwd.lay.upd_bwd, 1);
     check_phases(&after, "after");
@@ -1410,7 +1459,7 @@ START_TEST(plan_phases_hold_their_work) {
     // the same plan with an optimizer cache: only the update's phase reads and writes less
     cfg.update_when = UPDATE_AFTER;
     cfg.optim_cache = 2 * tier_cache_entry_bytes(&after.lay);
-    plan_compute(&cfg, &m, NULL, &cached);
+    plan_compute(&cfg, &m, &rate, &cached);
     check_phases(&cached, "cached");
     const double saved = 12.0 * (double)tier_cached_elems(&cached.lay, &m);
     ck_assert_msg(saved > 0, "no chunk cached");
@@ -1423,7 +1472,7 @@ START_TEST(plan_phases_hold_their_work) {
     // for the next one as it ended (two chunks' states, optim_run_host), and none with a cache
     cfg.params_tier = cfg.grads_tier = TIER_DEVICE;
     cfg.optim_cache = 0;
-    plan_compute(&cfg, &m, NULL, &cached);
+    plan_compute(&cfg, &m, &rate, &cached);
     check_phases(&cached, "states alone on NVMe");
     ck_assert_int_eq(cached.lay.nostage, TIER_OPT_STAGING);
     const double ahead = cached.lay.nostage * 12.0 * (double)cached.lay.chunk_elems / rd;
@@ -1433,13 +1482,13 @@ START_TEST(plan_phases_hold_their_work) {
     // a --host-budget one byte short of the four staging buffers: two, the chunk as it was
     const size_t chunk = cached.lay.chunk_elems;
     cfg.host_budget = cached.lay.host_bytes - 1;
-    plan_compute(&cfg, &m, NULL, &cached);
+    plan_compute(&cfg, &m, &rate, &cached);
     ck_assert_msg(cached.lay.nostage == 2 && cached.lay.chunk_elems == chunk, "over --host-budget: %d buffers of %zu",
                   cached.lay.nostage, cached.lay.chunk_elems);
     ck_assert_int_eq(bwd.lay.nostage, 2); // --update backward: its next chunk comes with the backward
     cfg.host_budget = 0;
     cfg.optim_cache = tier_cache_entry_bytes(&cached.lay);
-    plan_compute(&cfg, &m, NULL, &cached);
+    plan_compute(&cfg, &m, &rate, &cached);
     ck_assert_msg(cached.phase_ms[PLAN_PHASE_REST][PLAN_NVME] == 0, "a cache, and the backward reads %g ms",
                   cached.phase_ms[PLAN_PHASE_REST][PLAN_NVME]);
     model_free(&m);
@@ -1756,6 +1805,7 @@ int main(void) {
     tcase_add_loop_test(cap, plan_matches_allocation, 0, 24);
     tcase_add_test(cap, bf16_weights_need_no_fp32_copy);
     tcase_add_test(cap, plan_counts_the_recompute);
+    tcase_add_test(cap, plan_times_the_compute_parts);
     tcase_add_test(cap, grads_leave_ram);
     tcase_add_test(cap, plan_json_line);
     tcase_add_test(cap, update_in_backward_drops_gradient_extents);
