@@ -111,9 +111,33 @@ TT_AMX static inline __m256i narrow16(__m512 v) { return _mm512_cvtepi32_epi16(_
 static void flag(unsigned *bad, unsigned low) {
     if (low & 0xffffu) __atomic_fetch_or(bad, low & 0xffffu, __ATOMIC_RELAXED);
 }
-// Word offsets of lanes 0..15 times n.
-TT_AMX static inline __m512i lane_times(int n) {
-    return _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(n));
+
+// The 16 × 16 words in r[0..15] (row i in r[i]) transposed in place: 32-bit, then 64-bit
+// interleaves within 128-bit lanes (each lane then holds a 4 × 4 block transposed), then the
+// lanes gathered across the four row groups. The transposed packs store whole tile rows
+// where they scattered words (a scatter stores its 16 words one at a time: the packs that
+// used them took half of all packing's time).
+TT_AMX static inline void transpose16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);     // per lane: a0 b0 a1 b1
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]); //           a2 b2 a3 b3
+    }
+    for (int g = 0; g < 16; g += 4) { // rows g..g + 3: their columns c, c + 4, c + 8, c + 12 in r[g + c]
+        r[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+        r[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+        r[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+        r[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+    }
+    for (int c = 0; c < 4; c++) { // column c + 4l is lane l of r[c], r[4 + c], r[8 + c], r[12 + c]
+        const __m512i v0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44), v1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xee);
+        const __m512i w0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44), w1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xee);
+        t[c] = _mm512_shuffle_i32x4(v0, w0, 0x88);
+        t[c + 4] = _mm512_shuffle_i32x4(v0, w0, 0xdd);
+        t[c + 8] = _mm512_shuffle_i32x4(v1, w1, 0x88);
+        t[c + 12] = _mm512_shuffle_i32x4(v1, w1, 0xdd);
+    }
+    for (int i = 0; i < 16; i++) r[i] = t[i];
 }
 
 // op(A) rows [m0, m0 + mc), inner indices [k0, k0 + kc) into a_pk (mcp rows, kcp inner
@@ -136,27 +160,29 @@ TT_AMX static void pack_a(int transa, const float *A, int lda, int m0, int mc, i
         return;
     }
     // A stored transposed (element (r, k) at A[k·lda + r]): A's rows k, k + 1 give the words
-    // (BF16 of k low, of k + 1 high) of every row r, scattered down the tiles' rows. A task
-    // takes one step's 32 inner indices (a column of tiles, whose lines no other task writes)
-    // and reads its rows front to back: walked 16 columns at a time down all K rows instead,
-    // each load was another row's line, and these packs took a third of all packing.
-    const __m512i step = lane_times(16);
+    // (BF16 of k low, of k + 1 high) of 16 rows r at a time, one step's 16 pairs of them
+    // transposed into the tile's 16 rows. A task takes one step's 32 inner indices (a column
+    // of tiles, whose lines no other task writes) and reads those 32 rows of A front to back,
+    // side by side: walked 16 columns at a time down all K rows instead, each load was another
+    // row's line, and these packs took a third of all packing.
     #pragma omp for schedule(static) nowait
     for (int st = 0; st < nks; st++) {
         uint32_t *d = (uint32_t *)a_pk + (size_t)st * 256;
         __m512i acc = _mm512_setzero_si512();
-        for (int j = 0; j < 16; j++) { // the pair kp = 16·st + j: inner indices k, k + 1
-            const int k = 32 * st + 2 * j;
-            const float *lo_row = A + (size_t)(k0 + k) * lda + m0, *hi_row = lo_row + lda;
-            for (int r = 0; r < mcp; r += 16) {
-                const __mmask16 m = lanes(mc - r);
-                const __m512i lo = _mm512_castps_si512(_mm512_maskz_loadu_ps(k < kc ? m : 0, lo_row + r));
-                const __m512i hi = _mm512_castps_si512(_mm512_maskz_loadu_ps(k + 1 < kc ? m : 0, hi_row + r));
+        for (int r = 0; r < mcp; r += 16) {
+            const __mmask16 m = lanes(mc - r);
+            __m512i w[16];
+            for (int j = 0; j < 16; j++) { // the pair kp = 16·st + j: inner indices k, k + 1
+                const int k = 32 * st + 2 * j;
+                const float *lo_row = A + (size_t)(k0 + k) * lda + m0 + r;
+                const __m512i lo = _mm512_castps_si512(_mm512_maskz_loadu_ps(k < kc ? m : 0, lo_row));
+                const __m512i hi = _mm512_castps_si512(_mm512_maskz_loadu_ps(k + 1 < kc ? m : 0, lo_row + lda));
                 acc = _mm512_or_si512(acc, _mm512_or_si512(lo, hi));
-                const __m512i w =
-                    _mm512_or_si512(_mm512_srli_epi32(lo, 16), _mm512_and_si512(hi, _mm512_set1_epi32((int)0xffff0000u)));
-                _mm512_i32scatter_epi32(d + (size_t)(r / 16) * nks * 256 + j, step, w, 4);
+                w[j] = _mm512_or_si512(_mm512_srli_epi32(lo, 16), _mm512_and_si512(hi, _mm512_set1_epi32((int)0xffff0000u)));
             }
+            transpose16(w);
+            uint32_t *tile = d + (size_t)(r / 16) * nks * 256;
+            for (int i = 0; i < 16; i++) _mm512_store_si512(tile + i * 16, w[i]);
         }
         flag(bad, (unsigned)_mm512_reduce_or_epi32(acc));
     }
@@ -195,26 +221,29 @@ TT_AMX static void pack_b(int transb, const void *B, int b16, int ldb, int k0, i
         return;
     }
     // B stored transposed (element (k, n) at B[n·ldb + k]): row n's inner indices, in order,
-    // are already the pairs; 16 words at a time scattered down column n of a tile
-    const __m512i step = lane_times(16);
+    // are already the pairs; a task takes 16 columns (a row of tiles) and reads their rows of
+    // B side by side, 16 words of each at a time, transposed into a tile's 16 rows
     #pragma omp for schedule(static)
-    for (int n = 0; n < ncp; n++) {
-        uint32_t *d = b_pk + (size_t)(n / 16) * nks * 256 + n % 16;
+    for (int n = 0; n < ncp; n += 16) {
+        uint32_t *d = b_pk + (size_t)(n / 16) * nks * 256;
         __m512i acc = _mm512_setzero_si512();
         for (int kp = 0; kp < kcp / 2; kp += 16) { // a tile's 16 rows
-            const int k = 2 * kp, left = n < nc ? kc - k : 0; // inner indices left in the row
-            __m512i w;
-            if (b16) {
-                const __mmask32 m = left >= 32 ? ~(__mmask32)0 : left > 0 ? (__mmask32)((1u << left) - 1u) : 0;
-                w = _mm512_maskz_loadu_epi16(m, (const uint16_t *)B + (size_t)(n0 + n) * ldb + k0 + k);
-            } else {
-                const float *s = (const float *)B + (size_t)(n0 + n) * ldb + k0 + k;
-                const __m512 v0 = _mm512_maskz_loadu_ps(lanes(left), s);
-                const __m512 v1 = _mm512_maskz_loadu_ps(lanes(left - 16), s + 16);
-                acc = _mm512_or_si512(acc, _mm512_or_si512(_mm512_castps_si512(v0), _mm512_castps_si512(v1)));
-                w = _mm512_inserti64x4(_mm512_castsi256_si512(narrow16(v0)), narrow16(v1), 1);
+            __m512i w[16];
+            for (int i = 0; i < 16; i++) { // column n + i
+                const int k = 2 * kp, left = n + i < nc ? kc - k : 0; // inner indices left in its row
+                if (b16) {
+                    const __mmask32 m = left >= 32 ? ~(__mmask32)0 : left > 0 ? (__mmask32)((1u << left) - 1u) : 0;
+                    w[i] = _mm512_maskz_loadu_epi16(m, (const uint16_t *)B + (size_t)(n0 + n + i) * ldb + k0 + k);
+                } else {
+                    const float *s = (const float *)B + (size_t)(n0 + n + i) * ldb + k0 + k;
+                    const __m512 v0 = _mm512_maskz_loadu_ps(lanes(left), s);
+                    const __m512 v1 = _mm512_maskz_loadu_ps(lanes(left - 16), s + 16);
+                    acc = _mm512_or_si512(acc, _mm512_or_si512(_mm512_castps_si512(v0), _mm512_castps_si512(v1)));
+                    w[i] = _mm512_inserti64x4(_mm512_castsi256_si512(narrow16(v0)), narrow16(v1), 1);
+                }
             }
-            _mm512_i32scatter_epi32(d + (size_t)(kp / 16) * 256, step, w, 4);
+            transpose16(w);
+            for (int j = 0; j < 16; j++) _mm512_store_si512(d + (size_t)(kp / 16) * 256 + j * 16, w[j]);
         }
         flag(bad, (unsigned)_mm512_reduce_or_epi32(acc));
     }
