@@ -9,6 +9,9 @@
 // once per piece (outside s->mu); the piece that brings the ticket's `left` to zero
 // finalizes it.
 //
+// Within an op's queue urgent tickets come first, then plain ones, then lazy ones (each in
+// submit order); a lazy ticket at the head waits while lazy_cap of its pieces are in flight.
+//
 // Turns: the device is given one op at a time. Reads and writes mixed in one queue make
 // a disk take turns anyway, piece by piece, and then each op's requests wait behind the
 // other's (a prefetch's read behind the update's write-back). So the queue gives the
@@ -49,6 +52,7 @@ typedef struct {
     io_fault_kind_t fault;   // injected into this piece's first completion
     int fault_err;
     unsigned slow_ms;        // its first completion is held this long (the fault slow=MS)
+    int lazy;                // its ticket's (counted in lazy_pieces until it retires)
 } io_piece_t;
 
 // The engine interface. start runs in nvme_store_init after the files exist; on failure
@@ -96,6 +100,7 @@ struct nvme_store {
     int stopping;
     uint64_t seq_all, seq_op[2];
     uint64_t op_pieces[2];          // pieces of each op dispatched and not completed, for the busy time
+    uint64_t lazy_pieces, lazy_cap; // lazy requests' pieces in flight, and the most (io_req_t.lazy)
     double op_since[2], op_busy_ms[2]; // when the op's current busy spell began; the spells so far
     io_fault_t faults[IO_MAX_FAULTS];
     int nfaults;

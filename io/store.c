@@ -395,6 +395,7 @@ int nvme_store_init(nvme_store_t **out, const nvme_store_opts_t *o, char *err, s
     s->block = o->block ? o->block : (1u << 20);
     s->qd = o->qd ? o->qd : 32;
     s->turn = 2 * (uint64_t)s->qd * s->block;
+    s->lazy_cap = s->qd / IO_LAZY_SHARE > 1 ? (uint64_t)(s->qd / IO_LAZY_SHARE) : 1;
     s->size = ALIGN_UP(o->size, (uint64_t)IO_ALIGN);
     s->verify = o->verify;
     s->keep = o->keep;
@@ -488,6 +489,7 @@ int nvme_store_submit(nvme_store_t *s, io_ticket_t *t, const io_req_t *r) {
     t->buf = r->buf;
     t->name = r->name;
     t->urgent = r->urgent;
+    t->lazy = r->lazy && !r->urgent;
     t->res = 0;
     t->crc = r->crc;
     t->crc_read = 0;
@@ -523,13 +525,13 @@ int nvme_store_submit(nvme_store_t *s, io_ticket_t *t, const io_req_t *r) {
         return -ESHUTDOWN;
     }
     t->qseq = ++s->qseq;
-    // the link t goes in: the end, or after the urgent ones (a ticket partly dispatched
-    // resumes where it stopped once it is the head again)
+    // the link t goes in: after the tickets of its rank and the ranks before it (urgent,
+    // plain, lazy: io_internal.h); a ticket partly dispatched resumes where it stopped once it
+    // is the head again
     io_ticket_t **at = &s->qhead[t->op];
-    if (t->urgent)
-        while (*at && (*at)->urgent) at = &(*at)->qnext;
+    if (t->lazy) at = s->qtail[t->op] ? &s->qtail[t->op]->qnext : at;
     else
-        at = s->qtail[t->op] ? &s->qtail[t->op]->qnext : at;
+        while (*at && (t->urgent ? (*at)->urgent : !(*at)->lazy)) at = &(*at)->qnext;
     t->qnext = *at;
     *at = t;
     if (!t->qnext) s->qtail[t->op] = t;
@@ -566,6 +568,7 @@ int io_queue_take(nvme_store_t *s, io_piece_t *p) {
     const int op = turn_op(s);
     if (op < 0) return 0;
     io_ticket_t *t = s->qhead[op];
+    if (t->lazy && s->lazy_pieces >= s->lazy_cap) return 0; // one retiring kicks the engine again
     uint64_t end = t->off + t->len, at = t->next;
     uint64_t pe = end - at > s->block ? at + s->block : end;
     if (s->npaths > 1) {
@@ -578,6 +581,8 @@ int io_queue_take(nvme_store_t *s, io_piece_t *p) {
     nvme_store_locate(s, at, &p->file, &p->foff);
     p->buf = (char *)t->buf + (at - t->off);
     p->len = (uint32_t)(pe - at);
+    p->lazy = t->lazy;
+    s->lazy_pieces += (uint64_t)t->lazy;
     // A ticket that already failed is not worth more I/O: its remaining pieces complete
     // without touching the device (the buffer is the caller's again sooner).
     p->skip = atomic_load_explicit(&t->err_set, memory_order_relaxed);
@@ -628,18 +633,21 @@ static void ticket_finish(nvme_store_t *s, io_ticket_t *t) {
 
 // The device is done with one piece of op: its busy spell ends with the op's last piece,
 // and when the other op waits, its turn can begin.
-static void piece_retire(nvme_store_t *s, io_op_t op) {
+static void piece_retire(nvme_store_t *s, const io_piece_t *p) {
+    const io_op_t op = p->op;
     pthread_mutex_lock(&s->mu);
     if (--s->op_pieces[op] == 0) {
         s->op_busy_ms[op] += mono_ms() - s->op_since[op];
         if (s->qhead[!op]) s->ops->kick(s);
     }
+    // a lazy ticket at the head may have waited for this one (io_queue_take)
+    if (p->lazy && s->lazy_pieces-- == s->lazy_cap && io_queue_has_work(s)) s->ops->kick(s);
     pthread_mutex_unlock(&s->mu);
 }
 
 void io_piece_done(nvme_store_t *s, io_piece_t *p, int res, uint64_t err_foff) {
     io_ticket_t *t = p->t;
-    piece_retire(s, p->op);
+    piece_retire(s, p);
     if (res < 0) {
         atomic_fetch_add_explicit(&s->st_errors, 1, memory_order_relaxed);
         int expect = 0;

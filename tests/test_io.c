@@ -635,6 +635,51 @@ START_TEST(test_urgent) {
 }
 END_TEST
 
+// Lazy requests (io_req_t.lazy): a plain read queued behind a long lazy one gets the device
+// once a free slot comes, ahead of the lazy one's queued pieces, and the lazy read has at most
+// qd / IO_LAZY_SHARE pieces in flight, so it takes at least that many pieces' time per round
+// (the injected 20 ms a piece: a lower bound, whatever the machine's speed). qd 4, 2 lazy.
+START_TEST(test_lazy) {
+    setup_dir();
+    const uint64_t block = 64 * KiB, len = 32 * block, qd = 4, cap = qd / IO_LAZY_SHARE;
+    nvme_store_t *s = open_store(ENG(_i), 1, 4 * MiB, block, (int)qd, "read:slow=20");
+    unsigned char *w = abuf(len + block), *a = abuf(len), *b = abuf(block);
+    fill(w, len + block, 31);
+    io_ticket_t ta = {0}, tb = {0};
+    ck_assert_int_eq(nvme_store_write(s, &ta, 0, len + block, w), 0);
+    wait_ok(&ta);
+    io_stats_t before, at_submit, at_b;
+    nvme_store_stats(s, &before);
+    const double t0 = mono_now_ms();
+    io_req_t r = {.op = IO_READ, .off = 0, .len = len, .buf = a, .lazy = 1};
+    ck_assert_int_eq(nvme_store_submit(s, &ta, &r), 0);
+    ck_assert_int_eq(nvme_store_read(s, &tb, len, block, b, 0), 0);
+    nvme_store_stats(s, &at_submit);
+    wait_ok(&tb);
+    nvme_store_stats(s, &at_b);
+    ck_assert_msg(!io_ticket_poll(&ta), "the lazy read finished before the plain one queued after it");
+    // read before it was seen done: what was done or in flight when it came, and the lazy
+    // pieces that may run beside it and after it until this thread looks (2 rounds' worth)
+    const uint64_t ahead = at_b.bytes_read - before.bytes_read - block;
+    const uint64_t late = at_submit.bytes_read - before.bytes_read + (cap + 2 * cap) * block;
+    ck_assert_msg(ahead <= late, "the plain read waited for %llu lazy bytes; %llu were read, in flight or beside it",
+                  (unsigned long long)ahead, (unsigned long long)late);
+    wait_ok(&ta);
+    const double wall = mono_now_ms() - t0;
+    // 32 pieces, at most cap at a time, 20 ms each (qd at a time would take 32 / qd rounds)
+    ck_assert_msg(wall >= (double)(len / block / cap) * 20 * 0.95, "32 lazy pieces of 20 ms, %llu at a time, in %.1f ms",
+                  (unsigned long long)cap, wall);
+    assert_same("the lazy read", a, w, len);
+    assert_same("the plain read", b, w + len, block);
+    round_trip(s, 0, len, 32, "after lazy");
+    free(w);
+    free(a);
+    free(b);
+    nvme_store_free(s);
+    teardown_dir();
+}
+END_TEST
+
 START_TEST(test_fault_env) {
     setup_dir();
     setenv("TT_IO_FAULT", "eio@2", 1);
@@ -1000,6 +1045,7 @@ int main(void) {
         tcase_add_loop_test(tc, test_fault_slow, 0, 2);
         tcase_add_loop_test(tc, test_turns, 0, 2);
         tcase_add_loop_test(tc, test_urgent, 0, 2);
+        tcase_add_loop_test(tc, test_lazy, 0, 2);
         tcase_add_loop_test(tc, test_misaligned_refused, 0, 2);
         tcase_add_loop_test(tc, test_verify_crc, 0, 4);
         suite_add_tcase(su, tc);
