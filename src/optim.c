@@ -153,12 +153,14 @@ static int reads_go_ahead(tier_t *tier) {
 }
 
 // The next update's first nst chunks' reads (no cache, every buffer free), into the buffers
-// they will take then, recorded with the tier.
+// they will take then, recorded with the tier. Lazy (tier_o32_read_ahead): queued all at once,
+// qd of their pieces in flight held each of the backward's parameter reads behind them
+// (small's NVMe case: 15-29 ms a read of 3 MiB, the compute waiting 22 ms a step).
 static int queue_next_reads(tier_t *tier, const model_t *md, tier_xfer_t *rd, int nst, char *err, size_t errlen) {
     const tier_layout_t *lay = tier_layout_of(tier);
     int rc = 0;
     for (chunk_at_t a = chunk_first(lay, md); rc == 0 && a.s < md->nshards && a.k < nst; a = chunk_next(lay, md, a))
-        if ((rc = tier_o32_submit(tier, &rd[a.k], IO_READ, a.s, a.c, a.k, err, errlen)) == 0)
+        if ((rc = tier_o32_read_ahead(tier, &rd[a.k], a.s, a.c, a.k, err, errlen)) == 0)
             tier_o32_set_read(tier, a.k, a.s, a.c);
     return rc;
 }

@@ -313,6 +313,9 @@ void tier_o32_views(tier_t *t, int shard, int c, int sb, float **master, float *
 // Queues the NVMe read (with the chunk's gradients when they live on NVMe) or the write back
 // of chunk c through staging buffer `sb`. Returns 0 or -errno with one line.
 int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int sb, char *err, size_t errlen);
+// The read as tier_o32_submit's, for the next update (a read ahead): lazy (io_req_t), so that
+// the backward's parameter reads queued behind it wait for a few of its pieces, not qd.
+int tier_o32_read_ahead(tier_t *t, tier_xfer_t *x, int shard, int c, int sb, char *err, size_t errlen);
 // Waits for x (nothing when idle), counts its bytes and keeps the CRCs of a write. Returns 0
 // or -errno with the ticket's message.
 int tier_o32_finish(tier_t *t, tier_xfer_t *x, char *err, size_t errlen);

@@ -86,7 +86,8 @@ static int xfer_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, 
     return 0;
 }
 
-int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int sb, char *err, size_t errlen) {
+static int o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int sb, int lazy, char *err,
+                      size_t errlen) {
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     const uint64_t base = tier_chunk_off(t, shard, c), o32 = 3 * n * sizeof(float);
@@ -106,7 +107,16 @@ int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int
                           .crc = t->table[shard][ST_G].crc[c]};
         nreq = 2;
     }
+    for (int k = 0; k < nreq; k++) r[k].lazy = lazy;
     return xfer_submit(t, x, op, shard, c, r, nreq, err, errlen);
+}
+
+int tier_o32_submit(tier_t *t, tier_xfer_t *x, io_op_t op, int shard, int c, int sb, char *err, size_t errlen) {
+    return o32_submit(t, x, op, shard, c, sb, 0, err, errlen);
+}
+
+int tier_o32_read_ahead(tier_t *t, tier_xfer_t *x, int shard, int c, int sb, char *err, size_t errlen) {
+    return o32_submit(t, x, IO_READ, shard, c, sb, 1, err, errlen);
 }
 
 int tier_o32_ncache(const tier_t *t) { return t->lay.nocache; }
