@@ -8,6 +8,8 @@
 //               N = 8192) (2·N·IC·OC FLOPs per call); every shape runs all three ops, so the rate is
 //               total FLOPs / total median time, the three ops weighted equally as a
 //               step weights them (each matmul runs each once).
+//   gemm fp32   the same on operands with 24 random bits (--precision fp32's: a CPU with
+//               AMX-BF16 runs them on its FMA kernels, not on the tiles).
 //   attention   the backend's attention_forward + attention_backward at small's shape
 //               (a GPU: 1b's at B·T = 8192), 3 · 2·N·T·C FLOPs (plan.c's count).
 //   elementwise the rest of one block's forward and backward at that shape (RMSNorm ×2,
@@ -84,13 +86,15 @@ static const gemm_shape_t CPU_SHAPES[] = {{1024, 384, 1024}, {1024, 1024, 384}, 
 static const gemm_shape_t GPU_SHAPES[] = {{8192, 2048, 5632}, {8192, 5632, 2048}, {8192, 2048, 2048}};
 #define NSHAPES 3
 
-// U(−0.5, 0.5) floats rounded to BF16 values, incompressible and deterministic: the operands
-// a bf16 run's products take (its weights, activations and their gradients are BF16 values),
-// so the rate is the path those run on (on a CPU with AMX-BF16, its tiles: kernels/cpu/gemm.h).
-static void fill_rand(float *x, size_t n, uint64_t seed) {
+// U(−0.5, 0.5) floats, incompressible and deterministic, rounded to BF16 values (bf16): the
+// operands a bf16 run's products take (its weights, activations and their gradients are BF16
+// values), so the rate is the path those run on (on a CPU with AMX-BF16, its tiles:
+// kernels/cpu/gemm.h); else with 24 random bits, an fp32 run's (the FMA kernels there).
+static void fill_rand_as(float *x, size_t n, uint64_t seed, int bf16) {
     for (size_t i = 0; i < n; i++) x[i] = (float)((double)(splitmix64(&seed) >> 40) / 16777216.0 - 0.5);
-    bf16_round_n(x, n);
+    if (bf16) bf16_round_n(x, n);
 }
+static void fill_rand(float *x, size_t n, uint64_t seed) { fill_rand_as(x, n, seed, 1); }
 
 // ---------------------------------------------------------------- gemm
 
@@ -100,8 +104,10 @@ typedef struct {
     float *out, *dinp, *dw; // (N, OC), (N, IC), (OC, IC)
 } gemm_bufs_t;
 
-static int gemm_measure(backend_t *be, float *h_stage, size_t stage, int reps, double *flops_per_s, char *err,
-                        size_t errlen) {
+// The rate on BF16 values into *flops_per_s and, when fp32_flops is not NULL, on FP32 operands
+// (an fp32 run's) into *fp32_flops.
+static int gemm_measure(backend_t *be, float *h_stage, size_t stage, int reps, double *flops_per_s, double *fp32_flops,
+                        char *err, size_t errlen) {
     const gemm_shape_t *SHAPES = be->vt ? GPU_SHAPES : CPU_SHAPES;
     size_t max_ni = 0, max_nw = 0, max_no = 0;
     for (int s = 0; s < NSHAPES; s++) {
@@ -123,32 +129,34 @@ static int gemm_measure(backend_t *be, float *h_stage, size_t stage, int reps, d
     float *const ins[3] = {b.inp, b.w, b.dout};
     const size_t nins[3] = {max_ni, max_nw, max_no};
     const size_t chunk = stage;
-    for (int i = 0; i < 3; i++)
-        for (size_t off = 0; off < nins[i]; off += chunk) {
-            size_t k = nins[i] - off < chunk ? nins[i] - off : chunk;
-            fill_rand(h_stage, k, 0xca11b + (uint64_t)i + off);
-            backend_copy_h2d(be, ins[i] + off, h_stage, k * sizeof(float));
-        }
     const backend_ops_t *op = be->ops;
-    double flops_total = 0, time_total = 0;
-    for (int s = 0; s < NSHAPES; s++) {
-        const int N = SHAPES[s].N, IC = SHAPES[s].IC, OC = SHAPES[s].OC;
-        const double flops = 2.0 * N * (double)IC * OC;
-        for (int o = 0; o < 3; o++) {
-            double t[MAX_REPS];
-            for (int r = -1; r < reps; r++) { // r = −1: the untimed warm-up
-                double t0 = now_ms();
-                if (o == 0) op->matmul_forward(b.out, b.inp, b.w, N, IC, OC, 0);
-                else if (o == 1) op->matmul_backward_input(b.dinp, b.dout, b.w, N, IC, OC, 0, 0);
-                else op->matmul_backward_weight(b.dw, b.dout, b.inp, N, IC, OC); // accumulates: fine for timing
-                backend_sync(be);
-                if (r >= 0) t[r] = (now_ms() - t0) / 1e3;
+    for (int kind = 0; kind < (fp32_flops ? 2 : 1); kind++) { // BF16 values, then FP32
+        for (int i = 0; i < 3; i++)
+            for (size_t off = 0; off < nins[i]; off += chunk) {
+                size_t k = nins[i] - off < chunk ? nins[i] - off : chunk;
+                fill_rand_as(h_stage, k, 0xca11b + (uint64_t)i + off, kind == 0);
+                backend_copy_h2d(be, ins[i] + off, h_stage, k * sizeof(float));
             }
-            flops_total += flops;
-            time_total += bench_median(t, reps);
+        double flops_total = 0, time_total = 0;
+        for (int s = 0; s < NSHAPES; s++) {
+            const int N = SHAPES[s].N, IC = SHAPES[s].IC, OC = SHAPES[s].OC;
+            const double flops = 2.0 * N * (double)IC * OC;
+            for (int o = 0; o < 3; o++) {
+                double t[MAX_REPS];
+                for (int r = -1; r < reps; r++) { // r = −1: the untimed warm-up
+                    double t0 = now_ms();
+                    if (o == 0) op->matmul_forward(b.out, b.inp, b.w, N, IC, OC, 0);
+                    else if (o == 1) op->matmul_backward_input(b.dinp, b.dout, b.w, N, IC, OC, 0, 0);
+                    else op->matmul_backward_weight(b.dw, b.dout, b.inp, N, IC, OC); // accumulates: fine for timing
+                    backend_sync(be);
+                    if (r >= 0) t[r] = (now_ms() - t0) / 1e3;
+                }
+                flops_total += flops;
+                time_total += bench_median(t, reps);
+            }
         }
+        *(kind ? fp32_flops : flops_per_s) = time_total > 0 ? flops_total / time_total : 0;
     }
-    *flops_per_s = time_total > 0 ? flops_total / time_total : 0;
     return 0;
 }
 
@@ -173,7 +181,7 @@ int bench_gemm_rate(const config_t *cfg, double *flops_per_s, char *err, size_t 
         snprintf(err, errlen, "out of memory for the gemm measurement's staging buffer");
         rc = -ENOMEM;
     }
-    if (rc == 0) rc = gemm_measure(&be, stage, STAGE, GEMM_REPS_QUICK, flops_per_s, err, errlen);
+    if (rc == 0) rc = gemm_measure(&be, stage, STAGE, GEMM_REPS_QUICK, flops_per_s, NULL, err, errlen);
     free(stage);
     backend_free(&be);
     return rc;
@@ -509,8 +517,8 @@ int bench_calibrate(const config_t *cfg) {
         notice("bench calibrate: %s", err);
         goto out;
     }
-    if ((rc = gemm_measure(&be, (float *)h_copy, COPY_BYTES / sizeof(float), gemm_reps, &prof.gemm_flops, err,
-                           sizeof err)) != 0) {
+    if ((rc = gemm_measure(&be, (float *)h_copy, COPY_BYTES / sizeof(float), gemm_reps, &prof.gemm_flops,
+                           &prof.gemm_fp32_flops, err, sizeof err)) != 0) {
         notice("bench calibrate: %s", err);
         goto out;
     }
@@ -559,6 +567,8 @@ int bench_calibrate(const config_t *cfg) {
              be.name, sh.B * sh.T, sh.NH * sh.HS, sh.F, gemm_reps);
     printf("%-11s %10s %-9s %s\n", "what", "measured", "unit", "how");
     printf("%-11s %10.1f %-9s %s\n", "gemm", prof.gemm_flops / 1e9, "GFLOP/s", how[0]);
+    printf("%-11s %10.1f %-9s %s\n", "gemm fp32", prof.gemm_fp32_flops / 1e9, "GFLOP/s",
+           "the same on FP32 operands (--precision fp32)");
     printf("%-11s %10.1f %-9s %s\n", "attention", prof.attn_flops / 1e9, "GFLOP/s", how[4]);
     printf("%-11s %10.2f %-9s %s\n", "elementwise", prof.elem_Bps / 1e9, "GB/s", how[5]);
     printf("%-11s %10.2f %-9s %s\n", "h2d", prof.h2d_Bps / 1e9, "GB/s", how[1]);
@@ -578,10 +588,10 @@ int bench_calibrate(const config_t *cfg) {
     char jpath[2 * TT_PATH_MAX + 8];
     ssize_t jn = json_escape(jpath, sizeof jpath, path, strlen(path));
     if (jn < 0 || (size_t)jn >= sizeof jpath) snprintf(jpath, sizeof jpath, "null"); // not UTF-8: scripts get null
-    printf("{\"bench\":\"calibrate\",\"gemm_flops\":%.6g,\"attn_flops\":%.6g,\"elem_Bps\":%.6g,\"h2d_Bps\":%.6g,\"d2h_Bps\":%.6g,\"nvme_read_Bps\":%.6g,"
+    printf("{\"bench\":\"calibrate\",\"gemm_flops\":%.6g,\"gemm_fp32_flops\":%.6g,\"attn_flops\":%.6g,\"elem_Bps\":%.6g,\"h2d_Bps\":%.6g,\"d2h_Bps\":%.6g,\"nvme_read_Bps\":%.6g,"
            "\"nvme_write_Bps\":%.6g,\"adam_params_per_s\":%.6g,\"comm_Bps\":%.6g,\"ranks\":%d,\"backend\":\"%s\","
            "\"threads\":%d,\"profile\":%s}\n",
-           prof.gemm_flops, prof.attn_flops, prof.elem_Bps, prof.h2d_Bps, prof.d2h_Bps, prof.nvme_read_Bps, prof.nvme_write_Bps, prof.adam_params_per_s,
+           prof.gemm_flops, prof.gemm_fp32_flops, prof.attn_flops, prof.elem_Bps, prof.h2d_Bps, prof.d2h_Bps, prof.nvme_read_Bps, prof.nvme_write_Bps, prof.adam_params_per_s,
            prof.comm_Bps, comm_size(comm_world()), prof.backend, prof.threads, jpath);
     fflush(stdout);
     exit_code = 0;

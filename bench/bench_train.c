@@ -235,7 +235,9 @@ int bench_train(const config_t *cfg_in) {
     const int timed_steps = steps - 1;
     const double tokens = (double)cfg.B * cfg.T * cfg.accum, tok_s = tokens / (r.step_ms / 1e3);
     const double gflops = p->flops_per_step / (r.step_ms / 1e3) / 1e9;
-    const double peak = rates ? rates->gemm_flops / 1e9 : 0;
+    // the matmuls' rate on the run's operands (fp32 mode: FP32, not the BF16 values' tiles)
+    const int fp32 = cfg.precision == PREC_FP32 && rates && rates->gemm_fp32_flops > 0;
+    const double peak = rates ? (fp32 ? rates->gemm_fp32_flops : rates->gemm_flops) / 1e9 : 0;
     double ms[NOPS], other = r.step_ms;
     for (int k = 0; k < NOPS; k++) ms[k] = op_ms[k] / timed_steps;
     // the CPU backend's host update runs on the compute thread (lay.upd_inline) on AdamW's

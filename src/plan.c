@@ -393,9 +393,12 @@ double plan_block_elem_words(int C, int KVD, int F, int bwd) {
 // all of a step's work could overlap: the backward cannot start before the forward the update
 // paces ends, so the update's NVMe time and the backward's compute add up, not overlap. On the
 // CPU backend AdamW beside a forward or backward takes the compute's cores.
-static void plan_floor(const profile_t *prof, const work_t *k, plan_t *p) {
-    profile_t defaults;
-    if (!prof) { profile_defaults(&defaults); prof = &defaults; p->prof = NULL; }
+static void plan_floor(const profile_t *prof, int fp32, const work_t *k, plan_t *p) {
+    profile_t rates; // the profile's, with fp32 mode's matmul rate where it was measured
+    if (prof) rates = *prof;
+    else { profile_defaults(&rates); p->prof = NULL; }
+    if (fp32 && rates.gemm_fp32_flops > 0) rates.gemm_flops = rates.gemm_fp32_flops;
+    prof = &rates;
     const double total[W_N] = {
         [W_FLOPS] = work_total(k, W_FLOPS), [W_ATT] = work_total(k, W_ATT), [W_ELEM] = work_total(k, W_ELEM),
         [W_H2D] = (double)p->h2d_bytes, [W_D2H] = (double)p->d2h_bytes, [W_NVME_READ] = (double)p->nvme_read_bytes,
@@ -591,7 +594,7 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
         [UPD_DEVICE] = {{"update", "forward+backward"}, {"update", "forwards+backwards"}},
     };
     for (int ph = 0; ph < PLAN_NPHASES; ph++) p->phase_names[ph] = names[k.update][passes > 1][ph];
-    plan_floor(prof, &k, p);
+    plan_floor(prof, cfg->precision == PREC_FP32, &k, p);
     plan_check(cfg, p);
     plan_save_space(cfg, m, 1, p);
 }

@@ -36,6 +36,7 @@ static const rate_key_t RATES[] = {
 #define NRATES ((int)(sizeof RATES / sizeof RATES[0]))
 // Rates a profile may lack (0 in profile_t: never measured, and the plan says what stands in).
 static const rate_key_t OPT_RATES[] = {
+    {"gemm_fp32_flops", offsetof(profile_t, gemm_fp32_flops)},
     {"attn_flops", offsetof(profile_t, attn_flops)},
     {"elem_Bps", offsetof(profile_t, elem_Bps)},
     {"comm_Bps", offsetof(profile_t, comm_Bps)},
@@ -53,6 +54,7 @@ void profile_defaults(profile_t *p) {
     p->nvme_read_Bps = 0.5e9;     // a slow virtual disk
     p->nvme_write_Bps = 0.5e9;
     p->adam_params_per_s = 2e8;   // ~6 GB/s of memory at 30 B per parameter
+    p->gemm_fp32_flops = 40e9;    // the same box: no BF16 units
     p->attn_flops = 20e9;         // half the matmuls' rate: the softmax between its products
     p->elem_Bps = 4e9;            // the copy rate above
     snprintf(p->backend, sizeof p->backend, "cpu");

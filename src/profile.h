@@ -16,7 +16,10 @@ typedef struct {
     double nvme_write_Bps;
     double adam_params_per_s; // AdamW update rate of the optimizer (parameters/s)
     // The step's other compute, measured through the backend's own ops by bench calibrate
-    // (0: never measured; the plan then counts attention at gemm_flops and no elementwise time):
+    // (0: never measured; the plan then counts fp32 mode's matmuls and attention at gemm_flops and
+// no elementwise time):
+    double gemm_fp32_flops;   // FLOP/s of the matmuls on FP32 operands (--precision fp32: on a CPU with
+                              // AMX-BF16, the FMA kernels, not the tiles gemm_flops measures)
     double attn_flops;        // FLOP/s of the attention op, forward and backward (plan.c's FLOP count)
     double elem_Bps;          // bytes/s that one block's elementwise ops (RMSNorm, RoPE, residual adds,
                               // SwiGLU) read and write, as plan_block_elem_words counts them
@@ -42,7 +45,7 @@ const char *profile_path(const config_t *cfg, char *buf, size_t len);
 // (p holds the defaults: callers say so and go on, or stop, as fits).
 // The file is one JSON object (read with json.h): "version": 1, the six rates under the
 // field names above ("gemm_flops", "h2d_Bps", ...; each must be a finite number > 0), and
-// optionally "attn_flops", "elem_Bps" and "comm_Bps" (rates as above; profiles written
+// optionally "gemm_fp32_flops", "attn_flops", "elem_Bps" and "comm_Bps" (rates as above; profiles written
 // before them have none), "backend" (a string), "threads" (an integer ≥ 0), "nvme_bytes" (an
 // integer ≥ 0: the size of the file NVMe was measured over; profiles written before it have
 // none) and "measured_at" (an ISO 8601 UTC date, a string); other keys are ignored. Anything

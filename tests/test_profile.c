@@ -44,7 +44,7 @@ static void assert_defaults(const profile_t *p) {
     ck_assert(p->nvme_read_Bps == 0.5e9);
     ck_assert(p->nvme_write_Bps == 0.5e9);
     ck_assert(p->adam_params_per_s == 2e8);
-    ck_assert(p->attn_flops == 20e9 && p->elem_Bps == 4e9);
+    ck_assert(p->attn_flops == 20e9 && p->elem_Bps == 4e9 && p->gemm_fp32_flops == 40e9);
     ck_assert_str_eq(p->backend, "cpu");
     ck_assert_int_eq(p->threads, 0);
     ck_assert_str_eq(p->source, "defaults");
@@ -82,7 +82,8 @@ START_TEST(test_roundtrip_exact) {
     p.nvme_write_Bps = DBL_MIN;
     p.adam_params_per_s = 6e8;
     p.comm_Bps = 1e10 / 3.0; // the ranks' link: optional, kept exactly when measured
-    p.attn_flops = 1e11 / 7.0; // attention and the elementwise ops: optional too
+    p.attn_flops = 1e11 / 7.0; // fp32 mode's matmuls, attention and the elementwise ops: optional too
+    p.gemm_fp32_flops = 3e11 / 11.0;
     p.elem_Bps = nextafter(3e10, 0);
     p.nvme_bytes = (5ull << 40) + 4096; // the file NVMe was measured over: optional, an integer
     snprintf(p.backend, sizeof p.backend, "cuda");
@@ -100,6 +101,8 @@ START_TEST(test_roundtrip_exact) {
         ck_assert_msg(memcmp(a[i], b[i], sizeof(double)) == 0, "rate %d: saved %.17g, loaded %.17g", i, *a[i], *b[i]);
     ck_assert_msg(memcmp(&p.comm_Bps, &q.comm_Bps, sizeof(double)) == 0, "comm_Bps: saved %.17g, loaded %.17g",
                   p.comm_Bps, q.comm_Bps);
+    ck_assert_msg(memcmp(&p.gemm_fp32_flops, &q.gemm_fp32_flops, sizeof(double)) == 0,
+                  "gemm_fp32_flops: saved %.17g, loaded %.17g", p.gemm_fp32_flops, q.gemm_fp32_flops);
     ck_assert_msg(memcmp(&p.attn_flops, &q.attn_flops, sizeof(double)) == 0, "attn_flops: saved %.17g, loaded %.17g",
                   p.attn_flops, q.attn_flops);
     ck_assert_msg(memcmp(&p.elem_Bps, &q.elem_Bps, sizeof(double)) == 0, "elem_Bps: saved %.17g, loaded %.17g",
@@ -115,7 +118,7 @@ START_TEST(test_roundtrip_exact) {
     ck_assert_ptr_nonnull(text);
     static const char *const keys[] = {"\"version\": 1,", "\"gemm_flops\": ", "\"h2d_Bps\": ", "\"d2h_Bps\": ",
                                        "\"nvme_read_Bps\": ", "\"nvme_write_Bps\": ", "\"adam_params_per_s\": ",
-                                       "\"attn_flops\": ", "\"elem_Bps\": ", "\"comm_Bps\": ", "\"backend\": \"cuda\"", "\"threads\": 17", "\"nvme_bytes\": 5497558142976,",
+                                       "\"gemm_fp32_flops\": ", "\"attn_flops\": ", "\"elem_Bps\": ", "\"comm_Bps\": ", "\"backend\": \"cuda\"", "\"threads\": 17", "\"nvme_bytes\": 5497558142976,",
                                        "\"measured_at\": \"20"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) ck_assert_msg(strstr(text, keys[i]), "no %s in\n%s", keys[i], text);
     const char *date = strstr(text, "\"measured_at\": \"") + strlen("\"measured_at\": \"");
@@ -190,10 +193,10 @@ END_TEST
 
 // A valid profile on one line with one key's value replaced (value NULL: the key left out).
 static const char *const KEYS[] = {"version", "gemm_flops", "h2d_Bps", "d2h_Bps", "nvme_read_Bps", "nvme_write_Bps",
-                                   "adam_params_per_s", "attn_flops", "elem_Bps", "comm_Bps", "backend", "threads",
-                                   "nvme_bytes", "measured_at"};
-static const char *const VALUES[] = {"1", "4.5e10", "4e9", "4e9", "2e9", "2e9", "6e8", "1.5e11", "3.5e10", "3e9", "\"cpu\"",
-                                     "2", "4294967296", "\"2025-01-01T00:00:00Z\""};
+                                   "adam_params_per_s", "gemm_fp32_flops", "attn_flops", "elem_Bps", "comm_Bps", "backend",
+                                   "threads", "nvme_bytes", "measured_at"};
+static const char *const VALUES[] = {"1", "4.5e10", "4e9", "4e9", "2e9", "2e9", "6e8", "3.2e11", "1.5e11", "3.5e10", "3e9",
+                                     "\"cpu\"", "2", "4294967296", "\"2025-01-01T00:00:00Z\""};
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 
 static void doc_with(char *buf, size_t len, const char *key, const char *value) {
@@ -298,7 +301,7 @@ START_TEST(test_baseline_loads) {
     ck_assert_msg(profile_load(&p, path, err, sizeof err) == 0, "%s", err);
     ck_assert(p.gemm_flops == 4.5e10 && p.h2d_Bps == 4e9 && p.d2h_Bps == 4e9 && p.nvme_read_Bps == 2e9 &&
               p.nvme_write_Bps == 2e9 && p.adam_params_per_s == 6e8 && p.comm_Bps == 3e9 && p.attn_flops == 1.5e11 &&
-              p.elem_Bps == 3.5e10);
+              p.elem_Bps == 3.5e10 && p.gemm_fp32_flops == 3.2e11);
     ck_assert_int_eq(p.threads, 2);
     ck_assert_uint_eq(p.nvme_bytes, 4ull << 30);
     ck_assert_int_eq(p.measured, 1);
@@ -309,7 +312,7 @@ START_TEST(test_baseline_loads) {
     ck_assert(p.comm_Bps == 0); // never measured: the plan takes PLAN_COMM_DEFAULT_BPS
     // never measured either (not the defaults' guesses): the plan counts attention at the
     // matmuls' rate and no elementwise time, as it did before they were measured
-    ck_assert(p.attn_flops == 0 && p.elem_Bps == 0);
+    ck_assert(p.attn_flops == 0 && p.elem_Bps == 0 && p.gemm_fp32_flops == 0);
     ck_assert_str_eq(p.backend, "cpu");
     ck_assert_int_eq(p.threads, 0);
     ck_assert_uint_eq(p.nvme_bytes, 0); // a profile from before the key: its size is not known
@@ -368,18 +371,18 @@ START_TEST(test_calibrate_e2e) {
     ck_assert_str_eq(s, "calibrate");
     ck_assert_int_eq(json_get_string(root, "profile", &s, jerr, sizeof jerr), 0);
     ck_assert_str_eq(s, path);
-    static const char *const rates[] = {"gemm_flops", "attn_flops", "elem_Bps", "h2d_Bps", "d2h_Bps", "nvme_read_Bps",
-                                        "nvme_write_Bps", "adam_params_per_s"};
-    for (int i = 0; i < 8; i++) {
+    static const char *const rates[] = {"gemm_flops", "gemm_fp32_flops", "attn_flops", "elem_Bps", "h2d_Bps", "d2h_Bps",
+                                        "nvme_read_Bps", "nvme_write_Bps", "adam_params_per_s"};
+    for (int i = 0; i < 9; i++) {
         double x = 0;
         ck_assert_msg(json_get_double(root, rates[i], &x, jerr, sizeof jerr) == 0, "%s", jerr);
         ck_assert_msg(x > 0 && isfinite(x), "%s = %g", rates[i], x);
     }
     json_free(root);
     // The table has its rows; stdout says where the profile went.
-    static const char *const rows[] = {"\ngemm ", "\nattention ", "\nelementwise ", "\nh2d ", "\nd2h ", "\nnvme read ",
-                                       "\nnvme write ", "\nadam "};
-    for (int i = 0; i < 8; i++) ck_assert_msg(strstr(out, rows[i]), "no row '%s' in\n%s", rows[i] + 1, out);
+    static const char *const rows[] = {"\ngemm ", "\ngemm fp32 ", "\nattention ", "\nelementwise ", "\nh2d ", "\nd2h ",
+                                       "\nnvme read ", "\nnvme write ", "\nadam "};
+    for (int i = 0; i < 9; i++) ck_assert_msg(strstr(out, rows[i]), "no row '%s' in\n%s", rows[i] + 1, out);
     // the gemm row names OpenBLAS's kernel family, the one this process's library runs too
     // (testutil.c: a suite runs itself again with a wider family where the binary does), and the
     // pick it replaced, after our kernels where they run the products (a CPU with FMA)
@@ -398,7 +401,7 @@ START_TEST(test_calibrate_e2e) {
     char perr[1024];
     ck_assert_msg(profile_load(&p, path, perr, sizeof perr) == 0, "%s", perr);
     ck_assert(p.gemm_flops > 0 && p.h2d_Bps > 0 && p.d2h_Bps > 0 && p.nvme_read_Bps > 0 && p.nvme_write_Bps > 0 &&
-              p.adam_params_per_s > 0 && p.attn_flops > 0 && p.elem_Bps > 0);
+              p.adam_params_per_s > 0 && p.attn_flops > 0 && p.elem_Bps > 0 && p.gemm_fp32_flops > 0);
     ck_assert_str_eq(p.backend, "cpu");
     ck_assert_int_ge(p.threads, 1);
     ck_assert_uint_eq(p.nvme_bytes, 64ull << 20); // --size: the file the NVMe rates come from

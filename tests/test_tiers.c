@@ -1367,8 +1367,8 @@ static void check_phases(const plan_t *p, const char *what) {
 // residual adds ×2, SwiGLU; its backward RMSNorm ×2 reading and adding into the gradient,
 // RoPE on dq and dk, SwiGLU's; the head's norm forward and backward, the embedding's gather
 // and scatter, cross-entropy over the logits V, and V read and written in its backward).
-// A profile from before attention and the elementwise ops were measured counts attention at
-// the matmuls' rate and the elementwise ops as nothing.
+// fp32 mode's matmuls go at the profile's FP32 rate. A profile from before those were measured
+// counts attention at the matmuls' rate and the elementwise ops as nothing.
 START_TEST(plan_times_the_compute_parts) {
     config_t cfg;
     small_on_nvme(&cfg);
@@ -1394,7 +1394,14 @@ START_TEST(plan_times_the_compute_parts) {
     ck_assert_msg(close_to(p.t_ms[PLAN_COMPUTE], want[0] + want[1] + want[2], 0, 1e-12), "compute %.17g ms",
                   p.t_ms[PLAN_COMPUTE]);
     check_phases(&p, "three rates");
-    prof.attn_flops = prof.elem_Bps = 0; // an older profile
+    // fp32 mode: its matmuls at the FP32 operands' rate (on AMX-BF16, the FMA kernels')
+    prof.gemm_fp32_flops = 2e11;
+    cfg.precision = PREC_FP32;
+    plan_compute(&cfg, &m, &prof, &old);
+    ck_assert_msg(close_to(old.compute_ms[PLAN_CPART_MATMUL], 1e3 * (p.flops_per_step - att) / 2e11, 0, 1e-12),
+                  "fp32 mode: matmuls %.17g ms", old.compute_ms[PLAN_CPART_MATMUL]);
+    cfg.precision = PREC_BF16;
+    prof.attn_flops = prof.elem_Bps = prof.gemm_fp32_flops = 0; // an older profile
     plan_compute(&cfg, &m, &prof, &old);
     ck_assert_msg(close_to(old.t_ms[PLAN_COMPUTE], 1e3 * p.flops_per_step / 1e12, 0, 1e-12) &&
                       old.compute_ms[PLAN_CPART_ELEM] == 0,
