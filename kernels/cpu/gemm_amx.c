@@ -34,6 +34,7 @@
 // a pass of their own first, so that a declined call has written nothing.
 // Called by gemm.c (gemm_fma, gemm_fma_b16, gemm_fma_shared_b).
 #include "gemm.h"
+#include "amx.h"
 #include "simd.h"
 #include <cpuid.h>       // uses: __get_cpuid_count
 #include <immintrin.h>   // uses: _tile_*, _mm512_*
@@ -48,7 +49,6 @@
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
-#define TT_AMX __attribute__((target("avx512f,avx512bw,avx512vl,amx-tile,amx-bf16")))
 
 static uint16_t a_pk[(size_t)AMX_MC * AMX_KC] __attribute__((aligned(64)));
 static uint32_t b_pk[(size_t)AMX_KC / 2 * AMX_NC] __attribute__((aligned(64)));
@@ -76,7 +76,6 @@ int gemm_amx_path(void) {
 
 static int round32(int x) { return (x + 31) & ~31; }
 static int min_i(int a, int b) { return a < b ? a : b; }
-static __mmask16 lanes(int n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n > 0 ? n : 0)) - 1u); }
 
 // ---------------------------------------------------------------- the operands' check
 // The OR of the low 16 bits of rows × cols FP32 words at p (row stride ld): 0 when every one
@@ -105,40 +104,11 @@ TT_AMX static unsigned low_bits(const float *p, int rows, int cols, int ld) {
 // and OR the low halves they read into *bad. pack_a's loop ends without a barrier: a pack_b
 // always follows it, and the barrier at the end of pack_b's covers both.
 
-// 16 FP32 words to their BF16 halves (the upper 16 bits), in order.
-TT_AMX static inline __m256i narrow16(__m512 v) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)); }
 // The low halves of an accumulated OR, into *bad.
 static void flag(unsigned *bad, unsigned low) {
     if (low & 0xffffu) __atomic_fetch_or(bad, low & 0xffffu, __ATOMIC_RELAXED);
 }
 
-// The 16 × 16 words in r[0..15] (row i in r[i]) transposed in place: 32-bit, then 64-bit
-// interleaves within 128-bit lanes (each lane then holds a 4 × 4 block transposed), then the
-// lanes gathered across the four row groups. The transposed packs store whole tile rows
-// where they scattered words (a scatter stores its 16 words one at a time: the packs that
-// used them took half of all packing's time).
-TT_AMX static inline void transpose16(__m512i r[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);     // per lane: a0 b0 a1 b1
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]); //           a2 b2 a3 b3
-    }
-    for (int g = 0; g < 16; g += 4) { // rows g..g + 3: their columns c, c + 4, c + 8, c + 12 in r[g + c]
-        r[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
-        r[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
-        r[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
-        r[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
-    }
-    for (int c = 0; c < 4; c++) { // column c + 4l is lane l of r[c], r[4 + c], r[8 + c], r[12 + c]
-        const __m512i v0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44), v1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xee);
-        const __m512i w0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44), w1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xee);
-        t[c] = _mm512_shuffle_i32x4(v0, w0, 0x88);
-        t[c + 4] = _mm512_shuffle_i32x4(v0, w0, 0xdd);
-        t[c + 8] = _mm512_shuffle_i32x4(v1, w1, 0x88);
-        t[c + 12] = _mm512_shuffle_i32x4(v1, w1, 0xdd);
-    }
-    for (int i = 0; i < 16; i++) r[i] = t[i];
-}
 
 // op(A) rows [m0, m0 + mc), inner indices [k0, k0 + kc) into a_pk (mcp rows, kcp inner
 // indices, zeros past mc and kc).
@@ -249,19 +219,6 @@ TT_AMX static void pack_b(int transb, const void *B, int b16, int ldb, int k0, i
     }
 }
 
-// ---------------------------------------------------------------- tiles
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tilecfg_t;
-
-// Every tile 16 rows of 64 bytes: 0–3 the four accumulators, 4–5 A, 6–7 B.
-TT_AMX static void tiles_on(void) {
-    tilecfg_t cfg = {.palette = 1};
-    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-    _tile_loadconfig(&cfg);
-}
 
 // The 32 × 32 block of outputs whose A tiles start at ap (rows 16.. at ap + nks·512) and B
 // tiles at bp (columns 16.. at bp + nks·256), c its first element in C: starts from zero
