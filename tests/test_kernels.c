@@ -1015,18 +1015,21 @@ static double att_loss_kv(const void *p) { // k/v[b, s, g, :] reach rows t ≥ s
     return L;
 }
 
-START_TEST(test_attention) {
-    const att_shape_t sh = ATT_SHAPES[_i];
+// Attention of shape sh against the FP64 reference (forward, and both backward paths, which
+// must agree to the bit); bf16: q, k, v and the output gradient r rounded to BF16 values, as
+// in bf16 mode (on a CPU with AMX-BF16 the tile products then run on AMX).
+static void attention_vs_reference(const att_shape_t sh, uint64_t seed, int bf16) {
     const int B = sh.B, T = sh.T, NH = sh.NH, NKV = sh.NKV, HS = sh.HS;
     ck_assert(T <= REF_MAX && HS <= REF_MAX);
     size_t nq = (size_t)B * T * NH * HS, nk = (size_t)B * T * NKV * HS, nl = (size_t)B * NH * T;
-    rng_t rg = rng_make(500 + (uint64_t)_i);
+    rng_t rg = rng_make(seed);
     float *q = fnew(nq), *k = fnew(nk), *v = fnew(nk), *r = fnew(nq), *out = fnew(nq), *lse = fnew(nl);
     float *dq = fnew(nq), *dk = fnew(nk), *dv = fnew(nk);
     fill_sym(q, nq, sh.amp, &rg);
     fill_sym(k, nk, sh.amp, &rg);
     fill_sym(v, nk, 1.0, &rg);
     fill_sym(r, nq, 1.0, &rg);
+    if (bf16) { bf16_round_n(q, nq); bf16_round_n(k, nk); bf16_round_n(v, nk); bf16_round_n(r, nq); }
     att_ctx_t c = {to_d(q, nq), to_d(k, nk), to_d(v, nk), to_d(r, nq), B, T, NH, NKV, HS, 0, 0, 0, 0, 0};
     double *ref_out = dnew(nq), *ref_lse = dnew(nl), *ref_dq = dnew(nq), *ref_dk = dnew(nk), *ref_dv = dnew(nk);
     for (int b = 0; b < B; b++)
@@ -1048,8 +1051,8 @@ START_TEST(test_attention) {
                 }
             }
     char what[128];
-#define ATT_WHAT(name) snprintf(what, sizeof what, "attention %s B=%d T=%d NH=%d NKV=%d HS=%d amp=%g", \
-                                name, B, T, NH, NKV, HS, sh.amp)
+#define ATT_WHAT(name) snprintf(what, sizeof what, "attention %s%s B=%d T=%d NH=%d NKV=%d HS=%d amp=%g", \
+                                bf16 ? "(BF16 inputs) " : "", name, B, T, NH, NKV, HS, sh.amp)
 
     fill_nan(out, nq);
     fill_nan(lse, nl);
@@ -1087,6 +1090,65 @@ START_TEST(test_attention) {
     free(q); free(k); free(v); free(r); free(out); free(lse); free(dq); free(dk); free(dv);
     free(c.q); free(c.k); free(c.v); free(c.r);
     free(ref_out); free(ref_lse); free(ref_dq); free(ref_dk); free(ref_dv);
+}
+
+START_TEST(test_attention) { attention_vs_reference(ATT_SHAPES[_i], 500 + (uint64_t)_i, 0); }
+END_TEST
+
+// On AMX tiles (attention_amx.c: a CPU with AMX-BF16, at the default kernels_limit_simd, head
+// sizes 32 to 128 by 32), with q, k, v and the output gradient BF16 values (bf16 mode's): the
+// tile products (P and dS in three BF16 planes) within the FMA path's tolerances of the FP64
+// reference, on 1 and on 64 threads to the bit; ragged query and key blocks (T 7, 33, 40,
+// 67, 70), one and several kv heads per group. At small's head size (64) some output
+// differs from kernels_limit_simd(2)'s FMA chains (the tiles ran), and the round flag is the
+// op then bf16_round_n (the products' path never depends on it). A CPU without AMX skips.
+static const att_shape_t ATT_AMX_SHAPES[] = {
+    {2, 7, 4, 2, 32, 1}, {1, 33, 6, 2, 32, 1}, {1, 33, 4, 1, 64, 4}, {1, 70, 2, 1, 32, 1},
+    {1, 40, 6, 2, 64, 1}, {1, 40, 2, 2, 128, 1}, {1, 67, 2, 1, 96, 2},
+};
+START_TEST(test_attention_amx) {
+    kernels_limit_simd(3); // the default
+    if (!matmul_amx()) {
+        fprintf(stderr, "test_attention_amx: no AMX-BF16 on this CPU (or the kernel refused the tile state): skipped\n");
+        return;
+    }
+    const att_shape_t sh = ATT_AMX_SHAPES[_i];
+    attention_vs_reference(sh, 900 + (uint64_t)_i, 1);
+    if (sh.HS != 64) return;
+    const int B = sh.B, T = sh.T, NH = sh.NH, NKV = sh.NKV, HS = sh.HS;
+    const size_t nq = (size_t)B * T * NH * HS, nk = (size_t)B * T * NKV * HS, nl = (size_t)B * NH * T;
+    rng_t rg = rng_make(77);
+    float *q = fnew(nq), *k = fnew(nk), *v = fnew(nk), *d = fnew(nq);
+    fill_sym(q, nq, 2.0, &rg); fill_sym(k, nk, 2.0, &rg); fill_sym(v, nk, 1.0, &rg); fill_sym(d, nq, 1.0, &rg);
+    bf16_round_n(q, nq); bf16_round_n(k, nk); bf16_round_n(v, nk); bf16_round_n(d, nq);
+    float *o[3], *l[3], *g[3][3]; // [0] level 2, FMA; [1] AMX; [2] AMX with the round flag
+    const size_t len[3] = {nq, nk, nk};
+    for (int x = 0; x < 3; x++) {
+        o[x] = fnew(nq); l[x] = fnew(nl);
+        kernels_limit_simd(x ? 3 : 2);
+        attention_forward(o[x], l[x], q, k, v, B, T, NH, NKV, HS, x == 2);
+    }
+    for (int x = 0; x < 3; x++) { // from the AMX forward's output, unrounded
+        for (int i = 0; i < 3; i++) g[x][i] = fnew(len[i]);
+        kernels_limit_simd(x ? 3 : 2);
+        attention_backward(g[x][0], g[x][1], g[x][2], d, q, k, v, o[1], l[1], B, T, NH, NKV, HS, x == 2);
+    }
+    kernels_limit_simd(3);
+    ck_assert_msg(memcmp(o[0], o[1], nq * sizeof(float)) != 0 && memcmp(g[0][1], g[1][1], nk * sizeof(float)) != 0,
+                  "attention out or dk: the AMX path gave the FMA chains' bits");
+    bf16_round_n(o[1], nq);
+    ck_assert_msg(memcmp(o[1], o[2], nq * sizeof(float)) == 0 && memcmp(l[1], l[2], nl * sizeof(float)) == 0,
+                  "attention_forward on AMX: round flag and bf16_round_n differ");
+    for (int i = 0; i < 3; i++) {
+        bf16_round_n(g[1][i], len[i]);
+        ck_assert_msg(memcmp(g[1][i], g[2][i], len[i] * sizeof(float)) == 0,
+                      "attention_backward on AMX, gradient %d: round flag and bf16_round_n differ", i);
+    }
+    for (int x = 0; x < 3; x++) {
+        free(o[x]); free(l[x]);
+        for (int i = 0; i < 3; i++) free(g[x][i]);
+    }
+    free(q); free(k); free(v); free(d);
 }
 END_TEST
 
@@ -2089,6 +2151,7 @@ static Suite *kernels_suite(void) {
     tcase_add_loop_test(tc, test_rope, 0, NELEMS(ROPE_SHAPES));
     tc = tcase(s, "attention");
     tcase_add_loop_test(tc, test_attention, 0, NELEMS(ATT_SHAPES));
+    tcase_add_loop_test(tc, test_attention_amx, 0, NELEMS(ATT_AMX_SHAPES));
     tcase_add_test(tc, test_attention_large_scores);
     tc = tcase(s, "round flags");
     tcase_add_test(tc, test_round_flags);

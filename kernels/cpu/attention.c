@@ -34,11 +34,15 @@
 // lets the tests check it). The CUDA twin's FP32 kernels form the score products as FMA chains in
 // the same order; its tensor-core kernels (the default on a GPU) add in the tensor cores' order.
 // Head sizes above ATT_HS_MAX (tiles would not fit on the stack) take a plain per-row path
-// with the same semantics. Called by the CPU backend's attention op.
+// with the same semantics. On a CPU with AMX-BF16, with BF16 values in q, k, v and dout (bf16
+// mode) and head sizes 32 to 128 by 32, the tasks run on AMX tiles instead (attention_amx.c:
+// the same steps on the same tiles, its own bits), each one it declines here.
+// Called by the CPU backend's attention op.
 #include "kernels.h"
 #include <math.h>
 #include <omp.h>
 #include <string.h>
+#include "attention_amx.h"
 #include "simd.h"
 
 #define ATT_BQ 32      // query rows per tile (one tile row is four 8-float or two 16-float vectors)
@@ -502,17 +506,29 @@ static void fwd_task(float *out, float *lse, const float *q, const float *k, con
     }
 }
 
+// attention_amx.c's views of the 16-lane steps (a CPU with AMX has AVX-512F).
+static void softmax_wide(float *st, int nk, float *m, float *l, float *corr, float scale) {
+    softmax16(st, nk, m, l, corr, scale);
+}
+static void grad_wide(float *st, float *dpt, int nk, const float *L, const float *D, float scale) {
+    grad_cols16(st, dpt, nk, L, D, scale);
+}
+
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
                        int B, int T, int NH, int NKV, int HS, int round) {
     if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0) return;
     if (HS > ATT_HS_MAX) { attention_forward_plain(out, lse, q, k, v, B, T, NH, NKV, HS, round); return; }
     const int nqb = (T + ATT_BQ - 1) / ATT_BQ;
+    // On AMX (attention_amx.h) where it can, each task it declines on the FMA tiles here.
+    att_amx_t *x = att_amx_prepare(k, v, B, T, NH, NKV, HS, 0);
     // Later query blocks see more keys: dynamic scheduling balances them (results unaffected).
     #pragma omp parallel for collapse(3) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int qb = nqb - 1; qb >= 0; qb--) // longest first
-                fwd_task(out, lse, q, k, v, b, h, qb, T, NH, NKV, HS, round);
+                if (!x || att_amx_fwd_task(x, out, lse, q, b, h, qb, round, softmax_wide, mask_tile))
+                    fwd_task(out, lse, q, k, v, b, h, qb, T, NH, NKV, HS, round);
+    att_amx_done(x);
 }
 
 // ---------------------------------------------------------------- backward
@@ -689,6 +705,19 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
                         const float *k, const float *v, const float *out, const float *lse,
                         int B, int T, int NH, int NKV, int HS, int round) {
     if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0) return;
+
+    // On AMX (attention_amx.h): a task per kv head, whatever the thread count; the kv heads it
+    // declines take the one pass below (bwd_task), which computes its own D.
+    att_amx_t *x = att_amx_prepare(k, v, B, T, NH, NKV, HS, 1);
+    if (x) {
+        #pragma omp parallel for collapse(2) schedule(dynamic, 1)
+        for (int g = 0; g < NKV; g++)
+            for (int b = 0; b < B; b++)
+                if (att_amx_bwd_task(x, dq, dk, dv, dout, q, out, lse, b, g, round, grad_wide, mask_tile))
+                    bwd_task(dq, dk, dv, dout, q, k, v, out, lse, b, g, T, NH, NKV, HS, round);
+        att_amx_done(x);
+        return;
+    }
 
     // the one pass (below) when there are enough kv heads to share out evenly
     const int fused = HS <= ATT_HS_MAX && (long)B * NKV >= (long)ATT_FUSED_TASKS * omp_get_max_threads();

@@ -1,0 +1,27 @@
+// attention_amx.h — private to kernels/cpu: attention's tile products on AMX
+// (attention_amx.c), called by attention.c's attention_forward and attention_backward.
+//
+// att_amx_prepare packs K and V of every (batch, kv head) once for the op (into a buffer
+// the op holds until att_amx_done) and says which kv heads hold a word that is not a BF16
+// value; a task then declines (returns 1, nothing written) where its kv head, its queries or
+// its output gradient do, and attention.c runs its FMA task instead. NULL: no AMX here, a
+// head size that is not 32, 64, 96 or 128, or no memory (the FMA tasks run everything).
+#pragma once
+#include <stddef.h>
+
+typedef struct att_amx att_amx_t;
+// attention.c's online softmax step and its gradient step on a (keys × 32 queries) tile, and
+// its causal mask (the same functions its FMA tasks call).
+typedef void (*att_softmax_fn)(float *st, int nk, float *m, float *l, float *corr, float scale);
+typedef void (*att_grad_fn)(float *st, float *dpt, int nk, const float *L, const float *D, float scale);
+typedef void (*att_mask_fn)(float *tile, int s0, int nk, int t0, float fill);
+
+// bwd 0: for the forward (K rows, Vᵀ), 1: for the backward (K rows, V rows, Kᵀ).
+att_amx_t *att_amx_prepare(const float *k, const float *v, int B, int T, int NH, int NKV, int HS, int bwd);
+void att_amx_done(att_amx_t *x);
+// The forward of query block qb of head h, batch b (attention.c fwd_task's outputs).
+int att_amx_fwd_task(const att_amx_t *x, float *out, float *lse, const float *q, int b, int h, int qb, int round,
+                     att_softmax_fn softmax, att_mask_fn mask);
+// The backward of kv head g, batch b (attention.c bwd_task's outputs).
+int att_amx_bwd_task(const att_amx_t *x, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                     const float *out, const float *lse, int b, int g, int round, att_grad_fn grad, att_mask_fn mask);
