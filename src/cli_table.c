@@ -157,9 +157,9 @@ const flag_t cli_flags[] = {
      .lo = 0, .hi = 4096, .group = G_RUN, .cmds = TPB | CLI_CMD_EVAL, .help = "CPU threads (0 = $OMP_NUM_THREADS when set, else all cores)"},
     {.name = "cpu-gemm", .metavar = "auto|fma", .kind = FK_ENUM, FIELD(cpu_gemm), .def = "auto", .values = "auto|fma",
      .group = G_RUN, .cmds = TPBE,
-     .help = "the CPU's matrix products: auto = AMX tiles where the CPU has AMX-BF16 and both operands are BF16 "
-             "values (bf16 mode), else the FMA kernels; fma = the FMA kernels always, whose bits are the same on "
-             "every AVX2 and AVX-512 CPU"},
+     .help = "the CPU's matrix products (the layers' and attention's): auto = AMX tiles where the CPU has "
+             "AMX-BF16 and the operands are BF16 values (bf16 mode), else the FMA kernels; fma = the FMA kernels "
+             "always, whose bits are the same on every AVX2 and AVX-512 CPU"},
     {.name = "hbm-budget", .metavar = "SIZE", .kind = FK_SIZE, FIELD(hbm_budget), .def = "none", .lo = 0,
      .hi = HUGE_VAL, .align = 1, .values = "none", .group = G_RUN, .cmds = TPB,
      .help = "device memory cap (also enforced on the cpu backend); none or 0 = no cap"},
