@@ -385,7 +385,7 @@ double plan_block_elem_words(int C, int KVD, int F, int bwd) {
     // 3F); backward: RMSNorm ×2 (read the gradient and x, write the input gradient and add
     // to it: 4C each), RoPE on dq and dk (2C + 2KVD), SwiGLU (read dh, gate and up, write
     // dgate and dup: 5F)
-    return bwd ? 8.0 * C + 2.0 * C + 2.0 * KVD + 5.0 * F : 4.0 * C + 2.0 * C + 2.0 * KVD + 6.0 * C + 3.0 * F;
+    return bwd ? 10.0 * C + 2.0 * KVD + 5.0 * F : 12.0 * C + 2.0 * KVD + 3.0 * F;
 }
 
 // Each resource's time over the step and in each phase; a phase lasts its largest, and the
@@ -560,7 +560,8 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     // forward, 4C backward), the embedding's gather and scatter (2C each), cross-entropy's
     // fold over the logits (V) and its backward (2V)
     const double wf = plan_block_elem_words(m->C, (int)KVD, m->F, 0), wb = plan_block_elem_words(m->C, (int)KVD, m->F, 1);
-    const double wredo = (m->L - kept) * (wf - 3.0 * m->F - 3.0 * C) + (m->L - kept + (model_mlp_chunks(m, (int)N) > 1 ? kept : 0)) * 3.0 * m->F;
+    const int swiglu_again = m->L - kept + (model_mlp_chunks(m, (int)N) > 1 ? kept : 0); // as `redo` above
+    const double wredo = (m->L - kept) * (wf - 3.0 * m->F - 3.0 * C) + swiglu_again * 3.0 * m->F;
     const double tokens = N * cfg->accum;
     work_spread(&k, 0, W_ELEM, 4.0 * tokens * (m->L * wf + 4.0 * C + m->V));
     work_spread(&k, 1, W_ELEM, 4.0 * tokens * (m->L * wb + wredo + 6.0 * C + 2.0 * m->V));
