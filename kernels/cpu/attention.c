@@ -53,6 +53,7 @@
 // so every query of a tile sees at least one unmasked key and its running max is finite.
 // softmax16 takes a tile row as its two 16-float vectors.
 _Static_assert(ATT_BK % ATT_BQ == 0 && ATT_BQ == 32, "tile sizes");
+_Static_assert(ATT_BQ == ATT_AMX_BQ && ATT_BK == ATT_AMX_BK, "attention_amx.c's tasks take attention.c's tiles");
 
 // ---------------------------------------------------------------- 8-lane kernels
 // The 4 × (2 vectors) register block mm8 and mm16 share: C rows c0..c3, columns [j, j + 2W)

@@ -26,8 +26,8 @@
 #include "gemm.h" // uses: gemm_amx_path
 #include "simd.h" // uses: tt_round_n
 
-#define AT_BQ 32  // query rows per block (attention.c's ATT_BQ)
-#define AT_BK 64  // key rows per tile (ATT_BK)
+#define AT_BQ ATT_AMX_BQ
+#define AT_BK ATT_AMX_BK
 #define AT_HS 128 // largest head size
 
 struct att_amx {

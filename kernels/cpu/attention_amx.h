@@ -9,6 +9,10 @@
 #pragma once
 #include <stddef.h>
 
+// The tiles' shape it shares with attention.c (ATT_BQ, ATT_BK; checked there).
+#define ATT_AMX_BQ 32 // queries per block: the softmax and gradient steps' lanes
+#define ATT_AMX_BK 64 // keys per tile
+
 typedef struct att_amx att_amx_t;
 // attention.c's online softmax step and its gradient step on a (keys × 32 queries) tile, and
 // its causal mask (the same functions its FMA tasks call).
