@@ -94,7 +94,15 @@ static void fill_rand_as(float *x, size_t n, uint64_t seed, int bf16) {
     for (size_t i = 0; i < n; i++) x[i] = (float)((double)(splitmix64(&seed) >> 40) / 16777216.0 - 0.5);
     if (bf16) bf16_round_n(x, n);
 }
-static void fill_rand(float *x, size_t n, uint64_t seed) { fill_rand_as(x, n, seed, 1); }
+
+// Fills n floats of device memory at d with fill_rand_as's values through h_stage (stage floats).
+static void fill_device(backend_t *be, float *d, size_t n, float *h_stage, size_t stage, uint64_t seed, int bf16) {
+    for (size_t off = 0; off < n; off += stage) {
+        const size_t k = n - off < stage ? n - off : stage;
+        fill_rand_as(h_stage, k, seed + off, bf16);
+        backend_copy_h2d(be, d + off, h_stage, k * sizeof(float));
+    }
+}
 
 // ---------------------------------------------------------------- gemm
 
@@ -128,15 +136,9 @@ static int gemm_measure(backend_t *be, float *h_stage, size_t stage, int reps, d
     // Inputs through the backend's copy (device pointers need not be host-addressable).
     float *const ins[3] = {b.inp, b.w, b.dout};
     const size_t nins[3] = {max_ni, max_nw, max_no};
-    const size_t chunk = stage;
     const backend_ops_t *op = be->ops;
     for (int kind = 0; kind < (fp32_flops ? 2 : 1); kind++) { // BF16 values, then FP32
-        for (int i = 0; i < 3; i++)
-            for (size_t off = 0; off < nins[i]; off += chunk) {
-                size_t k = nins[i] - off < chunk ? nins[i] - off : chunk;
-                fill_rand_as(h_stage, k, 0xca11b + (uint64_t)i + off, kind == 0);
-                backend_copy_h2d(be, ins[i] + off, h_stage, k * sizeof(float));
-            }
+        for (int i = 0; i < 3; i++) fill_device(be, ins[i], nins[i], h_stage, stage, 0xca11b + (uint64_t)i, kind == 0);
         double flops_total = 0, time_total = 0;
         for (int s = 0; s < NSHAPES; s++) {
             const int N = SHAPES[s].N, IC = SHAPES[s].IC, OC = SHAPES[s].OC;
@@ -196,15 +198,6 @@ typedef struct {
 } ops_shape_t;
 static const ops_shape_t CPU_OPS = {4, 256, 6, 2, 64, 1024}, GPU_OPS = {4, 2048, 32, 4, 64, 5632};
 
-// Fills n floats of device memory at d with fill_rand's values through h_stage (stage floats).
-static void fill_device(backend_t *be, float *d, size_t n, float *h_stage, size_t stage, uint64_t seed) {
-    for (size_t off = 0; off < n; off += stage) {
-        const size_t k = n - off < stage ? n - off : stage;
-        fill_rand(h_stage, k, seed + off);
-        backend_copy_h2d(be, d + off, h_stage, k * sizeof(float));
-    }
-}
-
 // The attention op's rate (its forward and backward: the plan's 3 · 2·N·T·C FLOPs, half the
 // T×T products being masked) and the elementwise ops' (one block's forward and backward
 // sequence, in bf16 mode: the bytes plan_block_elem_words counts over the median time), on
@@ -224,7 +217,7 @@ static int ops_measure(backend_t *be, float *h_stage, size_t stage, int reps, do
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         int rc = backend_alloc(be, want[i].n * sizeof(float), "calibrate ops", (void **)want[i].p, err, errlen);
         if (rc != 0) return rc;
-        if (want[i].seed) fill_device(be, *want[i].p, want[i].n, h_stage, stage, 0x0b5 * want[i].seed);
+        if (want[i].seed) fill_device(be, *want[i].p, want[i].n, h_stage, stage, 0x0b5 * want[i].seed, 1);
     }
     if (stage < 2 * rn) {
         snprintf(err, errlen, "calibrate ops: the staging buffer is smaller than the RoPE tables");

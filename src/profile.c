@@ -43,8 +43,9 @@ static const rate_key_t OPT_RATES[] = {
 };
 #define NOPT ((int)(sizeof OPT_RATES / sizeof OPT_RATES[0]))
 
-static double *rate_at(profile_t *p, int i) { return (double *)((char *)p + RATES[i].off); }
-static double rate_get(const profile_t *p, int i) { return *(const double *)((const char *)p + RATES[i].off); }
+// The field of p a table entry names.
+static double *rate_of(profile_t *p, const rate_key_t *k) { return (double *)((char *)p + k->off); }
+static double rate_val(const profile_t *p, const rate_key_t *k) { return *(const double *)((const char *)p + k->off); }
 
 void profile_defaults(profile_t *p) {
     memset(p, 0, sizeof *p);
@@ -170,14 +171,14 @@ static int from_json(profile_t *p, const json_t *root, char *err, size_t errlen)
                      RATES[i].key, v->at, v->s);
             return -EINVAL;
         }
-        *rate_at(p, i) = x;
+        *rate_of(p, &RATES[i]) = x;
     }
     // The rest is optional, checked when present: the op rates and the ranks' link, and how
     // it was measured.
     for (int i = 0; i < NOPT; i++) {
         const json_t *v = json_get(root, OPT_RATES[i].key);
         double x = 0;
-        *(double *)((char *)p + OPT_RATES[i].off) = 0; // absent: never measured (not the defaults' guess)
+        *rate_of(p, &OPT_RATES[i]) = 0; // absent: never measured (not the defaults' guess)
         if (!v) continue;
         if ((rc = json_get_double(root, OPT_RATES[i].key, &x, err, errlen)) != 0) return rc;
         if (!isfinite(x) || !(x > 0)) {
@@ -185,7 +186,7 @@ static int from_json(profile_t *p, const json_t *root, char *err, size_t errlen)
                      OPT_RATES[i].key, v->at, v->s);
             return -EINVAL;
         }
-        *(double *)((char *)p + OPT_RATES[i].off) = x;
+        *rate_of(p, &OPT_RATES[i]) = x;
     }
     if (json_get(root, "backend")) {
         if ((rc = json_get_string(root, "backend", &s, err, errlen)) != 0) return rc;
@@ -275,9 +276,9 @@ static int write_json(FILE *f, const profile_t *p) {
     struct tm tm;
     if (gmtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     fprintf(f, "{\n  \"version\": %d,\n", PROFILE_VERSION);
-    for (int i = 0; i < NRATES; i++) fprintf(f, "  \"%s\": %.17g,\n", RATES[i].key, rate_get(p, i)); // %.17g: exact
+    for (int i = 0; i < NRATES; i++) fprintf(f, "  \"%s\": %.17g,\n", RATES[i].key, rate_val(p, &RATES[i])); // %.17g: exact
     for (int i = 0; i < NOPT; i++) { // written when measured
-        const double x = *(const double *)((const char *)p + OPT_RATES[i].off);
+        const double x = rate_val(p, &OPT_RATES[i]);
         if (x > 0 && isfinite(x)) fprintf(f, "  \"%s\": %.17g,\n", OPT_RATES[i].key, x);
     }
     fprintf(f, "  \"backend\": ");
@@ -295,7 +296,7 @@ int profile_save(const profile_t *p, const char *path, char *err, size_t errlen)
         return -ENAMETOOLONG;
     }
     for (int i = 0; i < NRATES; i++) {
-        double x = rate_get(p, i);
+        double x = rate_val(p, &RATES[i]);
         if (!isfinite(x) || !(x > 0)) {
             snprintf(err, errlen, "profile %s: %s = %g is not a rate (a measurement failed: rerun tiertrain bench calibrate)", path,
                      RATES[i].key, x);
