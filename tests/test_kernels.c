@@ -578,12 +578,17 @@ END_TEST
 // on the K ≥ 32 shapes some element differs from the fmaf chain (the tiles add in their own
 // order: the path ran). One operand word that is not a BF16 value, in A or in B, and the call
 // gives the fmaf chain's bits, "+=" included (nothing added twice). A CPU without AMX skips.
+// The default kernels_limit_simd (AMX where the CPU has it): 1 when the tiles run here, else
+// 0 with a line on stderr saying the test is skipped.
+static int amx_here(const char *test) {
+    kernels_limit_simd(3);
+    if (matmul_amx()) return 1;
+    fprintf(stderr, "%s: no AMX-BF16 on this CPU (or the kernel refused the tile state): skipped\n", test);
+    return 0;
+}
+
 START_TEST(test_matmul_amx) {
-    kernels_limit_simd(3); // the default
-    if (!matmul_amx()) {
-        fprintf(stderr, "test_matmul_amx: no AMX-BF16 on this CPU (or the kernel refused the tile state): skipped\n");
-        return;
-    }
+    if (!amx_here("test_matmul_amx")) return;
     const mm_shape_t s = MMB_SHAPES[_i];
     const int N = s.N, IC = s.IC, OC = s.OC;
     size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
@@ -1107,11 +1112,7 @@ static const att_shape_t ATT_AMX_SHAPES[] = {
     {1, 40, 6, 2, 64, 1}, {1, 40, 2, 2, 128, 1}, {1, 67, 2, 1, 96, 2},
 };
 START_TEST(test_attention_amx) {
-    kernels_limit_simd(3); // the default
-    if (!matmul_amx()) {
-        fprintf(stderr, "test_attention_amx: no AMX-BF16 on this CPU (or the kernel refused the tile state): skipped\n");
-        return;
-    }
+    if (!amx_here("test_attention_amx")) return;
     const att_shape_t sh = ATT_AMX_SHAPES[_i];
     attention_vs_reference(sh, 900 + (uint64_t)_i, 1);
     if (sh.HS != 64) return;

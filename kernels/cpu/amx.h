@@ -13,6 +13,13 @@ static inline __mmask16 lanes(int n) { return n >= 16 ? (__mmask16)0xffff : (__m
 // 16 FP32 words to their BF16 halves (the upper 16 bits), in order.
 TT_AMX static inline __m256i narrow16(__m512 v) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)); }
 
+// The words of two rows' BF16 values (the upper halves of lo and hi): lo's in the low half,
+// hi's in the high — a pair of inner indices, as a B tile row holds them.
+TT_AMX static inline __m512i pair_words(__m512 lo, __m512 hi) {
+    return _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(lo), 16),
+                           _mm512_and_si512(_mm512_castps_si512(hi), _mm512_set1_epi32((int)0xffff0000u)));
+}
+
 // The 16 × 16 words in r[0..15] (row i in r[i]) transposed in place: 32-bit, then 64-bit
 // interleaves within 128-bit lanes (each lane then holds a 4 × 4 block transposed), then the
 // lanes gathered across the four row groups. The transposed packs store whole tile rows

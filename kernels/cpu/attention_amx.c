@@ -53,11 +53,6 @@ TT_AMX static inline void planes3(__m512 v, __m512 p[3]) {
     p[1] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(r), top));
     p[2] = _mm512_sub_ps(r, p[1]); // exact, and a BF16 value: r's last 8 bits
 }
-// The word of two BF16 values: lo's in the low half, hi's in the high.
-TT_AMX static inline __m512i pair_words(__m512 lo, __m512 hi) {
-    return _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(lo), 16),
-                           _mm512_and_si512(_mm512_castps_si512(hi), _mm512_set1_epi32((int)0xffff0000u)));
-}
 TT_AMX static inline unsigned low16(__m512i acc) { return (unsigned)_mm512_reduce_or_epi32(acc) & 0xffffu; }
 
 // ---------------------------------------------------------------- packing

@@ -148,7 +148,7 @@ TT_AMX static void pack_a(int transa, const float *A, int lda, int m0, int mc, i
                 const __m512i lo = _mm512_castps_si512(_mm512_maskz_loadu_ps(k < kc ? m : 0, lo_row));
                 const __m512i hi = _mm512_castps_si512(_mm512_maskz_loadu_ps(k + 1 < kc ? m : 0, lo_row + lda));
                 acc = _mm512_or_si512(acc, _mm512_or_si512(lo, hi));
-                w[j] = _mm512_or_si512(_mm512_srli_epi32(lo, 16), _mm512_and_si512(hi, _mm512_set1_epi32((int)0xffff0000u)));
+                w[j] = pair_words(_mm512_castsi512_ps(lo), _mm512_castsi512_ps(hi));
             }
             transpose16(w);
             uint32_t *tile = d + (size_t)(r / 16) * nks * 256;
