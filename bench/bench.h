@@ -22,10 +22,15 @@ int bench_nvme_open(const config_t *cfg, hostmem_t *hm, uint64_t size, uint64_t 
                     char *err, size_t errlen);
 int bench_adam(const config_t *cfg); // bench/bench_adam.c
 int bench_calibrate(const config_t *cfg); // bench/bench_calibrate.c: measures the rates and writes the profile
-// calibrate's GEMM rate, measured now (its quick repeats, a backend of its own from cfg), in
-// FLOP/s into *flops_per_s: bench overlap's floor at the rate of the minutes it runs in.
-// Returns 0 or -errno with one line in err.
-int bench_gemm_rate(const config_t *cfg, double *flops_per_s, char *err, size_t errlen);
+// calibrate's compute rates, measured now (its quick repeats, a backend of its own from cfg):
+// the matmuls' FLOP/s on the operands cfg's precision gives them (BF16 values, or FP32 in
+// fp32 mode: the plan's gemm_fp32_flops), the attention op's FLOP/s and the elementwise ops'
+// bytes/s (calibrate's attn_flops, elem_Bps): bench overlap's floor at the rates of the minutes
+// it runs in. Returns 0 or -errno with one line in err.
+typedef struct {
+    double gemm_flops, attn_flops, elem_Bps;
+} bench_rates_t;
+int bench_compute_rates(const config_t *cfg, bench_rates_t *now, char *err, size_t errlen);
 // One sequential write pass, then one read pass, over a size-byte file in cfg's NVMe folder
 // (--io-block requests, --nvme-qd deep, registered buffers: calibrate's way), the rates in
 // bytes/s into *rd and *wr; with mixed (NULL: none), then one pass that reads the even blocks

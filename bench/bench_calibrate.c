@@ -172,23 +172,6 @@ static config_t gemm_config(const config_t *cfg) {
     return c;
 }
 
-int bench_gemm_rate(const config_t *cfg, double *flops_per_s, char *err, size_t errlen) {
-    enum { STAGE = 1 << 20 }; // floats
-    backend_t be;
-    const config_t gc = gemm_config(cfg);
-    int rc = backend_init(&be, &gc, err, errlen);
-    if (rc != 0) return rc;
-    float *stage = malloc(STAGE * sizeof(float));
-    if (!stage) {
-        snprintf(err, errlen, "out of memory for the gemm measurement's staging buffer");
-        rc = -ENOMEM;
-    }
-    if (rc == 0) rc = gemm_measure(&be, stage, STAGE, GEMM_REPS_QUICK, flops_per_s, NULL, err, errlen);
-    free(stage);
-    backend_free(&be);
-    return rc;
-}
-
 // ---------------------------------------------------------------- attention and the elementwise ops
 
 // One block's shape for the ops: small's on the CPU, 1b's at B·T = 8192 on a GPU (as the
@@ -259,6 +242,28 @@ static int ops_measure(backend_t *be, float *h_stage, size_t stage, int reps, do
     *attn_flops = ma > 0 ? att / ma : 0;
     *elem_Bps = me > 0 ? bytes / me : 0;
     return 0;
+}
+
+int bench_compute_rates(const config_t *cfg, bench_rates_t *now, char *err, size_t errlen) {
+    enum { STAGE = 1 << 20 }; // floats: the operands' staging and the RoPE tables
+    backend_t be;
+    const config_t gc = gemm_config(cfg);
+    int rc = backend_init(&be, &gc, err, errlen);
+    if (rc != 0) return rc;
+    float *stage = malloc(STAGE * sizeof(float));
+    if (!stage) {
+        snprintf(err, errlen, "out of memory for the rates' staging buffer");
+        rc = -ENOMEM;
+    }
+    double bf16 = 0, fp32 = 0;
+    const int want_fp32 = cfg->precision == PREC_FP32;
+    if (rc == 0) rc = gemm_measure(&be, stage, STAGE, GEMM_REPS_QUICK, &bf16, want_fp32 ? &fp32 : NULL, err, errlen);
+    if (rc == 0)
+        rc = ops_measure(&be, stage, STAGE, GEMM_REPS_QUICK, &now->attn_flops, &now->elem_Bps, err, errlen);
+    now->gemm_flops = want_fp32 ? fp32 : bf16;
+    free(stage);
+    backend_free(&be);
+    return rc;
 }
 
 // ---------------------------------------------------------------- host <-> device copies

@@ -4,8 +4,9 @@
 // and optimizer states on NVMe — a few steps each, in OVERLAP_ROUNDS rounds of the three (a
 // noisy machine's slow spell then hits one round of each, not all of one placement). For each:
 // the median over the rounds of the median step time, its ratio to the resident run, the
-// plan's predicted floor and achieved ÷ floor: at the profile's rates, and at the GEMM rate
-// calibrate's quick GEMM measures before each round (a shared machine's GEMM rate drifts by a
+// plan's predicted floor and achieved ÷ floor: at the profile's rates, and at the compute
+// rates calibrate's quick measurements give before each round — the GEMMs', and attention's
+// and the elementwise ops' where the profile has them (a shared machine's rates drift by a
 // quarter between minutes: the floor of the minutes the steps ran in). Every run must end with
 // the same params_hash (placement invariance); the bench fails when they do not. The NVMe
 // case's achieved disk rates (as the tier report gives them) against the profile's, and the
@@ -68,15 +69,20 @@ int bench_overlap(const config_t *cfg_in) {
         ok[w] = 1;
         floor_ms[w] = p[w].floor_ms;
     }
-    double gemm[OVERLAP_ROUNDS] = {0};
+    double gemm[OVERLAP_ROUNDS] = {0}, attn[OVERLAP_ROUNDS] = {0}, elem[OVERLAP_ROUNDS] = {0};
     int gemm_ok = 1;
     for (int r = 0; r < OVERLAP_ROUNDS; r++) {
         printf("round %d of %d:", r + 1, OVERLAP_ROUNDS);
-        if (gemm_ok && bench_gemm_rate(&cfg, &gemm[r], err, sizeof err) != 0) {
-            printf(" (the GEMM rate not measured: %s)", err);
+        bench_rates_t now;
+        if (gemm_ok && bench_compute_rates(&cfg, &now, err, sizeof err) != 0) {
+            printf(" (the compute rates not measured: %s)", err);
             gemm_ok = 0;
         }
-        if (gemm_ok) printf(" gemm %.1f GFLOP/s;", gemm[r] / 1e9);
+        if (gemm_ok) {
+            gemm[r] = now.gemm_flops, attn[r] = now.attn_flops, elem[r] = now.elem_Bps;
+            printf(" gemm %.1f, attention %.1f GFLOP/s, elementwise %.1f GB/s;", gemm[r] / 1e9, attn[r] / 1e9,
+                   elem[r] / 1e9);
+        }
         for (int w = 0; w < 3; w++) {
             bench_run_t run;
             if (!ok[w]) continue;
@@ -102,21 +108,34 @@ int bench_overlap(const config_t *cfg_in) {
         }
         printf("\n");
     }
-    // the floor at the GEMM rate of the rounds (their median), every other rate the profile's
-    double gemm_now = gemm_ok ? bench_median(gemm, OVERLAP_ROUNDS) : 0, now_ms[3] = {0};
+    // the floor at the compute rates of the rounds (their medians): the GEMMs' where the plan
+    // reads them (fp32 mode: the FP32 operands' rate, where the profile has one), attention's
+    // and the elementwise ops' where the profile has them (without, attention counts at the
+    // GEMM rate and the elementwise ops not at all, as in the profile's floor); every other
+    // rate the profile's
     profile_t now = rates ? *rates : prof; // prof holds the defaults when there is no profile
-    const double gemm_profile = now.gemm_flops;
+    const int fp32 = cfg.precision == PREC_FP32 && now.gemm_fp32_flops > 0;
+    const double gemm_profile = fp32 ? now.gemm_fp32_flops : now.gemm_flops, attn_profile = now.attn_flops,
+                 elem_profile = now.elem_Bps;
+    double gemm_now = 0, attn_now = 0, elem_now = 0, now_ms[3] = {0};
     if (gemm_ok) {
-        now.gemm_flops = gemm_now;
+        gemm_now = bench_median(gemm, OVERLAP_ROUNDS); // sorts: the range is first to last
+        if (attn_profile > 0) attn_now = bench_median(attn, OVERLAP_ROUNDS);
+        if (elem_profile > 0) elem_now = bench_median(elem, OVERLAP_ROUNDS);
+        *(fp32 ? &now.gemm_fp32_flops : &now.gemm_flops) = gemm_now;
+        now.attn_flops = attn_now;
+        now.elem_Bps = elem_now;
         for (int w = 0; w < 3; w++) {
             plan_t pn;
             if (!ok[w]) continue;
             plan_compute(&c[w], &m, &now, &pn);
             now_ms[w] = pn.floor_ms;
         }
-        // (bench_median sorted gemm: the range is first to last)
-        printf("\nGEMM rate before the rounds: median %.1f GFLOP/s (%.1f-%.1f); the profile's %.1f\n", gemm_now / 1e9,
+        printf("\nrates before the rounds (medians): gemm %.1f GFLOP/s (%.1f-%.1f), the profile's %.1f", gemm_now / 1e9,
                gemm[0] / 1e9, gemm[OVERLAP_ROUNDS - 1] / 1e9, gemm_profile / 1e9);
+        if (attn_now > 0) printf("; attention %.1f GFLOP/s, the profile's %.1f", attn_now / 1e9, attn_profile / 1e9);
+        if (elem_now > 0) printf("; elementwise %.1f GB/s, the profile's %.1f", elem_now / 1e9, elem_profile / 1e9);
+        printf("\n");
     }
     printf("\n%-24s %9s %10s %9s %8s %9s %8s %-8s %13s %12s %16s\n", "placement", "step ms", "x resident", "floor ms",
            "x floor", "now ms", "x now", "bound", "rounds (ms)", "wait/step", "params_hash");
@@ -152,10 +171,11 @@ int bench_overlap(const config_t *cfg_in) {
            "\"host_floor_ms\":%.3f,\"nvme_floor_ms\":%.3f,\"host_ratio\":%.4f,\"nvme_ratio\":%.4f,\"identical\":%s,"
            "\"rounds\":%d,\"gemm_profile_flops\":%.6g,\"gemm_now_flops\":%.6g,\"resident_floor_now_ms\":%.3f,"
            "\"host_floor_now_ms\":%.3f,\"nvme_floor_now_ms\":%.3f,\"nvme_read_GBps\":%.3f,\"nvme_write_GBps\":%.3f,"
-           "\"nvme_handed_bytes\":%.0f}\n",
+           "\"nvme_handed_bytes\":%.0f,\"attn_profile_flops\":%.6g,\"attn_now_flops\":%.6g,\"elem_profile_Bps\":%.6g,"
+           "\"elem_now_Bps\":%.6g}\n",
            step_ms[0], step_ms[1], step_ms[2], floor_ms[0], floor_ms[1], floor_ms[2],
            step_ms[0] > 0 ? step_ms[1] / step_ms[0] : 0, step_ms[0] > 0 ? step_ms[2] / step_ms[0] : 0,
            identical ? "true" : "false", OVERLAP_ROUNDS, gemm_profile, gemm_now,
-           now_ms[0], now_ms[1], now_ms[2], rd, wr, handed);
+           now_ms[0], now_ms[1], now_ms[2], rd, wr, handed, attn_profile, attn_now, elem_profile, elem_now);
     return failed || !identical ? 1 : 0;
 }

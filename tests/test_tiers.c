@@ -1753,8 +1753,8 @@ START_TEST(bench_overlap_floor_now) {
     unlink(prof);
     ck_assert_msg(r.rc == 0, "exit %d\n%s\n%s", r.rc, r.out, r.err);
     int rounds = 0;
-    for (const char *p = r.out; (p = strstr(p, " GFLOP/s;")) != NULL; p++) rounds++;
-    ck_assert_msg(rounds == 3, "%d GEMM rates in\n%s", rounds, r.out);
+    for (const char *p = r.out; (p = strstr(p, " GB/s; resident ")) != NULL; p++) rounds++;
+    ck_assert_msg(rounds == 3, "%d rounds' rates in\n%s", rounds, r.out);
     const char *last = strrchr(r.out, '{');
     ck_assert_ptr_nonnull(last);
     json_t *root = NULL;
@@ -1768,6 +1768,11 @@ START_TEST(bench_overlap_floor_now) {
         ck_assert_msg(x[i] > 0 && isfinite(x[i]), "%s = %g", keys[i], x[i]);
     }
     ck_assert_msg(x[1] == 1e11, "the profile's GEMM rate %g", x[1]);
+    // a profile without attention's and the elementwise ops' rates: none taken now either
+    double an = -1, en = -1;
+    ck_assert_msg(json_get_double(root, "attn_now_flops", &an, err, sizeof err) == 0 &&
+                      json_get_double(root, "elem_now_Bps", &en, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(an == 0 && en == 0, "attention %g, elementwise %g now", an, en);
     const double want = x[0] * x[1] / x[2];
     ck_assert_msg(fabs(x[3] - want) <= 2e-3 * want + 2e-3, "floor now %g ms, %g x %g / %g = %g", x[3], x[0], x[1],
                   x[2], want);
@@ -1784,6 +1789,60 @@ START_TEST(bench_overlap_floor_now) {
                       strstr(r.out, "calibrated 2.00 and 2.00 over 4.0 GiB: "), "%s", r.out);
     json_free(root);
     run_free(&r);
+}
+END_TEST
+
+// With attention's and the elementwise ops' rates in the profile, the floor "now" takes each
+// of the three compute rates measured before the rounds: the plan's matmul, attention and
+// elementwise times at the profile's rates (`plan`'s compute_ms for the same run), each scaled
+// by profile ÷ now.
+START_TEST(bench_overlap_floor_now_all_rates) {
+    char prof[4096];
+    write_profile(prof, sizeof prof, "\"gemm_flops\": 1e11, \"attn_flops\": 2e10, \"elem_Bps\": 5e9, \"h2d_Bps\": 1e10, "
+                                     "\"d2h_Bps\": 1e10, \"nvme_read_Bps\": 2e9, \"nvme_write_Bps\": 2e9, "
+                                     "\"adam_params_per_s\": 1e15, \"nvme_bytes\": 4294967296");
+    char *bargv[] = {(char *)tu_binary(), "bench", "overlap", "--model", "tiny", "--nvme-path", nvme_dir, "--profile",
+                     prof, NULL};
+    char *pargv[] = {(char *)tu_binary(), "plan", "--model", "tiny", "--profile", prof, NULL};
+    run_t r = {0}, pl = {0};
+    r.rc = tu_run(bargv, NULL, &r.out, &r.err);
+    pl.rc = tu_run(pargv, NULL, &pl.out, &pl.err);
+    unlink(prof);
+    ck_assert_msg(r.rc == 0, "exit %d\n%s\n%s", r.rc, r.out, r.err);
+    ck_assert_msg(pl.rc == 0, "plan: exit %d\n%s\n%s", pl.rc, pl.out, pl.err);
+    json_t *root = NULL, *plan = NULL;
+    char err[512];
+    const char *last = strrchr(r.out, '{'), *plast = strrchr(pl.out, '\n');
+    ck_assert_ptr_nonnull(last);
+    while (plast > pl.out && plast[-1] != '\n') plast--; // the plan's JSON: its last line
+    ck_assert_msg(json_parse(last, strlen(last), "overlap", NULL, &root, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(json_parse(plast, strlen(plast), "plan", NULL, &plan, err, sizeof err) == 0, "%s", err);
+    static const char *const keys[] = {"resident_floor_ms", "resident_floor_now_ms", "gemm_now_flops", "attn_now_flops",
+                                       "elem_now_Bps", "attn_profile_flops", "elem_profile_Bps"};
+    double x[7] = {0};
+    for (int i = 0; i < 7; i++) {
+        ck_assert_msg(json_get_double(root, keys[i], &x[i], err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(x[i] > 0 && isfinite(x[i]), "%s = %g", keys[i], x[i]);
+    }
+    ck_assert_msg(x[5] == 2e10 && x[6] == 5e9, "the profile's attention %g, elementwise %g", x[5], x[6]);
+    const json_t *parts = NULL;
+    double mm = 0, att = 0, el = 0, floor_ms = 0;
+    ck_assert_msg(json_get_object(plan, "compute_ms", &parts, err, sizeof err) == 0 &&
+                      json_get_double(parts, "matmuls", &mm, err, sizeof err) == 0 &&
+                      json_get_double(parts, "attention", &att, err, sizeof err) == 0 &&
+                      json_get_double(parts, "elementwise", &el, err, sizeof err) == 0 &&
+                      json_get_double(plan, "floor_ms", &floor_ms, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(att > 0 && el > 0, "attention %g ms, elementwise %g ms", att, el);
+    // the same run: the plan's floor is the bench's at the profile's rates
+    ck_assert_msg(fabs(floor_ms - x[0]) <= JSON_MS_ATOL, "plan's floor %g ms, the bench's %g", floor_ms, x[0]);
+    const double want = mm * 1e11 / x[2] + att * x[5] / x[3] + el * x[6] / x[4];
+    ck_assert_msg(fabs(x[1] - want) <= 2e-3 * want + 4 * JSON_MS_ATOL,
+                  "floor now %g ms; %g x 1e11/%g + %g x 2e10/%g + %g x 5e9/%g = %g", x[1], mm, x[2], att, x[3], el,
+                  x[4], want);
+    json_free(root);
+    json_free(plan);
+    run_free(&r);
+    run_free(&pl);
 }
 END_TEST
 
@@ -1821,6 +1880,7 @@ int main(void) {
     tcase_add_test(cap, host_cache_auto_fits_budget);
     tcase_add_test(cap, bench_capacity_small_disk);
     tcase_add_test(cap, bench_overlap_floor_now);
+    tcase_add_test(cap, bench_overlap_floor_now_all_rates);
     tcase_add_test(cap, plan_suggests_what_fits);
     tcase_add_test(cap, plan_phases_hold_their_work);
     tcase_add_test(cap, plan_phases_sum_to_the_step);
