@@ -65,6 +65,10 @@ static void mm_bwd_in16(float *dinp, const float *dout, const uint16_t *w, float
                         int acc, int round) {
     TIMED(OP_GEMM, real->matmul_backward_input_w16(dinp, dout, w, scratch, N, IC, OC, acc, round));
 }
+static void mm_fwd16n(int n, float *const out[], const uint16_t *const w[], const int OC[], const float *inp,
+                      float *scratch, int N, int IC, int round) {
+    TIMED(OP_GEMM, real->matmul_forward_w16_n(n, out, w, OC, inp, scratch, N, IC, round));
+}
 static void mm_bwd_wn(int n, float *const dw[], const float *const dout[], const int OC[], const float *inp, int N,
                       int IC) {
     TIMED(OP_GEMM, real->matmul_backward_weight_n(n, dw, dout, OC, inp, N, IC));
@@ -156,6 +160,7 @@ static void on_init(trainer_t *tr, void *arg) {
     timed.matmul_backward_weight = mm_bwd_w;
     if (real->matmul_forward_w16) timed.matmul_forward_w16 = mm_fwd16; // NULL stays NULL (the caller widens)
     if (real->matmul_backward_input_w16) timed.matmul_backward_input_w16 = mm_bwd_in16;
+    if (real->matmul_forward_w16_n) timed.matmul_forward_w16_n = mm_fwd16n;
     if (real->matmul_backward_weight_n) timed.matmul_backward_weight_n = mm_bwd_wn;
     timed.attention_forward = att_fwd;
     timed.attention_backward = att_bwd;

@@ -67,6 +67,12 @@ void matmul_forward_w16(float *out, const float *inp, const uint16_t *w, float *
                         int round);
 void matmul_backward_input_w16(float *dinp, const float *dout, const uint16_t *w, float *scratch, int N, int IC,
                                int OC, int accumulate, int round);
+// n forward products of one input (q, k and v of ln1; gate and up of ln2): out[i] (N, OC[i]) =
+// inp · w[i]ᵀ, each with the bits of its own matmul_forward_w16. On AMX tiles the n products
+// share one packing of inp; else (and where inp is too large for one) they run one after
+// another. scratch as matmul_forward_w16's, for the largest w[i].
+void matmul_forward_w16_n(int n, float *const out[], const uint16_t *const w[], const int OC[], const float *inp,
+                          float *scratch, int N, int IC, int round);
 // dw (OC, IC) += dout (N, OC)ᵀ · inp (N, IC)
 void matmul_backward_weight(float *dw, const float *dout, const float *inp, int N, int IC, int OC);
 // n weight gradients of one input (q, k and v of ln1; gate and up of ln2): dw[i] (OC[i], IC) +=

@@ -42,6 +42,10 @@ typedef struct {
                                int round);
     void (*matmul_backward_input_w16)(float *dinp, const float *dout, const uint16_t *w, float *scratch, int N, int IC,
                                       int OC, int accumulate, int round);
+    // Forward products of one input (kernels.h matmul_forward_w16_n): NULL where the backend
+    // has none (CUDA), and the caller runs matmul_forward_w16 for each.
+    void (*matmul_forward_w16_n)(int n, float *const out[], const uint16_t *const w[], const int OC[],
+                                 const float *inp, float *scratch, int N, int IC, int round);
     // Weight gradients of one input (kernels.h matmul_backward_weight_n): NULL where the
     // backend has none (CUDA), and the caller runs matmul_backward_weight for each.
     void (*matmul_backward_weight_n)(int n, float *const dw[], const float *const dout[], const int OC[],

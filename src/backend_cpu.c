@@ -27,6 +27,7 @@ static const backend_ops_t cpu_ops = {
     .matmul_backward_weight = matmul_backward_weight,
     .matmul_forward_w16 = matmul_forward_w16,
     .matmul_backward_input_w16 = matmul_backward_input_w16,
+    .matmul_forward_w16_n = matmul_forward_w16_n,
     .matmul_backward_weight_n = matmul_backward_weight_n,
     .rmsnorm_forward = rmsnorm_forward,
     .rmsnorm_backward = rmsnorm_backward,

@@ -124,6 +124,24 @@ static void mm_backward_input(const step_t *st, const wts_t *W, int t, float *di
     mm_backward_input_at(st, W, st->m->shards[W->shard].tensors[t].offset, dinp, dout, N, IC, OC, accumulate, round);
 }
 
+// out[i] = inp · W's tensor t[i]ᵀ for n tensors of one input (q, k, v of ln1; gate, up of
+// ln2): one call where the backend shares the input's packing among them (the same bits),
+// else one product each
+static void mm_forwards(const step_t *st, const wts_t *W, int n, const int t[], float *const out[], const float *inp,
+                        int N, int IC, const int OC[], int round) {
+    enum { MAX_N = 3 };
+    const backend_ops_t *op = st->be->ops;
+    const tensor_t *ts = st->m->shards[W->shard].tensors;
+    if (W->b16 && op->matmul_forward_w16_n && n <= MAX_N) {
+        const uint16_t *w[MAX_N];
+        for (int i = 0; i < n; i++) w[i] = W->b16 + ts[t[i]].offset;
+        assist_poll(st);
+        op->matmul_forward_w16_n(n, out, w, OC, inp, NULL, N, IC, round);
+        return;
+    }
+    for (int i = 0; i < n; i++) mm_forward(st, W, t[i], out[i], inp, N, IC, OC[i], round);
+}
+
 // dw[i] += dout[i]ᵀ · inp for n tensors of one input (q, k, v; gate, up): one call where the
 // backend shares the input's packing among them (the same bits), else one product each
 static void mm_backward_weights(const step_t *st, int n, float *const dw[], const float *const dout[], const int OC[],
@@ -298,9 +316,8 @@ static void block_attention(step_t *st, const wts_t *W, const float *x) {
     acts_scratch_t *a = &st->a;
 
     op->rmsnorm_forward(a->ln1, a->rstd1, x, W->norm[0], N, C, m->norm_eps, r);
-    mm_forward(st, W, BW_Q, a->q, a->ln1, N, C, C, r);
-    mm_forward(st, W, BW_K, a->k, a->ln1, N, C, KVD, r);
-    mm_forward(st, W, BW_V, a->v, a->ln1, N, C, KVD, r);
+    mm_forwards(st, W, 3, (const int[]){BW_Q, BW_K, BW_V}, (float *const[]){a->q, a->k, a->v}, a->ln1, N, C,
+                (const int[]){C, KVD, KVD}, r);
     op->rope_forward(a->q, st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS, r);
     op->rope_forward(a->k, st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS, r);
     op->attention_forward(a->att, a->lse, a->q, a->k, a->v, st->B, st->T, m->NH, m->NKV, m->HS, r);
@@ -320,8 +337,8 @@ static void mlp_chunk(step_t *st, const wts_t *W, int r0, int n) {
     const size_t nF = (size_t)n * F;
     acts_scratch_t *a = &st->a;
     const float *ln2 = a->ln2 + (size_t)r0 * C;
-    mm_forward(st, W, BW_GATE, a->gate, ln2, n, C, F, st->bf16);
-    mm_forward(st, W, BW_UP, a->up, ln2, n, C, F, st->bf16);
+    mm_forwards(st, W, 2, (const int[]){BW_GATE, BW_UP}, (float *const[]){a->gate, a->up}, ln2, n, C,
+                (const int[]){F, F}, st->bf16);
     op->swiglu_forward(a->h, a->gate, a->up, nF, st->bf16);
 }
 

@@ -781,6 +781,63 @@ START_TEST(test_matmul_weight_n_bits) {
 }
 END_TEST
 
+// matmul_forward_w16_n: forward products of one input sharing its packing keep each one's bits
+// (memcmp against one matmul_forward_w16 each), on every path and thread count, AMX tiles
+// included: 1100 outputs take two of the tiles' column chunks, and 1100 rows (more than one
+// chunk of A) and an input word that is not a BF16 value (past the words looked at before
+// packing) both run one product at a time.
+START_TEST(test_matmul_forward_n_bits) {
+    const int IC = 70, OCs[3] = {7, 40, 1100}, Ns[2] = {300, 1100};
+    rng_t rg = rng_make(1600);
+    float *inp = fnew((size_t)Ns[1] * IC), *ref[3], *got[3];
+    uint16_t *w[3];
+    fill_sym(inp, (size_t)Ns[1] * IC, 1.0, &rg);
+    for (int i = 0; i < 3; i++) {
+        const size_t nw = (size_t)OCs[i] * IC;
+        float *wf = fnew(nw);
+        fill_sym(wf, nw, 1.0, &rg);
+        w[i] = malloc(nw * sizeof *w[i]);
+        ck_assert_ptr_nonnull(w[i]);
+        bf16_from_f32_n(w[i], wf, nw);
+        free(wf);
+        ref[i] = fnew((size_t)Ns[1] * OCs[i]);
+        got[i] = fnew((size_t)Ns[1] * OCs[i]);
+    }
+    // The FMA paths (2, 1) and OpenBLAS (0) on an FP32 input, then AMX tiles (3, where the CPU
+    // has them) on BF16 values, then (4) AMX with one word of the input not a BF16 value
+    static const int lims[] = {2, 1, 0, 3, 3};
+    for (int p = 0; p < 5; p++) {
+        const int lim = lims[p];
+        kernels_limit_simd(lim);
+        if (lim == 3 ? !matmul_amx() : !simd_have(lim)) continue;
+        if (p == 3) bf16_round_n(inp, (size_t)Ns[1] * IC);
+        if (p == 4) inp[(size_t)150 * IC + 3] = nextafterf(inp[(size_t)150 * IC + 3] == 0.0f ? 1.0f : inp[(size_t)150 * IC + 3], INFINITY);
+        for (int th = 1; th <= 3; th += 2)
+            for (int k = 0; k < 2; k++)
+                for (int n = 1; n <= 3; n++) {
+                    const int N = Ns[k], rnd = n != 2; // rounded to BF16 values, or not
+                    set_threads(th);
+                    float *scratch = fnew((size_t)OCs[2] * IC);
+                    for (int i = 0; i < n; i++) {
+                        fill_nan(got[i], (size_t)N * OCs[i]);
+                        matmul_forward_w16(ref[i], inp, w[i], scratch, N, IC, OCs[i], rnd);
+                    }
+                    matmul_forward_w16_n(n, got, (const uint16_t *const *)w, OCs, inp, scratch, N, IC, rnd);
+                    for (int i = 0; i < n; i++) {
+                        char what[160];
+                        snprintf(what, sizeof what, "out %d of %d (N %d, OC %d, %s%s, %d threads) against its own product",
+                                 i, n, N, OCs[i], simd_path(lim), p == 4 ? ", an FP32 word" : "", th);
+                        CHECK_BITS(what, got[i], ref[i], (size_t)N * OCs[i]);
+                    }
+                    free(scratch);
+                }
+    }
+    kernels_limit_simd(3);
+    for (int i = 0; i < 3; i++) { free(w[i]); free(ref[i]); free(got[i]); }
+    free(inp);
+}
+END_TEST
+
 START_TEST(test_matmul_degenerate) {
     // A zero inner dimension: "=" outputs become zeros, "+=" outputs are left alone; a zero
     // outer dimension writes nothing.
@@ -2146,6 +2203,7 @@ static Suite *kernels_suite(void) {
     tcase_add_loop_test(tc, test_matmul_w16_bits, 0, NELEMS(MMB_SHAPES));
     tcase_add_loop_test(tc, test_matmul_amx, 0, NELEMS(MMB_SHAPES));
     tcase_add_test(tc, test_matmul_weight_n_bits);
+    tcase_add_test(tc, test_matmul_forward_n_bits);
     tc = tcase(s, "rmsnorm");
     tcase_add_loop_test(tc, test_rmsnorm, 0, NELEMS(RMS_SHAPES));
     tc = tcase(s, "rope");

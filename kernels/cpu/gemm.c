@@ -471,6 +471,13 @@ void gemm_fma_b16(int transa, int transb, int M, int N, int K, const float *A, i
     gemm_any(transa, transb, M, N, K, A, lda, (bsrc_t){B, 1}, ldb, accumulate, C, ldc, round);
 }
 
+void gemm_fma_b16_shared_a(int n, int transa, int M, int K, const float *A, int lda, int transb, const int *N,
+                           const uint16_t *const *B, const int *ldb, float *const *C, const int *ldc, int accumulate,
+                           int round) {
+    if (gemm_amx_shared_a(n, transa, M, K, A, lda, transb, N, B, ldb, C, ldc, accumulate, round) == 0) return;
+    for (int i = 0; i < n; i++) gemm_fma_b16(transa, transb, M, N[i], K, A, lda, B[i], ldb[i], accumulate, C[i], ldc[i], round);
+}
+
 int gemm_fma_shared_b(int n, int transa, const int *M, const float *const *A, const int *lda, float *const *C,
                       const int *ldc, int transb, int N, int K, const float *B, int ldb, int accumulate, int round) {
     if (n < 1 || n > PARTS_MAX) return -1;

@@ -47,3 +47,13 @@ int gemm_amx(int transa, int transb, int M, int N, int K, const float *A, int ld
 // the products declined (bit i: C_i untouched, for the FMA kernels), all n of them without AMX.
 unsigned gemm_amx_shared_b(int n, int transa, const int *M, const float *const *A, const int *lda, float *const *C,
                            const int *ldc, int transb, int N, int K, const float *B, int ldb, int accumulate, int round);
+// Products sharing A (1 ≤ n), C_i (M, N[i]) (+)= op(A) · op(B_i) with B_i BF16 halves, on AMX
+// tiles with A packed once, where A is one chunk (M ≤ 1024, K ≤ 1024): each C_i's bits are
+// gemm_amx's on its own operands. Returns 0 when done, 1 when declined (nothing written).
+int gemm_amx_shared_a(int n, int transa, int M, int K, const float *A, int lda, int transb, const int *N,
+                      const uint16_t *const *B, const int *ldb, float *const *C, const int *ldc, int accumulate,
+                      int round);
+// The same products on gemm_fma_b16's path: gemm_amx_shared_a, else each on its own.
+void gemm_fma_b16_shared_a(int n, int transa, int M, int K, const float *A, int lda, int transb, const int *N,
+                           const uint16_t *const *B, const int *ldb, float *const *C, const int *ldc, int accumulate,
+                           int round);

@@ -32,7 +32,7 @@
 // of A and two of B for four products. Chunks of AMX_MC rows, AMX_KC inner indices and AMX_NC
 // columns bound the buffers (4 MiB in all); a call larger than one chunk checks its operands in
 // a pass of their own first, so that a declined call has written nothing.
-// Called by gemm.c (gemm_fma, gemm_fma_b16, gemm_fma_shared_b).
+// Called by gemm.c (gemm_fma, gemm_fma_b16, gemm_fma_shared_b, gemm_fma_b16_shared_a).
 #include "gemm.h"
 #include "amx.h"
 #include "simd.h"
@@ -375,4 +375,33 @@ TT_AMX unsigned gemm_amx_shared_b(int n, int transa, const int *M, const float *
     declined = one_chunk(n, declined, transa, M, A, lda, C, ldc, transb, N, K, B, 0, ldb, accumulate, round);
     pthread_mutex_unlock(&amx_lock);
     return declined;
+}
+
+TT_AMX int gemm_amx_shared_a(int n, int transa, int M, int K, const float *A, int lda, int transb, const int *N,
+                             const uint16_t *const *B, const int *ldb, float *const *C, const int *ldc, int accumulate,
+                             int round) {
+    if (!gemm_amx_path() || M < 1 || M > AMX_MC || K < 1 || K > AMX_KC || first_words_fp32(A, transa ? M : K, lda))
+        return 1;
+    for (int i = 0; i < n; i++)
+        if (N[i] < 1) return 1;
+    const int mcp = round32(M), kcp = round32(K), nks = kcp / 32;
+    unsigned bad = 0, unused = 0; // A's flag; B's (BF16 halves, never checked)
+    pthread_mutex_lock(&amx_lock);
+    #pragma omp parallel
+    {
+        tiles_on();
+        pack_a(transa, A, lda, 0, M, 0, K, mcp, kcp, &bad); // no barrier: the first pack_b's
+        int ok = 1;
+        for (int i = 0; i < n && ok; i++)
+            for (int n0 = 0; n0 < N[i] && ok; n0 += AMX_NC) { // chunks of B's columns, as gemm_amx's
+                const int nc = min_i(AMX_NC, N[i] - n0), ncp = round32(nc);
+                pack_b(transb, B[i], 1, ldb[i], 0, K, n0, nc, kcp, ncp, &unused);
+                // read after the barrier that ends the first pack_b, by every thread alike
+                if (__atomic_load_n(&bad, __ATOMIC_RELAXED)) ok = 0;
+                else blocks(mcp, ncp, nks, C[i] + n0, ldc[i], M, nc, !accumulate, round);
+            }
+        _tile_release();
+    }
+    pthread_mutex_unlock(&amx_lock);
+    return bad != 0;
 }

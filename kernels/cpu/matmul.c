@@ -125,6 +125,20 @@ void matmul_forward_w16(float *out, const float *inp, const uint16_t *w, float *
         matmul_forward(out, inp, widened(scratch, w, IC, OC), N, IC, OC, round);
 }
 
+void matmul_forward_w16_n(int n, float *const out[], const uint16_t *const w[], const int OC[], const float *inp,
+                          float *scratch, int N, int IC, int round) {
+    enum { MAX_N = 8 };
+    int shared = n <= MAX_N && N > 0 && IC > 0 && gemm_fma_path() > 0;
+    for (int i = 0; i < n && shared; i++) shared = OC[i] > 0;
+    if (shared) { // out[i] (N, OC[i]) = inp (N, IC) · w[i]ᵀ: B transposed, its row stride IC
+        int ldb[MAX_N];
+        for (int i = 0; i < n; i++) ldb[i] = IC;
+        gemm_fma_b16_shared_a(n, 0, N, IC, inp, IC, 1, OC, w, ldb, out, OC, 0, round);
+        return;
+    }
+    for (int i = 0; i < n; i++) matmul_forward_w16(out[i], inp, w[i], scratch, N, IC, OC[i], round);
+}
+
 void matmul_backward_input_w16(float *dinp, const float *dout, const uint16_t *w, float *scratch, int N, int IC,
                                int OC, int accumulate, int round) {
     if (N <= 0) return;
