@@ -253,6 +253,11 @@ TT_AMX static void block(const uint16_t *ap, const uint32_t *bp, int nks, float 
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
     }
+    if (whole && !round) { // straight into C
+        _tile_stored(0, c, cs); _tile_stored(1, c + 16, cs);
+        _tile_stored(2, c + (size_t)16 * ldc, cs); _tile_stored(3, c + (size_t)16 * ldc + 16, cs);
+        return;
+    }
     _tile_stored(0, tmp, 128); _tile_stored(1, tmp + 16, 128);
     _tile_stored(2, tmp + 16 * 32, 128); _tile_stored(3, tmp + 16 * 32 + 16, 128);
     for (int r = 0; r < min_i(mr, 32); r++)
