@@ -565,6 +565,16 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     const double tokens = N * cfg->accum;
     work_spread(&k, 0, W_ELEM, 4.0 * tokens * (m->L * wf + 4.0 * C + m->V));
     work_spread(&k, 1, W_ELEM, 4.0 * tokens * (m->L * wb + wredo + 6.0 * C + 2.0 * m->V));
+    // and the passes outside the blocks' ops that every step makes (bytes): with BF16
+    // checkpoints (acts.h), each act converted into the store as it is committed (L + 1 a
+    // micro-batch: FP32 read, BF16 written, 6 bytes an element) and back in the backward, where
+    // each block's input norm reads it (a block that recomputes reads it once more, first); and
+    // Σ g² of every final gradient for the norm the clip and the log take (4 bytes a parameter
+    // of this rank's, once a step). The forward's own reads of an act it just wrote convert
+    // nothing (the FP32 copy holds it); other schedules may convert more: not counted.
+    const double conv = lay->pbytes == 2 ? 6.0 * tokens * C : 0.0;
+    work_spread(&k, 0, W_ELEM, conv * (m->L + 1));
+    work_spread(&k, 1, W_ELEM, conv * (2.0 * m->L - kept) + 4.0 * P);
     p->elem_bytes = work_total(&k, W_ELEM);
     // ranks: each micro-batch's fold sends (N−1)/N of every shard's gradients in the all-to-all
     // (the tied head's share once more, and gathered) in its backward, and every use of a shard
