@@ -355,25 +355,36 @@ static double sumsq_plain(const float *x, size_t n) {
     return total;
 }
 
+static int simd_have(int lim);
+
+// Every vector path (AVX-512F's 8-double lanes, AVX2's two 4-double halves, the baseline)
+// gives the plain order's bits.
 START_TEST(test_sumsq_order) {
     size_t n = SUMSQ_N[_i];
     rng_t r = rng_make(200 + (uint64_t)_i);
     float *x = fnew(n);
     for (size_t i = 0; i < n; i++) x[i] = rng_sym(&r, pow(10.0, -3 + 6 * rng_unif(&r)));
-    double got = sumsq(x, n), want = sumsq_plain(x, n);
-    ck_assert_msg(memcmp(&got, &want, sizeof got) == 0, "sumsq n=%zu: %.17g, the plain order gives %.17g",
-                  n, got, want);
-    // the chunk sums themselves (gradnorm.h's blocks): each one is the plain order's
     const size_t nb = (n + 4095) / 4096;
     double *s = dnew(nb + 1);
-    s[nb] = -1.0;
-    sumsq_blocks(s, x, n);
-    for (size_t b = 0; b < nb; b++) {
-        const double w = sumsq_plain(x + b * 4096, n - b * 4096 < 4096 ? n - b * 4096 : 4096);
-        ck_assert_msg(memcmp(&s[b], &w, sizeof w) == 0, "sumsq_blocks n=%zu block %zu: %.17g, the plain order gives %.17g",
-                      n, b, s[b], w);
+    for (int lim = 2; lim >= 0; lim--) {
+        if (!simd_have(lim)) continue;
+        kernels_limit_simd(lim);
+        const char *path = lim == 2 ? "AVX-512F" : lim == 1 ? "AVX2" : "baseline";
+        double got = sumsq(x, n), want = sumsq_plain(x, n);
+        ck_assert_msg(memcmp(&got, &want, sizeof got) == 0, "sumsq n=%zu (%s): %.17g, the plain order gives %.17g", n, path,
+                      got, want);
+        // the chunk sums themselves (gradnorm.h's blocks): each one is the plain order's
+        s[nb] = -1.0;
+        sumsq_blocks(s, x, n);
+        for (size_t b = 0; b < nb; b++) {
+            const double w = sumsq_plain(x + b * 4096, n - b * 4096 < 4096 ? n - b * 4096 : 4096);
+            ck_assert_msg(memcmp(&s[b], &w, sizeof w) == 0,
+                          "sumsq_blocks n=%zu (%s) block %zu: %.17g, the plain order gives %.17g", n, path, b, s[b],
+                          w);
+        }
+        ck_assert_msg(s[nb] == -1.0, "sumsq_blocks n=%zu wrote past its %zu blocks", n, nb);
     }
-    ck_assert_msg(s[nb] == -1.0, "sumsq_blocks n=%zu wrote past its %zu blocks", n, nb);
+    kernels_limit_simd(3);
     free(s);
     free(x);
 }
