@@ -2,7 +2,7 @@
 // shared by attention.c, crossentropy.c and swiglu.c so every kernel takes e^x with the same
 // fixed sequence of FP32 operations; and their 16-float twins (exp16 the same sequence) for
 // the AVX-512F paths (TT_WIDE, attention.c). Only elementwise IEEE operations, no FMA
-// (-ffp-contract=off): a function compiled for AVX2 and for the x86-64 baseline
+// (-ffp-contract=off): a function compiled for AVX-512F, AVX2 and the x86-64 baseline
 // (target_clones), or its 16-lane twin, gives the same bits either way.
 #pragma once
 #include <math.h>
@@ -15,13 +15,17 @@
 // value depends on AVX being enabled (an ABI question) does not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-// Compiles a function for AVX2 and for the x86-64 baseline; the loader picks by CPU (an
-// ifunc). Not under ThreadSanitizer: it instruments the ifunc resolvers, which then run
-// before its runtime is up and crash the program at load.
+// Compiles a function for AVX-512F, AVX2 and the x86-64 baseline; the loader picks by CPU
+// (an ifunc). The AVX-512F clone widens the loops the compiler vectorizes (the elementwise
+// rows: RMSNorm, RoPE, the adds, conversions), whose operations are elementwise, so its bits
+// are the others': bench train --model small, 6 alternated pairs, RMSNorm 4.8 → 4.1 ms, RoPE
+// and the adds 3.1 → 2.9, the step 1.4–2.8 ms shorter. Not under ThreadSanitizer: it
+// instruments the ifunc resolvers, which then run before its runtime is up and crash the
+// program at load.
 #if defined(__SANITIZE_THREAD__)
 #define TT_CLONES
 #else
-#define TT_CLONES __attribute__((target_clones("avx2", "default")))
+#define TT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 
 // A function compiled for AVX-512F alone (no clone, no ifunc), for 16-float vectors; call it
