@@ -238,13 +238,15 @@ START_TEST(test_op_table) {
     ck_assert(o->crossentropy_loss == cuda_crossentropy_loss);
     ck_assert(o->crossentropy_backward == cuda_crossentropy_backward);
     ck_assert(o->embedding_forward_w16 == cuda_embedding_forward_w16);
-    // every entry filled but the optional one CUDA leaves to the caller (backend.h): the
-    // shared-input weight gradients (step.c runs one product each)
+    // every entry filled but the optional ones CUDA leaves to the caller (backend.h): the
+    // shared-input forward products and weight gradients (step.c runs one product each)
+    ck_assert(o->matmul_forward_w16_n == NULL);
     ck_assert(o->matmul_backward_weight_n == NULL);
     const void *const *p = (const void *const *)o;
-    const size_t opt = offsetof(backend_ops_t, matmul_backward_weight_n) / sizeof(void *);
+    const size_t opt[2] = {offsetof(backend_ops_t, matmul_forward_w16_n) / sizeof(void *),
+                           offsetof(backend_ops_t, matmul_backward_weight_n) / sizeof(void *)};
     for (size_t i = 0; i < sizeof *o / sizeof(void *); i++)
-        if (i != opt) ck_assert_msg(p[i] != NULL, "op table entry %zu is NULL", i);
+        if (i != opt[0] && i != opt[1]) ck_assert_msg(p[i] != NULL, "op table entry %zu is NULL", i);
     ck_assert_ptr_nonnull(cuda_kernels_stream());
 }
 END_TEST
