@@ -49,6 +49,16 @@ void add_inplace(float *x, const float *y, size_t n, int round) {
     }
 }
 
+// A chunk's 8 lane sums l (its whole groups of 8) finished: the tail x[n8, n) (shorter than 8)
+// added into lanes 0.., then ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)).
+INLINE double lanes_total(double l[8], const float *x, size_t n8, size_t n) {
+    for (size_t i = n8; i < n; i++) {
+        double a = x[i];
+        l[i - n8] += a * a;
+    }
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
 // Σ x[i]² of k chunks of n elements each, chunk c at x + c·SUMSQ_CHUNK, into out[c], in
 // double. Fixed order per chunk: 8 interleaved lanes (lane j takes the elements i ≡ j mod 8
 // of the chunk, in index order; a tail shorter than 8 goes to lanes 0..), then
@@ -71,11 +81,7 @@ INLINE void chunks_sumsq(double *out, const float *x, size_t n, const int k) {
         double l[8];
         memcpy(l, &lo[c], sizeof lo[c]);
         memcpy(l + 4, &hi[c], sizeof hi[c]);
-        for (size_t i = n8; i < n; i++) {
-            double a = x[(size_t)c * SUMSQ_CHUNK + i];
-            l[i - n8] += a * a;
-        }
-        out[c] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+        out[c] = lanes_total(l, x + (size_t)c * SUMSQ_CHUNK, n8, n);
     }
 }
 
@@ -96,11 +102,7 @@ INLINE void chunks_sumsq8(double *out, const float *x, size_t n, const int k) {
     for (int c = 0; c < k; c++) {
         double l[8];
         memcpy(l, &acc[c], sizeof l);
-        for (size_t i = n8; i < n; i++) {
-            double a = x[(size_t)c * SUMSQ_CHUNK + i];
-            l[i - n8] += a * a;
-        }
-        out[c] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+        out[c] = lanes_total(l, x + (size_t)c * SUMSQ_CHUNK, n8, n);
     }
 }
 
