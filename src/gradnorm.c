@@ -53,12 +53,14 @@ void gradnorm_add(gradnorm_t *a, const gradnorm_t *b) {
     a->inf |= b->inf | carry;
 }
 
-void gradnorm_add_squares(gradnorm_t *a, const float *x, size_t n) {
+void gradnorm_add_squares(gradnorm_t *a, const float *x, size_t n) { gradnorm_add_squares_by(a, x, n, sumsq_blocks); }
+
+void gradnorm_add_squares_by(gradnorm_t *a, const float *x, size_t n, gradnorm_blocks_fn blocks) {
     enum { ROUND = 256 }; // blocks per call of sumsq_blocks (1 Mi elements: enough to share out)
     double s[ROUND];
     for (size_t at = 0; at < n; at += (size_t)ROUND * GRADNORM_BLOCK) {
         size_t k = n - at < (size_t)ROUND * GRADNORM_BLOCK ? n - at : (size_t)ROUND * GRADNORM_BLOCK;
-        sumsq_blocks(s, x + at, k);
+        blocks(s, x + at, k);
         gradnorm_add_block_sums(a, s, (k + GRADNORM_BLOCK - 1) / GRADNORM_BLOCK);
     }
 }

@@ -28,6 +28,10 @@ typedef struct {
 void gradnorm_zero(gradnorm_t *a);
 // a += Σ x² over x[0..n), x starting on a block boundary (its blocks: [k·B, (k+1)·B) ∩ [0, n)).
 void gradnorm_add_squares(gradnorm_t *a, const float *x, size_t n);
+// The same with the block sums taken by blocks (sumsq_blocks' contract and bits: a backend's
+// op table entry for host memory, so that a run's timing of its ops sees the pass).
+typedef void (*gradnorm_blocks_fn)(double *out, const float *x, size_t n);
+void gradnorm_add_squares_by(gradnorm_t *a, const float *x, size_t n, gradnorm_blocks_fn blocks);
 // a += the block sums s[0..nb) (sumsq_blocks' chunks are gradnorm's blocks, summed in its order).
 void gradnorm_add_block_sums(gradnorm_t *a, const double *s, size_t nb);
 // a += b (exact).

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "tier_internal.h"
+#include "kernels.h" // uses: sumsq_blocks (a GPU backend's host copies)
 #include "trace.h"
 #include "util.h"
 
@@ -24,20 +25,11 @@ static void gnvme_traced(io_ticket_t *tk, void *arg) {
     trace_span(TRACK_NVME_WRITE, "write", tk->name, w->t0, trace_now_ms());
 }
 
-// a += Σ x² over n host floats (gradnorm_add_squares' blocks and bits): on the CPU backend
-// through its op table, so that a run's timing of its ops (bench train) sees the norm's pass.
+// a += Σ x² over n host floats (gradnorm_add_squares): on the CPU backend through its op
+// table, so that a run's timing of its ops (bench train) sees the norm's pass; a GPU
+// backend's op reads device memory, so its hosts' copies take the kernel itself.
 static void squares(const tier_t *t, gradnorm_t *a, const float *x, size_t n) {
-    if (!t->lay.device_is_host) { // a GPU backend's op reads device memory: x is the host's
-        gradnorm_add_squares(a, x, n);
-        return;
-    }
-    enum { ROUND = 256 }; // blocks a call, as gradnorm_add_squares
-    double sums[ROUND];
-    for (size_t at = 0; at < n; at += (size_t)ROUND * GRADNORM_BLOCK) {
-        const size_t k = n - at < (size_t)ROUND * GRADNORM_BLOCK ? n - at : (size_t)ROUND * GRADNORM_BLOCK;
-        t->be->ops->sumsq_blocks(sums, x + at, k);
-        gradnorm_add_block_sums(a, sums, (k + GRADNORM_BLOCK - 1) / GRADNORM_BLOCK);
-    }
+    gradnorm_add_squares_by(a, x, n, t->lay.device_is_host ? t->be->ops->sumsq_blocks : sumsq_blocks);
 }
 
 // Submits the write of slot i's gradient (its data is on the host) to its shard's chunks; a
