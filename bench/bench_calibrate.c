@@ -112,8 +112,8 @@ typedef struct {
     float *out, *dinp, *dw; // (N, OC), (N, IC), (OC, IC)
 } gemm_bufs_t;
 
-// The rate on BF16 values into *flops_per_s and, when fp32_flops is not NULL, on FP32 operands
-// (an fp32 run's) into *fp32_flops.
+// The rate on BF16 values into *flops_per_s and on FP32 operands (an fp32 run's) into
+// *fp32_flops, each measured only where its pointer is not NULL.
 static int gemm_measure(backend_t *be, float *h_stage, size_t stage, int reps, double *flops_per_s, double *fp32_flops,
                         char *err, size_t errlen) {
     const gemm_shape_t *SHAPES = be->vt ? GPU_SHAPES : CPU_SHAPES;
@@ -137,7 +137,9 @@ static int gemm_measure(backend_t *be, float *h_stage, size_t stage, int reps, d
     float *const ins[3] = {b.inp, b.w, b.dout};
     const size_t nins[3] = {max_ni, max_nw, max_no};
     const backend_ops_t *op = be->ops;
-    for (int kind = 0; kind < (fp32_flops ? 2 : 1); kind++) { // BF16 values, then FP32
+    for (int kind = 0; kind < 2; kind++) { // BF16 values, then FP32
+        double *rate = kind ? fp32_flops : flops_per_s;
+        if (!rate) continue;
         for (int i = 0; i < 3; i++) fill_device(be, ins[i], nins[i], h_stage, stage, 0xca11b + (uint64_t)i, kind == 0);
         double flops_total = 0, time_total = 0;
         for (int s = 0; s < NSHAPES; s++) {
@@ -157,7 +159,7 @@ static int gemm_measure(backend_t *be, float *h_stage, size_t stage, int reps, d
                 time_total += bench_median(t, reps);
             }
         }
-        *(kind ? fp32_flops : flops_per_s) = time_total > 0 ? flops_total / time_total : 0;
+        *rate = time_total > 0 ? flops_total / time_total : 0;
     }
     return 0;
 }
@@ -255,12 +257,12 @@ int bench_compute_rates(const config_t *cfg, bench_rates_t *now, char *err, size
         snprintf(err, errlen, "out of memory for the rates' staging buffer");
         rc = -ENOMEM;
     }
-    double bf16 = 0, fp32 = 0;
-    const int want_fp32 = cfg->precision == PREC_FP32;
-    if (rc == 0) rc = gemm_measure(&be, stage, STAGE, GEMM_REPS_QUICK, &bf16, want_fp32 ? &fp32 : NULL, err, errlen);
+    const int fp32 = cfg->precision == PREC_FP32; // the one kind of operands the run's matmuls take
+    if (rc == 0)
+        rc = gemm_measure(&be, stage, STAGE, GEMM_REPS_QUICK, fp32 ? NULL : &now->gemm_flops, fp32 ? &now->gemm_flops : NULL,
+                          err, errlen);
     if (rc == 0)
         rc = ops_measure(&be, stage, STAGE, GEMM_REPS_QUICK, &now->attn_flops, &now->elem_Bps, err, errlen);
-    now->gemm_flops = want_fp32 ? fp32 : bf16;
     free(stage);
     backend_free(&be);
     return rc;

@@ -70,15 +70,15 @@ int bench_overlap(const config_t *cfg_in) {
         floor_ms[w] = p[w].floor_ms;
     }
     double gemm[OVERLAP_ROUNDS] = {0}, attn[OVERLAP_ROUNDS] = {0}, elem[OVERLAP_ROUNDS] = {0};
-    int gemm_ok = 1;
+    int rates_ok = 1;
     for (int r = 0; r < OVERLAP_ROUNDS; r++) {
         printf("round %d of %d:", r + 1, OVERLAP_ROUNDS);
         bench_rates_t now;
-        if (gemm_ok && bench_compute_rates(&cfg, &now, err, sizeof err) != 0) {
+        if (rates_ok && bench_compute_rates(&cfg, &now, err, sizeof err) != 0) {
             printf(" (the compute rates not measured: %s)", err);
-            gemm_ok = 0;
+            rates_ok = 0;
         }
-        if (gemm_ok) {
+        if (rates_ok) {
             gemm[r] = now.gemm_flops, attn[r] = now.attn_flops, elem[r] = now.elem_Bps;
             printf(" gemm %.1f, attention %.1f GFLOP/s, elementwise %.1f GB/s;", gemm[r] / 1e9, attn[r] / 1e9,
                    elem[r] / 1e9);
@@ -118,7 +118,7 @@ int bench_overlap(const config_t *cfg_in) {
     const double gemm_profile = fp32 ? now.gemm_fp32_flops : now.gemm_flops, attn_profile = now.attn_flops,
                  elem_profile = now.elem_Bps;
     double gemm_now = 0, attn_now = 0, elem_now = 0, now_ms[3] = {0};
-    if (gemm_ok) {
+    if (rates_ok) {
         gemm_now = bench_median(gemm, OVERLAP_ROUNDS); // sorts: the range is first to last
         if (attn_profile > 0) attn_now = bench_median(attn, OVERLAP_ROUNDS);
         if (elem_profile > 0) elem_now = bench_median(elem, OVERLAP_ROUNDS);
