@@ -3,8 +3,8 @@
 // against PyTorch), after one untimed warm-up step. It reports tokens/s, the executed GFLOP/s
 // (the plan's FLOPs per step over the median step) and their fraction of the calibrated GEMM
 // rate, and where the mean timed step went: GEMMs, attention, the norms, SwiGLU, RoPE and the
-// residual adds, BF16 conversions, the loss (embedding and cross-entropy), AdamW and a
-// device's block sums for the gradient norm, a device backend's copies and memsets, waiting for
+// residual adds, BF16 conversions, the loss (embedding and cross-entropy), AdamW and the
+// gradient norm's block sums, a device backend's copies and memsets, waiting for
 // parameters, and the rest of the compute thread's time (the step's own work). The
 // times come from the run itself: the trainer's op table is wrapped so that every op the
 // compute thread calls is timed (on a GPU the backend is synchronized around each, which
