@@ -110,18 +110,29 @@ static void flag(unsigned *bad, unsigned low) {
 }
 
 
+// The first n of 32 halves (none for n ≤ 0).
+static inline __mmask32 halves(int n) { return n >= 32 ? ~(__mmask32)0 : n > 0 ? (__mmask32)((1u << n) - 1u) : 0; }
+
 // op(A) rows [m0, m0 + mc), inner indices [k0, k0 + kc) into a_pk (mcp rows, kcp inner
-// indices, zeros past mc and kc).
-TT_AMX static void pack_a(int transa, const float *A, int lda, int m0, int mc, int k0, int kc, int mcp, int kcp,
+// indices, zeros past mc and kc). A is FP32 (a16 = 0) or BF16 halves (never checked).
+TT_AMX static void pack_a(int transa, const void *A, int a16, int lda, int m0, int mc, int k0, int kc, int mcp, int kcp,
                           unsigned *bad) {
     const int nks = kcp / 32;
     if (!transa) {
         #pragma omp for schedule(static) nowait
         for (int r = 0; r < mcp; r++) {
             uint16_t *d = a_pk + (size_t)(r / 16) * nks * 512 + (r % 16) * 32;
+            if (a16) { // a step's 32 halves are the tile row as they stand
+                const uint16_t *row = (const uint16_t *)A + (size_t)(m0 + r) * lda + k0;
+                for (int k = 0; k < kcp; k += 32)
+                    _mm512_store_si512((__m512i *)(d + (size_t)(k / 32) * 512),
+                                       _mm512_maskz_loadu_epi16(halves(r < mc ? kc - k : 0), row + k));
+                continue;
+            }
             __m512i acc = _mm512_setzero_si512();
             for (int k = 0; k < kcp; k += 16) {
-                const __m512 v = _mm512_maskz_loadu_ps(lanes(r < mc ? kc - k : 0), A + (size_t)(m0 + r) * lda + k0 + k);
+                const __m512 v =
+                    _mm512_maskz_loadu_ps(lanes(r < mc ? kc - k : 0), (const float *)A + (size_t)(m0 + r) * lda + k0 + k);
                 acc = _mm512_or_si512(acc, _mm512_castps_si512(v));
                 _mm256_store_si256((__m256i *)(d + (size_t)(k / 32) * 512 + k % 32), narrow16(v));
             }
@@ -144,7 +155,14 @@ TT_AMX static void pack_a(int transa, const float *A, int lda, int m0, int mc, i
             __m512i w[16];
             for (int j = 0; j < 16; j++) { // the pair kp = 16·st + j: inner indices k, k + 1
                 const int k = 32 * st + 2 * j;
-                const float *lo_row = A + (size_t)(k0 + k) * lda + m0 + r;
+                if (a16) {
+                    const uint16_t *lo_row = (const uint16_t *)A + (size_t)(k0 + k) * lda + m0 + r;
+                    const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k < kc ? m : 0, lo_row));
+                    const __m512i hi = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k + 1 < kc ? m : 0, lo_row + lda));
+                    w[j] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+                    continue;
+                }
+                const float *lo_row = (const float *)A + (size_t)(k0 + k) * lda + m0 + r;
                 const __m512i lo = _mm512_castps_si512(_mm512_maskz_loadu_ps(k < kc ? m : 0, lo_row));
                 const __m512i hi = _mm512_castps_si512(_mm512_maskz_loadu_ps(k + 1 < kc ? m : 0, lo_row + lda));
                 acc = _mm512_or_si512(acc, _mm512_or_si512(lo, hi));
@@ -202,8 +220,7 @@ TT_AMX static void pack_b(int transb, const void *B, int b16, int ldb, int k0, i
             for (int i = 0; i < 16; i++) { // column n + i
                 const int k = 2 * kp, left = n + i < nc ? kc - k : 0; // inner indices left in its row
                 if (b16) {
-                    const __mmask32 m = left >= 32 ? ~(__mmask32)0 : left > 0 ? (__mmask32)((1u << left) - 1u) : 0;
-                    w[i] = _mm512_maskz_loadu_epi16(m, (const uint16_t *)B + (size_t)(n0 + n + i) * ldb + k0 + k);
+                    w[i] = _mm512_maskz_loadu_epi16(halves(left), (const uint16_t *)B + (size_t)(n0 + n + i) * ldb + k0 + k);
                 } else {
                     const float *s = (const float *)B + (size_t)(n0 + n + i) * ldb + k0 + k;
                     const __m512 v0 = _mm512_maskz_loadu_ps(lanes(left), s);
@@ -222,11 +239,13 @@ TT_AMX static void pack_b(int transb, const void *B, int b16, int ldb, int k0, i
 
 // The 32 × 32 block of outputs whose A tiles start at ap (rows 16.. at ap + nks·512) and B
 // tiles at bp (columns 16.. at bp + nks·256), c its first element in C: starts from zero
-// (first_zero), else from C; adds the nks steps; rounds to BF16 values when round. Blocks
-// that reach past mr rows or nr columns (the edges of C) go through tmp.
-TT_AMX static void block(const uint16_t *ap, const uint32_t *bp, int nks, float *c, int ldc, int mr, int nr,
+// (first_zero), else from C; adds the nks steps; rounds to BF16 values when round. C is FP32,
+// or (c16: first_zero and round) BF16 halves. Blocks that reach past mr rows or nr columns
+// (the edges of C) go through tmp.
+TT_AMX static void block(const uint16_t *ap, const uint32_t *bp, int nks, void *cv, int c16, int ldc, int mr, int nr,
                          int first_zero, int round) {
     float tmp[32 * 32] __attribute__((aligned(64)));
+    float *c = cv; // (FP32 C: c16's is written through tmp alone)
     const int whole = mr >= 32 && nr >= 32;
     const size_t cs = (size_t)ldc * 4;
     if (first_zero) {
@@ -264,20 +283,28 @@ TT_AMX static void block(const uint16_t *ap, const uint32_t *bp, int nks, float 
         for (int q = 0; q < 32; q += 16) {
             v16f v = (v16f)_mm512_load_ps(tmp + r * 32 + q);
             if (round) v = rnd16(v);
-            _mm512_mask_storeu_ps(c + (size_t)r * ldc + q, lanes(nr - q), (__m512)v);
+            if (c16) _mm256_mask_storeu_epi16((uint16_t *)cv + (size_t)r * ldc + q, lanes(nr - q), narrow16((__m512)v));
+            else _mm512_mask_storeu_ps(c + (size_t)r * ldc + q, lanes(nr - q), (__m512)v);
         }
+}
+
+// Element (i, j) of C (row stride ldc): FP32, or BF16 halves (c16).
+static void *c_at(void *C, int c16, int ldc, int i, int j) {
+    const size_t at = (size_t)i * ldc + j;
+    return c16 ? (void *)((uint16_t *)C + at) : (void *)((float *)C + at);
 }
 
 // The chunk's blocks (mcp × ncp outputs from a_pk, b_pk; mr × nr of them in C at c), shared
 // by the threads: a worksharing loop inside the caller's parallel region, ending in a barrier.
 // static: with schedule(dynamic, 1) the blocks of 1024 × 1024 over 384 took 1.04 ms a call on
 // two threads, against 0.37.
-TT_AMX static void blocks(int mcp, int ncp, int nks, float *c, int ldc, int mr, int nr, int first_zero, int round) {
+TT_AMX static void blocks(int mcp, int ncp, int nks, void *c, int c16, int ldc, int mr, int nr, int first_zero,
+                          int round) {
     #pragma omp for collapse(2) schedule(static)
     for (int i = 0; i < mcp; i += 32)
         for (int j = 0; j < ncp; j += 32)
-            block(a_pk + (size_t)(i / 16) * nks * 512, b_pk + (size_t)(j / 16) * nks * 256, nks, c + (size_t)i * ldc + j,
-                  ldc, mr - i, nr - j, first_zero, round);
+            block(a_pk + (size_t)(i / 16) * nks * 512, b_pk + (size_t)(j / 16) * nks * 256, nks, c_at(c, c16, ldc, i, j),
+                  c16, ldc, mr - i, nr - j, first_zero, round);
 }
 
 // Whether the first words of a stored matrix (its first row: cols words) show an FP32
@@ -290,9 +317,9 @@ TT_AMX static int first_words_fp32(const float *p, int cols, int ld) { return lo
 // barrier the other waits at): all threads leave a product, or the call, together, and a
 // declined product is not written. Returns the mask of the products declined (those in skip
 // among them); the caller holds amx_lock.
-TT_AMX static unsigned one_chunk(int n, unsigned skip, int transa, const int *M, const float *const *A, const int *lda,
-                                 float *const *C, const int *ldc, int transb, int N, int K, const void *B, int b16,
-                                 int ldb, int accumulate, int round) {
+TT_AMX static unsigned one_chunk(int n, unsigned skip, int transa, int a16, const int *M, const void *const *A,
+                                 const int *lda, void *const *C, int c16, const int *ldc, int transb, int N, int K,
+                                 const void *B, int b16, int ldb, int accumulate, int round) {
     const int kcp = round32(K), nks = kcp / 32, ncp = round32(N);
     unsigned bad_b = 0, bad_a[PARTS_AMX] = {0};
     #pragma omp parallel
@@ -302,7 +329,7 @@ TT_AMX static unsigned one_chunk(int n, unsigned skip, int transa, const int *M,
         for (int i = 0; i < n; i++) {
             if (skip >> i & 1) continue;
             const int mcp = round32(M[i]);
-            pack_a(transa, A[i], lda[i], 0, M[i], 0, K, mcp, kcp, &bad_a[i]); // no barrier of its own
+            pack_a(transa, A[i], a16, lda[i], 0, M[i], 0, K, mcp, kcp, &bad_a[i]); // no barrier of its own
             if (!packed_b) { // the first product's A and B packed side by side, one barrier
                 pack_b(transb, B, b16, ldb, 0, K, 0, N, kcp, ncp, &bad_b);
                 packed_b = 1;
@@ -311,7 +338,7 @@ TT_AMX static unsigned one_chunk(int n, unsigned skip, int transa, const int *M,
             }
             if (__atomic_load_n(&bad_b, __ATOMIC_RELAXED)) break;
             if (__atomic_load_n(&bad_a[i], __ATOMIC_RELAXED)) continue;
-            blocks(mcp, ncp, nks, C[i], ldc[i], M[i], N, !accumulate, round);
+            blocks(mcp, ncp, nks, C[i], c16, ldc[i], M[i], N, !accumulate, round);
         }
         _tile_release();
     }
@@ -321,17 +348,22 @@ TT_AMX static unsigned one_chunk(int n, unsigned skip, int transa, const int *M,
     return declined;
 }
 
-TT_AMX int gemm_amx(int transa, int transb, int M, int N, int K, const float *A, int lda, const void *B, int b16,
-                    int ldb, int accumulate, float *C, int ldc, int round) {
-    if (!gemm_amx_path() || M < 1 || N < 1 || K < 1 || first_words_fp32(A, transa ? M : K, lda) ||
-        (!b16 && first_words_fp32(B, transb ? K : N, ldb)))
+// A BF16 C holds finished, rounded outputs only: no C_in, and no partial sums between chunks
+// of the inner dimension.
+static int c16_ok(int c16, int K, int accumulate, int round) { return !c16 || (K <= AMX_KC && !accumulate && round); }
+
+TT_AMX int gemm_amx_x(int transa, int a16, int transb, int b16, int M, int N, int K, const void *A, int lda,
+                      const void *B, int ldb, int accumulate, void *C, int c16, int ldc, int round) {
+    if (!gemm_amx_path() || M < 1 || N < 1 || K < 1 || !c16_ok(c16, K, accumulate, round) ||
+        (!a16 && first_words_fp32(A, transa ? M : K, lda)) || (!b16 && first_words_fp32(B, transb ? K : N, ldb)))
         return 1;
     pthread_mutex_lock(&amx_lock); // a default mutex: fails only on a corrupt one
     int declined = 0;
     if (M <= AMX_MC && N <= AMX_NC && K <= AMX_KC) {
-        declined = one_chunk(1, 0, transa, &M, &A, &lda, &C, &ldc, transb, N, K, B, b16, ldb, accumulate, round) != 0;
+        declined = one_chunk(1, 0, transa, a16, &M, &A, &lda, &C, c16, &ldc, transb, N, K, B, b16, ldb, accumulate,
+                             round) != 0;
     } else { // several chunks: the operands checked whole first, so no chunk's pack finds a bad word
-        declined = (transa ? low_bits(A, K, M, lda) : low_bits(A, M, K, lda)) ||
+        declined = (!a16 && (transa ? low_bits(A, K, M, lda) : low_bits(A, M, K, lda))) ||
                    (!b16 && (transb ? low_bits(B, N, K, ldb) : low_bits(B, K, N, ldb)));
         if (!declined) {
             unsigned unused = 0; // the packs' flags: all clear
@@ -342,12 +374,12 @@ TT_AMX int gemm_amx(int transa, int transb, int M, int N, int K, const float *A,
                     const int mc = min_i(AMX_MC, M - m0), mcp = round32(mc);
                     for (int k0 = 0; k0 < K; k0 += AMX_KC) {
                         const int kc = min_i(AMX_KC, K - k0), kcp = round32(kc);
-                        pack_a(transa, A, lda, m0, mc, k0, kc, mcp, kcp, &unused); // no barrier: pack_b's
+                        pack_a(transa, A, a16, lda, m0, mc, k0, kc, mcp, kcp, &unused); // no barrier: pack_b's
                         for (int n0 = 0; n0 < N; n0 += AMX_NC) {
                             const int nc = min_i(AMX_NC, N - n0), ncp = round32(nc);
                             pack_b(transb, B, b16, ldb, k0, kc, n0, nc, kcp, ncp, &unused);
-                            blocks(mcp, ncp, kcp / 32, C + (size_t)m0 * ldc + n0, ldc, mc, nc, k0 == 0 && !accumulate,
-                                   round && k0 + kc == K);
+                            blocks(mcp, ncp, kcp / 32, c_at(C, c16, ldc, m0, n0), c16, ldc, mc, nc,
+                                   k0 == 0 && !accumulate, round && k0 + kc == K);
                         }
                     }
                 }
@@ -359,9 +391,14 @@ TT_AMX int gemm_amx(int transa, int transb, int M, int N, int K, const float *A,
     return declined;
 }
 
-TT_AMX unsigned gemm_amx_shared_b(int n, int transa, const int *M, const float *const *A, const int *lda,
-                                  float *const *C, const int *ldc, int transb, int N, int K, const float *B, int ldb,
-                                  int accumulate, int round) {
+int gemm_amx(int transa, int transb, int M, int N, int K, const float *A, int lda, const void *B, int b16, int ldb,
+             int accumulate, float *C, int ldc, int round) {
+    return gemm_amx_x(transa, 0, transb, b16, M, N, K, A, lda, B, ldb, accumulate, C, 0, ldc, round);
+}
+
+TT_AMX unsigned gemm_amx_shared_b_x(int n, int transa, int a16, const int *M, const void *const *A, const int *lda,
+                                    float *const *C, const int *ldc, int transb, int N, int K, const float *B, int ldb,
+                                    int accumulate, int round) {
     const unsigned all = (1u << n) - 1u; // 1 ≤ n ≤ PARTS_AMX (gemm.h)
     int one = gemm_amx_path() && N >= 1 && N <= AMX_NC && K >= 1 && K <= AMX_KC &&
               !first_words_fp32(B, transb ? K : N, ldb);
@@ -369,23 +406,31 @@ TT_AMX unsigned gemm_amx_shared_b(int n, int transa, const int *M, const float *
     unsigned declined = 0;
     if (!one) { // larger than one chunk (or no tiles): each on its own
         for (int i = 0; i < n; i++)
-            if (gemm_amx(transa, transb, M[i], N, K, A[i], lda[i], B, 0, ldb, accumulate, C[i], ldc[i], round))
+            if (gemm_amx_x(transa, a16, transb, 0, M[i], N, K, A[i], lda[i], B, ldb, accumulate, C[i], 0, ldc[i], round))
                 declined |= 1u << i;
         return declined;
     }
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n && !a16; i++)
         if (first_words_fp32(A[i], transa ? M[i] : K, lda[i])) declined |= 1u << i;
     if (declined == all) return all;
     pthread_mutex_lock(&amx_lock);
-    declined = one_chunk(n, declined, transa, M, A, lda, C, ldc, transb, N, K, B, 0, ldb, accumulate, round);
+    declined = one_chunk(n, declined, transa, a16, M, A, lda, (void *const *)C, 0, ldc, transb, N, K, B, 0, ldb,
+                         accumulate, round);
     pthread_mutex_unlock(&amx_lock);
     return declined;
 }
 
-TT_AMX int gemm_amx_shared_a(int n, int transa, int M, int K, const float *A, int lda, int transb, const int *N,
-                             const uint16_t *const *B, const int *ldb, float *const *C, const int *ldc, int accumulate,
-                             int round) {
-    if (!gemm_amx_path() || M < 1 || M > AMX_MC || K < 1 || K > AMX_KC || first_words_fp32(A, transa ? M : K, lda))
+unsigned gemm_amx_shared_b(int n, int transa, const int *M, const float *const *A, const int *lda, float *const *C,
+                           const int *ldc, int transb, int N, int K, const float *B, int ldb, int accumulate, int round) {
+    return gemm_amx_shared_b_x(n, transa, 0, M, (const void *const *)A, lda, C, ldc, transb, N, K, B, ldb, accumulate,
+                               round);
+}
+
+TT_AMX int gemm_amx_shared_a_x(int n, int transa, int M, int K, const float *A, int lda, int transb, const int *N,
+                               const uint16_t *const *B, const int *ldb, void *const *C, int c16, const int *ldc,
+                               int accumulate, int round) {
+    if (!gemm_amx_path() || M < 1 || M > AMX_MC || K < 1 || K > AMX_KC || !c16_ok(c16, K, accumulate, round) ||
+        first_words_fp32(A, transa ? M : K, lda))
         return 1;
     for (int i = 0; i < n; i++)
         if (N[i] < 1) return 1;
@@ -395,7 +440,7 @@ TT_AMX int gemm_amx_shared_a(int n, int transa, int M, int K, const float *A, in
     #pragma omp parallel
     {
         tiles_on();
-        pack_a(transa, A, lda, 0, M, 0, K, mcp, kcp, &bad); // no barrier: the first pack_b's
+        pack_a(transa, A, 0, lda, 0, M, 0, K, mcp, kcp, &bad); // no barrier: the first pack_b's
         int ok = 1;
         for (int i = 0; i < n && ok; i++)
             for (int n0 = 0; n0 < N[i] && ok; n0 += AMX_NC) { // chunks of B's columns, as gemm_amx's
@@ -403,10 +448,16 @@ TT_AMX int gemm_amx_shared_a(int n, int transa, int M, int K, const float *A, in
                 pack_b(transb, B[i], 1, ldb[i], 0, K, n0, nc, kcp, ncp, &unused);
                 // read after the barrier that ends the first pack_b, by every thread alike
                 if (__atomic_load_n(&bad, __ATOMIC_RELAXED)) ok = 0;
-                else blocks(mcp, ncp, nks, C[i] + n0, ldc[i], M, nc, !accumulate, round);
+                else blocks(mcp, ncp, nks, c_at(C[i], c16, ldc[i], 0, n0), c16, ldc[i], M, nc, !accumulate, round);
             }
         _tile_release();
     }
     pthread_mutex_unlock(&amx_lock);
     return bad != 0;
+}
+
+int gemm_amx_shared_a(int n, int transa, int M, int K, const float *A, int lda, int transb, const int *N,
+                      const uint16_t *const *B, const int *ldb, float *const *C, const int *ldc, int accumulate,
+                      int round) {
+    return gemm_amx_shared_a_x(n, transa, M, K, A, lda, transb, N, B, ldb, (void *const *)C, 0, ldc, accumulate, round);
 }
