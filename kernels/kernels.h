@@ -96,6 +96,39 @@ const char *matmul_blas_core(void);
 // family 6 model 207) for "Prescott", SSE3 kernels at a third of the speed.
 const char *matmul_blas_core_better(void);
 
+// ---------------------------------------------------------------- BF16 activations
+// bf16 mode's MLP intermediates (gate, up and h, and their gradients dgate, dup and dh)
+// stored as BF16 halves instead of FP32 words holding BF16 values: half the bytes each op
+// writes and reads, the same numbers, and the bits of the FP32 ops above on them (each
+// output is the FP32 op's, rounded, then narrowed: exact). The products run on AMX tiles
+// alone: each returns 0, or 1 when declined with nothing written (no AMX, an FP32 operand
+// that is not BF16 values, or kernels_limit_simd below 3); the caller asks matmul_act16
+// first, and where it says 0 keeps FP32 intermediates and the ops above.
+// 1 where the products below run for a model of width C (≤ 1024: a BF16 output's inner
+// dimension is C, one chunk of it, since no partial sum may pass through a BF16 output).
+int matmul_act16(int C);
+// out[i] (N, OC[i]) = inp · w[i]ᵀ rounded, as BF16: matmul_forward_w16_n's (gate, up)
+int matmul_forward_w16_n_o16(int n, uint16_t *const out[], const uint16_t *const w[], const int OC[], const float *inp,
+                             int N, int IC);
+// out (N, OC) = inp (N, IC, BF16) · wᵀ: matmul_forward_w16's (the down projection)
+int matmul_forward_a16(float *out, const uint16_t *inp, const uint16_t *w, int N, int IC, int OC, int round);
+// dinp (N, IC) = dout · w rounded, as BF16: matmul_backward_input_w16's "=" (dh)
+int matmul_backward_input_o16(uint16_t *dinp, const float *dout, const uint16_t *w, int N, int IC, int OC);
+// dinp (N, IC) (+)= dout (N, OC, BF16) · w: matmul_backward_input_w16's (ln2's gradient)
+int matmul_backward_input_a16(float *dinp, const uint16_t *dout, const uint16_t *w, int N, int IC, int OC,
+                              int accumulate, int round);
+// dw (OC, IC) += dout (N, OC)ᵀ · inp (N, IC, BF16): matmul_backward_weight's (the down
+// projection's)
+int matmul_backward_weight_b16(float *dw, const float *dout, const uint16_t *inp, int N, int IC, int OC);
+// dw[i] (OC[i], IC) += dout[i] (N, OC[i], BF16)ᵀ · inp: matmul_backward_weight_n's (gate, up)
+int matmul_backward_weight_n_a16(int n, float *const dw[], const uint16_t *const dout[], const int OC[],
+                                 const float *inp, int N, int IC);
+// swiglu_forward / swiglu_backward with round on BF16 operands and outputs (on any CPU);
+// dgate may be gate and dup may be up, as there.
+void swiglu_forward16(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n);
+void swiglu_backward16(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate, const uint16_t *up,
+                       size_t n);
+
 // ---------------------------------------------------------------- RMSNorm
 // out (N, C) = x / sqrt(mean(x²) + eps) * w (C);  rstd (N) = 1 / sqrt(mean(x²) + eps)
 // (round: out; rstd stays FP32)

@@ -849,6 +849,152 @@ START_TEST(test_matmul_forward_n_bits) {
 }
 END_TEST
 
+// The BF16-activation products (kernels.h "BF16 activations") against the FP32 ops on the
+// same values, bit for bit, at 1 and 3 threads: the MLP's shapes at 300 rows (not a multiple
+// of the tiles' 32) and 1100 (more than one chunk of rows), a width of 70 and an F of 100
+// (an inner dimension the tiles pad), gradients with and without accumulation and rounding.
+// Without AMX (kernels_limit_simd(2), or no tiles here) each product declines and writes
+// nothing, as it does for a BF16 output over an inner dimension of 1024.
+static uint16_t *h16_of(const float *x, size_t n) {
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    ck_assert_ptr_nonnull(h);
+    bf16_from_f32_n(h, x, n);
+    return h;
+}
+static void check_bits16(const char *what, const uint16_t *got, const float *want, size_t n) {
+    uint16_t *w = h16_of(want, n);
+    for (size_t i = 0; i < n; i++) // (want holds BF16 values: its narrowing is exact)
+        CHECK_LOOP(got[i] == w[i], "%s: element %zu is 0x%04x, the FP32 op's 0x%04x", what, i, got[i], w[i]);
+    free(w);
+}
+
+START_TEST(test_matmul_act16_bits) {
+    const int C = 70, F = 100, Ns[2] = {300, 1100};
+    const int NMAX = Ns[1];
+    rng_t rg = rng_make(1700);
+    float *ln2 = fnew((size_t)NMAX * C), *h = fnew((size_t)NMAX * F), *dout = fnew((size_t)NMAX * C);
+    float *dg = fnew((size_t)NMAX * F), *du = fnew((size_t)NMAX * F), *wf = fnew((size_t)F * C);
+    float *ref = fnew((size_t)NMAX * F), *ref2 = fnew((size_t)NMAX * F), *got = fnew((size_t)NMAX * F);
+    float *dw0 = fnew((size_t)F * C), *dwr[2] = {fnew((size_t)F * C), fnew((size_t)F * C)};
+    float *dwg[2] = {fnew((size_t)F * C), fnew((size_t)F * C)};
+    uint16_t *o16[2] = {malloc((size_t)NMAX * F * 2), malloc((size_t)NMAX * F * 2)};
+    ck_assert(o16[0] && o16[1]);
+    float *xs[5] = {ln2, h, dout, dg, du};
+    const size_t ns[5] = {(size_t)NMAX * C, (size_t)NMAX * F, (size_t)NMAX * C, (size_t)NMAX * F, (size_t)NMAX * F};
+    for (int i = 0; i < 5; i++) {
+        fill_sym(xs[i], ns[i], 1.0, &rg);
+        bf16_round_n(xs[i], ns[i]); // bf16 mode's activations and gradients
+    }
+    fill_sym(dw0, (size_t)F * C, 1.0, &rg);
+    uint16_t *w[3]; // gate, up (F, C); down (C, F)
+    for (int i = 0; i < 3; i++) {
+        fill_sym(wf, (size_t)F * C, 1.0, &rg);
+        w[i] = h16_of(wf, (size_t)F * C);
+    }
+    uint16_t *h16 = h16_of(h, ns[1]), *dg16 = h16_of(dg, ns[3]), *du16 = h16_of(du, ns[4]);
+
+    if (!matmul_amx()) { // nothing to compare: each declines (below)
+        ck_assert_int_eq(matmul_act16(C), 0);
+    }
+    for (int th = 1; th <= 3 && matmul_amx(); th += 2)
+        for (int k = 0; k < 2; k++) {
+            const int N = Ns[k];
+            char what[160];
+            set_threads(th);
+            ck_assert_int_eq(matmul_act16(C), 1);
+            // gate, up = ln2 · wᵀ, rounded
+            for (int i = 0; i < 2; i++) {
+                matmul_forward_w16(i ? ref2 : ref, ln2, w[i], NULL, N, C, F, 1);
+                memset(o16[i], 0xff, (size_t)N * F * 2);
+            }
+            ck_assert_int_eq(matmul_forward_w16_n_o16(2, o16, (const uint16_t *const *)w, (const int[]){F, F}, ln2, N, C), 0);
+            for (int i = 0; i < 2; i++) {
+                snprintf(what, sizeof what, "forward out %d of 2 as BF16 (N %d, %d threads)", i, N, th);
+                check_bits16(what, o16[i], i ? ref2 : ref, (size_t)N * F);
+            }
+            // out = h · wdᵀ, from BF16 h
+            for (int rnd = 0; rnd < 2; rnd++) {
+                matmul_forward_w16(ref, h, w[2], NULL, N, F, C, rnd);
+                fill_nan(got, (size_t)N * C);
+                ck_assert_int_eq(matmul_forward_a16(got, h16, w[2], N, F, C, rnd), 0);
+                snprintf(what, sizeof what, "forward from BF16 h (N %d, round %d, %d threads)", N, rnd, th);
+                CHECK_BITS(what, got, ref, (size_t)N * C);
+            }
+            // dh = dout · wd, rounded, as BF16
+            matmul_backward_input_w16(ref, dout, w[2], NULL, N, F, C, 0, 1);
+            memset(o16[0], 0xff, (size_t)N * F * 2);
+            ck_assert_int_eq(matmul_backward_input_o16(o16[0], dout, w[2], N, F, C), 0);
+            snprintf(what, sizeof what, "input gradient as BF16 (N %d, %d threads)", N, th);
+            check_bits16(what, o16[0], ref, (size_t)N * F);
+            // dln (+)= dgate · wg, from BF16 dgate
+            for (int acc = 0; acc < 2; acc++)
+                for (int rnd = 0; rnd < 2; rnd++) {
+                    for (size_t i = 0; i < (size_t)N * C; i++) ref[i] = got[i] = ln2[i]; // any C_in
+                    matmul_backward_input_w16(ref, dg, w[0], NULL, N, C, F, acc, rnd);
+                    ck_assert_int_eq(matmul_backward_input_a16(got, dg16, w[0], N, C, F, acc, rnd), 0);
+                    snprintf(what, sizeof what, "input gradient from BF16 (N %d, acc %d, round %d, %d threads)", N, acc,
+                             rnd, th);
+                    CHECK_BITS(what, got, ref, (size_t)N * C);
+                }
+            // dwd += doutᵀ · h, from BF16 h
+            memcpy(dwr[0], dw0, (size_t)F * C * sizeof(float));
+            memcpy(dwg[0], dw0, (size_t)F * C * sizeof(float));
+            matmul_backward_weight(dwr[0], dout, h, N, F, C);
+            ck_assert_int_eq(matmul_backward_weight_b16(dwg[0], dout, h16, N, F, C), 0);
+            snprintf(what, sizeof what, "weight gradient from BF16 input (N %d, %d threads)", N, th);
+            CHECK_BITS(what, dwg[0], dwr[0], (size_t)F * C);
+            // dwg, dwu += dgateᵀ · ln2, dupᵀ · ln2, from BF16 gradients
+            for (int i = 0; i < 2; i++) {
+                memcpy(dwr[i], dw0, (size_t)F * C * sizeof(float));
+                memcpy(dwg[i], dw0, (size_t)F * C * sizeof(float));
+            }
+            matmul_backward_weight_n(2, dwr, (const float *const[]){dg, du}, (const int[]){F, F}, ln2, N, C);
+            ck_assert_int_eq(matmul_backward_weight_n_a16(2, dwg, (const uint16_t *const[]){dg16, du16},
+                                                          (const int[]){F, F}, ln2, N, C),
+                             0);
+            for (int i = 0; i < 2; i++) {
+                snprintf(what, sizeof what, "weight gradient %d of 2 from BF16 (N %d, %d threads)", i, N, th);
+                CHECK_BITS(what, dwg[i], dwr[i], (size_t)F * C);
+            }
+        }
+    // Declined, nothing written: a BF16 output over 1025 inner indices; every product without AMX
+    const int Kbig = 1025;
+    float *big = fnew((size_t)Ns[0] * Kbig), *wb = fnew((size_t)F * Kbig);
+    fill_sym(big, (size_t)Ns[0] * Kbig, 1.0, &rg);
+    bf16_round_n(big, (size_t)Ns[0] * Kbig);
+    fill_sym(wb, (size_t)F * Kbig, 1.0, &rg);
+    uint16_t *wb16 = h16_of(wb, (size_t)F * Kbig);
+    memset(o16[0], 0xab, (size_t)Ns[0] * F * 2);
+    ck_assert_int_eq(matmul_act16(Kbig), 0);
+    ck_assert_int_eq(matmul_forward_w16_n_o16(1, o16, (const uint16_t *const *)&wb16, &F, big, Ns[0], Kbig), 1);
+    for (size_t i = 0; i < (size_t)Ns[0] * F; i++) CHECK_LOOP(o16[0][i] == 0xabab, "a declined product wrote element %zu", i);
+    for (int lim = 3; lim >= 2; lim--) {
+        kernels_limit_simd(lim);
+        if (lim == 3 && matmul_amx()) continue;
+        const int N = Ns[0];
+        memset(o16[0], 0xab, (size_t)N * F * 2);
+        fill_nan(got, (size_t)N * F);
+        memcpy(dwg[0], dw0, (size_t)F * C * sizeof(float));
+        ck_assert_int_eq(matmul_act16(C), 0);
+        ck_assert_int_eq(matmul_forward_w16_n_o16(1, o16, (const uint16_t *const *)w, &F, ln2, N, C), 1);
+        ck_assert_int_eq(matmul_backward_input_o16(o16[0], dout, w[2], N, F, C), 1);
+        for (size_t i = 0; i < (size_t)N * F; i++) CHECK_LOOP(o16[0][i] == 0xabab, "declined: wrote element %zu", i);
+        ck_assert_int_eq(matmul_forward_a16(got, h16, w[2], N, F, C, 1), 1);
+        ck_assert_int_eq(matmul_backward_input_a16(got, dg16, w[0], N, C, F, 0, 1), 1);
+        for (size_t i = 0; i < (size_t)N * F; i++) CHECK_LOOP(isnan(got[i]), "declined: wrote element %zu", i);
+        ck_assert_int_eq(matmul_backward_weight_b16(dwg[0], dout, h16, N, F, C), 1);
+        ck_assert_int_eq(matmul_backward_weight_n_a16(1, dwg, (const uint16_t *const *)&dg16, &F, ln2, N, C), 1);
+        ck_assert(!memcmp(dwg[0], dw0, (size_t)F * C * sizeof(float)));
+    }
+    kernels_limit_simd(3);
+    free(big); free(wb); free(wb16);
+    for (int i = 0; i < 3; i++) free(w[i]);
+    for (int i = 0; i < 2; i++) { free(o16[i]); free(dwr[i]); free(dwg[i]); }
+    free(ln2); free(h); free(dout); free(dg); free(du); free(wf); free(ref); free(ref2); free(got); free(dw0);
+    free(h16); free(dg16); free(du16);
+}
+END_TEST
+
 START_TEST(test_matmul_degenerate) {
     // A zero inner dimension: "=" outputs become zeros, "+=" outputs are left alone; a zero
     // outer dimension writes nothing.
@@ -1317,6 +1463,51 @@ START_TEST(test_swiglu_paths) {
         }
     }
     free(g); free(u); free(d); free(o); free(dg); free(du);
+}
+END_TEST
+
+// swiglu_forward16 / swiglu_backward16 against the FP32 ops with round on the same values,
+// bit for bit, on every vector path and at 1 and 3 threads: lengths with ragged tails (1, 7,
+// 4099, more than one slice and one parallel chunk), gates wide enough to reach both ends of
+// silu, and the backward in place (dgate over gate, dup over up) as the step runs it.
+START_TEST(test_swiglu16_bits) {
+    const size_t ns[3] = {1, 7, 4099 * 3};
+    const size_t n = ns[2];
+    rng_t rg = rng_make(620);
+    float *g = fnew(n), *u = fnew(n), *d = fnew(n), *o = fnew(n), *dg = fnew(n), *du = fnew(n);
+    fill_sym(g, n, 12.0, &rg);
+    fill_sym(u, n, 1.0, &rg);
+    fill_sym(d, n, 1.0, &rg);
+    bf16_round_n(g, n);
+    bf16_round_n(u, n);
+    bf16_round_n(d, n);
+    uint16_t *g16 = h16_of(g, n), *u16 = h16_of(u, n), *d16 = h16_of(d, n), *o16 = malloc(n * 2), *a16 = malloc(n * 2),
+             *b16 = malloc(n * 2);
+    ck_assert(o16 && a16 && b16);
+    for (int lim = 2; lim >= 0; lim--) {
+        if (!simd_have(lim)) continue;
+        kernels_limit_simd(lim);
+        for (int th = 1; th <= 3; th += 2)
+            for (int k = 0; k < 3; k++) {
+                char what[128];
+                set_threads(th);
+                swiglu_forward(o, g, u, ns[k], 1);
+                swiglu_backward(dg, du, d, g, u, ns[k], 1);
+                swiglu_forward16(o16, g16, u16, ns[k]);
+                memcpy(a16, g16, ns[k] * 2);
+                memcpy(b16, u16, ns[k] * 2);
+                swiglu_backward16(a16, b16, d16, a16, b16, ns[k]);
+                snprintf(what, sizeof what, "swiglu_forward16 (n %zu, %s, %d threads)", ns[k], simd_path(lim), th);
+                check_bits16(what, o16, o, ns[k]);
+                snprintf(what, sizeof what, "swiglu_backward16 dgate (n %zu, %s, %d threads)", ns[k], simd_path(lim), th);
+                check_bits16(what, a16, dg, ns[k]);
+                snprintf(what, sizeof what, "swiglu_backward16 dup (n %zu, %s, %d threads)", ns[k], simd_path(lim), th);
+                check_bits16(what, b16, du, ns[k]);
+            }
+    }
+    kernels_limit_simd(3);
+    free(g); free(u); free(d); free(o); free(dg); free(du);
+    free(g16); free(u16); free(d16); free(o16); free(a16); free(b16);
 }
 END_TEST
 
@@ -2215,6 +2406,7 @@ static Suite *kernels_suite(void) {
     tcase_add_loop_test(tc, test_matmul_amx, 0, NELEMS(MMB_SHAPES));
     tcase_add_test(tc, test_matmul_weight_n_bits);
     tcase_add_test(tc, test_matmul_forward_n_bits);
+    tcase_add_test(tc, test_matmul_act16_bits);
     tc = tcase(s, "rmsnorm");
     tcase_add_loop_test(tc, test_rmsnorm, 0, NELEMS(RMS_SHAPES));
     tc = tcase(s, "rope");
@@ -2231,6 +2423,7 @@ static Suite *kernels_suite(void) {
     tcase_add_loop_test(tc, test_swiglu, 0, NELEMS(SWIGLU_SHAPES));
     tcase_add_test(tc, test_swiglu_extremes);
     tcase_add_test(tc, test_swiglu_paths);
+    tcase_add_test(tc, test_swiglu16_bits);
     tc = tcase(s, "embedding");
     tcase_add_loop_test(tc, test_embedding, 0, NELEMS(EMB_SHAPES));
     tcase_add_loop_test(tc, test_embedding_chunks, 0, NELEMS(EMB_CHUNKS));

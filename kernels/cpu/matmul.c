@@ -16,7 +16,7 @@
 #include "kernels.h"
 #include "gemm.h"
 #include "simd.h"
-#include <string.h> // uses: strcmp
+#include <string.h> // uses: strcmp, memset
 #include <cblas.h> // uses: cblas_sgemm, openblas_get_num_threads, openblas_set_num_threads, openblas_get_corename
 
 // Output tiles from MM_TMAX × MM_TMAX down to MM_TMIN × MM_TMIN. Each tile's sgemm packs its
@@ -166,6 +166,77 @@ void matmul_backward_weight_n(int n, float *const dw[], const float *const dout[
 }
 
 int matmul_amx(void) { return gemm_fma_path() == 2 && gemm_amx_path(); }
+
+// ---------------------------------------------------------------- BF16 activations
+// gemm_amx_x's products (gemm.h): a16 and c16 mark the BF16 activations. A shape with no
+// rows, columns or inner indices is done as the FP32 functions do it: nothing, or zeros.
+
+int matmul_act16(int C) { return matmul_amx() && C >= 1 && C <= 1024; }
+
+int matmul_forward_w16_n_o16(int n, uint16_t *const out[], const uint16_t *const w[], const int OC[], const float *inp,
+                             int N, int IC) {
+    enum { MAX_N = 8 };
+    if (n > MAX_N || !matmul_amx() || IC > 1024) return 1;
+    if (N <= 0) return 0;
+    if (IC <= 0) { // zeros: "=" of an empty sum
+        for (int i = 0; i < n; i++)
+            if (OC[i] > 0) memset(out[i], 0, (size_t)N * OC[i] * sizeof(uint16_t));
+        return 0;
+    }
+    for (int i = 0; i < n; i++)
+        if (OC[i] <= 0) return 1; // (the step never asks)
+    int ldb[MAX_N];
+    for (int i = 0; i < n; i++) ldb[i] = IC;
+    if (gemm_amx_shared_a_x(n, 0, N, IC, inp, IC, 1, OC, w, ldb, (void *const *)out, 1, OC, 0, 1) == 0) return 0;
+    // more than one chunk of rows, or inp declined (then every product declines, before writing)
+    for (int i = 0; i < n; i++)
+        if (gemm_amx_x(0, 0, 1, 1, N, OC[i], IC, inp, IC, w[i], IC, 0, out[i], 1, OC[i], 1)) return 1;
+    return 0;
+}
+
+int matmul_forward_a16(float *out, const uint16_t *inp, const uint16_t *w, int N, int IC, int OC, int round) {
+    if (!matmul_amx()) return 1;
+    if (N <= 0 || OC <= 0) return 0;
+    if (IC <= 0) { fill_zero(out, (size_t)N * OC); return 0; }
+    return gemm_amx_x(0, 1, 1, 1, N, OC, IC, inp, IC, w, IC, 0, out, 0, OC, round);
+}
+
+int matmul_backward_input_o16(uint16_t *dinp, const float *dout, const uint16_t *w, int N, int IC, int OC) {
+    if (!matmul_act16(OC)) return 1;
+    if (N <= 0 || IC <= 0) return 0;
+    return gemm_amx_x(0, 0, 0, 1, N, IC, OC, dout, OC, w, IC, 0, dinp, 1, IC, 1);
+}
+
+int matmul_backward_input_a16(float *dinp, const uint16_t *dout, const uint16_t *w, int N, int IC, int OC,
+                              int accumulate, int round) {
+    if (!matmul_amx()) return 1;
+    if (N <= 0 || IC <= 0) return 0;
+    if (OC <= 0) { // nothing to add, as matmul_backward_input
+        if (!accumulate) fill_zero(dinp, (size_t)N * IC);
+        else if (round) bf16_round_n(dinp, (size_t)N * IC);
+        return 0;
+    }
+    return gemm_amx_x(0, 1, 0, 1, N, IC, OC, dout, OC, w, IC, accumulate, dinp, 0, IC, round);
+}
+
+int matmul_backward_weight_b16(float *dw, const float *dout, const uint16_t *inp, int N, int IC, int OC) {
+    if (!matmul_amx()) return 1;
+    if (N <= 0 || IC <= 0 || OC <= 0) return 0;
+    return gemm_amx_x(1, 0, 0, 1, OC, IC, N, dout, OC, inp, IC, 1, dw, 0, IC, 0);
+}
+
+int matmul_backward_weight_n_a16(int n, float *const dw[], const uint16_t *const dout[], const int OC[],
+                                 const float *inp, int N, int IC) {
+    enum { MAX_N = 8 };
+    if (n > MAX_N || !matmul_amx()) return 1;
+    if (N <= 0 || IC <= 0) return 0;
+    for (int i = 0; i < n; i++)
+        if (OC[i] <= 0) return 1; // (the step never asks)
+    int ldc[MAX_N];
+    for (int i = 0; i < n; i++) ldc[i] = IC;
+    // inp declined declines every product before any is written (gemm_amx_shared_b_x)
+    return gemm_amx_shared_b_x(n, 1, 1, OC, (const void *const *)dout, OC, dw, ldc, 0, IC, N, inp, IC, 1, 0) != 0;
+}
 
 const char *matmul_kernel_name(void) {
     const int path = gemm_fma_path();

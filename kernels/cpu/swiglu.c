@@ -6,6 +6,9 @@
 // compiled for AVX-512F, called instead where the CPU has it; elementwise IEEE ops only, so
 // the bits depend on neither the path nor the thread count. exp is exp8 (exp16) from simd.h,
 // the same fixed sequence attention.c uses.
+// The BF16 versions (swiglu_forward16, swiglu_backward16) widen their operands, run the same
+// steps with round, and narrow the results: the same operations on the same numbers, so the
+// same bits, while memory sees half the bytes.
 // Called by the CPU backend between the MLP's up/gate and down projections.
 #include "kernels.h"
 #include <math.h>
@@ -81,14 +84,23 @@ static void swiglu_bwd_chunk(float *dgate, float *dup, const float *dout, const 
 // 11.2–12.5 in others whose only differences were in unrelated files (the same instructions,
 // the loop starting 16 bytes further along a cache line). Without it, 7.4–8.2 ms at each of the
 // four 16-byte placements tried.
+TT_WIDE INLINE v16f swiglu_fwd16_step(v16f g, v16f u, int round) {
+    v16f o = (g / (1.0f + exp16(-g))) * u;
+    return round ? rnd16(o) : o;
+}
+
+TT_WIDE INLINE void swiglu_bwd16_step(v16f g, v16f u, v16f d, int round, v16f *dg, v16f *du) {
+    v16f sig = 1.0f / (1.0f + exp16(-g));
+    v16f silu = g * sig;
+    v16f dsilu = sig * (1.0f + g * (1.0f - sig));
+    *dg = (d * u) * dsilu;
+    *du = d * silu;
+    if (round) { *dg = rnd16(*dg); *du = rnd16(*du); }
+}
+
 TT_WIDE INLINE void swiglu_fwd16_body(float *out, const float *gate, const float *up, size_t n, int round) {
     size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        v16f g = ld16(gate + i), u = ld16(up + i);
-        v16f o = (g / (1.0f + exp16(-g))) * u;
-        if (round) o = rnd16(o);
-        st16(out + i, o);
-    }
+    for (; i + 16 <= n; i += 16) st16(out + i, swiglu_fwd16_step(ld16(gate + i), ld16(up + i), round));
     if (i < n) swiglu_fwd_chunk(out + i, gate + i, up + i, n - i, round);
 }
 
@@ -101,12 +113,8 @@ TT_WIDE INLINE void swiglu_bwd16_body(float *dgate, float *dup, const float *dou
                                       size_t n, int round) {
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        v16f g = ld16(gate + i), u = ld16(up + i), d = ld16(dout + i);
-        v16f sig = 1.0f / (1.0f + exp16(-g));
-        v16f silu = g * sig;
-        v16f dsilu = sig * (1.0f + g * (1.0f - sig));
-        v16f dg = (d * u) * dsilu, du = d * silu;
-        if (round) { dg = rnd16(dg); du = rnd16(du); }
+        v16f dg, du;
+        swiglu_bwd16_step(ld16(gate + i), ld16(up + i), ld16(dout + i), round, &dg, &du);
         st16(dgate + i, dg);
         st16(dup + i, du);
     }
@@ -140,5 +148,101 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
         size_t i = c * SWIGLU_CHUNK, len = n - i < SWIGLU_CHUNK ? n - i : SWIGLU_CHUNK;
         if (wide) swiglu_bwd16(dgate + i, dup + i, dout + i, gate + i, up + i, len, round);
         else swiglu_bwd_chunk(dgate + i, dup + i, dout + i, gate + i, up + i, len, round);
+    }
+}
+
+// ---------------------------------------------------------------- BF16 operands
+// With AVX-512F, 16 BF16 halves are widened in a register and the results narrowed from one
+// (their low halves are zero: rounded); the steps are the FP32 bodies'. Else (and for a tail
+// under 16) a slice is widened into FP32 on the stack for the FP32 chunk: staged that way on
+// the wide path too, the forward took twice the FP32 op's time.
+#define SLICE 512 // elements widened at a time on the narrow path (6 KiB of FP32 on the stack)
+
+TT_WIDE INLINE v16f ldh16(const uint16_t *p) {
+    return (v16f)_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+TT_WIDE INLINE void sth16(uint16_t *p, v16f v) {
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512((__m512)v), 16)));
+}
+
+// BF16 halves to FP32 words, and rounded FP32 words (BF16 values) back to their upper halves.
+TT_CLONES
+static void widen(float *restrict dst, const uint16_t *restrict src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(dst + i, &u, sizeof u);
+    }
+}
+TT_CLONES
+static void narrow(uint16_t *restrict dst, const float *restrict src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, src + i, sizeof u);
+        dst[i] = (uint16_t)(u >> 16);
+    }
+}
+
+// n elements (any n) through the FP32 chunks, a slice at a time.
+static void fwd16_staged(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n) {
+    float g[SLICE], u[SLICE], o[SLICE];
+    for (size_t i = 0; i < n; i += SLICE) {
+        const size_t len = n - i < SLICE ? n - i : SLICE;
+        widen(g, gate + i, len);
+        widen(u, up + i, len);
+        swiglu_fwd_chunk(o, g, u, len, 1);
+        narrow(out + i, o, len);
+    }
+}
+static void bwd16_staged(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
+                         const uint16_t *up, size_t n) {
+    float g[SLICE], u[SLICE], d[SLICE];
+    for (size_t i = 0; i < n; i += SLICE) {
+        const size_t len = n - i < SLICE ? n - i : SLICE;
+        widen(g, gate + i, len);
+        widen(u, up + i, len);
+        widen(d, dout + i, len);
+        swiglu_bwd_chunk(g, u, d, g, u, len, 1); // in place: each element read before it is written
+        narrow(dgate + i, g, len);
+        narrow(dup + i, u, len);
+    }
+}
+
+TT_WIDE static void fwd16_wide(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) sth16(out + i, swiglu_fwd16_step(ldh16(gate + i), ldh16(up + i), 1));
+    if (i < n) fwd16_staged(out + i, gate + i, up + i, n - i);
+}
+TT_WIDE static void bwd16_wide(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
+                               const uint16_t *up, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v16f dg, du;
+        swiglu_bwd16_step(ldh16(gate + i), ldh16(up + i), ldh16(dout + i), 1, &dg, &du);
+        sth16(dgate + i, dg);
+        sth16(dup + i, du);
+    }
+    if (i < n) bwd16_staged(dgate + i, dup + i, dout + i, gate + i, up + i, n - i);
+}
+
+void swiglu_forward16(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n) {
+    size_t nc = (n + SWIGLU_CHUNK - 1) / SWIGLU_CHUNK;
+    const int wide = tt_wide();
+    #pragma omp parallel for schedule(static) if (nc > 1)
+    for (size_t c = 0; c < nc; c++) {
+        size_t i = c * SWIGLU_CHUNK, len = n - i < SWIGLU_CHUNK ? n - i : SWIGLU_CHUNK;
+        if (wide) fwd16_wide(out + i, gate + i, up + i, len);
+        else fwd16_staged(out + i, gate + i, up + i, len);
+    }
+}
+
+void swiglu_backward16(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate, const uint16_t *up,
+                       size_t n) {
+    size_t nc = (n + SWIGLU_CHUNK - 1) / SWIGLU_CHUNK;
+    const int wide = tt_wide();
+    #pragma omp parallel for schedule(static) if (nc > 1)
+    for (size_t c = 0; c < nc; c++) {
+        size_t i = c * SWIGLU_CHUNK, len = n - i < SWIGLU_CHUNK ? n - i : SWIGLU_CHUNK;
+        if (wide) bwd16_wide(dgate + i, dup + i, dout + i, gate + i, up + i, len);
+        else bwd16_staged(dgate + i, dup + i, dout + i, gate + i, up + i, len);
     }
 }
