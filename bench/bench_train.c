@@ -76,6 +76,47 @@ static void mm_bwd_wn(int n, float *const dw[], const float *const dout[], const
 static void mm_bwd_w(float *dw, const float *dout, const float *inp, int N, int IC, int OC) {
     TIMED(OP_GEMM, real->matmul_backward_weight(dw, dout, inp, N, IC, OC));
 }
+// the BF16 activations' (backend.h act16)
+static int mm_fwd_o16(int n, uint16_t *const out[], const uint16_t *const w[], const int OC[], const float *inp, int N,
+                      int IC) {
+    int rc;
+    TIMED(OP_GEMM, rc = real->matmul_forward_w16_n_o16(n, out, w, OC, inp, N, IC));
+    return rc;
+}
+static int mm_fwd_a16(float *out, const uint16_t *inp, const uint16_t *w, int N, int IC, int OC, int round) {
+    int rc;
+    TIMED(OP_GEMM, rc = real->matmul_forward_a16(out, inp, w, N, IC, OC, round));
+    return rc;
+}
+static int mm_bwd_in_o16(uint16_t *dinp, const float *dout, const uint16_t *w, int N, int IC, int OC) {
+    int rc;
+    TIMED(OP_GEMM, rc = real->matmul_backward_input_o16(dinp, dout, w, N, IC, OC));
+    return rc;
+}
+static int mm_bwd_in_a16(float *dinp, const uint16_t *dout, const uint16_t *w, int N, int IC, int OC, int acc,
+                         int round) {
+    int rc;
+    TIMED(OP_GEMM, rc = real->matmul_backward_input_a16(dinp, dout, w, N, IC, OC, acc, round));
+    return rc;
+}
+static int mm_bwd_w_b16(float *dw, const float *dout, const uint16_t *inp, int N, int IC, int OC) {
+    int rc;
+    TIMED(OP_GEMM, rc = real->matmul_backward_weight_b16(dw, dout, inp, N, IC, OC));
+    return rc;
+}
+static int mm_bwd_wn_a16(int n, float *const dw[], const uint16_t *const dout[], const int OC[], const float *inp,
+                         int N, int IC) {
+    int rc;
+    TIMED(OP_GEMM, rc = real->matmul_backward_weight_n_a16(n, dw, dout, OC, inp, N, IC));
+    return rc;
+}
+static void swiglu_fwd16(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n) {
+    TIMED(OP_SWIGLU, real->swiglu_forward16(out, gate, up, n));
+}
+static void swiglu_bwd16(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
+                         const uint16_t *up, size_t n) {
+    TIMED(OP_SWIGLU, real->swiglu_backward16(dgate, dup, dout, gate, up, n));
+}
 static void att_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int NH,
                     int NKV, int HS, int round) {
     TIMED(OP_ATTN, real->attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS, round));
@@ -162,6 +203,16 @@ static void on_init(trainer_t *tr, void *arg) {
     if (real->matmul_backward_input_w16) timed.matmul_backward_input_w16 = mm_bwd_in16;
     if (real->matmul_forward_w16_n) timed.matmul_forward_w16_n = mm_fwd16n;
     if (real->matmul_backward_weight_n) timed.matmul_backward_weight_n = mm_bwd_wn;
+    if (real->act16) { // all or none (backend.h)
+        timed.matmul_forward_w16_n_o16 = mm_fwd_o16;
+        timed.matmul_forward_a16 = mm_fwd_a16;
+        timed.matmul_backward_input_o16 = mm_bwd_in_o16;
+        timed.matmul_backward_input_a16 = mm_bwd_in_a16;
+        timed.matmul_backward_weight_b16 = mm_bwd_w_b16;
+        timed.matmul_backward_weight_n_a16 = mm_bwd_wn_a16;
+        timed.swiglu_forward16 = swiglu_fwd16;
+        timed.swiglu_backward16 = swiglu_bwd16;
+    }
     timed.attention_forward = att_fwd;
     timed.attention_backward = att_bwd;
     timed.rmsnorm_forward = norm_fwd;

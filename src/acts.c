@@ -54,16 +54,22 @@ void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) 
     carve(a, base, m, N, acts_nkept(m, N), 0, 0);
 }
 
+// The MLP's buffers, gate, up and h: BF16 halves already with act16 (acts.h).
+static int mlp_buf(int i) { return i >= 10 && i <= 12; }
+
 // BF16 kept storage: buffer i's place in the allocation (4 KiB-aligned, in order), its
-// elements through fn (to or from the scratch).
-static void kept_each(backend_t *be, acts_scratch_t *a, char *kept, const model_t *m, size_t N, int store) {
+// elements to or from the scratch: converted, or copied where they are FP32 statistics or
+// (act16) BF16 already.
+static void kept_each(backend_t *be, acts_scratch_t *a, char *kept, const model_t *m, size_t N, int store, int act16) {
     uint64_t bytes[ACTS_NSCRATCH], off = 0;
     acts_scratch_sizes(m, N, 0, 0, bytes);
     for (int i = 0; i < acts_nkept(m, N); i++) {
         void *k = kept + off;
         const size_t n = bytes[i] / sizeof(float);
-        if (kept_stat(i))
-            backend_copy_d2d(be, store ? k : a->buf[i], store ? a->buf[i] : k, bytes[i]);
+        if (kept_stat(i) || (act16 && mlp_buf(i))) {
+            const uint64_t nb = kept_stat(i) ? bytes[i] : bytes[i] / 2;
+            backend_copy_d2d(be, store ? k : a->buf[i], store ? a->buf[i] : k, nb);
+        }
         else if (store)
             be->ops->bf16_from_f32_n(k, a->buf[i], n);
         else
@@ -72,12 +78,12 @@ static void kept_each(backend_t *be, acts_scratch_t *a, char *kept, const model_
     }
 }
 
-void acts_kept_store(backend_t *be, void *kept, const acts_scratch_t *a, const model_t *m, size_t N) {
-    kept_each(be, (acts_scratch_t *)a, kept, m, N, 1);
+void acts_kept_store(backend_t *be, void *kept, const acts_scratch_t *a, const model_t *m, size_t N, int act16) {
+    kept_each(be, (acts_scratch_t *)a, kept, m, N, 1, act16);
 }
 
-void acts_kept_load(backend_t *be, acts_scratch_t *a, const void *kept, const model_t *m, size_t N) {
-    kept_each(be, a, (char *)kept, m, N, 0);
+void acts_kept_load(backend_t *be, acts_scratch_t *a, const void *kept, const model_t *m, size_t N, int act16) {
+    kept_each(be, a, (char *)kept, m, N, 0, act16);
 }
 
 // ---------------------------------------------------------------- the checkpoint store
