@@ -186,7 +186,12 @@ static const ops_shape_t CPU_OPS = {4, 256, 6, 2, 64, 1024}, GPU_OPS = {4, 2048,
 // The attention op's rate (its forward and backward: the plan's 3 · 2·N·T·C FLOPs, half the
 // T×T products being masked) and the elementwise ops' (one block's forward and backward
 // sequence, in bf16 mode: the bytes plan_block_elem_words counts over the median time), on
-// the backend's own ops and device memory.
+// the backend's own ops and device memory. SwiGLU runs on FP32 words here, even where the
+// step's takes BF16 halves (tier.h act16), whose bytes the plan then counts at this rate:
+// with its operands in cache (as here, one block's buffers again and again) the halves'
+// widening costs more than their bytes save (SwiGLU 0.95 -> 1.03 ms, 27 GB/s for the
+// sequence instead of 40), while in the step, operands cold, they save (7.9 -> 6.3 ms).
+// The rate is the bytes the elementwise ops move, the limit the floor takes.
 static int ops_measure(backend_t *be, float *h_stage, size_t stage, int reps, double *attn_flops, double *elem_Bps,
                        char *err, size_t errlen) {
     const ops_shape_t sh = be->vt ? GPU_OPS : CPU_OPS;
@@ -240,7 +245,7 @@ static int ops_measure(backend_t *be, float *h_stage, size_t stage, int reps, do
         }
     }
     const double att = 3.0 * 2.0 * N * (double)sh.T * C, ma = bench_median(ta, reps), me = bench_median(te, reps);
-    const double bytes = 4.0 * N * (plan_block_elem_words(C, KVD, F, 0) + plan_block_elem_words(C, KVD, F, 1));
+    const double bytes = 4.0 * N * (plan_block_elem_words(C, KVD, F, 0, 0) + plan_block_elem_words(C, KVD, F, 1, 0));
     *attn_flops = ma > 0 ? att / ma : 0;
     *elem_Bps = me > 0 ? bytes / me : 0;
     return 0;

@@ -1109,9 +1109,11 @@ START_TEST(plan_counts_the_recompute) {
                       "chunked %d: full - 2 kept = %.6g, counted %.6g", chunked, full.flops_per_step - two.flops_per_step,
                       2 * (per - kept));
         // and the elementwise ops again, in bytes: the attention half's RMSNorm, RoPE, residual
-        // add and the MLP's norm (9C + 2KVD words a token), SwiGLU's forward (3F), and the BF16
+        // add and the MLP's norm (9C + 2KVD words a token), SwiGLU's forward (3F, half words
+        // where the layout keeps the MLP's intermediates as BF16: tier.h act16), and the BF16
         // checkpoint converted once more for the recompute (6 bytes an element)
-        const double eper = 4 * N * (9 * C + 2 * KVD + 3 * F) + 6 * N * C, ekept = chunked ? 4 * N * 3 * F : 0;
+        const double sw = full.lay.act16 ? 0.5 : 1.0;
+        const double eper = 4 * N * (9 * C + 2 * KVD + 3 * sw * F) + 6 * N * C, ekept = chunked ? 4 * N * 3 * sw * F : 0;
         ck_assert_msg(fabs(full.elem_bytes - none.elem_bytes - L * (eper - ekept)) <= 1e-9 * full.elem_bytes,
                       "chunked %d: elementwise full - none = %.6g, counted %.6g", chunked, full.elem_bytes - none.elem_bytes,
                       L * (eper - ekept));
@@ -1409,14 +1411,22 @@ START_TEST(plan_times_the_compute_parts) {
     model_t m;
     model_init(&m, &cfg);
     const double N = 32, T = 32, C = 384, KVD = 128, F = 1024, V = 256, L = 6;
-    const double words = L * ((2 + 2 + 3 + 3 + 2) * C + 2 * KVD + 3 * F + (4 + 4 + 2) * C + 2 * KVD + 5 * F) +
-                         (2 + 4 + 2 + 2) * C + 3 * V;
+    // SwiGLU's in BF16 halves where the layout keeps the MLP's intermediates so (tier.h act16:
+    // bf16 mode on AMX tiles), then half words
+    tier_layout_t lay16;
+    tier_layout(&cfg, &m, DEVICE_CPU, &lay16);
+    double words[2]; // FP32 SwiGLU (fp32 mode), and bf16 mode's
+    for (int b = 0; b < 2; b++) {
+        const double sw = b && lay16.act16 ? 0.5 : 1.0;
+        words[b] = L * ((2 + 2 + 3 + 3 + 2) * C + 2 * KVD + 3 * sw * F + (4 + 4 + 2) * C + 2 * KVD + 5 * sw * F) +
+                   (2 + 4 + 2 + 2) * C + 3 * V;
+    }
     // and the passes besides the ops (bytes): the BF16 checkpoints' conversions, into the store
     // as each of the L + 1 acts is committed, back as each block's input norm reads it in the
     // backward (FP32 read or written, BF16 the other way: 6 bytes an element; step.c, acts.c),
     // and Σ g² of every gradient once (its padded shards, as the tier holds them)
     const double passes = 6 * N * C * (L + 1) + 6 * N * C * L + 4.0 * (double)m.numel_padded;
-    const double bytes = 4 * N * words + passes;
+    const double bytes = 4 * N * words[1] + passes;
     const double att = 3 * 4.0 * N * T * C / 2 * L; // forward, backward ×2
     profile_t prof;
     profile_defaults(&prof);
@@ -1439,8 +1449,8 @@ START_TEST(plan_times_the_compute_parts) {
     ck_assert_msg(close_to(old.compute_ms[PLAN_CPART_MATMUL], 1e3 * (p.flops_per_step - att) / 2e11, 0, 1e-12),
                   "fp32 mode: matmuls %.17g ms", old.compute_ms[PLAN_CPART_MATMUL]);
     // FP32 checkpoints: the ops write and read the store itself, no conversions
-    ck_assert_msg(close_to(old.elem_bytes, bytes - 6 * N * C * (2 * L + 1), 0, 1e-12), "fp32 mode: elementwise bytes %.17g",
-                  old.elem_bytes);
+    ck_assert_msg(close_to(old.elem_bytes, 4 * N * words[0] + passes - 6 * N * C * (2 * L + 1), 0, 1e-12),
+                  "fp32 mode: elementwise bytes %.17g", old.elem_bytes);
     cfg.precision = PREC_BF16;
     prof.attn_flops = prof.elem_Bps = prof.gemm_fp32_flops = 0; // an older profile
     plan_compute(&cfg, &m, &prof, &old);
