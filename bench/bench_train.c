@@ -77,10 +77,13 @@ static void mm_bwd_w(float *dw, const float *dout, const float *inp, int N, int 
     TIMED(OP_GEMM, real->matmul_backward_weight(dw, dout, inp, N, IC, OC));
 }
 // the BF16 activations' (backend.h act16)
-static int mm_fwd_o16(int n, uint16_t *const out[], const uint16_t *const w[], const int OC[], const float *inp, int N,
-                      int IC) {
+static void norm_fwd16(uint16_t *out, float *rstd, const float *x, const float *w, int N, int C, float eps) {
+    TIMED(OP_NORM, real->rmsnorm_forward16(out, rstd, x, w, N, C, eps));
+}
+static int mm_fwd_x(int n, void *const out[], int o16, const uint16_t *const w[], const int OC[], const void *inp,
+                    int a16, int N, int IC, int round) {
     int rc;
-    TIMED(OP_GEMM, rc = real->matmul_forward_w16_n_o16(n, out, w, OC, inp, N, IC));
+    TIMED(OP_GEMM, rc = real->matmul_forward_w16_n_x(n, out, o16, w, OC, inp, a16, N, IC, round));
     return rc;
 }
 static int mm_fwd_a16(float *out, const uint16_t *inp, const uint16_t *w, int N, int IC, int OC, int round) {
@@ -104,10 +107,10 @@ static int mm_bwd_w_b16(float *dw, const float *dout, const uint16_t *inp, int N
     TIMED(OP_GEMM, rc = real->matmul_backward_weight_b16(dw, dout, inp, N, IC, OC));
     return rc;
 }
-static int mm_bwd_wn_a16(int n, float *const dw[], const uint16_t *const dout[], const int OC[], const float *inp,
-                         int N, int IC) {
-    int rc;
-    TIMED(OP_GEMM, rc = real->matmul_backward_weight_n_a16(n, dw, dout, OC, inp, N, IC));
+static unsigned mm_bwd_wn_x(int n, float *const dw[], const void *const dout[], int a16, const int OC[],
+                            const void *inp, int b16, int N, int IC) {
+    unsigned rc;
+    TIMED(OP_GEMM, rc = real->matmul_backward_weight_n_x(n, dw, dout, a16, OC, inp, b16, N, IC));
     return rc;
 }
 static void swiglu_fwd16(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n) {
@@ -204,12 +207,13 @@ static void on_init(trainer_t *tr, void *arg) {
     if (real->matmul_forward_w16_n) timed.matmul_forward_w16_n = mm_fwd16n;
     if (real->matmul_backward_weight_n) timed.matmul_backward_weight_n = mm_bwd_wn;
     if (real->act16) { // all or none (backend.h)
-        timed.matmul_forward_w16_n_o16 = mm_fwd_o16;
+        timed.rmsnorm_forward16 = norm_fwd16;
+        timed.matmul_forward_w16_n_x = mm_fwd_x;
         timed.matmul_forward_a16 = mm_fwd_a16;
         timed.matmul_backward_input_o16 = mm_bwd_in_o16;
         timed.matmul_backward_input_a16 = mm_bwd_in_a16;
         timed.matmul_backward_weight_b16 = mm_bwd_w_b16;
-        timed.matmul_backward_weight_n_a16 = mm_bwd_wn_a16;
+        timed.matmul_backward_weight_n_x = mm_bwd_wn_x;
         timed.swiglu_forward16 = swiglu_fwd16;
         timed.swiglu_backward16 = swiglu_bwd16;
     }

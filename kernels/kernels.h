@@ -97,19 +97,23 @@ const char *matmul_blas_core(void);
 const char *matmul_blas_core_better(void);
 
 // ---------------------------------------------------------------- BF16 activations
-// bf16 mode's MLP intermediates (gate, up and h, and their gradients dgate, dup and dh)
-// stored as BF16 halves instead of FP32 words holding BF16 values: half the bytes each op
-// writes and reads, the same numbers, and the bits of the FP32 ops above on them (each
-// output is the FP32 op's, rounded, then narrowed: exact). The products run on AMX tiles
-// alone: each returns 0, or 1 when declined with nothing written (no AMX, an FP32 operand
-// that is not BF16 values, or kernels_limit_simd below 3); the caller asks matmul_act16
-// first, and where it says 0 keeps FP32 intermediates and the ops above.
+// bf16 mode's activations that only products and these ops read — the norms' outputs ln1
+// and ln2, the MLP's gate, up and h, and their gradients dgate, dup and dh — stored as BF16
+// halves instead of FP32 words holding BF16 values: half the bytes each op writes and reads,
+// the same numbers, and the bits of the FP32 ops above on them (each output is the FP32 op's,
+// rounded, then narrowed: exact). The products run on AMX tiles alone: each returns 0, or 1
+// when declined with nothing written (no AMX, an FP32 operand that is not BF16 values, or
+// kernels_limit_simd below 3); the caller asks matmul_act16 first, and where it says 0 keeps
+// FP32 activations and the ops above.
 // 1 where the products below run for a model of width C (≤ 1024: a BF16 output's inner
 // dimension is C, one chunk of it, since no partial sum may pass through a BF16 output).
 int matmul_act16(int C);
-// out[i] (N, OC[i]) = inp · w[i]ᵀ rounded, as BF16: matmul_forward_w16_n's (gate, up)
-int matmul_forward_w16_n_o16(int n, uint16_t *const out[], const uint16_t *const w[], const int OC[], const float *inp,
-                             int N, int IC);
+// rmsnorm_forward's with round, out (N, C) as BF16 (ln1, ln2; on any CPU)
+void rmsnorm_forward16(uint16_t *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
+// out[i] (N, OC[i]) = inp · w[i]ᵀ: matmul_forward_w16_n's, inp as BF16 halves (a16), out as
+// BF16 (o16: then round) (q, k, v of ln1; gate, up of ln2)
+int matmul_forward_w16_n_x(int n, void *const out[], int o16, const uint16_t *const w[], const int OC[],
+                           const void *inp, int a16, int N, int IC, int round);
 // out (N, OC) = inp (N, IC, BF16) · wᵀ: matmul_forward_w16's (the down projection)
 int matmul_forward_a16(float *out, const uint16_t *inp, const uint16_t *w, int N, int IC, int OC, int round);
 // dinp (N, IC) = dout · w rounded, as BF16: matmul_backward_input_w16's "=" (dh)
@@ -120,9 +124,12 @@ int matmul_backward_input_a16(float *dinp, const uint16_t *dout, const uint16_t 
 // dw (OC, IC) += dout (N, OC)ᵀ · inp (N, IC, BF16): matmul_backward_weight's (the down
 // projection's)
 int matmul_backward_weight_b16(float *dw, const float *dout, const uint16_t *inp, int N, int IC, int OC);
-// dw[i] (OC[i], IC) += dout[i] (N, OC[i], BF16)ᵀ · inp: matmul_backward_weight_n's (gate, up)
-int matmul_backward_weight_n_a16(int n, float *const dw[], const uint16_t *const dout[], const int OC[],
-                                 const float *inp, int N, int IC);
+// dw[i] (OC[i], IC) += dout[i] (N, OC[i])ᵀ · inp: matmul_backward_weight_n's, dout as BF16
+// halves (a16), inp as BF16 halves (b16) (q, k, v of ln1; gate, up of ln2). Returns the mask
+// of the products declined (bit i: dw[i] not written; FP32 douts decline one by one), 0 when
+// all are done.
+unsigned matmul_backward_weight_n_x(int n, float *const dw[], const void *const dout[], int a16, const int OC[],
+                                    const void *inp, int b16, int N, int IC);
 // swiglu_forward / swiglu_backward with round on BF16 operands and outputs (on any CPU);
 // dgate may be gate and dup may be up, as there.
 void swiglu_forward16(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n);

@@ -54,8 +54,8 @@ void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) 
     carve(a, base, m, N, acts_nkept(m, N), 0, 0);
 }
 
-// The MLP's buffers, gate, up and h: BF16 halves already with act16 (acts.h).
-static int mlp_buf(int i) { return i >= 10 && i <= 12; }
+// The buffers of BF16 halves with act16 (acts.h): ln1, ln2, gate, up and h.
+static int half_buf(int i) { return i == 0 || i == 8 || (i >= 10 && i <= 12); }
 
 // BF16 kept storage: buffer i's place in the allocation (4 KiB-aligned, in order), its
 // elements to or from the scratch: converted, or copied where they are FP32 statistics or
@@ -66,7 +66,7 @@ static void kept_each(backend_t *be, acts_scratch_t *a, char *kept, const model_
     for (int i = 0; i < acts_nkept(m, N); i++) {
         void *k = kept + off;
         const size_t n = bytes[i] / sizeof(float);
-        if (kept_stat(i) || (act16 && mlp_buf(i))) {
+        if (kept_stat(i) || (act16 && half_buf(i))) {
             const uint64_t nb = kept_stat(i) ? bytes[i] : bytes[i] / 2;
             backend_copy_d2d(be, store ? k : a->buf[i], store ? a->buf[i] : k, nb);
         }

@@ -45,12 +45,13 @@ static const backend_ops_t cpu_ops = {
     .crossentropy_backward = crossentropy_backward,
     .adamw_update = adamw_update, // AVX-512/AVX2/scalar by CPU: the same bits
     .act16 = matmul_act16, // AMX tiles
-    .matmul_forward_w16_n_o16 = matmul_forward_w16_n_o16,
+    .rmsnorm_forward16 = rmsnorm_forward16,
+    .matmul_forward_w16_n_x = matmul_forward_w16_n_x,
     .matmul_forward_a16 = matmul_forward_a16,
     .matmul_backward_input_o16 = matmul_backward_input_o16,
     .matmul_backward_input_a16 = matmul_backward_input_a16,
     .matmul_backward_weight_b16 = matmul_backward_weight_b16,
-    .matmul_backward_weight_n_a16 = matmul_backward_weight_n_a16,
+    .matmul_backward_weight_n_x = matmul_backward_weight_n_x,
     .swiglu_forward16 = swiglu_forward16,
     .swiglu_backward16 = swiglu_backward16,
 };

@@ -2,10 +2,11 @@
 // gradient written between ops is rounded to BF16 in bf16 mode (the GPU backend stores them
 // as BF16), by the op that writes it (the ops' round flag, r = st->bf16) or, where the op has
 // none (the cross-entropy backward, a copy), by bf16_round_n after it; norms, softmax, loss
-// and parameter gradients stay FP32. With st->act16 the MLP's intermediates (gate, up, h and
-// their gradients) are stored as the BF16 halves themselves, through the backend's BF16 ops:
-// the same numbers, half the bytes (on small's step: SwiGLU 7.9 → 6.3 ms, the products 46.7 →
-// 45.1, 10 alternated pairs against TT_TEST_FP32_MLP).
+// and parameter gradients stay FP32. With st->act16 the norms' outputs ln1 and ln2 and the
+// MLP's intermediates (gate, up, h and their gradients), read by products and SwiGLU alone,
+// are stored as the BF16 halves themselves, through the backend's BF16 ops: the same numbers,
+// half the bytes (small's step with the MLP's alone: SwiGLU 7.9 → 6.3 ms, the products 46.7 →
+// 45.1, 10 alternated pairs against FP32 intermediates).
 #include "step.h"
 #include <errno.h>
 #include <math.h>
@@ -334,9 +335,18 @@ static void block_attention(step_t *st, const wts_t *W, const float *x) {
     const size_t NC = (size_t)N * C;
     acts_scratch_t *a = &st->a;
 
-    op->rmsnorm_forward(a->ln1, a->rstd1, x, W->norm[0], N, C, m->norm_eps, r);
-    mm_forwards(st, W, 3, (const int[]){BW_Q, BW_K, BW_V}, (float *const[]){a->q, a->k, a->v}, a->ln1, N, C,
-                (const int[]){C, KVD, KVD}, r);
+    if (st->act16) { // ln1 as BF16 halves, read by q, k and v's products as they are
+        op->rmsnorm_forward16(H16(a->ln1), a->rstd1, x, W->norm[0], N, C, m->norm_eps);
+        assist_poll(st);
+        declined(st, op->matmul_forward_w16_n_x(3, (void *const[]){a->q, a->k, a->v}, 0,
+                                                (const uint16_t *const[]){w16_of(st, W, BW_Q), w16_of(st, W, BW_K),
+                                                                          w16_of(st, W, BW_V)},
+                                                (const int[]){C, KVD, KVD}, H16(a->ln1), 1, N, C, r));
+    } else {
+        op->rmsnorm_forward(a->ln1, a->rstd1, x, W->norm[0], N, C, m->norm_eps, r);
+        mm_forwards(st, W, 3, (const int[]){BW_Q, BW_K, BW_V}, (float *const[]){a->q, a->k, a->v}, a->ln1, N, C,
+                    (const int[]){C, KVD, KVD}, r);
+    }
     op->rope_forward(a->q, st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS, r);
     op->rope_forward(a->k, st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS, r);
     op->attention_forward(a->att, a->lse, a->q, a->k, a->v, st->B, st->T, m->NH, m->NKV, m->HS, r);
@@ -344,7 +354,8 @@ static void block_attention(step_t *st, const wts_t *W, const float *x) {
     // to it: att·Woᵀ + x, the same bits as x + att·Woᵀ (IEEE addition commutes), no buffer
     mm_forward(st, W, BW_O, a->x2, a->att, N, C, C, r);
     op->add_inplace(a->x2, x, NC, r);
-    op->rmsnorm_forward(a->ln2, a->rstd2, a->x2, W->norm[1], N, C, m->norm_eps, r);
+    if (st->act16) op->rmsnorm_forward16(H16(a->ln2), a->rstd2, a->x2, W->norm[1], N, C, m->norm_eps);
+    else op->rmsnorm_forward(a->ln2, a->rstd2, a->x2, W->norm[1], N, C, m->norm_eps, r);
 }
 
 // The MLP's intermediates for rows [r0, r0 + n) of W's block (n ≤ its chunk): gate, up and
@@ -355,15 +366,15 @@ static void mlp_chunk(step_t *st, const wts_t *W, int r0, int n) {
     const int C = m->C, F = m->F;
     const size_t nF = (size_t)n * F;
     acts_scratch_t *a = &st->a;
-    const float *ln2 = a->ln2 + (size_t)r0 * C;
     if (st->act16) { // as mm_forwards and swiglu_forward below, on BF16 halves
         assist_poll(st);
-        declined(st, op->matmul_forward_w16_n_o16(2, (uint16_t *const[]){H16(a->gate), H16(a->up)},
-                                                  (const uint16_t *const[]){w16_of(st, W, BW_GATE), w16_of(st, W, BW_UP)},
-                                                  (const int[]){F, F}, ln2, n, C));
+        declined(st, op->matmul_forward_w16_n_x(2, (void *const[]){a->gate, a->up}, 1,
+                                                (const uint16_t *const[]){w16_of(st, W, BW_GATE), w16_of(st, W, BW_UP)},
+                                                (const int[]){F, F}, H16(a->ln2) + (size_t)r0 * C, 1, n, C, 1));
         op->swiglu_forward16(H16(a->h), H16(a->gate), H16(a->up), nF);
         return;
     }
+    const float *ln2 = a->ln2 + (size_t)r0 * C;
     mm_forwards(st, W, 2, (const int[]){BW_GATE, BW_UP}, (float *const[]){a->gate, a->up}, ln2, n, C,
                 (const int[]){F, F}, st->bf16);
     op->swiglu_forward(a->h, a->gate, a->up, nF, st->bf16);
@@ -395,24 +406,25 @@ static void block_forward(step_t *st, const wts_t *W, const float *x, float *out
     }
 }
 
-// The MLP's backward for one chunk of n rows with BF16 intermediates (st->act16): the FP32
-// path's ops and order in block_backward, on the BF16 ops (the same bits). dout, ln2 and dln
-// are the chunk's rows.
-static void mlp_backward16(step_t *st, const wts_t *W, float *G, const float *dout, const float *ln2, float *dln,
-                           int n) {
+// The MLP's backward for the chunk of n rows from row r0 with BF16 activations (st->act16):
+// the FP32 path's ops and order in block_backward, on the BF16 ops (the same bits).
+static void mlp_backward16(step_t *st, const wts_t *W, float *G, int r0, int n) {
     const backend_ops_t *op = st->be->ops;
     const model_t *m = st->m;
     const int C = m->C, F = m->F, s = W->shard, r = st->bf16;
     acts_scratch_t *a = &st->a;
+    const float *dout = st->dres + (size_t)r0 * C;
+    const uint16_t *ln2 = H16(a->ln2) + (size_t)r0 * C;
+    float *dln = a->dln + (size_t)r0 * C;
     uint16_t *dh = H16(a->h), *dgate = H16(a->gate), *dup = H16(a->up); // (block_backward's homes)
     declined(st, op->matmul_backward_weight_b16(grad_of(G, st, s, BW_DOWN), dout, H16(a->h), n, F, C));
     declined(st, op->matmul_backward_input_o16(dh, dout, w16_of(st, W, BW_DOWN), n, F, C));
     op->swiglu_backward16(dgate, dup, dh, H16(a->gate), H16(a->up), (size_t)n * F);
     declined(st, op->matmul_backward_input_a16(dln, dgate, w16_of(st, W, BW_GATE), n, C, F, 0, 0));
     declined(st, op->matmul_backward_input_a16(dln, dup, w16_of(st, W, BW_UP), n, C, F, 1, r));
-    declined(st, op->matmul_backward_weight_n_a16(2, (float *const[]){grad_of(G, st, s, BW_GATE), grad_of(G, st, s, BW_UP)},
-                                                  (const uint16_t *const[]){dgate, dup}, (const int[]){F, F}, ln2, n,
-                                                  C));
+    declined(st, (int)op->matmul_backward_weight_n_x(
+                     2, (float *const[]){grad_of(G, st, s, BW_GATE), grad_of(G, st, s, BW_UP)},
+                     (const void *const[]){dgate, dup}, 1, (const int[]){F, F}, ln2, 1, n, C));
 }
 
 // Recomputes block `layer`'s attention half from its checkpoint, act (mb, layer) (unless its
@@ -457,7 +469,7 @@ static void block_backward(step_t *st, int mb, int layer, const wts_t *W, float 
         float *dln = a->dln + o;
         if (!have) mlp_chunk(st, W, r0, n);
         if (st->act16) {
-            mlp_backward16(st, W, G, dout, ln2, dln, n);
+            mlp_backward16(st, W, G, r0, n);
             continue;
         }
         op->matmul_backward_weight(grad_of(G, st, s, BW_DOWN), dout, a->h, n, F, C);
@@ -482,9 +494,12 @@ static void block_backward(step_t *st, int mb, int layer, const wts_t *W, float 
     mm_backward_input(st, W, BW_Q, a->dln, dq, N, C, C, 0, 0);
     mm_backward_input(st, W, BW_K, a->dln, dk, N, C, KVD, 1, 0);
     mm_backward_input(st, W, BW_V, a->dln, dv, N, C, KVD, 1, r); // dln complete
-    mm_backward_weights(st, 3,
-                        (float *const[]){grad_of(G, st, s, BW_Q), grad_of(G, st, s, BW_K), grad_of(G, st, s, BW_V)},
-                        (const float *const[]){dq, dk, dv}, (const int[]){C, KVD, KVD}, a->ln1, N, C);
+    float *const dwqkv[3] = {grad_of(G, st, s, BW_Q), grad_of(G, st, s, BW_K), grad_of(G, st, s, BW_V)};
+    if (st->act16) // from BF16 ln1
+        declined(st, (int)op->matmul_backward_weight_n_x(3, dwqkv, (const void *const[]){dq, dk, dv}, 0,
+                                                         (const int[]){C, KVD, KVD}, H16(a->ln1), 1, N, C));
+    else
+        mm_backward_weights(st, 3, dwqkv, (const float *const[]){dq, dk, dv}, (const int[]){C, KVD, KVD}, a->ln1, N, C);
     if (!x || dv != a->xf) x = acts_in(&st->acts, mb, layer); // (again when dv had its FP32 copy)
     op->rmsnorm_backward(st->dres, grad_of(G, st, s, BW_ATTN_NORM), a->dln, x,
                          W->norm[0], a->rstd1, N, C, r); // now ∂L/∂x

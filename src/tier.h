@@ -114,10 +114,11 @@ typedef struct {
                                 // step.c), so only the norms' weights are widened; else every use
                                 // widens its shard to FP32 (TT_TEST_WIDEN_WEIGHTS, a testing hook, asks
                                 // for that, so that the tests can hold the two forms to the same bits)
-    int act16;                  // w16 on the CPU backend whose products take the MLP's intermediates
-                                // as BF16 halves (kernels.h matmul_act16: AMX tiles, width ≤ 1024):
-                                // half their bytes, the same bits (step.c); TT_TEST_FP32_MLP, a
-                                // testing hook, keeps them FP32 for the tests that compare the two
+    int act16;                  // w16 on the CPU backend whose products take the norms' outputs and
+                                // the MLP's intermediates as BF16 halves (kernels.h matmul_act16: AMX
+                                // tiles, width ≤ 1024): half their bytes, the same bits (step.c);
+                                // TT_TEST_FP32_ACTS, a testing hook, keeps them FP32 for the tests
+                                // that compare the two
     size_t chunk_elems;         // elements of an optimizer chunk (all chunks of a shard but its last)
     int o32_parts;              // floats per element of an optimizer chunk's staging: master, m, v, and g
                                 // first with --grads nvme (an NVMe chunk's: tier_o32_parts)
@@ -148,7 +149,7 @@ const char *tier_update_backward_refusal(const config_t *cfg, device_kind_t devi
 static inline int tier_o32_parts(const tier_layout_t *lay, int shard) { return 3 + (shard < lay->gext_shards); }
 // Sizes and counts every buffer of a run of cfg on device (DEVICE_CPU or DEVICE_CUDA). Pure,
 // but for the CPU's vector path (w16, act16: kernels_limit_simd) and three testing hooks
-// (TT_TEST_WIDEN_WEIGHTS, TT_TEST_FP32_MLP, TT_OPT_CHUNK).
+// (TT_TEST_WIDEN_WEIGHTS, TT_TEST_FP32_ACTS, TT_OPT_CHUNK).
 void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, tier_layout_t *lay);
 // Bytes of buffer b for shard s (per-shard buffers) or of each of its allocations.
 uint64_t tier_spec_bytes(const tier_layout_t *lay, const model_t *m, tier_buf_t b, int s);

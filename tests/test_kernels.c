@@ -850,11 +850,13 @@ START_TEST(test_matmul_forward_n_bits) {
 END_TEST
 
 // The BF16-activation products (kernels.h "BF16 activations") against the FP32 ops on the
-// same values, bit for bit, at 1 and 3 threads: the MLP's shapes at 300 rows (not a multiple
-// of the tiles' 32) and 1100 (more than one chunk of rows), a width of 70 and an F of 100
-// (an inner dimension the tiles pad), gradients with and without accumulation and rounding.
-// Without AMX (kernels_limit_simd(2), or no tiles here) each product declines and writes
-// nothing, as it does for a BF16 output over an inner dimension of 1024.
+// same values, bit for bit, at 1 and 3 threads: the block's shapes at 300 rows (not a
+// multiple of the tiles' 32) and 1100 (more than one chunk of rows), a width of 70 and an F
+// of 100 (an inner dimension the tiles pad); every mix of BF16 and FP32 input and output the
+// forward products take, and of BF16 and FP32 operands the shared weight gradients take;
+// gradients with and without accumulation and rounding. Without AMX (kernels_limit_simd(2),
+// or no tiles here) each product declines and writes nothing, as it does for a BF16 output
+// over an inner dimension of 1024.
 static uint16_t *h16_of(const float *x, size_t n) {
     uint16_t *h = malloc((n ? n : 1) * sizeof *h);
     ck_assert_ptr_nonnull(h);
@@ -874,7 +876,8 @@ START_TEST(test_matmul_act16_bits) {
     rng_t rg = rng_make(1700);
     float *ln2 = fnew((size_t)NMAX * C), *h = fnew((size_t)NMAX * F), *dout = fnew((size_t)NMAX * C);
     float *dg = fnew((size_t)NMAX * F), *du = fnew((size_t)NMAX * F), *wf = fnew((size_t)F * C);
-    float *ref = fnew((size_t)NMAX * F), *ref2 = fnew((size_t)NMAX * F), *got = fnew((size_t)NMAX * F);
+    float *ref = fnew((size_t)NMAX * F), *ref2 = fnew((size_t)NMAX * F), *ref3 = fnew((size_t)NMAX * F),
+          *got = fnew((size_t)NMAX * F);
     float *dw0 = fnew((size_t)F * C), *dwr[2] = {fnew((size_t)F * C), fnew((size_t)F * C)};
     float *dwg[2] = {fnew((size_t)F * C), fnew((size_t)F * C)};
     uint16_t *o16[2] = {malloc((size_t)NMAX * F * 2), malloc((size_t)NMAX * F * 2)};
@@ -891,7 +894,7 @@ START_TEST(test_matmul_act16_bits) {
         fill_sym(wf, (size_t)F * C, 1.0, &rg);
         w[i] = h16_of(wf, (size_t)F * C);
     }
-    uint16_t *h16 = h16_of(h, ns[1]), *dg16 = h16_of(dg, ns[3]), *du16 = h16_of(du, ns[4]);
+    uint16_t *h16 = h16_of(h, ns[1]), *dg16 = h16_of(dg, ns[3]), *du16 = h16_of(du, ns[4]), *ln2_16 = h16_of(ln2, ns[0]);
 
     if (!matmul_amx()) { // nothing to compare: each declines (below)
         ck_assert_int_eq(matmul_act16(C), 0);
@@ -902,16 +905,30 @@ START_TEST(test_matmul_act16_bits) {
             char what[160];
             set_threads(th);
             ck_assert_int_eq(matmul_act16(C), 1);
-            // gate, up = ln2 · wᵀ, rounded
-            for (int i = 0; i < 2; i++) {
-                matmul_forward_w16(i ? ref2 : ref, ln2, w[i], NULL, N, C, F, 1);
-                memset(o16[i], 0xff, (size_t)N * F * 2);
-            }
-            ck_assert_int_eq(matmul_forward_w16_n_o16(2, o16, (const uint16_t *const *)w, (const int[]){F, F}, ln2, N, C), 0);
-            for (int i = 0; i < 2; i++) {
-                snprintf(what, sizeof what, "forward out %d of 2 as BF16 (N %d, %d threads)", i, N, th);
-                check_bits16(what, o16[i], i ? ref2 : ref, (size_t)N * F);
-            }
+            // gate, up (q, k, v) = ln2 · wᵀ: from FP32 or BF16 ln2 (a16), into FP32 or (rounded)
+            // BF16 outputs (c16)
+            for (int a16 = 0; a16 < 2; a16++)
+                for (int c16 = 0; c16 < 2; c16++)
+                    for (int rnd = c16; rnd < 2; rnd++) {
+                        float *outs[2] = {got, ref2};
+                        for (int i = 0; i < 2; i++) {
+                            matmul_forward_w16(i ? ref3 : ref, ln2, w[i], NULL, N, C, F, rnd);
+                            if (c16) memset(o16[i], 0xff, (size_t)N * F * 2);
+                            else fill_nan(outs[i], (size_t)N * F);
+                        }
+                        void *const out[2] = {c16 ? (void *)o16[0] : (void *)got, c16 ? (void *)o16[1] : (void *)ref2};
+                        ck_assert_int_eq(matmul_forward_w16_n_x(2, out, c16, (const uint16_t *const *)w, (const int[]){F, F},
+                                                                a16 ? (const void *)ln2_16 : (const void *)ln2, a16, N, C,
+                                                                rnd),
+                                         0);
+                        for (int i = 0; i < 2; i++) {
+                            snprintf(what, sizeof what, "forward out %d of 2 (%s in, %s out, round %d, N %d, %d threads)", i,
+                                     a16 ? "BF16" : "FP32", c16 ? "BF16" : "FP32", rnd, N, th);
+                            const float *want = i ? ref3 : ref;
+                            if (c16) check_bits16(what, o16[i], want, (size_t)N * F);
+                            else CHECK_BITS(what, outs[i], want, (size_t)N * F);
+                        }
+                    }
             // out = h · wdᵀ, from BF16 h
             for (int rnd = 0; rnd < 2; rnd++) {
                 matmul_forward_w16(ref, h, w[2], NULL, N, F, C, rnd);
@@ -943,19 +960,26 @@ START_TEST(test_matmul_act16_bits) {
             ck_assert_int_eq(matmul_backward_weight_b16(dwg[0], dout, h16, N, F, C), 0);
             snprintf(what, sizeof what, "weight gradient from BF16 input (N %d, %d threads)", N, th);
             CHECK_BITS(what, dwg[0], dwr[0], (size_t)F * C);
-            // dwg, dwu += dgateᵀ · ln2, dupᵀ · ln2, from BF16 gradients
-            for (int i = 0; i < 2; i++) {
-                memcpy(dwr[i], dw0, (size_t)F * C * sizeof(float));
-                memcpy(dwg[i], dw0, (size_t)F * C * sizeof(float));
-            }
-            matmul_backward_weight_n(2, dwr, (const float *const[]){dg, du}, (const int[]){F, F}, ln2, N, C);
-            ck_assert_int_eq(matmul_backward_weight_n_a16(2, dwg, (const uint16_t *const[]){dg16, du16},
-                                                          (const int[]){F, F}, ln2, N, C),
-                             0);
-            for (int i = 0; i < 2; i++) {
-                snprintf(what, sizeof what, "weight gradient %d of 2 from BF16 (N %d, %d threads)", i, N, th);
-                CHECK_BITS(what, dwg[i], dwr[i], (size_t)F * C);
-            }
+            // dwg, dwu (dwq, dwk, dwv) += dgateᵀ · ln2, dupᵀ · ln2: gradients FP32 or BF16 (a16),
+            // ln2 FP32 or BF16 (b16)
+            for (int a16 = 0; a16 < 2; a16++)
+                for (int b16 = 0; b16 < 2; b16++) {
+                    for (int i = 0; i < 2; i++) {
+                        memcpy(dwr[i], dw0, (size_t)F * C * sizeof(float));
+                        memcpy(dwg[i], dw0, (size_t)F * C * sizeof(float));
+                    }
+                    matmul_backward_weight_n(2, dwr, (const float *const[]){dg, du}, (const int[]){F, F}, ln2, N, C);
+                    const void *const douts[2] = {a16 ? (const void *)dg16 : (const void *)dg,
+                                                  a16 ? (const void *)du16 : (const void *)du};
+                    ck_assert_uint_eq(matmul_backward_weight_n_x(2, dwg, douts, a16, (const int[]){F, F},
+                                                                 b16 ? (const void *)ln2_16 : (const void *)ln2, b16, N, C),
+                                      0);
+                    for (int i = 0; i < 2; i++) {
+                        snprintf(what, sizeof what, "weight gradient %d of 2 (%s gradient, %s input, N %d, %d threads)", i,
+                                 a16 ? "BF16" : "FP32", b16 ? "BF16" : "FP32", N, th);
+                        CHECK_BITS(what, dwg[i], dwr[i], (size_t)F * C);
+                    }
+                }
         }
     // Declined, nothing written: a BF16 output over 1025 inner indices; every product without AMX
     const int Kbig = 1025;
@@ -966,7 +990,9 @@ START_TEST(test_matmul_act16_bits) {
     uint16_t *wb16 = h16_of(wb, (size_t)F * Kbig);
     memset(o16[0], 0xab, (size_t)Ns[0] * F * 2);
     ck_assert_int_eq(matmul_act16(Kbig), 0);
-    ck_assert_int_eq(matmul_forward_w16_n_o16(1, o16, (const uint16_t *const *)&wb16, &F, big, Ns[0], Kbig), 1);
+    ck_assert_int_eq(matmul_forward_w16_n_x(1, (void *const *)o16, 1, (const uint16_t *const *)&wb16, &F, big, 0, Ns[0],
+                                            Kbig, 1),
+                     1);
     for (size_t i = 0; i < (size_t)Ns[0] * F; i++) CHECK_LOOP(o16[0][i] == 0xabab, "a declined product wrote element %zu", i);
     for (int lim = 3; lim >= 2; lim--) {
         kernels_limit_simd(lim);
@@ -976,22 +1002,23 @@ START_TEST(test_matmul_act16_bits) {
         fill_nan(got, (size_t)N * F);
         memcpy(dwg[0], dw0, (size_t)F * C * sizeof(float));
         ck_assert_int_eq(matmul_act16(C), 0);
-        ck_assert_int_eq(matmul_forward_w16_n_o16(1, o16, (const uint16_t *const *)w, &F, ln2, N, C), 1);
+        ck_assert_int_eq(matmul_forward_w16_n_x(1, (void *const *)o16, 1, (const uint16_t *const *)w, &F, ln2, 0, N, C, 1),
+                         1);
         ck_assert_int_eq(matmul_backward_input_o16(o16[0], dout, w[2], N, F, C), 1);
         for (size_t i = 0; i < (size_t)N * F; i++) CHECK_LOOP(o16[0][i] == 0xabab, "declined: wrote element %zu", i);
         ck_assert_int_eq(matmul_forward_a16(got, h16, w[2], N, F, C, 1), 1);
         ck_assert_int_eq(matmul_backward_input_a16(got, dg16, w[0], N, C, F, 0, 1), 1);
         for (size_t i = 0; i < (size_t)N * F; i++) CHECK_LOOP(isnan(got[i]), "declined: wrote element %zu", i);
         ck_assert_int_eq(matmul_backward_weight_b16(dwg[0], dout, h16, N, F, C), 1);
-        ck_assert_int_eq(matmul_backward_weight_n_a16(1, dwg, (const uint16_t *const *)&dg16, &F, ln2, N, C), 1);
+        ck_assert_uint_eq(matmul_backward_weight_n_x(1, dwg, (const void *const *)&dg16, 1, &F, ln2_16, 1, N, C), 1);
         ck_assert(!memcmp(dwg[0], dw0, (size_t)F * C * sizeof(float)));
     }
     kernels_limit_simd(3);
     free(big); free(wb); free(wb16);
     for (int i = 0; i < 3; i++) free(w[i]);
     for (int i = 0; i < 2; i++) { free(o16[i]); free(dwr[i]); free(dwg[i]); }
-    free(ln2); free(h); free(dout); free(dg); free(du); free(wf); free(ref); free(ref2); free(got); free(dw0);
-    free(h16); free(dg16); free(du16);
+    free(ln2); free(h); free(dout); free(dg); free(du); free(wf); free(ref); free(ref2); free(ref3); free(got); free(dw0);
+    free(h16); free(dg16); free(du16); free(ln2_16);
 }
 END_TEST
 
@@ -1470,6 +1497,40 @@ END_TEST
 // bit for bit, on every vector path and at 1 and 3 threads: lengths with ragged tails (1, 7,
 // 4099, more than one slice and one parallel chunk), gates wide enough to reach both ends of
 // silu, and the backward in place (dgate over gate, dup over up) as the step runs it.
+// rmsnorm_forward16 against rmsnorm_forward with round, bit for bit (the halves its rounded
+// outputs, the same rstd), on every vector path and at 1 and 3 threads, rows wider than its
+// 256-column segments and ragged (C 70, 300, 1000).
+START_TEST(test_rmsnorm16_bits) {
+    const int N = 37, Cs[3] = {70, 300, 1000};
+    rng_t rg = rng_make(630);
+    for (int k = 0; k < 3; k++) {
+        const int C = Cs[k];
+        float *x = fnew((size_t)N * C), *w = fnew((size_t)C), *out = fnew((size_t)N * C), *rs = fnew((size_t)N),
+              *rs16 = fnew((size_t)N);
+        uint16_t *o16 = malloc((size_t)N * C * 2);
+        ck_assert_ptr_nonnull(o16);
+        fill_sym(x, (size_t)N * C, 3.0, &rg);
+        fill_sym(w, (size_t)C, 1.0, &rg);
+        for (int lim = 2; lim >= 0; lim--) {
+            if (!simd_have(lim)) continue;
+            kernels_limit_simd(lim);
+            for (int th = 1; th <= 3; th += 2) {
+                char what[128];
+                set_threads(th);
+                rmsnorm_forward(out, rs, x, w, N, C, 1e-5f, 1);
+                fill_nan(rs16, (size_t)N);
+                rmsnorm_forward16(o16, rs16, x, w, N, C, 1e-5f);
+                snprintf(what, sizeof what, "rmsnorm_forward16 (C %d, %s, %d threads)", C, simd_path(lim), th);
+                check_bits16(what, o16, out, (size_t)N * C);
+                CHECK_BITS(what, rs16, rs, (size_t)N);
+            }
+        }
+        kernels_limit_simd(3);
+        free(x); free(w); free(out); free(rs); free(rs16); free(o16);
+    }
+}
+END_TEST
+
 START_TEST(test_swiglu16_bits) {
     const size_t ns[3] = {1, 7, 4099 * 3};
     const size_t n = ns[2];
@@ -2424,6 +2485,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, test_swiglu_extremes);
     tcase_add_test(tc, test_swiglu_paths);
     tcase_add_test(tc, test_swiglu16_bits);
+    tcase_add_test(tc, test_rmsnorm16_bits);
     tc = tcase(s, "embedding");
     tcase_add_loop_test(tc, test_embedding, 0, NELEMS(EMB_SHAPES));
     tcase_add_loop_test(tc, test_embedding_chunks, 0, NELEMS(EMB_CHUNKS));

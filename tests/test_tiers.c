@@ -249,13 +249,14 @@ START_TEST(bf16_weights_keep_bits) {
 }
 END_TEST
 
-// bf16 mode's MLP intermediates as BF16 halves (tier.h act16: on AMX tiles) give the bits of
-// FP32 words holding the same values (TT_TEST_FP32_MLP): blocks kept (FP32 and BF16 storage)
-// and recomputed, the MLP in chunks, host checkpoints and streamed tiers, both schedules. On a
-// CPU without the tiles both runs keep FP32 intermediates (said on stderr); the kernels' own
+// bf16 mode's activations that products and these ops alone read — ln1, ln2 and the MLP's
+// intermediates — as BF16 halves (tier.h act16: on AMX tiles) give the bits of FP32 words
+// holding the same values (TT_TEST_FP32_ACTS): blocks kept (FP32 and BF16 storage) and
+// recomputed, the MLP in chunks, host checkpoints and streamed tiers, both schedules. On a
+// CPU without the tiles both runs keep FP32 activations (said on stderr); the kernels' own
 // tests hold the BF16 ops to the FP32 ones everywhere they run.
-START_TEST(bf16_mlp_keeps_bits) {
-    char *fp32[] = {"TT_TEST_FP32_MLP=1", NULL}, *fp32_chunked[] = {"TT_TEST_FP32_MLP=1", "TT_TEST_MLP_ROWS=32", NULL},
+START_TEST(bf16_acts_keep_bits) {
+    char *fp32[] = {"TT_TEST_FP32_ACTS=1", NULL}, *fp32_chunked[] = {"TT_TEST_FP32_ACTS=1", "TT_TEST_MLP_ROWS=32", NULL},
          *chunked[] = {"TT_TEST_MLP_ROWS=32", NULL};
     static const char *const settings[][16] = {
         {"--recompute", "none", NULL},
@@ -264,12 +265,12 @@ START_TEST(bf16_mlp_keeps_bits) {
         {"--recompute", "1", "--checkpoints", "host", "--schedule", "vertical", NULL},
         {"--params", "nvme", "--grads", "host", "--optimizer", "nvme", "--prefetch", "1", "--recompute", "1", NULL},
     };
-    if (!matmul_act16(64)) fprintf(stderr, "bf16_mlp_keeps_bits: no AMX tiles here: both runs keep FP32 intermediates\n");
+    if (!matmul_act16(64)) fprintf(stderr, "bf16_acts_keep_bits: no AMX tiles here: both runs keep FP32 activations\n");
     for (int c = 0; c < 2; c++)
         for (int i = 0; i < 5; i++) {
             run_t a = train(base_bf16, settings[i], c ? chunked : NULL), b = train(base_bf16, settings[i], c ? fp32_chunked : fp32);
             char *fa = fingerprint(&a), *fb = fingerprint(&b);
-            ck_assert_msg(!strcmp(fa, fb), "setting %d (%s %s%s): BF16 MLP intermediates changed the bits:\n  BF16: %s\n  FP32: %s",
+            ck_assert_msg(!strcmp(fa, fb), "setting %d (%s %s%s): BF16 activations changed the bits:\n  BF16: %s\n  FP32: %s",
                           i, settings[i][0], settings[i][1], c ? ", the MLP in chunks" : "", fa, fb);
             if (i == 2 && !c) ck_assert_msg(strstr(a.out, "2 of 2 blocks keep") && strstr(a.out, ", as BF16)"), "%s", a.out);
             free(fa);
@@ -1908,7 +1909,7 @@ int main(void) {
     tcase_add_test(inv, recompute_keeps_bits);
     tcase_add_test(inv, mlp_chunks_keep_bits);
     tcase_add_test(inv, bf16_weights_keep_bits);
-    tcase_add_test(inv, bf16_mlp_keeps_bits);
+    tcase_add_test(inv, bf16_acts_keep_bits);
     tcase_add_test(inv, vocab_chunks_keep_bits);
     tcase_add_test(inv, optimizer_cache_saves_reads);
     tcase_add_test(inv, update_in_backward_keeps_bits);

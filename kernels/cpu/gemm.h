@@ -53,18 +53,18 @@ unsigned gemm_amx_shared_b(int n, int transa, const int *M, const float *const *
 int gemm_amx_shared_a(int n, int transa, int M, int K, const float *A, int lda, int transb, const int *N,
                       const uint16_t *const *B, const int *ldb, float *const *C, const int *ldc, int accumulate,
                       int round);
-// The three above with BF16 activations (bf16 mode's MLP intermediates, kernels.h "BF16
-// activations"): a16, A given as BF16 halves (as b16 B; never checked); c16, C written as
-// BF16 halves, which needs accumulate 0, round 1 and K ≤ 1024 (one chunk of the inner
-// dimension: no partial sums pass through C). The bits of each output are those of the FP32
-// call on the same values (a BF16 value and its FP32 word are the same number). Declined as
-// the FP32 calls are, and where c16's terms are not met.
+// The three above with BF16 activations (bf16 mode's, kernels.h "BF16 activations"): a16,
+// A given as BF16 halves (as b16 B; never checked); c16, C written as BF16 halves, which
+// needs accumulate 0, round 1 and K ≤ 1024 (one chunk of the inner dimension: no partial
+// sums pass through C). The bits of each output are those of the FP32 call on the same
+// values (a BF16 value and its FP32 word are the same number). Declined as the FP32 calls
+// are, and where c16's terms are not met.
 int gemm_amx_x(int transa, int a16, int transb, int b16, int M, int N, int K, const void *A, int lda, const void *B,
                int ldb, int accumulate, void *C, int c16, int ldc, int round);
 unsigned gemm_amx_shared_b_x(int n, int transa, int a16, const int *M, const void *const *A, const int *lda,
-                             float *const *C, const int *ldc, int transb, int N, int K, const float *B, int ldb,
+                             float *const *C, const int *ldc, int transb, int b16, int N, int K, const void *B, int ldb,
                              int accumulate, int round);
-int gemm_amx_shared_a_x(int n, int transa, int M, int K, const float *A, int lda, int transb, const int *N,
+int gemm_amx_shared_a_x(int n, int transa, int a16, int M, int K, const void *A, int lda, int transb, const int *N,
                         const uint16_t *const *B, const int *ldb, void *const *C, int c16, const int *ldc,
                         int accumulate, int round);
 // The same products on gemm_fma_b16's path: gemm_amx_shared_a, else each on its own.

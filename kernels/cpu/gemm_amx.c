@@ -397,16 +397,16 @@ int gemm_amx(int transa, int transb, int M, int N, int K, const float *A, int ld
 }
 
 TT_AMX unsigned gemm_amx_shared_b_x(int n, int transa, int a16, const int *M, const void *const *A, const int *lda,
-                                    float *const *C, const int *ldc, int transb, int N, int K, const float *B, int ldb,
-                                    int accumulate, int round) {
+                                    float *const *C, const int *ldc, int transb, int b16, int N, int K, const void *B,
+                                    int ldb, int accumulate, int round) {
     const unsigned all = (1u << n) - 1u; // 1 ≤ n ≤ PARTS_AMX (gemm.h)
     int one = gemm_amx_path() && N >= 1 && N <= AMX_NC && K >= 1 && K <= AMX_KC &&
-              !first_words_fp32(B, transb ? K : N, ldb);
+              (b16 || !first_words_fp32(B, transb ? K : N, ldb));
     for (int i = 0; i < n && one; i++) one = M[i] >= 1 && M[i] <= AMX_MC;
     unsigned declined = 0;
     if (!one) { // larger than one chunk (or no tiles): each on its own
         for (int i = 0; i < n; i++)
-            if (gemm_amx_x(transa, a16, transb, 0, M[i], N, K, A[i], lda[i], B, ldb, accumulate, C[i], 0, ldc[i], round))
+            if (gemm_amx_x(transa, a16, transb, b16, M[i], N, K, A[i], lda[i], B, ldb, accumulate, C[i], 0, ldc[i], round))
                 declined |= 1u << i;
         return declined;
     }
@@ -414,7 +414,7 @@ TT_AMX unsigned gemm_amx_shared_b_x(int n, int transa, int a16, const int *M, co
         if (first_words_fp32(A[i], transa ? M[i] : K, lda[i])) declined |= 1u << i;
     if (declined == all) return all;
     pthread_mutex_lock(&amx_lock);
-    declined = one_chunk(n, declined, transa, a16, M, A, lda, (void *const *)C, 0, ldc, transb, N, K, B, 0, ldb,
+    declined = one_chunk(n, declined, transa, a16, M, A, lda, (void *const *)C, 0, ldc, transb, N, K, B, b16, ldb,
                          accumulate, round);
     pthread_mutex_unlock(&amx_lock);
     return declined;
@@ -422,15 +422,15 @@ TT_AMX unsigned gemm_amx_shared_b_x(int n, int transa, int a16, const int *M, co
 
 unsigned gemm_amx_shared_b(int n, int transa, const int *M, const float *const *A, const int *lda, float *const *C,
                            const int *ldc, int transb, int N, int K, const float *B, int ldb, int accumulate, int round) {
-    return gemm_amx_shared_b_x(n, transa, 0, M, (const void *const *)A, lda, C, ldc, transb, N, K, B, ldb, accumulate,
-                               round);
+    return gemm_amx_shared_b_x(n, transa, 0, M, (const void *const *)A, lda, C, ldc, transb, 0, N, K, B, ldb,
+                               accumulate, round);
 }
 
-TT_AMX int gemm_amx_shared_a_x(int n, int transa, int M, int K, const float *A, int lda, int transb, const int *N,
-                               const uint16_t *const *B, const int *ldb, void *const *C, int c16, const int *ldc,
-                               int accumulate, int round) {
+TT_AMX int gemm_amx_shared_a_x(int n, int transa, int a16, int M, int K, const void *A, int lda, int transb,
+                               const int *N, const uint16_t *const *B, const int *ldb, void *const *C, int c16,
+                               const int *ldc, int accumulate, int round) {
     if (!gemm_amx_path() || M < 1 || M > AMX_MC || K < 1 || K > AMX_KC || !c16_ok(c16, K, accumulate, round) ||
-        first_words_fp32(A, transa ? M : K, lda))
+        (!a16 && first_words_fp32(A, transa ? M : K, lda)))
         return 1;
     for (int i = 0; i < n; i++)
         if (N[i] < 1) return 1;
@@ -440,7 +440,7 @@ TT_AMX int gemm_amx_shared_a_x(int n, int transa, int M, int K, const float *A, 
     #pragma omp parallel
     {
         tiles_on();
-        pack_a(transa, A, 0, lda, 0, M, 0, K, mcp, kcp, &bad); // no barrier: the first pack_b's
+        pack_a(transa, A, a16, lda, 0, M, 0, K, mcp, kcp, &bad); // no barrier: the first pack_b's
         int ok = 1;
         for (int i = 0; i < n && ok; i++)
             for (int n0 = 0; n0 < N[i] && ok; n0 += AMX_NC) { // chunks of B's columns, as gemm_amx's
@@ -459,5 +459,6 @@ TT_AMX int gemm_amx_shared_a_x(int n, int transa, int M, int K, const float *A, 
 int gemm_amx_shared_a(int n, int transa, int M, int K, const float *A, int lda, int transb, const int *N,
                       const uint16_t *const *B, const int *ldb, float *const *C, const int *ldc, int accumulate,
                       int round) {
-    return gemm_amx_shared_a_x(n, transa, M, K, A, lda, transb, N, B, ldb, (void *const *)C, 0, ldc, accumulate, round);
+    return gemm_amx_shared_a_x(n, transa, 0, M, K, A, lda, transb, N, B, ldb, (void *const *)C, 0, ldc, accumulate,
+                               round);
 }

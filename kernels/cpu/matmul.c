@@ -173,24 +173,24 @@ int matmul_amx(void) { return gemm_fma_path() == 2 && gemm_amx_path(); }
 
 int matmul_act16(int C) { return matmul_amx() && C >= 1 && C <= 1024; }
 
-int matmul_forward_w16_n_o16(int n, uint16_t *const out[], const uint16_t *const w[], const int OC[], const float *inp,
-                             int N, int IC) {
+int matmul_forward_w16_n_x(int n, void *const out[], int o16, const uint16_t *const w[], const int OC[],
+                           const void *inp, int a16, int N, int IC, int round) {
     enum { MAX_N = 8 };
-    if (n > MAX_N || !matmul_amx() || IC > 1024) return 1;
+    if (n > MAX_N || !matmul_amx() || (o16 && (IC > 1024 || !round))) return 1;
     if (N <= 0) return 0;
     if (IC <= 0) { // zeros: "=" of an empty sum
         for (int i = 0; i < n; i++)
-            if (OC[i] > 0) memset(out[i], 0, (size_t)N * OC[i] * sizeof(uint16_t));
+            if (OC[i] > 0) memset(out[i], 0, (size_t)N * OC[i] * (o16 ? sizeof(uint16_t) : sizeof(float)));
         return 0;
     }
     for (int i = 0; i < n; i++)
         if (OC[i] <= 0) return 1; // (the step never asks)
     int ldb[MAX_N];
     for (int i = 0; i < n; i++) ldb[i] = IC;
-    if (gemm_amx_shared_a_x(n, 0, N, IC, inp, IC, 1, OC, w, ldb, (void *const *)out, 1, OC, 0, 1) == 0) return 0;
+    if (gemm_amx_shared_a_x(n, 0, a16, N, IC, inp, IC, 1, OC, w, ldb, out, o16, OC, 0, round) == 0) return 0;
     // more than one chunk of rows, or inp declined (then every product declines, before writing)
     for (int i = 0; i < n; i++)
-        if (gemm_amx_x(0, 0, 1, 1, N, OC[i], IC, inp, IC, w[i], IC, 0, out[i], 1, OC[i], 1)) return 1;
+        if (gemm_amx_x(0, a16, 1, 1, N, OC[i], IC, inp, IC, w[i], IC, 0, out[i], o16, OC[i], round)) return 1;
     return 0;
 }
 
@@ -225,17 +225,17 @@ int matmul_backward_weight_b16(float *dw, const float *dout, const uint16_t *inp
     return gemm_amx_x(1, 0, 0, 1, OC, IC, N, dout, OC, inp, IC, 1, dw, 0, IC, 0);
 }
 
-int matmul_backward_weight_n_a16(int n, float *const dw[], const uint16_t *const dout[], const int OC[],
-                                 const float *inp, int N, int IC) {
+unsigned matmul_backward_weight_n_x(int n, float *const dw[], const void *const dout[], int a16, const int OC[],
+                                    const void *inp, int b16, int N, int IC) {
     enum { MAX_N = 8 };
-    if (n > MAX_N || !matmul_amx()) return 1;
+    const unsigned all = n >= 1 && n <= MAX_N ? (1u << n) - 1u : ~0u;
+    if (n < 1 || n > MAX_N || !matmul_amx()) return all;
     if (N <= 0 || IC <= 0) return 0;
     for (int i = 0; i < n; i++)
-        if (OC[i] <= 0) return 1; // (the step never asks)
+        if (OC[i] <= 0) return all; // (the step never asks)
     int ldc[MAX_N];
     for (int i = 0; i < n; i++) ldc[i] = IC;
-    // inp declined declines every product before any is written (gemm_amx_shared_b_x)
-    return gemm_amx_shared_b_x(n, 1, 1, OC, (const void *const *)dout, OC, dw, ldc, 0, IC, N, inp, IC, 1, 0) != 0;
+    return gemm_amx_shared_b_x(n, 1, a16, OC, dout, OC, dw, ldc, 0, b16, IC, N, inp, IC, 1, 0);
 }
 
 const char *matmul_kernel_name(void) {
