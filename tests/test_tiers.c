@@ -1110,11 +1110,12 @@ START_TEST(plan_counts_the_recompute) {
                       "chunked %d: full - 2 kept = %.6g, counted %.6g", chunked, full.flops_per_step - two.flops_per_step,
                       2 * (per - kept));
         // and the elementwise ops again, in bytes: the attention half's RMSNorm, RoPE, residual
-        // add and the MLP's norm (9C + 2KVD words a token), SwiGLU's forward (3F, half words
-        // where the layout keeps the MLP's intermediates as BF16: tier.h act16), and the BF16
-        // checkpoint converted once more for the recompute (6 bytes an element)
-        const double sw = full.lay.act16 ? 0.5 : 1.0;
-        const double eper = 4 * N * (9 * C + 2 * KVD + 3 * sw * F) + 6 * N * C, ekept = chunked ? 4 * N * 3 * sw * F : 0;
+        // add and the MLP's norm (9C + 2KVD words a token), SwiGLU's forward (3F); where the
+        // layout keeps ln1, ln2 and the MLP's intermediates as BF16 (tier.h act16) the norms
+        // write half words (8C) and SwiGLU's are half words; and the BF16 checkpoint converted
+        // once more for the recompute (6 bytes an element)
+        const double sw = full.lay.act16 ? 0.5 : 1.0, attn = full.lay.act16 ? 8 : 9;
+        const double eper = 4 * N * (attn * C + 2 * KVD + 3 * sw * F) + 6 * N * C, ekept = chunked ? 4 * N * 3 * sw * F : 0;
         ck_assert_msg(fabs(full.elem_bytes - none.elem_bytes - L * (eper - ekept)) <= 1e-9 * full.elem_bytes,
                       "chunked %d: elementwise full - none = %.6g, counted %.6g", chunked, full.elem_bytes - none.elem_bytes,
                       L * (eper - ekept));
@@ -1412,14 +1413,14 @@ START_TEST(plan_times_the_compute_parts) {
     model_t m;
     model_init(&m, &cfg);
     const double N = 32, T = 32, C = 384, KVD = 128, F = 1024, V = 256, L = 6;
-    // SwiGLU's in BF16 halves where the layout keeps the MLP's intermediates so (tier.h act16:
-    // bf16 mode on AMX tiles), then half words
+    // BF16 halves where the layout keeps ln1, ln2 and the MLP's intermediates so (tier.h act16:
+    // bf16 mode on AMX tiles): the forward norms write half words, SwiGLU's are half words
     tier_layout_t lay16;
     tier_layout(&cfg, &m, DEVICE_CPU, &lay16);
-    double words[2]; // FP32 SwiGLU (fp32 mode), and bf16 mode's
+    double words[2]; // FP32 activations (fp32 mode), and bf16 mode's
     for (int b = 0; b < 2; b++) {
-        const double sw = b && lay16.act16 ? 0.5 : 1.0;
-        words[b] = L * ((2 + 2 + 3 + 3 + 2) * C + 2 * KVD + 3 * sw * F + (4 + 4 + 2) * C + 2 * KVD + 5 * sw * F) +
+        const double sw = b && lay16.act16 ? 0.5 : 1.0, norm = b && lay16.act16 ? 1.5 : 2;
+        words[b] = L * ((norm + norm + 3 + 3 + 2) * C + 2 * KVD + 3 * sw * F + (4 + 4 + 2) * C + 2 * KVD + 5 * sw * F) +
                    (2 + 4 + 2 + 2) * C + 3 * V;
     }
     // and the passes besides the ops (bytes): the BF16 checkpoints' conversions, into the store
