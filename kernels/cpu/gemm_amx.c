@@ -13,7 +13,9 @@
 // low bits set declines the call (gemm_amx returns 1 before writing anything) and gemm.c runs
 // it on the FMA kernels, so an FP32-mode run, or an operand that is not rounded, keeps the
 // FMA chain's bits (the first 16 words of each operand are looked at before any packing, so
-// an FP32 operand costs next to nothing).
+// an FP32 operand costs next to nothing). The _x entry points also take A or B as BF16 halves
+// (a16, b16: bf16 mode's BF16 activations, kernels.h, and weights), packed as they stand and
+// never checked, and write C as BF16 halves (c16) from a block's rounded outputs.
 // The bits: each output element is C_in (0 or C) followed by one TDPBF16PS per 32 inner
 // indices, in order (inner indices padded with zeros to a multiple of 32). The hardware sums
 // each instruction's 32 exact products in its own fixed order (measured: not the FMA chain's,
@@ -32,7 +34,8 @@
 // of A and two of B for four products. Chunks of AMX_MC rows, AMX_KC inner indices and AMX_NC
 // columns bound the buffers (4 MiB in all); a call larger than one chunk checks its operands in
 // a pass of their own first, so that a declined call has written nothing.
-// Called by gemm.c (gemm_fma, gemm_fma_b16, gemm_fma_shared_b, gemm_fma_b16_shared_a).
+// Called by gemm.c (gemm_fma, gemm_fma_b16, gemm_fma_shared_b, gemm_fma_b16_shared_a) and by
+// matmul.c's BF16-activation products (the _x entry points).
 #include "gemm.h"
 #include "amx.h"
 #include "simd.h"

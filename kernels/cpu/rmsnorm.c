@@ -51,8 +51,7 @@ static void fwd_row(float *restrict o, float *rstd, const float *restrict xr, co
 TT_WIDE static void out16_wide(uint16_t *o, const float *xr, const float *wr, float s, int C) {
     int i = 0;
     for (; i + 16 <= C; i += 16) {
-        const v16f v = rnd16((ld16(xr + i) * s) * ld16(wr + i));
-        _mm256_storeu_si256((__m256i *)(o + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512((__m512)v), 16)));
+        st16h(o + i, rnd16((ld16(xr + i) * s) * ld16(wr + i)));
     }
     for (; i < C; i++) { // the tail, as fwd_row's elements
         float t = (xr[i] * s) * wr[i];

@@ -85,6 +85,14 @@ INLINE void st16(float *p, v16f v) { memcpy(p, &v, sizeof v); }
 INLINE v16f splat16(float x) { return __builtin_shuffle((v16f){x}, (v16i){0}); }
 INLINE v16f sel16(v16i m, v16f a, v16f b) { return (v16f)(((v16i)a & m) | ((v16i)b & ~m)); }
 INLINE v16f max16(v16f a, v16f b) { return sel16(a > b, a, b); }
+// 16 BF16 halves widened to their FP32 words, and 16 BF16 values (FP32 words whose low halves
+// are zero: rounded) narrowed to their halves (TT_WIDE functions only: AVX-512F)
+TT_WIDE INLINE v16f ld16h(const uint16_t *p) {
+    return (v16f)_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+TT_WIDE INLINE void st16h(uint16_t *p, v16f v) {
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512((__m512)v), 16)));
+}
 
 // BF16 rounding of an FP32 value's bits, kept in the upper 16 bits of the word (the lower 16
 // become zero): round to nearest even, by adding 0x7fff plus the lowest kept bit (the carry

@@ -158,13 +158,6 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
 // the wide path too, the forward took twice the FP32 op's time.
 #define SLICE 512 // elements widened at a time on the narrow path (6 KiB of FP32 on the stack)
 
-TT_WIDE INLINE v16f ldh16(const uint16_t *p) {
-    return (v16f)_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
-}
-TT_WIDE INLINE void sth16(uint16_t *p, v16f v) {
-    _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512((__m512)v), 16)));
-}
-
 // BF16 halves to FP32 words, and rounded FP32 words (BF16 values) back to their upper halves.
 TT_CLONES
 static void widen(float *restrict dst, const uint16_t *restrict src, size_t n) {
@@ -209,7 +202,7 @@ static void bwd16_staged(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, c
 
 TT_WIDE static void fwd16_wide(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n) {
     size_t i = 0;
-    for (; i + 16 <= n; i += 16) sth16(out + i, swiglu_fwd16_step(ldh16(gate + i), ldh16(up + i), 1));
+    for (; i + 16 <= n; i += 16) st16h(out + i, swiglu_fwd16_step(ld16h(gate + i), ld16h(up + i), 1));
     if (i < n) fwd16_staged(out + i, gate + i, up + i, n - i);
 }
 TT_WIDE static void bwd16_wide(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
@@ -217,9 +210,9 @@ TT_WIDE static void bwd16_wide(uint16_t *dgate, uint16_t *dup, const uint16_t *d
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
         v16f dg, du;
-        swiglu_bwd16_step(ldh16(gate + i), ldh16(up + i), ldh16(dout + i), 1, &dg, &du);
-        sth16(dgate + i, dg);
-        sth16(dup + i, du);
+        swiglu_bwd16_step(ld16h(gate + i), ld16h(up + i), ld16h(dout + i), 1, &dg, &du);
+        st16h(dgate + i, dg);
+        st16h(dup + i, du);
     }
     if (i < n) bwd16_staged(dgate + i, dup + i, dout + i, gate + i, up + i, n - i);
 }
