@@ -69,8 +69,7 @@ static void kept_each(backend_t *be, acts_scratch_t *a, char *kept, const model_
         if (kept_stat(i) || (act16 && half_buf(i))) {
             const uint64_t nb = kept_stat(i) ? bytes[i] : bytes[i] / 2;
             backend_copy_d2d(be, store ? k : a->buf[i], store ? a->buf[i] : k, nb);
-        }
-        else if (store)
+        } else if (store)
             be->ops->bf16_from_f32_n(k, a->buf[i], n);
         else
             be->ops->bf16_to_f32_n(a->buf[i], k, n);

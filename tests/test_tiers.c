@@ -1444,6 +1444,13 @@ START_TEST(plan_times_the_compute_parts) {
     ck_assert_msg(close_to(p.t_ms[PLAN_COMPUTE], want[0] + want[1] + want[2], 0, 1e-12), "compute %.17g ms",
                   p.t_ms[PLAN_COMPUTE]);
     check_phases(&p, "three rates");
+    // --cpu-gemm fma: no tiles, so FP32 activations (the backend turns the tiles off as it starts)
+    cfg.cpu_gemm = CPU_GEMM_FMA;
+    plan_compute(&cfg, &m, &prof, &old);
+    ck_assert_int_eq(old.lay.act16, 0);
+    ck_assert_msg(close_to(old.elem_bytes, 4 * N * words[0] + passes, 0, 1e-12), "--cpu-gemm fma: elementwise bytes %.17g",
+                  old.elem_bytes);
+    cfg.cpu_gemm = CPU_GEMM_AUTO;
     // fp32 mode: its matmuls at the FP32 operands' rate (on AMX-BF16, the FMA kernels')
     prof.gemm_fp32_flops = 2e11;
     cfg.precision = PREC_FP32;
