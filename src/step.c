@@ -26,7 +26,7 @@ static void fault(step_t *st, const char *msg) {
     if (!st->fault[0]) snprintf(st->fault, sizeof st->fault, "%s", msg);
 }
 
-// st->act16's MLP buffers hold BF16 halves (in buffers sized for FP32: acts.h)
+// st->act16's ln1, ln2, gate, up and h hold BF16 halves (in buffers sized for FP32: acts.h)
 #define H16(buf) ((uint16_t *)(void *)(buf))
 
 // A BF16-activation product's result (backend.h act16): nonzero, it declined and wrote nothing,
@@ -34,7 +34,6 @@ static void fault(step_t *st, const char *msg) {
 static void declined(step_t *st, int rc) {
     if (rc) fault(st, "step: a product on BF16 activations was declined (a bug: act16 said the backend takes them)");
 }
-
 static float *grad_of(float *g, const step_t *st, int shard, int t) {
     return g + st->m->shards[shard].tensors[t].offset;
 }
