@@ -73,6 +73,10 @@ static void mm_bwd_wn(int n, float *const dw[], const float *const dout[], const
                       int IC) {
     TIMED(OP_GEMM, real->matmul_backward_weight_n(n, dw, dout, OC, inp, N, IC));
 }
+static void mm_bwd_in16k(float *dinp, int n, const float *const dout[], const int OC[], const uint16_t *w,
+                         float *scratch, int N, int IC, int acc, int round) {
+    TIMED(OP_GEMM, real->matmul_backward_input_w16_k(dinp, n, dout, OC, w, scratch, N, IC, acc, round));
+}
 static void mm_bwd_w(float *dw, const float *dout, const float *inp, int N, int IC, int OC) {
     TIMED(OP_GEMM, real->matmul_backward_weight(dw, dout, inp, N, IC, OC));
 }
@@ -206,6 +210,7 @@ static void on_init(trainer_t *tr, void *arg) {
     if (real->matmul_backward_input_w16) timed.matmul_backward_input_w16 = mm_bwd_in16;
     if (real->matmul_forward_w16_n) timed.matmul_forward_w16_n = mm_fwd16n;
     if (real->matmul_backward_weight_n) timed.matmul_backward_weight_n = mm_bwd_wn;
+    if (real->matmul_backward_input_w16_k) timed.matmul_backward_input_w16_k = mm_bwd_in16k;
     if (real->act16) { // all or none (backend.h)
         timed.rmsnorm_forward16 = norm_fwd16;
         timed.matmul_forward_w16_n_x = mm_fwd_x;

@@ -73,6 +73,14 @@ void matmul_backward_input_w16(float *dinp, const float *dout, const uint16_t *w
 // another. scratch as matmul_forward_w16's, for the largest w[i].
 void matmul_forward_w16_n(int n, float *const out[], const uint16_t *const w[], const int OC[], const float *inp,
                           float *scratch, int N, int IC, int round);
+// dinp (N, IC) (+)= Σ_i dout[i] (N, OC[i]) · w_i for n weights stacked in w (the rows of w_0,
+// then of w_1, ...: Σ OC[i] rows of IC), with the bits of n matmul_backward_input_w16 calls in
+// order (the first with accumulate, the others adding, round at the last), which it runs
+// where the AMX tiles do not take them as one product (every OC[i] but the last a multiple of
+// 32, Σ OC[i] and IC up to 1024, N up to 1024): q, k and v's input gradient, whose weights
+// lie one after another in the block's shard. scratch as matmul_backward_input_w16's.
+void matmul_backward_input_w16_k(float *dinp, int n, const float *const dout[], const int OC[], const uint16_t *w,
+                                 float *scratch, int N, int IC, int accumulate, int round);
 // dw (OC, IC) += dout (N, OC)ᵀ · inp (N, IC)
 void matmul_backward_weight(float *dw, const float *dout, const float *inp, int N, int IC, int OC);
 // n weight gradients of one input (q, k and v of ln1; gate and up of ln2): dw[i] (OC[i], IC) +=

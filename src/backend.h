@@ -50,6 +50,11 @@ typedef struct {
     // backend has none (CUDA), and the caller runs matmul_backward_weight for each.
     void (*matmul_backward_weight_n)(int n, float *const dw[], const float *const dout[], const int OC[],
                                      const float *inp, int N, int IC);
+    // The input gradient of n weights stacked in one array (kernels.h matmul_backward_input_w16_k:
+    // q, k and v's): NULL where the backend has none (CUDA), and the caller runs
+    // matmul_backward_input_w16 for each.
+    void (*matmul_backward_input_w16_k)(float *dinp, int n, const float *const dout[], const int OC[],
+                                        const uint16_t *w, float *scratch, int N, int IC, int accumulate, int round);
     void (*rmsnorm_forward)(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps, int round);
     void (*rmsnorm_backward)(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int C,
                              int round);

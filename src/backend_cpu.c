@@ -29,6 +29,7 @@ static const backend_ops_t cpu_ops = {
     .matmul_backward_input_w16 = matmul_backward_input_w16,
     .matmul_forward_w16_n = matmul_forward_w16_n,
     .matmul_backward_weight_n = matmul_backward_weight_n,
+    .matmul_backward_input_w16_k = matmul_backward_input_w16_k,
     .rmsnorm_forward = rmsnorm_forward,
     .rmsnorm_backward = rmsnorm_backward,
     .rope_forward = rope_forward,

@@ -160,6 +160,25 @@ static void mm_forwards(const step_t *st, const wts_t *W, int n, const int t[], 
     for (int i = 0; i < n; i++) mm_forward(st, W, t[i], out[i], inp, N, IC, OC[i], round);
 }
 
+// dln = dq·Wq + dk·Wk + dv·Wv (rounded when round), the three products in that order: one
+// call where the backend runs them as one over the three weights, which lie one after
+// another in the shard (the same bits), else one product each.
+static void mm_backward_inputs_qkv(const step_t *st, const wts_t *W, float *dln, const float *const d[3], int round) {
+    const backend_ops_t *op = st->be->ops;
+    const model_t *m = st->m;
+    const int N = st->N, C = m->C, KVD = m->NKV * m->HS;
+    const tensor_t *t = m->shards[W->shard].tensors;
+    if (W->b16 && op->matmul_backward_input_w16_k && t[BW_K].offset == t[BW_Q].offset + t[BW_Q].numel &&
+        t[BW_V].offset == t[BW_K].offset + t[BW_K].numel) {
+        op->matmul_backward_input_w16_k(dln, 3, d, (const int[]){C, KVD, KVD}, W->b16 + t[BW_Q].offset, NULL, N, C, 0,
+                                        round);
+        return;
+    }
+    mm_backward_input(st, W, BW_Q, dln, d[0], N, C, C, 0, 0);
+    mm_backward_input(st, W, BW_K, dln, d[1], N, C, KVD, 1, 0);
+    mm_backward_input(st, W, BW_V, dln, d[2], N, C, KVD, 1, round);
+}
+
 // dw[i] += dout[i]ᵀ · inp for n tensors of one input (q, k, v; gate, up): one call where the
 // backend shares the input's packing among them (the same bits), else one product each
 static void mm_backward_weights(const step_t *st, int n, float *const dw[], const float *const dout[], const int OC[],
@@ -490,9 +509,7 @@ static void block_backward(step_t *st, int mb, int layer, const wts_t *W, float 
                            st->B, st->T, m->NH, m->NKV, m->HS, r);
     op->rope_backward(dq, st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS, r);
     op->rope_backward(dk, st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS, r);
-    mm_backward_input(st, W, BW_Q, a->dln, dq, N, C, C, 0, 0);
-    mm_backward_input(st, W, BW_K, a->dln, dk, N, C, KVD, 1, 0);
-    mm_backward_input(st, W, BW_V, a->dln, dv, N, C, KVD, 1, r); // dln complete
+    mm_backward_inputs_qkv(st, W, a->dln, (const float *const[]){dq, dk, dv}, r); // dln complete
     float *const dwqkv[3] = {grad_of(G, st, s, BW_Q), grad_of(G, st, s, BW_K), grad_of(G, st, s, BW_V)};
     if (st->act16) // from BF16 ln1
         declined(st, (int)op->matmul_backward_weight_n_x(3, dwqkv, (const void *const[]){dq, dk, dv}, 0,

@@ -1022,6 +1022,57 @@ START_TEST(test_matmul_act16_bits) {
 }
 END_TEST
 
+// matmul_backward_input_w16_k: the input gradient of weights stacked in one array, against n
+// matmul_backward_input_w16 calls, bit for bit, on every path and at 1 and 3 threads, with and
+// without accumulation and rounding: parts of 64, 32 and 40 rows (whole tile steps but the
+// last: one product on AMX tiles), of 40, 32 and 40 (not: one call each), small's 384, 128 and
+// 128, 1100 rows (more than one chunk), and a word of a part that is not a BF16 value.
+START_TEST(test_matmul_input_k_bits) {
+    const int IC = 70, NMAX = 1100;
+    static const int parts[3][3] = {{64, 32, 40}, {40, 32, 40}, {384, 128, 128}};
+    rng_t rg = rng_make(1800);
+    float *dout[3], *ref = fnew((size_t)NMAX * IC), *got = fnew((size_t)NMAX * IC), *c0 = fnew((size_t)NMAX * IC);
+    float *wf = fnew((size_t)640 * IC), *scratch = fnew((size_t)640 * IC);
+    for (int i = 0; i < 3; i++) dout[i] = fnew((size_t)NMAX * 384);
+    fill_sym(wf, (size_t)640 * IC, 1.0, &rg);
+    uint16_t *w = h16_of(wf, (size_t)640 * IC);
+    fill_sym(c0, (size_t)NMAX * IC, 1.0, &rg);
+    bf16_round_n(c0, (size_t)NMAX * IC);
+    static const int lims[] = {2, 1, 0, 3, 3};
+    for (int p = 0; p < 5; p++) {
+        const int lim = lims[p];
+        kernels_limit_simd(lim);
+        if (lim == 3 ? !matmul_amx() : !simd_have(lim)) continue;
+        for (int i = 0; i < 3; i++) {
+            fill_sym(dout[i], (size_t)NMAX * 384, 1.0, &rg);
+            if (lim == 3) bf16_round_n(dout[i], (size_t)NMAX * 384);
+        }
+        if (p == 4) dout[1][(size_t)50 * 32 + 7] = nextafterf(1.0f, INFINITY); // past the words looked at first
+        for (int th = 1; th <= 3; th += 2)
+            for (int s = 0; s < 3; s++)
+                for (int k = 0; k < 2; k++)
+                    for (int acc = 0; acc < 2; acc++)
+                        for (int rnd = 0; rnd < 2; rnd++) {
+                            const int N = k ? NMAX : 300, *OC = parts[s];
+                            set_threads(th);
+                            memcpy(ref, c0, (size_t)N * IC * sizeof(float));
+                            memcpy(got, c0, (size_t)N * IC * sizeof(float));
+                            for (int i = 0, off = 0; i < 3; off += OC[i], i++)
+                                matmul_backward_input_w16(ref, dout[i], w + (size_t)off * IC, scratch, N, IC, OC[i],
+                                                          i ? 1 : acc, i == 2 ? rnd : 0);
+                            matmul_backward_input_w16_k(got, 3, (const float *const *)dout, OC, w, scratch, N, IC, acc, rnd);
+                            char what[160];
+                            snprintf(what, sizeof what, "parts %d %d %d (N %d, acc %d, round %d, %s%s, %d threads)", OC[0],
+                                     OC[1], OC[2], N, acc, rnd, simd_path(lim), p == 4 ? ", an FP32 word" : "", th);
+                            CHECK_BITS(what, got, ref, (size_t)N * IC);
+                        }
+    }
+    kernels_limit_simd(3);
+    for (int i = 0; i < 3; i++) free(dout[i]);
+    free(ref); free(got); free(c0); free(wf); free(scratch); free(w);
+}
+END_TEST
+
 START_TEST(test_matmul_degenerate) {
     // A zero inner dimension: "=" outputs become zeros, "+=" outputs are left alone; a zero
     // outer dimension writes nothing.
@@ -2468,6 +2519,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, test_matmul_weight_n_bits);
     tcase_add_test(tc, test_matmul_forward_n_bits);
     tcase_add_test(tc, test_matmul_act16_bits);
+    tcase_add_test(tc, test_matmul_input_k_bits);
     tc = tcase(s, "rmsnorm");
     tcase_add_loop_test(tc, test_rmsnorm, 0, NELEMS(RMS_SHAPES));
     tc = tcase(s, "rope");

@@ -116,15 +116,17 @@ static void flag(unsigned *bad, unsigned low) {
 // The first n of 32 halves (none for n ≤ 0).
 static inline __mmask32 halves(int n) { return n >= 32 ? ~(__mmask32)0 : n > 0 ? (__mmask32)((1u << n) - 1u) : 0; }
 
-// op(A) rows [m0, m0 + mc), inner indices [k0, k0 + kc) into a_pk (mcp rows, kcp inner
-// indices, zeros past mc and kc). A is FP32 (a16 = 0) or BF16 halves (never checked).
-TT_AMX static void pack_a(int transa, const void *A, int a16, int lda, int m0, int mc, int k0, int kc, int mcp, int kcp,
-                          unsigned *bad) {
+// op(A) rows [m0, m0 + mc), inner indices [k0, k0 + kc) into the packed A at dst (mcp rows,
+// kcp inner indices, zeros past mc and kc), whose rows of tiles are nks_row steps long (dst
+// and nks_row: a_pk and kcp / 32, or a part of a longer inner dimension: gemm_amx_ksegs). A is
+// FP32 (a16 = 0) or BF16 halves (never checked).
+TT_AMX static void pack_a_at(int transa, const void *A, int a16, int lda, int m0, int mc, int k0, int kc, int mcp,
+                             int kcp, uint16_t *dst, int nks_row, unsigned *bad) {
     const int nks = kcp / 32;
     if (!transa) {
         #pragma omp for schedule(static) nowait
         for (int r = 0; r < mcp; r++) {
-            uint16_t *d = a_pk + (size_t)(r / 16) * nks * 512 + (r % 16) * 32;
+            uint16_t *d = dst + (size_t)(r / 16) * nks_row * 512 + (r % 16) * 32;
             if (a16) { // a step's 32 halves are the tile row as they stand
                 const uint16_t *row = (const uint16_t *)A + (size_t)(m0 + r) * lda + k0;
                 for (int k = 0; k < kcp; k += 32)
@@ -151,7 +153,7 @@ TT_AMX static void pack_a(int transa, const void *A, int a16, int lda, int m0, i
     // row's line, and these packs took a third of all packing.
     #pragma omp for schedule(static) nowait
     for (int st = 0; st < nks; st++) {
-        uint32_t *d = (uint32_t *)a_pk + (size_t)st * 256;
+        uint32_t *d = (uint32_t *)dst + (size_t)st * 256;
         __m512i acc = _mm512_setzero_si512();
         for (int r = 0; r < mcp; r += 16) {
             const __mmask16 m = lanes(mc - r);
@@ -172,11 +174,17 @@ TT_AMX static void pack_a(int transa, const void *A, int a16, int lda, int m0, i
                 w[j] = pair_words(_mm512_castsi512_ps(lo), _mm512_castsi512_ps(hi));
             }
             transpose16(w);
-            uint32_t *tile = d + (size_t)(r / 16) * nks * 256;
+            uint32_t *tile = d + (size_t)(r / 16) * nks_row * 256;
             for (int i = 0; i < 16; i++) _mm512_store_si512(tile + i * 16, w[i]);
         }
         flag(bad, (unsigned)_mm512_reduce_or_epi32(acc));
     }
+}
+
+// pack_a_at into a_pk as a whole.
+TT_AMX static void pack_a(int transa, const void *A, int a16, int lda, int m0, int mc, int k0, int kc, int mcp, int kcp,
+                          unsigned *bad) {
+    pack_a_at(transa, A, a16, lda, m0, mc, k0, kc, mcp, kcp, a_pk, kcp / 32, bad);
 }
 
 // op(B) inner indices [k0, k0 + kc), columns [n0, n0 + nc) into b_pk (zeros past kc and nc);
@@ -464,4 +472,28 @@ int gemm_amx_shared_a(int n, int transa, int M, int K, const float *A, int lda, 
                       int round) {
     return gemm_amx_shared_a_x(n, transa, 0, M, K, A, lda, transb, N, B, ldb, (void *const *)C, 0, ldc, accumulate,
                                round);
+}
+
+TT_AMX int gemm_amx_ksegs(int n, int M, int N, const float *const *A, const int *lda, const int *K, const uint16_t *B,
+                          int ldb, int accumulate, float *C, int ldc, int round) {
+    int kt = 0, ok = gemm_amx_path() && n >= 1 && M >= 1 && M <= AMX_MC && N >= 1 && N <= AMX_NC;
+    for (int s = 0; s < n && ok; s++) {
+        ok = K[s] >= 1 && (s == n - 1 || K[s] % 32 == 0) && !first_words_fp32(A[s], K[s], lda[s]);
+        kt += K[s];
+    }
+    if (!ok || kt > AMX_KC) return 1;
+    const int mcp = round32(M), kcp = round32(kt), nks = kcp / 32, ncp = round32(N);
+    unsigned bad = 0, unused = 0; // the parts' flag; B's (BF16 halves, never checked)
+    pthread_mutex_lock(&amx_lock);
+    #pragma omp parallel
+    {
+        tiles_on();
+        for (int s = 0, k0 = 0; s < n; k0 += K[s], s++) // each part's steps where its inner indices start
+            pack_a_at(0, A[s], 0, lda[s], 0, M, 0, K[s], mcp, round32(K[s]), a_pk + (size_t)(k0 / 32) * 512, nks, &bad);
+        pack_b(0, B, 1, ldb, 0, kt, 0, N, kcp, ncp, &unused); // its barrier ends the parts' packs too
+        if (!__atomic_load_n(&bad, __ATOMIC_RELAXED)) blocks(mcp, ncp, nks, C, 0, ldc, M, N, !accumulate, round);
+        _tile_release();
+    }
+    pthread_mutex_unlock(&amx_lock);
+    return bad != 0;
 }

@@ -148,6 +148,20 @@ void matmul_backward_input_w16(float *dinp, const float *dout, const uint16_t *w
         matmul_backward_input(dinp, dout, widened(scratch, w, IC, OC), N, IC, OC, accumulate, round);
 }
 
+void matmul_backward_input_w16_k(float *dinp, int n, const float *const dout[], const int OC[], const uint16_t *w,
+                                 float *scratch, int N, int IC, int accumulate, int round) {
+    enum { MAX_N = 8 };
+    int lda[MAX_N];
+    for (int i = 0; i < n && i < MAX_N; i++) lda[i] = OC[i];
+    // dinp (N, IC) (+)= [dout_0 dout_1 ...] (N, Σ OC) · w (Σ OC, IC): A in parts, B w itself
+    if (n <= MAX_N && matmul_amx() && N > 0 && IC > 0 &&
+        gemm_amx_ksegs(n, N, IC, dout, lda, OC, w, IC, accumulate, dinp, IC, round) == 0)
+        return;
+    for (int i = 0, off = 0; i < n; off += OC[i], i++)
+        matmul_backward_input_w16(dinp, dout[i], w + (size_t)off * IC, scratch, N, IC, OC[i], i ? 1 : accumulate,
+                                  i == n - 1 ? round : 0);
+}
+
 void matmul_backward_weight(float *dw, const float *dout, const float *inp, int N, int IC, int OC) {
     if (N <= 0 || IC <= 0 || OC <= 0) return;
     // dw (OC, IC) += dout (N, OC)ᵀ · inp (N, IC)
