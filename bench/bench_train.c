@@ -80,7 +80,7 @@ static void mm_bwd_in16k(float *dinp, int n, const float *const dout[], const in
 static void mm_bwd_w(float *dw, const float *dout, const float *inp, int N, int IC, int OC) {
     TIMED(OP_GEMM, real->matmul_backward_weight(dw, dout, inp, N, IC, OC));
 }
-// the BF16 activations' (backend.h act16)
+// the BF16 activations' (backend.h)
 static void norm_fwd16(uint16_t *out, float *rstd, const float *x, const float *w, int N, int C, float eps) {
     TIMED(OP_NORM, real->rmsnorm_forward16(out, rstd, x, w, N, C, eps));
 }
@@ -90,25 +90,10 @@ static int mm_fwd_x(int n, void *const out[], int o16, const uint16_t *const w[]
     TIMED(OP_GEMM, rc = real->matmul_forward_w16_n_x(n, out, o16, w, OC, inp, a16, N, IC, round));
     return rc;
 }
-static int mm_fwd_a16(float *out, const uint16_t *inp, const uint16_t *w, int N, int IC, int OC, int round) {
+static int mm_bwd_in_x(void *dinp, int o16, const void *dout, int a16, const uint16_t *w, int N, int IC, int OC, int acc,
+                       int round) {
     int rc;
-    TIMED(OP_GEMM, rc = real->matmul_forward_a16(out, inp, w, N, IC, OC, round));
-    return rc;
-}
-static int mm_bwd_in_o16(uint16_t *dinp, const float *dout, const uint16_t *w, int N, int IC, int OC) {
-    int rc;
-    TIMED(OP_GEMM, rc = real->matmul_backward_input_o16(dinp, dout, w, N, IC, OC));
-    return rc;
-}
-static int mm_bwd_in_a16(float *dinp, const uint16_t *dout, const uint16_t *w, int N, int IC, int OC, int acc,
-                         int round) {
-    int rc;
-    TIMED(OP_GEMM, rc = real->matmul_backward_input_a16(dinp, dout, w, N, IC, OC, acc, round));
-    return rc;
-}
-static int mm_bwd_w_b16(float *dw, const float *dout, const uint16_t *inp, int N, int IC, int OC) {
-    int rc;
-    TIMED(OP_GEMM, rc = real->matmul_backward_weight_b16(dw, dout, inp, N, IC, OC));
+    TIMED(OP_GEMM, rc = real->matmul_backward_input_x(dinp, o16, dout, a16, w, N, IC, OC, acc, round));
     return rc;
 }
 static unsigned mm_bwd_wn_x(int n, float *const dw[], const void *const dout[], int a16, const int OC[],
@@ -211,13 +196,10 @@ static void on_init(trainer_t *tr, void *arg) {
     if (real->matmul_forward_w16_n) timed.matmul_forward_w16_n = mm_fwd16n;
     if (real->matmul_backward_weight_n) timed.matmul_backward_weight_n = mm_bwd_wn;
     if (real->matmul_backward_input_w16_k) timed.matmul_backward_input_w16_k = mm_bwd_in16k;
-    if (real->act16) { // all or none (backend.h)
+    if (real->rmsnorm_forward16) { // the BF16 activations: all or none (backend.h)
         timed.rmsnorm_forward16 = norm_fwd16;
         timed.matmul_forward_w16_n_x = mm_fwd_x;
-        timed.matmul_forward_a16 = mm_fwd_a16;
-        timed.matmul_backward_input_o16 = mm_bwd_in_o16;
-        timed.matmul_backward_input_a16 = mm_bwd_in_a16;
-        timed.matmul_backward_weight_b16 = mm_bwd_w_b16;
+        timed.matmul_backward_input_x = mm_bwd_in_x;
         timed.matmul_backward_weight_n_x = mm_bwd_wn_x;
         timed.swiglu_forward16 = swiglu_fwd16;
         timed.swiglu_backward16 = swiglu_bwd16;

@@ -119,23 +119,17 @@ int matmul_act16(int C);
 // rmsnorm_forward's with round, out (N, C) as BF16 (ln1, ln2; on any CPU)
 void rmsnorm_forward16(uint16_t *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
 // out[i] (N, OC[i]) = inp · w[i]ᵀ: matmul_forward_w16_n's, inp as BF16 halves (a16), out as
-// BF16 (o16: then round) (q, k, v of ln1; gate, up of ln2)
+// BF16 (o16: then round) (q, k, v of ln1; gate, up of ln2; the down projection of h, n = 1)
 int matmul_forward_w16_n_x(int n, void *const out[], int o16, const uint16_t *const w[], const int OC[],
                            const void *inp, int a16, int N, int IC, int round);
-// out (N, OC) = inp (N, IC, BF16) · wᵀ: matmul_forward_w16's (the down projection)
-int matmul_forward_a16(float *out, const uint16_t *inp, const uint16_t *w, int N, int IC, int OC, int round);
-// dinp (N, IC) = dout · w rounded, as BF16: matmul_backward_input_w16's "=" (dh)
-int matmul_backward_input_o16(uint16_t *dinp, const float *dout, const uint16_t *w, int N, int IC, int OC);
-// dinp (N, IC) (+)= dout (N, OC, BF16) · w: matmul_backward_input_w16's (ln2's gradient)
-int matmul_backward_input_a16(float *dinp, const uint16_t *dout, const uint16_t *w, int N, int IC, int OC,
-                              int accumulate, int round);
-// dw (OC, IC) += dout (N, OC)ᵀ · inp (N, IC, BF16): matmul_backward_weight's (the down
-// projection's)
-int matmul_backward_weight_b16(float *dw, const float *dout, const uint16_t *inp, int N, int IC, int OC);
+// dinp (N, IC) (+)= dout (N, OC) · w: matmul_backward_input_w16's, dout as BF16 halves (a16),
+// dinp as BF16 (o16: then "=" and round) (dh; ln2's gradient from dgate and dup)
+int matmul_backward_input_x(void *dinp, int o16, const void *dout, int a16, const uint16_t *w, int N, int IC, int OC,
+                            int accumulate, int round);
 // dw[i] (OC[i], IC) += dout[i] (N, OC[i])ᵀ · inp: matmul_backward_weight_n's, dout as BF16
-// halves (a16), inp as BF16 halves (b16) (q, k, v of ln1; gate, up of ln2). Returns the mask
-// of the products declined (bit i: dw[i] not written; FP32 douts decline one by one), 0 when
-// all are done.
+// halves (a16), inp as BF16 halves (b16) (q, k, v of ln1; gate, up of ln2; the down
+// projection's of h, n = 1). Returns the mask of the products declined (bit i: dw[i] not
+// written; FP32 douts decline one by one), 0 when all are done.
 unsigned matmul_backward_weight_n_x(int n, float *const dw[], const void *const dout[], int a16, const int OC[],
                                     const void *inp, int b16, int N, int IC);
 // swiglu_forward / swiglu_backward with round on BF16 operands and outputs (on any CPU);

@@ -78,17 +78,14 @@ typedef struct {
     void (*adamw_update)(float *master, float *m, float *v, uint16_t *p16, float *p32, const float *g, size_t n, const adamw_params_t *hp);
     // BF16 activations (kernels.h): the norms' outputs and the MLP's intermediates as BF16
     // halves, the same bits with half the bytes. Optional, all or none: NULL where the backend
-    // has none (CUDA), and the step keeps FP32 activations; where act16(C) says 0 as well. The
-    // products return nonzero when declined (what they declined is not written).
-    int (*act16)(int C);
+    // has none (CUDA), and the step keeps FP32 activations; the layout says where the CPU's run
+    // (tier.h act16). The products return nonzero when declined (what they declined is not
+    // written).
     void (*rmsnorm_forward16)(uint16_t *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
     int (*matmul_forward_w16_n_x)(int n, void *const out[], int o16, const uint16_t *const w[], const int OC[],
                                   const void *inp, int a16, int N, int IC, int round);
-    int (*matmul_forward_a16)(float *out, const uint16_t *inp, const uint16_t *w, int N, int IC, int OC, int round);
-    int (*matmul_backward_input_o16)(uint16_t *dinp, const float *dout, const uint16_t *w, int N, int IC, int OC);
-    int (*matmul_backward_input_a16)(float *dinp, const uint16_t *dout, const uint16_t *w, int N, int IC, int OC,
-                                     int accumulate, int round);
-    int (*matmul_backward_weight_b16)(float *dw, const float *dout, const uint16_t *inp, int N, int IC, int OC);
+    int (*matmul_backward_input_x)(void *dinp, int o16, const void *dout, int a16, const uint16_t *w, int N, int IC,
+                                   int OC, int accumulate, int round);
     unsigned (*matmul_backward_weight_n_x)(int n, float *const dw[], const void *const dout[], int a16, const int OC[],
                                            const void *inp, int b16, int N, int IC);
     void (*swiglu_forward16)(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n);

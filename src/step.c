@@ -29,8 +29,8 @@ static void fault(step_t *st, const char *msg) {
 // st->act16's ln1, ln2, gate, up and h hold BF16 halves (in buffers sized for FP32: acts.h)
 #define H16(buf) ((uint16_t *)(void *)(buf))
 
-// A BF16-activation product's result (backend.h act16): nonzero, it declined and wrote nothing,
-// which act16 rules out (the backend's tiles, BF16 values in bf16 mode): a fault, not a retry.
+// A BF16-activation product's result (backend.h): nonzero, it declined and wrote nothing, which
+// act16 rules out (the CPU's tiles, BF16 values in bf16 mode): a fault, not a retry.
 static void declined(step_t *st, int rc) {
     if (rc) fault(st, "step: a product on BF16 activations was declined (a bug: act16 said the backend takes them)");
 }
@@ -264,7 +264,7 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     st->N = cfg->B * cfg->T;
     st->bf16 = cfg->precision == PREC_BF16;
     st->w16 = lay->w16; // the layout sized the weight scratch for the form
-    st->act16 = lay->act16 && be->ops->act16 && be->ops->act16(m->C); // (the layout's: the plan counts it)
+    st->act16 = lay->act16 && be->ops->rmsnorm_forward16; // the layout's (the plan counts it), with the ops
     st->nmb = lay->nmb;
     st->vertical = lay->vertical;
     const size_t N = (size_t)st->N;
@@ -416,7 +416,9 @@ static void block_forward(step_t *st, const wts_t *W, const float *x, float *out
         mlp_chunk(st, W, r0, n);
         if (st->act16) { // mm_forward's, from BF16 h
             assist_poll(st);
-            declined(st, op->matmul_forward_a16(out + o, H16(a->h), w16_of(st, W, BW_DOWN), n, F, C, st->bf16));
+            declined(st, op->matmul_forward_w16_n_x(1, (void *const[]){out + o}, 0,
+                                                    (const uint16_t *const[]){w16_of(st, W, BW_DOWN)}, &C, H16(a->h), 1, n,
+                                                    F, st->bf16));
         } else {
             mm_forward(st, W, BW_DOWN, out + o, a->h, n, F, C, st->bf16);
         }
@@ -435,11 +437,12 @@ static void mlp_backward16(step_t *st, const wts_t *W, float *G, int r0, int n) 
     const uint16_t *ln2 = H16(a->ln2) + (size_t)r0 * C;
     float *dln = a->dln + (size_t)r0 * C;
     uint16_t *dh = H16(a->h), *dgate = H16(a->gate), *dup = H16(a->up); // (block_backward's homes)
-    declined(st, op->matmul_backward_weight_b16(grad_of(G, st, s, BW_DOWN), dout, H16(a->h), n, F, C));
-    declined(st, op->matmul_backward_input_o16(dh, dout, w16_of(st, W, BW_DOWN), n, F, C));
+    declined(st, (int)op->matmul_backward_weight_n_x(1, (float *const[]){grad_of(G, st, s, BW_DOWN)},
+                                                     (const void *const[]){dout}, 0, &C, H16(a->h), 1, n, F));
+    declined(st, op->matmul_backward_input_x(dh, 1, dout, 0, w16_of(st, W, BW_DOWN), n, F, C, 0, 1));
     op->swiglu_backward16(dgate, dup, dh, H16(a->gate), H16(a->up), (size_t)n * F);
-    declined(st, op->matmul_backward_input_a16(dln, dgate, w16_of(st, W, BW_GATE), n, C, F, 0, 0));
-    declined(st, op->matmul_backward_input_a16(dln, dup, w16_of(st, W, BW_UP), n, C, F, 1, r));
+    declined(st, op->matmul_backward_input_x(dln, 0, dgate, 1, w16_of(st, W, BW_GATE), n, C, F, 0, 0));
+    declined(st, op->matmul_backward_input_x(dln, 0, dup, 1, w16_of(st, W, BW_UP), n, C, F, 1, r));
     declined(st, (int)op->matmul_backward_weight_n_x(
                      2, (float *const[]){grad_of(G, st, s, BW_GATE), grad_of(G, st, s, BW_UP)},
                      (const void *const[]){dgate, dup}, 1, (const int[]){F, F}, ln2, 1, n, C));

@@ -933,14 +933,16 @@ START_TEST(test_matmul_act16_bits) {
             for (int rnd = 0; rnd < 2; rnd++) {
                 matmul_forward_w16(ref, h, w[2], NULL, N, F, C, rnd);
                 fill_nan(got, (size_t)N * C);
-                ck_assert_int_eq(matmul_forward_a16(got, h16, w[2], N, F, C, rnd), 0);
+                ck_assert_int_eq(matmul_forward_w16_n_x(1, (void *const[]){got}, 0, (const uint16_t *const[]){w[2]}, &C, h16, 1,
+                                                        N, F, rnd),
+                                 0);
                 snprintf(what, sizeof what, "forward from BF16 h (N %d, round %d, %d threads)", N, rnd, th);
                 CHECK_BITS(what, got, ref, (size_t)N * C);
             }
             // dh = dout · wd, rounded, as BF16
             matmul_backward_input_w16(ref, dout, w[2], NULL, N, F, C, 0, 1);
             memset(o16[0], 0xff, (size_t)N * F * 2);
-            ck_assert_int_eq(matmul_backward_input_o16(o16[0], dout, w[2], N, F, C), 0);
+            ck_assert_int_eq(matmul_backward_input_x(o16[0], 1, dout, 0, w[2], N, F, C, 0, 1), 0);
             snprintf(what, sizeof what, "input gradient as BF16 (N %d, %d threads)", N, th);
             check_bits16(what, o16[0], ref, (size_t)N * F);
             // dln (+)= dgate · wg, from BF16 dgate
@@ -948,7 +950,7 @@ START_TEST(test_matmul_act16_bits) {
                 for (int rnd = 0; rnd < 2; rnd++) {
                     for (size_t i = 0; i < (size_t)N * C; i++) ref[i] = got[i] = ln2[i]; // any C_in
                     matmul_backward_input_w16(ref, dg, w[0], NULL, N, C, F, acc, rnd);
-                    ck_assert_int_eq(matmul_backward_input_a16(got, dg16, w[0], N, C, F, acc, rnd), 0);
+                    ck_assert_int_eq(matmul_backward_input_x(got, 0, dg16, 1, w[0], N, C, F, acc, rnd), 0);
                     snprintf(what, sizeof what, "input gradient from BF16 (N %d, acc %d, round %d, %d threads)", N, acc,
                              rnd, th);
                     CHECK_BITS(what, got, ref, (size_t)N * C);
@@ -957,7 +959,7 @@ START_TEST(test_matmul_act16_bits) {
             memcpy(dwr[0], dw0, (size_t)F * C * sizeof(float));
             memcpy(dwg[0], dw0, (size_t)F * C * sizeof(float));
             matmul_backward_weight(dwr[0], dout, h, N, F, C);
-            ck_assert_int_eq(matmul_backward_weight_b16(dwg[0], dout, h16, N, F, C), 0);
+            ck_assert_uint_eq(matmul_backward_weight_n_x(1, dwg, (const void *const[]){dout}, 0, &C, h16, 1, N, F), 0);
             snprintf(what, sizeof what, "weight gradient from BF16 input (N %d, %d threads)", N, th);
             CHECK_BITS(what, dwg[0], dwr[0], (size_t)F * C);
             // dwg, dwu (dwq, dwk, dwv) += dgateᵀ · ln2, dupᵀ · ln2: gradients FP32 or BF16 (a16),
@@ -993,6 +995,7 @@ START_TEST(test_matmul_act16_bits) {
     ck_assert_int_eq(matmul_forward_w16_n_x(1, (void *const *)o16, 1, (const uint16_t *const *)&wb16, &F, big, 0, Ns[0],
                                             Kbig, 1),
                      1);
+    ck_assert_int_eq(matmul_backward_input_x(o16[0], 1, dout, 0, w[2], Ns[0], F, C, 1, 1), 1); // "+=" into halves
     for (size_t i = 0; i < (size_t)Ns[0] * F; i++) CHECK_LOOP(o16[0][i] == 0xabab, "a declined product wrote element %zu", i);
     for (int lim = 3; lim >= 2; lim--) {
         kernels_limit_simd(lim);
@@ -1004,12 +1007,13 @@ START_TEST(test_matmul_act16_bits) {
         ck_assert_int_eq(matmul_act16(C), 0);
         ck_assert_int_eq(matmul_forward_w16_n_x(1, (void *const *)o16, 1, (const uint16_t *const *)w, &F, ln2, 0, N, C, 1),
                          1);
-        ck_assert_int_eq(matmul_backward_input_o16(o16[0], dout, w[2], N, F, C), 1);
+        ck_assert_int_eq(matmul_backward_input_x(o16[0], 1, dout, 0, w[2], N, F, C, 0, 1), 1);
         for (size_t i = 0; i < (size_t)N * F; i++) CHECK_LOOP(o16[0][i] == 0xabab, "declined: wrote element %zu", i);
-        ck_assert_int_eq(matmul_forward_a16(got, h16, w[2], N, F, C, 1), 1);
-        ck_assert_int_eq(matmul_backward_input_a16(got, dg16, w[0], N, C, F, 0, 1), 1);
+        ck_assert_int_eq(matmul_forward_w16_n_x(1, (void *const[]){got}, 0, (const uint16_t *const[]){w[2]}, &C, h16, 1, N, F, 1),
+                         1);
+        ck_assert_int_eq(matmul_backward_input_x(got, 0, dg16, 1, w[0], N, C, F, 0, 1), 1);
         for (size_t i = 0; i < (size_t)N * F; i++) CHECK_LOOP(isnan(got[i]), "declined: wrote element %zu", i);
-        ck_assert_int_eq(matmul_backward_weight_b16(dwg[0], dout, h16, N, F, C), 1);
+        ck_assert_uint_eq(matmul_backward_weight_n_x(1, dwg, (const void *const[]){dout}, 0, &C, h16, 1, N, F), 1);
         ck_assert_uint_eq(matmul_backward_weight_n_x(1, dwg, (const void *const *)&dg16, 1, &F, ln2_16, 1, N, C), 1);
         ck_assert(!memcmp(dwg[0], dw0, (size_t)F * C * sizeof(float)));
     }

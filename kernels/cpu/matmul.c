@@ -208,35 +208,17 @@ int matmul_forward_w16_n_x(int n, void *const out[], int o16, const uint16_t *co
     return 0;
 }
 
-int matmul_forward_a16(float *out, const uint16_t *inp, const uint16_t *w, int N, int IC, int OC, int round) {
-    if (!matmul_amx()) return 1;
-    if (N <= 0 || OC <= 0) return 0;
-    if (IC <= 0) { fill_zero(out, (size_t)N * OC); return 0; }
-    return gemm_amx_x(0, 1, 1, 1, N, OC, IC, inp, IC, w, IC, 0, out, 0, OC, round);
-}
-
-int matmul_backward_input_o16(uint16_t *dinp, const float *dout, const uint16_t *w, int N, int IC, int OC) {
-    if (!matmul_act16(OC)) return 1;
-    if (N <= 0 || IC <= 0) return 0;
-    return gemm_amx_x(0, 0, 0, 1, N, IC, OC, dout, OC, w, IC, 0, dinp, 1, IC, 1);
-}
-
-int matmul_backward_input_a16(float *dinp, const uint16_t *dout, const uint16_t *w, int N, int IC, int OC,
-                              int accumulate, int round) {
-    if (!matmul_amx()) return 1;
+int matmul_backward_input_x(void *dinp, int o16, const void *dout, int a16, const uint16_t *w, int N, int IC, int OC,
+                            int accumulate, int round) {
+    if (!matmul_amx() || (o16 && (accumulate || !round || OC > 1024))) return 1;
     if (N <= 0 || IC <= 0) return 0;
     if (OC <= 0) { // nothing to add, as matmul_backward_input
-        if (!accumulate) fill_zero(dinp, (size_t)N * IC);
+        if (o16) memset(dinp, 0, (size_t)N * IC * sizeof(uint16_t));
+        else if (!accumulate) fill_zero(dinp, (size_t)N * IC);
         else if (round) bf16_round_n(dinp, (size_t)N * IC);
         return 0;
     }
-    return gemm_amx_x(0, 1, 0, 1, N, IC, OC, dout, OC, w, IC, accumulate, dinp, 0, IC, round);
-}
-
-int matmul_backward_weight_b16(float *dw, const float *dout, const uint16_t *inp, int N, int IC, int OC) {
-    if (!matmul_amx()) return 1;
-    if (N <= 0 || IC <= 0 || OC <= 0) return 0;
-    return gemm_amx_x(1, 0, 0, 1, OC, IC, N, dout, OC, inp, IC, 1, dw, 0, IC, 0);
+    return gemm_amx_x(0, a16, 0, 1, N, IC, OC, dout, OC, w, IC, accumulate, dinp, o16, IC, round);
 }
 
 unsigned matmul_backward_weight_n_x(int n, float *const dw[], const void *const dout[], int a16, const int OC[],

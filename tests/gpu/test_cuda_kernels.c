@@ -240,17 +240,17 @@ START_TEST(test_op_table) {
     ck_assert(o->embedding_forward_w16 == cuda_embedding_forward_w16);
     // every entry filled but the optional ones CUDA leaves to the caller (backend.h): the
     // shared-input forward products and weight gradients and the stacked weights' input
-    // gradient (step.c runs one product each), and the BF16 activations, act16 to the end of
-    // the table (step.c keeps FP32 activations)
+    // gradient (step.c runs one product each), and the BF16 activations, rmsnorm_forward16 to
+    // the end of the table (step.c keeps FP32 activations)
     ck_assert(o->matmul_forward_w16_n == NULL);
     ck_assert(o->matmul_backward_weight_n == NULL);
     ck_assert(o->matmul_backward_input_w16_k == NULL);
-    ck_assert(o->act16 == NULL);
+    ck_assert(o->rmsnorm_forward16 == NULL);
     const void *const *p = (const void *const *)o;
     const size_t opt[3] = {offsetof(backend_ops_t, matmul_forward_w16_n) / sizeof(void *),
                            offsetof(backend_ops_t, matmul_backward_weight_n) / sizeof(void *),
                            offsetof(backend_ops_t, matmul_backward_input_w16_k) / sizeof(void *)};
-    const size_t act16 = offsetof(backend_ops_t, act16) / sizeof(void *);
+    const size_t act16 = offsetof(backend_ops_t, rmsnorm_forward16) / sizeof(void *);
     for (size_t i = 0; i < sizeof *o / sizeof(void *); i++) {
         if (i >= act16) ck_assert_msg(p[i] == NULL, "op table entry %zu (a BF16 activation op) is set", i);
         else if (i != opt[0] && i != opt[1] && i != opt[2]) ck_assert_msg(p[i] != NULL, "op table entry %zu is NULL", i);
