@@ -44,13 +44,7 @@ static void from_chunk(uint16_t *restrict dst, const float *restrict src, size_t
 }
 
 TT_CLONES
-static void to_chunk(float *restrict dst, const uint16_t *restrict src, size_t n) {
-    #pragma omp simd
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)src[i] << 16;
-        memcpy(dst + i, &u, sizeof u);
-    }
-}
+static void to_chunk(float *restrict dst, const uint16_t *restrict src, size_t n) { tt_widen_n(dst, src, n); }
 
 TT_CLONES
 static void round_chunk(float *restrict x, size_t n) { tt_round_n(x, n); }

@@ -56,9 +56,7 @@ TT_WIDE static void out16_wide(uint16_t *o, const float *xr, const float *wr, fl
     for (; i < C; i++) { // the tail, as fwd_row's elements
         float t = (xr[i] * s) * wr[i];
         tt_round_n(&t, 1);
-        uint32_t u;
-        memcpy(&u, &t, sizeof u);
-        o[i] = (uint16_t)(u >> 16);
+        tt_narrow_n(o + i, &t, 1);
     }
 }
 
@@ -78,11 +76,7 @@ static void fwd_row16(uint16_t *restrict o, float *rstd, const float *restrict x
         #pragma omp simd
         for (int i = 0; i < n; i++) t[i] = (xr[i0 + i] * s) * wr[i0 + i];
         tt_round_n(t, (size_t)n);
-        for (int i = 0; i < n; i++) {
-            uint32_t u;
-            memcpy(&u, t + i, sizeof u);
-            o[i0 + i] = (uint16_t)(u >> 16);
-        }
+        tt_narrow_n(o + i0, t, (size_t)n);
     }
 }
 

@@ -105,6 +105,23 @@ INLINE uint32_t tt_rne_hi(uint32_t u) {
     uint32_t q = (u & 0xffff0000u) | 0x00400000u;
     return (u & 0x7fffffffu) > 0x7f800000u ? q : r;
 }
+// BF16 halves to their FP32 words, and BF16 values (FP32 words whose low halves are zero:
+// rounded) to their halves, n of them (vectorized in the caller's clone).
+INLINE void tt_widen_n(float *restrict dst, const uint16_t *restrict src, size_t n) {
+    #pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(dst + i, &u, sizeof u);
+    }
+}
+INLINE void tt_narrow_n(uint16_t *restrict dst, const float *restrict src, size_t n) {
+    #pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, src + i, sizeof u);
+        dst[i] = (uint16_t)(u >> 16);
+    }
+}
 // x[0, n) rounded to BF16 values in place (vectorized in the caller's clone).
 INLINE void tt_round_n(float *restrict x, size_t n) {
     #pragma omp simd

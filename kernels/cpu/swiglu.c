@@ -158,45 +158,30 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
 // the wide path too, the forward took twice the FP32 op's time.
 #define SLICE 512 // elements widened at a time on the narrow path (6 KiB of FP32 on the stack)
 
-// BF16 halves to FP32 words, and rounded FP32 words (BF16 values) back to their upper halves.
-TT_CLONES
-static void widen(float *restrict dst, const uint16_t *restrict src, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)src[i] << 16;
-        memcpy(dst + i, &u, sizeof u);
-    }
-}
-TT_CLONES
-static void narrow(uint16_t *restrict dst, const float *restrict src, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, src + i, sizeof u);
-        dst[i] = (uint16_t)(u >> 16);
-    }
-}
-
 // n elements (any n) through the FP32 chunks, a slice at a time.
+TT_CLONES
 static void fwd16_staged(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n) {
     float g[SLICE], u[SLICE], o[SLICE];
     for (size_t i = 0; i < n; i += SLICE) {
         const size_t len = n - i < SLICE ? n - i : SLICE;
-        widen(g, gate + i, len);
-        widen(u, up + i, len);
+        tt_widen_n(g, gate + i, len);
+        tt_widen_n(u, up + i, len);
         swiglu_fwd_chunk(o, g, u, len, 1);
-        narrow(out + i, o, len);
+        tt_narrow_n(out + i, o, len);
     }
 }
+TT_CLONES
 static void bwd16_staged(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
                          const uint16_t *up, size_t n) {
     float g[SLICE], u[SLICE], d[SLICE];
     for (size_t i = 0; i < n; i += SLICE) {
         const size_t len = n - i < SLICE ? n - i : SLICE;
-        widen(g, gate + i, len);
-        widen(u, up + i, len);
-        widen(d, dout + i, len);
+        tt_widen_n(g, gate + i, len);
+        tt_widen_n(u, up + i, len);
+        tt_widen_n(d, dout + i, len);
         swiglu_bwd_chunk(g, u, d, g, u, len, 1); // in place: each element read before it is written
-        narrow(dgate + i, g, len);
-        narrow(dup + i, u, len);
+        tt_narrow_n(dgate + i, g, len);
+        tt_narrow_n(dup + i, u, len);
     }
 }
 
