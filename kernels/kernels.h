@@ -137,6 +137,20 @@ unsigned matmul_backward_weight_n_x(int n, float *const dw[], const void *const 
 void swiglu_forward16(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n);
 void swiglu_backward16(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate, const uint16_t *up,
                        size_t n);
+// The attention half's activations q, k, v, att and datt as BF16 halves, where attention
+// runs on AMX tiles: 1 for a model of NH query heads, NKV kv heads, head size HS where the two
+// ops below run (AMX; HS 32, 64, 96 or 128; NH a multiple of NKV).
+int attention_act16(int NH, int NKV, int HS);
+// attention_forward's with round, q, k, v and out as BF16 halves; 1 when declined (nothing
+// written: attention_act16 says 0, or no memory for the packed keys).
+int attention_forward16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v, int B, int T,
+                        int NH, int NKV, int HS);
+// attention_backward's with round, dout, q, k, v and out as BF16 halves (dq, dk, dv FP32 as
+// there); 1 when declined, as above.
+int attention_backward16(float *dq, float *dk, float *dv, const uint16_t *dout, const uint16_t *q, const uint16_t *k,
+                         const uint16_t *v, const uint16_t *out, const float *lse, int B, int T, int NH, int NKV, int HS);
+// rope_forward's with round on BF16 halves, in place (q and k; on any CPU).
+void rope_forward16(uint16_t *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
 
 // ---------------------------------------------------------------- RMSNorm
 // out (N, C) = x / sqrt(mean(x²) + eps) * w (C);  rstd (N) = 1 / sqrt(mean(x²) + eps)

@@ -1449,6 +1449,100 @@ START_TEST(test_attention_amx) {
 }
 END_TEST
 
+// attention_forward16 / attention_backward16 against attention_forward / attention_backward
+// with round on the same values, bit for bit (out as the halves of the FP32 op's rounded out;
+// lse, dq, dk and dv as they are), at 1 and 3 threads, on every shape the tiles take (odd T,
+// groups of 1 to 3 heads, every head size); where the tiles do not run (no AMX, or a head size
+// they do not take) both decline and write nothing.
+START_TEST(test_attention16_bits) {
+    const att_shape_t sh = ATT_AMX_SHAPES[_i];
+    const int B = sh.B, T = sh.T, NH = sh.NH, NKV = sh.NKV, threads = omp_get_max_threads();
+    rng_t rg = rng_make(1900 + (uint64_t)_i);
+    for (int odd = 0; odd < 2; odd++) { // the shape's head size, then 16 (never on the tiles)
+        const int HS = odd ? 16 : sh.HS;
+        const size_t nq = (size_t)B * T * NH * HS, nk = (size_t)B * T * NKV * HS, nl = (size_t)B * NH * T;
+        float *q = fnew(nq), *k = fnew(nk), *v = fnew(nk), *d = fnew(nq), *o = fnew(nq), *l = fnew(nl), *l16 = fnew(nl);
+        float *g[3] = {fnew(nq), fnew(nk), fnew(nk)}, *g16[3] = {fnew(nq), fnew(nk), fnew(nk)};
+        fill_sym(q, nq, 2.0, &rg); fill_sym(k, nk, 2.0, &rg); fill_sym(v, nk, 1.0, &rg); fill_sym(d, nq, 1.0, &rg);
+        bf16_round_n(q, nq); bf16_round_n(k, nk); bf16_round_n(v, nk); bf16_round_n(d, nq);
+        uint16_t *q16 = h16_of(q, nq), *k16 = h16_of(k, nk), *v16 = h16_of(v, nk), *d16 = h16_of(d, nq), *o16 = malloc(nq * 2);
+        ck_assert_ptr_nonnull(o16);
+        const size_t len[3] = {nq, nk, nk};
+        kernels_limit_simd(3);
+        if (!attention_act16(NH, NKV, HS)) { // declined: nothing written
+            ck_assert_msg(odd || !matmul_amx(), "attention_act16 says no to head size %d with AMX here", HS);
+            memset(o16, 0xab, nq * 2);
+            fill_nan(l16, nl);
+            fill_nan(g16[0], nq);
+            ck_assert_int_eq(attention_forward16(o16, l16, q16, k16, v16, B, T, NH, NKV, HS), 1);
+            ck_assert_int_eq(attention_backward16(g16[0], g16[1], g16[2], d16, q16, k16, v16, q16, l16, B, T, NH, NKV, HS), 1);
+            for (size_t i = 0; i < nq; i++) CHECK_LOOP(o16[i] == 0xabab && isnan(g16[0][i]), "a declined op wrote %zu", i);
+            for (size_t i = 0; i < nl; i++) CHECK_LOOP(isnan(l16[i]), "a declined op wrote lse %zu", i);
+        } else {
+            for (int th = 1; th <= 3; th += 2) {
+                char what[128];
+                set_threads(th);
+                attention_forward(o, l, q, k, v, B, T, NH, NKV, HS, 1);
+                fill_nan(l16, nl);
+                ck_assert_int_eq(attention_forward16(o16, l16, q16, k16, v16, B, T, NH, NKV, HS), 0);
+                snprintf(what, sizeof what, "attention_forward16 out (shape %d, %d threads)", _i, th);
+                check_bits16(what, o16, o, nq);
+                snprintf(what, sizeof what, "attention_forward16 lse (shape %d, %d threads)", _i, th);
+                CHECK_BITS(what, l16, l, nl);
+                attention_backward(g[0], g[1], g[2], d, q, k, v, o, l, B, T, NH, NKV, HS, 1);
+                for (int i = 0; i < 3; i++) fill_nan(g16[i], len[i]);
+                ck_assert_int_eq(attention_backward16(g16[0], g16[1], g16[2], d16, q16, k16, v16, o16, l16, B, T, NH, NKV, HS), 0);
+                for (int i = 0; i < 3; i++) {
+                    snprintf(what, sizeof what, "attention_backward16 %s (shape %d, %d threads)", i == 0 ? "dq" : i == 1 ? "dk" : "dv",
+                             _i, th);
+                    CHECK_BITS(what, g16[i], g[i], len[i]);
+                }
+            }
+            set_threads(threads);
+        }
+        free(q); free(k); free(v); free(d); free(o); free(l); free(l16);
+        free(q16); free(k16); free(v16); free(d16); free(o16);
+        for (int i = 0; i < 3; i++) { free(g[i]); free(g16[i]); }
+    }
+}
+END_TEST
+
+// rope_forward16 against rope_forward with round, bit for bit, on every vector path and at
+// 1 and 3 threads: head sizes with a ragged half (10), whole vectors (64) and more than one
+// widened piece (260), odd row counts.
+START_TEST(test_rope16_bits) {
+    static const int SH[][4] = {{2, 9, 3, 10}, {1, 33, 4, 64}, {2, 5, 2, 260}}; // B, T, NX, HS
+    const int threads = omp_get_max_threads();
+    rng_t rg = rng_make(1950);
+    for (size_t c = 0; c < NELEMS(SH); c++) {
+        const int B = SH[c][0], T = SH[c][1], NX = SH[c][2], HS = SH[c][3];
+        const size_t n = (size_t)B * T * NX * HS;
+        float *x = fnew(n), *r = fnew(n), *ct = fnew((size_t)T * HS / 2), *st = fnew((size_t)T * HS / 2);
+        rope_table(ct, st, T, HS, ROPE_THETA);
+        fill_sym(x, n, 3.0, &rg);
+        bf16_round_n(x, n);
+        for (int lim = 2; lim >= 0; lim--) {
+            if (!simd_have(lim)) continue;
+            kernels_limit_simd(lim);
+            for (int th = 1; th <= 3; th += 2) {
+                char what[128];
+                set_threads(th);
+                memcpy(r, x, n * sizeof(float));
+                rope_forward(r, ct, st, B, T, NX, HS, 1);
+                uint16_t *x16 = h16_of(x, n);
+                rope_forward16(x16, ct, st, B, T, NX, HS);
+                snprintf(what, sizeof what, "rope_forward16 (HS %d, %s, %d threads)", HS, simd_path(lim), th);
+                check_bits16(what, x16, r, n);
+                free(x16);
+            }
+        }
+        kernels_limit_simd(3);
+        set_threads(threads);
+        free(x); free(r); free(ct); free(st);
+    }
+}
+END_TEST
+
 START_TEST(test_attention_large_scores) {
     // Scores up to ±1000: exp without max subtraction overflows FP32. Forward only (the
     // gradients of a near one-hot softmax are ~0 and say little); outputs must be finite
@@ -2528,10 +2622,12 @@ static Suite *kernels_suite(void) {
     tcase_add_loop_test(tc, test_rmsnorm, 0, NELEMS(RMS_SHAPES));
     tc = tcase(s, "rope");
     tcase_add_loop_test(tc, test_rope, 0, NELEMS(ROPE_SHAPES));
+    tcase_add_test(tc, test_rope16_bits);
     tc = tcase(s, "attention");
     tcase_add_loop_test(tc, test_attention, 0, NELEMS(ATT_SHAPES));
     tcase_add_loop_test(tc, test_attention_amx, 0, NELEMS(ATT_AMX_SHAPES));
     tcase_add_test(tc, test_attention_large_scores);
+    tcase_add_loop_test(tc, test_attention16_bits, 0, NELEMS(ATT_AMX_SHAPES));
     tc = tcase(s, "round flags");
     tcase_add_test(tc, test_round_flags);
     tc = tcase(s, "threads");

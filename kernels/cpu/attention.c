@@ -521,7 +521,7 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
     if (HS > ATT_HS_MAX) { attention_forward_plain(out, lse, q, k, v, B, T, NH, NKV, HS, round); return; }
     const int nqb = (T + ATT_BQ - 1) / ATT_BQ;
     // On AMX (attention_amx.h) where it can, each task it declines on the FMA tiles here.
-    att_amx_t *x = att_amx_prepare(k, v, B, T, NH, NKV, HS, 0);
+    att_amx_t *x = att_amx_prepare(k, v, 0, B, T, NH, NKV, HS, 0);
     // Later query blocks see more keys: dynamic scheduling balances them (results unaffected).
     #pragma omp parallel for collapse(3) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
@@ -709,7 +709,7 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
 
     // On AMX (attention_amx.h): a task per kv head, whatever the thread count; the kv heads it
     // declines take the one pass below (bwd_task), which computes its own D.
-    att_amx_t *x = att_amx_prepare(k, v, B, T, NH, NKV, HS, 1);
+    att_amx_t *x = att_amx_prepare(k, v, 0, B, T, NH, NKV, HS, 1);
     if (x) {
         #pragma omp parallel for collapse(2) schedule(dynamic, 1)
         for (int g = 0; g < NKV; g++)
@@ -769,4 +769,38 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
         for (int h = 0; h < NH; h++)
             for (int qb = nqb - 1; qb >= 0; qb--)
                 dq_task(dq, dout, q, k, v, lse, b, h, qb, T, NH, NKV, HS, round);
+}
+
+// ---------------------------------------------------------------- BF16 activations
+// attention_forward's and attention_backward's AMX tasks on BF16 halves (kernels.h): the same
+// packed tiles from the same values, so the same bits; the tasks decline nothing (halves are
+// BF16 values), so where the tiles run everything runs on them.
+
+int attention_act16(int NH, int NKV, int HS) { return att_amx_ok(NH, NKV, HS); }
+
+int attention_forward16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v, int B, int T,
+                        int NH, int NKV, int HS) {
+    if (B <= 0 || T <= 0 || NH <= 0) return 0;
+    att_amx_t *x = att_amx_prepare(k, v, 1, B, T, NH, NKV, HS, 0);
+    if (!x) return 1;
+    const int nqb = (T + ATT_BQ - 1) / ATT_BQ;
+    #pragma omp parallel for collapse(3) schedule(dynamic, 1)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int qb = nqb - 1; qb >= 0; qb--) // longest first, as attention_forward's
+                att_amx_fwd_task(x, out, lse, q, b, h, qb, 1, softmax_wide, mask_tile);
+    att_amx_done(x);
+    return 0;
+}
+
+int attention_backward16(float *dq, float *dk, float *dv, const uint16_t *dout, const uint16_t *q, const uint16_t *k,
+                         const uint16_t *v, const uint16_t *out, const float *lse, int B, int T, int NH, int NKV, int HS) {
+    if (B <= 0 || T <= 0 || NH <= 0) return 0;
+    att_amx_t *x = att_amx_prepare(k, v, 1, B, T, NH, NKV, HS, 1);
+    if (!x) return 1;
+    #pragma omp parallel for collapse(2) schedule(dynamic, 1)
+    for (int g = 0; g < NKV; g++)
+        for (int b = 0; b < B; b++) att_amx_bwd_task(x, dq, dk, dv, dout, q, out, lse, b, g, 1, grad_wide, mask_tile);
+    att_amx_done(x);
+    return 0;
 }

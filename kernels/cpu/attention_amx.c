@@ -16,7 +16,9 @@
 // results, as the FMA tiles', in the tiles' order. Each output element is added by one task
 // in a fixed order (the same key blocks, query blocks and planes whatever the thread count),
 // so the bits follow the operands and the shapes, and differ from the FMA path's. The round
-// flag rounds the finished outputs, as attention.c's tasks do.
+// flag rounds the finished outputs, as attention.c's tasks do. With BF16 halves for q, k, v,
+// out and dout (attention_forward16's, kernels.h) the packs widen them to the same words and
+// the forward writes out as the halves of its rounded words: the same tiles, the same bits.
 #include "attention_amx.h"
 #include <math.h>
 #include <pthread.h>
@@ -32,6 +34,7 @@
 
 struct att_amx {
     int B, T, Tp, NH, NKV, HS; // Tp: T rounded up to AT_BK (zero keys past T)
+    int h16;                   // the op's q, k, v, out and dout are BF16 halves (out written so)
     // per (b, g), Tp·HS BF16 each: K and V rows as A tiles (tile (key tile, step of HS) at
     // (kt·HS/32 + s)·512), Kᵀ and Vᵀ as A tiles (tile (tile of HS, step of keys) at
     // (ht·Tp/32 + s)·512, rows = HS index, words = pairs of keys)
@@ -55,17 +58,28 @@ TT_AMX static inline void planes3(__m512 v, __m512 p[3]) {
 }
 TT_AMX static inline unsigned low16(__m512i acc) { return (unsigned)_mm512_reduce_or_epi32(acc) & 0xffffu; }
 
+// Operands are FP32 words, or (h16: attention_forward16's) BF16 halves; element i of one, and
+// 16 of its words from element i (lanes past m zero): the halves widened to theirs, whose low
+// halves are zero, so that a pack's check finds nothing in them.
+static inline const void *elem(const void *p, int h16, size_t i) { return (const char *)p + i * (h16 ? 2 : 4); }
+TT_AMX static inline __m512 ldw(const void *p, int h16, size_t i, __mmask16 m) {
+    if (h16)
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i)), 16));
+    return _mm512_maskz_loadu_ps(m, (const float *)p + i);
+}
+
 // ---------------------------------------------------------------- packing
 
 // Rows [0, Tp) of src (row stride ld, HS wide; zeros past T) as A tiles at dst; the OR of
 // their words' low halves.
-TT_AMX static unsigned pack_rows(uint16_t *dst, const float *src, size_t ld, int T, int Tp, int HS) {
+TT_AMX static unsigned pack_rows(uint16_t *dst, const void *src, int h16, size_t ld, int T, int Tp, int HS) {
     const int nh = HS / 32;
     __m512i acc = _mm512_setzero_si512();
     for (int r = 0; r < Tp; r++) {
         uint16_t *d = dst + (size_t)(r / 16) * nh * 512 + (r % 16) * 32;
         for (int h = 0; h < HS; h += 16) {
-            const __m512 w = _mm512_maskz_loadu_ps(r < T ? 0xffff : 0, src + (size_t)r * ld + h);
+            const __m512 w = ldw(src, h16, (size_t)r * ld + h, r < T ? 0xffff : 0);
             acc = _mm512_or_si512(acc, _mm512_castps_si512(w));
             _mm256_store_si256((__m256i *)(d + (size_t)(h / 32) * 512 + h % 32), narrow16(w));
         }
@@ -75,7 +89,7 @@ TT_AMX static unsigned pack_rows(uint16_t *dst, const float *src, size_t ld, int
 
 // src (Tp rows of HS; zeros past T) transposed as A tiles at dst: rows = HS index, 32 rows of
 // src a step, in pairs; the OR of the words' low halves.
-TT_AMX static unsigned pack_trans(uint16_t *dst, const float *src, size_t ld, int T, int Tp, int HS) {
+TT_AMX static unsigned pack_trans(uint16_t *dst, const void *src, int h16, size_t ld, int T, int Tp, int HS) {
     const int nsk = Tp / 32;
     __m512i acc = _mm512_setzero_si512();
     for (int ht = 0; ht < HS / 16; ht++)
@@ -83,8 +97,8 @@ TT_AMX static unsigned pack_trans(uint16_t *dst, const float *src, size_t ld, in
             __m512i w[16];
             for (int j = 0; j < 16; j++) {
                 const int r = 32 * s + 2 * j;
-                const __m512 lo = _mm512_maskz_loadu_ps(r < T ? 0xffff : 0, src + (size_t)r * ld + ht * 16);
-                const __m512 hi = _mm512_maskz_loadu_ps(r + 1 < T ? 0xffff : 0, src + (size_t)(r + 1) * ld + ht * 16);
+                const __m512 lo = ldw(src, h16, (size_t)r * ld + ht * 16, r < T ? 0xffff : 0);
+                const __m512 hi = ldw(src, h16, (size_t)(r + 1) * ld + ht * 16, r + 1 < T ? 0xffff : 0);
                 acc = _mm512_or_si512(acc, _mm512_or_si512(_mm512_castps_si512(lo), _mm512_castps_si512(hi)));
                 w[j] = pair_words(lo, hi);
             }
@@ -97,7 +111,7 @@ TT_AMX static unsigned pack_trans(uint16_t *dst, const float *src, size_t ld, in
 
 // A query block's rows (nq of 32; zeros past them), HS wide, transposed as B tiles at dst:
 // tile (query tile c, step s of HS) at (c·HS/32 + s)·256 words, row = pair of HS indices.
-TT_AMX static unsigned pack_block_t(uint32_t *dst, const float *src, size_t ld, int nq, int HS) {
+TT_AMX static unsigned pack_block_t(uint32_t *dst, const void *src, int h16, size_t ld, int nq, int HS) {
     const int nh = HS / 32;
     __m512i acc = _mm512_setzero_si512();
     for (int c = 0; c < 2; c++)
@@ -105,9 +119,8 @@ TT_AMX static unsigned pack_block_t(uint32_t *dst, const float *src, size_t ld, 
             __m512i w[16];
             for (int i = 0; i < 16; i++) {
                 const int t = c * 16 + i;
-                const float *r = src + (size_t)t * ld + 32 * s;
-                const __m512 a = _mm512_maskz_loadu_ps(t < nq ? 0xffff : 0, r);
-                const __m512 b = _mm512_maskz_loadu_ps(t < nq ? 0xffff : 0, r + 16);
+                const size_t r = (size_t)t * ld + 32 * s;
+                const __m512 a = ldw(src, h16, r, t < nq ? 0xffff : 0), b = ldw(src, h16, r + 16, t < nq ? 0xffff : 0);
                 acc = _mm512_or_si512(acc, _mm512_or_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)));
                 w[i] = _mm512_inserti64x4(_mm512_castsi256_si512(narrow16(a)), narrow16(b), 1);
             }
@@ -119,12 +132,12 @@ TT_AMX static unsigned pack_block_t(uint32_t *dst, const float *src, size_t ld, 
 
 // A query block's rows as B tiles in pairs of rows (one step of 32): tile (HS tile c) at
 // c·256 words, row kp = the words of rows 2kp and 2kp + 1 (zeros past nq).
-TT_AMX static unsigned pack_block_pairs(uint32_t *dst, const float *src, size_t ld, int nq, int HS) {
+TT_AMX static unsigned pack_block_pairs(uint32_t *dst, const void *src, int h16, size_t ld, int nq, int HS) {
     __m512i acc = _mm512_setzero_si512();
     for (int kp = 0; kp < 16; kp++)
         for (int c = 0; c < HS / 16; c++) {
-            const __m512 lo = _mm512_maskz_loadu_ps(2 * kp < nq ? 0xffff : 0, src + (size_t)(2 * kp) * ld + 16 * c);
-            const __m512 hi = _mm512_maskz_loadu_ps(2 * kp + 1 < nq ? 0xffff : 0, src + (size_t)(2 * kp + 1) * ld + 16 * c);
+            const __m512 lo = ldw(src, h16, (size_t)(2 * kp) * ld + 16 * c, 2 * kp < nq ? 0xffff : 0);
+            const __m512 hi = ldw(src, h16, (size_t)(2 * kp + 1) * ld + 16 * c, 2 * kp + 1 < nq ? 0xffff : 0);
             acc = _mm512_or_si512(acc, _mm512_or_si512(_mm512_castps_si512(lo), _mm512_castps_si512(hi)));
             _mm512_store_si512(dst + (size_t)c * 256 + kp * 16, pair_words(lo, hi));
         }
@@ -162,11 +175,14 @@ TT_AMX static void planes_a(uint16_t *dst, const float *st, int nk, int nks) {
 
 // ---------------------------------------------------------------- the op's K and V
 
-att_amx_t *att_amx_prepare(const float *k, const float *v, int B, int T, int NH, int NKV, int HS, int bwd) {
-    if (!gemm_amx_path() || HS % 32 || HS > AT_HS || NH % NKV) return NULL;
+int att_amx_ok(int NH, int NKV, int HS) { return gemm_amx_path() && HS > 0 && HS % 32 == 0 && HS <= AT_HS && NKV > 0 && NH % NKV == 0; }
+
+att_amx_t *att_amx_prepare(const void *k, const void *v, int h16, int B, int T, int NH, int NKV, int HS, int bwd) {
+    if (!att_amx_ok(NH, NKV, HS)) return NULL;
     pthread_mutex_lock(&at_lock);
     struct att_amx *x = &at_x;
-    *x = (struct att_amx){.B = B, .T = T, .Tp = (T + AT_BK - 1) / AT_BK * AT_BK, .NH = NH, .NKV = NKV, .HS = HS};
+    *x = (struct att_amx){.B = B, .T = T, .Tp = (T + AT_BK - 1) / AT_BK * AT_BK, .NH = NH, .NKV = NKV, .HS = HS,
+                          .h16 = h16};
     const size_t per = (size_t)x->Tp * HS, heads = (size_t)B * NKV, one = heads * per * sizeof(uint16_t);
     const size_t need = 3 * one + heads + 64;
     if (need > at_cap) {
@@ -190,12 +206,13 @@ att_amx_t *att_amx_prepare(const float *k, const float *v, int B, int T, int NH,
     for (int b = 0; b < B; b++)
         for (int g = 0; g < NKV; g++) {
             const size_t o = (size_t)b * T * ks + (size_t)g * HS, at = ((size_t)b * NKV + g) * per;
-            unsigned bad = pack_rows(x->ka + at, k + o, ks, T, x->Tp, HS);
+            const void *ko = elem(k, h16, o), *vo = elem(v, h16, o);
+            unsigned bad = pack_rows(x->ka + at, ko, h16, ks, T, x->Tp, HS);
             if (bwd) {
-                bad |= pack_rows(x->va + at, v + o, ks, T, x->Tp, HS);
-                bad |= pack_trans(x->kt + at, k + o, ks, T, x->Tp, HS);
+                bad |= pack_rows(x->va + at, vo, h16, ks, T, x->Tp, HS);
+                bad |= pack_trans(x->kt + at, ko, h16, ks, T, x->Tp, HS);
             } else {
-                bad |= pack_trans(x->vt + at, v + o, ks, T, x->Tp, HS);
+                bad |= pack_trans(x->vt + at, vo, h16, ks, T, x->Tp, HS);
             }
             x->bad[(size_t)b * NKV + g] = bad != 0;
         }
@@ -279,8 +296,9 @@ TT_AMX static void keys_by_block(float *C, size_t ld, int rows, int r0, int h0, 
 }
 
 // Rows [0, nq) of a block (row stride ld) = the columns of tT (HS × 32, row stride 32) times
-// scale[i] (NULL: 1), 16 × 16 blocks transposed in registers.
-TT_AMX static void store_rows(float *dst, size_t ld, const float *tT, int nq, int HS, const float *scale) {
+// scale[i] (NULL: 1), 16 × 16 blocks transposed in registers: FP32 words, or (h16) BF16 halves
+// of the words rounded (the FP32 words' bits, rounded after: tt_round_n's rounding).
+TT_AMX static void store_rows(void *dst, int h16, size_t ld, const float *tT, int nq, int HS, const float *scale) {
     for (int c = 0; c < nq; c += 16)
         for (int d0 = 0; d0 < HS; d0 += 16) {
             __m512i w[16];
@@ -289,14 +307,16 @@ TT_AMX static void store_rows(float *dst, size_t ld, const float *tT, int nq, in
             for (int i = 0; i < 16 && c + i < nq; i++) {
                 __m512 r = _mm512_castsi512_ps(w[i]);
                 if (scale) r = _mm512_mul_ps(r, _mm512_set1_ps(scale[c + i]));
-                _mm512_storeu_ps(dst + (size_t)(c + i) * ld + d0, r);
+                const size_t at = (size_t)(c + i) * ld + d0;
+                if (h16) _mm256_storeu_si256((__m256i *)((uint16_t *)dst + at), narrow16((__m512)rnd16((v16f)r)));
+                else _mm512_storeu_ps((float *)dst + at, r);
             }
         }
 }
 
 // ---------------------------------------------------------------- forward
 
-TT_AMX int att_amx_fwd_task(const att_amx_t *x, float *out, float *lse, const float *q, int b, int h, int qb, int round,
+TT_AMX int att_amx_fwd_task(const att_amx_t *x, void *out, float *lse, const void *q, int b, int h, int qb, int round,
                             att_softmax_fn softmax, att_mask_fn mask) {
     const int T = x->T, HS = x->HS, NH = x->NH, NKV = x->NKV, g = h / (NH / NKV), nh = HS / 32, nsk = x->Tp / 32;
     if (x->bad[(size_t)b * NKV + g]) return 1;
@@ -309,7 +329,8 @@ TT_AMX int att_amx_fwd_task(const att_amx_t *x, float *out, float *lse, const fl
     float st[AT_BK * AT_BQ] __attribute__((aligned(64)));           // Sᵀ, then P
     float ot[AT_HS * AT_BQ] __attribute__((aligned(64)));           // outᵀ
     float m[AT_BQ], l[AT_BQ], corr[AT_BQ], inv[AT_BQ];
-    if (pack_block_t(qB, q + ((size_t)b * T + t0) * qs + (size_t)h * HS, qs, nq, HS)) return 1;
+    const int h16 = x->h16;
+    if (pack_block_t(qB, elem(q, h16, ((size_t)b * T + t0) * qs + (size_t)h * HS), h16, qs, nq, HS)) return 1;
     for (int i = 0; i < AT_BQ; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
     memset(ot, 0, (size_t)HS * AT_BQ * sizeof(float));
     tiles_on();
@@ -330,11 +351,11 @@ TT_AMX int att_amx_fwd_task(const att_amx_t *x, float *out, float *lse, const fl
                            vt + ((size_t)(hb / 16 + 1) * nsk + s0 / 32) * 512, pB, nks);
     }
     _tile_release();
-    float *oblk = out + ((size_t)b * T + t0) * qs + (size_t)h * HS;
+    const size_t ob = ((size_t)b * T + t0) * qs + (size_t)h * HS;
     for (int i = 0; i < AT_BQ; i++) inv[i] = i < nq ? 1.0f / l[i] : 0.0f;
-    store_rows(oblk, qs, ot, nq, HS, inv);
+    store_rows((void *)elem(out, h16, ob), h16, qs, ot, nq, HS, inv); // (h16: rounded)
     for (int i = 0; i < nq; i++) {
-        if (round) tt_round_n(oblk + (size_t)i * qs, (size_t)HS);
+        if (round && !h16) tt_round_n((float *)out + ob + (size_t)i * qs, (size_t)HS);
         lse[((size_t)b * NH + h) * T + t0 + i] = m[i] + logf(l[i]);
     }
     return 0;
@@ -351,13 +372,15 @@ TT_AMX static unsigned group_low(const float *x, size_t qs, int T, int h0, int g
     return low16(acc);
 }
 
-TT_AMX int att_amx_bwd_task(const att_amx_t *x, float *dq, float *dk, float *dv, const float *dout, const float *q,
-                            const float *out, const float *lse, int b, int g, int round, att_grad_fn grad, att_mask_fn mask) {
+TT_AMX int att_amx_bwd_task(const att_amx_t *x, float *dq, float *dk, float *dv, const void *dout, const void *q,
+                            const void *out, const float *lse, int b, int g, int round, att_grad_fn grad, att_mask_fn mask) {
     const int T = x->T, HS = x->HS, NH = x->NH, NKV = x->NKV, group = NH / NKV, nh = HS / 32, nsk = x->Tp / 32;
     const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS, per = (size_t)x->Tp * HS;
     const size_t qo0 = (size_t)b * T * qs, kbo = (size_t)b * T * ks + (size_t)g * HS;
-    if (x->bad[(size_t)b * NKV + g] || group_low(q + qo0, qs, T, g * group, group, HS) ||
-        group_low(dout + qo0, qs, T, g * group, group, HS))
+    const int h16 = x->h16; // (halves are BF16 values: nothing to check)
+    if (x->bad[(size_t)b * NKV + g] ||
+        (!h16 && (group_low((const float *)q + qo0, qs, T, g * group, group, HS) ||
+                  group_low((const float *)dout + qo0, qs, T, g * group, group, HS))))
         return 1;
     const float scale = 1.0f / sqrtf((float)HS);
     const uint16_t *ka = x->ka + ((size_t)b * NKV + g) * per, *va = x->va + ((size_t)b * NKV + g) * per;
@@ -379,14 +402,15 @@ TT_AMX int att_amx_bwd_task(const att_amx_t *x, float *dq, float *dk, float *dv,
                 L[i] = i < nq ? lr[t0 + i] : 0.0f;
                 __m512 s = _mm512_setzero_ps();
                 for (int d = 0; i < nq && d < HS; d += 16)
-                    s = _mm512_add_ps(s, _mm512_mul_ps(_mm512_loadu_ps(dout + qo + (size_t)i * qs + d),
-                                                       _mm512_loadu_ps(out + qo + (size_t)i * qs + d)));
+                    s = _mm512_add_ps(s, _mm512_mul_ps(ldw(dout, h16, qo + (size_t)i * qs + d, 0xffff),
+                                                       ldw(out, h16, qo + (size_t)i * qs + d, 0xffff)));
                 D[i] = _mm512_reduce_add_ps(s);
             }
-            pack_block_t(qB, q + qo, qs, nq, HS);
-            pack_block_t(dB, dout + qo, qs, nq, HS);
-            pack_block_pairs(qP, q + qo, qs, nq, HS);
-            pack_block_pairs(dP, dout + qo, qs, nq, HS);
+            const void *qb = elem(q, h16, qo), *db = elem(dout, h16, qo);
+            pack_block_t(qB, qb, h16, qs, nq, HS);
+            pack_block_t(dB, db, h16, qs, nq, HS);
+            pack_block_pairs(qP, qb, h16, qs, nq, HS);
+            pack_block_pairs(dP, db, h16, qs, nq, HS);
             memset(dqt, 0, (size_t)HS * AT_BQ * sizeof(float));
             for (int s0 = 0; s0 < t0 + nq; s0 += AT_BK) {
                 const int nk = t0 + nq - s0 < AT_BK ? t0 + nq - s0 : AT_BK, nks = (nk + 31) / 32;
@@ -420,7 +444,7 @@ TT_AMX int att_amx_bwd_task(const att_amx_t *x, float *dq, float *dk, float *dv,
                         memset(dkb + (size_t)(s0 + r) * ks, 0, (size_t)HS * sizeof(float));
                     }
             }
-            store_rows(dq + qo, qs, dqt, nq, HS, NULL);
+            store_rows(dq + qo, 0, qs, dqt, nq, HS, NULL);
             if (round)
                 for (int i = 0; i < nq; i++) tt_round_n(dq + qo + (size_t)i * qs, (size_t)HS);
         }

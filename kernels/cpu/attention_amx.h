@@ -20,12 +20,16 @@ typedef void (*att_softmax_fn)(float *st, int nk, float *m, float *l, float *cor
 typedef void (*att_grad_fn)(float *st, float *dpt, int nk, const float *L, const float *D, float scale);
 typedef void (*att_mask_fn)(float *tile, int s0, int nk, int t0, float fill);
 
-// bwd 0: for the forward (K rows, Vᵀ), 1: for the backward (K rows, V rows, Kᵀ).
-att_amx_t *att_amx_prepare(const float *k, const float *v, int B, int T, int NH, int NKV, int HS, int bwd);
+// 1 where the tasks run (AMX tiles; HS 32, 64, 96 or 128; NH a multiple of NKV).
+int att_amx_ok(int NH, int NKV, int HS);
+// bwd 0: for the forward (K rows, Vᵀ), 1: for the backward (K rows, V rows, Kᵀ). h16: the op's
+// q, k, v, out and dout are BF16 halves, and the forward writes out so (attention_forward16):
+// its tasks decline nothing but where prepare returns NULL.
+att_amx_t *att_amx_prepare(const void *k, const void *v, int h16, int B, int T, int NH, int NKV, int HS, int bwd);
 void att_amx_done(att_amx_t *x);
 // The forward of query block qb of head h, batch b (attention.c fwd_task's outputs).
-int att_amx_fwd_task(const att_amx_t *x, float *out, float *lse, const float *q, int b, int h, int qb, int round,
+int att_amx_fwd_task(const att_amx_t *x, void *out, float *lse, const void *q, int b, int h, int qb, int round,
                      att_softmax_fn softmax, att_mask_fn mask);
 // The backward of kv head g, batch b (attention.c bwd_task's outputs).
-int att_amx_bwd_task(const att_amx_t *x, float *dq, float *dk, float *dv, const float *dout, const float *q,
-                     const float *out, const float *lse, int b, int g, int round, att_grad_fn grad, att_mask_fn mask);
+int att_amx_bwd_task(const att_amx_t *x, float *dq, float *dk, float *dv, const void *dout, const void *q,
+                     const void *out, const float *lse, int b, int g, int round, att_grad_fn grad, att_mask_fn mask);

@@ -4,6 +4,8 @@
 // transpose of a rotation). In place, parallel over (b, t) rows. HS must be even.
 // The row function is compiled for AVX2 and for the x86-64 baseline (picked at load time);
 // elementwise IEEE ops only, so the bits depend on neither the clone nor the thread count.
+// rope_forward16 does the forward on BF16 halves: each piece widened, rotated, rounded and
+// narrowed, the same operations, the same bits.
 // Called by the CPU backend on q and k before attention (and on their gradients after).
 #include "kernels.h"
 #include <math.h>
@@ -20,33 +22,57 @@ void rope_table(float *cos_t, float *sin_t, int T, int HS, double theta) {
         }
 }
 
-// The NX heads of one (b, t) row xr, with that position's cos/sin rows cr, sr.
-// inverse = 0: rotate by +angle (forward); inverse = 1: by −angle (the transpose). Then the
-// whole row is rounded to BF16 values when round.
+// The pairs (lo[i], hi[i]), i < n, with their cos/sin cr, sr: inverse = 0 rotates by +angle
+// (forward), inverse = 1 by −angle (the transpose). (The two halves of a head row never
+// overlap: restrict lets the loops vectorize.)
+INLINE void rope_pairs(float *restrict lo, float *restrict hi, const float *restrict cr, const float *restrict sr, int n,
+                       int inverse) {
+    if (!inverse) {
+        #pragma omp simd
+        for (int i = 0; i < n; i++) {
+            float x0 = lo[i], x1 = hi[i];
+            lo[i] = x0 * cr[i] - x1 * sr[i];
+            hi[i] = x1 * cr[i] + x0 * sr[i];
+        }
+    } else {
+        #pragma omp simd
+        for (int i = 0; i < n; i++) {
+            float x0 = lo[i], x1 = hi[i];
+            lo[i] = x0 * cr[i] + x1 * sr[i];
+            hi[i] = x1 * cr[i] - x0 * sr[i];
+        }
+    }
+}
+
+// The NX heads of one (b, t) row xr, with that position's cos/sin rows cr, sr, rotated
+// (rope_pairs), then the whole row rounded to BF16 values when round.
 TT_CLONES
 static void rope_row(float *xr, const float *restrict cr, const float *restrict sr, int NX, int HS, int inverse,
                      int round) {
     int half = HS / 2;
-    for (int h = 0; h < NX; h++) {
-        // the two halves of a head row never overlap: restrict lets the loop vectorize
-        float *restrict lo = xr + (size_t)h * HS, *restrict hi = lo + half;
-        if (!inverse) {
-            #pragma omp simd
-            for (int i = 0; i < half; i++) {
-                float x0 = lo[i], x1 = hi[i];
-                lo[i] = x0 * cr[i] - x1 * sr[i];
-                hi[i] = x1 * cr[i] + x0 * sr[i];
-            }
-        } else {
-            #pragma omp simd
-            for (int i = 0; i < half; i++) {
-                float x0 = lo[i], x1 = hi[i];
-                lo[i] = x0 * cr[i] + x1 * sr[i];
-                hi[i] = x1 * cr[i] - x0 * sr[i];
-            }
-        }
-    }
+    for (int h = 0; h < NX; h++) rope_pairs(xr + (size_t)h * HS, xr + (size_t)h * HS + half, cr, sr, half, inverse);
     if (round) tt_round_n(xr, (size_t)NX * HS);
+}
+
+// rope_row's forward with round on a row of BF16 halves: each head's pairs widened a piece at
+// a time, rotated, rounded and narrowed (the same operations on the same numbers).
+TT_CLONES
+static void rope_row16(uint16_t *xr, const float *restrict cr, const float *restrict sr, int NX, int HS) {
+    enum { PIECE = 64 };
+    float lo[PIECE], hi[PIECE];
+    const int half = HS / 2;
+    for (int h = 0; h < NX; h++)
+        for (int i0 = 0; i0 < half; i0 += PIECE) {
+            const int n = half - i0 < PIECE ? half - i0 : PIECE;
+            uint16_t *l16 = xr + (size_t)h * HS + i0, *h16 = l16 + half;
+            tt_widen_n(lo, l16, (size_t)n);
+            tt_widen_n(hi, h16, (size_t)n);
+            rope_pairs(lo, hi, cr + i0, sr + i0, n, 0);
+            tt_round_n(lo, (size_t)n);
+            tt_round_n(hi, (size_t)n);
+            tt_narrow_n(l16, lo, (size_t)n);
+            tt_narrow_n(h16, hi, (size_t)n);
+        }
 }
 
 static void rope_apply(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS, int inverse,
@@ -65,4 +91,13 @@ void rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T
 
 void rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS, int round) {
     rope_apply(dx, cos_t, sin_t, B, T, NX, HS, 1, round);
+}
+
+void rope_forward16(uint16_t *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS) {
+    const int half = HS / 2;
+    #pragma omp parallel for schedule(static)
+    for (long bt = 0; bt < (long)B * T; bt++) {
+        const int t = (int)(bt % T);
+        rope_row16(x + (size_t)bt * NX * HS, cos_t + (size_t)t * half, sin_t + (size_t)t * half, NX, HS);
+    }
 }
