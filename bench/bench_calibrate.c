@@ -245,7 +245,7 @@ static int ops_measure(backend_t *be, float *h_stage, size_t stage, int reps, do
         }
     }
     const double att = 3.0 * 2.0 * N * (double)sh.T * C, ma = bench_median(ta, reps), me = bench_median(te, reps);
-    const double bytes = 4.0 * N * (plan_block_elem_words(C, KVD, F, 0, 0) + plan_block_elem_words(C, KVD, F, 1, 0));
+    const double bytes = 4.0 * N * (plan_block_elem_words(C, KVD, F, 0, 0, 0) + plan_block_elem_words(C, KVD, F, 1, 0, 0));
     *attn_flops = ma > 0 ? att / ma : 0;
     *elem_Bps = me > 0 ? bytes / me : 0;
     return 0;

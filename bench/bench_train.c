@@ -109,6 +109,21 @@ static void swiglu_bwd16(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, c
                          const uint16_t *up, size_t n) {
     TIMED(OP_SWIGLU, real->swiglu_backward16(dgate, dup, dout, gate, up, n));
 }
+static void rope_fwd16(uint16_t *x, const float *c, const float *s, int B, int T, int NX, int HS) {
+    TIMED(OP_ROPE_ADD, real->rope_forward16(x, c, s, B, T, NX, HS));
+}
+static int att_fwd16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v, int B, int T,
+                     int NH, int NKV, int HS) {
+    int rc;
+    TIMED(OP_ATTN, rc = real->attention_forward16(out, lse, q, k, v, B, T, NH, NKV, HS));
+    return rc;
+}
+static int att_bwd16(float *dq, float *dk, float *dv, const uint16_t *dout, const uint16_t *q, const uint16_t *k,
+                     const uint16_t *v, const uint16_t *out, const float *lse, int B, int T, int NH, int NKV, int HS) {
+    int rc;
+    TIMED(OP_ATTN, rc = real->attention_backward16(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS));
+    return rc;
+}
 static void att_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int NH,
                     int NKV, int HS, int round) {
     TIMED(OP_ATTN, real->attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS, round));
@@ -203,6 +218,9 @@ static void on_init(trainer_t *tr, void *arg) {
         timed.matmul_backward_weight_n_x = mm_bwd_wn_x;
         timed.swiglu_forward16 = swiglu_fwd16;
         timed.swiglu_backward16 = swiglu_bwd16;
+        timed.rope_forward16 = rope_fwd16;
+        timed.attention_forward16 = att_fwd16;
+        timed.attention_backward16 = att_bwd16;
     }
     timed.attention_forward = att_fwd;
     timed.attention_backward = att_bwd;

@@ -54,19 +54,22 @@ void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) 
     carve(a, base, m, N, acts_nkept(m, N), 0, 0);
 }
 
-// The buffers of BF16 halves with act16 (acts.h): ln1, ln2, gate, up and h.
-static int half_buf(int i) { return i == 0 || i == 8 || (i >= 10 && i <= 12); }
+// Whether buffer i holds BF16 halves (acts.h h16): ln1, ln2, gate, up and h; q, k, v and att.
+static int half_buf(int i, unsigned h16) {
+    return ((h16 & ACTS_H16_NORMS_MLP) && (i == 0 || i == 8 || (i >= 10 && i <= 12))) ||
+           ((h16 & ACTS_H16_ATTN) && i >= 2 && i <= 5);
+}
 
 // BF16 kept storage: buffer i's place in the allocation (4 KiB-aligned, in order), its
 // elements to or from the scratch: converted, or copied where they are FP32 statistics or
-// (act16) BF16 already.
-static void kept_each(backend_t *be, acts_scratch_t *a, char *kept, const model_t *m, size_t N, int store, int act16) {
+// (h16) BF16 halves already.
+static void kept_each(backend_t *be, acts_scratch_t *a, char *kept, const model_t *m, size_t N, int store, unsigned h16) {
     uint64_t bytes[ACTS_NSCRATCH], off = 0;
     acts_scratch_sizes(m, N, 0, 0, bytes);
     for (int i = 0; i < acts_nkept(m, N); i++) {
         void *k = kept + off;
         const size_t n = bytes[i] / sizeof(float);
-        if (kept_stat(i) || (act16 && half_buf(i))) {
+        if (kept_stat(i) || half_buf(i, h16)) {
             const uint64_t nb = kept_stat(i) ? bytes[i] : bytes[i] / 2;
             backend_copy_d2d(be, store ? k : a->buf[i], store ? a->buf[i] : k, nb);
         } else if (store)
@@ -77,12 +80,12 @@ static void kept_each(backend_t *be, acts_scratch_t *a, char *kept, const model_
     }
 }
 
-void acts_kept_store(backend_t *be, void *kept, const acts_scratch_t *a, const model_t *m, size_t N, int act16) {
-    kept_each(be, (acts_scratch_t *)a, kept, m, N, 1, act16);
+void acts_kept_store(backend_t *be, void *kept, const acts_scratch_t *a, const model_t *m, size_t N, unsigned h16) {
+    kept_each(be, (acts_scratch_t *)a, kept, m, N, 1, h16);
 }
 
-void acts_kept_load(backend_t *be, acts_scratch_t *a, const void *kept, const model_t *m, size_t N, int act16) {
-    kept_each(be, a, (char *)kept, m, N, 0, act16);
+void acts_kept_load(backend_t *be, acts_scratch_t *a, const void *kept, const model_t *m, size_t N, unsigned h16) {
+    kept_each(be, a, (char *)kept, m, N, 0, h16);
 }
 
 // ---------------------------------------------------------------- the checkpoint store

@@ -19,7 +19,8 @@
 // and the head, for B·T rows, but the MLP's gate, up and h for one chunk of rows
 // (model_mlp_rows); acts_scratch_sizes gives each buffer's size (tier_layout counts them),
 // acts_scratch_carve points them into one device allocation. With act16 (tier.h) ln1, ln2,
-// gate, up and h hold BF16 halves in the first half of their FP32-sized buffers.
+// gate, up and h hold BF16 halves in the first half of their FP32-sized buffers, and with att16
+// q, k, v and att too.
 //
 // What it does not do: allocate (the trainer allocates what tier_layout lists), or know which
 // tier anything else lives in. Who calls it: step.c (compute thread), tier_layout.c (sizes).
@@ -72,13 +73,17 @@ uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all, int bf16
 // mode, cfg->kept_bf16): half the bytes; the BF16-valued buffers are stored as BF16 and the
 // three statistics (rstd1, lse, rstd2) as FP32: the forward runs in the scratch and
 // acts_kept_store converts them into the allocation, acts_kept_load back before the backward
-// (the values are BF16 already: the bits do not change); with act16 ln1, ln2, gate, up and h
-// are BF16 halves in the scratch already (step.h act16: in buffers sized for FP32 words) and
-// are copied.
+// (the values are BF16 already: the bits do not change); the buffers h16 names are BF16
+// halves in the scratch already (step.h act16, att16: in buffers sized for FP32 words) and are
+// copied.
+enum {
+    ACTS_H16_NORMS_MLP = 1, // act16: ln1, ln2, gate, up and h
+    ACTS_H16_ATTN = 2,      // att16: q, k, v and att
+};
 uint64_t acts_kept_total(const model_t *m, size_t N, int bf16);
 void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N);
-void acts_kept_store(backend_t *be, void *kept, const acts_scratch_t *a, const model_t *m, size_t N, int act16);
-void acts_kept_load(backend_t *be, acts_scratch_t *a, const void *kept, const model_t *m, size_t N, int act16);
+void acts_kept_store(backend_t *be, void *kept, const acts_scratch_t *a, const model_t *m, size_t N, unsigned h16);
+void acts_kept_load(backend_t *be, acts_scratch_t *a, const void *kept, const model_t *m, size_t N, unsigned h16);
 
 // ---------------------------------------------------------------- the checkpoint store
 

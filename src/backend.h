@@ -91,6 +91,14 @@ typedef struct {
     void (*swiglu_forward16)(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n);
     void (*swiglu_backward16)(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
                               const uint16_t *up, size_t n);
+    // and the attention half's q, k, v, att and datt (tier.h att16: where attention runs on the
+    // tiles); attention returns nonzero when declined, as the products
+    void (*rope_forward16)(uint16_t *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
+    int (*attention_forward16)(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                               int B, int T, int NH, int NKV, int HS);
+    int (*attention_backward16)(float *dq, float *dk, float *dv, const uint16_t *dout, const uint16_t *q,
+                                const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse, int B,
+                                int T, int NH, int NKV, int HS);
 } backend_ops_t;
 
 struct backend;

@@ -51,6 +51,9 @@ static const backend_ops_t cpu_ops = {
     .matmul_backward_weight_n_x = matmul_backward_weight_n_x,
     .swiglu_forward16 = swiglu_forward16,
     .swiglu_backward16 = swiglu_backward16,
+    .rope_forward16 = rope_forward16, // the attention half's (tier.h att16)
+    .attention_forward16 = attention_forward16,
+    .attention_backward16 = attention_backward16,
 };
 
 int backend_resolve(const config_t *cfg, device_kind_t *kind, uint64_t *hbm_default, char *err, size_t errlen) {

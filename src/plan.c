@@ -379,15 +379,15 @@ static void work_ms(const double w[W_N], const profile_t *prof, double ms[PLAN_N
     ms[PLAN_COMM] = 1e3 * w[W_COMM] / (prof->comm_Bps > 0 ? prof->comm_Bps : PLAN_COMM_DEFAULT_BPS);
 }
 
-double plan_block_elem_words(int C, int KVD, int F, int bwd, int act16) {
+double plan_block_elem_words(int C, int KVD, int F, int bwd, int act16, int att16) {
     // forward: RMSNorm ×2 (read x, write the norm: 2C each), RoPE on q and k (2C + 2KVD),
     // the residual adds (read both, write the sum: 3C ×2), SwiGLU (read gate and up, write h:
     // 3F); backward: RMSNorm ×2 (read the gradient and x, write the input gradient and add
     // to it: 4C each), RoPE on dq and dk (2C + 2KVD), SwiGLU (read dh, gate and up, write
     // dgate and dup: 5F). With act16's BF16 halves (tier.h) the forward norms write half words
-    // (1.5C each) and SwiGLU's are all half words.
-    const double sw = act16 ? 0.5 : 1.0, norms = act16 ? 3.0 : 4.0;
-    return bwd ? 10.0 * C + 2.0 * KVD + 5.0 * sw * F : (norms + 8.0) * C + 2.0 * KVD + 3.0 * sw * F;
+    // (1.5C each) and SwiGLU's are all half words; with att16's, the forward RoPE's too.
+    const double sw = act16 ? 0.5 : 1.0, norms = act16 ? 3.0 : 4.0, rope = att16 ? 0.5 : 1.0;
+    return bwd ? 10.0 * C + 2.0 * KVD + 5.0 * sw * F : (norms + 6.0 + 2.0 * rope) * C + 2.0 * rope * KVD + 3.0 * sw * F;
 }
 
 // Each resource's time over the step and in each phase; a phase lasts its largest, and the
@@ -561,8 +561,9 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     // SwiGLU where gate and up are computed again), and the head's: the final RMSNorm (2C
     // forward, 4C backward), the embedding's gather and scatter (2C each), cross-entropy's
     // fold over the logits (V) and its backward (2V)
-    const double wf = plan_block_elem_words(m->C, (int)KVD, m->F, 0, lay->act16),
-                 wb = plan_block_elem_words(m->C, (int)KVD, m->F, 1, lay->act16), wsw = (lay->act16 ? 1.5 : 3.0) * m->F;
+    const double wf = plan_block_elem_words(m->C, (int)KVD, m->F, 0, lay->act16, lay->att16),
+                 wb = plan_block_elem_words(m->C, (int)KVD, m->F, 1, lay->act16, lay->att16),
+                 wsw = (lay->act16 ? 1.5 : 3.0) * m->F;
     const int swiglu_again = m->L - kept + (model_mlp_chunks(m, (int)N) > 1 ? kept : 0); // as `redo` above
     const double wredo = (m->L - kept) * (wf - wsw - 3.0 * C) + swiglu_again * wsw;
     const double tokens = N * cfg->accum;

@@ -117,10 +117,10 @@ extern const plan_placement_t plan_placements[PLAN_NPLACEMENTS];
 void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p);
 // FP32 words a token's elementwise ops (RMSNorm, RoPE, residual adds, SwiGLU) read and write
 // in one block's forward (bwd 0) or backward (bwd 1: its own ops, not the recompute's), for
-// dim C, KVD = kv heads × head size and ffn F, the BF16 halves act16 stores (tier.h) as such:
-// the plan's count, and (act16 0) what bench calibrate divides the ops' time by for the
+// dim C, KVD = kv heads × head size and ffn F, the BF16 halves act16 and att16 store (tier.h)
+// as such: the plan's count, and (both 0) what bench calibrate divides the ops' time by for the
 // profile's elem_Bps.
-double plan_block_elem_words(int C, int KVD, int F, int bwd, int act16);
+double plan_block_elem_words(int C, int KVD, int F, int bwd, int act16, int att16);
 // --offload auto: sets cfg's three homes to the feasible placement with the lowest predicted
 // floor (ties: the one adding less traffic, in the order all resident; params streamed from
 // host; + gradients on host; optimizer on NVMe; …; then gradients on NVMe too, down to every

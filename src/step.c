@@ -26,13 +26,23 @@ static void fault(step_t *st, const char *msg) {
     if (!st->fault[0]) snprintf(st->fault, sizeof st->fault, "%s", msg);
 }
 
-// st->act16's ln1, ln2, gate, up and h hold BF16 halves (in buffers sized for FP32: acts.h)
+// st->act16's ln1, ln2, gate, up and h, and st->att16's q, k, v, att and datt, hold BF16
+// halves (in buffers sized for FP32: acts.h)
 #define H16(buf) ((uint16_t *)(void *)(buf))
+// Which of the scratch's buffers a kept block's copies take as halves (acts.h)
+static unsigned acts_h16(const step_t *st) {
+    return (st->act16 ? ACTS_H16_NORMS_MLP : 0u) | (st->att16 ? ACTS_H16_ATTN : 0u);
+}
 
 // A BF16-activation product's result (backend.h): nonzero, it declined and wrote nothing, which
 // act16 rules out (the CPU's tiles, BF16 values in bf16 mode): a fault, not a retry.
 static void declined(step_t *st, int rc) {
     if (rc) fault(st, "step: a product on BF16 activations was declined (a bug: act16 said the backend takes them)");
+}
+// Attention on BF16 halves declines where att16 rules it out, or where its packed keys and
+// values found no memory.
+static void attention_declined(step_t *st, int rc) {
+    if (rc) fault(st, "step: attention on BF16 activations was declined: no memory for its packed keys and values");
 }
 static float *grad_of(float *g, const step_t *st, int shard, int t) {
     return g + st->m->shards[shard].tensors[t].offset;
@@ -265,6 +275,7 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     st->bf16 = cfg->precision == PREC_BF16;
     st->w16 = lay->w16; // the layout sized the weight scratch for the form
     st->act16 = lay->act16 && be->ops->rmsnorm_forward16; // the layout's (the plan counts it), with the ops
+    st->att16 = st->act16 && lay->att16 && be->ops->attention_forward16;
     st->nmb = lay->nmb;
     st->vertical = lay->vertical;
     const size_t N = (size_t)st->N;
@@ -356,7 +367,7 @@ static void block_attention(step_t *st, const wts_t *W, const float *x) {
     if (st->act16) { // ln1 as BF16 halves, read by q, k and v's products as they are
         op->rmsnorm_forward16(H16(a->ln1), a->rstd1, x, W->norm[0], N, C, m->norm_eps);
         assist_poll(st);
-        declined(st, op->matmul_forward_w16_n_x(3, (void *const[]){a->q, a->k, a->v}, 0,
+        declined(st, op->matmul_forward_w16_n_x(3, (void *const[]){a->q, a->k, a->v}, st->att16,
                                                 (const uint16_t *const[]){w16_of(st, W, BW_Q), w16_of(st, W, BW_K),
                                                                           w16_of(st, W, BW_V)},
                                                 (const int[]){C, KVD, KVD}, H16(a->ln1), 1, N, C, r));
@@ -365,12 +376,23 @@ static void block_attention(step_t *st, const wts_t *W, const float *x) {
         mm_forwards(st, W, 3, (const int[]){BW_Q, BW_K, BW_V}, (float *const[]){a->q, a->k, a->v}, a->ln1, N, C,
                     (const int[]){C, KVD, KVD}, r);
     }
-    op->rope_forward(a->q, st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS, r);
-    op->rope_forward(a->k, st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS, r);
-    op->attention_forward(a->att, a->lse, a->q, a->k, a->v, st->B, st->T, m->NH, m->NKV, m->HS, r);
     // each residual add writes the projection into the sum's own buffer and adds the stream
     // to it: att·Woᵀ + x, the same bits as x + att·Woᵀ (IEEE addition commutes), no buffer
-    mm_forward(st, W, BW_O, a->x2, a->att, N, C, C, r);
+    if (st->att16) { // q, k, v and att as BF16 halves: the ops below on them
+        op->rope_forward16(H16(a->q), st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS);
+        op->rope_forward16(H16(a->k), st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS);
+        attention_declined(st, op->attention_forward16(H16(a->att), a->lse, H16(a->q), H16(a->k), H16(a->v), st->B,
+                                                       st->T, m->NH, m->NKV, m->HS));
+        assist_poll(st);
+        declined(st, op->matmul_forward_w16_n_x(1, (void *const[]){a->x2}, 0,
+                                                (const uint16_t *const[]){w16_of(st, W, BW_O)}, &C, H16(a->att), 1, N, C,
+                                                r));
+    } else {
+        op->rope_forward(a->q, st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS, r);
+        op->rope_forward(a->k, st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS, r);
+        op->attention_forward(a->att, a->lse, a->q, a->k, a->v, st->B, st->T, m->NH, m->NKV, m->HS, r);
+        mm_forward(st, W, BW_O, a->x2, a->att, N, C, C, r);
+    }
     op->add_inplace(a->x2, x, NC, r);
     if (st->act16) op->rmsnorm_forward16(H16(a->ln2), a->rstd2, a->x2, W->norm[1], N, C, m->norm_eps);
     else op->rmsnorm_forward(a->ln2, a->rstd2, a->x2, W->norm[1], N, C, m->norm_eps, r);
@@ -506,10 +528,18 @@ static void block_backward(step_t *st, int mb, int layer, const wts_t *W, float 
     // x2 and ln2 are dead from here
 
     // attention: x2 = x + att·Woᵀ
-    mm_backward_input(st, W, BW_O, datt, st->dres, N, C, C, 0, r);
-    op->matmul_backward_weight(grad_of(G, st, s, BW_O), st->dres, a->att, N, C, C);
-    op->attention_backward(dq, dk, dv, datt, a->q, a->k, a->v, a->att, a->lse,
-                           st->B, st->T, m->NH, m->NKV, m->HS, r);
+    if (st->att16) { // datt as BF16 halves; att, q, k and v are
+        declined(st, op->matmul_backward_input_x(H16(datt), 1, st->dres, 0, w16_of(st, W, BW_O), N, C, C, 0, r));
+        declined(st, (int)op->matmul_backward_weight_n_x(1, (float *const[]){grad_of(G, st, s, BW_O)},
+                                                         (const void *const[]){st->dres}, 0, &C, H16(a->att), 1, N, C));
+        attention_declined(st, op->attention_backward16(dq, dk, dv, H16(datt), H16(a->q), H16(a->k), H16(a->v),
+                                                        H16(a->att), a->lse, st->B, st->T, m->NH, m->NKV, m->HS));
+    } else {
+        mm_backward_input(st, W, BW_O, datt, st->dres, N, C, C, 0, r);
+        op->matmul_backward_weight(grad_of(G, st, s, BW_O), st->dres, a->att, N, C, C);
+        op->attention_backward(dq, dk, dv, datt, a->q, a->k, a->v, a->att, a->lse,
+                               st->B, st->T, m->NH, m->NKV, m->HS, r);
+    }
     op->rope_backward(dq, st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS, r);
     op->rope_backward(dk, st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS, r);
     mm_backward_inputs_qkv(st, W, a->dln, (const float *const[]){dq, dk, dv}, r); // dln complete
@@ -589,7 +619,7 @@ static void block_forward_mb(step_t *st, int mb, int l, const wts_t *W) {
     int kept = use_kept(st, kb, &saved);
     block_forward(st, W, x, acts_out(&st->acts, mb, l + 1));
     if (kept) st->a = saved;
-    else if (kb) acts_kept_store(st->be, kb, &st->a, st->m, (size_t)st->N, st->act16); // BF16: from the scratch
+    else if (kb) acts_kept_store(st->be, kb, &st->a, st->m, (size_t)st->N, acts_h16(st)); // BF16: from the scratch
     acts_commit(&st->acts, mb, l + 1);
     trace_span(TRACK_COMPUTE, "forward", st->m->shards[model_block_shard(st->m, l)].name, t0, trace_now_ms());
 }
@@ -769,7 +799,7 @@ static void block_backward_mb(step_t *st, int mb, int l, const wts_t *W, float *
     acts_scratch_t saved;
     void *kb = kept_of(st, mb, l);
     int kept = use_kept(st, kb, &saved);
-    if (kb && !kept) acts_kept_load(st->be, &st->a, kb, st->m, (size_t)st->N, st->act16); // BF16: into the scratch
+    if (kb && !kept) acts_kept_load(st->be, &st->a, kb, st->m, (size_t)st->N, acts_h16(st)); // BF16: into the scratch
     block_backward(st, mb, l, W, G, !kb);
     if (kept) st->a = saved;
     trace_span(TRACK_COMPUTE, "backward", st->m->shards[model_block_shard(st->m, l)].name, t0, trace_now_ms());

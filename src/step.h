@@ -36,6 +36,7 @@ typedef struct {
     int bf16;                 // compute copy in BF16, activations rounded to BF16
     int w16;                  // bf16 mode, and the backend reads BF16 weights itself (step.c wts_t)
     int act16;                // w16, and ln1, ln2 and the MLP's intermediates are BF16 halves (tier.h; step.c)
+    int att16;                // act16, and q, k, v, att and datt are BF16 halves too (tier.h; step.c)
     int nmb, vertical;        // micro-batches held at once; the schedule
     acts_t acts;              // activation checkpoints
     acts_scratch_t a;         // [device] one block's intermediates and the head

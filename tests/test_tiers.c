@@ -249,12 +249,18 @@ START_TEST(bf16_weights_keep_bits) {
 }
 END_TEST
 
+// tiny with two heads of 32 (one kv head): a head size attention's tiles take (tier.h att16)
+static const char *const base_bf16_hs32[] = {"--model", "tiny", "--heads", "2", "--kv-heads", "1", "--steps", "4",
+                                             "--accum", "2", "--batch", "2", "--seq", "32", "--eval-every", "2",
+                                             "--eval-batches", "2", "--quiet", NULL};
+
 // bf16 mode's activations that products and these ops alone read — ln1, ln2 and the MLP's
-// intermediates — as BF16 halves (tier.h act16: on AMX tiles) give the bits of FP32 words
-// holding the same values (TT_TEST_FP32_ACTS): blocks kept (FP32 and BF16 storage) and
-// recomputed, the MLP in chunks, host checkpoints and streamed tiers, both schedules. On a
-// CPU without the tiles both runs keep FP32 activations (said on stderr); the kernels' own
-// tests hold the BF16 ops to the FP32 ones everywhere they run.
+// intermediates, and with a head size the tiles take q, k, v, att and datt — as BF16 halves
+// (tier.h act16, att16: on AMX tiles) give the bits of FP32 words holding the same values
+// (TT_TEST_FP32_ACTS): blocks kept (FP32 and BF16 storage) and recomputed, the MLP in chunks,
+// host checkpoints and streamed tiers, both schedules. On a CPU without the tiles both runs
+// keep FP32 activations (said on stderr); the kernels' own tests hold the BF16 ops to the
+// FP32 ones everywhere they run.
 START_TEST(bf16_acts_keep_bits) {
     char *fp32[] = {"TT_TEST_FP32_ACTS=1", NULL}, *fp32_chunked[] = {"TT_TEST_FP32_ACTS=1", "TT_TEST_MLP_ROWS=32", NULL},
          *chunked[] = {"TT_TEST_MLP_ROWS=32", NULL};
@@ -266,12 +272,14 @@ START_TEST(bf16_acts_keep_bits) {
         {"--params", "nvme", "--grads", "host", "--optimizer", "nvme", "--prefetch", "1", "--recompute", "1", NULL},
     };
     if (!matmul_act16(64)) fprintf(stderr, "bf16_acts_keep_bits: no AMX tiles here: both runs keep FP32 activations\n");
-    for (int c = 0; c < 2; c++)
+    for (int c = 0; c < 3; c++) // tiny (head size 16); its MLP in chunks; two heads of 32
         for (int i = 0; i < 5; i++) {
-            run_t a = train(base_bf16, settings[i], c ? chunked : NULL), b = train(base_bf16, settings[i], c ? fp32_chunked : fp32);
+            const char *const *base = c == 2 ? base_bf16_hs32 : base_bf16;
+            run_t a = train(base, settings[i], c == 1 ? chunked : NULL), b = train(base, settings[i], c == 1 ? fp32_chunked : fp32);
             char *fa = fingerprint(&a), *fb = fingerprint(&b);
             ck_assert_msg(!strcmp(fa, fb), "setting %d (%s %s%s): BF16 activations changed the bits:\n  BF16: %s\n  FP32: %s",
-                          i, settings[i][0], settings[i][1], c ? ", the MLP in chunks" : "", fa, fb);
+                          i, settings[i][0], settings[i][1], c == 1 ? ", the MLP in chunks" : c == 2 ? ", heads of 32" : "",
+                          fa, fb);
             if (i == 2 && !c) ck_assert_msg(strstr(a.out, "2 of 2 blocks keep") && strstr(a.out, ", as BF16)"), "%s", a.out);
             free(fa);
             free(fb);
@@ -1112,10 +1120,13 @@ START_TEST(plan_counts_the_recompute) {
         // and the elementwise ops again, in bytes: the attention half's RMSNorm, RoPE, residual
         // add and the MLP's norm (9C + 2KVD words a token), SwiGLU's forward (3F); where the
         // layout keeps ln1, ln2 and the MLP's intermediates as BF16 (tier.h act16) the norms
-        // write half words (8C) and SwiGLU's are half words; and the BF16 checkpoint converted
-        // once more for the recompute (6 bytes an element)
-        const double sw = full.lay.act16 ? 0.5 : 1.0, attn = full.lay.act16 ? 8 : 9;
-        const double eper = 4 * N * (attn * C + 2 * KVD + 3 * sw * F) + 6 * N * C, ekept = chunked ? 4 * N * 3 * sw * F : 0;
+        // write half words (8C) and SwiGLU's are half words, and where it keeps q and k so
+        // (att16: small's head size 64 is the tiles') RoPE's are (C + KVD less); and the BF16
+        // checkpoint converted once more for the recompute (6 bytes an element)
+        const double sw = full.lay.act16 ? 0.5 : 1.0, attn = full.lay.act16 ? 8 : 9, rope = full.lay.att16 ? 0.5 : 1.0;
+        ck_assert_int_eq(full.lay.att16, full.lay.act16);
+        const double eper = 4 * N * ((attn - 2 * (1 - rope)) * C + 2 * rope * KVD + 3 * sw * F) + 6 * N * C,
+                     ekept = chunked ? 4 * N * 3 * sw * F : 0;
         ck_assert_msg(fabs(full.elem_bytes - none.elem_bytes - L * (eper - ekept)) <= 1e-9 * full.elem_bytes,
                       "chunked %d: elementwise full - none = %.6g, counted %.6g", chunked, full.elem_bytes - none.elem_bytes,
                       L * (eper - ekept));
@@ -1417,10 +1428,14 @@ START_TEST(plan_times_the_compute_parts) {
     // bf16 mode on AMX tiles): the forward norms write half words, SwiGLU's are half words
     tier_layout_t lay16;
     tier_layout(&cfg, &m, DEVICE_CPU, &lay16);
+    // and q and k (att16: head size 64 is the tiles'): RoPE's forward reads and writes halves
     double words[2]; // FP32 activations (fp32 mode), and bf16 mode's
+    ck_assert_int_eq(lay16.att16, lay16.act16);
     for (int b = 0; b < 2; b++) {
-        const double sw = b && lay16.act16 ? 0.5 : 1.0, norm = b && lay16.act16 ? 1.5 : 2;
-        words[b] = L * ((norm + norm + 3 + 3 + 2) * C + 2 * KVD + 3 * sw * F + (4 + 4 + 2) * C + 2 * KVD + 5 * sw * F) +
+        const double sw = b && lay16.act16 ? 0.5 : 1.0, norm = b && lay16.act16 ? 1.5 : 2,
+                     rope = b && lay16.att16 ? 0.5 : 1.0;
+        words[b] = L * ((norm + norm + 3 + 3 + 2 * rope) * C + 2 * rope * KVD + 3 * sw * F + (4 + 4 + 2) * C + 2 * KVD +
+                        5 * sw * F) +
                    (2 + 4 + 2 + 2) * C + 3 * V;
     }
     // and the passes besides the ops (bytes): the BF16 checkpoints' conversions, into the store
@@ -1448,6 +1463,7 @@ START_TEST(plan_times_the_compute_parts) {
     cfg.cpu_gemm = CPU_GEMM_FMA;
     plan_compute(&cfg, &m, &prof, &old);
     ck_assert_int_eq(old.lay.act16, 0);
+    ck_assert_int_eq(old.lay.att16, 0);
     ck_assert_msg(close_to(old.elem_bytes, 4 * N * words[0] + passes, 0, 1e-12), "--cpu-gemm fma: elementwise bytes %.17g",
                   old.elem_bytes);
     cfg.cpu_gemm = CPU_GEMM_AUTO;
