@@ -73,9 +73,11 @@ static void mm_bwd_wn(int n, float *const dw[], const float *const dout[], const
                       int IC) {
     TIMED(OP_GEMM, real->matmul_backward_weight_n(n, dw, dout, OC, inp, N, IC));
 }
-static void mm_bwd_in16k(float *dinp, int n, const float *const dout[], const int OC[], const uint16_t *w,
-                         float *scratch, int N, int IC, int acc, int round) {
-    TIMED(OP_GEMM, real->matmul_backward_input_w16_k(dinp, n, dout, OC, w, scratch, N, IC, acc, round));
+static int mm_bwd_in16k(float *dinp, int n, const void *const dout[], int a16, const int OC[], const uint16_t *w,
+                        float *scratch, int N, int IC, int acc, int round) {
+    int rc;
+    TIMED(OP_GEMM, rc = real->matmul_backward_input_w16_k(dinp, n, dout, a16, OC, w, scratch, N, IC, acc, round));
+    return rc;
 }
 static void mm_bwd_w(float *dw, const float *dout, const float *inp, int N, int IC, int OC) {
     TIMED(OP_GEMM, real->matmul_backward_weight(dw, dout, inp, N, IC, OC));
@@ -112,13 +114,16 @@ static void swiglu_bwd16(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, c
 static void rope_fwd16(uint16_t *x, const float *c, const float *s, int B, int T, int NX, int HS) {
     TIMED(OP_ROPE_ADD, real->rope_forward16(x, c, s, B, T, NX, HS));
 }
+static void rope_bwd16(uint16_t *x, const float *c, const float *s, int B, int T, int NX, int HS) {
+    TIMED(OP_ROPE_ADD, real->rope_backward16(x, c, s, B, T, NX, HS));
+}
 static int att_fwd16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v, int B, int T,
                      int NH, int NKV, int HS) {
     int rc;
     TIMED(OP_ATTN, rc = real->attention_forward16(out, lse, q, k, v, B, T, NH, NKV, HS));
     return rc;
 }
-static int att_bwd16(float *dq, float *dk, float *dv, const uint16_t *dout, const uint16_t *q, const uint16_t *k,
+static int att_bwd16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q, const uint16_t *k,
                      const uint16_t *v, const uint16_t *out, const float *lse, int B, int T, int NH, int NKV, int HS) {
     int rc;
     TIMED(OP_ATTN, rc = real->attention_backward16(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS));
@@ -219,6 +224,7 @@ static void on_init(trainer_t *tr, void *arg) {
         timed.swiglu_forward16 = swiglu_fwd16;
         timed.swiglu_backward16 = swiglu_bwd16;
         timed.rope_forward16 = rope_fwd16;
+        timed.rope_backward16 = rope_bwd16;
         timed.attention_forward16 = att_fwd16;
         timed.attention_backward16 = att_bwd16;
     }

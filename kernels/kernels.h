@@ -78,9 +78,12 @@ void matmul_forward_w16_n(int n, float *const out[], const uint16_t *const w[], 
 // order (the first with accumulate, the others adding, round at the last), which it runs
 // where the AMX tiles do not take them as one product (every OC[i] but the last a multiple of
 // 32, Σ OC[i] and IC up to 1024, N up to 1024): q, k and v's input gradient, whose weights
-// lie one after another in the block's shard. scratch as matmul_backward_input_w16's.
-void matmul_backward_input_w16_k(float *dinp, int n, const float *const dout[], const int OC[], const uint16_t *w,
-                                 float *scratch, int N, int IC, int accumulate, int round);
+// lie one after another in the block's shard. scratch as matmul_backward_input_w16's. The
+// douts may be BF16 halves (a16: att16's dq, dk and dv; on AMX tiles alone, as the BF16
+// activations' products below): returns 0 when done, 1 when declined (a16 without the tiles;
+// nothing written).
+int matmul_backward_input_w16_k(float *dinp, int n, const void *const dout[], int a16, const int OC[], const uint16_t *w,
+                                float *scratch, int N, int IC, int accumulate, int round);
 // dw (OC, IC) += dout (N, OC)ᵀ · inp (N, IC)
 void matmul_backward_weight(float *dw, const float *dout, const float *inp, int N, int IC, int OC);
 // n weight gradients of one input (q, k and v of ln1; gate and up of ln2): dw[i] (OC[i], IC) +=
@@ -137,20 +140,24 @@ unsigned matmul_backward_weight_n_x(int n, float *const dw[], const void *const 
 void swiglu_forward16(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n);
 void swiglu_backward16(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate, const uint16_t *up,
                        size_t n);
-// The attention half's activations q, k, v, att and datt as BF16 halves, where attention
-// runs on AMX tiles: 1 for a model of NH query heads, NKV kv heads, head size HS where the two
-// ops below run (AMX; HS 32, 64, 96 or 128; NH a multiple of NKV).
+// The attention half's activations q, k, v and att, and their gradients datt, dq, dk and dv,
+// as BF16 halves where attention runs on AMX tiles: 1 for a model of NH query heads, NKV kv
+// heads, head size HS where the two ops below run (AMX; HS 32, 64, 96 or 128; NH a multiple
+// of NKV).
 int attention_act16(int NH, int NKV, int HS);
 // attention_forward's with round, q, k, v and out as BF16 halves; 1 when declined (nothing
 // written: attention_act16 says 0, or no memory for the packed keys).
 int attention_forward16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v, int B, int T,
                         int NH, int NKV, int HS);
-// attention_backward's with round, dout, q, k, v and out as BF16 halves (dq, dk, dv FP32 as
-// there); 1 when declined, as above.
-int attention_backward16(float *dq, float *dk, float *dv, const uint16_t *dout, const uint16_t *q, const uint16_t *k,
-                         const uint16_t *v, const uint16_t *out, const float *lse, int B, int T, int NH, int NKV, int HS);
-// rope_forward's with round on BF16 halves, in place (q and k; on any CPU).
+// attention_backward's with round, every operand and output as BF16 halves; 1 when declined,
+// as above.
+int attention_backward16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q,
+                         const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse, int B, int T, int NH,
+                         int NKV, int HS);
+// rope_forward's and rope_backward's with round on BF16 halves, in place (q and k, dq and dk;
+// on any CPU).
 void rope_forward16(uint16_t *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
+void rope_backward16(uint16_t *dx, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
 
 // ---------------------------------------------------------------- RMSNorm
 // out (N, C) = x / sqrt(mean(x²) + eps) * w (C);  rstd (N) = 1 / sqrt(mean(x²) + eps)

@@ -53,8 +53,8 @@ typedef struct {
     // The input gradient of n weights stacked in one array (kernels.h matmul_backward_input_w16_k:
     // q, k and v's): NULL where the backend has none (CUDA), and the caller runs
     // matmul_backward_input_w16 for each.
-    void (*matmul_backward_input_w16_k)(float *dinp, int n, const float *const dout[], const int OC[],
-                                        const uint16_t *w, float *scratch, int N, int IC, int accumulate, int round);
+    int (*matmul_backward_input_w16_k)(float *dinp, int n, const void *const dout[], int a16, const int OC[],
+                                       const uint16_t *w, float *scratch, int N, int IC, int accumulate, int round);
     void (*rmsnorm_forward)(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps, int round);
     void (*rmsnorm_backward)(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int C,
                              int round);
@@ -91,12 +91,13 @@ typedef struct {
     void (*swiglu_forward16)(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n);
     void (*swiglu_backward16)(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
                               const uint16_t *up, size_t n);
-    // and the attention half's q, k, v, att and datt (tier.h att16: where attention runs on the
-    // tiles); attention returns nonzero when declined, as the products
+    // and the attention half's q, k, v, att and their gradients (tier.h att16: where attention
+    // runs on the tiles); attention returns nonzero when declined, as the products
     void (*rope_forward16)(uint16_t *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
+    void (*rope_backward16)(uint16_t *dx, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
     int (*attention_forward16)(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                int B, int T, int NH, int NKV, int HS);
-    int (*attention_backward16)(float *dq, float *dk, float *dv, const uint16_t *dout, const uint16_t *q,
+    int (*attention_backward16)(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q,
                                 const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse, int B,
                                 int T, int NH, int NKV, int HS);
 } backend_ops_t;

@@ -52,6 +52,7 @@ static const backend_ops_t cpu_ops = {
     .swiglu_forward16 = swiglu_forward16,
     .swiglu_backward16 = swiglu_backward16,
     .rope_forward16 = rope_forward16, // the attention half's (tier.h att16)
+    .rope_backward16 = rope_backward16,
     .attention_forward16 = attention_forward16,
     .attention_backward16 = attention_backward16,
 };

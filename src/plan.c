@@ -385,9 +385,10 @@ double plan_block_elem_words(int C, int KVD, int F, int bwd, int act16, int att1
     // 3F); backward: RMSNorm ×2 (read the gradient and x, write the input gradient and add
     // to it: 4C each), RoPE on dq and dk (2C + 2KVD), SwiGLU (read dh, gate and up, write
     // dgate and dup: 5F). With act16's BF16 halves (tier.h) the forward norms write half words
-    // (1.5C each) and SwiGLU's are all half words; with att16's, the forward RoPE's too.
+    // (1.5C each) and SwiGLU's are all half words; with att16's, RoPE's too.
     const double sw = act16 ? 0.5 : 1.0, norms = act16 ? 3.0 : 4.0, rope = att16 ? 0.5 : 1.0;
-    return bwd ? 10.0 * C + 2.0 * KVD + 5.0 * sw * F : (norms + 6.0 + 2.0 * rope) * C + 2.0 * rope * KVD + 3.0 * sw * F;
+    return bwd ? (8.0 + 2.0 * rope) * C + 2.0 * rope * KVD + 5.0 * sw * F
+               : (norms + 6.0 + 2.0 * rope) * C + 2.0 * rope * KVD + 3.0 * sw * F;
 }
 
 // Each resource's time over the step and in each phase; a phase lasts its largest, and the

@@ -172,21 +172,26 @@ static void mm_forwards(const step_t *st, const wts_t *W, int n, const int t[], 
 
 // dln = dq·Wq + dk·Wk + dv·Wv (rounded when round), the three products in that order: one
 // call where the backend runs them as one over the three weights, which lie one after
-// another in the shard (the same bits), else one product each.
-static void mm_backward_inputs_qkv(const step_t *st, const wts_t *W, float *dln, const float *const d[3], int round) {
+// another in the shard (the same bits), else one product each. d: FP32, or st->att16's halves.
+static void mm_backward_inputs_qkv(step_t *st, const wts_t *W, float *dln, const void *const d[3], int round) {
     const backend_ops_t *op = st->be->ops;
     const model_t *m = st->m;
-    const int N = st->N, C = m->C, KVD = m->NKV * m->HS;
+    const int N = st->N, C = m->C, KVD = m->NKV * m->HS, OC[3] = {C, KVD, KVD};
     const tensor_t *t = m->shards[W->shard].tensors;
     if (W->b16 && op->matmul_backward_input_w16_k && t[BW_K].offset == t[BW_Q].offset + t[BW_Q].numel &&
         t[BW_V].offset == t[BW_K].offset + t[BW_K].numel) {
-        op->matmul_backward_input_w16_k(dln, 3, d, (const int[]){C, KVD, KVD}, W->b16 + t[BW_Q].offset, NULL, N, C, 0,
-                                        round);
+        declined(st, op->matmul_backward_input_w16_k(dln, 3, d, st->att16, OC, W->b16 + t[BW_Q].offset, NULL, N, C, 0,
+                                                     round));
         return;
     }
-    mm_backward_input(st, W, BW_Q, dln, d[0], N, C, C, 0, 0);
-    mm_backward_input(st, W, BW_K, dln, d[1], N, C, KVD, 1, 0);
-    mm_backward_input(st, W, BW_V, dln, d[2], N, C, KVD, 1, round);
+    const int w[3] = {BW_Q, BW_K, BW_V};
+    for (int i = 0; i < 3; i++) {
+        if (st->att16)
+            declined(st, op->matmul_backward_input_x(dln, 0, d[i], 1, w16_of(st, W, w[i]), N, C, OC[i], i > 0,
+                                                     i == 2 ? round : 0));
+        else
+            mm_backward_input(st, W, w[i], dln, d[i], N, C, OC[i], i > 0, i == 2 ? round : 0);
+    }
 }
 
 // dw[i] += dout[i]ᵀ · inp for n tensors of one input (q, k, v; gate, up): one call where the
@@ -528,24 +533,27 @@ static void block_backward(step_t *st, int mb, int layer, const wts_t *W, float 
     // x2 and ln2 are dead from here
 
     // attention: x2 = x + att·Woᵀ
-    if (st->att16) { // datt as BF16 halves; att, q, k and v are
+    if (st->att16) { // datt, dq, dk and dv as BF16 halves; att, q, k and v are
         declined(st, op->matmul_backward_input_x(H16(datt), 1, st->dres, 0, w16_of(st, W, BW_O), N, C, C, 0, r));
         declined(st, (int)op->matmul_backward_weight_n_x(1, (float *const[]){grad_of(G, st, s, BW_O)},
                                                          (const void *const[]){st->dres}, 0, &C, H16(a->att), 1, N, C));
-        attention_declined(st, op->attention_backward16(dq, dk, dv, H16(datt), H16(a->q), H16(a->k), H16(a->v),
-                                                        H16(a->att), a->lse, st->B, st->T, m->NH, m->NKV, m->HS));
+        attention_declined(st, op->attention_backward16(H16(dq), H16(dk), H16(dv), H16(datt), H16(a->q), H16(a->k),
+                                                        H16(a->v), H16(a->att), a->lse, st->B, st->T, m->NH, m->NKV,
+                                                        m->HS));
+        op->rope_backward16(H16(dq), st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS);
+        op->rope_backward16(H16(dk), st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS);
     } else {
         mm_backward_input(st, W, BW_O, datt, st->dres, N, C, C, 0, r);
         op->matmul_backward_weight(grad_of(G, st, s, BW_O), st->dres, a->att, N, C, C);
         op->attention_backward(dq, dk, dv, datt, a->q, a->k, a->v, a->att, a->lse,
                                st->B, st->T, m->NH, m->NKV, m->HS, r);
+        op->rope_backward(dq, st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS, r);
+        op->rope_backward(dk, st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS, r);
     }
-    op->rope_backward(dq, st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS, r);
-    op->rope_backward(dk, st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS, r);
-    mm_backward_inputs_qkv(st, W, a->dln, (const float *const[]){dq, dk, dv}, r); // dln complete
+    mm_backward_inputs_qkv(st, W, a->dln, (const void *const[]){dq, dk, dv}, r); // dln complete
     float *const dwqkv[3] = {grad_of(G, st, s, BW_Q), grad_of(G, st, s, BW_K), grad_of(G, st, s, BW_V)};
-    if (st->act16) // from BF16 ln1
-        declined(st, (int)op->matmul_backward_weight_n_x(3, dwqkv, (const void *const[]){dq, dk, dv}, 0,
+    if (st->act16) // from BF16 ln1 (and att16's dq, dk and dv)
+        declined(st, (int)op->matmul_backward_weight_n_x(3, dwqkv, (const void *const[]){dq, dk, dv}, st->att16,
                                                          (const int[]){C, KVD, KVD}, H16(a->ln1), 1, N, C));
     else
         mm_backward_weights(st, 3, dwqkv, (const float *const[]){dq, dk, dv}, (const int[]){C, KVD, KVD}, a->ln1, N, C);

@@ -1030,7 +1030,8 @@ END_TEST
 // matmul_backward_input_w16 calls, bit for bit, on every path and at 1 and 3 threads, with and
 // without accumulation and rounding: parts of 64, 32 and 40 rows (whole tile steps but the
 // last: one product on AMX tiles), of 40, 32 and 40 (not: one call each), small's 384, 128 and
-// 128, 1100 rows (more than one chunk), and a word of a part that is not a BF16 value.
+// 128, 1100 rows (more than one chunk), and a word of a part that is not a BF16 value; and the
+// parts as BF16 halves (a16), the same bits on AMX tiles, declined with nothing written off them.
 START_TEST(test_matmul_input_k_bits) {
     const int IC = 70, NMAX = 1100;
     static const int parts[3][3] = {{64, 32, 40}, {40, 32, 40}, {384, 128, 128}};
@@ -1064,11 +1065,25 @@ START_TEST(test_matmul_input_k_bits) {
                             for (int i = 0, off = 0; i < 3; off += OC[i], i++)
                                 matmul_backward_input_w16(ref, dout[i], w + (size_t)off * IC, scratch, N, IC, OC[i],
                                                           i ? 1 : acc, i == 2 ? rnd : 0);
-                            matmul_backward_input_w16_k(got, 3, (const float *const *)dout, OC, w, scratch, N, IC, acc, rnd);
+                            ck_assert_int_eq(matmul_backward_input_w16_k(got, 3, (const void *const *)dout, 0, OC, w,
+                                                                         scratch, N, IC, acc, rnd),
+                                             0);
                             char what[160];
                             snprintf(what, sizeof what, "parts %d %d %d (N %d, acc %d, round %d, %s%s, %d threads)", OC[0],
                                      OC[1], OC[2], N, acc, rnd, simd_path(lim), p == 4 ? ", an FP32 word" : "", th);
                             CHECK_BITS(what, got, ref, (size_t)N * IC);
+                            if (p == 4 || (lim == 3 && (th > 1 || k))) continue;
+                            uint16_t *d16[3];
+                            for (int i = 0; i < 3; i++) d16[i] = h16_of(dout[i], (size_t)NMAX * 384);
+                            memcpy(got, c0, (size_t)N * IC * sizeof(float));
+                            const int rc = matmul_backward_input_w16_k(got, 3, (const void *const *)d16, 1, OC, w, scratch,
+                                                                       N, IC, acc, rnd);
+                            ck_assert_int_eq(rc, lim == 3 ? 0 : 1);
+                            snprintf(what, sizeof what, "parts %d %d %d as halves (N %d, acc %d, round %d, %s)", OC[0],
+                                     OC[1], OC[2], N, acc, rnd, simd_path(lim));
+                            if (lim == 3) CHECK_BITS(what, got, ref, (size_t)N * IC);
+                            else CHECK_BITS(what, got, c0, (size_t)N * IC);
+                            for (int i = 0; i < 3; i++) free(d16[i]);
                         }
     }
     kernels_limit_simd(3);
@@ -1450,8 +1465,8 @@ START_TEST(test_attention_amx) {
 END_TEST
 
 // attention_forward16 / attention_backward16 against attention_forward / attention_backward
-// with round on the same values, bit for bit (out as the halves of the FP32 op's rounded out;
-// lse, dq, dk and dv as they are), at 1 and 3 threads, on every shape the tiles take (odd T,
+// with round on the same values, bit for bit (out, dq, dk and dv as the halves of the FP32
+// ops' rounded outputs; lse as it is), at 1 and 3 threads, on every shape the tiles take (odd T,
 // groups of 1 to 3 heads, every head size); where the tiles do not run (no AMX, or a head size
 // they do not take) both decline and write nothing.
 START_TEST(test_attention16_bits) {
@@ -1462,7 +1477,9 @@ START_TEST(test_attention16_bits) {
         const int HS = odd ? 16 : sh.HS;
         const size_t nq = (size_t)B * T * NH * HS, nk = (size_t)B * T * NKV * HS, nl = (size_t)B * NH * T;
         float *q = fnew(nq), *k = fnew(nk), *v = fnew(nk), *d = fnew(nq), *o = fnew(nq), *l = fnew(nl), *l16 = fnew(nl);
-        float *g[3] = {fnew(nq), fnew(nk), fnew(nk)}, *g16[3] = {fnew(nq), fnew(nk), fnew(nk)};
+        float *g[3] = {fnew(nq), fnew(nk), fnew(nk)};
+        uint16_t *g16[3] = {malloc(nq * 2), malloc(nk * 2), malloc(nk * 2)};
+        ck_assert(g16[0] && g16[1] && g16[2]);
         fill_sym(q, nq, 2.0, &rg); fill_sym(k, nk, 2.0, &rg); fill_sym(v, nk, 1.0, &rg); fill_sym(d, nq, 1.0, &rg);
         bf16_round_n(q, nq); bf16_round_n(k, nk); bf16_round_n(v, nk); bf16_round_n(d, nq);
         uint16_t *q16 = h16_of(q, nq), *k16 = h16_of(k, nk), *v16 = h16_of(v, nk), *d16 = h16_of(d, nq), *o16 = malloc(nq * 2);
@@ -1473,10 +1490,10 @@ START_TEST(test_attention16_bits) {
             ck_assert_msg(odd || !matmul_amx(), "attention_act16 says no to head size %d with AMX here", HS);
             memset(o16, 0xab, nq * 2);
             fill_nan(l16, nl);
-            fill_nan(g16[0], nq);
+            memset(g16[0], 0xab, nq * 2);
             ck_assert_int_eq(attention_forward16(o16, l16, q16, k16, v16, B, T, NH, NKV, HS), 1);
             ck_assert_int_eq(attention_backward16(g16[0], g16[1], g16[2], d16, q16, k16, v16, q16, l16, B, T, NH, NKV, HS), 1);
-            for (size_t i = 0; i < nq; i++) CHECK_LOOP(o16[i] == 0xabab && isnan(g16[0][i]), "a declined op wrote %zu", i);
+            for (size_t i = 0; i < nq; i++) CHECK_LOOP(o16[i] == 0xabab && g16[0][i] == 0xabab, "a declined op wrote %zu", i);
             for (size_t i = 0; i < nl; i++) CHECK_LOOP(isnan(l16[i]), "a declined op wrote lse %zu", i);
         } else {
             for (int th = 1; th <= 3; th += 2) {
@@ -1490,12 +1507,12 @@ START_TEST(test_attention16_bits) {
                 snprintf(what, sizeof what, "attention_forward16 lse (shape %d, %d threads)", _i, th);
                 CHECK_BITS(what, l16, l, nl);
                 attention_backward(g[0], g[1], g[2], d, q, k, v, o, l, B, T, NH, NKV, HS, 1);
-                for (int i = 0; i < 3; i++) fill_nan(g16[i], len[i]);
+                for (int i = 0; i < 3; i++) memset(g16[i], 0xab, len[i] * 2);
                 ck_assert_int_eq(attention_backward16(g16[0], g16[1], g16[2], d16, q16, k16, v16, o16, l16, B, T, NH, NKV, HS), 0);
                 for (int i = 0; i < 3; i++) {
                     snprintf(what, sizeof what, "attention_backward16 %s (shape %d, %d threads)", i == 0 ? "dq" : i == 1 ? "dk" : "dv",
                              _i, th);
-                    CHECK_BITS(what, g16[i], g[i], len[i]);
+                    check_bits16(what, g16[i], g[i], len[i]);
                 }
             }
             set_threads(threads);
@@ -1507,8 +1524,8 @@ START_TEST(test_attention16_bits) {
 }
 END_TEST
 
-// rope_forward16 against rope_forward with round, bit for bit, on every vector path and at
-// 1 and 3 threads: head sizes with a ragged half (10), whole vectors (64) and more than one
+// rope_forward16 and rope_backward16 against rope_forward and rope_backward with round, bit
+// for bit, on every vector path and at 1 and 3 threads: head sizes with a ragged half (10), whole vectors (64) and more than one
 // widened piece (260), odd row counts.
 START_TEST(test_rope16_bits) {
     static const int SH[][4] = {{2, 9, 3, 10}, {1, 33, 4, 64}, {2, 5, 2, 260}}; // B, T, NX, HS
@@ -1524,17 +1541,24 @@ START_TEST(test_rope16_bits) {
         for (int lim = 2; lim >= 0; lim--) {
             if (!simd_have(lim)) continue;
             kernels_limit_simd(lim);
-            for (int th = 1; th <= 3; th += 2) {
-                char what[128];
-                set_threads(th);
-                memcpy(r, x, n * sizeof(float));
-                rope_forward(r, ct, st, B, T, NX, HS, 1);
-                uint16_t *x16 = h16_of(x, n);
-                rope_forward16(x16, ct, st, B, T, NX, HS);
-                snprintf(what, sizeof what, "rope_forward16 (HS %d, %s, %d threads)", HS, simd_path(lim), th);
-                check_bits16(what, x16, r, n);
-                free(x16);
-            }
+            for (int th = 1; th <= 3; th += 2)
+                for (int inv = 0; inv < 2; inv++) {
+                    char what[128];
+                    set_threads(th);
+                    memcpy(r, x, n * sizeof(float));
+                    uint16_t *x16 = h16_of(x, n);
+                    if (inv) {
+                        rope_backward(r, ct, st, B, T, NX, HS, 1);
+                        rope_backward16(x16, ct, st, B, T, NX, HS);
+                    } else {
+                        rope_forward(r, ct, st, B, T, NX, HS, 1);
+                        rope_forward16(x16, ct, st, B, T, NX, HS);
+                    }
+                    snprintf(what, sizeof what, "rope_%s16 (HS %d, %s, %d threads)", inv ? "backward" : "forward", HS,
+                             simd_path(lim), th);
+                    check_bits16(what, x16, r, n);
+                    free(x16);
+                }
         }
         kernels_limit_simd(3);
         set_threads(threads);

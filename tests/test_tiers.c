@@ -1428,14 +1428,14 @@ START_TEST(plan_times_the_compute_parts) {
     // bf16 mode on AMX tiles): the forward norms write half words, SwiGLU's are half words
     tier_layout_t lay16;
     tier_layout(&cfg, &m, DEVICE_CPU, &lay16);
-    // and q and k (att16: head size 64 is the tiles'): RoPE's forward reads and writes halves
+    // and q and k, dq and dk (att16: head size 64 is the tiles'): RoPE reads and writes halves
     double words[2]; // FP32 activations (fp32 mode), and bf16 mode's
     ck_assert_int_eq(lay16.att16, lay16.act16);
     for (int b = 0; b < 2; b++) {
         const double sw = b && lay16.act16 ? 0.5 : 1.0, norm = b && lay16.act16 ? 1.5 : 2,
                      rope = b && lay16.att16 ? 0.5 : 1.0;
-        words[b] = L * ((norm + norm + 3 + 3 + 2 * rope) * C + 2 * rope * KVD + 3 * sw * F + (4 + 4 + 2) * C + 2 * KVD +
-                        5 * sw * F) +
+        words[b] = L * ((norm + norm + 3 + 3 + 2 * rope) * C + 2 * rope * KVD + 3 * sw * F + (4 + 4 + 2 * rope) * C +
+                        2 * rope * KVD + 5 * sw * F) +
                    (2 + 4 + 2 + 2) * C + 3 * V;
     }
     // and the passes besides the ops (bytes): the BF16 checkpoints' conversions, into the store

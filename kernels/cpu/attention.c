@@ -773,8 +773,9 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
 
 // ---------------------------------------------------------------- BF16 activations
 // attention_forward's and attention_backward's AMX tasks on BF16 halves (kernels.h): the same
-// packed tiles from the same values, so the same bits; the tasks decline nothing (halves are
-// BF16 values), so where the tiles run everything runs on them.
+// packed tiles from the same values, and the same FP32 outputs rounded then narrowed, so the
+// same bits; the tasks decline nothing (halves are BF16 values), so where the tiles run
+// everything runs on them.
 
 int attention_act16(int NH, int NKV, int HS) { return att_amx_ok(NH, NKV, HS); }
 
@@ -793,8 +794,9 @@ int attention_forward16(uint16_t *out, float *lse, const uint16_t *q, const uint
     return 0;
 }
 
-int attention_backward16(float *dq, float *dk, float *dv, const uint16_t *dout, const uint16_t *q, const uint16_t *k,
-                         const uint16_t *v, const uint16_t *out, const float *lse, int B, int T, int NH, int NKV, int HS) {
+int attention_backward16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q,
+                         const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse, int B, int T, int NH,
+                         int NKV, int HS) {
     if (B <= 0 || T <= 0 || NH <= 0) return 0;
     att_amx_t *x = att_amx_prepare(k, v, 1, B, T, NH, NKV, HS, 1);
     if (!x) return 1;

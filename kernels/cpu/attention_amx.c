@@ -21,6 +21,7 @@
 // the forward writes out as the halves of its rounded words: the same tiles, the same bits.
 #include "attention_amx.h"
 #include <math.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,8 @@
 
 struct att_amx {
     int B, T, Tp, NH, NKV, HS; // Tp: T rounded up to AT_BK (zero keys past T)
-    int h16;                   // the op's q, k, v, out and dout are BF16 halves (out written so)
+    int h16;                   // the op's q, k, v, out and dout are BF16 halves, and its outputs too
+    float *acc;                // h16's backward: per thread, a task's dk and dv rows (2·Tp·HS FP32)
     // per (b, g), Tp·HS BF16 each: K and V rows as A tiles (tile (key tile, step of HS) at
     // (kt·HS/32 + s)·512), Kᵀ and Vᵀ as A tiles (tile (tile of HS, step of keys) at
     // (ht·Tp/32 + s)·512, rows = HS index, words = pairs of keys)
@@ -184,7 +186,8 @@ att_amx_t *att_amx_prepare(const void *k, const void *v, int h16, int B, int T, 
     *x = (struct att_amx){.B = B, .T = T, .Tp = (T + AT_BK - 1) / AT_BK * AT_BK, .NH = NH, .NKV = NKV, .HS = HS,
                           .h16 = h16};
     const size_t per = (size_t)x->Tp * HS, heads = (size_t)B * NKV, one = heads * per * sizeof(uint16_t);
-    const size_t need = 3 * one + heads + 64;
+    const size_t acc_at = (3 * one + heads + 63) / 64 * 64,
+                 need = acc_at + (h16 && bwd ? (size_t)omp_get_max_threads() * 2 * per * sizeof(float) : 0);
     if (need > at_cap) {
         free(at_buf);
         at_cap = 0;
@@ -201,6 +204,7 @@ att_amx_t *att_amx_prepare(const void *k, const void *v, int h16, int B, int T, 
     x->va = bwd ? base + heads * per : NULL;
     x->kt = bwd ? base + 2 * heads * per : NULL;
     x->bad = (unsigned char *)(base + 3 * heads * per);
+    x->acc = h16 && bwd ? (float *)((char *)at_buf + acc_at) : NULL;
     const size_t ks = (size_t)NKV * HS;
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
@@ -372,12 +376,25 @@ TT_AMX static unsigned group_low(const float *x, size_t qs, int T, int h0, int g
     return low16(acc);
 }
 
-TT_AMX int att_amx_bwd_task(const att_amx_t *x, float *dq, float *dk, float *dv, const void *dout, const void *q,
+// Rows [0, T) of src (row stride ls, n wide) rounded, as the halves at dst (row stride ld).
+TT_AMX static void put_rows16(uint16_t *dst, size_t ld, const float *src, size_t ls, int T, int n) {
+    for (int t = 0; t < T; t++)
+        for (int d = 0; d < n; d += 16)
+            _mm256_storeu_si256((__m256i *)(dst + (size_t)t * ld + d),
+                                narrow16((__m512)rnd16((v16f)_mm512_loadu_ps(src + (size_t)t * ls + d))));
+}
+
+TT_AMX int att_amx_bwd_task(const att_amx_t *x, void *dq, void *dk, void *dv, const void *dout, const void *q,
                             const void *out, const float *lse, int b, int g, int round, att_grad_fn grad, att_mask_fn mask) {
     const int T = x->T, HS = x->HS, NH = x->NH, NKV = x->NKV, group = NH / NKV, nh = HS / 32, nsk = x->Tp / 32;
     const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS, per = (size_t)x->Tp * HS;
     const size_t qo0 = (size_t)b * T * qs, kbo = (size_t)b * T * ks + (size_t)g * HS;
     const int h16 = x->h16; // (halves are BF16 values: nothing to check)
+    // dk and dv add up in FP32 over the group's heads: in place, or (h16) in this thread's rows
+    // of acc (row stride HS), narrowed at the end
+    float *const dkb = h16 ? x->acc + (size_t)omp_get_thread_num() * 2 * per : (float *)dk + kbo,
+                 *const dvb = h16 ? dkb + per : (float *)dv + kbo;
+    const size_t kl = h16 ? (size_t)HS : ks;
     if (x->bad[(size_t)b * NKV + g] ||
         (!h16 && (group_low((const float *)q + qo0, qs, T, g * group, group, HS) ||
                   group_low((const float *)dout + qo0, qs, T, g * group, group, HS))))
@@ -432,28 +449,30 @@ TT_AMX int att_amx_bwd_task(const att_amx_t *x, float *dq, float *dk, float *dv,
                 planes_a(pA, st, nk, nks);
                 planes_a(sA, dpt, nk, nks);
                 const int first = h == g * group && t0 == s0;
-                float *dvb = dv + kbo, *dkb = dk + kbo;
                 for (int r0 = s0; r0 < s0 + 32 * nks && r0 < T; r0 += 32)
                     for (int hb = 0; hb < HS; hb += 32) {
-                        keys_by_block(dvb, ks, T, r0, hb, pA, dP, first);
-                        keys_by_block(dkb, ks, T, r0, hb, sA, qP, first);
+                        keys_by_block(dvb, kl, T, r0, hb, pA, dP, first);
+                        keys_by_block(dkb, kl, T, r0, hb, sA, qP, first);
                     }
                 if (first)
                     for (int r = 32 * nks; r < nkf; r++) {
-                        memset(dvb + (size_t)(s0 + r) * ks, 0, (size_t)HS * sizeof(float));
-                        memset(dkb + (size_t)(s0 + r) * ks, 0, (size_t)HS * sizeof(float));
+                        memset(dvb + (size_t)(s0 + r) * kl, 0, (size_t)HS * sizeof(float));
+                        memset(dkb + (size_t)(s0 + r) * kl, 0, (size_t)HS * sizeof(float));
                     }
             }
-            store_rows(dq + qo, 0, qs, dqt, nq, HS, NULL);
-            if (round)
-                for (int i = 0; i < nq; i++) tt_round_n(dq + qo + (size_t)i * qs, (size_t)HS);
+            store_rows((void *)elem(dq, h16, qo), h16, qs, dqt, nq, HS, NULL); // (h16: rounded)
+            if (round && !h16)
+                for (int i = 0; i < nq; i++) tt_round_n((float *)dq + qo + (size_t)i * qs, (size_t)HS);
         }
     }
     _tile_release();
-    if (round)
+    if (h16) { // the finished rows, rounded, as halves
+        put_rows16((uint16_t *)dk + kbo, ks, dkb, HS, T, HS);
+        put_rows16((uint16_t *)dv + kbo, ks, dvb, HS, T, HS);
+    } else if (round)
         for (int t = 0; t < T; t++) {
-            tt_round_n(dk + kbo + (size_t)t * ks, (size_t)HS);
-            tt_round_n(dv + kbo + (size_t)t * ks, (size_t)HS);
+            tt_round_n(dkb + (size_t)t * ks, (size_t)HS);
+            tt_round_n(dvb + (size_t)t * ks, (size_t)HS);
         }
     return 0;
 }

@@ -23,13 +23,15 @@ typedef void (*att_mask_fn)(float *tile, int s0, int nk, int t0, float fill);
 // 1 where the tasks run (AMX tiles; HS 32, 64, 96 or 128; NH a multiple of NKV).
 int att_amx_ok(int NH, int NKV, int HS);
 // bwd 0: for the forward (K rows, Vᵀ), 1: for the backward (K rows, V rows, Kᵀ). h16: the op's
-// q, k, v, out and dout are BF16 halves, and the forward writes out so (attention_forward16):
-// its tasks decline nothing but where prepare returns NULL.
+// q, k, v, out and dout are BF16 halves, and the tasks write out, dq, dk and dv so, rounded
+// (attention_forward16, attention_backward16): they decline nothing but where prepare returns
+// NULL. Call prepare outside a parallel region: h16's backward holds scratch for each of
+// omp_get_max_threads() threads.
 att_amx_t *att_amx_prepare(const void *k, const void *v, int h16, int B, int T, int NH, int NKV, int HS, int bwd);
 void att_amx_done(att_amx_t *x);
 // The forward of query block qb of head h, batch b (attention.c fwd_task's outputs).
 int att_amx_fwd_task(const att_amx_t *x, void *out, float *lse, const void *q, int b, int h, int qb, int round,
                      att_softmax_fn softmax, att_mask_fn mask);
 // The backward of kv head g, batch b (attention.c bwd_task's outputs).
-int att_amx_bwd_task(const att_amx_t *x, float *dq, float *dk, float *dv, const void *dout, const void *q,
+int att_amx_bwd_task(const att_amx_t *x, void *dq, void *dk, void *dv, const void *dout, const void *q,
                      const void *out, const float *lse, int b, int g, int round, att_grad_fn grad, att_mask_fn mask);

@@ -68,12 +68,12 @@ int gemm_amx_shared_a_x(int n, int transa, int a16, int M, int K, const void *A,
                         const uint16_t *const *B, const int *ldb, void *const *C, int c16, const int *ldc,
                         int accumulate, int round);
 // C (M, N) (+)= Σ_s A_s (M, K[s]) · B_s over n parts, B_s the next K[s] rows of B (BF16
-// halves, (Σ K[s], N), row stride ldb) and A_s FP32 (lda[s]): the n products gemm_amx would
-// run one after another (the first with accumulate, each later one adding, round at the
+// halves, (Σ K[s], N), row stride ldb) and A_s FP32, or BF16 halves (a16) (lda[s]): the n
+// products gemm_amx_x would run one after another (the first with accumulate, each later one adding, round at the
 // last), in one, where every part but the last is whole tile steps (K[s] a multiple of 32:
 // then the same tile products in the same order, so the same bits), M ≤ 1024, N ≤ 1024 and
 // Σ K[s] ≤ 1024. Returns 0 when done, 1 when declined (nothing written).
-int gemm_amx_ksegs(int n, int M, int N, const float *const *A, const int *lda, const int *K, const uint16_t *B,
+int gemm_amx_ksegs(int n, int M, int N, const void *const *A, int a16, const int *lda, const int *K, const uint16_t *B,
                    int ldb, int accumulate, float *C, int ldc, int round);
 // The same products on gemm_fma_b16's path: gemm_amx_shared_a, else each on its own.
 void gemm_fma_b16_shared_a(int n, int transa, int M, int K, const float *A, int lda, int transb, const int *N,

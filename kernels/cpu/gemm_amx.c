@@ -474,11 +474,11 @@ int gemm_amx_shared_a(int n, int transa, int M, int K, const float *A, int lda, 
                                round);
 }
 
-TT_AMX int gemm_amx_ksegs(int n, int M, int N, const float *const *A, const int *lda, const int *K, const uint16_t *B,
-                          int ldb, int accumulate, float *C, int ldc, int round) {
+TT_AMX int gemm_amx_ksegs(int n, int M, int N, const void *const *A, int a16, const int *lda, const int *K,
+                          const uint16_t *B, int ldb, int accumulate, float *C, int ldc, int round) {
     int kt = 0, ok = gemm_amx_path() && n >= 1 && M >= 1 && M <= AMX_MC && N >= 1 && N <= AMX_NC;
     for (int s = 0; s < n && ok; s++) {
-        ok = K[s] >= 1 && (s == n - 1 || K[s] % 32 == 0) && !first_words_fp32(A[s], K[s], lda[s]);
+        ok = K[s] >= 1 && (s == n - 1 || K[s] % 32 == 0) && (a16 || !first_words_fp32(A[s], K[s], lda[s]));
         kt += K[s];
     }
     if (!ok || kt > AMX_KC) return 1;
@@ -489,7 +489,7 @@ TT_AMX int gemm_amx_ksegs(int n, int M, int N, const float *const *A, const int 
     {
         tiles_on();
         for (int s = 0, k0 = 0; s < n; k0 += K[s], s++) // each part's steps where its inner indices start
-            pack_a_at(0, A[s], 0, lda[s], 0, M, 0, K[s], mcp, round32(K[s]), a_pk + (size_t)(k0 / 32) * 512, nks, &bad);
+            pack_a_at(0, A[s], a16, lda[s], 0, M, 0, K[s], mcp, round32(K[s]), a_pk + (size_t)(k0 / 32) * 512, nks, &bad);
         pack_b(0, B, 1, ldb, 0, kt, 0, N, kcp, ncp, &unused); // its barrier ends the parts' packs too
         if (!__atomic_load_n(&bad, __ATOMIC_RELAXED)) blocks(mcp, ncp, nks, C, 0, ldc, M, N, !accumulate, round);
         _tile_release();

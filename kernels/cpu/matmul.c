@@ -148,18 +148,22 @@ void matmul_backward_input_w16(float *dinp, const float *dout, const uint16_t *w
         matmul_backward_input(dinp, dout, widened(scratch, w, IC, OC), N, IC, OC, accumulate, round);
 }
 
-void matmul_backward_input_w16_k(float *dinp, int n, const float *const dout[], const int OC[], const uint16_t *w,
-                                 float *scratch, int N, int IC, int accumulate, int round) {
+int matmul_backward_input_w16_k(float *dinp, int n, const void *const dout[], int a16, const int OC[], const uint16_t *w,
+                                float *scratch, int N, int IC, int accumulate, int round) {
     enum { MAX_N = 8 };
     int lda[MAX_N];
     for (int i = 0; i < n && i < MAX_N; i++) lda[i] = OC[i];
     // dinp (N, IC) (+)= [dout_0 dout_1 ...] (N, Σ OC) · w (Σ OC, IC): A in parts, B w itself
     if (n <= MAX_N && matmul_amx() && N > 0 && IC > 0 &&
-        gemm_amx_ksegs(n, N, IC, dout, lda, OC, w, IC, accumulate, dinp, IC, round) == 0)
-        return;
-    for (int i = 0, off = 0; i < n; off += OC[i], i++)
-        matmul_backward_input_w16(dinp, dout[i], w + (size_t)off * IC, scratch, N, IC, OC[i], i ? 1 : accumulate,
-                                  i == n - 1 ? round : 0);
+        gemm_amx_ksegs(n, N, IC, dout, a16, lda, OC, w, IC, accumulate, dinp, IC, round) == 0)
+        return 0;
+    if (a16 && !matmul_amx()) return 1; // (each call below would decline: nothing written)
+    for (int i = 0, off = 0; i < n; off += OC[i], i++) {
+        const int acc = i ? 1 : accumulate, rnd = i == n - 1 ? round : 0;
+        if (a16) matmul_backward_input_x(dinp, 0, dout[i], 1, w + (size_t)off * IC, N, IC, OC[i], acc, rnd);
+        else matmul_backward_input_w16(dinp, dout[i], w + (size_t)off * IC, scratch, N, IC, OC[i], acc, rnd);
+    }
+    return 0;
 }
 
 void matmul_backward_weight(float *dw, const float *dout, const float *inp, int N, int IC, int OC) {
