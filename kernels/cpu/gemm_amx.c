@@ -308,25 +308,14 @@ static void *c_at(void *C, int c16, int ldc, int i, int j) {
 // The chunk's blocks (mcp × ncp outputs from a_pk, b_pk; mr × nr of them in C at c), shared
 // by the threads: a worksharing loop inside the caller's parallel region, ending in a barrier.
 // static: with schedule(dynamic, 1) the blocks of 1024 × 1024 over 384 took 1.04 ms a call on
-// two threads, against 0.37. The operand with more panels is split between the threads and
-// the other swept by each (the outer loop over the larger): with rows outermost, the down
-// projection's weight gradient (384 × 1024 over 1024: a 2 MiB packed B) read all of B from
-// memory for every row of blocks, 0.70 ms a call against 0.60 columns outermost.
+// two threads, against 0.37.
 TT_AMX static void blocks(int mcp, int ncp, int nks, void *c, int c16, int ldc, int mr, int nr, int first_zero,
                           int round) {
-#define TT_BLOCK(i, j)                                                                                                 \
-    block(a_pk + (size_t)((i) / 16) * nks * 512, b_pk + (size_t)((j) / 16) * nks * 256, nks, c_at(c, c16, ldc, i, j), \
-          c16, ldc, mr - (i), nr - (j), first_zero, round)
-    if (ncp > mcp) {
-        #pragma omp for collapse(2) schedule(static)
+    #pragma omp for collapse(2) schedule(static)
+    for (int i = 0; i < mcp; i += 32)
         for (int j = 0; j < ncp; j += 32)
-            for (int i = 0; i < mcp; i += 32) TT_BLOCK(i, j);
-    } else {
-        #pragma omp for collapse(2) schedule(static)
-        for (int i = 0; i < mcp; i += 32)
-            for (int j = 0; j < ncp; j += 32) TT_BLOCK(i, j);
-    }
-#undef TT_BLOCK
+            block(a_pk + (size_t)(i / 16) * nks * 512, b_pk + (size_t)(j / 16) * nks * 256, nks, c_at(c, c16, ldc, i, j),
+                  c16, ldc, mr - i, nr - j, first_zero, round);
 }
 
 // Whether the first words of a stored matrix (its first row: cols words) show an FP32
