@@ -180,8 +180,9 @@ static int gemm_measure(backend_t *be, float *h_stage, size_t stage, int reps, d
                                                               &OC, in16, 1, N, IC, 0);
                     else if (x && o == 1) declined = op->matmul_backward_input_x(b.dinp, 0, dout16, 1, w16, N, IC, OC, 0, 0);
                     else if (x) // accumulates: fine for timing
-                        declined = (int)op->matmul_backward_weight_n_x(1, (float *const[]){b.dw}, (const void *const[]){dout16},
-                                                                       1, &OC, in16, 1, N, IC);
+                        declined = (int)op->matmul_backward_weight_n_x(1, (float *const[]){b.dw},
+                                                                       (const void *const[]){dout16}, 1, &OC, in16, 1,
+                                                                       N, IC);
                     else if (o == 0) op->matmul_forward(b.out, b.inp, b.w, N, IC, OC, 0);
                     else if (o == 1) op->matmul_backward_input(b.dinp, b.dout, b.w, N, IC, OC, 0, 0);
                     else op->matmul_backward_weight(b.dw, b.dout, b.inp, N, IC, OC); // accumulates: fine for timing
@@ -326,7 +327,8 @@ int bench_compute_rates(const config_t *cfg, bench_rates_t *now, char *err, size
     }
     const int fp32 = cfg->precision == PREC_FP32; // the one kind of operands the run's matmuls take
     if (rc == 0)
-        rc = gemm_measure(&be, stage, STAGE, GEMM_REPS_QUICK, fp32 ? NULL : &now->gemm_flops, fp32 ? &now->gemm_flops : NULL, NULL,
+        rc = gemm_measure(&be, stage, STAGE, GEMM_REPS_QUICK, fp32 ? NULL : &now->gemm_flops,
+                          fp32 ? &now->gemm_flops : NULL, NULL,
                           err, errlen);
     if (rc == 0)
         rc = ops_measure(&be, stage, STAGE, GEMM_REPS_QUICK, &now->attn_flops, NULL, &now->elem_Bps, err, errlen);

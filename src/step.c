@@ -384,8 +384,8 @@ static void block_attention(step_t *st, const wts_t *W, const float *x) {
         mm_forwards(st, W, 3, (const int[]){BW_Q, BW_K, BW_V}, (float *const[]){a->q, a->k, a->v}, a->ln1, N, C,
                     (const int[]){C, KVD, KVD}, r);
     }
-    // each residual add writes the projection into the sum's own buffer and adds the stream
-    // to it: att·Woᵀ + x, the same bits as x + att·Woᵀ (IEEE addition commutes), no buffer
+    // each residual add writes the projection into the sum's own buffer (x2) and adds the
+    // stream to it: att·Woᵀ + x, the same bits as x + att·Woᵀ (IEEE addition commutes), no buffer
     if (st->att16) { // q, k, v and att as BF16 halves: the ops below on them
         op->rope_forward16(H16(a->q), st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS);
         op->rope_forward16(H16(a->k), st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS);

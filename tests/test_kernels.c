@@ -1525,8 +1525,8 @@ START_TEST(test_attention16_bits) {
 END_TEST
 
 // rope_forward16 and rope_backward16 against rope_forward and rope_backward with round, bit
-// for bit, on every vector path and at 1 and 3 threads: head sizes with a ragged half (10), whole vectors (64) and more than one
-// widened piece (260), odd row counts.
+// for bit, on every vector path and at 1 and 3 threads: head sizes with a ragged half (10),
+// whole vectors (64) and more than one widened piece (260), odd row counts.
 START_TEST(test_rope16_bits) {
     static const int SH[][4] = {{2, 9, 3, 10}, {1, 33, 4, 64}, {2, 5, 2, 260}}; // B, T, NX, HS
     const int threads = omp_get_max_threads();

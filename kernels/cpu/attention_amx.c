@@ -177,7 +177,9 @@ TT_AMX static void planes_a(uint16_t *dst, const float *st, int nk, int nks) {
 
 // ---------------------------------------------------------------- the op's K and V
 
-int att_amx_ok(int NH, int NKV, int HS) { return gemm_amx_path() && HS > 0 && HS % 32 == 0 && HS <= AT_HS && NKV > 0 && NH % NKV == 0; }
+int att_amx_ok(int NH, int NKV, int HS) {
+    return gemm_amx_path() && HS > 0 && HS % 32 == 0 && HS <= AT_HS && NKV > 0 && NH % NKV == 0;
+}
 
 att_amx_t *att_amx_prepare(const void *k, const void *v, int h16, int B, int T, int NH, int NKV, int HS, int bwd) {
     if (!att_amx_ok(NH, NKV, HS)) return NULL;
