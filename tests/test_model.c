@@ -227,10 +227,71 @@ START_TEST(init_is_one_stream) {
 }
 END_TEST
 
+#define CHECK_LOOP(cond, ...) do { if (!(cond)) ck_abort_msg(__VA_ARGS__); } while (0)
+
+// The optimizer decays the matrices alone: from zero gradients and fresh moments, one AdamW
+// step scales every matrix element by 1 − lr·wd and leaves the norms' weights as they were, bit
+// for bit. optim.c hands tensors that lie one after another with one decay to AdamW in one
+// call (a block's q, k, v and o; gate, up and down): a run that crossed a norm would show here.
+START_TEST(decay_on_matrices_only) {
+    config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.command = CMD_TRAIN;
+    snprintf(cfg.preset, sizeof cfg.preset, "decay");
+    cfg.L = 2; cfg.C = 64; cfg.NH = 4; cfg.NKV = 2; cfg.F = 192; cfg.V = 256; cfg.T = 16; cfg.B = 2;
+    cfg.rope_theta = 10000.0; cfg.norm_eps = 1e-5;
+    cfg.precision = PREC_FP32; cfg.seed = 1; cfg.accum = 1; cfg.steps = 1;
+    cfg.lr = 0.1; cfg.wd = 0.5; cfg.beta1 = 0.9; cfg.beta2 = 0.95; cfg.eps = 1e-8;
+    cfg.device = DEVICE_CPU;
+    trainer_t *tr = NULL;
+    char err[256];
+    ck_assert_msg(trainer_init(&tr, &cfg, err, sizeof err) == 0, "%s", err);
+    const model_t *m = trainer_model(tr);
+    float *before[64];
+    ck_assert_int_le(m->nshards, 64);
+    for (int s = 0; s < m->nshards; s++) {
+        ck_assert_int_eq(trainer_nchunks(tr, s), 1);
+        float *master, *mm, *vv;
+        ck_assert_msg(trainer_states_get(tr, s, 0, TIER_O32, 0, &master, &mm, &vv, err, sizeof err) == 0, "%s", err);
+        before[s] = malloc(m->shards[s].numel_padded * sizeof(float));
+        ck_assert_ptr_nonnull(before[s]);
+        memcpy(before[s], master, m->shards[s].numel_padded * sizeof(float));
+    }
+    ck_assert_msg(trainer_zero_grads(tr, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(trainer_optimizer_step(tr, 1, 0.1f, 1.0f, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(trainer_optimizer_wait(tr, err, sizeof err) == 0, "%s", err);
+    int decayed = 0, kept = 0;
+    for (int s = 0; s < m->nshards; s++) {
+        const shard_t *sh = &m->shards[s];
+        float *master, *mm, *vv;
+        ck_assert_msg(trainer_states_get(tr, s, 0, TIER_O32, 0, &master, &mm, &vv, err, sizeof err) == 0, "%s", err);
+        for (int t = 0; t < sh->ntensors; t++) {
+            const tensor_t *te = &sh->tensors[t];
+            for (size_t i = te->offset; i < te->offset + te->numel; i++) {
+                const float x = before[s][i], p = master[i];
+                if (!te->decay) {
+                    CHECK_LOOP(memcmp(&x, &p, sizeof x) == 0, "%s %s[%zu]: %a became %a with no decay", sh->name,
+                               te->name, i - te->offset, x, p);
+                    continue;
+                }
+                CHECK_LOOP(fabs(p - 0.95 * x) <= 1e-6 * fabs(x) && (x == 0 || p != x),
+                           "%s %s[%zu]: %a became %a, not 0.95 of it", sh->name, te->name, i - te->offset, x, p);
+            }
+            if (te->decay) decayed++;
+            else kept++;
+        }
+        free(before[s]);
+    }
+    ck_assert_msg(decayed > 0 && kept > 0, "%d tensors decayed, %d not", decayed, kept);
+    trainer_free(tr);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("model");
     TCase *ti = tcase_create("init");
     tcase_add_test(ti, init_is_one_stream);
+    tcase_add_test(ti, decay_on_matrices_only);
     suite_add_tcase(s, ti);
     TCase *tc = tcase_create("pytorch_reference");
     tcase_set_timeout(tc, 120);
