@@ -174,27 +174,20 @@ static void mm_forwards(const step_t *st, const wts_t *W, int n, const int t[], 
 }
 
 // dln = dq·Wq + dk·Wk + dv·Wv (rounded when round), the three products in that order: one
-// call where the backend runs them as one over the three weights, which lie one after
-// another in the shard (the same bits), else one product each. d: FP32, or st->att16's halves.
+// call where the backend runs them as one over the three weights, which lie one after another
+// in the shard (model.c lays a block's tensors end to end; the same bits), else one product
+// each (CUDA, FP32 weights). d: FP32, or st->att16's halves (which come with the CPU's call).
 static void mm_backward_inputs_qkv(step_t *st, const wts_t *W, float *dln, const void *const d[3], int round) {
     const backend_ops_t *op = st->be->ops;
     const model_t *m = st->m;
     const int N = st->N, C = m->C, KVD = m->NKV * m->HS, OC[3] = {C, KVD, KVD};
-    const tensor_t *t = m->shards[W->shard].tensors;
-    if (W->b16 && op->matmul_backward_input_w16_k && t[BW_K].offset == t[BW_Q].offset + t[BW_Q].numel &&
-        t[BW_V].offset == t[BW_K].offset + t[BW_K].numel) {
-        declined(st, op->matmul_backward_input_w16_k(dln, 3, d, st->att16, OC, W->b16 + t[BW_Q].offset, NULL, N, C, 0,
+    if (W->b16 && op->matmul_backward_input_w16_k) {
+        declined(st, op->matmul_backward_input_w16_k(dln, 3, d, st->att16, OC, w16_of(st, W, BW_Q), NULL, N, C, 0,
                                                      round));
         return;
     }
     const int w[3] = {BW_Q, BW_K, BW_V};
-    for (int i = 0; i < 3; i++) {
-        if (st->att16)
-            declined(st, op->matmul_backward_input_x(dln, 0, d[i], 1, w16_of(st, W, w[i]), N, C, OC[i], i > 0,
-                                                     i == 2 ? round : 0));
-        else
-            mm_backward_input(st, W, w[i], dln, d[i], N, C, OC[i], i > 0, i == 2 ? round : 0);
-    }
+    for (int i = 0; i < 3; i++) mm_backward_input(st, W, w[i], dln, d[i], N, C, OC[i], i > 0, i == 2 ? round : 0);
 }
 
 // dw[i] += dout[i]ᵀ · inp for n tensors of one input (q, k, v; gate, up): one call where the
