@@ -109,6 +109,14 @@ static void fill_device(backend_t *be, float *d, size_t n, float *h_stage, size_
     }
 }
 
+// n BF16 halves of device memory at *dst, holding from's n FP32 words (BF16 values: exact)
+// where from is not NULL.
+static int halves_of(backend_t *be, const float *from, size_t n, uint16_t **dst, char *err, size_t errlen) {
+    int rc = backend_alloc(be, n * sizeof(uint16_t), "calibrate halves", (void **)dst, err, errlen);
+    if (rc == 0 && from) be->ops->bf16_from_f32_n(*dst, from, n);
+    return rc;
+}
+
 // ---------------------------------------------------------------- gemm
 
 // Device buffers for the largest shape; inputs filled through h_stage (stage floats).
@@ -148,23 +156,15 @@ static int gemm_measure(backend_t *be, float *h_stage, size_t stage, int reps, d
     const size_t nins[3] = {max_ni, max_nw, max_no};
     const backend_ops_t *op = be->ops;
     uint16_t *in16 = NULL, *w16 = NULL, *dout16 = NULL; // the halves of inp, w and dout
-    int halves = flops_per_s && op->matmul_forward_w16_n_x && matmul_amx();
-    if (halves) {
-        uint16_t **const h[3] = {&in16, &w16, &dout16};
-        for (int i = 0; i < 3; i++)
-            if ((rc = backend_alloc(be, nins[i] * sizeof(uint16_t), "calibrate gemm halves", (void **)h[i], err, errlen)))
-                return rc;
-    }
+    uint16_t **const h[3] = {&in16, &w16, &dout16};
+    const int halves = flops_per_s && op->matmul_forward_w16_n_x && matmul_amx();
     if (h16) *h16 = halves;
     for (int kind = 0; kind < 2; kind++) { // BF16 values, then FP32
         double *rate = kind ? fp32_flops : flops_per_s;
         if (!rate) continue;
         for (int i = 0; i < 3; i++) fill_device(be, ins[i], nins[i], h_stage, stage, 0xca11b + (uint64_t)i, kind == 0);
-        if (kind == 0 && halves) { // BF16 values: their halves exactly
-            op->bf16_from_f32_n(in16, b.inp, max_ni);
-            op->bf16_from_f32_n(w16, b.w, max_nw);
-            op->bf16_from_f32_n(dout16, b.dout, max_no);
-        }
+        for (int i = 0; i < 3 && kind == 0 && halves; i++)
+            if ((rc = halves_of(be, ins[i], nins[i], h[i], err, errlen)) != 0) return rc;
         const int x = kind == 0 && halves;
         double flops_total = 0, time_total = 0;
         for (int s = 0; s < NSHAPES; s++) {
@@ -262,9 +262,8 @@ static int ops_measure(backend_t *be, float *h_stage, size_t stage, int reps, do
             {&dq16, NULL, NC}, {&dk16, NULL, NK}, {&dv16, NULL, NK},
         };
         for (size_t i = 0; i < sizeof half / sizeof half[0]; i++) {
-            int rc = backend_alloc(be, half[i].n * sizeof(uint16_t), "calibrate ops", (void **)half[i].p, err, errlen);
+            int rc = halves_of(be, half[i].from, half[i].n, half[i].p, err, errlen);
             if (rc != 0) return rc;
-            if (half[i].from) be->ops->bf16_from_f32_n(*half[i].p, half[i].from, half[i].n); // BF16 values: exact
         }
     }
     if (attn_h16) *attn_h16 = h16;
