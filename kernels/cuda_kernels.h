@@ -116,6 +116,27 @@ void cuda_crossentropy_backward(float *dlogits, const float *logits, const float
 void cuda_adamw_update(float *master, float *m, float *v, uint16_t *p16, float *p32,
                        const float *g, size_t n, const adamw_params_t *hp);
 
+// ---------------------------------------------------------------- BF16 activations
+// kernels.h's "BF16 activations", the norms' outputs and the MLP's intermediates (the CUDA
+// backend's act16: tier.h), with kernels.h's signatures, round flags included. Each is the
+// FP32 op above on the widened halves, its results rounded and narrowed: the same bits as the
+// FP32 ops on the same values, rounded. The products stage the halves where they stage
+// narrowed FP32 operands (or read them in place at the same alignment) and write a BF16
+// output's chunk as FP32 into the scratch before narrowing it, so their GEMMs, and so the
+// algorithms cuBLASLt picks, are the FP32 form's. They decline (1, nothing written) in FP32
+// mode, and for a BF16 output without round or accumulating. The attention half (q, k, v, att
+// and their gradients as halves: the CPU's att16) has no CUDA twins yet.
+void cuda_rmsnorm_forward16(uint16_t *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
+int cuda_matmul_forward_w16_n_x(int n, void *const out[], int o16, const uint16_t *const w[], const int OC[],
+                                const void *inp, int a16, int N, int IC, int round);
+int cuda_matmul_backward_input_x(void *dinp, int o16, const void *dout, int a16, const uint16_t *w, int N, int IC,
+                                 int OC, int accumulate, int round);
+unsigned cuda_matmul_backward_weight_n_x(int n, float *const dw[], const void *const dout[], int a16, const int OC[],
+                                         const void *inp, int b16, int N, int IC);
+void cuda_swiglu_forward16(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n);
+void cuda_swiglu_backward16(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
+                            const uint16_t *up, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -146,6 +146,12 @@ static const backend_ops_t cuda_ops = {
     .crossentropy_loss = cuda_crossentropy_loss,
     .crossentropy_backward = cuda_crossentropy_backward,
     .adamw_update = cuda_adamw_update,
+    .rmsnorm_forward16 = cuda_rmsnorm_forward16, // the BF16 activations (tier.h act16)
+    .matmul_forward_w16_n_x = cuda_matmul_forward_w16_n_x,
+    .matmul_backward_input_x = cuda_matmul_backward_input_x,
+    .matmul_backward_weight_n_x = cuda_matmul_backward_weight_n_x,
+    .swiglu_forward16 = cuda_swiglu_forward16,
+    .swiglu_backward16 = cuda_swiglu_backward16,
 };
 
 // After init: a failed CUDA call is fatal for the run (file:line, exit 1).

@@ -142,3 +142,12 @@ __device__ __forceinline__ uint16_t bf16_rne(uint32_t u) {
     uint32_t nan = 0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u);
     return (uint16_t)((r & ~nan) | (((u >> 16) | 0x0040u) & nan));
 }
+
+// An element of an FP32 array or of BF16 halves (widened: exact), and a store of an op's FP32
+// result into either (halves: rounded to nearest even, so the bits of the FP32 op's rounded
+// word, narrowed) — the kernels that take activations in both forms (kernels.h "BF16
+// activations") are templates over the element type.
+__device__ __forceinline__ float ld_elem(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float ld_elem(const uint16_t *p, size_t i) { return __uint_as_float((uint32_t)p[i] << 16); }
+__device__ __forceinline__ void st_elem(float *p, size_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void st_elem(uint16_t *p, size_t i, float v) { p[i] = bf16_rne(__float_as_uint(v)); }

@@ -1,5 +1,5 @@
-// elementwise.cu — the CUDA twins of bf16.c, elementwise.c (add_inplace, sumsq), swiglu.c,
-// rope.c and embedding.c (kernels.h). Grid-stride loops over size_t indices.
+// elementwise.cu — the CUDA twins of bf16.c, elementwise.c (add_inplace, sumsq), swiglu.c
+// (FP32, and on BF16 halves: the same kernels), rope.c and embedding.c (kernels.h). Grid-stride loops over size_t indices.
 //
 // Bit-identical to the CPU twins: the BF16 conversions (the same integer rounding),
 // add_inplace and rope (the same IEEE operations, written with __fmul_rn/__fadd_rn so no
@@ -80,23 +80,26 @@ __global__ void sumsq_total_kernel(double *total, const double *part, size_t nc,
     *total = t;
 }
 
-__global__ void swiglu_fwd_kernel(float *out, const float *gate, const float *up, size_t n) {
+// FP32 words (T float), or BF16 halves in and rounded halves out (T uint16_t: swiglu_forward16
+// and swiglu_backward16, whose outputs may be their inputs, as the FP32 ones')
+template <typename T>
+__global__ void swiglu_fwd_kernel(T *out, const T *gate, const T *up, size_t n) {
     GRID_STRIDE(i, n) {
-        const float g = gate[i];
-        out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+        const float g = ld_elem(gate, i);
+        st_elem(out, i, __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), ld_elem(up, i)));
     }
 }
 
 // d silu/dx = σ(x)·(1 + x·(1 − σ(x))), σ(x) = 1/(1+e^−x)
-__global__ void swiglu_bwd_kernel(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
-                                  size_t n) {
+template <typename T>
+__global__ void swiglu_bwd_kernel(T *dgate, T *dup, const T *dout, const T *gate, const T *up, size_t n) {
     GRID_STRIDE(i, n) {
-        const float g = gate[i], u = up[i], d = dout[i];
+        const float g = ld_elem(gate, i), u = ld_elem(up, i), d = ld_elem(dout, i);
         const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g)));
         const float silu = __fmul_rn(g, sig);
         const float dsilu = __fmul_rn(sig, __fadd_rn(1.0f, __fmul_rn(g, __fsub_rn(1.0f, sig))));
-        dgate[i] = __fmul_rn(__fmul_rn(d, u), dsilu);
-        dup[i] = __fmul_rn(d, silu);
+        st_elem(dgate, i, __fmul_rn(__fmul_rn(d, u), dsilu));
+        st_elem(dup, i, __fmul_rn(d, silu));
     }
 }
 
@@ -155,8 +158,10 @@ cudaError_t tt_elementwise_setup(void) {
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, add_kernel);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sumsq_chunks_kernel);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sumsq_total_kernel);
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, swiglu_fwd_kernel);
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, swiglu_bwd_kernel);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, swiglu_fwd_kernel<float>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, swiglu_bwd_kernel<float>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, swiglu_fwd_kernel<uint16_t>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, swiglu_bwd_kernel<uint16_t>);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, rope_kernel);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, embedding_fwd_kernel<float>);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, embedding_fwd_kernel<uint16_t>);
@@ -239,19 +244,39 @@ extern "C" void cuda_sumsq_blocks(double *h_out, const float *x, size_t n) {
     cudaCheck(cudaStreamSynchronize(g_tt_cuda.stream));
 }
 
+template <typename T> static void swiglu_fwd_launch(T *out, const T *gate, const T *up, size_t n) {
+    if (n == 0) return;
+    swiglu_fwd_kernel<T><<<grid_1d(n, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(out, gate, up, n);
+    launchCheck("swiglu_fwd_kernel");
+}
+
+template <typename T>
+static void swiglu_bwd_launch(T *dgate, T *dup, const T *dout, const T *gate, const T *up, size_t n) {
+    if (n == 0) return;
+    swiglu_bwd_kernel<T><<<grid_1d(n, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(dgate, dup, dout, gate, up, n);
+    launchCheck("swiglu_bwd_kernel");
+}
+
 extern "C" void cuda_swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
     NvtxRange range("swiglu_forward");
-    if (n == 0) return;
-    swiglu_fwd_kernel<<<grid_1d(n, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(out, gate, up, n);
-    launchCheck("swiglu_fwd_kernel");
+    swiglu_fwd_launch(out, gate, up, n);
 }
 
 extern "C" void cuda_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
                                      size_t n) {
     NvtxRange range("swiglu_backward");
-    if (n == 0) return;
-    swiglu_bwd_kernel<<<grid_1d(n, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(dgate, dup, dout, gate, up, n);
-    launchCheck("swiglu_bwd_kernel");
+    swiglu_bwd_launch(dgate, dup, dout, gate, up, n);
+}
+
+extern "C" void cuda_swiglu_forward16(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n) {
+    NvtxRange range("swiglu_forward16");
+    swiglu_fwd_launch(out, gate, up, n);
+}
+
+extern "C" void cuda_swiglu_backward16(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
+                                       const uint16_t *up, size_t n) {
+    NvtxRange range("swiglu_backward16");
+    swiglu_bwd_launch(dgate, dup, dout, gate, up, n);
 }
 
 static void rope_launch(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS, int inverse) {

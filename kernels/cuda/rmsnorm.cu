@@ -1,5 +1,6 @@
 // rmsnorm.cu — RMSNorm forward and backward, FP32 (kernels.h "RMSNorm"), the CUDA twin
-// of rmsnorm.c. One block per row for out/rstd and dx: a row's sums are block reductions in
+// of rmsnorm.c, and the forward with BF16 halves out (rmsnorm_forward16: the same kernel, its
+// results rounded and narrowed as they are stored). One block per row for out/rstd and dx: a row's sums are block reductions in
 // a fixed order (common.cuh). dw sums over rows, so it is two kernels without atomics:
 // partial sums over fixed chunks of RMS_RB rows (one thread per column and chunk, rows in
 // order) into the scratch, then one thread per column adds the chunk sums in chunk order
@@ -16,18 +17,20 @@ size_t tt_rmsnorm_scratch_bytes(int max_rows, int max_dim) {
     return (size_t)CEIL_DIV(max_rows, RMS_RB) * (size_t)max_dim * sizeof(float);
 }
 
+// out as FP32 words (O float) or, rounded, as BF16 halves (O uint16_t: rmsnorm_forward16)
+template <typename O>
 __global__ void __launch_bounds__(RMS_THREADS)
-rms_fwd_kernel(float *out, float *rstd, const float *x, const float *w, int C, float eps) {
+rms_fwd_kernel(O *out, float *rstd, const float *x, const float *w, int C, float eps) {
     __shared__ float red[RMS_THREADS / 32 + 1];
     const size_t n = blockIdx.x;
     const float *xr = x + n * C;
-    float *o = out + n * C;
+    O *o = out + n * C;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < C; i += RMS_THREADS) ss = __fmaf_rn(xr[i], xr[i], ss);
     ss = block_sum(ss, red);
     // the CPU's 1 / sqrt(mean + eps), each step correctly rounded
     const float s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)C), eps)));
-    for (int i = threadIdx.x; i < C; i += RMS_THREADS) o[i] = __fmul_rn(__fmul_rn(xr[i], s), w[i]);
+    for (int i = threadIdx.x; i < C; i += RMS_THREADS) st_elem(o, i, __fmul_rn(__fmul_rn(xr[i], s), w[i]));
     if (threadIdx.x == 0) rstd[n] = s;
 }
 
@@ -71,7 +74,8 @@ __global__ void rms_dw_reduce_kernel(float *dw, const float *part, int nchunks, 
 
 cudaError_t tt_rmsnorm_setup(void) {
     cudaFuncAttributes a;
-    cudaError_t e = cudaFuncGetAttributes(&a, rms_fwd_kernel);
+    cudaError_t e = cudaFuncGetAttributes(&a, rms_fwd_kernel<float>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, rms_fwd_kernel<uint16_t>);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, rms_bwd_dx_kernel);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, rms_dw_partial_kernel);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, rms_dw_reduce_kernel);
@@ -81,7 +85,15 @@ cudaError_t tt_rmsnorm_setup(void) {
 extern "C" void cuda_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps) {
     NvtxRange range("rmsnorm_forward");
     if (N <= 0 || C <= 0) return;
-    rms_fwd_kernel<<<N, RMS_THREADS, 0, g_tt_cuda.stream>>>(out, rstd, x, w, C, eps);
+    rms_fwd_kernel<float><<<N, RMS_THREADS, 0, g_tt_cuda.stream>>>(out, rstd, x, w, C, eps);
+    launchCheck("rms_fwd_kernel");
+}
+
+extern "C" void cuda_rmsnorm_forward16(uint16_t *out, float *rstd, const float *x, const float *w, int N, int C,
+                                       float eps) {
+    NvtxRange range("rmsnorm_forward16");
+    if (N <= 0 || C <= 0) return;
+    rms_fwd_kernel<uint16_t><<<N, RMS_THREADS, 0, g_tt_cuda.stream>>>(out, rstd, x, w, C, eps);
     launchCheck("rms_fwd_kernel");
 }
 

@@ -8,7 +8,8 @@
 // an element a kernel forgot to write fails; "+=" outputs start from random values. NaN
 // never passes (tu_close). Ops that perform the CPU's exact IEEE sequence are compared
 // bit for bit (BF16, add, rope, embedding, sumsq, AdamW); the others with tolerances named
-// below. Also: the arena never exceeds --hbm-budget, cudaMemGetInfo shows no device memory
+// below; the ops on BF16 activations against the FP32 ops on the same values, bit for bit.
+// Also: the arena never exceeds --hbm-budget, cudaMemGetInfo shows no device memory
 // beyond the budget (plus the runtime's own), copies, pinning, and run-to-run determinism.
 //
 // Skips (exit 77) without a GPU or in a build without CUDA. Check forks each test and a
@@ -238,21 +239,24 @@ START_TEST(test_op_table) {
     ck_assert(o->crossentropy_loss == cuda_crossentropy_loss);
     ck_assert(o->crossentropy_backward == cuda_crossentropy_backward);
     ck_assert(o->embedding_forward_w16 == cuda_embedding_forward_w16);
+    ck_assert(o->rmsnorm_forward16 == cuda_rmsnorm_forward16); // the BF16 activations (tier.h act16)
+    ck_assert(o->matmul_backward_input_x == cuda_matmul_backward_input_x);
+    ck_assert(o->swiglu_backward16 == cuda_swiglu_backward16);
     // every entry filled but the optional ones CUDA leaves to the caller (backend.h): the
     // shared-input forward products and weight gradients and the stacked weights' input
-    // gradient (step.c runs one product each), and the BF16 activations, rmsnorm_forward16 to
-    // the end of the table (step.c keeps FP32 activations)
+    // gradient (step.c runs one product each), and the attention half's BF16 activations,
+    // rope_forward16 to the end of the table (step.c keeps them FP32: tier.h att16)
     ck_assert(o->matmul_forward_w16_n == NULL);
     ck_assert(o->matmul_backward_weight_n == NULL);
     ck_assert(o->matmul_backward_input_w16_k == NULL);
-    ck_assert(o->rmsnorm_forward16 == NULL);
+    ck_assert(o->attention_forward16 == NULL);
     const void *const *p = (const void *const *)o;
     const size_t opt[3] = {offsetof(backend_ops_t, matmul_forward_w16_n) / sizeof(void *),
                            offsetof(backend_ops_t, matmul_backward_weight_n) / sizeof(void *),
                            offsetof(backend_ops_t, matmul_backward_input_w16_k) / sizeof(void *)};
-    const size_t act16 = offsetof(backend_ops_t, rmsnorm_forward16) / sizeof(void *);
+    const size_t att16 = offsetof(backend_ops_t, rope_forward16) / sizeof(void *);
     for (size_t i = 0; i < sizeof *o / sizeof(void *); i++) {
-        if (i >= act16) ck_assert_msg(p[i] == NULL, "op table entry %zu (a BF16 activation op) is set", i);
+        if (i >= att16) ck_assert_msg(p[i] == NULL, "op table entry %zu (an attention-half BF16 op) is set", i);
         else if (i != opt[0] && i != opt[1] && i != opt[2]) ck_assert_msg(p[i] != NULL, "op table entry %zu is NULL", i);
     }
     ck_assert_ptr_nonnull(cuda_kernels_stream());
@@ -811,6 +815,216 @@ START_TEST(test_swiglu) {
 }
 END_TEST
 
+// ---------------------------------------------------------------- BF16 activations
+// The ops on BF16 halves (cuda_kernels.h "BF16 activations"; the backend's act16) against the
+// FP32 ops on the same BF16 values, rounded: bit for bit, the halves as the narrowed words.
+// Halves are read where 256-aligned and staged where not: both are run (an aligned buffer and
+// one 2 bytes in), and chunked and fallback GEMMs too.
+static uint16_t *hnew(size_t n) { return xmalloc(n * sizeof(uint16_t) + 2); }
+static uint16_t *dget16(const uint16_t *d, size_t n) {
+    uint16_t *h = hnew(n);
+    backend_copy_d2h(&G, h, d, n * sizeof(uint16_t));
+    return h;
+}
+// Device halves of BF16 values x: at an allocation's start (4 KiB-aligned) or 2 bytes in.
+static uint16_t *dput16(const float *x, size_t n, int skew) {
+    uint16_t *h = hnew(n), *d = (uint16_t *)dalloc((n + 1) * sizeof(uint16_t)) + skew;
+    bf16_from_f32_n(h, x, n);
+    upload(d, h, n * sizeof(uint16_t));
+    free(h);
+    return d;
+}
+// BF16 values: x rounded (what a bf16 step's activations hold)
+static void round_bf16(float *x, size_t n) { bf16_round_n(x, n); }
+static int same_halves(const char *what, const uint16_t *got, const float *want_rounded, size_t n) {
+    uint16_t *w = hnew(n);
+    bf16_from_f32_n(w, want_rounded, n);
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != w[i]) {
+            fprintf(stderr, "%s: [%zu] 0x%04x, the FP32 op's rounded word narrowed 0x%04x (%.9g)\n", what, i, got[i], w[i],
+                    want_rounded[i]);
+            free(w);
+            return 0;
+        }
+    free(w);
+    return 1;
+}
+#define CHECK_HALVES(what, got, want, n) \
+    ck_assert_msg(same_halves((what), (got), (want), (n)), "%s: not the FP32 op's bits (see stderr)", (what))
+// Every byte of d still 0xFF (a declined op wrote nothing)
+static int untouched(const void *d, size_t bytes) {
+    unsigned char *h = xmalloc(bytes);
+    backend_copy_d2h(&G, h, d, bytes);
+    size_t i = 0;
+    while (i < bytes && h[i] == 0xFF) i++;
+    free(h);
+    return i == bytes;
+}
+
+START_TEST(test_matmul_x) {
+    mm_shape_t s;
+    const int var = mm_case(_i, &s), N = s.N, IC = s.IC, OC = s.OC;
+    const size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC, nmax = ni > no ? ni : no;
+    rng_t rg = rng_make(280 + (uint64_t)_i);
+    float *inp = fnew(ni), *w = fnew(nw), *dout = fnew(no), *dinp_pre = fnew(ni), *dw_pre = fnew(nw);
+    fill_sym(inp, ni, 1.0, &rg); round_bf16(inp, ni);
+    fill_sym(w, nw, 1.0, &rg); round_bf16(w, nw);
+    fill_sym(dout, no, 1.0, &rg); round_bf16(dout, no);
+    fill_sym(dinp_pre, ni, 1.0, &rg);
+    fill_sym(dw_pre, nw, 1.0, &rg);
+    cuda_kernels_set_fp32_matmul(0);
+    uint16_t *d_w16 = dput16(w, nw, 1);
+    for (size_t i = 0; i < nw; i++) w[i] = -w[i];
+    uint16_t *d_o16 = dput16(w, nw, 0); // another weight (negated)
+    float *d_inp = dput(inp, ni), *d_dout = dput(dout, no);
+    const void *in_as[3] = {d_inp, dput16(inp, ni, 0), dput16(inp, ni, 1)}; // FP32, aligned halves, halves 2 bytes in
+    const void *d_as[3] = {d_dout, dput16(dout, no, 0), dput16(dout, no, 1)};
+    static const char *const form[3] = {"FP32", "halves", "halves +2 bytes"};
+    float *d_ref = dalloc(nmax * 4), *d_ref2 = dalloc(nmax * 4), *d_got = dalloc(nmax * 4), *d_got2 = dalloc(nmax * 4);
+    char what[200];
+    // forward: two weights of one input (q, k, v's call), FP32 or BF16 out
+    for (int round = 0; round < 2; round++) {
+        G.ops->matmul_forward_w16(d_ref, d_inp, d_w16, NULL, N, IC, OC, round);
+        G.ops->matmul_forward_w16(d_ref2, d_inp, d_o16, NULL, N, IC, OC, round);
+        float *ref = dget(d_ref, no), *ref2 = dget(d_ref2, no);
+        for (int a = 0; a < 3; a++)
+            for (int o16 = 0; o16 <= round; o16++) {
+                poison(d_got, no * 4);
+                poison(d_got2, no * 4);
+                ck_assert_int_eq(G.ops->matmul_forward_w16_n_x(2, (void *const[]){d_got, d_got2}, o16,
+                                                               (const uint16_t *const[]){d_w16, d_o16}, (const int[]){OC, OC},
+                                                               in_as[a], a > 0, N, IC, round), 0);
+                for (int k = 0; k < 2; k++) {
+                    snprintf(what, sizeof what, "matmul_forward_w16_n_x [%d] N=%d IC=%d OC=%d in %s, out %s, round %d, %s",
+                             k, N, IC, OC, form[a], o16 ? "BF16" : "FP32", round, MMV_NAME[var]);
+                    if (o16) {
+                        uint16_t *got = dget16((uint16_t *)(k ? d_got2 : d_got), no);
+                        CHECK_HALVES(what, got, k ? ref2 : ref, no);
+                        free(got);
+                    } else {
+                        float *got = dget(k ? d_got2 : d_got, no);
+                        CHECK_SAME_OP(what, got, k ? ref2 : ref, no);
+                        free(got);
+                    }
+                }
+            }
+        free(ref); free(ref2);
+    }
+    // backward input: dinp (+)= dout · w, FP32 or BF16 ("=", rounded) out
+    for (int round = 0; round < 2; round++)
+        for (int acc = 0; acc < 2; acc++) {
+            if (acc) upload(d_ref, dinp_pre, ni * 4);
+            else poison(d_ref, ni * 4);
+            G.ops->matmul_backward_input_w16(d_ref, d_dout, d_w16, NULL, N, IC, OC, acc, round);
+            float *ref = dget(d_ref, ni);
+            for (int a = 0; a < 3; a++)
+                for (int o16 = 0; o16 <= (round && !acc); o16++) {
+                    if (acc) upload(d_got, dinp_pre, ni * 4);
+                    else poison(d_got, ni * 4);
+                    ck_assert_int_eq(G.ops->matmul_backward_input_x(d_got, o16, d_as[a], a > 0, d_w16, N, IC, OC, acc, round), 0);
+                    snprintf(what, sizeof what, "matmul_backward_input_x (%s) N=%d IC=%d OC=%d dout %s, out %s, round %d, %s",
+                             acc ? "+=" : "=", N, IC, OC, form[a], o16 ? "BF16" : "FP32", round, MMV_NAME[var]);
+                    if (o16) {
+                        uint16_t *got = dget16((uint16_t *)d_got, ni);
+                        CHECK_HALVES(what, got, ref, ni);
+                        free(got);
+                    } else {
+                        float *got = dget(d_got, ni);
+                        CHECK_SAME_OP(what, got, ref, ni);
+                        free(got);
+                    }
+                }
+            free(ref);
+        }
+    // backward weight: dw += doutᵀ · inp, either operand in either form
+    upload(d_ref, dw_pre, nw * 4);
+    G.ops->matmul_backward_weight(d_ref, d_dout, d_inp, N, IC, OC);
+    float *ref = dget(d_ref, nw);
+    static const int pairs[5][2] = {{0, 0}, {1, 1}, {2, 2}, {1, 0}, {0, 2}};
+    for (int p = 0; p < 5; p++) {
+        const int a = pairs[p][0], b = pairs[p][1];
+        upload(d_got, dw_pre, nw * 4);
+        ck_assert_uint_eq(G.ops->matmul_backward_weight_n_x(1, (float *const[]){d_got}, (const void *const[]){d_as[a]}, a > 0,
+                                                            &OC, in_as[b], b > 0, N, IC),
+                          0);
+        float *got = dget(d_got, nw);
+        snprintf(what, sizeof what, "matmul_backward_weight_n_x N=%d IC=%d OC=%d dout %s, inp %s, %s", N, IC, OC, form[a],
+                 form[b], MMV_NAME[var]);
+        CHECK_SAME_OP(what, got, ref, nw);
+        free(got);
+    }
+    free(ref);
+    // declined, nothing written: a BF16 output unrounded or accumulated, and every one in FP32 mode
+    poison(d_got, nmax * 4);
+    ck_assert_int_eq(G.ops->matmul_forward_w16_n_x(1, (void *const[]){d_got}, 1, (const uint16_t *const[]){d_w16}, &OC,
+                                                   in_as[1], 1, N, IC, 0), 1);
+    ck_assert_int_eq(G.ops->matmul_backward_input_x(d_got, 1, d_as[1], 1, d_w16, N, IC, OC, 1, 1), 1);
+    ck_assert_int_eq(G.ops->matmul_backward_input_x(d_got, 1, d_as[1], 1, d_w16, N, IC, OC, 0, 0), 1);
+    cuda_kernels_set_fp32_matmul(1);
+    ck_assert_int_eq(G.ops->matmul_forward_w16_n_x(1, (void *const[]){d_got}, 0, (const uint16_t *const[]){d_w16}, &OC,
+                                                   in_as[1], 1, N, IC, 1), 1);
+    ck_assert_int_eq(G.ops->matmul_backward_input_x(d_got, 0, d_as[1], 1, d_w16, N, IC, OC, 0, 1), 1);
+    ck_assert_uint_eq(G.ops->matmul_backward_weight_n_x(1, (float *const[]){d_got}, (const void *const[]){d_as[1]}, 1, &OC,
+                                                        in_as[1], 1, N, IC),
+                      1);
+    cuda_kernels_set_fp32_matmul(0);
+    ck_assert_msg(untouched(d_got, nmax * 4), "a declined product on BF16 activations wrote its output");
+    free(inp); free(w); free(dout); free(dinp_pre); free(dw_pre);
+}
+END_TEST
+
+START_TEST(test_rmsnorm16) {
+    const rms_shape_t s = RMS_SHAPES[_i];
+    const int N = s.N, C = s.C;
+    const size_t nx = (size_t)N * C;
+    rng_t rg = rng_make(330 + (uint64_t)_i);
+    float *x = fnew(nx), *w = fnew(C);
+    fill_sym(x, nx, 1.0, &rg);
+    fill_sym(w, C, 1.0, &rg);
+    float *d_x = dput(x, nx), *d_w = dput(w, C), *d_out = dpoison(nx), *d_rstd = dpoison(N), *d_rstd16 = dpoison(N);
+    uint16_t *d_out16 = (uint16_t *)dpoison(nx);
+    G.ops->rmsnorm_forward(d_out, d_rstd, d_x, d_w, N, C, 1e-5f, 1);
+    G.ops->rmsnorm_forward16(d_out16, d_rstd16, d_x, d_w, N, C, 1e-5f);
+    float *ref = dget(d_out, nx), *rstd = dget(d_rstd, N), *rstd16 = dget(d_rstd16, N);
+    uint16_t *got = dget16(d_out16, nx);
+    char what[96];
+    snprintf(what, sizeof what, "rmsnorm_forward16 out N=%d C=%d", N, C);
+    CHECK_HALVES(what, got, ref, nx);
+    snprintf(what, sizeof what, "rmsnorm_forward16 rstd N=%d C=%d", N, C);
+    CHECK_SAME_OP(what, rstd16, rstd, N);
+    ck_assert_msg(untouched((uint16_t *)d_out16 + nx, nx * 2), "rmsnorm_forward16 wrote past its halves");
+    free(x); free(w); free(ref); free(rstd); free(rstd16); free(got);
+}
+END_TEST
+
+START_TEST(test_swiglu16) {
+    const size_t n = SWIGLU_N[_i];
+    rng_t rg = rng_make(640 + (uint64_t)_i);
+    float *g = fnew(n), *u = fnew(n), *d = fnew(n);
+    fill_sym(g, n, 6.0, &rg); round_bf16(g, n);
+    fill_sym(u, n, 1.0, &rg); round_bf16(u, n);
+    fill_sym(d, n, 1.0, &rg); round_bf16(d, n);
+    float *d_g = dput(g, n), *d_u = dput(u, n), *d_d = dput(d, n), *d_out = dpoison(n), *d_dg = dpoison(n),
+          *d_du = dpoison(n);
+    G.ops->swiglu_forward(d_out, d_g, d_u, n, 1);
+    G.ops->swiglu_backward(d_dg, d_du, d_d, d_g, d_u, n, 1);
+    float *out = dget(d_out, n), *dg = dget(d_dg, n), *du = dget(d_du, n);
+    uint16_t *g16 = dput16(g, n, 0), *u16 = dput16(u, n, 1), *d16 = dput16(d, n, 0), *o16 = (uint16_t *)dpoison(n);
+    G.ops->swiglu_forward16(o16, g16, u16, n);
+    G.ops->swiglu_backward16(g16, u16, d16, g16, u16, n); // in place, as the step runs it
+    uint16_t *h_out = dget16(o16, n), *h_dg = dget16(g16, n), *h_du = dget16(u16, n);
+    char what[96];
+    snprintf(what, sizeof what, "swiglu_forward16 n=%zu", n);
+    CHECK_HALVES(what, h_out, out, n);
+    snprintf(what, sizeof what, "swiglu_backward16 dgate (in place) n=%zu", n);
+    CHECK_HALVES(what, h_dg, dg, n);
+    snprintf(what, sizeof what, "swiglu_backward16 dup (in place) n=%zu", n);
+    CHECK_HALVES(what, h_du, du, n);
+    ck_assert_msg(untouched(o16 + n, n * 2), "swiglu_forward16 wrote past its halves");
+    free(g); free(u); free(d); free(out); free(dg); free(du); free(h_out); free(h_dg); free(h_du);
+}
+END_TEST
+
 // The ops' round flags on the device: each wrapped op with round = 1 against the same op with
 // round = 0 and then bf16_round_n over each of its outputs (whose sizes the wrappers compute).
 START_TEST(test_round_flags) {
@@ -1223,8 +1437,10 @@ static Suite *cuda_suite(void) {
     tcase_add_loop_test(tc, test_matmul, 0, NELEMS(MM_SHAPES) * MMV_COUNT);
     tcase_add_loop_test(tc, test_matmul_w16, 0, NELEMS(MM_SHAPES) * MMV_COUNT);
     tcase_add_test(tc, test_matmul_degenerate);
+    tcase_add_loop_test(tc, test_matmul_x, 0, NELEMS(MM_SHAPES) * MMV_COUNT);
     tc = tcase(s, "rmsnorm", 1);
     tcase_add_loop_test(tc, test_rmsnorm, 0, NELEMS(RMS_SHAPES));
+    tcase_add_loop_test(tc, test_rmsnorm16, 0, NELEMS(RMS_SHAPES));
     tc = tcase(s, "rope", 1);
     tcase_add_loop_test(tc, test_rope, 0, NELEMS(ROPE_SHAPES));
     tc = tcase(s, "attention", 1);
@@ -1232,6 +1448,7 @@ static Suite *cuda_suite(void) {
     tc = tcase(s, "swiglu", 1);
     tcase_add_loop_test(tc, test_swiglu, 0, NELEMS(SWIGLU_N));
     tcase_add_test(tc, test_swiglu_extremes);
+    tcase_add_loop_test(tc, test_swiglu16, 0, NELEMS(SWIGLU_N));
     tcase_add_test(tc, test_round_flags);
     tc = tcase(s, "embedding", 1);
     tcase_add_loop_test(tc, test_embedding, 0, NELEMS(EMB_SHAPES));
