@@ -127,11 +127,11 @@ typedef struct {
 
 // The rate on BF16 values into *flops_per_s and on FP32 operands (an fp32 run's) into
 // *fp32_flops, each measured only where its pointer is not NULL. The BF16 values are taken
-// as a bf16 step holds them where the backend has the BF16-activation products (the CPU's
-// tiles: tier.h act16): the weights' BF16 compute copy and the activations as BF16 halves
-// (*h16 says so); packing halves instead of narrowing FP32 words, the products ran 9–11%
-// faster (small's three shapes, hot), a rate the floor must not leave out. Elsewhere (a GPU,
-// no tiles) FP32 words holding the values, as before.
+// as a bf16 step holds them where the backend has the BF16-activation products (a GPU, the
+// CPU's tiles: tier.h act16): the weights' BF16 compute copy and the activations as BF16
+// halves (*h16 says so); packing halves instead of narrowing FP32 words, the CPU's products
+// ran 9–11% faster (small's three shapes, hot), a rate the floor must not leave out.
+// Elsewhere (no tiles) FP32 words holding the values, as before.
 static int gemm_measure(backend_t *be, float *h_stage, size_t stage, int reps, double *flops_per_s, double *fp32_flops,
                         int *h16, char *err, size_t errlen) {
     const gemm_shape_t *SHAPES = be->vt ? GPU_SHAPES : CPU_SHAPES;
@@ -157,7 +157,7 @@ static int gemm_measure(backend_t *be, float *h_stage, size_t stage, int reps, d
     const backend_ops_t *op = be->ops;
     uint16_t *in16 = NULL, *w16 = NULL, *dout16 = NULL; // the halves of inp, w and dout
     uint16_t **const h[3] = {&in16, &w16, &dout16};
-    const int halves = flops_per_s && op->matmul_forward_w16_n_x && matmul_amx();
+    const int halves = flops_per_s && op->matmul_forward_w16_n_x && (be->vt || matmul_amx());
     if (h16) *h16 = halves;
     for (int kind = 0; kind < 2; kind++) { // BF16 values, then FP32
         double *rate = kind ? fp32_flops : flops_per_s;

@@ -78,9 +78,9 @@ typedef struct {
     void (*adamw_update)(float *master, float *m, float *v, uint16_t *p16, float *p32, const float *g, size_t n, const adamw_params_t *hp);
     // BF16 activations (kernels.h): the norms' outputs and the MLP's intermediates as BF16
     // halves, the same bits with half the bytes. Optional, all or none: NULL where the backend
-    // has none (CUDA), and the step keeps FP32 activations; the layout says where the CPU's run
-    // (tier.h act16). The products return nonzero when declined (what they declined is not
-    // written).
+    // has none, and the step keeps FP32 activations; the layout says where they run (tier.h
+    // act16: the CPU's tiles, and the CUDA backend's, cuda_kernels.h). The products return
+    // nonzero when declined (what they declined is not written).
     void (*rmsnorm_forward16)(uint16_t *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
     int (*matmul_forward_w16_n_x)(int n, void *const out[], int o16, const uint16_t *const w[], const int OC[],
                                   const void *inp, int a16, int N, int IC, int round);
@@ -92,7 +92,8 @@ typedef struct {
     void (*swiglu_backward16)(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
                               const uint16_t *up, size_t n);
     // and the attention half's q, k, v, att and their gradients (tier.h att16: where attention
-    // runs on the tiles); attention returns nonzero when declined, as the products
+    // runs on the CPU's tiles; NULL on CUDA); attention returns nonzero when declined, as the
+    // products
     void (*rope_forward16)(uint16_t *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
     void (*rope_backward16)(uint16_t *dx, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
     int (*attention_forward16)(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v,

@@ -114,13 +114,14 @@ typedef struct {
                                 // step.c), so only the norms' weights are widened; else every use
                                 // widens its shard to FP32 (TT_TEST_WIDEN_WEIGHTS, a testing hook, asks
                                 // for that, so that the tests can hold the two forms to the same bits)
-    int act16;                  // w16 on the CPU backend whose products take the norms' outputs and
-                                // the MLP's intermediates as BF16 halves (kernels.h matmul_act16: AMX
-                                // tiles, width ≤ 1024): half their bytes, the same bits (step.c);
-                                // TT_TEST_FP32_ACTS, a testing hook, keeps them FP32 for the tests
-                                // that compare the two
+    int act16;                  // w16 whose products take the norms' outputs and the MLP's
+                                // intermediates as BF16 halves: the CUDA backend's, and the CPU's
+                                // where AMX tiles run them (kernels.h matmul_act16: width ≤ 1024):
+                                // half their bytes, the same bits (step.c); TT_TEST_FP32_ACTS, a
+                                // testing hook, keeps them FP32 for the tests that compare the two
     int att16;                  // act16, and the attention half's q, k, v, att and datt as BF16 halves
-                                // too, where attention runs on the tiles (kernels.h attention_act16)
+                                // too, where attention runs on the CPU's tiles (kernels.h
+                                // attention_act16; CUDA has no such attention yet)
     size_t chunk_elems;         // elements of an optimizer chunk (all chunks of a shard but its last)
     int o32_parts;              // floats per element of an optimizer chunk's staging: master, m, v, and g
                                 // first with --grads nvme (an NVMe chunk's: tier_o32_parts)

@@ -176,9 +176,9 @@ void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, ti
     lay->w16 = lay->pbytes == 2 && (device == DEVICE_CUDA || matmul_kernel_name() != NULL) &&
                !getenv("TT_TEST_WIDEN_WEIGHTS");
     // (--cpu-gemm fma: the backend turns the tiles off when it starts, after the plan ran)
-    lay->act16 = lay->w16 && device != DEVICE_CUDA && cfg->cpu_gemm != CPU_GEMM_FMA && matmul_act16(m->C) &&
+    lay->act16 = lay->w16 && (device == DEVICE_CUDA || (cfg->cpu_gemm != CPU_GEMM_FMA && matmul_act16(m->C))) &&
                  !getenv("TT_TEST_FP32_ACTS");
-    lay->att16 = lay->act16 && attention_act16(m->NH, m->NKV, m->HS);
+    lay->att16 = lay->act16 && device != DEVICE_CUDA && attention_act16(m->NH, m->NKV, m->HS);
     lay->vertical = cfg->schedule == SCHEDULE_VERTICAL && cfg->accum > 1;
     lay->nmb = lay->vertical ? cfg->accum : 1;
     lay->ranks = cfg->ranks > 1 ? cfg->ranks : 1;

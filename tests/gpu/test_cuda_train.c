@@ -8,6 +8,8 @@
 //    and --recompute none / 1 (kept blocks) give the same losses and the same params_hash bits as the all-resident GPU run
 //    (the same ops in the same order on the same device; AdamW on the GPU performs the
 //    CPU's IEEE sequence, so --optimizer device matches --optimizer host bit for bit);
+//  - bf16 mode's BF16 activations (tier.h act16) keep the bits of FP32 ones, kept, recomputed,
+//    streamed, chunked;
 //  - a cut vocabulary (3 chunks, a ragged last quantum): logits kept or computed again,
 //    the head resident or streamed, the same bits, and the CPU's losses within tolerance;
 //  - device memory: the arena's high-water mark stays within --hbm-budget, the device's
@@ -62,6 +64,7 @@ static char *nvme_dir;
 
 typedef struct {
     double loss[NSTEPS], norm[NSTEPS];
+    long norms16; // calls of rmsnorm_forward16: the step took BF16 activations (tier.h act16)
     uint64_t hash, peak, budget;
     size_t dev_used; // device bytes in use before trainer_free, less those before init (cuda)
     char backend[16];
@@ -78,6 +81,15 @@ static size_t mem_free(void) {
     size_t f = 0, t = 0;
     ck_assert_int_eq(cudaMemGetInfo(&f, &t), cudaSuccess);
     return f;
+}
+
+// The backend's table with rmsnorm_forward16 counted (run installs it)
+static const backend_ops_t *real_ops;
+static long norms16;
+static void counted_rmsnorm_forward16(uint16_t *out, float *rstd, const float *x, const float *w, int N, int C,
+                                      float eps) {
+    norms16++;
+    real_ops->rmsnorm_forward16(out, rstd, x, w, N, C, eps);
 }
 
 // `tiertrain train --model M --device D` with the common flags, NSTEPS steps on tokens
@@ -120,6 +132,13 @@ static void run(const char *model, const char *device, const char *const *extra,
     trainer_info_t info;
     trainer_info(tr, &info);
     snprintf(r->backend, sizeof r->backend, "%s", info.backend);
+    backend_t *be = trainer_backend(tr);
+    static backend_ops_t counted;
+    real_ops = be->ops;
+    counted = *real_ops;
+    if (counted.rmsnorm_forward16) counted.rmsnorm_forward16 = counted_rmsnorm_forward16;
+    be->ops = &counted;
+    norms16 = 0;
     const size_t N = (size_t)cfg.B * (size_t)cfg.T * (size_t)cfg.accum;
     int *tokens = malloc(N * sizeof(int)), *targets = malloc(N * sizeof(int));
     ck_assert(tokens && targets);
@@ -136,6 +155,8 @@ static void run(const char *model, const char *device, const char *const *extra,
         r->loss[t - 1] = loss;
         r->norm[t - 1] = norm;
     }
+    r->norms16 = norms16;
+    be->ops = real_ops;
     ck_assert_msg(trainer_params_hash(tr, &r->hash, err, sizeof err) == 0, "%s", err);
     trainer_info(tr, &info);
     r->peak = info.device_peak;
@@ -221,6 +242,44 @@ START_TEST(test_mlp_chunks) {
     setenv("TT_TEST_MLP_ROWS", "48", 1);
     kept_vs_again(kept, again, "MLP chunks");
     unsetenv("TT_TEST_MLP_ROWS");
+}
+END_TEST
+
+// bf16 mode's activations as BF16 halves on the GPU (tier.h act16: the norms' outputs and the
+// MLP's intermediates) against FP32 words holding the same values (TT_TEST_FP32_ACTS): the same
+// losses and bits, with blocks kept or recomputed, streamed tiers,
+// both schedules, host checkpoints, and the MLP in chunks.
+static const char *const acts_settings[][16] = {
+    {"--recompute", "none", NULL},
+    {"--recompute", "full", "--schedule", "horizontal", "--accum", "2", NULL},
+    {"--recompute", "1", "--checkpoints", "host", "--schedule", "vertical", "--accum", "2", "--params", "host", NULL},
+    {"--params", "nvme", "--grads", "host", "--optimizer", "nvme", "--prefetch", "1", NULL},
+    {"--recompute", "1", "--accum", "2", "--schedule", "horizontal", "--params", "host", "--grads", "host", NULL},
+};
+enum { NACTS = sizeof acts_settings / sizeof acts_settings[0] };
+
+START_TEST(test_bf16_acts) {
+    const char *const *set = acts_settings[_i % NACTS];
+    const int chunked = _i >= NACTS;
+    if (chunked) setenv("TT_TEST_MLP_ROWS", "48", 1);
+    run_t h, f;
+    run("tiny", "cuda", set, &h);
+    setenv("TT_TEST_FP32_ACTS", "1", 1);
+    run("tiny", "cuda", set, &f);
+    unsetenv("TT_TEST_FP32_ACTS");
+    unsetenv("TT_TEST_MLP_ROWS");
+    char flags[256] = "";
+    for (int k = 0; set[k]; k++) {
+        strcat(flags, " ");
+        strcat(flags, set[k]);
+    }
+    ck_assert_msg(h.norms16 > 0 && f.norms16 == 0, "%s: rmsnorm_forward16 ran %ld times with BF16 activations, %ld without",
+                  flags, h.norms16, f.norms16);
+    for (int t = 0; t < NSTEPS; t++)
+        ck_assert_msg(h.loss[t] == f.loss[t], "%s%s: step %d loss %.9g with BF16 activations, %.9g with FP32", flags,
+                      chunked ? ", the MLP in chunks" : "", t + 1, h.loss[t], f.loss[t]);
+    ck_assert_msg(h.hash == f.hash, "%s%s: params_hash %016llx with BF16 activations, %016llx with FP32", flags,
+                  chunked ? ", the MLP in chunks" : "", (unsigned long long)h.hash, (unsigned long long)f.hash);
 }
 END_TEST
 
@@ -316,6 +375,7 @@ static Suite *train_suite(void) {
     tcase_add_test(tc, test_mlp_chunks);
     tcase_add_test(tc, test_step_small);
     tcase_add_test(tc, test_auto_picks_gpu);
+    tcase_add_loop_test(tc, test_bf16_acts, 0, 2 * NACTS);
     suite_add_tcase(s, tc);
     tc = tcase_create("placement");
     tcase_set_timeout(tc, 600);
