@@ -124,8 +124,15 @@ void cuda_adamw_update(float *master, float *m, float *v, uint16_t *p16, float *
 // narrowed FP32 operands (or read them in place at the same alignment) and write a BF16
 // output's chunk as FP32 into the scratch before narrowing it, so their GEMMs, and so the
 // algorithms cuBLASLt picks, are the FP32 form's. They decline (1, nothing written) in FP32
-// mode, and for a BF16 output without round or accumulating. The attention half (q, k, v, att
-// and their gradients as halves: the CPU's att16) has no CUDA twins yet.
+// mode, and for a BF16 output without round or accumulating. The attention half's q, k, v,
+// att and their gradients as halves (the backend's att16) where the register-tiled attention
+// kernels run them: an even head size up to CUDA_ATT16_MAX_HS and NH a multiple of NKV
+// (cuda_attention_act16: pure, for the plan); attention declines (1, nothing written) elsewhere
+// and where the device's shared memory does not hold those kernels' tiles.
+#define CUDA_ATT16_MAX_HS 128
+static inline int cuda_attention_act16(int NH, int NKV, int HS) {
+    return HS >= 2 && HS % 2 == 0 && HS <= CUDA_ATT16_MAX_HS && NH > 0 && NKV > 0 && NH % NKV == 0;
+}
 void cuda_rmsnorm_forward16(uint16_t *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
 int cuda_matmul_forward_w16_n_x(int n, void *const out[], int o16, const uint16_t *const w[], const int OC[],
                                 const void *inp, int a16, int N, int IC, int round);
@@ -136,6 +143,13 @@ unsigned cuda_matmul_backward_weight_n_x(int n, float *const dw[], const void *c
 void cuda_swiglu_forward16(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n);
 void cuda_swiglu_backward16(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
                             const uint16_t *up, size_t n);
+void cuda_rope_forward16(uint16_t *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
+void cuda_rope_backward16(uint16_t *dx, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
+int cuda_attention_forward16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v, int B,
+                             int T, int NH, int NKV, int HS);
+int cuda_attention_backward16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q,
+                              const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse, int B, int T,
+                              int NH, int NKV, int HS);
 
 #ifdef __cplusplus
 }

@@ -152,6 +152,10 @@ static const backend_ops_t cuda_ops = {
     .matmul_backward_weight_n_x = cuda_matmul_backward_weight_n_x,
     .swiglu_forward16 = cuda_swiglu_forward16,
     .swiglu_backward16 = cuda_swiglu_backward16,
+    .rope_forward16 = cuda_rope_forward16, // and the attention half's (tier.h att16)
+    .rope_backward16 = cuda_rope_backward16,
+    .attention_forward16 = cuda_attention_forward16,
+    .attention_backward16 = cuda_attention_backward16,
 };
 
 // After init: a failed CUDA call is fatal for the run (file:line, exit 1).

@@ -33,7 +33,8 @@
 // Head sizes whose tiles do not fit in the shared memory a block may have (above ~280
 // floats on an H100/H200 for the backward) take plain kernels: one warp per row, the row
 // accumulated in place in global memory. Same semantics, slower. Every path is tested.
-// Called through the CUDA backend's op table.
+// The BF16 activations' attention_forward16 / attention_backward16 (at the end) run the
+// register-tiled kernels on halves. Called through the CUDA backend's op table.
 #include "attention.cuh"
 #include <mma.h>
 using namespace nvcuda;
@@ -67,7 +68,7 @@ template <bool TC> static size_t dq_smem(int HS) { return tiled_smem<TC>(HS, 5, 
 
 template <bool TC>
 __device__ __forceinline__ void load_tile(float *dst, int ld, const float *src, size_t stride, int n, int HS) {
-    load_tiles<1>(dst, src, NULL, NULL, ld, tile_w<TC>(HS), ATT_T, stride, n, HS);
+    load_tiles<1, float>(dst, src, NULL, NULL, ld, tile_w<TC>(HS), ATT_T, stride, n, HS);
 }
 template <bool TC>
 __device__ __forceinline__ void load_tile2(float *dst0, float *dst1, int ld, const float *src0, const float *src1,
@@ -186,7 +187,7 @@ att_fwd_kernel(float *out, float *lse, const float *q, const float *k, const flo
     const int ld = tile_ld<TC>(HS), SLD = score_ld<TC>();
     float *Qs = sm, *Ks = Qs + ATT_T * ld, *Vs = Ks + ATT_T * ld, *Os = Vs + ATT_T * ld;
     float *Ps = Os + ATT_T * ld, *cr = Ps + ATT_T * SLD;
-    const att_qrows Q(k, v, ATT_T, T, NH, NKV, HS);
+    const att_qrows<float> Q(k, v, ATT_T, T, NH, NKV, HS);
     const int t0 = Q.t0, nq = Q.nq;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     load_tile<TC>(Qs, ld, q + Q.qo, Q.qs, nq, HS);
@@ -257,13 +258,16 @@ att_fwd_kernel(float *out, float *lse, const float *q, const float *k, const flo
 }
 
 // ---------------------------------------------------------------- backward (tiled)
-// D_t = dout_t·out_t in d order (no FMA: the CPU's dot_seq bits), parked in dq[row][0].
-__global__ void att_d_kernel(float *dq, const float *dout, const float *out, size_t rows, int HS) {
+// D_t = dout_t·out_t in d order (no FMA: the CPU's dot_seq bits), parked in dq's row as an
+// FP32 word: D[r · dstep] with D = dq (FP32 words: dstep HS; BF16 halves: dstep HS / 2, HS
+// even, the row's first two halves; attention.cuh att_d_of reads it).
+template <typename E>
+__global__ void att_d_kernel(float *D, size_t dstep, const E *dout, const E *out, size_t rows, int HS) {
     for (size_t r = blockIdx.x * (size_t)blockDim.x + threadIdx.x; r < rows; r += (size_t)gridDim.x * blockDim.x) {
-        const float *a = dout + r * HS, *o = out + r * HS;
+        const E *a = dout + r * HS, *o = out + r * HS;
         float s = 0.0f;
-        for (int d = 0; d < HS; d++) s = __fadd_rn(s, __fmul_rn(a[d], o[d]));
-        dq[r * HS] = s;
+        for (int d = 0; d < HS; d++) s = __fadd_rn(s, __fmul_rn(ld_elem(a, d), ld_elem(o, d)));
+        D[r * dstep] = s;
     }
 }
 
@@ -325,7 +329,7 @@ att_dkdv_kernel(float *dk, float *dv, const float *dq, const float *dout, const 
             const size_t qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
             __syncthreads(); // the previous tile's readers are done
             load_tile2<TC>(Qs, dOs, ld, q + qo, dout + qo, qs, nq, HS);
-            load_row_stats(Ls, Ds, lse, dq, b, h, T, NH, t0, nq, qo, qs);
+            load_row_stats(Ls, Ds, lse, dq, 1, b, h, T, NH, t0, nq, qo, qs);
             __syncthreads();
             float sd[ATT_RPW], pd[ATT_RPW];
             scores_s_dp<TC>(sd, pd, Ps, dSs, Qs, dOs, Ks, Vs, ld, HS, warp, lane);
@@ -384,12 +388,12 @@ att_dq_kernel(float *dq, const float *dout, const float *q, const float *k, cons
     float *Qs = sm, *dOs = Qs + ATT_T * ld, *Ks = dOs + ATT_T * ld, *Vs = Ks + ATT_T * ld, *dQs = Vs + ATT_T * ld;
     // dS (dP first, on tensor cores), then S on tensor cores only (dq_smem)
     float *dSs = dQs + ATT_T * ld, *Ss = dSs + ATT_T * SLD, *Ls = Ss + (TC ? ATT_T * SLD : 0), *Ds = Ls + ATT_T;
-    const att_qrows Q(k, v, ATT_T, T, NH, NKV, HS);
+    const att_qrows<float> Q(k, v, ATT_T, T, NH, NKV, HS);
     const int t0 = Q.t0, nq = Q.nq;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     load_tile2<TC>(Qs, dOs, ld, q + Q.qo, dout + Q.qo, Q.qs, nq, HS);
     zero_tile<TC>(dQs, ld, HS);
-    load_row_stats(Ls, Ds, lse, dq, Q.b, Q.h, T, NH, t0, nq, Q.qo, Q.qs);
+    load_row_stats(Ls, Ds, lse, dq, 1, Q.b, Q.h, T, NH, t0, nq, Q.qo, Q.qs);
     for (int s0 = 0; s0 < t0 + nq; s0 += ATT_T) {
         const int nk = min(ATT_T, T - s0);
         __syncthreads();
@@ -509,9 +513,10 @@ __global__ void att_dq_plain_kernel(float *dq, const float *dout, const float *q
 cudaError_t tt_attention_setup(int smem_optin) {
     cudaFuncAttributes a;
     cudaError_t e = cudaSuccess;
-    const void *plain[] = {(const void *)att_d_kernel, (const void *)att_fwd_plain_kernel,
-                           (const void *)att_dkdv_plain_kernel, (const void *)att_dq_plain_kernel};
-    for (int i = 0; i < 4 && e == cudaSuccess; i++) e = cudaFuncGetAttributes(&a, plain[i]);
+    const void *plain[] = {(const void *)att_d_kernel<float>, (const void *)att_d_kernel<uint16_t>,
+                           (const void *)att_fwd_plain_kernel, (const void *)att_dkdv_plain_kernel,
+                           (const void *)att_dq_plain_kernel};
+    for (int i = 0; i < 5 && e == cudaSuccess; i++) e = cudaFuncGetAttributes(&a, plain[i]);
     if (e != cudaSuccess) return e;
     // The tiled kernels may use up to the opt-in limit of dynamic shared memory; should the
     // driver refuse, they keep the default 48 KiB (larger head sizes take the plain path).
@@ -597,10 +602,10 @@ extern "C" void cuda_attention_backward(float *dq, float *dk, float *dv, const f
     const float scale = 1.0f / sqrtf((float)HS);
     // pass 1: D parked in dq[row][0]; passes 2 and 3 follow in stream order
     const size_t rows = (size_t)B * T * NH;
-    att_d_kernel<<<grid_1d(rows, 256), 256, 0, g_tt_cuda.stream>>>(dq, dout, out, rows, HS);
+    att_d_kernel<float><<<grid_1d(rows, 256), 256, 0, g_tt_cuda.stream>>>(dq, (size_t)HS, dout, out, rows, HS);
     launchCheck("att_d_kernel");
     const int path = att_path(bwd_need, att_mma_bwd_smem, HS);
-    if (path == ATT_MMA) att_mma_backward(dq, dk, dv, dout, q, k, v, lse, B, T, NH, NKV, HS, scale);
+    if (path == ATT_MMA) att_mma_backward(dq, dk, dv, dout, q, k, v, lse, dq, 1, B, T, NH, NKV, HS, scale);
     else if (path == ATT_TC) bwd_tiled<true>(dq, dk, dv, dout, q, k, v, lse, B, T, NH, NKV, HS, scale);
     else if (path == ATT_TILED) bwd_tiled<false>(dq, dk, dv, dout, q, k, v, lse, B, T, NH, NKV, HS, scale);
     else {
@@ -612,4 +617,40 @@ extern "C" void cuda_attention_backward(float *dq, float *dk, float *dv, const f
             dq, dout, q, k, v, lse, B, T, NH, NKV, HS, scale);
         launchCheck("att_dq_plain_kernel");
     }
+}
+
+// ---------------------------------------------------------------- on BF16 halves
+// The BF16 activations' attention (cuda_kernels.h cuda_attention_act16): the register-tiled
+// kernels on halves — the FP32 pass's arithmetic on the widened values, each output rounded
+// as stored, D parked as an FP32 word in the first two halves of its dq row — so the bits of
+// attention_forward / attention_backward with round on the same values. 1 (declined, nothing
+// written) where the shape is not one they take or the device's shared memory does not hold
+// their tiles.
+static int att16_declines(int NH, int NKV, int HS, size_t need) {
+    return !cuda_attention_act16(NH, NKV, HS) || need > (size_t)g_att_smem_limit;
+}
+
+extern "C" int cuda_attention_forward16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
+                                        const uint16_t *v, int B, int T, int NH, int NKV, int HS) {
+    NvtxRange range("attention_forward16");
+    if (att16_declines(NH, NKV, HS, att_mma_fwd_smem(HS))) return 1;
+    if (B <= 0 || T <= 0) return 0;
+    att_check("attention_forward16", B, T, NH, NKV);
+    att_mma_forward(out, lse, q, k, v, B, T, NH, NKV, HS, 1.0f / sqrtf((float)HS));
+    return 0;
+}
+
+extern "C" int cuda_attention_backward16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
+                                         const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *out,
+                                         const float *lse, int B, int T, int NH, int NKV, int HS) {
+    NvtxRange range("attention_backward16");
+    if (att16_declines(NH, NKV, HS, att_mma_bwd_smem(HS))) return 1;
+    if (B <= 0 || T <= 0) return 0;
+    att_check("attention_backward16", B, T, NH, NKV);
+    const size_t rows = (size_t)B * T * NH;
+    float *D = (float *)(void *)dq; // HS even: each row's first two halves, 4-byte aligned
+    att_d_kernel<uint16_t><<<grid_1d(rows, 256), 256, 0, g_tt_cuda.stream>>>(D, (size_t)HS / 2, dout, out, rows, HS);
+    launchCheck("att_d_kernel");
+    att_mma_backward(dq, dk, dv, dout, q, k, v, lse, D, 2, B, T, NH, NKV, HS, 1.0f / sqrtf((float)HS));
+    return 0;
 }

@@ -13,9 +13,10 @@
 // Batched: each thread issues ATT_LB loads per tile before its first store to shared memory,
 // so it waits for global memory once per batch, not once per element.
 #define ATT_LB 16
-template <int NT>
-__device__ __forceinline__ void load_tiles(float *dst0, const float *src0, float *dst1, const float *src1, int ld,
-                                           int W, int rows, size_t stride, int n, int HS) {
+// The sources are FP32 words or BF16 halves (S, common.cuh ld_elem: widened, exact).
+template <int NT, typename S>
+__device__ __forceinline__ void load_tiles(float *dst0, const S *src0, float *dst1, const S *src1, int ld, int W,
+                                           int rows, size_t stride, int n, int HS) {
     const int E = rows * W;
     for (int base = threadIdx.x; base < E; base += ATT_THREADS * ATT_LB) {
         float r0[ATT_LB], r1[ATT_LB];
@@ -24,8 +25,8 @@ __device__ __forceinline__ void load_tiles(float *dst0, const float *src0, float
             const int idx = base + u * ATT_THREADS, i = idx / W, d = idx - i * W;
             const bool in = idx < E && i < n && d < HS;
             const size_t o = (size_t)i * stride + d;
-            r0[u] = in ? src0[o] : 0.0f;
-            if (NT > 1) r1[u] = in ? src1[o] : 0.0f;
+            r0[u] = in ? ld_elem(src0, o) : 0.0f;
+            if (NT > 1) r1[u] = in ? ld_elem(src1, o) : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < ATT_LB; u++) {
@@ -41,12 +42,12 @@ __device__ __forceinline__ void load_tiles(float *dst0, const float *src0, float
 // counts tiles of `rows` query rows (the longest tiles, at the end, start first), y the head,
 // z the sequence. qs: the row stride of q, out, dout and dq; ks: of k and v; qo: the block's
 // first row of q (and out, dout, dq) for head h; lo: its first lse entry; kb, vb: its kv
-// head's first rows of k and v.
-struct att_qrows {
+// head's first rows of k and v (E: FP32 words or BF16 halves).
+template <typename E> struct att_qrows {
     int h, b, t0, nq;
     size_t qs, ks, qo, lo;
-    const float *kb, *vb;
-    __device__ att_qrows(const float *k, const float *v, int rows, int T, int NH, int NKV, int HS) {
+    const E *kb, *vb;
+    __device__ att_qrows(const E *k, const E *v, int rows, int T, int NH, int NKV, int HS) {
         h = blockIdx.y;
         b = blockIdx.z;
         t0 = (gridDim.x - 1 - blockIdx.x) * rows;
@@ -61,13 +62,21 @@ struct att_qrows {
     }
 };
 
-// The query rows' lse and parked D (rows [t0, t0 + nq) of head h, zeros past nq): Ls, Ds.
-__device__ __forceinline__ void load_row_stats(float *Ls, float *Ds, const float *lse, const float *dq, int b, int h,
-                                               int T, int NH, int t0, int nq, size_t qo, size_t qs) {
+// Where the backward's D_t = dout_t·out_t is: parked in an FP32 dq's dq[row][0] (D = dq, div
+// 1), or one float per row in rows' order (B, T, NH) (div HS: the BF16 halves' form, whose dq
+// cannot hold it) — row i of a block whose first row starts at element qo, stride qs, at
+// D[(qo + i·qs) / div].
+__device__ __forceinline__ float att_d_of(const float *D, int div, size_t qo, size_t qs, int i) {
+    return D[(qo + (size_t)i * qs) / (size_t)div];
+}
+
+// The query rows' lse and D (rows [t0, t0 + nq) of head h, zeros past nq): Ls, Ds.
+__device__ __forceinline__ void load_row_stats(float *Ls, float *Ds, const float *lse, const float *D, int div, int b,
+                                               int h, int T, int NH, int t0, int nq, size_t qo, size_t qs) {
     if (threadIdx.x < ATT_T) {
         const int i = threadIdx.x;
         Ls[i] = i < nq ? lse[((size_t)b * NH + h) * T + t0 + i] : 0.0f;
-        Ds[i] = i < nq ? dq[qo + (size_t)i * qs] : 0.0f; // D parked in dq[row][0]
+        Ds[i] = i < nq ? att_d_of(D, div, qo, qs, i) : 0.0f;
     }
 }
 
@@ -84,12 +93,15 @@ static inline cudaError_t att_set_smem(const void *const *k, int n, int limit) {
 }
 
 // ---------------------------------------------------------------- attention_mma.cu
-#define ATT_MMA_MAX_HS 128 // the register-tiled kernels' largest head size
+#define ATT_MMA_MAX_HS CUDA_ATT16_MAX_HS // the register-tiled kernels' largest head size
 size_t att_mma_fwd_smem(int HS); // dynamic shared memory a pass needs, bytes
 size_t att_mma_bwd_smem(int HS);
 cudaError_t att_mma_set_smem(int limit); // the kernels may use up to limit bytes
-// The passes (after attention.cu's checks; the backward after att_d_kernel parked D in dq)
-void att_mma_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int NH,
-                     int NKV, int HS, float scale);
-void att_mma_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-                      const float *v, const float *lse, int B, int T, int NH, int NKV, int HS, float scale);
+// The passes (after attention.cu's checks; the backward after att_d_kernel wrote D: see
+// att_d_of), on FP32 words or BF16 halves (E; outputs rounded, then narrowed)
+template <typename E>
+void att_mma_forward(E *out, float *lse, const E *q, const E *k, const E *v, int B, int T, int NH, int NKV, int HS,
+                     float scale);
+template <typename E>
+void att_mma_backward(E *dq, E *dk, E *dv, const E *dout, const E *q, const E *k, const E *v, const float *lse,
+                      const float *D, int div, int B, int T, int NH, int NKV, int HS, float scale);

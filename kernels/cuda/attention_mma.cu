@@ -18,7 +18,9 @@
 // lo·hi + hi·lo + hi·hi), as the WMMA kernels: FP32-level results. Tiles are HSP wide (head
 // size rounded up to 32, 64 or 128, zeros beyond HS) with row stride HSP + 4: the fragment
 // loads below hit 32 distinct banks. Each output element is accumulated by one thread in a
-// fixed order: the same bits run to run.
+// fixed order: the same bits run to run. Every kernel reads and writes q, k, v, out and the
+// gradients as FP32 words or as BF16 halves (E: the BF16 activations' attention_forward16 and
+// attention_backward16, the same arithmetic on the widened halves, outputs rounded as stored).
 #include "attention.cuh"
 #include <mma.h>
 using namespace nvcuda;
@@ -112,6 +114,11 @@ __device__ __forceinline__ void mma_acc(float acc[HSP / 8][4], const float p[4][
         }
     }
 }
+// A kernel's head size padding and element type (one template argument: launches take no comma)
+template <int H, typename T> struct mma_of {
+    static constexpr int HSP = H;
+    typedef T E;
+};
 // the head size a shape's tiles are padded to; dynamic shared memory of own / other tiles and rows
 static int mma_hsp(int HS) { return HS <= 32 ? 32 : HS <= 64 ? 64 : 128; }
 static size_t mma_smem(int HS, int own_tiles, int other_tiles, int rows) {
@@ -129,33 +136,35 @@ __device__ __forceinline__ float quad_sum(float v) {
     return __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
 
-// Row j (0: g, 1: g + 8) of the warp's accumulators in C layout, times mul, into dst[0, HS):
-// the thread's columns 8n + 2t and 8n + 2t + 1
-template <int NT>
-__device__ __forceinline__ void store_row(float *dst, const float acc[NT][4], int j, int t, int HS, float mul) {
+// Row j (0: g, 1: g + 8) of the warp's accumulators in C layout, times mul, into dst[0, HS)
+// (FP32 words, or BF16 halves rounded: st_elem): the thread's columns 8n + 2t and 8n + 2t + 1
+template <int NT, typename E>
+__device__ __forceinline__ void store_row(E *dst, const float acc[NT][4], int j, int t, int HS, float mul) {
 #pragma unroll
     for (int n = 0; n < NT; n++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int d = n * 8 + 2 * t + e;
-            if (d < HS) dst[d] = __fmul_rn(acc[n][2 * j + e], mul);
+            if (d < HS) st_elem(dst, d, __fmul_rn(acc[n][2 * j + e], mul));
         }
 }
 
 // forward, block (64 query rows, h, b): online softmax per row in registers (the quad's four
 // lanes hold the same m, l), out rescaled by exp(m_old − m_new)
-template <int HSP>
+template <class P>
 __global__ void __launch_bounds__(ATT_THREADS)
-att_fwd_mma(float *out, float *lse, const float *q, const float *k, const float *v, int T, int NH, int NKV, int HS,
-            float scale) {
+att_fwd_mma(typename P::E *out, float *lse, const typename P::E *q, const typename P::E *k, const typename P::E *v,
+            int T, int NH, int NKV, int HS, float scale) {
     extern __shared__ __align__(128) float sm[];
+    constexpr int HSP = P::HSP;
+    typedef typename P::E E;
     constexpr int LD = HSP + 4, NT = HSP / 8;
     float *Qs = sm, *Ks = Qs + MMA_M * LD, *Vs = Ks + MMA_N * LD;
-    const att_qrows Q(k, v, MMA_M, T, NH, NKV, HS);
+    const att_qrows<E> Q(k, v, MMA_M, T, NH, NKV, HS);
     const int t0 = Q.t0, nq = Q.nq;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int r0 = 16 * warp; // the warp's rows: t0 + r0 + g + 8j, j = 0, 1
-    load_tiles<1>(Qs, q + Q.qo, NULL, NULL, LD, HSP, MMA_M, Q.qs, nq, HS);
+    load_tiles<1, E>(Qs, q + Q.qo, NULL, NULL, LD, HSP, MMA_M, Q.qs, nq, HS);
     float o[NT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
@@ -230,11 +239,13 @@ __device__ __forceinline__ void mma_p_ds(float s[4][4], float dp[4][4], float sc
 // dk, dv rows [s0, s0 + 64) of kv head g: the group's heads in order, query tiles in order.
 // Each warp computes its 16 keys' transposed tiles Sᵀ = k·qᵀ and dPᵀ = v·doutᵀ, so that
 // dv += Pᵀ·dout and dk += dSᵀ·q take them as A operands in place.
-template <int HSP>
+template <class P>
 __global__ void __launch_bounds__(ATT_THREADS)
-att_dkdv_mma(float *dk, float *dv, const float *dq, const float *dout, const float *q, const float *k, const float *v,
-             const float *lse, int T, int NH, int NKV, int HS, float scale) {
+att_dkdv_mma(typename P::E *dk, typename P::E *dv, const float *D, int div, const typename P::E *dout,
+             const typename P::E *q, const typename P::E *k, const typename P::E *v, const float *lse, int T, int NH,
+             int NKV, int HS, float scale) {
     extern __shared__ __align__(128) float sm[];
+    constexpr int HSP = P::HSP;
     constexpr int LD = HSP + 4, NT = HSP / 8;
     float *Ks = sm, *Vs = Ks + MMA_M * LD, *Qs = Vs + MMA_M * LD, *dOs = Qs + MMA_N * LD;
     float *Ls = dOs + MMA_N * LD, *Ds = Ls + MMA_N;
@@ -256,7 +267,7 @@ att_dkdv_mma(float *dk, float *dv, const float *dq, const float *dout, const flo
             const size_t qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
             __syncthreads(); // the previous tile's readers are done
             load_tiles<2>(Qs, q + qo, dOs, dout + qo, LD, HSP, MMA_N, qs, nq, HS);
-            load_row_stats(Ls, Ds, lse, dq, b, h, T, NH, t0, nq, qo, qs);
+            load_row_stats(Ls, Ds, lse, D, div, b, h, T, NH, t0, nq, qo, qs);
             __syncthreads();
             if (t0 + MMA_N - 1 < s0 + r0) continue; // every query before the warp's keys
             float st[4][4], dpt[4][4];
@@ -277,24 +288,27 @@ att_dkdv_mma(float *dk, float *dv, const float *dq, const float *dout, const flo
     }
 }
 
-// dq rows [t0, t0 + 64) of head h: reads the rows' parked D first, overwrites them last
-template <int HSP>
+// dq rows [t0, t0 + 64) of head h: reads the rows' D first (parked in dq: overwritten last)
+template <class P>
 __global__ void __launch_bounds__(ATT_THREADS)
-att_dq_mma(float *dq, const float *dout, const float *q, const float *k, const float *v, const float *lse, int T,
-           int NH, int NKV, int HS, float scale) {
+att_dq_mma(typename P::E *dq, const float *D, int div, const typename P::E *dout, const typename P::E *q,
+           const typename P::E *k, const typename P::E *v, const float *lse, int T, int NH, int NKV, int HS,
+           float scale) {
     extern __shared__ __align__(128) float sm[];
+    constexpr int HSP = P::HSP;
+    typedef typename P::E E;
     constexpr int LD = HSP + 4, NT = HSP / 8;
     float *Qs = sm, *dOs = Qs + MMA_M * LD, *Ks = dOs + MMA_M * LD, *Vs = Ks + MMA_N * LD;
-    const att_qrows Q(k, v, MMA_M, T, NH, NKV, HS);
+    const att_qrows<E> Q(k, v, MMA_M, T, NH, NKV, HS);
     const int t0 = Q.t0, nq = Q.nq;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int r0 = 16 * warp;
     float Lr[2], Dr[2];
 #pragma unroll
-    for (int j = 0; j < 2; j++) { // the warp's rows' lse and parked D (zeros past nq)
+    for (int j = 0; j < 2; j++) { // the warp's rows' lse and D (zeros past nq)
         const int i = r0 + g + 8 * j;
         Lr[j] = i < nq ? lse[Q.lo + i] : 0.0f;
-        Dr[j] = i < nq ? dq[Q.qo + (size_t)i * Q.qs] : 0.0f;
+        Dr[j] = i < nq ? att_d_of(D, div, Q.qo, Q.qs, i) : 0.0f;
     }
     load_tiles<2>(Qs, q + Q.qo, dOs, dout + Q.qo, LD, HSP, MMA_M, Q.qs, nq, HS);
     float dQ[NT][4];
@@ -323,20 +337,22 @@ att_dq_mma(float *dq, const float *dout, const float *q, const float *k, const f
 }
 
 // ---------------------------------------------------------------- launchers
-template <int HSP>
-static void fwd_mma(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int NH,
-                    int NKV, int HS, float scale) {
+template <int HSP, typename E>
+static void fwd_mma(E *out, float *lse, const E *q, const E *k, const E *v, int B, int T, int NH, int NKV, int HS,
+                    float scale) {
     dim3 grid(CEIL_DIV(T, MMA_M), NH, B);
-    att_fwd_mma<HSP><<<grid, ATT_THREADS, fwd_mma_smem(HS), g_tt_cuda.stream>>>(out, lse, q, k, v, T, NH, NKV, HS, scale);
+    typedef mma_of<HSP, E> P;
+    att_fwd_mma<P><<<grid, ATT_THREADS, fwd_mma_smem(HS), g_tt_cuda.stream>>>(out, lse, q, k, v, T, NH, NKV, HS, scale);
     launchCheck("att_fwd_mma");
 }
-template <int HSP>
-static void bwd_mma(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k, const float *v,
-                    const float *lse, int B, int T, int NH, int NKV, int HS, float scale) {
+template <int HSP, typename E>
+static void bwd_mma(E *dq, E *dk, E *dv, const E *dout, const E *q, const E *k, const E *v, const float *lse,
+                    const float *D, int div, int B, int T, int NH, int NKV, int HS, float scale) {
     dim3 grid_kv(CEIL_DIV(T, MMA_M), NKV, B), grid_q(CEIL_DIV(T, MMA_M), NH, B);
-    att_dkdv_mma<HSP><<<grid_kv, ATT_THREADS, dkdv_mma_smem(HS), g_tt_cuda.stream>>>(dk, dv, dq, dout, q, k, v, lse, T, NH, NKV, HS, scale);
+    typedef mma_of<HSP, E> P;
+    att_dkdv_mma<P><<<grid_kv, ATT_THREADS, dkdv_mma_smem(HS), g_tt_cuda.stream>>>(dk, dv, D, div, dout, q, k, v, lse, T, NH, NKV, HS, scale);
     launchCheck("att_dkdv_mma");
-    att_dq_mma<HSP><<<grid_q, ATT_THREADS, dq_mma_smem(HS), g_tt_cuda.stream>>>(dq, dout, q, k, v, lse, T, NH, NKV, HS, scale);
+    att_dq_mma<P><<<grid_q, ATT_THREADS, dq_mma_smem(HS), g_tt_cuda.stream>>>(dq, D, div, dout, q, k, v, lse, T, NH, NKV, HS, scale);
     launchCheck("att_dq_mma");
 }
 
@@ -345,23 +361,39 @@ size_t att_mma_bwd_smem(int HS) {
     const size_t kv = dkdv_mma_smem(HS), q = dq_mma_smem(HS);
     return kv > q ? kv : q;
 }
-cudaError_t att_mma_set_smem(int limit) {
-    const void *k[] = {(const void *)att_fwd_mma<32>,  (const void *)att_dkdv_mma<32>,  (const void *)att_dq_mma<32>,
-                       (const void *)att_fwd_mma<64>,  (const void *)att_dkdv_mma<64>,  (const void *)att_dq_mma<64>,
-                       (const void *)att_fwd_mma<128>, (const void *)att_dkdv_mma<128>, (const void *)att_dq_mma<128>};
-    return att_set_smem(k, (int)(sizeof k / sizeof k[0]), limit);
+template <int HSP, typename E> static void mma_kernels(const void **k) {
+    k[0] = (const void *)att_fwd_mma<mma_of<HSP, E> >;
+    k[1] = (const void *)att_dkdv_mma<mma_of<HSP, E> >;
+    k[2] = (const void *)att_dq_mma<mma_of<HSP, E> >;
 }
-void att_mma_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int NH,
-                     int NKV, int HS, float scale) {
+cudaError_t att_mma_set_smem(int limit) {
+    const void *k[18];
+    mma_kernels<32, float>(k), mma_kernels<64, float>(k + 3), mma_kernels<128, float>(k + 6);
+    mma_kernels<32, uint16_t>(k + 9), mma_kernels<64, uint16_t>(k + 12), mma_kernels<128, uint16_t>(k + 15);
+    return att_set_smem(k, 18, limit);
+}
+template <typename E>
+void att_mma_forward(E *out, float *lse, const E *q, const E *k, const E *v, int B, int T, int NH, int NKV, int HS,
+                     float scale) {
     const int hsp = mma_hsp(HS);
     if (hsp == 32) fwd_mma<32>(out, lse, q, k, v, B, T, NH, NKV, HS, scale);
     else if (hsp == 64) fwd_mma<64>(out, lse, q, k, v, B, T, NH, NKV, HS, scale);
     else fwd_mma<128>(out, lse, q, k, v, B, T, NH, NKV, HS, scale);
 }
-void att_mma_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-                      const float *v, const float *lse, int B, int T, int NH, int NKV, int HS, float scale) {
+template <typename E>
+void att_mma_backward(E *dq, E *dk, E *dv, const E *dout, const E *q, const E *k, const E *v, const float *lse,
+                      const float *D, int div, int B, int T, int NH, int NKV, int HS, float scale) {
     const int hsp = mma_hsp(HS);
-    if (hsp == 32) bwd_mma<32>(dq, dk, dv, dout, q, k, v, lse, B, T, NH, NKV, HS, scale);
-    else if (hsp == 64) bwd_mma<64>(dq, dk, dv, dout, q, k, v, lse, B, T, NH, NKV, HS, scale);
-    else bwd_mma<128>(dq, dk, dv, dout, q, k, v, lse, B, T, NH, NKV, HS, scale);
+    if (hsp == 32) bwd_mma<32>(dq, dk, dv, dout, q, k, v, lse, D, div, B, T, NH, NKV, HS, scale);
+    else if (hsp == 64) bwd_mma<64>(dq, dk, dv, dout, q, k, v, lse, D, div, B, T, NH, NKV, HS, scale);
+    else bwd_mma<128>(dq, dk, dv, dout, q, k, v, lse, D, div, B, T, NH, NKV, HS, scale);
 }
+template void att_mma_forward<float>(float *, float *, const float *, const float *, const float *, int, int, int, int,
+                                     int, float);
+template void att_mma_forward<uint16_t>(uint16_t *, float *, const uint16_t *, const uint16_t *, const uint16_t *, int,
+                                        int, int, int, int, float);
+template void att_mma_backward<float>(float *, float *, float *, const float *, const float *, const float *,
+                                      const float *, const float *, const float *, int, int, int, int, int, int, float);
+template void att_mma_backward<uint16_t>(uint16_t *, uint16_t *, uint16_t *, const uint16_t *, const uint16_t *,
+                                         const uint16_t *, const uint16_t *, const float *, const float *, int, int,
+                                         int, int, int, int, float);

@@ -1,5 +1,5 @@
-// elementwise.cu — the CUDA twins of bf16.c, elementwise.c (add_inplace, sumsq), swiglu.c
-// (FP32, and on BF16 halves: the same kernels), rope.c and embedding.c (kernels.h). Grid-stride loops over size_t indices.
+// elementwise.cu — the CUDA twins of bf16.c, elementwise.c (add_inplace, sumsq), swiglu.c and
+// rope.c (FP32, and on BF16 halves: the same kernels) and embedding.c (kernels.h). Grid-stride loops over size_t indices.
 //
 // Bit-identical to the CPU twins: the BF16 conversions (the same integer rounding),
 // add_inplace and rope (the same IEEE operations, written with __fmul_rn/__fadd_rn so no
@@ -104,22 +104,24 @@ __global__ void swiglu_bwd_kernel(T *dgate, T *dup, const T *dout, const T *gate
 }
 
 // One thread per pair (i, i + HS/2) of one head row; inverse = rotation by −angle.
-__global__ void rope_kernel(float *x, const float *cos_t, const float *sin_t, size_t total, int T, int NX, int HS,
+// (X: FP32 words, or BF16 halves rounded as stored: rope_forward16 and rope_backward16)
+template <typename X>
+__global__ void rope_kernel(X *x, const float *cos_t, const float *sin_t, size_t total, int T, int NX, int HS,
                             int inverse) {
     const int half = HS / 2;
     GRID_STRIDE(idx, total) {
         const int i = (int)(idx % half);
         const size_t row = idx / half; // (b·T + t)·NX + h
         const int t = (int)((row / NX) % T);
-        float *lo = x + row * HS, *hi = lo + half;
+        X *lo = x + row * HS, *hi = lo + half;
         const float c = cos_t[(size_t)t * half + i], s = sin_t[(size_t)t * half + i];
-        const float x0 = lo[i], x1 = hi[i];
+        const float x0 = ld_elem(lo, i), x1 = ld_elem(hi, i);
         if (!inverse) {
-            lo[i] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-            hi[i] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+            st_elem(lo, i, __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)));
+            st_elem(hi, i, __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s)));
         } else {
-            lo[i] = __fadd_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-            hi[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+            st_elem(lo, i, __fadd_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)));
+            st_elem(hi, i, __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x0, s)));
         }
     }
 }
@@ -162,7 +164,8 @@ cudaError_t tt_elementwise_setup(void) {
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, swiglu_bwd_kernel<float>);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, swiglu_fwd_kernel<uint16_t>);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, swiglu_bwd_kernel<uint16_t>);
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, rope_kernel);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, rope_kernel<float>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, rope_kernel<uint16_t>);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, embedding_fwd_kernel<float>);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, embedding_fwd_kernel<uint16_t>);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, embedding_bwd_kernel);
@@ -279,10 +282,11 @@ extern "C" void cuda_swiglu_backward16(uint16_t *dgate, uint16_t *dup, const uin
     swiglu_bwd_launch(dgate, dup, dout, gate, up, n);
 }
 
-static void rope_launch(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS, int inverse) {
+template <typename X>
+static void rope_launch(X *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS, int inverse) {
     if (B <= 0 || T <= 0 || NX <= 0 || HS < 2) return; // HS/2 = 0 pairs: nothing to rotate (as the CPU)
     const size_t total = (size_t)B * T * NX * (size_t)(HS / 2);
-    rope_kernel<<<grid_1d(total, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(x, cos_t, sin_t, total, T, NX, HS,
+    rope_kernel<X><<<grid_1d(total, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(x, cos_t, sin_t, total, T, NX, HS,
                                                                                  inverse);
     launchCheck("rope_kernel");
 }
@@ -294,6 +298,17 @@ extern "C" void cuda_rope_forward(float *x, const float *cos_t, const float *sin
 
 extern "C" void cuda_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS) {
     NvtxRange range("rope_backward");
+    rope_launch(dx, cos_t, sin_t, B, T, NX, HS, 1);
+}
+
+extern "C" void cuda_rope_forward16(uint16_t *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS) {
+    NvtxRange range("rope_forward16");
+    rope_launch(x, cos_t, sin_t, B, T, NX, HS, 0);
+}
+
+extern "C" void cuda_rope_backward16(uint16_t *dx, const float *cos_t, const float *sin_t, int B, int T, int NX,
+                                     int HS) {
+    NvtxRange range("rope_backward16");
     rope_launch(dx, cos_t, sin_t, B, T, NX, HS, 1);
 }
 

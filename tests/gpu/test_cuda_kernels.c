@@ -239,26 +239,21 @@ START_TEST(test_op_table) {
     ck_assert(o->crossentropy_loss == cuda_crossentropy_loss);
     ck_assert(o->crossentropy_backward == cuda_crossentropy_backward);
     ck_assert(o->embedding_forward_w16 == cuda_embedding_forward_w16);
-    ck_assert(o->rmsnorm_forward16 == cuda_rmsnorm_forward16); // the BF16 activations (tier.h act16)
+    ck_assert(o->rmsnorm_forward16 == cuda_rmsnorm_forward16); // the BF16 activations (tier.h act16, att16)
     ck_assert(o->matmul_backward_input_x == cuda_matmul_backward_input_x);
-    ck_assert(o->swiglu_backward16 == cuda_swiglu_backward16);
+    ck_assert(o->attention_backward16 == cuda_attention_backward16);
     // every entry filled but the optional ones CUDA leaves to the caller (backend.h): the
     // shared-input forward products and weight gradients and the stacked weights' input
-    // gradient (step.c runs one product each), and the attention half's BF16 activations,
-    // rope_forward16 to the end of the table (step.c keeps them FP32: tier.h att16)
+    // gradient (step.c runs one product each)
     ck_assert(o->matmul_forward_w16_n == NULL);
     ck_assert(o->matmul_backward_weight_n == NULL);
     ck_assert(o->matmul_backward_input_w16_k == NULL);
-    ck_assert(o->attention_forward16 == NULL);
     const void *const *p = (const void *const *)o;
     const size_t opt[3] = {offsetof(backend_ops_t, matmul_forward_w16_n) / sizeof(void *),
                            offsetof(backend_ops_t, matmul_backward_weight_n) / sizeof(void *),
                            offsetof(backend_ops_t, matmul_backward_input_w16_k) / sizeof(void *)};
-    const size_t att16 = offsetof(backend_ops_t, rope_forward16) / sizeof(void *);
-    for (size_t i = 0; i < sizeof *o / sizeof(void *); i++) {
-        if (i >= att16) ck_assert_msg(p[i] == NULL, "op table entry %zu (an attention-half BF16 op) is set", i);
-        else if (i != opt[0] && i != opt[1] && i != opt[2]) ck_assert_msg(p[i] != NULL, "op table entry %zu is NULL", i);
-    }
+    for (size_t i = 0; i < sizeof *o / sizeof(void *); i++)
+        if (i != opt[0] && i != opt[1] && i != opt[2]) ck_assert_msg(p[i] != NULL, "op table entry %zu is NULL", i);
     ck_assert_ptr_nonnull(cuda_kernels_stream());
 }
 END_TEST
@@ -1025,6 +1020,88 @@ START_TEST(test_swiglu16) {
 }
 END_TEST
 
+START_TEST(test_rope16) {
+    const rope_shape_t s = ROPE_SHAPES[_i];
+    const size_t n = (size_t)s.B * s.T * s.NX * s.HS, nt = (size_t)s.T * (s.HS / 2);
+    rng_t rg = rng_make(430 + (uint64_t)_i);
+    float *x = fnew(n), *ct = fnew(nt), *st = fnew(nt);
+    fill_sym(x, n, 1.0, &rg); round_bf16(x, n);
+    rope_table(ct, st, s.T, s.HS, 10000.0);
+    float *d_x = dput(x, n), *d_c = dput(ct, nt), *d_s = dput(st, nt);
+    uint16_t *d_x16 = dput16(x, n, 1);
+    char what[96];
+    for (int bwd = 0; bwd < 2; bwd++) { // forward, then backward on its results
+        if (bwd) G.ops->rope_backward(d_x, d_c, d_s, s.B, s.T, s.NX, s.HS, 1);
+        else G.ops->rope_forward(d_x, d_c, d_s, s.B, s.T, s.NX, s.HS, 1);
+        if (bwd) G.ops->rope_backward16(d_x16, d_c, d_s, s.B, s.T, s.NX, s.HS);
+        else G.ops->rope_forward16(d_x16, d_c, d_s, s.B, s.T, s.NX, s.HS);
+        float *ref = dget(d_x, n);
+        uint16_t *got = dget16(d_x16, n);
+        snprintf(what, sizeof what, "rope_%s16 B=%d T=%d NX=%d HS=%d", bwd ? "backward" : "forward", s.B, s.T, s.NX, s.HS);
+        CHECK_HALVES(what, got, ref, n);
+        free(ref); free(got);
+    }
+    free(x); free(ct); free(st);
+}
+END_TEST
+
+// Attention on halves where the register-tiled kernels take the shape (cuda_attention_act16),
+// against the FP32 op with round on the same BF16 values (which runs those kernels there);
+// elsewhere (odd or large head sizes) declined, nothing written.
+START_TEST(test_attention16) {
+    const att_shape_t s = ATT_SHAPES[_i];
+    cuda_kernels_set_test_limits(0, 0, 0, CUDA_ATT_AUTO);
+    const size_t nq = (size_t)s.B * s.T * s.NH * s.HS, nk = (size_t)s.B * s.T * s.NKV * s.HS;
+    const size_t nl = (size_t)s.B * s.NH * s.T;
+    rng_t rg = rng_make(530 + (uint64_t)_i);
+    float *q = fnew(nq), *k = fnew(nk), *v = fnew(nk), *dout = fnew(nq);
+    fill_sym(q, nq, 1.5, &rg); round_bf16(q, nq);
+    fill_sym(k, nk, 1.5, &rg); round_bf16(k, nk);
+    fill_sym(v, nk, 1.0, &rg); round_bf16(v, nk);
+    fill_sym(dout, nq, 1.0, &rg); round_bf16(dout, nq);
+    uint16_t *q16 = dput16(q, nq, 0), *k16 = dput16(k, nk, 1), *v16 = dput16(v, nk, 0), *d16 = dput16(dout, nq, 0);
+    uint16_t *o16 = (uint16_t *)dpoison(nq), *dq16 = (uint16_t *)dpoison(nq), *dk16 = (uint16_t *)dpoison(nk),
+             *dv16 = (uint16_t *)dpoison(nk);
+    float *lse16 = dpoison(nl);
+    char tag[96], what[160];
+    snprintf(tag, sizeof tag, "B=%d T=%d NH=%d NKV=%d HS=%d", s.B, s.T, s.NH, s.NKV, s.HS);
+    const int takes = cuda_attention_act16(s.NH, s.NKV, s.HS);
+    const int f = G.ops->attention_forward16(o16, lse16, q16, k16, v16, s.B, s.T, s.NH, s.NKV, s.HS);
+    const int b = G.ops->attention_backward16(dq16, dk16, dv16, d16, q16, k16, v16, o16, lse16, s.B, s.T, s.NH, s.NKV,
+                                              s.HS);
+    ck_assert_msg(f == !takes && b == !takes, "attention16 %s: forward %d, backward %d, where the shape says %d", tag, f,
+                  b, takes);
+    if (!takes) {
+        ck_assert_msg(untouched(o16, nq * 4) && untouched(lse16, nl * 4) && untouched(dq16, nq * 4) &&
+                      untouched(dk16, nk * 4) && untouched(dv16, nk * 4), "attention16 %s: declined, yet wrote", tag);
+    } else {
+        float *d_q = dput(q, nq), *d_k = dput(k, nk), *d_v = dput(v, nk), *d_d = dput(dout, nq), *d_out = dpoison(nq);
+        float *d_lse = dpoison(nl), *d_dq = dpoison(nq), *d_dk = dpoison(nk), *d_dv = dpoison(nk);
+        G.ops->attention_forward(d_out, d_lse, d_q, d_k, d_v, s.B, s.T, s.NH, s.NKV, s.HS, 1);
+        G.ops->attention_backward(d_dq, d_dk, d_dv, d_d, d_q, d_k, d_v, d_out, d_lse, s.B, s.T, s.NH, s.NKV, s.HS, 1);
+        float *const ref[5] = {dget(d_out, nq), dget(d_lse, nl), dget(d_dq, nq), dget(d_dk, nk), dget(d_dv, nk)};
+        uint16_t *const got[4] = {dget16(o16, nq), dget16(dq16, nq), dget16(dk16, nk), dget16(dv16, nk)};
+        float *g_lse = dget(lse16, nl);
+        snprintf(what, sizeof what, "attention_forward16 out %s", tag);
+        CHECK_HALVES(what, got[0], ref[0], nq);
+        snprintf(what, sizeof what, "attention_forward16 lse %s", tag);
+        CHECK_SAME_OP(what, g_lse, ref[1], nl);
+        static const char *const name[3] = {"dq", "dk", "dv"};
+        const size_t len[3] = {nq, nk, nk};
+        for (int i = 0; i < 3; i++) {
+            snprintf(what, sizeof what, "attention_backward16 %s %s", name[i], tag);
+            CHECK_HALVES(what, got[i + 1], ref[i + 2], len[i]);
+        }
+        ck_assert_msg(untouched(o16 + nq, nq * 2) && untouched(dq16 + nq, nq * 2) && untouched(dk16 + nk, nk * 2),
+                      "attention16 %s wrote past its halves", tag);
+        for (int i = 0; i < 5; i++) free(ref[i]);
+        for (int i = 0; i < 4; i++) free(got[i]);
+        free(g_lse);
+    }
+    free(q); free(k); free(v); free(dout);
+}
+END_TEST
+
 // The ops' round flags on the device: each wrapped op with round = 1 against the same op with
 // round = 0 and then bf16_round_n over each of its outputs (whose sizes the wrappers compute).
 START_TEST(test_round_flags) {
@@ -1443,8 +1520,10 @@ static Suite *cuda_suite(void) {
     tcase_add_loop_test(tc, test_rmsnorm16, 0, NELEMS(RMS_SHAPES));
     tc = tcase(s, "rope", 1);
     tcase_add_loop_test(tc, test_rope, 0, NELEMS(ROPE_SHAPES));
+    tcase_add_loop_test(tc, test_rope16, 0, NELEMS(ROPE_SHAPES));
     tc = tcase(s, "attention", 1);
     tcase_add_loop_test(tc, test_attention, 0, NELEMS(ATT_SHAPES) * ATTV_COUNT);
+    tcase_add_loop_test(tc, test_attention16, 0, NELEMS(ATT_SHAPES));
     tc = tcase(s, "swiglu", 1);
     tcase_add_loop_test(tc, test_swiglu, 0, NELEMS(SWIGLU_N));
     tcase_add_test(tc, test_swiglu_extremes);
