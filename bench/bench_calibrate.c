@@ -50,6 +50,7 @@
 #include "backend.h"
 #include "bench.h"
 #include "comm.h"
+#include "cuda_kernels.h" // uses: cuda_attention_act16 (pure: any build)
 #include "hostmem.h"
 #include "io.h"
 #include "json.h"    // uses: json_escape (the path in the JSON line)
@@ -251,11 +252,12 @@ static int ops_measure(backend_t *be, float *h_stage, size_t stage, int reps, do
         snprintf(err, errlen, "calibrate ops: the staging buffer is smaller than the RoPE tables");
         return -EINVAL;
     }
-    // attention as a bf16 step runs it: on BF16 halves where the tiles take the heads (tier.h
-    // att16; 10% faster than on FP32 words here, and the step's attention then ran below a
-    // floor taken from FP32 words)
+    // attention as a bf16 step runs it: on BF16 halves where the tiles (or a GPU's register-
+    // tiled kernels) take the heads (tier.h att16; on the CPU 10% faster than on FP32 words
+    // here, and the step's attention then ran below a floor taken from FP32 words)
     uint16_t *q16 = NULL, *k16 = NULL, *v16 = NULL, *o16 = NULL, *d16 = NULL, *dq16 = NULL, *dk16 = NULL, *dv16 = NULL;
-    const int h16 = be->ops->attention_forward16 && attention_act16(sh.NH, sh.NKV, sh.HS);
+    const int h16 = be->ops->attention_forward16 && (be->vt ? cuda_attention_act16(sh.NH, sh.NKV, sh.HS)
+                                                             : attention_act16(sh.NH, sh.NKV, sh.HS));
     if (h16) {
         struct { uint16_t **p; const float *from; size_t n; } half[] = {
             {&q16, q, NC}, {&k16, k, NK}, {&v16, v, NK}, {&o16, NULL, NC}, {&d16, dout, NC},

@@ -92,8 +92,8 @@ typedef struct {
     void (*swiglu_backward16)(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
                               const uint16_t *up, size_t n);
     // and the attention half's q, k, v, att and their gradients (tier.h att16: where attention
-    // runs on the CPU's tiles; NULL on CUDA); attention returns nonzero when declined, as the
-    // products
+    // runs on the CPU's tiles or a GPU's register-tiled kernels); attention returns nonzero
+    // when declined, as the products
     void (*rope_forward16)(uint16_t *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
     void (*rope_backward16)(uint16_t *dx, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
     int (*attention_forward16)(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v,

@@ -42,10 +42,12 @@ static unsigned acts_h16(const step_t *st) {
 static void declined(step_t *st, int rc) {
     if (rc) fault(st, "step: a product on BF16 activations was declined (a bug: act16 said the backend takes them)");
 }
-// Attention on BF16 halves declines where att16 rules it out, or where its packed keys and
-// values found no memory.
+// Attention on BF16 halves declines where att16 rules it out, where the CPU's packed keys and
+// values found no memory, or on a GPU whose shared memory does not hold the kernels' tiles.
 static void attention_declined(step_t *st, int rc) {
-    if (rc) fault(st, "step: attention on BF16 activations was declined: no memory for its packed keys and values");
+    if (rc)
+        fault(st, "step: attention on BF16 activations was declined: no memory for its packed keys and values "
+                  "(CPU), or too little shared memory for its tiles (GPU)");
 }
 static float *grad_of(float *g, const step_t *st, int shard, int t) {
     return g + st->m->shards[shard].tensors[t].offset;
@@ -176,7 +178,7 @@ static void mm_forwards(const step_t *st, const wts_t *W, int n, const int t[], 
 // dln = dq·Wq + dk·Wk + dv·Wv (rounded when round), the three products in that order: one
 // call where the backend runs them as one over the three weights, which lie one after another
 // in the shard (model.c lays a block's tensors end to end; the same bits), else one product
-// each (CUDA, FP32 weights). d: FP32, or st->att16's halves (which come with the CPU's call).
+// each (CUDA, FP32 weights). d: FP32, or st->att16's halves.
 static void mm_backward_inputs_qkv(step_t *st, const wts_t *W, float *dln, const void *const d[3], int round) {
     const backend_ops_t *op = st->be->ops;
     const model_t *m = st->m;
@@ -187,7 +189,12 @@ static void mm_backward_inputs_qkv(step_t *st, const wts_t *W, float *dln, const
         return;
     }
     const int w[3] = {BW_Q, BW_K, BW_V};
-    for (int i = 0; i < 3; i++) mm_backward_input(st, W, w[i], dln, d[i], N, C, OC[i], i > 0, i == 2 ? round : 0);
+    for (int i = 0; i < 3; i++)
+        if (st->att16)
+            declined(st, op->matmul_backward_input_x(dln, 0, d[i], 1, w16_of(st, W, w[i]), N, C, OC[i], i > 0,
+                                                     i == 2 ? round : 0));
+        else
+            mm_backward_input(st, W, w[i], dln, d[i], N, C, OC[i], i > 0, i == 2 ? round : 0);
 }
 
 // dw[i] += dout[i]ᵀ · inp for n tensors of one input (q, k, v; gate, up): one call where the

@@ -121,7 +121,8 @@ typedef struct {
                                 // testing hook, keeps them FP32 for the tests that compare the two
     int att16;                  // act16, and the attention half's q, k, v, att and datt as BF16 halves
                                 // too, where attention runs on the CPU's tiles (kernels.h
-                                // attention_act16; CUDA has no such attention yet)
+                                // attention_act16) or a GPU's register-tiled kernels
+                                // (cuda_kernels.h cuda_attention_act16)
     size_t chunk_elems;         // elements of an optimizer chunk (all chunks of a shard but its last)
     int o32_parts;              // floats per element of an optimizer chunk's staging: master, m, v, and g
                                 // first with --grads nvme (an NVMe chunk's: tier_o32_parts)

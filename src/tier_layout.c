@@ -4,6 +4,7 @@
 #include <string.h>
 #include "acts.h"
 #include "comm.h"
+#include "cuda_kernels.h" // uses: cuda_attention_act16 (pure: any build)
 #include "kernels.h"
 #include "tier.h"
 #include "util.h"
@@ -178,7 +179,8 @@ void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, ti
     // (--cpu-gemm fma: the backend turns the tiles off when it starts, after the plan ran)
     lay->act16 = lay->w16 && (device == DEVICE_CUDA || (cfg->cpu_gemm != CPU_GEMM_FMA && matmul_act16(m->C))) &&
                  !getenv("TT_TEST_FP32_ACTS");
-    lay->att16 = lay->act16 && device != DEVICE_CUDA && attention_act16(m->NH, m->NKV, m->HS);
+    lay->att16 = lay->act16 && (device == DEVICE_CUDA ? cuda_attention_act16(m->NH, m->NKV, m->HS)
+                                                      : attention_act16(m->NH, m->NKV, m->HS));
     lay->vertical = cfg->schedule == SCHEDULE_VERTICAL && cfg->accum > 1;
     lay->nmb = lay->vertical ? cfg->accum : 1;
     lay->ranks = cfg->ranks > 1 ? cfg->ranks : 1;

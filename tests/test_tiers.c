@@ -1054,7 +1054,7 @@ static void small_on_nvme(config_t *cfg) {
 // largest shard widened: the device total shrinks by the difference. Widening (the testing
 // hook, or a CPU whose products run on OpenBLAS: kernels_limit_simd(0)) keeps the whole
 // shard; fp32 mode has no scratch. small: C 384. A GPU's layout then takes BF16 activations
-// (act16) too, but for attention's (att16).
+// (act16, and att16 for attention's) too.
 START_TEST(bf16_weights_need_no_fp32_copy) {
     config_t cfg;
     small_on_nvme(&cfg);
@@ -1084,12 +1084,13 @@ START_TEST(bf16_weights_need_no_fp32_copy) {
         ck_assert_uint_eq(nofma.spec[TB_WEIGHTS].total, dev ? norms : shard); // a GPU runs cuBLASLt either way
         ck_assert_uint_eq(fp32.spec[TB_WEIGHTS].count, 0);
         ck_assert_uint_eq(wide.device_bytes - w16.device_bytes, dev || fma ? shard - norms : 0);
-        if (dev) { // a GPU's products take BF16 activations wherever they read the BF16 weights; attention not yet
+        if (dev) { // a GPU's step takes BF16 activations wherever its products read the BF16 weights
             setenv("TT_TEST_FP32_ACTS", "1", 1);
             tier_layout_t f32a;
             tier_layout(&cfg, &m, d, &f32a);
             unsetenv("TT_TEST_FP32_ACTS");
-            ck_assert(w16.act16 && nofma.act16 && !w16.att16 && !wide.act16 && !fp32.act16 && !f32a.act16);
+            ck_assert(w16.act16 && nofma.act16 && !wide.act16 && !fp32.act16 && !f32a.act16);
+            ck_assert(w16.att16 && !f32a.att16); // head size 64: the register-tiled kernels' (cuda_attention_act16)
         }
     }
     model_free(&m);

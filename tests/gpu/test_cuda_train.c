@@ -64,7 +64,8 @@ static char *nvme_dir;
 
 typedef struct {
     double loss[NSTEPS], norm[NSTEPS];
-    long norms16; // calls of rmsnorm_forward16: the step took BF16 activations (tier.h act16)
+    long norms16, att16; // calls of rmsnorm_forward16 and attention_forward16: the step took BF16
+                         // activations (tier.h act16, att16)
     uint64_t hash, peak, budget;
     size_t dev_used; // device bytes in use before trainer_free, less those before init (cuda)
     char backend[16];
@@ -83,13 +84,18 @@ static size_t mem_free(void) {
     return f;
 }
 
-// The backend's table with rmsnorm_forward16 counted (run installs it)
+// The backend's table with rmsnorm_forward16 and attention_forward16 counted (run installs it)
 static const backend_ops_t *real_ops;
-static long norms16;
+static long norms16, att16;
 static void counted_rmsnorm_forward16(uint16_t *out, float *rstd, const float *x, const float *w, int N, int C,
                                       float eps) {
     norms16++;
     real_ops->rmsnorm_forward16(out, rstd, x, w, N, C, eps);
+}
+static int counted_attention_forward16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
+                                       const uint16_t *v, int B, int T, int NH, int NKV, int HS) {
+    att16++;
+    return real_ops->attention_forward16(out, lse, q, k, v, B, T, NH, NKV, HS);
 }
 
 // `tiertrain train --model M --device D` with the common flags, NSTEPS steps on tokens
@@ -137,8 +143,9 @@ static void run(const char *model, const char *device, const char *const *extra,
     real_ops = be->ops;
     counted = *real_ops;
     if (counted.rmsnorm_forward16) counted.rmsnorm_forward16 = counted_rmsnorm_forward16;
+    if (counted.attention_forward16) counted.attention_forward16 = counted_attention_forward16;
     be->ops = &counted;
-    norms16 = 0;
+    norms16 = att16 = 0;
     const size_t N = (size_t)cfg.B * (size_t)cfg.T * (size_t)cfg.accum;
     int *tokens = malloc(N * sizeof(int)), *targets = malloc(N * sizeof(int));
     ck_assert(tokens && targets);
@@ -156,6 +163,7 @@ static void run(const char *model, const char *device, const char *const *extra,
         r->norm[t - 1] = norm;
     }
     r->norms16 = norms16;
+    r->att16 = att16;
     be->ops = real_ops;
     ck_assert_msg(trainer_params_hash(tr, &r->hash, err, sizeof err) == 0, "%s", err);
     trainer_info(tr, &info);
@@ -245,8 +253,9 @@ START_TEST(test_mlp_chunks) {
 }
 END_TEST
 
-// bf16 mode's activations as BF16 halves on the GPU (tier.h act16: the norms' outputs and the
-// MLP's intermediates) against FP32 words holding the same values (TT_TEST_FP32_ACTS): the same
+// bf16 mode's activations as BF16 halves on the GPU (tier.h act16, att16: the norms' outputs,
+// the MLP's intermediates, and tiny's head size 16 puts the attention half's on the register-
+// tiled kernels) against FP32 words holding the same values (TT_TEST_FP32_ACTS): the same
 // losses and bits, with blocks kept or recomputed, streamed tiers,
 // both schedules, host checkpoints, and the MLP in chunks.
 static const char *const acts_settings[][16] = {
@@ -273,8 +282,9 @@ START_TEST(test_bf16_acts) {
         strcat(flags, " ");
         strcat(flags, set[k]);
     }
-    ck_assert_msg(h.norms16 > 0 && f.norms16 == 0, "%s: rmsnorm_forward16 ran %ld times with BF16 activations, %ld without",
-                  flags, h.norms16, f.norms16);
+    ck_assert_msg(h.norms16 > 0 && f.norms16 == 0 && h.att16 > 0 && f.att16 == 0,
+                  "%s: rmsnorm_forward16 and attention_forward16 ran %ld and %ld times with BF16 activations, %ld and "
+                  "%ld without", flags, h.norms16, h.att16, f.norms16, f.att16);
     for (int t = 0; t < NSTEPS; t++)
         ck_assert_msg(h.loss[t] == f.loss[t], "%s%s: step %d loss %.9g with BF16 activations, %.9g with FP32", flags,
                       chunked ? ", the MLP in chunks" : "", t + 1, h.loss[t], f.loss[t]);
