@@ -1,5 +1,6 @@
 // elementwise.cu — the CUDA twins of bf16.c, elementwise.c (add_inplace, sumsq), swiglu.c and
-// rope.c (FP32, and on BF16 halves: the same kernels) and embedding.c (kernels.h). Grid-stride loops over size_t indices.
+// rope.c (FP32, and on BF16 halves: the same kernels) and embedding.c (kernels.h). Grid-stride
+// loops over size_t indices.
 //
 // Bit-identical to the CPU twins: the BF16 conversions (the same integer rounding),
 // add_inplace and rope (the same IEEE operations, written with __fmul_rn/__fadd_rn so no

@@ -1,7 +1,8 @@
 // rmsnorm.cu — RMSNorm forward and backward, FP32 (kernels.h "RMSNorm"), the CUDA twin
 // of rmsnorm.c, and the forward with BF16 halves out (rmsnorm_forward16: the same kernel, its
-// results rounded and narrowed as they are stored). One block per row for out/rstd and dx: a row's sums are block reductions in
-// a fixed order (common.cuh). dw sums over rows, so it is two kernels without atomics:
+// results rounded and narrowed as they are stored). One block per row for out/rstd and dx: a
+// row's sums are block reductions in a fixed order (common.cuh). dw sums over rows, so it is
+// two kernels without atomics:
 // partial sums over fixed chunks of RMS_RB rows (one thread per column and chunk, rows in
 // order) into the scratch, then one thread per column adds the chunk sums in chunk order
 // onto dw. The chunking depends only on N, so dw is the same run to run.

@@ -836,8 +836,8 @@ static int same_halves(const char *what, const uint16_t *got, const float *want_
     bf16_from_f32_n(w, want_rounded, n);
     for (size_t i = 0; i < n; i++)
         if (got[i] != w[i]) {
-            fprintf(stderr, "%s: [%zu] 0x%04x, the FP32 op's rounded word narrowed 0x%04x (%.9g)\n", what, i, got[i], w[i],
-                    want_rounded[i]);
+            fprintf(stderr, "%s: [%zu] 0x%04x, the FP32 op's rounded word narrowed 0x%04x (%.9g)\n", what, i,
+                    got[i], w[i], want_rounded[i]);
             free(w);
             return 0;
         }
@@ -886,12 +886,13 @@ START_TEST(test_matmul_x) {
             for (int o16 = 0; o16 <= round; o16++) {
                 poison(d_got, no * 4);
                 poison(d_got2, no * 4);
-                ck_assert_int_eq(G.ops->matmul_forward_w16_n_x(2, (void *const[]){d_got, d_got2}, o16,
-                                                               (const uint16_t *const[]){d_w16, d_o16}, (const int[]){OC, OC},
+                const uint16_t *const ws[2] = {d_w16, d_o16};
+                const int ocs[2] = {OC, OC};
+                ck_assert_int_eq(G.ops->matmul_forward_w16_n_x(2, (void *const[]){d_got, d_got2}, o16, ws, ocs,
                                                                in_as[a], a > 0, N, IC, round), 0);
                 for (int k = 0; k < 2; k++) {
-                    snprintf(what, sizeof what, "matmul_forward_w16_n_x [%d] N=%d IC=%d OC=%d in %s, out %s, round %d, %s",
-                             k, N, IC, OC, form[a], o16 ? "BF16" : "FP32", round, MMV_NAME[var]);
+                    snprintf(what, sizeof what, "matmul_forward_w16_n_x [%d] N=%d IC=%d OC=%d in %s, out %s, round %d, %s", k,
+                             N, IC, OC, form[a], o16 ? "BF16" : "FP32", round, MMV_NAME[var]);
                     if (o16) {
                         uint16_t *got = dget16((uint16_t *)(k ? d_got2 : d_got), no);
                         CHECK_HALVES(what, got, k ? ref2 : ref, no);
@@ -916,9 +917,11 @@ START_TEST(test_matmul_x) {
                 for (int o16 = 0; o16 <= (round && !acc); o16++) {
                     if (acc) upload(d_got, dinp_pre, ni * 4);
                     else poison(d_got, ni * 4);
-                    ck_assert_int_eq(G.ops->matmul_backward_input_x(d_got, o16, d_as[a], a > 0, d_w16, N, IC, OC, acc, round), 0);
-                    snprintf(what, sizeof what, "matmul_backward_input_x (%s) N=%d IC=%d OC=%d dout %s, out %s, round %d, %s",
-                             acc ? "+=" : "=", N, IC, OC, form[a], o16 ? "BF16" : "FP32", round, MMV_NAME[var]);
+                    ck_assert_int_eq(
+                        G.ops->matmul_backward_input_x(d_got, o16, d_as[a], a > 0, d_w16, N, IC, OC, acc, round), 0);
+                    snprintf(what, sizeof what, "matmul_backward_input_x (%s) N=%d IC=%d OC=%d dout %s, out %s, %s %d, %s",
+                             acc ? "+=" : "=", N, IC, OC, form[a], o16 ? "BF16" : "FP32", "round", round,
+                             MMV_NAME[var]);
                     if (o16) {
                         uint16_t *got = dget16((uint16_t *)d_got, ni);
                         CHECK_HALVES(what, got, ref, ni);
