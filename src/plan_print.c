@@ -72,10 +72,18 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
         fprintf(f, "  checkpoints          %12s   of %s free (--save %s: %d of %s at the fullest)\n",
                 format_bytes(a, sizeof a, p->save_need), format_bytes(b, sizeof b, p->save_free), cfg->save_dir,
                 p->save_count, format_bytes(c, sizeof c, p->save_bytes));
+    // which activations those bytes count as BF16 halves (tier.h act16, att16): what bf16 mode
+    // could halve where the step runs elsewhere
+    const char *acts =
+        cfg->precision != PREC_BF16 ? ""
+        : p->lay.att16              ? " (activations as BF16 halves)"
+        : p->lay.act16              ? " (the norms' outputs and the MLP's as BF16 halves, attention's as FP32 words)"
+                                    : " (activations as FP32 words: BF16 halves run on AMX tiles at widths up to 1024, "
+                                      "or on a GPU)";
     fprintf(f, "compute per step: %.3g TFLOP (matmuls incl. the recompute of %d of %d blocks, causal attention), "
-               "elementwise ops reading and writing %s\n",
+               "elementwise ops reading and writing %s%s\n",
             p->flops_per_step / 1e12, cfg->L - (cfg->kept_blocks < cfg->L ? cfg->kept_blocks : cfg->L), cfg->L,
-            format_bytes(a, sizeof a, (uint64_t)p->elem_bytes));
+            format_bytes(a, sizeof a, (uint64_t)p->elem_bytes), acts);
     fprintf(f, "traffic per step: host->device %s, device->host %s, nvme read %s, nvme write %s (%llu parameter "
                "fetches)\n",
             format_bytes(a, sizeof a, p->h2d_bytes), format_bytes(b, sizeof b, p->d2h_bytes),
@@ -166,7 +174,8 @@ void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f) 
             model_mlp_rows(m, cfg->B * cfg->T), p->ranks, p->local_ranks, (unsigned long long)p->comm_bytes,
             cfg->optim_tier == TIER_DEVICE ? "device" : p->lay.upd_bwd ? "backward" : p->lay.upd_inline ? "inline" : "after");
     for (int r = 0; r < PLAN_NRES; r++) fprintf(f, "%s\"%s\":%.3f", r ? "," : "", plan_resource_names[r], p->t_ms[r]);
-    fprintf(f, "},\"elem_bytes\":%.6g,\"compute_ms\":{\"matmuls\":%.3f,\"attention\":%.3f,\"elementwise\":%.3f}",
+    fprintf(f, "},\"act16\":%s,\"att16\":%s", p->lay.act16 ? "true" : "false", p->lay.att16 ? "true" : "false");
+    fprintf(f, ",\"elem_bytes\":%.6g,\"compute_ms\":{\"matmuls\":%.3f,\"attention\":%.3f,\"elementwise\":%.3f}",
             p->elem_bytes, p->compute_ms[PLAN_CPART_MATMUL], p->compute_ms[PLAN_CPART_ATTENTION],
             p->compute_ms[PLAN_CPART_ELEM]);
     fprintf(f, ",\"phases\":[");

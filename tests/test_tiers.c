@@ -1097,6 +1097,55 @@ START_TEST(bf16_weights_need_no_fp32_copy) {
 }
 END_TEST
 
+// The plan says which activations its elementwise bytes count as BF16 halves (tier.h act16,
+// att16), in its text and its JSON line: a GPU's layout takes them all (small's head size 64),
+// TT_TEST_FP32_ACTS none, fp32 mode has nothing to say; this CPU's as its layout says.
+static char *plan_text(const config_t *cfg, const model_t *m, int json) {
+    plan_t p;
+    plan_compute(cfg, m, NULL, &p);
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    ck_assert_ptr_nonnull(f);
+    if (json) plan_json(&p, cfg, m, f);
+    else plan_print(&p, cfg, f);
+    fclose(f);
+    return out;
+}
+
+START_TEST(plan_names_bf16_activations) {
+    config_t cfg;
+    small_on_nvme(&cfg);
+    model_t m;
+    model_init(&m, &cfg);
+    static const char *const said[3] = {" (activations as BF16 halves)",
+                                        " (the norms' outputs and the MLP's as BF16 halves, attention's as FP32 words)",
+                                        " (activations as FP32 words: BF16 halves run on AMX tiles at widths up to 1024, "
+                                        "or on a GPU)"};
+    for (int c = 0; c < 4; c++) { // a GPU; a GPU with TT_TEST_FP32_ACTS; this CPU; fp32 mode
+        cfg.device = c < 2 ? DEVICE_CUDA : DEVICE_CPU;
+        cfg.precision = c == 3 ? PREC_FP32 : PREC_BF16;
+        if (c == 1) setenv("TT_TEST_FP32_ACTS", "1", 1);
+        tier_layout_t lay;
+        tier_layout(&cfg, &m, cfg.device, &lay);
+        char *text = plan_text(&cfg, &m, 0), *json = plan_text(&cfg, &m, 1);
+        unsetenv("TT_TEST_FP32_ACTS");
+        const int want = c == 3 ? -1 : lay.att16 ? 0 : lay.act16 ? 1 : 2;
+        ck_assert_int_eq(want, c == 0 ? 0 : c == 1 ? 2 : want);
+        for (int k = 0; k < 3; k++)
+            ck_assert_msg(!strstr(text, said[k]) == (k != want), "case %d: '%s' %s in:\n%s", c, said[k],
+                          k == want ? "missing" : "not expected", text);
+        char flags[64];
+        snprintf(flags, sizeof flags, "\"act16\":%s,\"att16\":%s", lay.act16 ? "true" : "false",
+                 lay.att16 ? "true" : "false");
+        ck_assert_msg(strstr(json, flags), "case %d: no %s in %s", c, flags, json);
+        free(text);
+        free(json);
+    }
+    model_free(&m);
+}
+END_TEST
+
 // The recompute's FLOPs in the plan, counted here from the block's shapes: a block that
 // recomputes runs its attention half and the MLP's gate and up again (2 FLOPs per
 // multiply-add, N rows), never the down projection; with the MLP in chunks a kept block runs
@@ -1956,6 +2005,7 @@ int main(void) {
     tcase_add_test(cap, nvme_makes_it_fit);
     tcase_add_loop_test(cap, plan_matches_allocation, 0, 24);
     tcase_add_test(cap, bf16_weights_need_no_fp32_copy);
+    tcase_add_test(cap, plan_names_bf16_activations);
     tcase_add_test(cap, plan_counts_the_recompute);
     tcase_add_test(cap, plan_times_the_compute_parts);
     tcase_add_test(cap, grads_leave_ram);
