@@ -55,7 +55,7 @@
 #include "io.h"
 #include "json.h"    // uses: json_escape (the path in the JSON line)
 #include "kernels.h" // uses: adamw_update, adamw_update_path, matmul_blas_core, bf16_round_n, rope_table,
-                     // attention_act16, matmul_amx
+                     // attention_act16, matmul_amx, matmul_kernel_name
 #include "model.h"   // uses: model_preset
 #include "plan.h"    // uses: plan_nvme_free, plan_block_elem_words
 #include "profile.h"
@@ -128,13 +128,16 @@ typedef struct {
 
 // The rate on BF16 values into *flops_per_s and on FP32 operands (an fp32 run's) into
 // *fp32_flops, each measured only where its pointer is not NULL. The BF16 values are taken
-// as a bf16 step holds them where the backend has the BF16-activation products (a GPU, the
-// CPU's tiles: tier.h act16): the weights' BF16 compute copy and the activations as BF16
-// halves (*h16 says so); packing halves instead of narrowing FP32 words, the CPU's products
-// ran 9–11% faster (small's three shapes, hot), a rate the floor must not leave out.
-// Elsewhere (no tiles) FP32 words holding the values, as before.
-static int gemm_measure(backend_t *be, float *h_stage, size_t stage, int reps, double *flops_per_s, double *fp32_flops,
-                        int *h16, char *err, size_t errlen) {
+// as a bf16 step holds them: the weights' BF16 compute copy where the step's products read it
+// (tier.h w16: a GPU in bf16 mode, the CPU's own FMA kernels or tiles; on the FMA kernels the
+// packing then reads half the bytes, and small's step ran below a floor taken from FP32
+// weights: 0.94–0.96 × it, 2026-12-06), and the activations as BF16 halves where the backend
+// has the BF16-activation products (a GPU, the CPU's tiles: tier.h act16; packing halves
+// instead of narrowing FP32 words, the CPU's products ran 9–11% faster, small's three shapes,
+// hot). *h16 says which: 2 halves, 1 BF16 weights, 0 FP32 words. bf16: the backend runs bf16
+// mode (a GPU's products take BF16 operands only then).
+static int gemm_measure(backend_t *be, int bf16, float *h_stage, size_t stage, int reps, double *flops_per_s,
+                        double *fp32_flops, int *h16, char *err, size_t errlen) {
     const gemm_shape_t *SHAPES = be->vt ? GPU_SHAPES : CPU_SHAPES;
     size_t max_ni = 0, max_nw = 0, max_no = 0;
     for (int s = 0; s < NSHAPES; s++) {
@@ -158,14 +161,15 @@ static int gemm_measure(backend_t *be, float *h_stage, size_t stage, int reps, d
     const backend_ops_t *op = be->ops;
     uint16_t *in16 = NULL, *w16 = NULL, *dout16 = NULL; // the halves of inp, w and dout
     uint16_t **const h[3] = {&in16, &w16, &dout16};
-    const int halves = flops_per_s && op->matmul_forward_w16_n_x && (be->vt || matmul_amx());
-    if (h16) *h16 = halves;
+    const int wb16 = flops_per_s && (be->vt ? bf16 : matmul_kernel_name() != NULL);
+    const int halves = wb16 && op->matmul_forward_w16_n_x && (be->vt || matmul_amx());
+    if (h16) *h16 = halves ? 2 : wb16;
     for (int kind = 0; kind < 2; kind++) { // BF16 values, then FP32
         double *rate = kind ? fp32_flops : flops_per_s;
         if (!rate) continue;
         for (int i = 0; i < 3; i++) fill_device(be, ins[i], nins[i], h_stage, stage, 0xca11b + (uint64_t)i, kind == 0);
-        for (int i = 0; i < 3 && kind == 0 && halves; i++)
-            if ((rc = halves_of(be, ins[i], nins[i], h[i], err, errlen)) != 0) return rc;
+        for (int i = 0; i < 3 && kind == 0 && wb16; i++) // the weight's, and with halves every operand's
+            if ((i == 1 || halves) && (rc = halves_of(be, ins[i], nins[i], h[i], err, errlen)) != 0) return rc;
         const int x = kind == 0 && halves;
         double flops_total = 0, time_total = 0;
         for (int s = 0; s < NSHAPES; s++) {
@@ -184,6 +188,9 @@ static int gemm_measure(backend_t *be, float *h_stage, size_t stage, int reps, d
                         declined = (int)op->matmul_backward_weight_n_x(1, (float *const[]){b.dw},
                                                                        (const void *const[]){dout16}, 1, &OC, in16, 1,
                                                                        N, IC);
+                    else if (o == 0 && kind == 0 && wb16) op->matmul_forward_w16(b.out, b.inp, w16, NULL, N, IC, OC, 0);
+                    else if (o == 1 && kind == 0 && wb16)
+                        op->matmul_backward_input_w16(b.dinp, b.dout, w16, NULL, N, IC, OC, 0, 0);
                     else if (o == 0) op->matmul_forward(b.out, b.inp, b.w, N, IC, OC, 0);
                     else if (o == 1) op->matmul_backward_input(b.dinp, b.dout, b.w, N, IC, OC, 0, 0);
                     else op->matmul_backward_weight(b.dw, b.dout, b.inp, N, IC, OC); // accumulates: fine for timing
@@ -328,7 +335,7 @@ int bench_compute_rates(const config_t *cfg, bench_rates_t *now, char *err, size
     }
     const int fp32 = cfg->precision == PREC_FP32; // the one kind of operands the run's matmuls take
     if (rc == 0)
-        rc = gemm_measure(&be, stage, STAGE, GEMM_REPS_QUICK, fp32 ? NULL : &now->gemm_flops,
+        rc = gemm_measure(&be, !fp32, stage, STAGE, GEMM_REPS_QUICK, fp32 ? NULL : &now->gemm_flops,
                           fp32 ? &now->gemm_flops : NULL, NULL,
                           err, errlen);
     if (rc == 0)
@@ -588,8 +595,8 @@ int bench_calibrate(const config_t *cfg) {
         goto out;
     }
     int gemm_h16 = 0;
-    if ((rc = gemm_measure(&be, (float *)h_copy, COPY_BYTES / sizeof(float), gemm_reps, &prof.gemm_flops,
-                           &prof.gemm_fp32_flops, &gemm_h16, err, sizeof err)) != 0) {
+    if ((rc = gemm_measure(&be, cfg->precision == PREC_BF16, (float *)h_copy, COPY_BYTES / sizeof(float), gemm_reps,
+                           &prof.gemm_flops, &prof.gemm_fp32_flops, &gemm_h16, err, sizeof err)) != 0) {
         notice("bench calibrate: %s", err);
         goto out;
     }
@@ -625,7 +632,7 @@ int bench_calibrate(const config_t *cfg) {
     char blas[224] = "", bt[192];
     if (!be.vt) snprintf(blas, sizeof blas, " (%s)", backend_blas_text(bt, sizeof bt));
     snprintf(how[0], sizeof how[0], "%s matmul%s fwd+bwd_in+bwd_w%s, %s; median of %d", be.name, blas,
-             gemm_h16 ? " on BF16 halves" : "",
+             gemm_h16 == 2 ? " on BF16 halves" : gemm_h16 ? " on BF16 weights" : "",
              be.vt ? "N 8192: 2048x5632, 5632x2048, 2048x2048" : "N 1024: 384x1024, 1024x384, 768x768", gemm_reps);
     snprintf(how[1], sizeof how[1], "backend copy of %s, %s host pool; median of %d", format_bytes(a, sizeof a, COPY_BYTES),
              hinfo.pinned ? "pinned" : "unpinned", copy_reps);
