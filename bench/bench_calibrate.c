@@ -3,8 +3,9 @@
 // --profile or the default location, so `plan` and `train` can predict the step's floor.
 // Each rate is measured through the code path a run uses, not a synthetic peer:
 //   gemm        the backend's matmul_forward / backward_input / backward_weight ops on
-//               device memory (on the CPU's tiles, their BF16 forms as a bf16 step calls
-//               them: BF16 weights, activations as halves), on the small and 125m presets'
+//               device memory (their BF16 forms as a bf16 step calls them: the weights'
+//               BF16 copy where the step reads it, tier.h w16, and the activations as
+//               halves where it stores them so, act16), on the small and 125m presets'
 //               shapes at N = 1024 rows
 //               (on a GPU, whose small GEMMs would understate it: the 1b preset's at
 //               N = 8192) (2·N·IC·OC FLOPs per call); every shape runs all three ops, so the rate is
@@ -50,12 +51,11 @@
 #include "backend.h"
 #include "bench.h"
 #include "comm.h"
-#include "cuda_kernels.h" // uses: cuda_attention_act16 (pure: any build)
 #include "hostmem.h"
 #include "io.h"
 #include "json.h"    // uses: json_escape (the path in the JSON line)
 #include "kernels.h" // uses: adamw_update, adamw_update_path, matmul_blas_core, bf16_round_n, rope_table,
-                     // attention_act16, matmul_amx, matmul_kernel_name
+                     // matmul_amx
 #include "model.h"   // uses: model_preset
 #include "plan.h"    // uses: plan_nvme_free, plan_block_elem_words
 #include "profile.h"
@@ -126,6 +126,26 @@ typedef struct {
     float *out, *dinp, *dw; // (N, OC), (N, IC), (OC, IC)
 } gemm_bufs_t;
 
+// One call of product o (0 the forward, 1 the input gradient, 2 the weight gradient, which
+// accumulates: fine for timing) on b, in form 2 (the weights' BF16 copy w16 and the halves in16
+// and dout16), 1 (w16, FP32 activations) or 0 (FP32 words). Nonzero: declined.
+static int gemm_call(const backend_ops_t *op, const gemm_bufs_t *b, const uint16_t *in16, const uint16_t *w16,
+                     const uint16_t *dout16, int form, int o, int N, int IC, int OC) {
+    if (form == 2 && o == 0)
+        return op->matmul_forward_w16_n_x(1, (void *const[]){b->out}, 0, (const uint16_t *const[]){w16}, &OC, in16, 1, N,
+                                          IC, 0);
+    if (form == 2 && o == 1) return op->matmul_backward_input_x(b->dinp, 0, dout16, 1, w16, N, IC, OC, 0, 0);
+    if (form == 2)
+        return (int)op->matmul_backward_weight_n_x(1, (float *const[]){b->dw}, (const void *const[]){dout16}, 1, &OC,
+                                                   in16, 1, N, IC);
+    if (o == 0 && form) op->matmul_forward_w16(b->out, b->inp, w16, NULL, N, IC, OC, 0);
+    else if (o == 1 && form) op->matmul_backward_input_w16(b->dinp, b->dout, w16, NULL, N, IC, OC, 0, 0);
+    else if (o == 0) op->matmul_forward(b->out, b->inp, b->w, N, IC, OC, 0);
+    else if (o == 1) op->matmul_backward_input(b->dinp, b->dout, b->w, N, IC, OC, 0, 0);
+    else op->matmul_backward_weight(b->dw, b->dout, b->inp, N, IC, OC);
+    return 0;
+}
+
 // The rate on BF16 values into *flops_per_s and on FP32 operands (an fp32 run's) into
 // *fp32_flops, each measured only where its pointer is not NULL. The BF16 values are taken
 // as a bf16 step holds them: the weights' BF16 compute copy where the step's products read it
@@ -161,16 +181,17 @@ static int gemm_measure(backend_t *be, int bf16, float *h_stage, size_t stage, i
     const backend_ops_t *op = be->ops;
     uint16_t *in16 = NULL, *w16 = NULL, *dout16 = NULL; // the halves of inp, w and dout
     uint16_t **const h[3] = {&in16, &w16, &dout16};
-    const int wb16 = flops_per_s && (be->vt ? bf16 : matmul_kernel_name() != NULL);
+    const int wb16 = flops_per_s && (be->vt ? bf16 : tier_products_read_w16(DEVICE_CPU));
     const int halves = wb16 && op->matmul_forward_w16_n_x && (be->vt || matmul_amx());
-    if (h16) *h16 = halves ? 2 : wb16;
+    const int form16 = halves ? 2 : wb16; // the BF16 values' form (gemm_call)
+    if (h16) *h16 = form16;
     for (int kind = 0; kind < 2; kind++) { // BF16 values, then FP32
         double *rate = kind ? fp32_flops : flops_per_s;
         if (!rate) continue;
         for (int i = 0; i < 3; i++) fill_device(be, ins[i], nins[i], h_stage, stage, 0xca11b + (uint64_t)i, kind == 0);
         for (int i = 0; i < 3 && kind == 0 && wb16; i++) // the weight's, and with halves every operand's
             if ((i == 1 || halves) && (rc = halves_of(be, ins[i], nins[i], h[i], err, errlen)) != 0) return rc;
-        const int x = kind == 0 && halves;
+        const int form = kind ? 0 : form16;
         double flops_total = 0, time_total = 0;
         for (int s = 0; s < NSHAPES; s++) {
             const int N = SHAPES[s].N, IC = SHAPES[s].IC, OC = SHAPES[s].OC;
@@ -179,22 +200,7 @@ static int gemm_measure(backend_t *be, int bf16, float *h_stage, size_t stage, i
                 double t[MAX_REPS];
                 for (int r = -1; r < reps; r++) { // r = −1: the untimed warm-up
                     double t0 = now_ms();
-                    int declined = 0;
-                    if (x && o == 0)
-                        declined = op->matmul_forward_w16_n_x(1, (void *const[]){b.out}, 0, (const uint16_t *const[]){w16},
-                                                              &OC, in16, 1, N, IC, 0);
-                    else if (x && o == 1) declined = op->matmul_backward_input_x(b.dinp, 0, dout16, 1, w16, N, IC, OC, 0, 0);
-                    else if (x) // accumulates: fine for timing
-                        declined = (int)op->matmul_backward_weight_n_x(1, (float *const[]){b.dw},
-                                                                       (const void *const[]){dout16}, 1, &OC, in16, 1,
-                                                                       N, IC);
-                    else if (o == 0 && kind == 0 && wb16) op->matmul_forward_w16(b.out, b.inp, w16, NULL, N, IC, OC, 0);
-                    else if (o == 1 && kind == 0 && wb16)
-                        op->matmul_backward_input_w16(b.dinp, b.dout, w16, NULL, N, IC, OC, 0, 0);
-                    else if (o == 0) op->matmul_forward(b.out, b.inp, b.w, N, IC, OC, 0);
-                    else if (o == 1) op->matmul_backward_input(b.dinp, b.dout, b.w, N, IC, OC, 0, 0);
-                    else op->matmul_backward_weight(b.dw, b.dout, b.inp, N, IC, OC); // accumulates: fine for timing
-                    if (declined) {
+                    if (gemm_call(op, &b, in16, w16, dout16, form, o, N, IC, OC)) {
                         snprintf(err, errlen, "calibrate gemm: a product on BF16 halves was declined (the tiles said yes)");
                         return -EINVAL;
                     }
@@ -263,8 +269,8 @@ static int ops_measure(backend_t *be, float *h_stage, size_t stage, int reps, do
     // tiled kernels) take the heads (tier.h att16; on the CPU 10% faster than on FP32 words
     // here, and the step's attention then ran below a floor taken from FP32 words)
     uint16_t *q16 = NULL, *k16 = NULL, *v16 = NULL, *o16 = NULL, *d16 = NULL, *dq16 = NULL, *dk16 = NULL, *dv16 = NULL;
-    const int h16 = be->ops->attention_forward16 && (be->vt ? cuda_attention_act16(sh.NH, sh.NKV, sh.HS)
-                                                             : attention_act16(sh.NH, sh.NKV, sh.HS));
+    const int h16 = be->ops->attention_forward16 &&
+                    tier_attention_halves(be->vt ? DEVICE_CUDA : DEVICE_CPU, sh.NH, sh.NKV, sh.HS);
     if (h16) {
         struct { uint16_t **p; const float *from; size_t n; } half[] = {
             {&q16, q, NC}, {&k16, k, NK}, {&v16, v, NK}, {&o16, NULL, NC}, {&d16, dout, NC},
@@ -283,15 +289,14 @@ static int ops_measure(backend_t *be, float *h_stage, size_t stage, int reps, do
     double ta[MAX_REPS], te[MAX_REPS];
     for (int r = -1; r < reps; r++) { // r = −1: the untimed warm-up
         double t0 = now_ms();
-        if (h16 && (op->attention_forward16(o16, lse, q16, k16, v16, sh.B, sh.T, sh.NH, sh.NKV, sh.HS) ||
-                    op->attention_backward16(dq16, dk16, dv16, d16, q16, k16, v16, o16, lse, sh.B, sh.T, sh.NH, sh.NKV,
-                                             sh.HS))) {
-            snprintf(err, errlen, "calibrate ops: attention on BF16 halves was declined (no memory for its packed keys?)");
-            return -ENOMEM;
-        }
         if (!h16) {
             op->attention_forward(out, lse, q, k, v, sh.B, sh.T, sh.NH, sh.NKV, sh.HS, 1);
             op->attention_backward(dq, dk, dv, dout, q, k, v, out, lse, sh.B, sh.T, sh.NH, sh.NKV, sh.HS, 1);
+        } else if (op->attention_forward16(o16, lse, q16, k16, v16, sh.B, sh.T, sh.NH, sh.NKV, sh.HS) ||
+                   op->attention_backward16(dq16, dk16, dv16, d16, q16, k16, v16, o16, lse, sh.B, sh.T, sh.NH, sh.NKV,
+                                            sh.HS)) {
+            snprintf(err, errlen, "calibrate ops: attention on BF16 halves was declined (no memory for its packed keys?)");
+            return -ENOMEM;
         }
         backend_sync(be);
         double t1 = now_ms();

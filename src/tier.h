@@ -151,6 +151,13 @@ const char *tier_update_backward_refusal(const config_t *cfg, device_kind_t devi
 // Floats per element of shard's NVMe chunks: master, m, v, and g first where the shard's
 // gradient goes to NVMe (--grads nvme, and not handed to the update in the backward once a step).
 static inline int tier_o32_parts(const tier_layout_t *lay, int shard) { return 3 + (shard < lay->gext_shards); }
+// The machine's half of two layout rules, for what measures the step's code paths outside a
+// run (bench calibrate): bf16 mode's products read the BF16 compute copy on device (lay.w16:
+// a GPU, or the CPU's own FMA kernels or tiles), and attention runs on BF16 halves for these
+// heads (lay.att16: a GPU's register-tiled kernels, cuda_kernels.h, or the CPU's tiles,
+// kernels.h attention_act16). The layout adds the run's own terms (precision, hooks, act16).
+int tier_products_read_w16(device_kind_t device);
+int tier_attention_halves(device_kind_t device, int NH, int NKV, int HS);
 // Sizes and counts every buffer of a run of cfg on device (DEVICE_CPU or DEVICE_CUDA). Pure,
 // but for the CPU's vector path (w16, act16: kernels_limit_simd) and three testing hooks
 // (TT_TEST_WIDEN_WEIGHTS, TT_TEST_FP32_ACTS, TT_OPT_CHUNK).

@@ -164,6 +164,12 @@ static void layout_specs(const config_t *cfg, const model_t *m, tier_layout_t *l
     }
 }
 
+int tier_products_read_w16(device_kind_t device) { return device == DEVICE_CUDA || matmul_kernel_name() != NULL; }
+
+int tier_attention_halves(device_kind_t device, int NH, int NKV, int HS) {
+    return device == DEVICE_CUDA ? cuda_attention_act16(NH, NKV, HS) : attention_act16(NH, NKV, HS);
+}
+
 void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, tier_layout_t *lay) {
     memset(lay, 0, sizeof *lay);
     const tier_kind_t P = cfg->params_tier, G = cfg->grads_tier, O = cfg->optim_tier;
@@ -174,13 +180,11 @@ void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, ti
     lay->nshards = m->nshards;
     lay->device_is_host = device != DEVICE_CUDA;
     lay->pbytes = cfg->precision == PREC_BF16 ? 2 : 4;
-    lay->w16 = lay->pbytes == 2 && (device == DEVICE_CUDA || matmul_kernel_name() != NULL) &&
-               !getenv("TT_TEST_WIDEN_WEIGHTS");
+    lay->w16 = lay->pbytes == 2 && tier_products_read_w16(device) && !getenv("TT_TEST_WIDEN_WEIGHTS");
     // (--cpu-gemm fma: the backend turns the tiles off when it starts, after the plan ran)
     lay->act16 = lay->w16 && (device == DEVICE_CUDA || (cfg->cpu_gemm != CPU_GEMM_FMA && matmul_act16(m->C))) &&
                  !getenv("TT_TEST_FP32_ACTS");
-    lay->att16 = lay->act16 && (device == DEVICE_CUDA ? cuda_attention_act16(m->NH, m->NKV, m->HS)
-                                                      : attention_act16(m->NH, m->NKV, m->HS));
+    lay->att16 = lay->act16 && tier_attention_halves(device, m->NH, m->NKV, m->HS);
     lay->vertical = cfg->schedule == SCHEDULE_VERTICAL && cfg->accum > 1;
     lay->nmb = lay->vertical ? cfg->accum : 1;
     lay->ranks = cfg->ranks > 1 ? cfg->ranks : 1;
