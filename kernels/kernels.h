@@ -79,9 +79,8 @@ void matmul_forward_w16_n(int n, float *const out[], const uint16_t *const w[], 
 // where the AMX tiles do not take them as one product (every OC[i] but the last a multiple of
 // 32, Σ OC[i] and IC up to 1024, N up to 1024): q, k and v's input gradient, whose weights
 // lie one after another in the block's shard. scratch as matmul_backward_input_w16's. The
-// douts may be BF16 halves (a16: att16's dq, dk and dv; on AMX tiles alone, as the BF16
-// activations' products below): returns 0 when done, 1 when declined (a16 without the tiles;
-// nothing written).
+// douts may be BF16 halves (a16: att16's dq, dk and dv; where the BF16 activations' products
+// below run): returns 0 when done, 1 when declined (a16 without FMA; nothing written).
 int matmul_backward_input_w16_k(float *dinp, int n, const void *const dout[], int a16, const int OC[], const uint16_t *w,
                                 float *scratch, int N, int IC, int accumulate, int round);
 // dw (OC, IC) += dout (N, OC)ᵀ · inp (N, IC)
@@ -112,12 +111,14 @@ const char *matmul_blas_core_better(void);
 // and ln2, the MLP's gate, up and h, and their gradients dgate, dup and dh — stored as BF16
 // halves instead of FP32 words holding BF16 values: half the bytes each op writes and reads,
 // the same numbers, and the bits of the FP32 ops above on them (each output is the FP32 op's,
-// rounded, then narrowed: exact). The products run on AMX tiles alone: each returns 0, or 1
-// when declined with nothing written (no AMX, an FP32 operand that is not BF16 values, or
-// kernels_limit_simd below 3); the caller asks matmul_act16 first, and where it says 0 keeps
-// FP32 activations and the ops above.
+// rounded, then narrowed: exact). The products run where the FP32 ones do, on AMX tiles or
+// else the FMA kernels (gemm.h gemm_fma_x; never OpenBLAS): each returns 0, or 1 when
+// declined with nothing written (no FMA, kernels_limit_simd(0); on AMX tiles, an FP32 operand
+// that is not BF16 values); the caller asks matmul_act16 first, and where it says 0 keeps FP32
+// activations and the ops above.
 // 1 where the products below run for a model of width C (≤ 1024: a BF16 output's inner
-// dimension is C, one chunk of it, since no partial sum may pass through a BF16 output).
+// dimension is C, one chunk of it on either kernel, since no partial sum may pass through a
+// BF16 output).
 int matmul_act16(int C);
 // rmsnorm_forward's with round, out (N, C) as BF16 (ln1, ln2; on any CPU)
 void rmsnorm_forward16(uint16_t *out, float *rstd, const float *x, const float *w, int N, int C, float eps);

@@ -850,13 +850,16 @@ START_TEST(test_matmul_forward_n_bits) {
 END_TEST
 
 // The BF16-activation products (kernels.h "BF16 activations") against the FP32 ops on the
-// same values, bit for bit, at 1 and 3 threads: the block's shapes at 300 rows (not a
-// multiple of the tiles' 32) and 1100 (more than one chunk of rows), a width of 70 and an F
-// of 100 (an inner dimension the tiles pad); every mix of BF16 and FP32 input and output the
-// forward products take, and of BF16 and FP32 operands the shared weight gradients take;
-// gradients with and without accumulation and rounding. Without AMX (kernels_limit_simd(2),
-// or no tiles here) each product declines and writes nothing, as it does for a BF16 output
-// over an inner dimension of 1024.
+// same values, bit for bit, on every path that takes them (AMX tiles where the CPU has them,
+// the AVX-512F and AVX2 FMA kernels), at 1 and 3 threads: the block's shapes at 300 rows (not a
+// multiple of the tiles' 32 or the kernels' 12 and 6) and 1100 (more than one chunk of rows),
+// a width of 70 and an F of 100 (an inner dimension the tiles pad); then a width of 1000 and
+// an F of 600 at 300 rows (a BF16 output over more than one of the FMA kernels' 512-deep
+// blocks, so in one block of 1000, and B's blocks narrowed to 512 columns); every mix of BF16
+// and FP32 input and output the forward products take, and of BF16 and FP32 operands the
+// shared weight gradients take; gradients with and without accumulation and rounding. Without
+// FMA (kernels_limit_simd(0): OpenBLAS) each product declines and writes nothing, as it does
+// for a BF16 output over an inner dimension of 1024.
 static uint16_t *h16_of(const float *x, size_t n) {
     uint16_t *h = malloc((n ? n : 1) * sizeof *h);
     ck_assert_ptr_nonnull(h);
@@ -870,14 +873,15 @@ static void check_bits16(const char *what, const uint16_t *got, const float *wan
     free(w);
 }
 
+static const int ACT16_SHAPES[2][4] = {{70, 100, 300, 1100}, {1000, 600, 300, 0}}; // C, F, the Ns
 START_TEST(test_matmul_act16_bits) {
-    const int C = 70, F = 100, Ns[2] = {300, 1100};
-    const int NMAX = Ns[1];
-    rng_t rg = rng_make(1700);
+    const int C = ACT16_SHAPES[_i][0], F = ACT16_SHAPES[_i][1], Ns[2] = {ACT16_SHAPES[_i][2], ACT16_SHAPES[_i][3]};
+    const int NMAX = Ns[1] > Ns[0] ? Ns[1] : Ns[0];
+    rng_t rg = rng_make(1700 + (uint64_t)_i);
     float *ln2 = fnew((size_t)NMAX * C), *h = fnew((size_t)NMAX * F), *dout = fnew((size_t)NMAX * C);
     float *dg = fnew((size_t)NMAX * F), *du = fnew((size_t)NMAX * F), *wf = fnew((size_t)F * C);
-    float *ref = fnew((size_t)NMAX * F), *ref2 = fnew((size_t)NMAX * F), *ref3 = fnew((size_t)NMAX * F),
-          *got = fnew((size_t)NMAX * F);
+    const size_t NW = (size_t)NMAX * (C > F ? C : F); // (N, F) outputs, and (N, C) ones
+    float *ref = fnew(NW), *ref2 = fnew(NW), *ref3 = fnew(NW), *got = fnew(NW);
     float *dw0 = fnew((size_t)F * C), *dwr[2] = {fnew((size_t)F * C), fnew((size_t)F * C)};
     float *dwg[2] = {fnew((size_t)F * C), fnew((size_t)F * C)};
     uint16_t *o16[2] = {malloc((size_t)NMAX * F * 2), malloc((size_t)NMAX * F * 2)};
@@ -896,13 +900,13 @@ START_TEST(test_matmul_act16_bits) {
     }
     uint16_t *h16 = h16_of(h, ns[1]), *dg16 = h16_of(dg, ns[3]), *du16 = h16_of(du, ns[4]), *ln2_16 = h16_of(ln2, ns[0]);
 
-    if (!matmul_amx()) { // nothing to compare: each declines (below)
-        ck_assert_int_eq(matmul_act16(C), 0);
-    }
-    for (int th = 1; th <= 3 && matmul_amx(); th += 2)
-        for (int k = 0; k < 2; k++) {
+    for (int lim = 3; lim >= 1; lim--)
+    for (int th = 1; th <= 3; th += 2)
+        for (int k = 0; k < 2 && Ns[k]; k++) {
+            kernels_limit_simd(lim);
+            if (lim == 3 ? !matmul_amx() : !simd_have(lim)) continue; // (3 without AMX: 2's path)
             const int N = Ns[k];
-            char what[160];
+            char what[200];
             set_threads(th);
             ck_assert_int_eq(matmul_act16(C), 1);
             // gate, up (q, k, v) = ln2 · wᵀ: from FP32 or BF16 ln2 (a16), into FP32 or (rounded)
@@ -922,8 +926,8 @@ START_TEST(test_matmul_act16_bits) {
                                                                 rnd),
                                          0);
                         for (int i = 0; i < 2; i++) {
-                            snprintf(what, sizeof what, "forward out %d of 2 (%s in, %s out, round %d, N %d, %d threads)", i,
-                                     a16 ? "BF16" : "FP32", c16 ? "BF16" : "FP32", rnd, N, th);
+                            snprintf(what, sizeof what, "forward out %d of 2 (%s in, %s out, round %d, N %d, %d threads, %s)", i,
+                                     a16 ? "BF16" : "FP32", c16 ? "BF16" : "FP32", rnd, N, th, simd_path(lim));
                             const float *want = i ? ref3 : ref;
                             if (c16) check_bits16(what, o16[i], want, (size_t)N * F);
                             else CHECK_BITS(what, outs[i], want, (size_t)N * F);
@@ -936,14 +940,14 @@ START_TEST(test_matmul_act16_bits) {
                 ck_assert_int_eq(matmul_forward_w16_n_x(1, (void *const[]){got}, 0, (const uint16_t *const[]){w[2]}, &C, h16, 1,
                                                         N, F, rnd),
                                  0);
-                snprintf(what, sizeof what, "forward from BF16 h (N %d, round %d, %d threads)", N, rnd, th);
+                snprintf(what, sizeof what, "forward from BF16 h (N %d, round %d, %d threads, %s)", N, rnd, th, simd_path(lim));
                 CHECK_BITS(what, got, ref, (size_t)N * C);
             }
             // dh = dout · wd, rounded, as BF16
             matmul_backward_input_w16(ref, dout, w[2], NULL, N, F, C, 0, 1);
             memset(o16[0], 0xff, (size_t)N * F * 2);
             ck_assert_int_eq(matmul_backward_input_x(o16[0], 1, dout, 0, w[2], N, F, C, 0, 1), 0);
-            snprintf(what, sizeof what, "input gradient as BF16 (N %d, %d threads)", N, th);
+            snprintf(what, sizeof what, "input gradient as BF16 (N %d, %d threads, %s)", N, th, simd_path(lim));
             check_bits16(what, o16[0], ref, (size_t)N * F);
             // dln (+)= dgate · wg, from BF16 dgate
             for (int acc = 0; acc < 2; acc++)
@@ -951,8 +955,8 @@ START_TEST(test_matmul_act16_bits) {
                     for (size_t i = 0; i < (size_t)N * C; i++) ref[i] = got[i] = ln2[i]; // any C_in
                     matmul_backward_input_w16(ref, dg, w[0], NULL, N, C, F, acc, rnd);
                     ck_assert_int_eq(matmul_backward_input_x(got, 0, dg16, 1, w[0], N, C, F, acc, rnd), 0);
-                    snprintf(what, sizeof what, "input gradient from BF16 (N %d, acc %d, round %d, %d threads)", N, acc,
-                             rnd, th);
+                    snprintf(what, sizeof what, "input gradient from BF16 (N %d, acc %d, round %d, %d threads, %s)", N, acc,
+                             rnd, th, simd_path(lim));
                     CHECK_BITS(what, got, ref, (size_t)N * C);
                 }
             // dwd += doutᵀ · h, from BF16 h
@@ -960,7 +964,7 @@ START_TEST(test_matmul_act16_bits) {
             memcpy(dwg[0], dw0, (size_t)F * C * sizeof(float));
             matmul_backward_weight(dwr[0], dout, h, N, F, C);
             ck_assert_uint_eq(matmul_backward_weight_n_x(1, dwg, (const void *const[]){dout}, 0, &C, h16, 1, N, F), 0);
-            snprintf(what, sizeof what, "weight gradient from BF16 input (N %d, %d threads)", N, th);
+            snprintf(what, sizeof what, "weight gradient from BF16 input (N %d, %d threads, %s)", N, th, simd_path(lim));
             CHECK_BITS(what, dwg[0], dwr[0], (size_t)F * C);
             // dwg, dwu (dwq, dwk, dwv) += dgateᵀ · ln2, dupᵀ · ln2: gradients FP32 or BF16 (a16),
             // ln2 FP32 or BF16 (b16)
@@ -977,8 +981,8 @@ START_TEST(test_matmul_act16_bits) {
                                                                  b16 ? (const void *)ln2_16 : (const void *)ln2, b16, N, C),
                                       0);
                     for (int i = 0; i < 2; i++) {
-                        snprintf(what, sizeof what, "weight gradient %d of 2 (%s gradient, %s input, N %d, %d threads)", i,
-                                 a16 ? "BF16" : "FP32", b16 ? "BF16" : "FP32", N, th);
+                        snprintf(what, sizeof what, "weight gradient %d of 2 (%s gradient, %s input, N %d, %d threads, %s)", i,
+                                 a16 ? "BF16" : "FP32", b16 ? "BF16" : "FP32", N, th, simd_path(lim));
                         CHECK_BITS(what, dwg[i], dwr[i], (size_t)F * C);
                     }
                 }
@@ -997,9 +1001,8 @@ START_TEST(test_matmul_act16_bits) {
                      1);
     ck_assert_int_eq(matmul_backward_input_x(o16[0], 1, dout, 0, w[2], Ns[0], F, C, 1, 1), 1); // "+=" into halves
     for (size_t i = 0; i < (size_t)Ns[0] * F; i++) CHECK_LOOP(o16[0][i] == 0xabab, "a declined product wrote element %zu", i);
-    for (int lim = 3; lim >= 2; lim--) {
-        kernels_limit_simd(lim);
-        if (lim == 3 && matmul_amx()) continue;
+    { // without FMA
+        kernels_limit_simd(0);
         const int N = Ns[0];
         memset(o16[0], 0xab, (size_t)N * F * 2);
         fill_nan(got, (size_t)N * F);
@@ -1031,7 +1034,8 @@ END_TEST
 // without accumulation and rounding: parts of 64, 32 and 40 rows (whole tile steps but the
 // last: one product on AMX tiles), of 40, 32 and 40 (not: one call each), small's 384, 128 and
 // 128, 1100 rows (more than one chunk), and a word of a part that is not a BF16 value; and the
-// parts as BF16 halves (a16), the same bits on AMX tiles, declined with nothing written off them.
+// parts as BF16 halves (a16), the same bits on AMX tiles and the FMA kernels, declined with
+// nothing written without FMA (OpenBLAS).
 START_TEST(test_matmul_input_k_bits) {
     const int IC = 70, NMAX = 1100;
     static const int parts[3][3] = {{64, 32, 40}, {40, 32, 40}, {384, 128, 128}};
@@ -1050,7 +1054,7 @@ START_TEST(test_matmul_input_k_bits) {
         if (lim == 3 ? !matmul_amx() : !simd_have(lim)) continue;
         for (int i = 0; i < 3; i++) {
             fill_sym(dout[i], (size_t)NMAX * 384, 1.0, &rg);
-            if (lim == 3) bf16_round_n(dout[i], (size_t)NMAX * 384);
+            bf16_round_n(dout[i], (size_t)NMAX * 384); // (BF16 values: AMX's, and the halves below)
         }
         if (p == 4) dout[1][(size_t)50 * 32 + 7] = nextafterf(1.0f, INFINITY); // past the words looked at first
         for (int th = 1; th <= 3; th += 2)
@@ -1072,16 +1076,16 @@ START_TEST(test_matmul_input_k_bits) {
                             snprintf(what, sizeof what, "parts %d %d %d (N %d, acc %d, round %d, %s%s, %d threads)", OC[0],
                                      OC[1], OC[2], N, acc, rnd, simd_path(lim), p == 4 ? ", an FP32 word" : "", th);
                             CHECK_BITS(what, got, ref, (size_t)N * IC);
-                            if (p == 4 || (lim == 3 && (th > 1 || k))) continue;
+                            if (p == 4 || (lim > 0 && (th > 1 || k))) continue;
                             uint16_t *d16[3];
                             for (int i = 0; i < 3; i++) d16[i] = h16_of(dout[i], (size_t)NMAX * 384);
                             memcpy(got, c0, (size_t)N * IC * sizeof(float));
                             const int rc = matmul_backward_input_w16_k(got, 3, (const void *const *)d16, 1, OC, w, scratch,
                                                                        N, IC, acc, rnd);
-                            ck_assert_int_eq(rc, lim == 3 ? 0 : 1);
+                            ck_assert_int_eq(rc, lim > 0 ? 0 : 1);
                             snprintf(what, sizeof what, "parts %d %d %d as halves (N %d, acc %d, round %d, %s)", OC[0],
                                      OC[1], OC[2], N, acc, rnd, simd_path(lim));
-                            if (lim == 3) CHECK_BITS(what, got, ref, (size_t)N * IC);
+                            if (lim > 0) CHECK_BITS(what, got, ref, (size_t)N * IC);
                             else CHECK_BITS(what, got, c0, (size_t)N * IC);
                             for (int i = 0; i < 3; i++) free(d16[i]);
                         }
@@ -2640,7 +2644,7 @@ static Suite *kernels_suite(void) {
     tcase_add_loop_test(tc, test_matmul_amx, 0, NELEMS(MMB_SHAPES));
     tcase_add_test(tc, test_matmul_weight_n_bits);
     tcase_add_test(tc, test_matmul_forward_n_bits);
-    tcase_add_test(tc, test_matmul_act16_bits);
+    tcase_add_loop_test(tc, test_matmul_act16_bits, 0, NELEMS(ACT16_SHAPES));
     tcase_add_test(tc, test_matmul_input_k_bits);
     tc = tcase(s, "rmsnorm");
     tcase_add_loop_test(tc, test_rmsnorm, 0, NELEMS(RMS_SHAPES));

@@ -36,7 +36,6 @@
 //
 // Called by matmul.c (the linear layers and the LM head); CPUs without FMA stay on OpenBLAS.
 #include "gemm.h"
-#include "kernels.h" // uses: bf16_to_f32
 #include "simd.h"
 #include <omp.h>     // uses: omp_get_max_threads, omp_get_num_threads, omp_get_thread_num
 #include <pthread.h> // uses: pthread_mutex_lock (the static packing buffers)
@@ -57,9 +56,10 @@ static pthread_mutex_t bp_lock = PTHREAD_MUTEX_INITIALIZER;          // both
 
 // The MR × NR tile at c (row stride ldc) += the kc products of A's micro-panel (element
 // (i, k) at a[i·rs + k·cs]: rs = lda and cs = 1, or rs = 1 and cs = MR) and B's b (kc × NR,
-// k-major); load 0: the tile starts from zero instead of c; round: stored rounded to BF16.
+// k-major); load 0: the tile starts from zero instead of c; round: stored rounded to BF16;
+// c16: c is BF16 halves (uint16_t), the rounded tile narrowed as it is stored (load 0, round 1).
 typedef void (*kern_fn)(int kc, const float *restrict a, size_t rs, size_t cs, const float *restrict b,
-                        float *restrict c, size_t ldc, int load, int round);
+                        void *restrict c, size_t ldc, int load, int round, int c16);
 
 // ---------------------------------------------------------------- register kernels
 // A is read through strides: in place where it is stored row-major (rs = lda, cs = 1), from
@@ -88,10 +88,13 @@ typedef void (*kern_fn)(int kc, const float *restrict a, size_t rs, size_t cs, c
     }
 #define K_ROUND(i, rnd) r##i##a = rnd(r##i##a), r##i##b = rnd(r##i##b);
 #define K_STORE(i, st, W) st(c + i * ldc, r##i##a), st(c + i * ldc + W, r##i##b);
+#define K_STORE_H(i, sth, W) sth(h + i * ldc, r##i##a), sth(h + i * ldc + W, r##i##b);
 
-#define GEMM_KERN_DEF(name, ATTR, ROWS, MR, NR, V, W, ld, st, splat, fma, rnd)                                       \
+#define GEMM_KERN_DEF(name, ATTR, ROWS, MR, NR, V, W, ld, st, sth, splat, fma, rnd)                                  \
     ATTR INLINE void name##_body(int kc, const float *restrict a, size_t rs, size_t cs, const float *restrict b,      \
-                                 float *restrict c, size_t ldc, int load, int round) {                               \
+                                 void *restrict cv, size_t ldc, int load, int round, int c16) {                      \
+        float *restrict c = cv;                                                                                      \
+        uint16_t *restrict h = cv;                                                                                   \
         ROWS(K_DECL, V)                                                                                              \
         ROWS(K_ROW, )                                                                                                \
         if (load) { ROWS(K_LOAD, ld, W) } else { ROWS(K_ZERO, splat, NR) }                                           \
@@ -103,15 +106,15 @@ typedef void (*kern_fn)(int kc, const float *restrict a, size_t rs, size_t cs, c
             ROWS(K_FMA, V, splat, fma)                                                                               \
         }                                                                                                            \
         if (round) { ROWS(K_ROUND, rnd) }                                                                            \
-        ROWS(K_STORE, st, W)                                                                                         \
+        if (c16) { ROWS(K_STORE_H, sth, W) } else { ROWS(K_STORE, st, W) }                                           \
     }                                                                                                                \
     ATTR static void name(int kc, const float *restrict a, size_t rs, size_t cs, const float *restrict b,            \
-                          float *restrict c, size_t ldc, int load, int round) {                                      \
-        if (cs == 1) name##_body(kc, a, rs, 1, b, c, ldc, load, round);                                              \
-        else name##_body(kc, a, 1, MR, b, c, ldc, load, round);                                                      \
+                          void *restrict c, size_t ldc, int load, int round, int c16) {                              \
+        if (cs == 1) name##_body(kc, a, rs, 1, b, c, ldc, load, round, c16);                                         \
+        else name##_body(kc, a, 1, MR, b, c, ldc, load, round, c16);                                                 \
     }
-GEMM_KERN_DEF(kern_12x32, TT_WIDE, ROWS12, 12, 32, v16f, 16, ld16, st16, splat16, fma16, rnd16)
-GEMM_KERN_DEF(kern_6x16, TT_FMA, ROWS6, 6, 16, v8f, 8, ld8, st8, splat8, fma8, rnd8)
+GEMM_KERN_DEF(kern_12x32, TT_WIDE, ROWS12, 12, 32, v16f, 16, ld16, st16, st16h, splat16, fma16, rnd16)
+GEMM_KERN_DEF(kern_6x16, TT_FMA, ROWS6, 6, 16, v8f, 8, ld8, st8, st8h, splat8, fma8, rnd8)
 
 typedef struct {
     int mr, nr;
@@ -128,27 +131,58 @@ static path_t path_now(void) {
 // ---------------------------------------------------------------- packing
 static int min_i(int a, int b) { return a < b ? a : b; }
 
+// An operand as the caller gave it: FP32, or BF16 values (b16: uint16_t, the upper half of
+// their FP32 bits), which the packing widens, so the product is that of the widened copy. B
+// comes either way; A as BF16 halves too (the BF16 activations, gemm_fma_x).
+typedef struct {
+    const void *p;
+    int b16;
+} opnd_t;
+
+// A BF16 half widened to its FP32 word (bf16_to_f32's, inline in the packing loops).
+INLINE float widen1(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+// The element at row r, column c of the array X (row stride ld).
+INLINE float at(opnd_t X, size_t r, size_t c, int ld) {
+    const size_t i = r * (size_t)ld + c;
+    return X.b16 ? widen1(((const uint16_t *)X.p)[i]) : ((const float *)X.p)[i];
+}
+TT_FMA INLINE __m256 ld8_b16(const uint16_t *p);
+
 // Rows [i0, i0 + m) and inner indices [k0, k0 + kc) of op(A) as k-major micro-panels of
-// kc × mr floats, rows past m zero: all of a block's rows where A is stored transposed (mr
-// contiguous floats a row of A, each k another row: packed, the kernel's 12 KiB of A stay
-// 48 lines apart, not 256), else only a block's last m < mr rows, which the kernel cannot
-// read in place (it reads mr rows, past the end of A).
+// kc × mr floats, rows past m zero (BF16 halves widened): all of a block's rows where A is
+// stored transposed (mr contiguous floats a row of A, each k another row: packed, the
+// kernel's 12 KiB of A stay 48 lines apart, not 256), else only a block's last m < mr rows of
+// an FP32 A, which the kernel cannot read in place (it reads mr rows, past the end of A).
 // Transposed, A's rows are walked one at a time, each across every micro-panel of the block
 // (its m floats are contiguous), the row PF_A ahead prefetched: a micro-panel at a time read
 // A down its columns instead, one new page a k where the row stride is 4 KiB or more, which
 // no hardware prefetcher follows (the weight gradients, whose A is dYᵀ: 248–256 → 260–277
 // GFLOP/s for small's MLP product on operands not in cache).
-static void pack_a(int mr, int transa, const float *A, int lda, int i0, int m, int k0, int kc, float *restrict dst) {
+TT_FMA static void pack_a(int mr, int transa, opnd_t A, int lda, int i0, int m, int k0, int kc, float *restrict dst) {
+    const size_t es = A.b16 ? sizeof(uint16_t) : sizeof(float);
     if (transa) {
         const int np = (m + mr - 1) / mr;
         for (int k = 0; k < kc; k++) {
-            const float *src = A + (size_t)(k0 + k) * lda + i0;
+            const size_t row = (size_t)(k0 + k) * lda + i0;
             if (k + PF_A < kc)
-                for (int c = 0; c < m; c += 16) __builtin_prefetch(src + (size_t)PF_A * lda + c, 0, 3);
+                for (int c = 0; c < m; c += 16)
+                    __builtin_prefetch((const char *)A.p + (row + (size_t)PF_A * lda + c) * es, 0, 3);
             for (int p = 0; p < np; p++) {
                 float *d = dst + ((size_t)p * kc + k) * mr;
-                const float *sp = src + p * mr;
                 const int rows = min_i(mr, m - p * mr);
+                if (A.b16) {
+                    const uint16_t *sp = (const uint16_t *)A.p + row + p * mr;
+                    const int r8 = rows >= 8 ? 8 : 0;
+                    if (r8) _mm256_storeu_ps(d, ld8_b16(sp));
+                    for (int r = r8; r < mr; r++) d[r] = r < rows ? widen1(sp[r]) : 0.0f;
+                    continue;
+                }
+                const float *sp = (const float *)A.p + row + p * mr;
                 if (rows == 12) memcpy(d, sp, 12 * sizeof *d); // the kernels' MR: a constant size copies
                 else if (rows == 6) memcpy(d, sp, 6 * sizeof *d); // in two vector moves
                 else
@@ -161,31 +195,38 @@ static void pack_a(int mr, int transa, const float *A, int lda, int i0, int m, i
         const int rows = min_i(mr, m - p);
         for (int k = 0; k < kc; k++) {
             float *d = dst + (size_t)k * mr;
-            for (int r = 0; r < mr; r++) d[r] = r < rows ? A[(size_t)(i0 + p + r) * lda + k0 + k] : 0.0f;
+            for (int r = 0; r < mr; r++) d[r] = r < rows ? at(A, (size_t)(i0 + p + r), (size_t)(k0 + k), lda) : 0.0f;
         }
     }
 }
-
-// B as the caller gave it: FP32, or BF16 values (uint16_t, the upper half of their FP32
-// bits), which the packing widens, so the product is that of the widened copy.
-typedef struct {
-    const void *p;
-    int b16;
-} bsrc_t;
 
 // 8 BF16 values widened to FP32 (exact: the low 16 bits become zero).
 TT_FMA INLINE __m256 ld8_b16(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
-// The element at row r, column c of the array B (row stride ldb).
-static float b_at(bsrc_t B, size_t r, size_t c, int ldb) {
-    const size_t i = r * (size_t)ldb + c;
-    return B.b16 ? bf16_to_f32(((const uint16_t *)B.p)[i]) : ((const float *)B.p)[i];
+
+// Rows [i0, i0 + m) and inner indices [k0, k0 + kc) of an A of BF16 halves stored row-major,
+// widened to FP32 rows kc floats apart at dst, then rows m..mpad − 1 zero: whole micro-panels
+// the kernels read in place (rs = kc). A row's halves are contiguous, so this is a plain
+// widening, a third of the operations of packing them into micro-panels (a transpose), and
+// the packed panels were no faster to read (gemm_fma's A, read in place, is the same form).
+TT_FMA static void widen_rows(const uint16_t *A, int lda, int i0, int m, int mpad, int k0, int kc,
+                              float *restrict dst) {
+    for (int r = 0; r < mpad; r++, dst += kc) {
+        if (r >= m) {
+            memset(dst, 0, (size_t)kc * sizeof *dst);
+            continue;
+        }
+        const uint16_t *src = A + (size_t)(i0 + r) * lda + k0;
+        int k = 0;
+        for (; k + 8 <= kc; k += 8) _mm256_storeu_ps(dst + k, ld8_b16(src + k));
+        for (; k < kc; k++) dst[k] = widen1(src[k]);
+    }
 }
 
 // dst[k·ld + c] = src[c·ls + k] for the 8 × 8 block at element off of B (k, c < 8): rows of
 // B (FP32, or BF16 widened) become columns.
-TT_FMA static void transpose8(float *restrict dst, size_t ld, bsrc_t B, size_t off, size_t ls) {
+TT_FMA static void transpose8(float *restrict dst, size_t ld, opnd_t B, size_t off, size_t ls) {
     __m256 r[8], t[8];
     for (int i = 0; i < 8; i++)
         r[i] = B.b16 ? ld8_b16((const uint16_t *)B.p + off + i * ls) : _mm256_loadu_ps((const float *)B.p + off + i * ls);
@@ -246,7 +287,7 @@ TT_WIDE INLINE void t16x8_store(float *restrict dst, size_t ld, __m512 r[8]) {
 // across the columns, so each row of dst is written whole before the next (column blocks
 // first wrote each 128-byte row in four visits a panel apart; the panel, 48–64 KiB, did not
 // stay in L1 between them). 30–40% less time than transpose8 for small's BF16 weights.
-TT_WIDE static void pack_bt16(float *restrict dst, int nr, bsrc_t B, int ldb, size_t r0, int k0, int k8, int n16) {
+TT_WIDE static void pack_bt16(float *restrict dst, int nr, opnd_t B, int ldb, size_t r0, int k0, int k8, int n16) {
     const size_t ls = (size_t)ldb;
     for (int k = 0; k < k8; k += 8)
         for (int c = 0; c < n16; c += 16) {
@@ -264,7 +305,7 @@ TT_WIDE static void pack_bt16(float *restrict dst, int nr, bsrc_t B, int ldb, si
 // j0 + q·nr ... as kc × nr floats (k-major) at dst, columns past nc zero; BF16 values widened
 // as they are copied. Both CPUs that reach here have AVX2: whole blocks of a transposed B go
 // through pack_bt16 (AVX-512F) or transpose8, an inner block of 8 at a time (pack_bt16's why).
-TT_FMA static void pack_b(int nr, int transb, bsrc_t B, int ldb, int k0, int kc, int j0, int nc, int q,
+TT_FMA static void pack_b(int nr, int transb, opnd_t B, int ldb, int k0, int kc, int j0, int nc, int q,
                           float *restrict dst) {
     const int j = q * nr, n = min_i(nr, nc - j);
     if (!transb) {
@@ -285,7 +326,7 @@ TT_FMA static void pack_b(int nr, int transb, bsrc_t B, int ldb, int k0, int kc,
                 const __m256 x0 = _mm256_loadu_ps(src), x1 = _mm256_loadu_ps(src + 8);
                 _mm256_storeu_ps(d, x0), _mm256_storeu_ps(d + 8, x1);
             } else
-                for (int c = 0; c < nr; c++) d[c] = c < n ? b_at(B, (size_t)(k0 + k), (size_t)(j0 + j + c), ldb) : 0.0f;
+                for (int c = 0; c < nr; c++) d[c] = c < n ? at(B, (size_t)(k0 + k), (size_t)(j0 + j + c), ldb) : 0.0f;
         }
         return;
     }
@@ -297,60 +338,101 @@ TT_FMA static void pack_b(int nr, int transb, bsrc_t B, int ldb, int k0, int kc,
         for (int c = n16; c < n8; c += 8)
             transpose8(dst + (size_t)k * nr + c, (size_t)nr, B, (r0 + c) * ldb + k0 + k, (size_t)ldb);
     for (int k = 0; k < kc; k++) { // the rest: columns past the 8 × 8 blocks, then their last rows
-        for (int c = n8; c < nr; c++) dst[(size_t)k * nr + c] = c < n ? b_at(B, r0 + c, (size_t)(k0 + k), ldb) : 0.0f;
+        for (int c = n8; c < nr; c++) dst[(size_t)k * nr + c] = c < n ? at(B, r0 + c, (size_t)(k0 + k), ldb) : 0.0f;
         if (k >= k8)
-            for (int c = 0; c < n8; c++) dst[(size_t)k * nr + c] = b_at(B, r0 + c, (size_t)(k0 + k), ldb);
+            for (int c = 0; c < n8; c++) dst[(size_t)k * nr + c] = at(B, r0 + c, (size_t)(k0 + k), ldb);
     }
 }
 
 // ---------------------------------------------------------------- the product
-// One m × n (≤ MR × NR) tile at c: the kernel in place when the tile is whole, else through
-// a full-size scratch tile whose valid part is copied in and out.
-static void run_tile(const path_t *P, int kc, const float *a, size_t rs, size_t cs, const float *b, float *c,
-                     int ldc, int m, int n, int load, int round) {
+// C as the caller gave it: FP32, or BF16 halves (c16: gemm_fma_x), element i at p + i.
+typedef struct {
+    void *p;
+    int c16;
+} outp_t;
+
+// One m × n (≤ MR × NR) tile at element off of C: the kernel in place when the tile is whole,
+// else through a full-size FP32 scratch tile whose valid part is copied in and out (a BF16
+// C's tile narrowed as it goes out: its values are rounded, so exactly).
+static void run_tile(const path_t *P, int kc, const float *a, size_t rs, size_t cs, const float *b, outp_t C,
+                     size_t off, int ldc, int m, int n, int load, int round) {
     if (m == P->mr && n == P->nr) {
-        P->kern(kc, a, rs, cs, b, c, (size_t)ldc, load, round);
+        void *c = C.c16 ? (void *)((uint16_t *)C.p + off) : (void *)((float *)C.p + off);
+        P->kern(kc, a, rs, cs, b, c, (size_t)ldc, load, round, C.c16);
         return;
     }
+    float *c = C.c16 ? NULL : (float *)C.p + off;
     float t[MR_MAX * NR_MAX] __attribute__((aligned(64))) = {0};
-    if (load)
+    if (load) // (never a BF16 C: gemm_fma_x)
         for (int i = 0; i < m; i++)
             for (int j = 0; j < n; j++) t[i * P->nr + j] = c[(size_t)i * ldc + j];
-    P->kern(kc, a, rs, cs, b, t, (size_t)P->nr, load, round);
+    P->kern(kc, a, rs, cs, b, t, (size_t)P->nr, load, round, 0);
+    if (!c) { // (inline: bf16_from_f32_n opens a parallel region, one a tile row inside this one)
+        for (int i = 0; i < m; i++) {
+            uint16_t *h = (uint16_t *)C.p + off + (size_t)i * ldc;
+            for (int j = 0; j < n; j++) {
+                uint32_t u;
+                memcpy(&u, &t[i * P->nr + j], sizeof u);
+                h[j] = (uint16_t)(u >> 16);
+            }
+        }
+        return;
+    }
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = t[i * P->nr + j];
 }
 
 // Rows [i0, i0 + m) of op(A), inner indices [pc, pc + kc), against B's micro-panel b (n valid
-// columns), into C's tiles at row i0, column j: rows [i0, i0 + whole) read in place (A
-// row-major), the rest from their packed micro-panels at ap (pack_a). A tile that starts from
-// C (load) has the next tile's rows of C prefetched into L2 while it runs: the kernel loads its
-// tile first thing, and a tile of the weight gradients (128 or 256 inner indices) is short
-// enough for that wait to show (bench-like products of 125m's shapes at 128 tokens: 8–10%
-// faster). Into L1 instead, a burst of three prefetches a row waited on the line fill buffers
-// (2.6% of a 125m run's perf samples in the loop issuing them) and cost 2% on 384 inner indices.
-static void run_rows(const path_t *P, int kc, const float *A, int lda, int pc, int i0, int m, int whole,
-                     const float *ap, const float *b, int n, float *C, int ldc, int j, int load, int round) {
+// columns), into C's tiles at row i0, column j: rows [0, whole) of the block read in place (ar
+// its first row at inner index pc, lda floats a row: A itself, or its halves widened), the
+// rest from their packed micro-panels at ap (pack_a). A tile that starts
+// from C (load) has the next tile's rows of C prefetched into L2 while it runs: the kernel
+// loads its tile first thing, and a tile of the weight gradients (128 or 256 inner indices) is
+// short enough for that wait to show (bench-like products of 125m's shapes at 128 tokens:
+// 8–10% faster). Into L1 instead, a burst of three prefetches a row waited on the line fill
+// buffers (2.6% of a 125m run's perf samples in the loop issuing them) and cost 2% on 384
+// inner indices.
+static void run_rows(const path_t *P, int kc, const float *ar, int lda, int i0, int m, int whole,
+                     const float *ap, const float *b, int n, outp_t C, int ldc, int j, int load, int round) {
     for (int i = 0; i < m; i += P->mr) {
         if (load && i + P->mr < m) {
-            const float *cn = C + (size_t)(i0 + i + P->mr) * ldc + j;
+            const float *cn = (const float *)C.p + (size_t)(i0 + i + P->mr) * ldc + j;
             for (int r = 0; r < min_i(P->mr, m - i - P->mr); r++) {
                 const float *row = cn + (size_t)r * ldc;
                 for (int w = 0; w < n; w += 16) __builtin_prefetch(row + w, 1, 2);
             }
         }
         const int in_place = i < whole;
-        const float *a = in_place ? A + (size_t)(i0 + i) * lda + pc : ap + (size_t)(i - whole) * kc;
-        run_tile(P, kc, a, in_place ? (size_t)lda : 1, in_place ? 1 : (size_t)P->mr, b,
-                 C + (size_t)(i0 + i) * ldc + j, ldc, min_i(P->mr, m - i), n, load, round);
+        const float *a = in_place ? ar + (size_t)i * lda : ap + (size_t)(i - whole) * kc;
+        run_tile(P, kc, a, in_place ? (size_t)lda : 1, in_place ? 1 : (size_t)P->mr, b, C,
+                 (size_t)(i0 + i) * ldc + j, ldc, min_i(P->mr, m - i), n, load, round);
     }
+}
+
+// A block of op(A)'s rows [i0, i0 + m), inner indices [pc, pc + kc), made ready for run_rows:
+// its rows read in place (*ar, *lda_r; the count returned), the rest packed into ap. FP32 A
+// stored row-major: read where it is, but a last ragged micro-panel; transposed: all packed;
+// BF16 halves stored row-major: widened into ap as rows, padded to whole micro-panels, all
+// read there in place (ap holds MC_MAX · KC floats: m, padded, times kc must fit).
+static int a_block(const path_t *P, int transa, opnd_t A, int lda, int i0, int m, int pc, int kc, float *ap,
+                   const float **ar, int *lda_r) {
+    if (A.b16 && !transa) {
+        const int whole = (m + P->mr - 1) / P->mr * P->mr;
+        widen_rows(A.p, lda, i0, m, whole, pc, kc, ap);
+        *ar = ap, *lda_r = kc;
+        return whole;
+    }
+    const int whole = transa ? 0 : m / P->mr * P->mr;
+    if (whole < m) pack_a(P->mr, transa, A, lda, i0 + whole, m - whole, pc, kc, ap);
+    *ar = transa ? NULL : (const float *)A.p + (size_t)i0 * lda + pc, *lda_r = lda;
+    return whole;
 }
 
 // One product's own operands where several share B (gemm_fma_shared_b): op(A) (M, K) and C.
 typedef struct {
-    const float *A;
+    opnd_t A;
     int lda, M;
-    float *C;
+    outp_t C;
     int ldc;
 } part_t;
 
@@ -367,13 +449,21 @@ static int block_start(int blk, int n, int nb) {
 
 // Many rows: BLIS's loops (the file's head). B's block packed by all threads together into
 // bp_buf, then each thread takes blocks of rows (of every part) and runs them against all of it.
+// A BF16 C takes the whole inner dimension in one block (no partial sum may pass through it):
+// kcb = K (≤ GEMM_FMA_C16_K_MAX), and B's blocks and the rows a thread takes at a time shrink
+// so that the same buffers hold them (kcb · ncb and kcb · mcb floats; any blocking gives the
+// same bits).
 static void gemm_rows(const path_t *P, int transa, int transb, const part_t *parts, int nparts, int N, int K,
-                      bsrc_t B, int ldb, int accumulate, int round) {
-    // Row blocks of each part: a whole number of rounds of one a thread, each at most MC_MAX
+                      opnd_t B, int ldb, int accumulate, int round) {
+    int c16 = 0;
+    for (int p = 0; p < nparts; p++) c16 |= parts[p].C.c16;
+    const int kcb = c16 ? K : KC;
+    const int ncb = min_i(NC, KC * NC / kcb / P->nr * P->nr), mcb = min_i(MC_MAX, MC_MAX * KC / kcb);
+    // Row blocks of each part: a whole number of rounds of one a thread, each at most mcb
     // rows, as equal as whole micro-panels of MR rows allow (a barrier ends every block of B, so
     // the threads should finish together). Any split gives the same bits. first[p]: part p's
     // first block; the parts' blocks share each packed block of B.
-    const int threads = omp_get_max_threads(), per = MC_MAX / P->mr;
+    const int threads = omp_get_max_threads(), per = mcb / P->mr;
     int first[PARTS_MAX + 1] = {0};
     for (int p = 0; p < nparts; p++) {
         const int panels_m = (parts[p].M + P->mr - 1) / P->mr;
@@ -383,10 +473,10 @@ static void gemm_rows(const path_t *P, int transa, int transb, const part_t *par
     #pragma omp parallel
     {
         float ap[MC_MAX * KC] __attribute__((aligned(64))); // this thread's packed rows of A
-        for (int jc = 0; jc < N; jc += NC) {
-            const int nc = min_i(NC, N - jc), panels = (nc + P->nr - 1) / P->nr;
-            for (int pc = 0; pc < K; pc += KC) {
-                const int kc = min_i(KC, K - pc);
+        for (int jc = 0; jc < N; jc += ncb) {
+            const int nc = min_i(ncb, N - jc), panels = (nc + P->nr - 1) / P->nr;
+            for (int pc = 0; pc < K; pc += kcb) {
+                const int kc = min_i(kcb, K - pc);
                 const int load = accumulate || pc > 0, rnd = round && pc + kc == K;
                 #pragma omp for schedule(static)
                 for (int q = 0; q < panels; q++)
@@ -395,17 +485,16 @@ static void gemm_rows(const path_t *P, int transa, int transb, const part_t *par
                 for (int b = 0; b < blocks; b++) {
                     int p = 0;
                     while (b >= first[p + 1]) p++;
-                    const float *A = parts[p].A;
-                    float *C = parts[p].C;
-                    const int lda = parts[p].lda, ldc = parts[p].ldc, M = parts[p].M;
-                    const int panels_m = (M + P->mr - 1) / P->mr, nb = first[p + 1] - first[p], blk = b - first[p];
+                    const part_t *pt = &parts[p];
+                    const int panels_m = (pt->M + P->mr - 1) / P->mr, nb = first[p + 1] - first[p], blk = b - first[p];
                     const int i0 = block_start(blk, panels_m, nb) * P->mr;
-                    const int m = min_i(block_start(blk + 1, panels_m, nb) * P->mr, M) - i0;
-                    const int whole = transa ? 0 : m / P->mr * P->mr;
-                    if (whole < m) pack_a(P->mr, transa, A, lda, i0 + whole, m - whole, pc, kc, ap);
+                    const int m = min_i(block_start(blk + 1, panels_m, nb) * P->mr, pt->M) - i0;
+                    const float *ar;
+                    int lda_r;
+                    const int whole = a_block(P, transa, pt->A, pt->lda, i0, m, pc, kc, ap, &ar, &lda_r);
                     for (int j = 0; j < nc; j += P->nr)
-                        run_rows(P, kc, A, lda, pc, i0, m, whole, ap, bp_buf + (size_t)j * kc, min_i(P->nr, nc - j),
-                                 C, ldc, jc + j, load, rnd);
+                        run_rows(P, kc, ar, lda_r, i0, m, whole, ap, bp_buf + (size_t)j * kc, min_i(P->nr, nc - j),
+                                 pt->C, pt->ldc, jc + j, load, rnd);
                 }
             }
         }
@@ -416,42 +505,46 @@ static void gemm_rows(const path_t *P, int transa, int transb, const part_t *par
 // ap_buf where it cannot be read in place), and each thread takes whole column panels, packs
 // each into its own buffer and runs it against every row: no shared B, so no barrier between
 // packing B and using it (the LM head's forward at B·T 256 against 32000 columns, the weight
-// gradients of k and v).
-static void gemm_cols(const path_t *P, int transa, int transb, int M, int N, int K, const float *A, int lda,
-                      bsrc_t B, int ldb, int accumulate, float *C, int ldc, int round) {
-    const int panels = (N + P->nr - 1) / P->nr, whole = transa ? 0 : M / P->mr * P->mr;
-    const int packed = (M - whole + P->mr - 1) / P->mr; // micro-panels of A in ap_buf
+// gradients of k and v). C is FP32.
+static void gemm_cols(const path_t *P, int transa, int transb, int M, int N, int K, opnd_t A, int lda,
+                      opnd_t B, int ldb, int accumulate, float *C, int ldc, int round) {
+    const int widen = A.b16 && !transa; // a_block's halves: all of A widened into ap_buf, read in place
+    const int panels = (N + P->nr - 1) / P->nr;
+    const int whole = widen ? (M + P->mr - 1) / P->mr * P->mr : transa ? 0 : M / P->mr * P->mr;
+    const int packed = widen ? whole / P->mr : (M - whole + P->mr - 1) / P->mr; // micro-panels in ap_buf
     #pragma omp parallel
     {
         float bq[KC * NR_MAX] __attribute__((aligned(64))); // this thread's panel of B
         for (int pc = 0; pc < K; pc += KC) {
             const int kc = min_i(KC, K - pc);
             const int load = accumulate || pc > 0, rnd = round && pc + kc == K;
-            { // each thread packs one run of micro-panels in one call, row by row where A is transposed
+            { // each thread packs (or widens) one run of micro-panels in one call, row by row where A is transposed
                 const int nt = omp_get_num_threads(), id = omp_get_thread_num();
                 const int p0 = packed * id / nt, p1 = packed * (id + 1) / nt;
-                if (p0 < p1)
-                    pack_a(P->mr, transa, A, lda, whole + p0 * P->mr, min_i((p1 - p0) * P->mr, M - whole - p0 * P->mr),
-                           pc, kc, ap_buf + (size_t)p0 * P->mr * kc);
+                const int r0 = (widen ? 0 : whole) + p0 * P->mr, rows = min_i((p1 - p0) * P->mr, M - r0);
+                if (p0 < p1 && widen) widen_rows(A.p, lda, r0, rows, (p1 - p0) * P->mr, pc, kc, ap_buf + (size_t)r0 * kc);
+                else if (p0 < p1) pack_a(P->mr, transa, A, lda, r0, rows, pc, kc, ap_buf + (size_t)p0 * P->mr * kc);
                 #pragma omp barrier
             }
+            const float *ar = widen ? ap_buf : transa ? NULL : (const float *)A.p + pc;
             #pragma omp for schedule(dynamic, 1)
             for (int q = 0; q < panels; q++) {
                 const int j = q * P->nr;
                 pack_b(P->nr, transb, B, ldb, pc, kc, 0, N, q, bq);
-                run_rows(P, kc, A, lda, pc, 0, M, whole, ap_buf, bq, min_i(P->nr, N - j), C, ldc, j, load, rnd);
+                run_rows(P, kc, ar, widen ? kc : lda, 0, M, whole, ap_buf, bq, min_i(P->nr, N - j), (outp_t){C, 0}, ldc,
+                         j, load, rnd);
             }
         }
     }
 }
 
-static void gemm_any(int transa, int transb, int M, int N, int K, const float *A, int lda, bsrc_t B, int ldb,
-                     int accumulate, float *C, int ldc, int round) {
+static void gemm_any(int transa, int transb, int M, int N, int K, opnd_t A, int lda, opnd_t B, int ldb,
+                     int accumulate, outp_t C, int ldc, int round) {
     const path_t P = path_now();
     const int threads = omp_get_max_threads(), panels = (N + P.nr - 1) / P.nr;
     pthread_mutex_lock(&bp_lock); // a default mutex: fails only on a corrupt one
-    if (M <= COL_M && threads > 1 && panels >= 2 * threads) {
-        gemm_cols(&P, transa, transb, M, N, K, A, lda, B, ldb, accumulate, C, ldc, round);
+    if (!C.c16 && M <= COL_M && threads > 1 && panels >= 2 * threads) {
+        gemm_cols(&P, transa, transb, M, N, K, A, lda, B, ldb, accumulate, C.p, ldc, round);
     } else {
         const part_t one = {A, lda, M, C, ldc};
         gemm_rows(&P, transa, transb, &one, 1, N, K, B, ldb, accumulate, round);
@@ -462,13 +555,21 @@ static void gemm_any(int transa, int transb, int M, int N, int K, const float *A
 void gemm_fma(int transa, int transb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
               int accumulate, float *C, int ldc, int round) {
     if (gemm_amx(transa, transb, M, N, K, A, lda, B, 0, ldb, accumulate, C, ldc, round) == 0) return;
-    gemm_any(transa, transb, M, N, K, A, lda, (bsrc_t){B, 0}, ldb, accumulate, C, ldc, round);
+    gemm_any(transa, transb, M, N, K, (opnd_t){A, 0}, lda, (opnd_t){B, 0}, ldb, accumulate, (outp_t){C, 0}, ldc, round);
 }
 
 void gemm_fma_b16(int transa, int transb, int M, int N, int K, const float *A, int lda, const uint16_t *B, int ldb,
                   int accumulate, float *C, int ldc, int round) {
     if (gemm_amx(transa, transb, M, N, K, A, lda, B, 1, ldb, accumulate, C, ldc, round) == 0) return;
-    gemm_any(transa, transb, M, N, K, A, lda, (bsrc_t){B, 1}, ldb, accumulate, C, ldc, round);
+    gemm_any(transa, transb, M, N, K, (opnd_t){A, 0}, lda, (opnd_t){B, 1}, ldb, accumulate, (outp_t){C, 0}, ldc, round);
+}
+
+int gemm_fma_x(int transa, int a16, int transb, int b16, int M, int N, int K, const void *A, int lda, const void *B,
+               int ldb, int accumulate, void *C, int c16, int ldc, int round) {
+    if (gemm_fma_path() < 1 || (c16 && (accumulate || !round || K > GEMM_FMA_C16_K_MAX))) return 1;
+    gemm_any(transa, transb, M, N, K, (opnd_t){A, a16}, lda, (opnd_t){B, b16}, ldb, accumulate, (outp_t){C, c16}, ldc,
+             round);
+    return 0;
 }
 
 void gemm_fma_b16_shared_a(int n, int transa, int M, int K, const float *A, int lda, int transb, const int *N,
@@ -478,6 +579,16 @@ void gemm_fma_b16_shared_a(int n, int transa, int M, int K, const float *A, int 
     for (int i = 0; i < n; i++) gemm_fma_b16(transa, transb, M, N[i], K, A, lda, B[i], ldb[i], accumulate, C[i], ldc[i], round);
 }
 
+// The products gemm_fma_shared_b and gemm_fma_shared_b_x run on the FMA kernels (parts), in
+// one gemm_rows.
+static void shared_b_rows(int n, const part_t *parts, int transa, int transb, int N, int K, opnd_t B, int ldb,
+                          int accumulate, int round) {
+    const path_t P = path_now();
+    pthread_mutex_lock(&bp_lock);
+    gemm_rows(&P, transa, transb, parts, n, N, K, B, ldb, accumulate, round);
+    pthread_mutex_unlock(&bp_lock);
+}
+
 int gemm_fma_shared_b(int n, int transa, const int *M, const float *const *A, const int *lda, float *const *C,
                       const int *ldc, int transb, int N, int K, const float *B, int ldb, int accumulate, int round) {
     if (n < 1 || n > PARTS_MAX) return -1;
@@ -485,12 +596,17 @@ int gemm_fma_shared_b(int n, int transa, const int *M, const float *const *A, co
     int left = 0; // the products AMX declined, for the FMA kernels (each keeps its own bits)
     const unsigned declined = gemm_amx_shared_b(n, transa, M, A, lda, C, ldc, transb, N, K, B, ldb, accumulate, round);
     for (int i = 0; i < n; i++)
-        if (declined >> i & 1) parts[left++] = (part_t){A[i], lda[i], M[i], C[i], ldc[i]};
-    if (!left) return 0;
-    n = left;
-    const path_t P = path_now();
-    pthread_mutex_lock(&bp_lock);
-    gemm_rows(&P, transa, transb, parts, n, N, K, (bsrc_t){B, 0}, ldb, accumulate, round);
-    pthread_mutex_unlock(&bp_lock);
+        if (declined >> i & 1) parts[left++] = (part_t){{A[i], 0}, lda[i], M[i], {C[i], 0}, ldc[i]};
+    if (left) shared_b_rows(left, parts, transa, transb, N, K, (opnd_t){B, 0}, ldb, accumulate, round);
+    return 0;
+}
+
+int gemm_fma_shared_b_x(int n, int transa, int a16, const int *M, const void *const *A, const int *lda,
+                        float *const *C, const int *ldc, int transb, int b16, int N, int K, const void *B, int ldb,
+                        int accumulate, int round) {
+    if (n < 1 || n > PARTS_MAX || gemm_fma_path() < 1) return -1;
+    part_t parts[PARTS_MAX];
+    for (int i = 0; i < n; i++) parts[i] = (part_t){{A[i], a16}, lda[i], M[i], {C[i], 0}, ldc[i]};
+    shared_b_rows(n, parts, transa, transb, N, K, (opnd_t){B, b16}, ldb, accumulate, round);
     return 0;
 }

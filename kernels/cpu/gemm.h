@@ -33,6 +33,22 @@ int gemm_fma_shared_b(int n, int transa, const int *M, const float *const *A, co
 void gemm_fma_b16(int transa, int transb, int M, int N, int K, const float *A, int lda, const uint16_t *B, int ldb,
                   int accumulate, float *C, int ldc, int round);
 
+// The BF16 activations' products on the FMA kernels (kernels.h "BF16 activations", on CPUs
+// without AMX): a16, A given as BF16 halves (as b16 B; never checked); c16, C written as BF16
+// halves, which needs accumulate 0, round 1 and K ≤ GEMM_FMA_C16_K_MAX (the whole inner
+// dimension in one block: no partial sum may pass through C). Each output's bits are those of
+// gemm_fma's FMA chain on the same values (a BF16 value and its FP32 word are the same
+// number); never AMX tiles, whose bits differ. Returns 0 when done, 1 when declined (c16's
+// terms not met, or no FMA: nothing written).
+#define GEMM_FMA_C16_K_MAX 1024
+int gemm_fma_x(int transa, int a16, int transb, int b16, int M, int N, int K, const void *A, int lda, const void *B,
+               int ldb, int accumulate, void *C, int c16, int ldc, int round);
+// gemm_fma_shared_b's products with A (a16) and B (b16) as BF16 halves, on the FMA kernels:
+// 0, or -1 (n out of 1..4, or no FMA: nothing done).
+int gemm_fma_shared_b_x(int n, int transa, int a16, const int *M, const void *const *A, const int *lda,
+                        float *const *C, const int *ldc, int transb, int b16, int N, int K, const void *B, int ldb,
+                        int accumulate, int round);
+
 // The same products on AMX tiles (gemm_amx.c), where the CPU has AMX-BF16 (and
 // kernels_limit_simd has not lowered the path below 3) and both operands hold BF16 values:
 // each element is C_in followed by one tile product per 32 inner indices, in order, so its

@@ -157,7 +157,7 @@ int matmul_backward_input_w16_k(float *dinp, int n, const void *const dout[], in
     if (n <= MAX_N && matmul_amx() && N > 0 && IC > 0 &&
         gemm_amx_ksegs(n, N, IC, dout, a16, lda, OC, w, IC, accumulate, dinp, IC, round) == 0)
         return 0;
-    if (a16 && !matmul_amx()) return 1; // (each call below would decline: nothing written)
+    if (a16 && gemm_fma_path() < 1) return 1; // (each call below would decline: nothing written)
     for (int i = 0, off = 0; i < n; off += OC[i], i++) {
         const int acc = i ? 1 : accumulate, rnd = i == n - 1 ? round : 0;
         if (a16) matmul_backward_input_x(dinp, 0, dout[i], 1, w + (size_t)off * IC, N, IC, OC[i], acc, rnd);
@@ -186,15 +186,18 @@ void matmul_backward_weight_n(int n, float *const dw[], const float *const dout[
 int matmul_amx(void) { return gemm_fma_path() == 2 && gemm_amx_path(); }
 
 // ---------------------------------------------------------------- BF16 activations
-// gemm_amx_x's products (gemm.h): a16 and c16 mark the BF16 activations. A shape with no
-// rows, columns or inner indices is done as the FP32 functions do it: nothing, or zeros.
+// gemm_amx_x's products where the CPU has AMX tiles, else gemm_fma_x's (gemm.h): the bits of
+// the FP32 functions above on the same machine, which run on the same kernels. a16 and c16
+// mark the BF16 activations. A shape with no rows, columns or inner indices is done as the
+// FP32 functions do it: nothing, or zeros. A BF16 output takes at most 1024 inner indices on
+// either kernel (one chunk of AMX's, GEMM_FMA_C16_K_MAX).
 
-int matmul_act16(int C) { return matmul_amx() && C >= 1 && C <= 1024; }
+int matmul_act16(int C) { return gemm_fma_path() > 0 && C >= 1 && C <= 1024; }
 
 int matmul_forward_w16_n_x(int n, void *const out[], int o16, const uint16_t *const w[], const int OC[],
                            const void *inp, int a16, int N, int IC, int round) {
     enum { MAX_N = 8 };
-    if (n > MAX_N || !matmul_amx() || (o16 && (IC > 1024 || !round))) return 1;
+    if (n > MAX_N || gemm_fma_path() < 1 || (o16 && (IC > 1024 || !round))) return 1;
     if (N <= 0) return 0;
     if (IC <= 0) { // zeros: "=" of an empty sum
         for (int i = 0; i < n; i++)
@@ -203,6 +206,10 @@ int matmul_forward_w16_n_x(int n, void *const out[], int o16, const uint16_t *co
     }
     for (int i = 0; i < n; i++)
         if (OC[i] <= 0) return 1; // (the step never asks)
+    if (!matmul_amx()) { // one product each, as matmul_forward_w16_n's FMA path (c16's terms met above)
+        for (int i = 0; i < n; i++) gemm_fma_x(0, a16, 1, 1, N, OC[i], IC, inp, IC, w[i], IC, 0, out[i], o16, OC[i], round);
+        return 0;
+    }
     int ldb[MAX_N];
     for (int i = 0; i < n; i++) ldb[i] = IC;
     if (gemm_amx_shared_a_x(n, 0, a16, N, IC, inp, IC, 1, OC, w, ldb, out, o16, OC, 0, round) == 0) return 0;
@@ -214,7 +221,7 @@ int matmul_forward_w16_n_x(int n, void *const out[], int o16, const uint16_t *co
 
 int matmul_backward_input_x(void *dinp, int o16, const void *dout, int a16, const uint16_t *w, int N, int IC, int OC,
                             int accumulate, int round) {
-    if (!matmul_amx() || (o16 && (accumulate || !round || OC > 1024))) return 1;
+    if (gemm_fma_path() < 1 || (o16 && (accumulate || !round || OC > 1024))) return 1;
     if (N <= 0 || IC <= 0) return 0;
     if (OC <= 0) { // nothing to add, as matmul_backward_input
         if (o16) memset(dinp, 0, (size_t)N * IC * sizeof(uint16_t));
@@ -222,6 +229,7 @@ int matmul_backward_input_x(void *dinp, int o16, const void *dout, int a16, cons
         else if (round) bf16_round_n(dinp, (size_t)N * IC);
         return 0;
     }
+    if (!matmul_amx()) return gemm_fma_x(0, a16, 0, 1, N, IC, OC, dout, OC, w, IC, accumulate, dinp, o16, IC, round);
     return gemm_amx_x(0, a16, 0, 1, N, IC, OC, dout, OC, w, IC, accumulate, dinp, o16, IC, round);
 }
 
@@ -229,13 +237,17 @@ unsigned matmul_backward_weight_n_x(int n, float *const dw[], const void *const 
                                     const void *inp, int b16, int N, int IC) {
     enum { MAX_N = 8 };
     const unsigned all = n >= 1 && n <= MAX_N ? (1u << n) - 1u : ~0u;
-    if (n < 1 || n > MAX_N || !matmul_amx()) return all;
+    if (n < 1 || n > MAX_N || gemm_fma_path() < 1) return all;
     if (N <= 0 || IC <= 0) return 0;
     for (int i = 0; i < n; i++)
         if (OC[i] <= 0) return all; // (the step never asks)
     int ldc[MAX_N];
     for (int i = 0; i < n; i++) ldc[i] = IC;
-    return gemm_amx_shared_b_x(n, 1, a16, OC, dout, OC, dw, ldc, 0, b16, IC, N, inp, IC, 1, 0);
+    if (matmul_amx()) return gemm_amx_shared_b_x(n, 1, a16, OC, dout, OC, dw, ldc, 0, b16, IC, N, inp, IC, 1, 0);
+    // as matmul_backward_weight_n's FMA path: inp packed once for up to four, else one by one
+    if (gemm_fma_shared_b_x(n, 1, a16, OC, dout, OC, dw, ldc, 0, b16, IC, N, inp, IC, 1, 0) != 0)
+        for (int i = 0; i < n; i++) gemm_fma_x(1, a16, 0, b16, OC[i], IC, N, dout[i], OC[i], inp, IC, 1, dw[i], 0, IC, 0);
+    return 0;
 }
 
 const char *matmul_kernel_name(void) {

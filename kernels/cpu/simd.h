@@ -93,6 +93,12 @@ TT_WIDE INLINE v16f ld16h(const uint16_t *p) {
 TT_WIDE INLINE void st16h(uint16_t *p, v16f v) {
     _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512((__m512)v), 16)));
 }
+// 8 BF16 values narrowed (TT_FMA functions: AVX2; packus saturates nothing, every word ≤ 0xffff
+// after the shift, and the permute gathers the two lanes' halves)
+TT_FMA INLINE void st8h(uint16_t *p, v8f v) {
+    const __m256i x = _mm256_srli_epi32(_mm256_castps_si256((__m256)v), 16);
+    _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(x, x), 0x08)));
+}
 
 // BF16 rounding of an FP32 value's bits, kept in the upper 16 bits of the word (the lower 16
 // become zero): round to nearest even, by adding 0x7fff plus the lowest kept bit (the carry
