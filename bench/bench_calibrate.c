@@ -182,7 +182,8 @@ static int gemm_measure(backend_t *be, int bf16, float *h_stage, size_t stage, i
     uint16_t *in16 = NULL, *w16 = NULL, *dout16 = NULL; // the halves of inp, w and dout
     uint16_t **const h[3] = {&in16, &w16, &dout16};
     const int wb16 = flops_per_s && (be->vt ? bf16 : tier_products_read_w16(DEVICE_CPU));
-    const int halves = wb16 && op->matmul_forward_w16_n_x && (be->vt || matmul_amx());
+    // (the CPU's products take halves wherever its kernels run, AMX or FMA: any width they take)
+    const int halves = wb16 && op->matmul_forward_w16_n_x && (be->vt || matmul_act16(1024));
     const int form16 = halves ? 2 : wb16; // the BF16 values' form (gemm_call)
     if (h16) *h16 = form16;
     for (int kind = 0; kind < 2; kind++) { // BF16 values, then FP32

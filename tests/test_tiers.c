@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "json.h"
-#include "kernels.h" // uses: matmul_act16
+#include "kernels.h" // uses: matmul_act16, attention_act16
 #include "plan.h"
 #include "trainer.h"
 #include "testutil.h"
@@ -256,11 +256,12 @@ static const char *const base_bf16_hs32[] = {"--model", "tiny", "--heads", "2", 
 
 // bf16 mode's activations that products and these ops alone read — ln1, ln2 and the MLP's
 // intermediates, and with a head size the tiles take q, k, v, att and datt — as BF16 halves
-// (tier.h act16, att16: on AMX tiles) give the bits of FP32 words holding the same values
-// (TT_TEST_FP32_ACTS): blocks kept (FP32 and BF16 storage) and recomputed, the MLP in chunks,
-// host checkpoints and streamed tiers, both schedules. On a CPU without the tiles both runs
-// keep FP32 activations (said on stderr); the kernels' own tests hold the BF16 ops to the
-// FP32 ones everywhere they run.
+// (tier.h act16: on the FMA kernels or AMX tiles; att16: on AMX tiles) give the bits of FP32
+// words holding the same values (TT_TEST_FP32_ACTS): blocks kept (FP32 and BF16 storage) and
+// recomputed, the MLP in chunks, host checkpoints and streamed tiers, both schedules. On a CPU
+// without FMA both runs keep FP32 activations (said on stderr), and without AMX attention's
+// stay FP32 words; the kernels' own tests hold the BF16 ops to the FP32 ones everywhere they
+// run.
 START_TEST(bf16_acts_keep_bits) {
     char *fp32[] = {"TT_TEST_FP32_ACTS=1", NULL}, *fp32_chunked[] = {"TT_TEST_FP32_ACTS=1", "TT_TEST_MLP_ROWS=32", NULL},
          *chunked[] = {"TT_TEST_MLP_ROWS=32", NULL};
@@ -271,7 +272,7 @@ START_TEST(bf16_acts_keep_bits) {
         {"--recompute", "1", "--checkpoints", "host", "--schedule", "vertical", NULL},
         {"--params", "nvme", "--grads", "host", "--optimizer", "nvme", "--prefetch", "1", "--recompute", "1", NULL},
     };
-    if (!matmul_act16(64)) fprintf(stderr, "bf16_acts_keep_bits: no AMX tiles here: both runs keep FP32 activations\n");
+    if (!matmul_act16(64)) fprintf(stderr, "bf16_acts_keep_bits: no FMA here: both runs keep FP32 activations\n");
     for (int c = 0; c < 3; c++) // tiny (head size 16); its MLP in chunks; two heads of 32
         for (int i = 0; i < 5; i++) {
             const char *const *base = c == 2 ? base_bf16_hs32 : base_bf16;
@@ -1119,8 +1120,9 @@ START_TEST(plan_names_bf16_activations) {
     model_t m;
     model_init(&m, &cfg);
     static const char *const said[3] = {" (activations as BF16 halves)",
-                                        " (the norms' outputs and the MLP's as BF16 halves, attention's as FP32 words)",
-                                        " (activations as FP32 words: BF16 halves run on AMX tiles at widths up to 1024, "
+                                        " (the norms' outputs and the MLP's as BF16 halves; attention's as FP32 words, "
+                                      "as halves on AMX tiles or a GPU)",
+                                        " (activations as FP32 words: BF16 halves need FMA or AMX at widths up to 1024, "
                                         "or on a GPU)"};
     for (int c = 0; c < 4; c++) { // a GPU; a GPU with TT_TEST_FP32_ACTS; this CPU; fp32 mode
         cfg.device = c < 2 ? DEVICE_CUDA : DEVICE_CPU;
@@ -1177,12 +1179,13 @@ START_TEST(plan_counts_the_recompute) {
                       2 * (per - kept));
         // and the elementwise ops again, in bytes: the attention half's RMSNorm, RoPE, residual
         // add and the MLP's norm (9C + 2KVD words a token), SwiGLU's forward (3F); where the
-        // layout keeps ln1, ln2 and the MLP's intermediates as BF16 (tier.h act16) the norms
-        // write half words (8C) and SwiGLU's are half words, and where it keeps q and k so
-        // (att16: small's head size 64 is the tiles') RoPE's are (C + KVD less); and the BF16
-        // checkpoint converted once more for the recompute (6 bytes an element)
+        // layout keeps ln1, ln2 and the MLP's intermediates as BF16 (tier.h act16: FMA or AMX)
+        // the norms write half words (8C) and SwiGLU's are half words, and where it keeps q and
+        // k so (att16: small's head size 64 is the tiles', AMX alone) RoPE's are (C + KVD less);
+        // and the BF16 checkpoint converted once more for the recompute (6 bytes an element)
         const double sw = full.lay.act16 ? 0.5 : 1.0, attn = full.lay.act16 ? 8 : 9, rope = full.lay.att16 ? 0.5 : 1.0;
-        ck_assert_int_eq(full.lay.att16, full.lay.act16);
+        ck_assert_int_eq(full.lay.act16, matmul_act16((int)C));
+        ck_assert_int_eq(full.lay.att16, matmul_act16((int)C) && attention_act16(6, 2, 64));
         const double eper = 4 * N * ((attn - 2 * (1 - rope)) * C + 2 * rope * KVD + 3 * sw * F) + 6 * N * C,
                      ekept = chunked ? 4 * N * 3 * sw * F : 0;
         ck_assert_msg(fabs(full.elem_bytes - none.elem_bytes - L * (eper - ekept)) <= 1e-9 * full.elem_bytes,
@@ -1483,15 +1486,17 @@ START_TEST(plan_times_the_compute_parts) {
     model_init(&m, &cfg);
     const double N = 32, T = 32, C = 384, KVD = 128, F = 1024, V = 256, L = 6;
     // BF16 halves where the layout keeps ln1, ln2 and the MLP's intermediates so (tier.h act16:
-    // bf16 mode on AMX tiles): the forward norms write half words, SwiGLU's are half words
+    // bf16 mode on the FMA kernels or AMX tiles): the forward norms write half words, SwiGLU's
+    // are half words
     tier_layout_t lay16;
     tier_layout(&cfg, &m, DEVICE_CPU, &lay16);
+    ck_assert_int_eq(lay16.act16, matmul_act16((int)C));
     // and q and k, dq and dk (att16: head size 64 is the tiles'): RoPE reads and writes halves
-    double words[2]; // FP32 activations (fp32 mode), and bf16 mode's
-    ck_assert_int_eq(lay16.att16, lay16.act16);
-    for (int b = 0; b < 2; b++) {
-        const double sw = b && lay16.act16 ? 0.5 : 1.0, norm = b && lay16.act16 ? 1.5 : 2,
-                     rope = b && lay16.att16 ? 0.5 : 1.0;
+    ck_assert_int_eq(lay16.att16, lay16.act16 && attention_act16(6, 2, 64));
+    double words[3]; // FP32 activations (fp32 mode), bf16 mode's, and --cpu-gemm fma's (no tiles: act16 alone)
+    for (int b = 0; b < 3; b++) {
+        const int a16 = b && lay16.act16, t16 = b == 1 && lay16.att16;
+        const double sw = a16 ? 0.5 : 1.0, norm = a16 ? 1.5 : 2, rope = t16 ? 0.5 : 1.0;
         words[b] = L * ((norm + norm + 3 + 3 + 2 * rope) * C + 2 * rope * KVD + 3 * sw * F + (4 + 4 + 2 * rope) * C +
                         2 * rope * KVD + 5 * sw * F) +
                    (2 + 4 + 2 + 2) * C + 3 * V;
@@ -1517,12 +1522,13 @@ START_TEST(plan_times_the_compute_parts) {
     ck_assert_msg(close_to(p.t_ms[PLAN_COMPUTE], want[0] + want[1] + want[2], 0, 1e-12), "compute %.17g ms",
                   p.t_ms[PLAN_COMPUTE]);
     check_phases(&p, "three rates");
-    // --cpu-gemm fma: no tiles, so FP32 activations (the backend turns the tiles off as it starts)
+    // --cpu-gemm fma: no tiles (the backend turns them off as it starts), so attention's
+    // activations are FP32 words; the products take halves on the FMA kernels as before
     cfg.cpu_gemm = CPU_GEMM_FMA;
     plan_compute(&cfg, &m, &prof, &old);
-    ck_assert_int_eq(old.lay.act16, 0);
+    ck_assert_int_eq(old.lay.act16, lay16.act16);
     ck_assert_int_eq(old.lay.att16, 0);
-    ck_assert_msg(close_to(old.elem_bytes, 4 * N * words[0] + passes, 0, 1e-12), "--cpu-gemm fma: elementwise bytes %.17g",
+    ck_assert_msg(close_to(old.elem_bytes, 4 * N * words[2] + passes, 0, 1e-12), "--cpu-gemm fma: elementwise bytes %.17g",
                   old.elem_bytes);
     cfg.cpu_gemm = CPU_GEMM_AUTO;
     // fp32 mode: its matmuls at the FP32 operands' rate (on AMX-BF16, the FMA kernels')
