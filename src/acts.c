@@ -6,7 +6,21 @@
 
 // ---------------------------------------------------------------- the scratch
 
-void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, int bf16, uint64_t bytes[ACTS_NSCRATCH]) {
+// Whether buffer i holds BF16 halves (acts.h h16): ln1, ln2, gate, up and h; q, k, v and att.
+static int half_buf(int i, unsigned h16) {
+    return ((h16 & ACTS_H16_NORMS_MLP) && (i == 0 || i == 8 || (i >= 10 && i <= 12))) ||
+           ((h16 & ACTS_H16_ATTN) && i >= 2 && i <= 5);
+}
+
+// Whether the scratch's buffer i takes half the bytes (acts_scratch_sizes): it holds halves and
+// never FP32 words — not ln1 (bf16 mode's xf), and ln2 only with att16 (it holds dk, FP32
+// otherwise: step.c's block_backward).
+static int half_sized(int i, unsigned h16) {
+    return half_buf(i, h16) && i != 0 && (i != 8 || (h16 & ACTS_H16_ATTN));
+}
+
+void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, int bf16, unsigned h16,
+                        uint64_t bytes[ACTS_NSCRATCH]) {
     const uint64_t f = sizeof(float), C = (uint64_t)m->C, F = (uint64_t)m->F;
     // the logits of one quantum, or of every quantum (one after another, each (N, its width))
     const uint64_t V = (uint64_t)(logits_all || m->V < CE_QUANTUM ? m->V : CE_QUANTUM);
@@ -17,7 +31,7 @@ void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, int bf16, ui
         N * C,                                                                                         // backward
         bf16 ? 0 : N * C, N, N * V, N,                                                                 // head
     };
-    for (int i = 0; i < ACTS_NSCRATCH; i++) bytes[i] = sizes[i] * f;
+    for (int i = 0; i < ACTS_NSCRATCH; i++) bytes[i] = sizes[i] * (half_sized(i, h16) ? sizeof(uint16_t) : f);
 }
 
 // The kept buffers that hold statistics (FP32 in every mode): rstd1, lse, rstd2.
@@ -25,10 +39,11 @@ static int kept_stat(int i) { return i == 1 || i == 6 || i == 9; }
 
 // The first n scratch buffers carved from base (when a is not NULL), each at a 4 KiB
 // boundary: their total bytes.
-static uint64_t carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int n, int logits_all, int bf16) {
+static uint64_t carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int n, int logits_all, int bf16,
+                      unsigned h16) {
     _Static_assert(sizeof(acts_scratch_t) == ACTS_NSCRATCH * sizeof(float *), "acts_scratch_t: one pointer per size");
     uint64_t bytes[ACTS_NSCRATCH], off = 0;
-    acts_scratch_sizes(m, N, logits_all, bf16, bytes);
+    acts_scratch_sizes(m, N, logits_all, bf16, h16, bytes);
     for (int i = 0; i < n; i++) {
         if (a) a->buf[i] = (float *)((char *)base + off);
         off += ALIGN_UP(bytes[i], (uint64_t)4096);
@@ -37,27 +52,22 @@ static uint64_t carve(acts_scratch_t *a, void *base, const model_t *m, size_t N,
     return off;
 }
 
-uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all, int bf16) {
-    return carve(NULL, NULL, m, N, ACTS_NSCRATCH, logits_all, bf16);
+uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all, int bf16, unsigned h16) {
+    return carve(NULL, NULL, m, N, ACTS_NSCRATCH, logits_all, bf16, h16);
 }
 uint64_t acts_kept_total(const model_t *m, size_t N, int bf16) {
-    if (!bf16) return carve(NULL, NULL, m, N, acts_nkept(m, N), 0, 0);
+    if (!bf16) return carve(NULL, NULL, m, N, acts_nkept(m, N), 0, 0, 0);
     uint64_t bytes[ACTS_NSCRATCH], off = 0;
-    acts_scratch_sizes(m, N, 0, 0, bytes);
+    acts_scratch_sizes(m, N, 0, 0, 0, bytes);
     for (int i = 0; i < acts_nkept(m, N); i++) off += ALIGN_UP(kept_stat(i) ? bytes[i] : bytes[i] / 2, (uint64_t)4096);
     return off;
 }
-void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int logits_all, int bf16) {
-    carve(a, base, m, N, ACTS_NSCRATCH, logits_all, bf16);
+void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int logits_all, int bf16,
+                        unsigned h16) {
+    carve(a, base, m, N, ACTS_NSCRATCH, logits_all, bf16, h16);
 }
 void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) {
-    carve(a, base, m, N, acts_nkept(m, N), 0, 0);
-}
-
-// Whether buffer i holds BF16 halves (acts.h h16): ln1, ln2, gate, up and h; q, k, v and att.
-static int half_buf(int i, unsigned h16) {
-    return ((h16 & ACTS_H16_NORMS_MLP) && (i == 0 || i == 8 || (i >= 10 && i <= 12))) ||
-           ((h16 & ACTS_H16_ATTN) && i >= 2 && i <= 5);
+    carve(a, base, m, N, acts_nkept(m, N), 0, 0, 0);
 }
 
 // BF16 kept storage: buffer i's place in the allocation (4 KiB-aligned, in order), its
@@ -65,7 +75,7 @@ static int half_buf(int i, unsigned h16) {
 // (h16) BF16 halves already.
 static void kept_each(backend_t *be, acts_scratch_t *a, char *kept, const model_t *m, size_t N, int store, unsigned h16) {
     uint64_t bytes[ACTS_NSCRATCH], off = 0;
-    acts_scratch_sizes(m, N, 0, 0, bytes);
+    acts_scratch_sizes(m, N, 0, 0, 0, bytes);
     for (int i = 0; i < acts_nkept(m, N); i++) {
         void *k = kept + off;
         const size_t n = bytes[i] / sizeof(float);

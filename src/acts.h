@@ -18,9 +18,10 @@
 // The scratch: one block's forward intermediates (recomputed in the backward), its backward,
 // and the head, for B·T rows, but the MLP's gate, up and h for one chunk of rows
 // (model_mlp_rows); acts_scratch_sizes gives each buffer's size (tier_layout counts them),
-// acts_scratch_carve points them into one device allocation. With act16 (tier.h) ln1, ln2,
-// gate, up and h hold BF16 halves in the first half of their FP32-sized buffers, and with att16
-// q, k, v and att too.
+// acts_scratch_carve points them into one device allocation. With act16 (tier.h: h16 below)
+// ln1, ln2, gate, up and h hold BF16 halves, and with att16 q, k, v and att too; the buffers
+// that never hold FP32 words are sized for halves (gate, up and h; with att16 q, k, v, att and
+// ln2, whose dk is then halves), the others hold them in their first half (ln1: bf16 mode's xf).
 //
 // What it does not do: allocate (the trainer allocates what tier_layout lists), or know which
 // tier anything else lives in. Who calls it: step.c (compute thread), tier_layout.c (sizes).
@@ -60,12 +61,17 @@ static inline int acts_nkept(const model_t *m, size_t N) {
 // logits hold one vocabulary quantum, or every one when logits_all (cfg->logits_kept). In bf16
 // mode xf takes no bytes of its own: it is ln1's buffer, which no block holds while the head
 // runs (a kept block's are in its own allocation), and the block backward's dv, which lives in
-// xf with FP32 storage, lives in the checkpoints' FP32 copy instead (acts_lend).
-void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, int bf16, uint64_t bytes[ACTS_NSCRATCH]);
+// xf with FP32 storage, lives in the checkpoints' FP32 copy instead (acts_lend). h16: the
+// ACTS_H16_* flags of the step's BF16 activations (the halves-sized buffers above; 0: every
+// buffer FP32-sized, as the kept allocations are).
+void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, int bf16, unsigned h16,
+                        uint64_t bytes[ACTS_NSCRATCH]);
 // Points a's buffers into base (one device allocation of acts_scratch_total bytes), each at
 // a 4 KiB boundary.
-void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int logits_all, int bf16);
-uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all, int bf16); // Σ bytes, each rounded up to 4 KiB
+void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int logits_all, int bf16,
+                        unsigned h16);
+// Σ bytes, each rounded up to 4 KiB
+uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all, int bf16, unsigned h16);
 // --recompute: a kept block's forward intermediates (ln1 … h, what the backward reads, or ln1
 // … rstd2: acts_nkept) live in an allocation of their own, acts_kept_total bytes, instead of the
 // scratch. FP32: the forward writes them there (acts_kept_carve points a's first acts_nkept
@@ -74,8 +80,7 @@ uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all, int bf16
 // three statistics (rstd1, lse, rstd2) as FP32: the forward runs in the scratch and
 // acts_kept_store converts them into the allocation, acts_kept_load back before the backward
 // (the values are BF16 already: the bits do not change); the buffers h16 names are BF16
-// halves in the scratch already (step.h act16, att16: in buffers sized for FP32 words) and are
-// copied.
+// halves in the scratch already (step.h act16, att16) and are copied.
 enum {
     ACTS_H16_NORMS_MLP = 1, // act16: ln1, ln2, gate, up and h
     ACTS_H16_ATTN = 2,      // att16: q, k, v and att

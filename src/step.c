@@ -30,7 +30,7 @@ static void fault(step_t *st, const char *msg) {
 }
 
 // st->act16's ln1, ln2, gate, up and h, and st->att16's q, k, v, att and datt, hold BF16
-// halves (in buffers sized for FP32: acts.h)
+// halves (acts.h sizes the buffers that hold nothing else for halves)
 #define H16(buf) ((uint16_t *)(void *)(buf))
 // Which of the scratch's buffers a kept block's copies take as halves (acts.h)
 static unsigned acts_h16(const step_t *st) {
@@ -282,13 +282,18 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     st->N = cfg->B * cfg->T;
     st->bf16 = cfg->precision == PREC_BF16;
     st->w16 = lay->w16; // the layout sized the weight scratch for the form
-    st->act16 = lay->act16 && be->ops->rmsnorm_forward16; // the layout's (the plan counts it), with the ops
-    st->att16 = st->act16 && lay->att16 && be->ops->attention_forward16;
+    st->act16 = lay->act16; // the layout's: the plan counts it, and the scratch is sized for it
+    st->att16 = lay->att16;
+    if ((st->act16 && !be->ops->rmsnorm_forward16) || (st->att16 && !be->ops->attention_forward16)) {
+        snprintf(err, errlen, "step: the layout takes BF16 activations the %s backend has no ops for (a bug)",
+                 be->name);
+        return -EINVAL;
+    }
     st->nmb = lay->nmb;
     st->vertical = lay->vertical;
     const size_t N = (size_t)st->N;
     st->logits_all = cfg->logits_kept;
-    acts_scratch_carve(&st->a, tier_buf(tier, TB_SCRATCH, 0), m, N, st->logits_all, st->bf16);
+    acts_scratch_carve(&st->a, tier_buf(tier, TB_SCRATCH, 0), m, N, st->logits_all, st->bf16, acts_h16(st));
     st->nq = CEIL_DIV(m->V, CE_QUANTUM);
     st->lg_tag = malloc((size_t)(st->logits_all ? st->nq : 1) * sizeof *st->lg_tag);
     if (!st->lg_tag) {
