@@ -85,6 +85,10 @@ enum {
     ACTS_H16_NORMS_MLP = 1, // act16: ln1, ln2, gate, up and h
     ACTS_H16_ATTN = 2,      // att16: q, k, v and att
 };
+// The flags of a layout's (and so its step's) BF16 activations, tier.h act16 and att16.
+static inline unsigned acts_h16_of(int act16, int att16) {
+    return (act16 ? ACTS_H16_NORMS_MLP : 0u) | (att16 ? ACTS_H16_ATTN : 0u);
+}
 uint64_t acts_kept_total(const model_t *m, size_t N, int bf16);
 void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N);
 void acts_kept_store(backend_t *be, void *kept, const acts_scratch_t *a, const model_t *m, size_t N, unsigned h16);

@@ -33,9 +33,7 @@ static void fault(step_t *st, const char *msg) {
 // halves (acts.h sizes the buffers that hold nothing else for halves)
 #define H16(buf) ((uint16_t *)(void *)(buf))
 // Which of the scratch's buffers a kept block's copies take as halves (acts.h)
-static unsigned acts_h16(const step_t *st) {
-    return (st->act16 ? ACTS_H16_NORMS_MLP : 0u) | (st->att16 ? ACTS_H16_ATTN : 0u);
-}
+static unsigned acts_h16(const step_t *st) { return acts_h16_of(st->act16, st->att16); }
 
 // A BF16-activation product's result (backend.h): nonzero, it declined and wrote nothing, which
 // act16 rules out (the CPU's tiles, BF16 values in bf16 mode): a fault, not a retry.

@@ -27,6 +27,12 @@
 // all of them (the weight gradients of q, k and v, which share ln1; gate and up, ln2).
 // B comes as FP32 or as BF16 values (gemm_fma_b16: bf16 mode's weights, widened as they are
 // packed, so no pass widens a shard into FP32 first; the bits are those of the widened copy).
+// gemm_fma_x takes bf16 mode's activations as BF16 halves (on CPUs without AMX): an A of
+// halves is widened row by row into the thread's block buffer and read there in place, as an
+// FP32 A is read where it lies (a_block); a C of halves takes its rounded tiles narrowed as
+// the kernel stores them, and the whole inner dimension in one block, since a partial sum may
+// not pass through halves (gemm_rows: B's blocks and the row blocks shrink to fit the same
+// buffers). The chain of each element is the one above, so the bits are gemm_fma's.
 // Kernels: AVX-512F 12 × 32 (24 accumulators, two 16-float vectors a row), AVX2+FMA 6 × 16
 // (12 accumulators), each reading A through two strides, so one kernel serves A in place and
 // packed. Both take exactly the element's FMA chain, in k order. They prefetch B's micro-panel

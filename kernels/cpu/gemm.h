@@ -39,7 +39,7 @@ void gemm_fma_b16(int transa, int transb, int M, int N, int K, const float *A, i
 // dimension in one block: no partial sum may pass through C). Each output's bits are those of
 // gemm_fma's FMA chain on the same values (a BF16 value and its FP32 word are the same
 // number); never AMX tiles, whose bits differ. Returns 0 when done, 1 when declined (c16's
-// terms not met, or no FMA: nothing written).
+// terms not met, or no FMA: nothing written). M, N, K ≥ 1, as gemm_fma's.
 #define GEMM_FMA_C16_K_MAX 1024
 int gemm_fma_x(int transa, int a16, int transb, int b16, int M, int N, int K, const void *A, int lda, const void *B,
                int ldb, int accumulate, void *C, int c16, int ldc, int round);
