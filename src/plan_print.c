@@ -79,8 +79,8 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
         : p->lay.att16              ? " (activations as BF16 halves)"
         : p->lay.act16              ? " (the norms' outputs and the MLP's as BF16 halves; attention's as FP32 words, "
                                       "as halves on AMX tiles or a GPU)"
-                                    : " (activations as FP32 words: BF16 halves need FMA or AMX at widths up to 1024, "
-                                      "or on a GPU)";
+                                    : " (activations as FP32 words: BF16 halves need FMA or AMX and a width up to 1024, "
+                                      "or a GPU)";
     fprintf(f, "compute per step: %.3g TFLOP (matmuls incl. the recompute of %d of %d blocks, causal attention), "
                "elementwise ops reading and writing %s%s\n",
             p->flops_per_step / 1e12, cfg->L - (cfg->kept_blocks < cfg->L ? cfg->kept_blocks : cfg->L), cfg->L,

@@ -36,7 +36,7 @@ static void fault(step_t *st, const char *msg) {
 static unsigned acts_h16(const step_t *st) { return acts_h16_of(st->act16, st->att16); }
 
 // A BF16-activation product's result (backend.h): nonzero, it declined and wrote nothing, which
-// act16 rules out (the CPU's tiles, BF16 values in bf16 mode): a fault, not a retry.
+// act16 rules out (the CPU's FMA kernels or tiles, BF16 values in bf16 mode): a fault, not a retry.
 static void declined(step_t *st, int rc) {
     if (rc) fault(st, "step: a product on BF16 activations was declined (a bug: act16 said the backend takes them)");
 }

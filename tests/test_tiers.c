@@ -1129,8 +1129,8 @@ START_TEST(plan_names_bf16_activations) {
     static const char *const said[3] = {" (activations as BF16 halves)",
                                         " (the norms' outputs and the MLP's as BF16 halves; attention's as FP32 words, "
                                       "as halves on AMX tiles or a GPU)",
-                                        " (activations as FP32 words: BF16 halves need FMA or AMX at widths up to 1024, "
-                                        "or on a GPU)"};
+                                        " (activations as FP32 words: BF16 halves need FMA or AMX and a width up to 1024, "
+                                        "or a GPU)"};
     for (int c = 0; c < 4; c++) { // a GPU; a GPU with TT_TEST_FP32_ACTS; this CPU; fp32 mode
         cfg.device = c < 2 ? DEVICE_CUDA : DEVICE_CPU;
         cfg.precision = c == 3 ? PREC_FP32 : PREC_BF16;

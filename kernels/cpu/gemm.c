@@ -42,6 +42,7 @@
 //
 // Called by matmul.c (the linear layers and the LM head); CPUs without FMA stay on OpenBLAS.
 #include "gemm.h"
+#include "kernels.h" // uses: bf16_to_f32
 #include "simd.h"
 #include <omp.h>     // uses: omp_get_max_threads, omp_get_num_threads, omp_get_thread_num
 #include <pthread.h> // uses: pthread_mutex_lock (the static packing buffers)
@@ -145,20 +146,11 @@ typedef struct {
     int b16;
 } opnd_t;
 
-// A BF16 half widened to its FP32 word (bf16_to_f32's, inline in the packing loops).
-INLINE float widen1(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 // The element at row r, column c of the array X (row stride ld).
 INLINE float at(opnd_t X, size_t r, size_t c, int ld) {
     const size_t i = r * (size_t)ld + c;
-    return X.b16 ? widen1(((const uint16_t *)X.p)[i]) : ((const float *)X.p)[i];
+    return X.b16 ? bf16_to_f32(((const uint16_t *)X.p)[i]) : ((const float *)X.p)[i];
 }
-TT_FMA INLINE __m256 ld8_b16(const uint16_t *p);
-
 // Rows [i0, i0 + m) and inner indices [k0, k0 + kc) of op(A) as k-major micro-panels of
 // kc × mr floats, rows past m zero (BF16 halves widened): all of a block's rows where A is
 // stored transposed (mr contiguous floats a row of A, each k another row: packed, the
@@ -182,10 +174,8 @@ TT_FMA static void pack_a(int mr, int transa, opnd_t A, int lda, int i0, int m, 
                 float *d = dst + ((size_t)p * kc + k) * mr;
                 const int rows = min_i(mr, m - p * mr);
                 if (A.b16) {
-                    const uint16_t *sp = (const uint16_t *)A.p + row + p * mr;
-                    const int r8 = rows >= 8 ? 8 : 0;
-                    if (r8) _mm256_storeu_ps(d, ld8_b16(sp));
-                    for (int r = r8; r < mr; r++) d[r] = r < rows ? widen1(sp[r]) : 0.0f;
+                    tt_widen_n(d, (const uint16_t *)A.p + row + p * mr, (size_t)rows);
+                    for (int r = rows; r < mr; r++) d[r] = 0.0f;
                     continue;
                 }
                 const float *sp = (const float *)A.p + row + p * mr;
@@ -218,16 +208,9 @@ TT_FMA INLINE __m256 ld8_b16(const uint16_t *p) {
 // the packed panels were no faster to read (gemm_fma's A, read in place, is the same form).
 TT_FMA static void widen_rows(const uint16_t *A, int lda, int i0, int m, int mpad, int k0, int kc,
                               float *restrict dst) {
-    for (int r = 0; r < mpad; r++, dst += kc) {
-        if (r >= m) {
-            memset(dst, 0, (size_t)kc * sizeof *dst);
-            continue;
-        }
-        const uint16_t *src = A + (size_t)(i0 + r) * lda + k0;
-        int k = 0;
-        for (; k + 8 <= kc; k += 8) _mm256_storeu_ps(dst + k, ld8_b16(src + k));
-        for (; k < kc; k++) dst[k] = widen1(src[k]);
-    }
+    for (int r = 0; r < mpad; r++, dst += kc)
+        if (r < m) tt_widen_n(dst, A + (size_t)(i0 + r) * lda + k0, (size_t)kc);
+        else memset(dst, 0, (size_t)kc * sizeof *dst);
 }
 
 // dst[k·ld + c] = src[c·ls + k] for the 8 × 8 block at element off of B (k, c < 8): rows of
@@ -373,15 +356,8 @@ static void run_tile(const path_t *P, int kc, const float *a, size_t rs, size_t 
         for (int i = 0; i < m; i++)
             for (int j = 0; j < n; j++) t[i * P->nr + j] = c[(size_t)i * ldc + j];
     P->kern(kc, a, rs, cs, b, t, (size_t)P->nr, load, round, 0);
-    if (!c) { // (inline: bf16_from_f32_n opens a parallel region, one a tile row inside this one)
-        for (int i = 0; i < m; i++) {
-            uint16_t *h = (uint16_t *)C.p + off + (size_t)i * ldc;
-            for (int j = 0; j < n; j++) {
-                uint32_t u;
-                memcpy(&u, &t[i * P->nr + j], sizeof u);
-                h[j] = (uint16_t)(u >> 16);
-            }
-        }
+    if (!c) { // (tt_narrow_n, not bf16_from_f32_n: that opens a parallel region, one a tile row inside this one)
+        for (int i = 0; i < m; i++) tt_narrow_n((uint16_t *)C.p + off + (size_t)i * ldc, t + i * P->nr, (size_t)n);
         return;
     }
     for (int i = 0; i < m; i++)
@@ -415,6 +391,13 @@ static void run_rows(const path_t *P, int kc, const float *ar, int lda, int i0, 
     }
 }
 
+// The rows of a block of m rows of op(A) the kernels read in place: whole micro-panels of an
+// FP32 A stored row-major; every row, padded to whole micro-panels, of halves stored row-major
+// (widened first: widen_rows); none of a transposed A (packed: pack_a).
+static int in_place_rows(const path_t *P, int transa, opnd_t A, int m) {
+    return transa ? 0 : A.b16 ? (m + P->mr - 1) / P->mr * P->mr : m / P->mr * P->mr;
+}
+
 // A block of op(A)'s rows [i0, i0 + m), inner indices [pc, pc + kc), made ready for run_rows:
 // its rows read in place (*ar, *lda_r; the count returned), the rest packed into ap. FP32 A
 // stored row-major: read where it is, but a last ragged micro-panel; transposed: all packed;
@@ -422,13 +405,12 @@ static void run_rows(const path_t *P, int kc, const float *ar, int lda, int i0, 
 // read there in place (ap holds MC_MAX · KC floats: m, padded, times kc must fit).
 static int a_block(const path_t *P, int transa, opnd_t A, int lda, int i0, int m, int pc, int kc, float *ap,
                    const float **ar, int *lda_r) {
+    const int whole = in_place_rows(P, transa, A, m);
     if (A.b16 && !transa) {
-        const int whole = (m + P->mr - 1) / P->mr * P->mr;
         widen_rows(A.p, lda, i0, m, whole, pc, kc, ap);
         *ar = ap, *lda_r = kc;
         return whole;
     }
-    const int whole = transa ? 0 : m / P->mr * P->mr;
     if (whole < m) pack_a(P->mr, transa, A, lda, i0 + whole, m - whole, pc, kc, ap);
     *ar = transa ? NULL : (const float *)A.p + (size_t)i0 * lda + pc, *lda_r = lda;
     return whole;
@@ -516,7 +498,7 @@ static void gemm_cols(const path_t *P, int transa, int transb, int M, int N, int
                       opnd_t B, int ldb, int accumulate, float *C, int ldc, int round) {
     const int widen = A.b16 && !transa; // a_block's halves: all of A widened into ap_buf, read in place
     const int panels = (N + P->nr - 1) / P->nr;
-    const int whole = widen ? (M + P->mr - 1) / P->mr * P->mr : transa ? 0 : M / P->mr * P->mr;
+    const int whole = in_place_rows(P, transa, A, M);
     const int packed = widen ? whole / P->mr : (M - whole + P->mr - 1) / P->mr; // micro-panels in ap_buf
     #pragma omp parallel
     {

@@ -189,15 +189,18 @@ int matmul_amx(void) { return gemm_fma_path() == 2 && gemm_amx_path(); }
 // gemm_amx_x's products where the CPU has AMX tiles, else gemm_fma_x's (gemm.h): the bits of
 // the FP32 functions above on the same machine, which run on the same kernels. a16 and c16
 // mark the BF16 activations. A shape with no rows, columns or inner indices is done as the
-// FP32 functions do it: nothing, or zeros. A BF16 output takes at most 1024 inner indices on
-// either kernel (one chunk of AMX's, GEMM_FMA_C16_K_MAX).
+// FP32 functions do it: nothing, or zeros.
 
-int matmul_act16(int C) { return gemm_fma_path() > 0 && C >= 1 && C <= 1024; }
+// The inner indices a BF16 output takes on either kernel: one chunk of AMX's (gemm_amx.c
+// AMX_KC), one block of the FMA kernels'.
+#define ACT16_K_MAX GEMM_FMA_C16_K_MAX
+
+int matmul_act16(int C) { return gemm_fma_path() > 0 && C >= 1 && C <= ACT16_K_MAX; }
 
 int matmul_forward_w16_n_x(int n, void *const out[], int o16, const uint16_t *const w[], const int OC[],
                            const void *inp, int a16, int N, int IC, int round) {
     enum { MAX_N = 8 };
-    if (n > MAX_N || gemm_fma_path() < 1 || (o16 && (IC > 1024 || !round))) return 1;
+    if (n > MAX_N || gemm_fma_path() < 1 || (o16 && (IC > ACT16_K_MAX || !round))) return 1;
     if (N <= 0) return 0;
     if (IC <= 0) { // zeros: "=" of an empty sum
         for (int i = 0; i < n; i++)
@@ -221,7 +224,7 @@ int matmul_forward_w16_n_x(int n, void *const out[], int o16, const uint16_t *co
 
 int matmul_backward_input_x(void *dinp, int o16, const void *dout, int a16, const uint16_t *w, int N, int IC, int OC,
                             int accumulate, int round) {
-    if (gemm_fma_path() < 1 || (o16 && (accumulate || !round || OC > 1024))) return 1;
+    if (gemm_fma_path() < 1 || (o16 && (accumulate || !round || OC > ACT16_K_MAX))) return 1;
     if (N <= 0 || IC <= 0) return 0;
     if (OC <= 0) { // nothing to add, as matmul_backward_input
         if (o16) memset(dinp, 0, (size_t)N * IC * sizeof(uint16_t));
