@@ -142,16 +142,17 @@ void swiglu_forward16(uint16_t *out, const uint16_t *gate, const uint16_t *up, s
 void swiglu_backward16(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate, const uint16_t *up,
                        size_t n);
 // The attention half's activations q, k, v and att, and their gradients datt, dq, dk and dv,
-// as BF16 halves where attention runs on AMX tiles: 1 for a model of NH query heads, NKV kv
-// heads, head size HS where the two ops below run (AMX; HS 32, 64, 96 or 128; NH a multiple
-// of NKV).
+// as BF16 halves: 1 for a model of NH query heads, NKV kv heads, head size HS where the two ops
+// below run (HS up to 256, the tiled path's; NH a multiple of NKV; on any CPU: AMX tiles
+// where attention_forward would take them, else the FMA tasks on widened rows).
 int attention_act16(int NH, int NKV, int HS);
-// attention_forward's with round, q, k, v and out as BF16 halves; 1 when declined (nothing
-// written: attention_act16 says 0, or no memory for the packed keys).
+// attention_forward's with round, q, k, v and out as BF16 halves, the same bits; 1 when
+// declined (nothing written: attention_act16 says 0, or no memory for the packed keys or the
+// threads' widened rows).
 int attention_forward16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v, int B, int T,
                         int NH, int NKV, int HS);
-// attention_backward's with round, every operand and output as BF16 halves; 1 when declined,
-// as above.
+// attention_backward's with round, every operand and output as BF16 halves, the same bits; 1
+// when declined, as above.
 int attention_backward16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q,
                          const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse, int B, int T, int NH,
                          int NKV, int HS);

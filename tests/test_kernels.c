@@ -1470,15 +1470,16 @@ END_TEST
 
 // attention_forward16 / attention_backward16 against attention_forward / attention_backward
 // with round on the same values, bit for bit (out, dq, dk and dv as the halves of the FP32
-// ops' rounded outputs; lse as it is), at 1 and 3 threads, on every shape the tiles take (odd T,
-// groups of 1 to 3 heads, every head size); where the tiles do not run (no AMX, or a head size
-// they do not take) both decline and write nothing.
+// ops' rounded outputs; lse as it is), on every vector path (AMX's tiles where the CPU has them,
+// AVX-512F, AVX2, no FMA) at 1 and 3 threads, on odd T and groups of 1 to 3 heads: at the
+// shape's head size (the tiles'), at 16 (the FMA tasks' alone, widened from the halves), and
+// at 260, past the tiled path's limit, where both decline and write nothing.
 START_TEST(test_attention16_bits) {
     const att_shape_t sh = ATT_AMX_SHAPES[_i];
     const int B = sh.B, T = sh.T, NH = sh.NH, NKV = sh.NKV, threads = omp_get_max_threads();
     rng_t rg = rng_make(1900 + (uint64_t)_i);
-    for (int odd = 0; odd < 2; odd++) { // the shape's head size, then 16 (never on the tiles)
-        const int HS = odd ? 16 : sh.HS;
+    for (int c = 0; c < 3; c++) {
+        const int HS = c == 0 ? sh.HS : c == 1 ? 16 : 260;
         const size_t nq = (size_t)B * T * NH * HS, nk = (size_t)B * T * NKV * HS, nl = (size_t)B * NH * T;
         float *q = fnew(nq), *k = fnew(nk), *v = fnew(nk), *d = fnew(nq), *o = fnew(nq), *l = fnew(nl), *l16 = fnew(nl);
         float *g[3] = {fnew(nq), fnew(nk), fnew(nk)};
@@ -1489,9 +1490,8 @@ START_TEST(test_attention16_bits) {
         uint16_t *q16 = h16_of(q, nq), *k16 = h16_of(k, nk), *v16 = h16_of(v, nk), *d16 = h16_of(d, nq), *o16 = malloc(nq * 2);
         ck_assert_ptr_nonnull(o16);
         const size_t len[3] = {nq, nk, nk};
-        kernels_limit_simd(3);
-        if (!attention_act16(NH, NKV, HS)) { // declined: nothing written
-            ck_assert_msg(odd || !matmul_amx(), "attention_act16 says no to head size %d with AMX here", HS);
+        ck_assert_int_eq(attention_act16(NH, NKV, HS), c < 2);
+        if (c == 2) { // declined: nothing written
             memset(o16, 0xab, nq * 2);
             fill_nan(l16, nl);
             memset(g16[0], 0xab, nq * 2);
@@ -1500,25 +1500,32 @@ START_TEST(test_attention16_bits) {
             for (size_t i = 0; i < nq; i++) CHECK_LOOP(o16[i] == 0xabab && g16[0][i] == 0xabab, "a declined op wrote %zu", i);
             for (size_t i = 0; i < nl; i++) CHECK_LOOP(isnan(l16[i]), "a declined op wrote lse %zu", i);
         } else {
-            for (int th = 1; th <= 3; th += 2) {
-                char what[128];
-                set_threads(th);
-                attention_forward(o, l, q, k, v, B, T, NH, NKV, HS, 1);
-                fill_nan(l16, nl);
-                ck_assert_int_eq(attention_forward16(o16, l16, q16, k16, v16, B, T, NH, NKV, HS), 0);
-                snprintf(what, sizeof what, "attention_forward16 out (shape %d, %d threads)", _i, th);
-                check_bits16(what, o16, o, nq);
-                snprintf(what, sizeof what, "attention_forward16 lse (shape %d, %d threads)", _i, th);
-                CHECK_BITS(what, l16, l, nl);
-                attention_backward(g[0], g[1], g[2], d, q, k, v, o, l, B, T, NH, NKV, HS, 1);
-                for (int i = 0; i < 3; i++) memset(g16[i], 0xab, len[i] * 2);
-                ck_assert_int_eq(attention_backward16(g16[0], g16[1], g16[2], d16, q16, k16, v16, o16, l16, B, T, NH, NKV, HS), 0);
-                for (int i = 0; i < 3; i++) {
-                    snprintf(what, sizeof what, "attention_backward16 %s (shape %d, %d threads)", i == 0 ? "dq" : i == 1 ? "dk" : "dv",
-                             _i, th);
-                    check_bits16(what, g16[i], g[i], len[i]);
+            for (int lim = 3; lim >= 0; lim--)
+                for (int th = 1; th <= 3; th += 2) {
+                    char what[128];
+                    kernels_limit_simd(lim);
+                    set_threads(th);
+                    attention_forward(o, l, q, k, v, B, T, NH, NKV, HS, 1);
+                    fill_nan(l16, nl);
+                    memset(o16, 0xab, nq * 2);
+                    ck_assert_int_eq(attention_forward16(o16, l16, q16, k16, v16, B, T, NH, NKV, HS), 0);
+                    snprintf(what, sizeof what, "attention_forward16 out (shape %d, HS %d, path %d, %d threads)", _i, HS,
+                             lim, th);
+                    check_bits16(what, o16, o, nq);
+                    snprintf(what, sizeof what, "attention_forward16 lse (shape %d, HS %d, path %d, %d threads)", _i, HS,
+                             lim, th);
+                    CHECK_BITS(what, l16, l, nl);
+                    attention_backward(g[0], g[1], g[2], d, q, k, v, o, l, B, T, NH, NKV, HS, 1);
+                    for (int i = 0; i < 3; i++) memset(g16[i], 0xab, len[i] * 2);
+                    ck_assert_int_eq(attention_backward16(g16[0], g16[1], g16[2], d16, q16, k16, v16, o16, l16, B, T, NH,
+                                                          NKV, HS), 0);
+                    for (int i = 0; i < 3; i++) {
+                        snprintf(what, sizeof what, "attention_backward16 %s (shape %d, HS %d, path %d, %d threads)",
+                                 i == 0 ? "dq" : i == 1 ? "dk" : "dv", _i, HS, lim, th);
+                        check_bits16(what, g16[i], g[i], len[i]);
+                    }
                 }
-            }
+            kernels_limit_simd(3);
             set_threads(threads);
         }
         free(q); free(k); free(v); free(d); free(o); free(l); free(l16);

@@ -41,6 +41,8 @@
 #include "kernels.h"
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include "attention_amx.h"
 #include "simd.h"
@@ -387,6 +389,16 @@ INLINE void round_rows(float *x, size_t stride, int n, int HS) {
     for (int i = 0; i < n; i++) tt_round_n(x + (size_t)i * stride, (size_t)HS);
 }
 
+// n rows of HS BF16 halves at src (row stride ss) widened to their words at dst (row stride
+// HS), and n rounded rows of HS words at src (row stride HS) narrowed to their halves at dst
+// (row stride ds): the BF16 activations' operands and outputs (attention_forward16's, ...).
+INLINE void widen_rows(float *restrict dst, const uint16_t *restrict src, size_t ss, int n, int HS) {
+    for (int i = 0; i < n; i++) tt_widen_n(dst + (size_t)i * HS, src + (size_t)i * ss, (size_t)HS);
+}
+INLINE void narrow_rows(uint16_t *restrict dst, size_t ds, const float *restrict src, int n, int HS) {
+    for (int i = 0; i < n; i++) tt_narrow_n(dst + (size_t)i * ds, src + (size_t)i * HS, (size_t)HS);
+}
+
 // ---------------------------------------------------------------- plain path (HS > ATT_HS_MAX)
 // Σ a[i]·b[i] in i order.
 static float dot_seq(const float *a, const float *b, int n) {
@@ -474,20 +486,19 @@ static void attention_backward_plain(float *dq, float *dk, float *dv, const floa
 }
 
 // ---------------------------------------------------------------- forward
+// Query rows [t0, t0 + nq) of one head: the block qblk (row stride qs), the keys and values of
+// its kv head kb and vb (row stride ks, rows from 0); out's block oblk (row stride os) and lse's
+// row lrow (from t0). The operands are the op's own or (attention_forward16) a thread's widened
+// rows: the same words, so the same bits.
 TT_CLONES
-static void fwd_task(float *out, float *lse, const float *q, const float *k, const float *v,
-                     int b, int h, int qb, int T, int NH, int NKV, int HS, int round) {
-    const int group = NH / NKV, t0 = qb * ATT_BQ, nq = T - t0 < ATT_BQ ? T - t0 : ATT_BQ;
-    const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
+static void fwd_block(float *oblk, size_t os, float *lrow, const float *qblk, size_t qs, const float *kb,
+                      const float *vb, size_t ks, int t0, int nq, int HS, int round) {
     const float scale = 1.0f / sqrtf((float)HS);
-    const float *kb = k + (size_t)b * T * ks + (size_t)(h / group) * HS;
-    const float *vb = v + (size_t)b * T * ks + (size_t)(h / group) * HS;
-    float *oblk = out + ((size_t)b * T + t0) * qs + (size_t)h * HS;
     float qt[ATT_HS_MAX * ATT_BQ]; // (HS, BQ): the query block transposed, once per task
     float st[ATT_BK * ATT_BQ];     // (BK, BQ): scores, then probabilities
     float m[ATT_BQ], l[ATT_BQ], corr[ATT_BQ];
     const int wide = tt_wide();
-    load_t(qt, ATT_BQ, q + ((size_t)b * T + t0) * qs + (size_t)h * HS, qs, nq, HS);
+    load_t(qt, ATT_BQ, qblk, qs, nq, HS);
     for (int i = 0; i < ATT_BQ; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
     for (int s0 = 0; s0 < t0 + nq; s0 += ATT_BK) {
         const int nk = t0 + nq - s0 < ATT_BK ? t0 + nq - s0 : ATT_BK;
@@ -496,15 +507,24 @@ static void fwd_task(float *out, float *lse, const float *q, const float *k, con
         softmax_tile(wide, st, nk, m, l, corr, scale);
         // out = out·corr (rescaled from the old max) + P·v; the first tile starts from zero,
         // which is what zero·corr would give
-        mm_tile(wide, oblk, (int)qs, st, 1, ATT_BQ, vb + (size_t)s0 * ks, (int)ks, nq, HS, nk, s0 > 0, corr);
+        mm_tile(wide, oblk, (int)os, st, 1, ATT_BQ, vb + (size_t)s0 * ks, (int)ks, nq, HS, nk, s0 > 0, corr);
     }
     for (int i = 0; i < nq; i++) {
-        float inv = 1.0f / l[i], *restrict o = oblk + (size_t)i * qs;
+        float inv = 1.0f / l[i], *restrict o = oblk + (size_t)i * os;
         #pragma omp simd
         for (int d = 0; d < HS; d++) o[d] *= inv;
         if (round) tt_round_n(o, (size_t)HS);
-        lse[((size_t)b * NH + h) * T + t0 + i] = m[i] + logf(l[i]);
+        lrow[i] = m[i] + logf(l[i]);
     }
+}
+
+// Query block qb of head h, batch b, on the op's FP32 operands.
+static void fwd_task(float *out, float *lse, const float *q, const float *k, const float *v,
+                     int b, int h, int qb, int T, int NH, int NKV, int HS, int round) {
+    const int group = NH / NKV, t0 = qb * ATT_BQ, nq = T - t0 < ATT_BQ ? T - t0 : ATT_BQ;
+    const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS, qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
+    const size_t kbo = (size_t)b * T * ks + (size_t)(h / group) * HS;
+    fwd_block(out + qo, qs, lse + ((size_t)b * NH + h) * T + t0, q + qo, qs, k + kbo, v + kbo, ks, t0, nq, HS, round);
 }
 
 // attention_amx.c's views of the 16-lane steps (a CPU with AMX has AVX-512F).
@@ -623,14 +643,28 @@ static void dq_task(float *dq, const float *dout, const float *q, const float *k
 // formed here as pass 1 forms it (the same products, added in d order), and the rows of a
 // key block past the block's last query, which dkdv_task's mask leaves zero and adds (+0),
 // are left out (the diagonal tiles' dk and dv products, half of them zero rows before).
+// ws NULL: the operands and outputs are FP32 words, read and written where they lie. Else
+// they are BF16 halves (attention_backward16) and ws the thread's buffers (att16_per's floats):
+// the kv head's k and v are widened there once, each query block's q, dout and out as the block
+// starts, and dk, dv and the block's dq are formed there and narrowed once complete and rounded.
+// The same words in the same products: the same bits.
 TT_CLONES
-static void bwd_task(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-                     const float *v, const float *out, const float *lse, int b, int g, int T, int NH, int NKV, int HS,
-                     int round) {
+static void bwd_task(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k, const void *v,
+                     const void *out, const float *lse, int b, int g, int T, int NH, int NKV, int HS, int round,
+                     float *ws) {
     const int group = NH / NKV;
     const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS, kbo = (size_t)b * T * ks + (size_t)g * HS;
+    const size_t kst = ws ? (size_t)HS : ks, th = (size_t)T * HS; // the row stride of kb, vb, dk0 and dv0
     const float scale = 1.0f / sqrtf((float)HS);
-    const float *kb = k + kbo, *vb = v + kbo;
+    const float *kb, *vb;
+    float *dk0, *dv0;
+    if (ws) {
+        widen_rows(ws, (const uint16_t *)k + kbo, ks, T, HS);
+        widen_rows(ws + th, (const uint16_t *)v + kbo, ks, T, HS);
+        kb = ws, vb = ws + th, dk0 = ws + 2 * th, dv0 = ws + 3 * th;
+    } else {
+        kb = (const float *)k + kbo, vb = (const float *)v + kbo, dk0 = (float *)dk + kbo, dv0 = (float *)dv + kbo;
+    }
     float qt[ATT_HS_MAX * ATT_BQ], dot_t[ATT_HS_MAX * ATT_BQ]; // (HS, BQ); qt holds out's tile first, for D
     float st[ATT_BK * ATT_BQ], dpt[ATT_BK * ATT_BQ];          // (BK, BQ)
     float L[ATT_BQ], D[ATT_BQ];
@@ -640,9 +674,23 @@ static void bwd_task(float *dq, float *dk, float *dv, const float *dout, const f
         for (int t0 = 0; t0 < T; t0 += ATT_BQ) {
             const int nq = T - t0 < ATT_BQ ? T - t0 : ATT_BQ;
             const size_t qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
+            // the block's q, dout, out and dq (row stride qst)
+            const float *qb, *dob, *ob;
+            float *dqb;
+            size_t qst = qs;
+            if (ws) {
+                float *w = ws + 4 * th;
+                widen_rows(w, (const uint16_t *)q + qo, qs, nq, HS);
+                widen_rows(w + ATT_BQ * HS, (const uint16_t *)dout + qo, qs, nq, HS);
+                widen_rows(w + 2 * ATT_BQ * HS, (const uint16_t *)out + qo, qs, nq, HS);
+                qb = w, dob = w + ATT_BQ * HS, ob = w + 2 * ATT_BQ * HS, dqb = w + 3 * ATT_BQ * HS, qst = (size_t)HS;
+            } else {
+                qb = (const float *)q + qo, dob = (const float *)dout + qo, ob = (const float *)out + qo;
+                dqb = (float *)dq + qo;
+            }
             for (int i = 0; i < ATT_BQ; i++) L[i] = i < nq ? lr[t0 + i] : 0.0f;
-            load_t(dot_t, ATT_BQ, dout + qo, qs, nq, HS);
-            load_t(qt, ATT_BQ, out + qo, qs, nq, HS);
+            load_t(dot_t, ATT_BQ, dob, qst, nq, HS);
+            load_t(qt, ATT_BQ, ob, qst, nq, HS);
             // D = dout·out of each query row: lane i adds its products in d order, as d_rows
             // does (the rows past nq are zero in both tiles, so their D is 0)
             for (int iv = 0; iv < ATT_BQ; iv += 8) {
@@ -651,35 +699,40 @@ static void bwd_task(float *dq, float *dk, float *dv, const float *dout, const f
                     sum += ld8(dot_t + (size_t)d * ATT_BQ + iv) * ld8(qt + (size_t)d * ATT_BQ + iv);
                 st8(D + iv, sum);
             }
-            load_t(qt, ATT_BQ, q + qo, qs, nq, HS);
+            load_t(qt, ATT_BQ, qb, qst, nq, HS);
             for (int s0 = 0; s0 < t0 + nq; s0 += ATT_BK) {
                 const int nk = t0 + nq - s0 < ATT_BK ? t0 + nq - s0 : ATT_BK; // keys ≤ the block's last query
                 const int nkf = T - s0 < ATT_BK ? T - s0 : ATT_BK;             // the key block's rows
-                mm_tile(wide, st, ATT_BQ, kb + (size_t)s0 * ks, ks, 1, qt, ATT_BQ, nk, ATT_BQ, HS, 0, NULL);
-                mm_tile(wide, dpt, ATT_BQ, vb + (size_t)s0 * ks, ks, 1, dot_t, ATT_BQ, nk, ATT_BQ, HS, 0, NULL);
+                mm_tile(wide, st, ATT_BQ, kb + (size_t)s0 * kst, kst, 1, qt, ATT_BQ, nk, ATT_BQ, HS, 0, NULL);
+                mm_tile(wide, dpt, ATT_BQ, vb + (size_t)s0 * kst, kst, 1, dot_t, ATT_BQ, nk, ATT_BQ, HS, 0, NULL);
                 grad_cols(wide, st, dpt, nk, L, D, scale);
                 mask_tile(st, s0, nk, t0, 0.0f);
                 mask_tile(dpt, s0, nk, t0, 0.0f);
                 // dq (nq, HS) (+)= dS (nq, nk) · k; dv (nk, HS) (+)= Pᵀ · dout, dk (+)= dSᵀ · q
-                mm_tile(wide, dq + qo, (int)qs, dpt, 1, ATT_BQ, kb + (size_t)s0 * ks, (int)ks, nq, HS, nk, s0 > 0, NULL);
+                mm_tile(wide, dqb, (int)qst, dpt, 1, ATT_BQ, kb + (size_t)s0 * kst, (int)kst, nq, HS, nk, s0 > 0, NULL);
                 const int first = h == g * group && t0 == s0; // the key block's first product: "="
-                float *dvb = dv + kbo + (size_t)s0 * ks, *dkb = dk + kbo + (size_t)s0 * ks;
-                mm_tile(wide, dvb, (int)ks, st, ATT_BQ, 1, dout + qo, (int)qs, nk, HS, nq, !first, NULL);
-                mm_tile(wide, dkb, (int)ks, dpt, ATT_BQ, 1, q + qo, (int)qs, nk, HS, nq, !first, NULL);
+                float *dvb = dv0 + (size_t)s0 * kst, *dkb = dk0 + (size_t)s0 * kst;
+                mm_tile(wide, dvb, (int)kst, st, ATT_BQ, 1, dob, (int)qst, nk, HS, nq, !first, NULL);
+                mm_tile(wide, dkb, (int)kst, dpt, ATT_BQ, 1, qb, (int)qst, nk, HS, nq, !first, NULL);
                 // the key block's rows past the block's last query: no product of this query
                 // block reaches them (dkdv_task adds its tile's zero rows, +0, to a sum that is
                 // never −0: the same values); on the first visit they start at +0, as a zero
                 // row's product would
                 if (first)
                     for (int r = nk; r < nkf; r++) {
-                        memset(dvb + (size_t)r * ks, 0, (size_t)HS * sizeof(float));
-                        memset(dkb + (size_t)r * ks, 0, (size_t)HS * sizeof(float));
+                        memset(dvb + (size_t)r * kst, 0, (size_t)HS * sizeof(float));
+                        memset(dkb + (size_t)r * kst, 0, (size_t)HS * sizeof(float));
                     }
             }
-            if (round) round_rows(dq + qo, qs, nq, HS); // the block's dq is complete
+            if (round) round_rows(dqb, qst, nq, HS); // the block's dq is complete
+            if (ws) narrow_rows((uint16_t *)dq + qo, qs, dqb, nq, HS);
         }
     }
-    if (round) { round_rows(dk + kbo, ks, T, HS); round_rows(dv + kbo, ks, T, HS); }
+    if (round) { round_rows(dk0, kst, T, HS); round_rows(dv0, kst, T, HS); }
+    if (ws) {
+        narrow_rows((uint16_t *)dk + kbo, ks, dk0, T, HS);
+        narrow_rows((uint16_t *)dv + kbo, ks, dv0, T, HS);
+    }
 }
 
 // D = dout·out of eight consecutive rows (rows of HS), parked in dq[row][0]: lane u is row
@@ -715,7 +768,7 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
         for (int g = 0; g < NKV; g++)
             for (int b = 0; b < B; b++)
                 if (att_amx_bwd_task(x, dq, dk, dv, dout, q, out, lse, b, g, round, grad_wide, mask_tile))
-                    bwd_task(dq, dk, dv, dout, q, k, v, out, lse, b, g, T, NH, NKV, HS, round);
+                    bwd_task(dq, dk, dv, dout, q, k, v, out, lse, b, g, T, NH, NKV, HS, round, NULL);
         att_amx_done(x);
         return;
     }
@@ -752,7 +805,7 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
     if (fused) {
         #pragma omp parallel for collapse(2) schedule(dynamic, 1)
         for (int g = 0; g < NKV; g++)
-            for (int b = 0; b < B; b++) bwd_task(dq, dk, dv, dout, q, k, v, out, lse, b, g, T, NH, NKV, HS, round);
+            for (int b = 0; b < B; b++) bwd_task(dq, dk, dv, dout, q, k, v, out, lse, b, g, T, NH, NKV, HS, round, NULL);
         return;
     }
 
@@ -772,25 +825,100 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
 }
 
 // ---------------------------------------------------------------- BF16 activations
-// attention_forward's and attention_backward's AMX tasks on BF16 halves (kernels.h): the same
-// packed tiles from the same values, and the same FP32 outputs rounded then narrowed, so the
-// same bits; the tasks decline nothing (halves are BF16 values), so where the tiles run
-// everything runs on them.
+// attention_forward16 and attention_backward16 (kernels.h): on AMX tiles where attention_forward
+// would run there (attention_amx.c: the same packed tiles from the same values, and the same
+// FP32 outputs rounded then narrowed; the tasks decline nothing, halves being BF16 values),
+// else the FMA tasks above on FP32 words widened from the halves into each thread's buffers,
+// their outputs formed there, rounded and narrowed: attention_forward's and
+// attention_backward's bits either way. The backward always takes the one pass (a task per kv
+// head, as on the tiles): the split passes park D in dq, which halves cannot hold.
 
-int attention_act16(int NH, int NKV, int HS) { return att_amx_ok(NH, NKV, HS); }
+int attention_act16(int NH, int NKV, int HS) { return HS > 0 && HS <= ATT_HS_MAX && NKV > 0 && NH % NKV == 0; }
+
+// A forward thread's keys and values of one kv head, widened in its buffers between its tasks:
+// batch b, kv head g, rows [0, rows) (a thread's tasks mostly follow one head's query blocks,
+// last first, so each kv head's rows are widened about once a thread).
+typedef struct {
+    int b, g, rows;
+} att16_kv_t;
+
+// The floats a thread's buffers take: k, v, dk and dv of one kv head (T rows of HS; the forward
+// uses the first two), then a query block's q, dout, out and dq (or the forward's q and out).
+static size_t att16_per(int T, int HS) { return ((size_t)4 * T * HS + (size_t)4 * ATT_BQ * HS + 15) / 16 * 16; }
+
+// The threads' buffers, grown as needed and held from att16_hold to att16_done (NULL: no
+// memory; nothing held).
+static pthread_mutex_t a16_lock = PTHREAD_MUTEX_INITIALIZER;
+static float *a16_buf;
+static size_t a16_cap; // floats
+
+static float *att16_hold(size_t floats) {
+    pthread_mutex_lock(&a16_lock);
+    if (floats > a16_cap) {
+        free(a16_buf);
+        a16_cap = 0;
+        a16_buf = aligned_alloc(64, floats * sizeof(float));
+        if (!a16_buf) {
+            pthread_mutex_unlock(&a16_lock);
+            return NULL;
+        }
+        a16_cap = floats;
+    }
+    return a16_buf;
+}
+static void att16_done(void) { pthread_mutex_unlock(&a16_lock); }
+
+// Query block qb of head h, batch b, from the halves: the thread's kv head's rows (kv says
+// which are already there) widened as far as the block reads, its queries widened, its out
+// formed in the buffers and narrowed.
+TT_CLONES
+static void fwd_task16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v, int b,
+                       int h, int qb, int T, int NH, int NKV, int HS, float *ws, att16_kv_t *kv) {
+    const int group = NH / NKV, g = h / group, t0 = qb * ATT_BQ, nq = T - t0 < ATT_BQ ? T - t0 : ATT_BQ;
+    const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS, qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
+    const size_t kbo = (size_t)b * T * ks + (size_t)g * HS, th = (size_t)T * HS;
+    float *wk = ws, *wv = ws + th, *wq = ws + 4 * th, *wo = wq + ATT_BQ * HS;
+    if (kv->b != b || kv->g != g) *kv = (att16_kv_t){.b = b, .g = g, .rows = 0};
+    if (kv->rows < t0 + nq) {
+        const size_t r = (size_t)kv->rows;
+        widen_rows(wk + r * HS, k + kbo + r * ks, ks, t0 + nq - kv->rows, HS);
+        widen_rows(wv + r * HS, v + kbo + r * ks, ks, t0 + nq - kv->rows, HS);
+        kv->rows = t0 + nq;
+    }
+    widen_rows(wq, q + qo, qs, nq, HS);
+    fwd_block(wo, (size_t)HS, lse + ((size_t)b * NH + h) * T + t0, wq, (size_t)HS, wk, wv, (size_t)HS, t0, nq, HS, 1);
+    narrow_rows(out + qo, qs, wo, nq, HS);
+}
 
 int attention_forward16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v, int B, int T,
                         int NH, int NKV, int HS) {
     if (B <= 0 || T <= 0 || NH <= 0) return 0;
-    att_amx_t *x = att_amx_prepare(k, v, 1, B, T, NH, NKV, HS, 0);
-    if (!x) return 1;
+    if (!attention_act16(NH, NKV, HS)) return 1;
     const int nqb = (T + ATT_BQ - 1) / ATT_BQ;
+    att_amx_t *x = att_amx_prepare(k, v, 1, B, T, NH, NKV, HS, 0);
+    if (x) {
+        #pragma omp parallel for collapse(3) schedule(dynamic, 1)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++)
+                for (int qb = nqb - 1; qb >= 0; qb--) // longest first, as attention_forward's
+                    att_amx_fwd_task(x, out, lse, q, b, h, qb, 1, softmax_wide, mask_tile);
+        att_amx_done(x);
+        return 0;
+    }
+    const int threads = omp_get_max_threads();
+    const size_t per = att16_per(T, HS);
+    float *ws = att16_hold((size_t)threads * per);
+    if (!ws) return 1;
+    att16_kv_t kv[threads];
+    for (int i = 0; i < threads; i++) kv[i] = (att16_kv_t){.b = -1};
     #pragma omp parallel for collapse(3) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
-            for (int qb = nqb - 1; qb >= 0; qb--) // longest first, as attention_forward's
-                att_amx_fwd_task(x, out, lse, q, b, h, qb, 1, softmax_wide, mask_tile);
-    att_amx_done(x);
+            for (int qb = nqb - 1; qb >= 0; qb--) {
+                const int t = omp_get_thread_num();
+                fwd_task16(out, lse, q, k, v, b, h, qb, T, NH, NKV, HS, ws + (size_t)t * per, &kv[t]);
+            }
+    att16_done();
     return 0;
 }
 
@@ -798,11 +926,23 @@ int attention_backward16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_
                          const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse, int B, int T, int NH,
                          int NKV, int HS) {
     if (B <= 0 || T <= 0 || NH <= 0) return 0;
+    if (!attention_act16(NH, NKV, HS)) return 1;
     att_amx_t *x = att_amx_prepare(k, v, 1, B, T, NH, NKV, HS, 1);
-    if (!x) return 1;
+    if (x) {
+        #pragma omp parallel for collapse(2) schedule(dynamic, 1)
+        for (int g = 0; g < NKV; g++)
+            for (int b = 0; b < B; b++) att_amx_bwd_task(x, dq, dk, dv, dout, q, out, lse, b, g, 1, grad_wide, mask_tile);
+        att_amx_done(x);
+        return 0;
+    }
+    const size_t per = att16_per(T, HS);
+    float *ws = att16_hold((size_t)omp_get_max_threads() * per);
+    if (!ws) return 1;
+    // kv heads outermost, as attention_backward's one pass
     #pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int g = 0; g < NKV; g++)
-        for (int b = 0; b < B; b++) att_amx_bwd_task(x, dq, dk, dv, dout, q, out, lse, b, g, 1, grad_wide, mask_tile);
-    att_amx_done(x);
+        for (int b = 0; b < B; b++)
+            bwd_task(dq, dk, dv, dout, q, k, v, out, lse, b, g, T, NH, NKV, HS, 1, ws + (size_t)omp_get_thread_num() * per);
+    att16_done();
     return 0;
 }
