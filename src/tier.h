@@ -121,9 +121,9 @@ typedef struct {
                                 // half their bytes, the same bits (step.c); TT_TEST_FP32_ACTS, a
                                 // testing hook, keeps them FP32 for the tests that compare the two
     int att16;                  // act16, and the attention half's q, k, v, att and datt as BF16 halves
-                                // too, where attention runs on the CPU's tiles (kernels.h
-                                // attention_act16) or a GPU's register-tiled kernels
-                                // (cuda_kernels.h cuda_attention_act16)
+                                // too, for the head sizes the CPU's attention takes so (kernels.h
+                                // attention_act16: up to 256, on its tiles or FMA tasks) or a GPU's
+                                // register-tiled kernels (cuda_kernels.h cuda_attention_act16)
     size_t chunk_elems;         // elements of an optimizer chunk (all chunks of a shard but its last)
     int o32_parts;              // floats per element of an optimizer chunk's staging: master, m, v, and g
                                 // first with --grads nvme (an NVMe chunk's: tier_o32_parts)
@@ -155,8 +155,8 @@ static inline int tier_o32_parts(const tier_layout_t *lay, int shard) { return 3
 // The machine's half of two layout rules, for what measures the step's code paths outside a
 // run (bench calibrate): bf16 mode's products read the BF16 compute copy on device (lay.w16:
 // a GPU, or the CPU's own FMA kernels or tiles), and attention runs on BF16 halves for these
-// heads (lay.att16: a GPU's register-tiled kernels, cuda_kernels.h, or the CPU's tiles,
-// kernels.h attention_act16). The layout adds the run's own terms (precision, hooks, act16).
+// heads (lay.att16: a GPU's register-tiled kernels, cuda_kernels.h, or the CPU's tiles or
+// FMA tasks, kernels.h attention_act16). The layout adds the run's own terms (precision, hooks, act16).
 int tier_products_read_w16(device_kind_t device);
 int tier_attention_halves(device_kind_t device, int NH, int NKV, int HS);
 // Sizes and counts every buffer of a run of cfg on device (DEVICE_CPU or DEVICE_CUDA). Pure,

@@ -183,10 +183,7 @@ void tier_layout(const config_t *cfg, const model_t *m, device_kind_t device, ti
     lay->pbytes = cfg->precision == PREC_BF16 ? 2 : 4;
     lay->w16 = lay->pbytes == 2 && tier_products_read_w16(device) && !getenv("TT_TEST_WIDEN_WEIGHTS");
     lay->act16 = lay->w16 && (device == DEVICE_CUDA || matmul_act16(m->C)) && !getenv("TT_TEST_FP32_ACTS");
-    // (--cpu-gemm fma: the backend turns the tiles off when it starts, after the plan ran; the
-    // products take halves on the FMA kernels too, attention on the tiles alone)
-    lay->att16 = lay->act16 && (device == DEVICE_CUDA || cfg->cpu_gemm != CPU_GEMM_FMA) &&
-                 tier_attention_halves(device, m->NH, m->NKV, m->HS);
+    lay->att16 = lay->act16 && tier_attention_halves(device, m->NH, m->NKV, m->HS);
     lay->vertical = cfg->schedule == SCHEDULE_VERTICAL && cfg->accum > 1;
     lay->nmb = lay->vertical ? cfg->accum : 1;
     lay->ranks = cfg->ranks > 1 ? cfg->ranks : 1;

@@ -249,19 +249,18 @@ START_TEST(bf16_weights_keep_bits) {
 }
 END_TEST
 
-// tiny with two heads of 32 (one kv head): a head size attention's tiles take (tier.h att16)
+// tiny with two heads of 32 (one kv head): a head size AMX's attention tiles take too (tier.h att16)
 static const char *const base_bf16_hs32[] = {"--model", "tiny", "--heads", "2", "--kv-heads", "1", "--steps", "4",
                                              "--accum", "2", "--batch", "2", "--seq", "32", "--eval-every", "2",
                                              "--eval-batches", "2", "--quiet", NULL};
 
 // bf16 mode's activations that products and these ops alone read — ln1, ln2 and the MLP's
-// intermediates, and with a head size the tiles take q, k, v, att and datt — as BF16 halves
-// (tier.h act16: on the FMA kernels or AMX tiles; att16: on AMX tiles) give the bits of FP32
+// intermediates, and q, k, v, att and datt — as BF16 halves (tier.h act16: on the FMA kernels
+// or AMX tiles; att16: on the FMA tasks, or AMX tiles for heads of 32) give the bits of FP32
 // words holding the same values (TT_TEST_FP32_ACTS): blocks kept (FP32 and BF16 storage) and
 // recomputed, the MLP in chunks, host checkpoints and streamed tiers, both schedules. On a CPU
-// without FMA both runs keep FP32 activations (said on stderr), and without AMX attention's
-// stay FP32 words; the kernels' own tests hold the BF16 ops to the FP32 ones everywhere they
-// run.
+// without FMA both runs keep FP32 activations (said on stderr); the kernels' own tests hold the
+// BF16 ops to the FP32 ones everywhere they run.
 START_TEST(bf16_acts_keep_bits) {
     char *fp32[] = {"TT_TEST_FP32_ACTS=1", NULL}, *fp32_chunked[] = {"TT_TEST_FP32_ACTS=1", "TT_TEST_MLP_ROWS=32", NULL},
          *chunked[] = {"TT_TEST_MLP_ROWS=32", NULL};
@@ -1127,8 +1126,8 @@ START_TEST(plan_names_bf16_activations) {
     model_t m;
     model_init(&m, &cfg);
     static const char *const said[3] = {" (activations as BF16 halves)",
-                                        " (the norms' outputs and the MLP's as BF16 halves; attention's as FP32 words, "
-                                      "as halves on AMX tiles or a GPU)",
+                                        " (the norms' outputs and the MLP's as BF16 halves; attention's as FP32 words: "
+                                        "its halves need a head size up to 256, on a GPU an even one up to 128)",
                                         " (activations as FP32 words: BF16 halves need FMA or AMX and a width up to 1024, "
                                         "or a GPU)"};
     for (int c = 0; c < 4; c++) { // a GPU; a GPU with TT_TEST_FP32_ACTS; this CPU; fp32 mode
@@ -1188,7 +1187,7 @@ START_TEST(plan_counts_the_recompute) {
         // add and the MLP's norm (9C + 2KVD words a token), SwiGLU's forward (3F); where the
         // layout keeps ln1, ln2 and the MLP's intermediates as BF16 (tier.h act16: FMA or AMX)
         // the norms write half words (8C) and SwiGLU's are half words, and where it keeps q and
-        // k so (att16: small's head size 64 is the tiles', AMX alone) RoPE's are (C + KVD less);
+        // k so (att16: small's head size 64 takes them) RoPE's are (C + KVD less);
         // and the BF16 checkpoint converted once more for the recompute (6 bytes an element)
         const double sw = full.lay.act16 ? 0.5 : 1.0, attn = full.lay.act16 ? 8 : 9, rope = full.lay.att16 ? 0.5 : 1.0;
         ck_assert_int_eq(full.lay.act16, matmul_act16((int)C));
@@ -1498,11 +1497,11 @@ START_TEST(plan_times_the_compute_parts) {
     tier_layout_t lay16;
     tier_layout(&cfg, &m, DEVICE_CPU, &lay16);
     ck_assert_int_eq(lay16.act16, matmul_act16((int)C));
-    // and q and k, dq and dk (att16: head size 64 is the tiles'): RoPE reads and writes halves
+    // and q and k, dq and dk (att16: head size 64 takes them): RoPE reads and writes halves
     ck_assert_int_eq(lay16.att16, lay16.act16 && attention_act16(6, 2, 64));
-    double words[3]; // FP32 activations (fp32 mode), bf16 mode's, and --cpu-gemm fma's (no tiles: act16 alone)
-    for (int b = 0; b < 3; b++) {
-        const int a16 = b && lay16.act16, t16 = b == 1 && lay16.att16;
+    double words[2]; // FP32 activations (fp32 mode), and bf16 mode's
+    for (int b = 0; b < 2; b++) {
+        const int a16 = b && lay16.act16, t16 = b && lay16.att16;
         const double sw = a16 ? 0.5 : 1.0, norm = a16 ? 1.5 : 2, rope = t16 ? 0.5 : 1.0;
         words[b] = L * ((norm + norm + 3 + 3 + 2 * rope) * C + 2 * rope * KVD + 3 * sw * F + (4 + 4 + 2 * rope) * C +
                         2 * rope * KVD + 5 * sw * F) +
@@ -1529,14 +1528,13 @@ START_TEST(plan_times_the_compute_parts) {
     ck_assert_msg(close_to(p.t_ms[PLAN_COMPUTE], want[0] + want[1] + want[2], 0, 1e-12), "compute %.17g ms",
                   p.t_ms[PLAN_COMPUTE]);
     check_phases(&p, "three rates");
-    // --cpu-gemm fma: no tiles (the backend turns them off as it starts), so attention's
-    // activations are FP32 words; the products take halves on the FMA kernels as before
+    // --cpu-gemm fma: no tiles (the backend turns them off as it starts); the products and
+    // attention take the same halves on the FMA kernels and tasks
     cfg.cpu_gemm = CPU_GEMM_FMA;
     plan_compute(&cfg, &m, &prof, &old);
     ck_assert_int_eq(old.lay.act16, lay16.act16);
-    ck_assert_int_eq(old.lay.att16, 0);
-    ck_assert_msg(close_to(old.elem_bytes, 4 * N * words[2] + passes, 0, 1e-12), "--cpu-gemm fma: elementwise bytes %.17g",
-                  old.elem_bytes);
+    ck_assert_int_eq(old.lay.att16, lay16.att16);
+    ck_assert_msg(close_to(old.elem_bytes, bytes, 0, 1e-12), "--cpu-gemm fma: elementwise bytes %.17g", old.elem_bytes);
     cfg.cpu_gemm = CPU_GEMM_AUTO;
     // fp32 mode: its matmuls at the FP32 operands' rate (on AMX-BF16, the FMA kernels')
     prof.gemm_fp32_flops = 2e11;
