@@ -12,38 +12,44 @@ static int half_buf(int i, unsigned h16) {
            ((h16 & ACTS_H16_ATTN) && i >= 2 && i <= 5);
 }
 
-// Whether the scratch's buffer i takes half the bytes (acts_scratch_sizes): it holds halves and
-// never FP32 words — not ln1 (bf16 mode's xf), and ln2 only with att16 (it holds dk, FP32
-// otherwise: step.c's block_backward).
-static int half_sized(int i, unsigned h16) {
-    return half_buf(i, h16) && i != 0 && (i != 8 || (h16 & ACTS_H16_ATTN));
+// Whether buffer i takes half the bytes: it holds halves and never FP32 words — ln2 only with
+// att16 (it holds dk, FP32 otherwise: step.c's block_backward), and in the scratch not ln1
+// (bf16 mode's xf; a kept block's ln1 is its own).
+static int half_sized(int i, unsigned h16, int scratch) {
+    return half_buf(i, h16) && !(scratch && i == 0) && (i != 8 || (h16 & ACTS_H16_ATTN));
 }
 
-void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, int bf16, unsigned h16,
-                        uint64_t bytes[ACTS_NSCRATCH]) {
+// acts_scratch_sizes, or (scratch 0) the sizes of a kept block's buffers in FP32 storage.
+static void sizes(const model_t *m, size_t N, int logits_all, int bf16, unsigned h16, int scratch,
+                  uint64_t bytes[ACTS_NSCRATCH]) {
     const uint64_t f = sizeof(float), C = (uint64_t)m->C, F = (uint64_t)m->F;
     // the logits of one quantum, or of every quantum (one after another, each (N, its width))
     const uint64_t V = (uint64_t)(logits_all || m->V < CE_QUANTUM ? m->V : CE_QUANTUM);
     const uint64_t KVD = (uint64_t)m->NKV * (uint64_t)m->HS, NH = (uint64_t)m->NH;
     const uint64_t R = (uint64_t)model_mlp_rows(m, (int)N); // one MLP chunk (N = B·T, an int)
-    const uint64_t sizes[ACTS_NSCRATCH] = {
+    const uint64_t elems[ACTS_NSCRATCH] = {
         N * C, N, N * C, N * KVD, N * KVD, N * C, N * NH, N * C, N * C, N, R * F, R * F, R * F,        // forward
         N * C,                                                                                         // backward
         bf16 ? 0 : N * C, N, N * V, N,                                                                 // head
     };
-    for (int i = 0; i < ACTS_NSCRATCH; i++) bytes[i] = sizes[i] * (half_sized(i, h16) ? sizeof(uint16_t) : f);
+    for (int i = 0; i < ACTS_NSCRATCH; i++) bytes[i] = elems[i] * (half_sized(i, h16, scratch) ? sizeof(uint16_t) : f);
+}
+
+void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, int bf16, unsigned h16,
+                        uint64_t bytes[ACTS_NSCRATCH]) {
+    sizes(m, N, logits_all, bf16, h16, 1, bytes);
 }
 
 // The kept buffers that hold statistics (FP32 in every mode): rstd1, lse, rstd2.
 static int kept_stat(int i) { return i == 1 || i == 6 || i == 9; }
 
-// The first n scratch buffers carved from base (when a is not NULL), each at a 4 KiB
-// boundary: their total bytes.
+// The first n scratch buffers (scratch 0: a kept block's, FP32 storage) carved from base (when
+// a is not NULL), each at a 4 KiB boundary: their total bytes.
 static uint64_t carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int n, int logits_all, int bf16,
-                      unsigned h16) {
+                      unsigned h16, int scratch) {
     _Static_assert(sizeof(acts_scratch_t) == ACTS_NSCRATCH * sizeof(float *), "acts_scratch_t: one pointer per size");
     uint64_t bytes[ACTS_NSCRATCH], off = 0;
-    acts_scratch_sizes(m, N, logits_all, bf16, h16, bytes);
+    sizes(m, N, logits_all, bf16, h16, scratch, bytes);
     for (int i = 0; i < n; i++) {
         if (a) a->buf[i] = (float *)((char *)base + off);
         off += ALIGN_UP(bytes[i], (uint64_t)4096);
@@ -53,10 +59,10 @@ static uint64_t carve(acts_scratch_t *a, void *base, const model_t *m, size_t N,
 }
 
 uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all, int bf16, unsigned h16) {
-    return carve(NULL, NULL, m, N, ACTS_NSCRATCH, logits_all, bf16, h16);
+    return carve(NULL, NULL, m, N, ACTS_NSCRATCH, logits_all, bf16, h16, 1);
 }
-uint64_t acts_kept_total(const model_t *m, size_t N, int bf16) {
-    if (!bf16) return carve(NULL, NULL, m, N, acts_nkept(m, N), 0, 0, 0);
+uint64_t acts_kept_total(const model_t *m, size_t N, int bf16, unsigned h16) {
+    if (!bf16) return carve(NULL, NULL, m, N, acts_nkept(m, N), 0, 0, h16, 0);
     uint64_t bytes[ACTS_NSCRATCH], off = 0;
     acts_scratch_sizes(m, N, 0, 0, 0, bytes);
     for (int i = 0; i < acts_nkept(m, N); i++) off += ALIGN_UP(kept_stat(i) ? bytes[i] : bytes[i] / 2, (uint64_t)4096);
@@ -64,10 +70,10 @@ uint64_t acts_kept_total(const model_t *m, size_t N, int bf16) {
 }
 void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int logits_all, int bf16,
                         unsigned h16) {
-    carve(a, base, m, N, ACTS_NSCRATCH, logits_all, bf16, h16);
+    carve(a, base, m, N, ACTS_NSCRATCH, logits_all, bf16, h16, 1);
 }
-void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N) {
-    carve(a, base, m, N, acts_nkept(m, N), 0, 0, 0);
+void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, unsigned h16) {
+    carve(a, base, m, N, acts_nkept(m, N), 0, 0, h16, 0);
 }
 
 // BF16 kept storage: buffer i's place in the allocation (4 KiB-aligned, in order), its

@@ -63,7 +63,7 @@ static inline int acts_nkept(const model_t *m, size_t N) {
 // runs (a kept block's are in its own allocation), and the block backward's dv, which lives in
 // xf with FP32 storage, lives in the checkpoints' FP32 copy instead (acts_lend). h16: the
 // ACTS_H16_* flags of the step's BF16 activations (the halves-sized buffers above; 0: every
-// buffer FP32-sized, as the kept allocations are).
+// buffer FP32-sized).
 void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, int bf16, unsigned h16,
                         uint64_t bytes[ACTS_NSCRATCH]);
 // Points a's buffers into base (one device allocation of acts_scratch_total bytes), each at
@@ -75,7 +75,8 @@ uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all, int bf16
 // --recompute: a kept block's forward intermediates (ln1 … h, what the backward reads, or ln1
 // … rstd2: acts_nkept) live in an allocation of their own, acts_kept_total bytes, instead of the
 // scratch. FP32: the forward writes them there (acts_kept_carve points a's first acts_nkept
-// buffers into it and leaves the rest — the backward's, the head's — as they are). BF16 (bf16
+// buffers into it and leaves the rest — the backward's, the head's — as they are), the buffers
+// that hold BF16 halves alone (h16, as in the scratch, ln1 too) sized for them. BF16 (bf16
 // mode, cfg->kept_bf16): half the bytes; the BF16-valued buffers are stored as BF16 and the
 // three statistics (rstd1, lse, rstd2) as FP32: the forward runs in the scratch and
 // acts_kept_store converts them into the allocation, acts_kept_load back before the backward
@@ -89,8 +90,8 @@ enum {
 static inline unsigned acts_h16_of(int act16, int att16) {
     return (act16 ? ACTS_H16_NORMS_MLP : 0u) | (att16 ? ACTS_H16_ATTN : 0u);
 }
-uint64_t acts_kept_total(const model_t *m, size_t N, int bf16);
-void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N);
+uint64_t acts_kept_total(const model_t *m, size_t N, int bf16, unsigned h16);
+void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, unsigned h16);
 void acts_kept_store(backend_t *be, void *kept, const acts_scratch_t *a, const model_t *m, size_t N, unsigned h16);
 void acts_kept_load(backend_t *be, acts_scratch_t *a, const void *kept, const model_t *m, size_t N, unsigned h16);
 

@@ -621,7 +621,7 @@ static void *kept_of(const step_t *st, int mb, int l) {
 static int use_kept(step_t *st, void *kb, acts_scratch_t *saved) {
     if (!kb || st->kept_bf16) return 0;
     *saved = st->a;
-    acts_kept_carve(&st->a, kb, st->m, (size_t)st->N);
+    acts_kept_carve(&st->a, kb, st->m, (size_t)st->N, acts_h16(st));
     return 1;
 }
 

@@ -145,7 +145,7 @@ static void layout_specs(const config_t *cfg, const model_t *m, tier_layout_t *l
     spec(lay, TB_SCRATCH, "activations", "activations", D, 1,
          acts_scratch_total(m, N, cfg->logits_kept, pb == 2, acts_h16_of(lay->act16, lay->att16)));
     spec(lay, TB_KEPT, "kept activations", "kept_activations", D, lay->nmb * (cfg->kept_blocks < m->L ? cfg->kept_blocks : m->L),
-         acts_kept_total(m, N, cfg->kept_bf16));
+         acts_kept_total(m, N, cfg->kept_bf16, acts_h16_of(lay->act16, lay->att16)));
     spec(lay, TB_ROPE, "RoPE table", "scratch", D, 2, (uint64_t)cfg->T * (uint64_t)(m->HS / 2) * f);
     spec(lay, TB_TOKENS, "tokens", "scratch", D, 1, (uint64_t)lay->nmb * N * sizeof(int));
     spec(lay, TB_TARGETS, "targets", "scratch", D, 1, (uint64_t)lay->nmb * N * sizeof(int));
