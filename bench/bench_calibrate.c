@@ -16,7 +16,7 @@
 //   attention   the backend's attention_forward + attention_backward at small's shape
 //               (a GPU: 1b's at B·T = 8192), 3 · 2·N·T·C FLOPs (plan.c's count); on BF16
 //               halves (attention_forward16, backward16) where the step runs them so
-//               (tier.h att16: the CPU's tiles take the shape's heads).
+//               (tier.h att16: the CPU's attention takes the shape's heads so).
 //   elementwise the rest of one block's forward and backward at that shape (RMSNorm ×2,
 //               RoPE on q and k, the residual adds, SwiGLU, and their backwards), over
 //               the bytes plan_block_elem_words counts.
@@ -266,9 +266,10 @@ static int ops_measure(backend_t *be, float *h_stage, size_t stage, int reps, do
         snprintf(err, errlen, "calibrate ops: the staging buffer is smaller than the RoPE tables");
         return -EINVAL;
     }
-    // attention as a bf16 step runs it: on BF16 halves where the tiles (or a GPU's register-
-    // tiled kernels) take the heads (tier.h att16; on the CPU 10% faster than on FP32 words
-    // here, and the step's attention then ran below a floor taken from FP32 words)
+    // attention as a bf16 step runs it: on BF16 halves where the CPU's attention (its tiles or
+    // FMA tasks) or a GPU's register-tiled kernels take the heads (tier.h att16; on AMX 10%
+    // faster than on FP32 words here, and the step's attention then ran below a floor taken
+    // from FP32 words)
     uint16_t *q16 = NULL, *k16 = NULL, *v16 = NULL, *o16 = NULL, *d16 = NULL, *dq16 = NULL, *dk16 = NULL, *dv16 = NULL;
     const int h16 = be->ops->attention_forward16 &&
                     tier_attention_halves(be->vt ? DEVICE_CUDA : DEVICE_CPU, sh.NH, sh.NKV, sh.HS);
