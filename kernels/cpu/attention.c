@@ -2,7 +2,7 @@
 // Tiled like FlashAttention, on the CPU. A task owns a block of ATT_BQ query rows of one head
 // (forward, dq) or a block of ATT_BK key rows of one kv head (dk, dv), walks the other side
 // in fixed blocks, and forms every product with one small fixed-order GEMM micro-kernel
-// (mm_tile) on tiles held on the stack. No (T, T) buffer, no allocation.
+// (mm_tile) on tiles held on the stack. No (T, T) buffer, no allocation (but BF16's, below).
 //   Forward, task (b, h, query block): Sᵀ = k·qᵀ for a (BK, BQ) tile, online softmax per
 //   query (running max m and sum l; out rescaled when m grows), out += P·v. lse = m + log l
 //   is kept so that backward recomputes P = exp(S·scale − lse) exactly.
@@ -36,8 +36,11 @@
 // Head sizes above ATT_HS_MAX (tiles would not fit on the stack) take a plain per-row path
 // with the same semantics. On a CPU with AMX-BF16, with BF16 values in q, k, v and dout (bf16
 // mode) and head sizes 32 to 128 by 32, the tasks run on AMX tiles instead (attention_amx.c:
-// the same steps on the same tiles, its own bits), each one it declines here.
-// Called by the CPU backend's attention op.
+// the same steps on the same tiles, its own bits), each one it declines here. With BF16 halves
+// for q, k, v, out and their gradients (attention_forward16, attention_backward16, at the end)
+// the same tasks run on rows widened into each thread's buffers, the one allocation here
+// (grown as needed, held by the op), or on the AMX tiles where the FP32 op's would.
+// Called by the CPU backend's attention ops.
 #include "kernels.h"
 #include <math.h>
 #include <omp.h>
