@@ -402,6 +402,57 @@ INLINE void narrow_rows(uint16_t *restrict dst, size_t ds, const float *restrict
     for (int i = 0; i < n; i++) tt_narrow_n(dst + (size_t)i * ds, src + (size_t)i * HS, (size_t)HS);
 }
 
+// The threads' buffers of the BF16 ops (attention_forward16, attention_backward16): per
+// thread att16_per floats — k, v, dk and dv of one kv head (max(T, BK) rows of HS; the
+// forward and the dq task use the first two, the dk/dv task a key block's four), then a query
+// block's q, dout, out and dq — after the backward's D (att16_d floats; the split passes'
+// D of every query row, which the halves of dq cannot hold). Grown as needed, held from
+// att16_hold to att16_done (NULL: no memory; nothing held).
+static size_t att16_per(int T, int HS) {
+    const size_t rows = (size_t)(T > ATT_BK ? T : ATT_BK);
+    return (4 * rows * (size_t)HS + (size_t)4 * ATT_BQ * HS + 15) / 16 * 16;
+}
+static size_t att16_d(int B, int T, int NH) { return ((size_t)B * T * NH + 15) / 16 * 16; }
+static pthread_mutex_t a16_lock = PTHREAD_MUTEX_INITIALIZER;
+static float *a16_buf;
+static size_t a16_cap; // floats
+
+static float *att16_hold(size_t floats) {
+    pthread_mutex_lock(&a16_lock);
+    if (floats > a16_cap) {
+        free(a16_buf);
+        a16_cap = 0;
+        a16_buf = aligned_alloc(64, floats * sizeof(float));
+        if (!a16_buf) {
+            pthread_mutex_unlock(&a16_lock);
+            return NULL;
+        }
+        a16_cap = floats;
+    }
+    return a16_buf;
+}
+static void att16_done(void) { pthread_mutex_unlock(&a16_lock); }
+
+// A thread's keys and values of one kv head, widened in its buffers (k at ws, v T rows on)
+// between its tasks: batch b, kv head g, rows [0, rows) (a thread's forward and dq tasks
+// mostly follow one head's query blocks, last first, so each kv head's rows are widened about
+// once a thread). kv_widen makes rows [0, n) of (b, g) be there.
+typedef struct {
+    int b, g, rows;
+} att16_kv_t;
+INLINE void kv_widen(float *ws, att16_kv_t *kv, const uint16_t *k, const uint16_t *v, int b, int g, int n, int T,
+                     int NKV, int HS) {
+    const size_t ks = (size_t)NKV * HS, kbo = (size_t)b * T * ks + (size_t)g * HS;
+    if (kv->b != b || kv->g != g) *kv = (att16_kv_t){.b = b, .g = g, .rows = 0};
+    if (kv->rows >= n) return;
+    const size_t r = (size_t)kv->rows;
+    widen_rows(ws + r * HS, k + kbo + r * ks, ks, n - kv->rows, HS);
+    widen_rows(ws + (size_t)T * HS + r * HS, v + kbo + r * ks, ks, n - kv->rows, HS);
+    kv->rows = n;
+}
+// A thread's query-block buffers (q, dout, out, dq: BQ rows of HS each), past its kv head's.
+static inline float *att16_blk(float *ws, int T, int HS) { return ws + 4 * (size_t)(T > ATT_BK ? T : ATT_BK) * HS; }
+
 // ---------------------------------------------------------------- plain path (HS > ATT_HS_MAX)
 // Σ a[i]·b[i] in i order.
 static float dot_seq(const float *a, const float *b, int n) {
@@ -559,36 +610,60 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
 // dk, dv rows [s0, s0+nk) of kv head g: every query t ≥ s of the group's heads, heads in
 // order, then query blocks in order (each row adds in t order per head). The key block is
 // the fixed side, so it is the one transposed (once per task), and the tiles hold queries
-// as rows: S = q·kᵀ reads q in place.
+// as rows: S = q·kᵀ reads q in place. Query row r's D (r = (b·T + t)·NH + h) is at Dp[r·ds]:
+// parked in dq's rows (ds = HS), or attention_backward16's own (ds = 1). ws NULL: the operands
+// and outputs are FP32 words, read and written where they lie; else BF16 halves and the
+// thread's buffers, as bwd_task's: the key block's k and v and each query block's q and dout
+// widened there, its dk and dv formed there and narrowed once complete and rounded.
 TT_CLONES
-static void dkdv_task(float *dk, float *dv, const float *dq, const float *dout, const float *q,
-                      const float *k, const float *v, const float *lse,
-                      int b, int g, int kbi, int T, int NH, int NKV, int HS, int round) {
+static void dkdv_task(void *dk, void *dv, const float *Dp, size_t ds, const void *dout, const void *q, const void *k,
+                      const void *v, const float *lse, int b, int g, int kbi, int T, int NH, int NKV, int HS, int round,
+                      float *ws) {
     const int group = NH / NKV, s0 = kbi * ATT_BK, nk = T - s0 < ATT_BK ? T - s0 : ATT_BK;
     const int nkv = (nk + 7) / 8 * 8; // tile columns computed: whole vectors (kt is zero past nk)
-    const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
+    const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS, bk = (size_t)ATT_BK * HS;
     const size_t ko = ((size_t)b * T + s0) * ks + (size_t)g * HS;
+    const size_t kst = ws ? (size_t)HS : ks, qst = ws ? (size_t)HS : qs; // row strides of the key and query rows
     const float scale = 1.0f / sqrtf((float)HS);
     float kt[ATT_HS_MAX * ATT_BK], vt[ATT_HS_MAX * ATT_BK]; // (HS, BK)
     float st[ATT_BQ * ATT_BK], dpt[ATT_BQ * ATT_BK];       // (BQ, BK)
     float L[ATT_BQ], D[ATT_BQ];
     const int wide = tt_wide();
-    load_t(kt, ATT_BK, k + ko, ks, nk, HS);
-    load_t(vt, ATT_BK, v + ko, ks, nk, HS);
+    float *dkb, *dvb;
+    if (ws) {
+        widen_rows(ws, (const uint16_t *)k + ko, ks, nk, HS);
+        widen_rows(ws + bk, (const uint16_t *)v + ko, ks, nk, HS);
+        load_t(kt, ATT_BK, ws, kst, nk, HS);
+        load_t(vt, ATT_BK, ws + bk, kst, nk, HS);
+        dkb = ws + 2 * bk, dvb = ws + 3 * bk;
+    } else {
+        load_t(kt, ATT_BK, (const float *)k + ko, ks, nk, HS);
+        load_t(vt, ATT_BK, (const float *)v + ko, ks, nk, HS);
+        dkb = (float *)dk + ko, dvb = (float *)dv + ko;
+    }
     for (int h = g * group; h < (g + 1) * group; h++) {
         const float *lr = lse + ((size_t)b * NH + h) * T;
         for (int t0 = (s0 / ATT_BQ) * ATT_BQ; t0 < T; t0 += ATT_BQ) {
             const int nq = T - t0 < ATT_BQ ? T - t0 : ATT_BQ;
             const size_t qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
+            const float *qb, *dob; // the block's q and dout (row stride qst)
+            if (ws) {
+                float *w = ws + 4 * bk;
+                widen_rows(w, (const uint16_t *)q + qo, qs, nq, HS);
+                widen_rows(w + ATT_BQ * HS, (const uint16_t *)dout + qo, qs, nq, HS);
+                qb = w, dob = w + ATT_BQ * HS;
+            } else {
+                qb = (const float *)q + qo, dob = (const float *)dout + qo;
+            }
             for (int i = 0; i < nq; i++) {
                 L[i] = lr[t0 + i];
-                D[i] = dq[qo + (size_t)i * qs]; // D parked in dq[row][0]
+                D[i] = Dp[(((size_t)b * T + t0 + i) * NH + h) * ds];
             }
             // S = q·kᵀ, dP = dout·vᵀ for the keys ≤ the block's last query; the columns
             // past them are all masked (set below), so they are not computed
             const int nc = t0 + nq - s0 < nkv ? (t0 + nq - s0 + 7) / 8 * 8 : nkv;
-            mm_tile(wide, st, ATT_BK, q + qo, qs, 1, kt, ATT_BK, nq, nc, HS, 0, NULL);
-            mm_tile(wide, dpt, ATT_BK, dout + qo, qs, 1, vt, ATT_BK, nq, nc, HS, 0, NULL);
+            mm_tile(wide, st, ATT_BK, qb, qst, 1, kt, ATT_BK, nq, nc, HS, 0, NULL);
+            mm_tile(wide, dpt, ATT_BK, dob, qst, 1, vt, ATT_BK, nq, nc, HS, 0, NULL);
             grad_rows(wide, st, dpt, nq, nc, L, D, scale);
             if (s0 + nk - 1 > t0) { // the tile reaches past the diagonal
                 mask_tile_rows(st, t0, nq, s0, nk);
@@ -596,44 +671,66 @@ static void dkdv_task(float *dk, float *dv, const float *dq, const float *dout, 
             }
             int first = h == g * group && t0 == (s0 / ATT_BQ) * ATT_BQ; // first product: "="
             // dv (nk, HS) (+)= Pᵀ (nk, nq) · dout, dk (+)= dSᵀ · q: the tiles read transposed
-            mm_tile(wide, dv + ko, (int)ks, st, 1, ATT_BK, dout + qo, (int)qs, nk, HS, nq, !first, NULL);
-            mm_tile(wide, dk + ko, (int)ks, dpt, 1, ATT_BK, q + qo, (int)qs, nk, HS, nq, !first, NULL);
+            mm_tile(wide, dvb, (int)kst, st, 1, ATT_BK, dob, (int)qst, nk, HS, nq, !first, NULL);
+            mm_tile(wide, dkb, (int)kst, dpt, 1, ATT_BK, qb, (int)qst, nk, HS, nq, !first, NULL);
         }
     }
-    if (round) { round_rows(dk + ko, ks, nk, HS); round_rows(dv + ko, ks, nk, HS); }
+    if (round) { round_rows(dkb, kst, nk, HS); round_rows(dvb, kst, nk, HS); }
+    if (ws) {
+        narrow_rows((uint16_t *)dk + ko, ks, dkb, nk, HS);
+        narrow_rows((uint16_t *)dv + ko, ks, dvb, nk, HS);
+    }
 }
 
-// dq rows [t0, t0+nq) of head h; reads the rows' parked D first, then overwrites them.
+// dq rows [t0, t0+nq) of head h; reads the rows' D first (Dp, ds: dkdv_task's), then (FP32,
+// ws NULL) overwrites the rows it was parked in. ws: BF16 halves and the thread's buffers, its
+// kv head's keys and values widened there as far as the block reads (kv_widen), the block's
+// q and dout widened, its dq formed there and narrowed.
 TT_CLONES
-static void dq_task(float *dq, const float *dout, const float *q, const float *k, const float *v,
-                    const float *lse, int b, int h, int qb, int T, int NH, int NKV, int HS, int round) {
+static void dq_task(void *dq, const float *Dp, size_t ds, const void *dout, const void *q, const void *k,
+                    const void *v, const float *lse, int b, int h, int qb, int T, int NH, int NKV, int HS, int round,
+                    float *ws, att16_kv_t *kv) {
     const int group = NH / NKV, t0 = qb * ATT_BQ, nq = T - t0 < ATT_BQ ? T - t0 : ATT_BQ;
     const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
-    const size_t qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
+    const size_t qo = ((size_t)b * T + t0) * qs + (size_t)h * HS, kbo = (size_t)b * T * ks + (size_t)(h / group) * HS;
     const float scale = 1.0f / sqrtf((float)HS);
-    const float *kb = k + (size_t)b * T * ks + (size_t)(h / group) * HS;
-    const float *vb = v + (size_t)b * T * ks + (size_t)(h / group) * HS;
     const float *lr = lse + ((size_t)b * NH + h) * T + t0;
     float qt[ATT_HS_MAX * ATT_BQ], dot_t[ATT_HS_MAX * ATT_BQ]; // (HS, BQ)
     float st[ATT_BK * ATT_BQ], dpt[ATT_BK * ATT_BQ];          // (BK, BQ)
     float L[ATT_BQ], D[ATT_BQ];
     for (int i = 0; i < ATT_BQ; i++) {
         L[i] = i < nq ? lr[i] : 0.0f;
-        D[i] = i < nq ? dq[qo + (size_t)i * qs] : 0.0f;
+        D[i] = i < nq ? Dp[(((size_t)b * T + t0 + i) * NH + h) * ds] : 0.0f;
     }
+    // the kv head's rows (row stride kst), the block's dq (qst)
+    const float *kb, *vb;
+    float *dqb;
+    size_t kst = ks, qst = qs;
     const int wide = tt_wide();
-    load_t(qt, ATT_BQ, q + qo, qs, nq, HS);
-    load_t(dot_t, ATT_BQ, dout + qo, qs, nq, HS);
+    if (ws) {
+        kv_widen(ws, kv, k, v, b, h / group, t0 + nq, T, NKV, HS);
+        float *w = att16_blk(ws, T, HS);
+        widen_rows(w, (const uint16_t *)q + qo, qs, nq, HS);
+        widen_rows(w + ATT_BQ * HS, (const uint16_t *)dout + qo, qs, nq, HS);
+        load_t(qt, ATT_BQ, w, HS, nq, HS);
+        load_t(dot_t, ATT_BQ, w + ATT_BQ * HS, HS, nq, HS);
+        kb = ws, vb = ws + (size_t)T * HS, dqb = w + 2 * ATT_BQ * HS, kst = qst = (size_t)HS;
+    } else {
+        load_t(qt, ATT_BQ, (const float *)q + qo, qs, nq, HS);
+        load_t(dot_t, ATT_BQ, (const float *)dout + qo, qs, nq, HS);
+        kb = (const float *)k + kbo, vb = (const float *)v + kbo, dqb = (float *)dq + qo;
+    }
     for (int s0 = 0; s0 < t0 + nq; s0 += ATT_BK) {
         const int nk = t0 + nq - s0 < ATT_BK ? t0 + nq - s0 : ATT_BK;
-        mm_tile(wide, st, ATT_BQ, kb + (size_t)s0 * ks, ks, 1, qt, ATT_BQ, nk, ATT_BQ, HS, 0, NULL);
-        mm_tile(wide, dpt, ATT_BQ, vb + (size_t)s0 * ks, ks, 1, dot_t, ATT_BQ, nk, ATT_BQ, HS, 0, NULL);
+        mm_tile(wide, st, ATT_BQ, kb + (size_t)s0 * kst, kst, 1, qt, ATT_BQ, nk, ATT_BQ, HS, 0, NULL);
+        mm_tile(wide, dpt, ATT_BQ, vb + (size_t)s0 * kst, kst, 1, dot_t, ATT_BQ, nk, ATT_BQ, HS, 0, NULL);
         grad_cols(wide, st, dpt, nk, L, D, scale);
         mask_tile(dpt, s0, nk, t0, 0.0f);
         // dq (nq, HS) (+)= dS (nq, nk) · k: dS read transposed from the (nk, BQ) tile
-        mm_tile(wide, dq + qo, (int)qs, dpt, 1, ATT_BQ, kb + (size_t)s0 * ks, (int)ks, nq, HS, nk, s0 > 0, NULL);
+        mm_tile(wide, dqb, (int)qst, dpt, 1, ATT_BQ, kb + (size_t)s0 * kst, (int)kst, nq, HS, nk, s0 > 0, NULL);
     }
-    if (round) round_rows(dq + qo, qs, nq, HS);
+    if (round) round_rows(dqb, qst, nq, HS);
+    if (ws) narrow_rows((uint16_t *)dq + qo, qs, dqb, nq, HS);
 }
 
 // dq, dk and dv of kv head g of batch b, every tile's P and dS formed once (the split passes
@@ -682,7 +779,7 @@ static void bwd_task(void *dq, void *dk, void *dv, const void *dout, const void 
             float *dqb;
             size_t qst = qs;
             if (ws) {
-                float *w = ws + 4 * th;
+                float *w = att16_blk(ws, T, HS);
                 widen_rows(w, (const uint16_t *)q + qo, qs, nq, HS);
                 widen_rows(w + ATT_BQ * HS, (const uint16_t *)dout + qo, qs, nq, HS);
                 widen_rows(w + 2 * ATT_BQ * HS, (const uint16_t *)out + qo, qs, nq, HS);
@@ -738,11 +835,11 @@ static void bwd_task(void *dq, void *dk, void *dv, const void *dout, const void 
     }
 }
 
-// D = dout·out of eight consecutive rows (rows of HS), parked in dq[row][0]: lane u is row
-// u's sum, taken in d order as dot_seq does; the rows are read in 8×8 blocks turned so that
-// one vector holds element d of all eight.
+// D = dout·out of eight consecutive rows (rows of HS), at D[u·ds] for row u (parked in
+// dq[row][0]: ds = HS): lane u is row u's sum, taken in d order as dot_seq does; the rows are
+// read in 8×8 blocks turned so that one vector holds element d of all eight.
 TT_CLONES
-static void d_rows(float *dq, const float *dout, const float *out, int HS) {
+static void d_rows(float *D, size_t ds, const float *dout, const float *out, int HS) {
     float a[64], b[64];
     v8f sum = splat8(0.0f);
     int d = 0;
@@ -755,7 +852,7 @@ static void d_rows(float *dq, const float *dout, const float *out, int HS) {
         for (int u = 0; u < 8; u++) { a[u] = dout[(size_t)u * HS + d]; b[u] = out[(size_t)u * HS + d]; }
         sum += ld8(a) * ld8(b);
     }
-    for (int u = 0; u < 8; u++) dq[(size_t)u * HS] = sum[u];
+    for (int u = 0; u < 8; u++) D[(size_t)u * ds] = sum[u];
 }
 
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
@@ -786,7 +883,7 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
         #pragma omp parallel for schedule(static)
         for (long r0 = 0; r0 < nr; r0 += 8) {
             if (nr - r0 >= 8) {
-                d_rows(dq + (size_t)r0 * HS, dout + (size_t)r0 * HS, out + (size_t)r0 * HS, HS);
+                d_rows(dq + (size_t)r0 * HS, (size_t)HS, dout + (size_t)r0 * HS, out + (size_t)r0 * HS, HS);
                 continue;
             }
             for (long r = r0; r < nr; r++) dq[(size_t)r * HS] = dot_seq(dout + (size_t)r * HS, out + (size_t)r * HS, HS);
@@ -817,14 +914,14 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
     for (int b = 0; b < B; b++)
         for (int g = 0; g < NKV; g++)
             for (int kbi = 0; kbi < nkb; kbi++)
-                dkdv_task(dk, dv, dq, dout, q, k, v, lse, b, g, kbi, T, NH, NKV, HS, round);
+                dkdv_task(dk, dv, dq, (size_t)HS, dout, q, k, v, lse, b, g, kbi, T, NH, NKV, HS, round, NULL);
 
     // ---- pass 3: dq per query block of one head (late query blocks have the most work)
     #pragma omp parallel for collapse(3) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int qb = nqb - 1; qb >= 0; qb--)
-                dq_task(dq, dout, q, k, v, lse, b, h, qb, T, NH, NKV, HS, round);
+                dq_task(dq, dq, (size_t)HS, dout, q, k, v, lse, b, h, qb, T, NH, NKV, HS, round, NULL, NULL);
 }
 
 // ---------------------------------------------------------------- BF16 activations
@@ -833,63 +930,24 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
 // FP32 outputs rounded then narrowed; the tasks decline nothing, halves being BF16 values),
 // else the FMA tasks above on FP32 words widened from the halves into each thread's buffers,
 // their outputs formed there, rounded and narrowed: attention_forward's and
-// attention_backward's bits either way. The backward always takes the one pass (a task per kv
-// head, as on the tiles): the split passes park D in dq, which halves cannot hold.
+// attention_backward's bits either way (the backward's one pass or split passes chosen as
+// there; the split passes keep D in an array of their own, which dq's halves cannot hold).
 
 int attention_act16(int NH, int NKV, int HS) { return HS > 0 && HS <= ATT_HS_MAX && NKV > 0 && NH % NKV == 0; }
 
-// A forward thread's keys and values of one kv head, widened in its buffers between its tasks:
-// batch b, kv head g, rows [0, rows) (a thread's tasks mostly follow one head's query blocks,
-// last first, so each kv head's rows are widened about once a thread).
-typedef struct {
-    int b, g, rows;
-} att16_kv_t;
-
-// The floats a thread's buffers take: k, v, dk and dv of one kv head (T rows of HS; the forward
-// uses the first two), then a query block's q, dout, out and dq (or the forward's q and out).
-static size_t att16_per(int T, int HS) { return ((size_t)4 * T * HS + (size_t)4 * ATT_BQ * HS + 15) / 16 * 16; }
-
-// The threads' buffers, grown as needed and held from att16_hold to att16_done (NULL: no
-// memory; nothing held).
-static pthread_mutex_t a16_lock = PTHREAD_MUTEX_INITIALIZER;
-static float *a16_buf;
-static size_t a16_cap; // floats
-
-static float *att16_hold(size_t floats) {
-    pthread_mutex_lock(&a16_lock);
-    if (floats > a16_cap) {
-        free(a16_buf);
-        a16_cap = 0;
-        a16_buf = aligned_alloc(64, floats * sizeof(float));
-        if (!a16_buf) {
-            pthread_mutex_unlock(&a16_lock);
-            return NULL;
-        }
-        a16_cap = floats;
-    }
-    return a16_buf;
-}
-static void att16_done(void) { pthread_mutex_unlock(&a16_lock); }
-
-// Query block qb of head h, batch b, from the halves: the thread's kv head's rows (kv says
-// which are already there) widened as far as the block reads, its queries widened, its out
-// formed in the buffers and narrowed.
+// Query block qb of head h, batch b, from the halves: the thread's kv head's rows widened as
+// far as the block reads (kv_widen), its queries widened, its out formed in the buffers and
+// narrowed.
 TT_CLONES
 static void fwd_task16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v, int b,
                        int h, int qb, int T, int NH, int NKV, int HS, float *ws, att16_kv_t *kv) {
-    const int group = NH / NKV, g = h / group, t0 = qb * ATT_BQ, nq = T - t0 < ATT_BQ ? T - t0 : ATT_BQ;
-    const size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS, qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
-    const size_t kbo = (size_t)b * T * ks + (size_t)g * HS, th = (size_t)T * HS;
-    float *wk = ws, *wv = ws + th, *wq = ws + 4 * th, *wo = wq + ATT_BQ * HS;
-    if (kv->b != b || kv->g != g) *kv = (att16_kv_t){.b = b, .g = g, .rows = 0};
-    if (kv->rows < t0 + nq) {
-        const size_t r = (size_t)kv->rows;
-        widen_rows(wk + r * HS, k + kbo + r * ks, ks, t0 + nq - kv->rows, HS);
-        widen_rows(wv + r * HS, v + kbo + r * ks, ks, t0 + nq - kv->rows, HS);
-        kv->rows = t0 + nq;
-    }
+    const int t0 = qb * ATT_BQ, nq = T - t0 < ATT_BQ ? T - t0 : ATT_BQ;
+    const size_t qs = (size_t)NH * HS, qo = ((size_t)b * T + t0) * qs + (size_t)h * HS;
+    float *wq = att16_blk(ws, T, HS), *wo = wq + ATT_BQ * HS;
+    kv_widen(ws, kv, k, v, b, h / (NH / NKV), t0 + nq, T, NKV, HS);
     widen_rows(wq, q + qo, qs, nq, HS);
-    fwd_block(wo, (size_t)HS, lse + ((size_t)b * NH + h) * T + t0, wq, (size_t)HS, wk, wv, (size_t)HS, t0, nq, HS, 1);
+    fwd_block(wo, (size_t)HS, lse + ((size_t)b * NH + h) * T + t0, wq, (size_t)HS, ws, ws + (size_t)T * HS, (size_t)HS,
+              t0, nq, HS, 1);
     narrow_rows(out + qo, qs, wo, nq, HS);
 }
 
@@ -938,14 +996,51 @@ int attention_backward16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_
         att_amx_done(x);
         return 0;
     }
-    const size_t per = att16_per(T, HS);
-    float *ws = att16_hold((size_t)omp_get_max_threads() * per);
-    if (!ws) return 1;
-    // kv heads outermost, as attention_backward's one pass
-    #pragma omp parallel for collapse(2) schedule(dynamic, 1)
-    for (int g = 0; g < NKV; g++)
-        for (int b = 0; b < B; b++)
-            bwd_task(dq, dk, dv, dout, q, k, v, out, lse, b, g, T, NH, NKV, HS, 1, ws + (size_t)omp_get_thread_num() * per);
+    // the one pass when there are enough kv heads to share out evenly, as attention_backward's
+    const int threads = omp_get_max_threads(), fused = (long)B * NKV >= (long)ATT_FUSED_TASKS * threads;
+    const size_t per = att16_per(T, HS), nd = fused ? 0 : att16_d(B, T, NH);
+    float *buf = att16_hold(nd + (size_t)threads * per);
+    if (!buf) return 1;
+    float *D = buf, *ws = buf + nd;
+    if (fused) {
+        // kv heads outermost, as attention_backward's one pass
+        #pragma omp parallel for collapse(2) schedule(dynamic, 1)
+        for (int g = 0; g < NKV; g++)
+            for (int b = 0; b < B; b++)
+                bwd_task(dq, dk, dv, dout, q, k, v, out, lse, b, g, T, NH, NKV, HS, 1, ws + (size_t)omp_get_thread_num() * per);
+        att16_done();
+        return 0;
+    }
+    // pass 1: D of every query row (its own array: dq's halves cannot hold it), eight rows at a
+    // time from their widened words as d_rows forms them, the last few one by one
+    const long nr = (long)B * T * NH;
+    #pragma omp parallel for schedule(static)
+    for (long r0 = 0; r0 < nr; r0 += 8) {
+        float *w = ws + (size_t)omp_get_thread_num() * per;
+        const int n = nr - r0 < 8 ? (int)(nr - r0) : 8;
+        widen_rows(w, dout + (size_t)r0 * HS, (size_t)HS, n, HS);
+        widen_rows(w + 8 * (size_t)HS, out + (size_t)r0 * HS, (size_t)HS, n, HS);
+        if (n == 8) d_rows(D + r0, 1, w, w + 8 * (size_t)HS, HS);
+        else
+            for (int r = 0; r < n; r++) D[r0 + r] = dot_seq(w + (size_t)r * HS, w + (size_t)(8 + r) * HS, HS);
+    }
+    // passes 2 and 3 as attention_backward's
+    const int nqb = (T + ATT_BQ - 1) / ATT_BQ, nkb = (T + ATT_BK - 1) / ATT_BK;
+    #pragma omp parallel for collapse(3) schedule(dynamic, 1)
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < NKV; g++)
+            for (int kbi = 0; kbi < nkb; kbi++)
+                dkdv_task(dk, dv, D, 1, dout, q, k, v, lse, b, g, kbi, T, NH, NKV, HS, 1,
+                          ws + (size_t)omp_get_thread_num() * per);
+    att16_kv_t kv[threads];
+    for (int i = 0; i < threads; i++) kv[i] = (att16_kv_t){.b = -1};
+    #pragma omp parallel for collapse(3) schedule(dynamic, 1)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int qb = nqb - 1; qb >= 0; qb--) {
+                const int t = omp_get_thread_num();
+                dq_task(dq, D, 1, dout, q, k, v, lse, b, h, qb, T, NH, NKV, HS, 1, ws + (size_t)t * per, &kv[t]);
+            }
     att16_done();
     return 0;
 }
