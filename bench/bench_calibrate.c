@@ -297,7 +297,7 @@ static int ops_measure(backend_t *be, float *h_stage, size_t stage, int reps, do
         } else if (op->attention_forward16(o16, lse, q16, k16, v16, sh.B, sh.T, sh.NH, sh.NKV, sh.HS) ||
                    op->attention_backward16(dq16, dk16, dv16, d16, q16, k16, v16, o16, lse, sh.B, sh.T, sh.NH, sh.NKV,
                                             sh.HS)) {
-            snprintf(err, errlen, "calibrate ops: attention on BF16 halves was declined (no memory for its packed keys?)");
+            snprintf(err, errlen, "calibrate ops: attention on BF16 halves was declined (no memory for its packed keys or widened rows?)");
             return -ENOMEM;
         }
         backend_sync(be);

@@ -41,11 +41,12 @@ static void declined(step_t *st, int rc) {
     if (rc) fault(st, "step: a product on BF16 activations was declined (a bug: act16 said the backend takes them)");
 }
 // Attention on BF16 halves declines where att16 rules it out, where the CPU's packed keys and
-// values found no memory, or on a GPU whose shared memory does not hold the kernels' tiles.
+// values or its threads' widened rows found no memory, or on a GPU whose shared memory does
+// not hold the kernels' tiles.
 static void attention_declined(step_t *st, int rc) {
     if (rc)
         fault(st, "step: attention on BF16 activations was declined: no memory for its packed keys and values "
-                  "(CPU), or too little shared memory for its tiles (GPU)");
+                  "or its threads' widened rows (CPU), or too little shared memory for its tiles (GPU)");
 }
 static float *grad_of(float *g, const step_t *st, int shard, int t) {
     return g + st->m->shards[shard].tensors[t].offset;
