@@ -402,44 +402,60 @@ INLINE void narrow_rows(uint16_t *restrict dst, size_t ds, const float *restrict
     for (int i = 0; i < n; i++) tt_narrow_n(dst + (size_t)i * ds, src + (size_t)i * HS, (size_t)HS);
 }
 
-// The threads' buffers of the BF16 ops (attention_forward16, attention_backward16): per
-// thread att16_per floats — k, v, dk and dv of one kv head (max(T, BK) rows of HS; the
-// forward and the dq task use the first two, the dk/dv task a key block's four), then a query
-// block's q, dout, out and dq — after the backward's D (att16_d floats; the split passes'
-// D of every query row, which the halves of dq cannot hold). Grown as needed, held from
-// att16_hold to att16_done (NULL: no memory; nothing held).
-static size_t att16_per(int T, int HS) {
-    const size_t rows = (size_t)(T > ATT_BK ? T : ATT_BK);
-    return (4 * rows * (size_t)HS + (size_t)4 * ATT_BQ * HS + 15) / 16 * 16;
-}
-static size_t att16_d(int B, int T, int NH) { return ((size_t)B * T * NH + 15) / 16 * 16; }
-static pthread_mutex_t a16_lock = PTHREAD_MUTEX_INITIALIZER;
-static float *a16_buf;
-static size_t a16_cap; // floats
-
-static float *att16_hold(size_t floats) {
-    pthread_mutex_lock(&a16_lock);
-    if (floats > a16_cap) {
-        free(a16_buf);
-        a16_cap = 0;
-        a16_buf = aligned_alloc(64, floats * sizeof(float));
-        if (!a16_buf) {
-            pthread_mutex_unlock(&a16_lock);
-            return NULL;
-        }
-        a16_cap = floats;
-    }
-    return a16_buf;
-}
-static void att16_done(void) { pthread_mutex_unlock(&a16_lock); }
-
 // A thread's keys and values of one kv head, widened in its buffers (k at ws, v T rows on)
 // between its tasks: batch b, kv head g, rows [0, rows) (a thread's forward and dq tasks
 // mostly follow one head's query blocks, last first, so each kv head's rows are widened about
-// once a thread). kv_widen makes rows [0, n) of (b, g) be there.
+// once a thread). A cache line each, so that the threads' do not share one.
 typedef struct {
     int b, g, rows;
+    char pad[64 - 3 * sizeof(int)];
 } att16_kv_t;
+_Static_assert(sizeof(att16_kv_t) == 64, "a kv cache a cache line");
+
+// The BF16 ops' buffers (attention_forward16, attention_backward16), one allocation grown as
+// needed and held from att16_hold to att16_done: each thread's kv cache (emptied by the hold:
+// the rows are the op's), the backward's D (nd floats: the split passes' D of every query row,
+// which the halves of dq cannot hold), and per thread `per` floats — k, v, dk and dv of one kv
+// head (max(T, BK) rows of HS; the forward and the dq task use the first two, the dk/dv task
+// a key block's four), then a query block's q, dout, out and dq (att16_blk).
+typedef struct {
+    att16_kv_t *kv;
+    float *d, *ws;
+    size_t per;
+} att16_t;
+static pthread_mutex_t a16_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *a16_buf;
+static size_t a16_cap; // bytes
+
+// 1: no memory (nothing held).
+static int att16_hold(att16_t *a, int T, int HS, size_t nd) {
+    const size_t threads = (size_t)omp_get_max_threads(), rows = (size_t)(T > ATT_BK ? T : ATT_BK);
+    a->per = (4 * rows * (size_t)HS + (size_t)4 * ATT_BQ * HS + 15) / 16 * 16;
+    nd = (nd + 15) / 16 * 16;
+    const size_t need = threads * sizeof(att16_kv_t) + (nd + threads * a->per) * sizeof(float);
+    pthread_mutex_lock(&a16_lock);
+    if (need > a16_cap) {
+        free(a16_buf);
+        a16_cap = 0;
+        a16_buf = aligned_alloc(64, need);
+        if (!a16_buf) {
+            pthread_mutex_unlock(&a16_lock);
+            return 1;
+        }
+        a16_cap = need;
+    }
+    a->kv = a16_buf;
+    a->d = (float *)(a->kv + threads);
+    a->ws = a->d + nd;
+    for (size_t t = 0; t < threads; t++) a->kv[t] = (att16_kv_t){.b = -1};
+    return 0;
+}
+static void att16_done(void) { pthread_mutex_unlock(&a16_lock); }
+// The calling thread's buffers and kv cache (inside the op's parallel regions).
+static inline float *att16_ws(const att16_t *a) { return a->ws + (size_t)omp_get_thread_num() * a->per; }
+static inline att16_kv_t *att16_kv(const att16_t *a) { return a->kv + omp_get_thread_num(); }
+
+// Rows [0, n) of kv head g, batch b, widened into the thread's buffers unless kv says they are.
 INLINE void kv_widen(float *ws, att16_kv_t *kv, const uint16_t *k, const uint16_t *v, int b, int g, int n, int T,
                      int NKV, int HS) {
     const size_t ks = (size_t)NKV * HS, kbo = (size_t)b * T * ks + (size_t)g * HS;
@@ -744,7 +760,7 @@ static void dq_task(void *dq, const float *Dp, size_t ds, const void *dout, cons
 // key block past the block's last query, which dkdv_task's mask leaves zero and adds (+0),
 // are left out (the diagonal tiles' dk and dv products, half of them zero rows before).
 // ws NULL: the operands and outputs are FP32 words, read and written where they lie. Else
-// they are BF16 halves (attention_backward16) and ws the thread's buffers (att16_per's floats):
+// they are BF16 halves (attention_backward16) and ws the thread's buffers (att16_t's):
 // the kv head's k and v are widened there once, each query block's q, dout and out as the block
 // starts, and dk, dv and the block's dq are formed there and narrowed once complete and rounded.
 // The same words in the same products: the same bits.
@@ -855,6 +871,16 @@ static void d_rows(float *D, size_t ds, const float *dout, const float *out, int
     for (int u = 0; u < 8; u++) D[(size_t)u * ds] = sum[u];
 }
 
+// D of n ≤ 8 consecutive rows (rows of HS from dout and out) at D[u·ds]: d_rows for eight,
+// dot_seq row by row for fewer (the same sums).
+static void d_block(float *D, size_t ds, const float *dout, const float *out, int n, int HS) {
+    if (n == 8) {
+        d_rows(D, ds, dout, out, HS);
+        return;
+    }
+    for (int u = 0; u < n; u++) D[(size_t)u * ds] = dot_seq(dout + (size_t)u * HS, out + (size_t)u * HS, HS);
+}
+
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                         const float *k, const float *v, const float *out, const float *lse,
                         int B, int T, int NH, int NKV, int HS, int round) {
@@ -881,13 +907,9 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
     const long nr = fused ? 0 : (long)B * T * NH;
     if (nr > 0) {
         #pragma omp parallel for schedule(static)
-        for (long r0 = 0; r0 < nr; r0 += 8) {
-            if (nr - r0 >= 8) {
-                d_rows(dq + (size_t)r0 * HS, (size_t)HS, dout + (size_t)r0 * HS, out + (size_t)r0 * HS, HS);
-                continue;
-            }
-            for (long r = r0; r < nr; r++) dq[(size_t)r * HS] = dot_seq(dout + (size_t)r * HS, out + (size_t)r * HS, HS);
-        }
+        for (long r0 = 0; r0 < nr; r0 += 8)
+            d_block(dq + (size_t)r0 * HS, (size_t)HS, dout + (size_t)r0 * HS, out + (size_t)r0 * HS,
+                    nr - r0 < 8 ? (int)(nr - r0) : 8, HS);
     }
 
     if (HS > ATT_HS_MAX) {
@@ -966,19 +988,13 @@ int attention_forward16(uint16_t *out, float *lse, const uint16_t *q, const uint
         att_amx_done(x);
         return 0;
     }
-    const int threads = omp_get_max_threads();
-    const size_t per = att16_per(T, HS);
-    float *ws = att16_hold((size_t)threads * per);
-    if (!ws) return 1;
-    att16_kv_t kv[threads];
-    for (int i = 0; i < threads; i++) kv[i] = (att16_kv_t){.b = -1};
+    att16_t a;
+    if (att16_hold(&a, T, HS, 0)) return 1;
     #pragma omp parallel for collapse(3) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
-            for (int qb = nqb - 1; qb >= 0; qb--) {
-                const int t = omp_get_thread_num();
-                fwd_task16(out, lse, q, k, v, b, h, qb, T, NH, NKV, HS, ws + (size_t)t * per, &kv[t]);
-            }
+            for (int qb = nqb - 1; qb >= 0; qb--)
+                fwd_task16(out, lse, q, k, v, b, h, qb, T, NH, NKV, HS, att16_ws(&a), att16_kv(&a));
     att16_done();
     return 0;
 }
@@ -997,32 +1013,27 @@ int attention_backward16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_
         return 0;
     }
     // the one pass when there are enough kv heads to share out evenly, as attention_backward's
-    const int threads = omp_get_max_threads(), fused = (long)B * NKV >= (long)ATT_FUSED_TASKS * threads;
-    const size_t per = att16_per(T, HS), nd = fused ? 0 : att16_d(B, T, NH);
-    float *buf = att16_hold(nd + (size_t)threads * per);
-    if (!buf) return 1;
-    float *D = buf, *ws = buf + nd;
+    const int fused = (long)B * NKV >= (long)ATT_FUSED_TASKS * omp_get_max_threads();
+    att16_t a;
+    if (att16_hold(&a, T, HS, fused ? 0 : (size_t)B * T * NH)) return 1;
     if (fused) {
         // kv heads outermost, as attention_backward's one pass
         #pragma omp parallel for collapse(2) schedule(dynamic, 1)
         for (int g = 0; g < NKV; g++)
-            for (int b = 0; b < B; b++)
-                bwd_task(dq, dk, dv, dout, q, k, v, out, lse, b, g, T, NH, NKV, HS, 1, ws + (size_t)omp_get_thread_num() * per);
+            for (int b = 0; b < B; b++) bwd_task(dq, dk, dv, dout, q, k, v, out, lse, b, g, T, NH, NKV, HS, 1, att16_ws(&a));
         att16_done();
         return 0;
     }
-    // pass 1: D of every query row (its own array: dq's halves cannot hold it), eight rows at a
-    // time from their widened words as d_rows forms them, the last few one by one
+    // pass 1: D of every query row (its own array: dq's halves cannot hold it), from the rows'
+    // widened words, eight rows at a time as attention_backward's pass 1
     const long nr = (long)B * T * NH;
     #pragma omp parallel for schedule(static)
     for (long r0 = 0; r0 < nr; r0 += 8) {
-        float *w = ws + (size_t)omp_get_thread_num() * per;
+        float *w = att16_ws(&a);
         const int n = nr - r0 < 8 ? (int)(nr - r0) : 8;
         widen_rows(w, dout + (size_t)r0 * HS, (size_t)HS, n, HS);
         widen_rows(w + 8 * (size_t)HS, out + (size_t)r0 * HS, (size_t)HS, n, HS);
-        if (n == 8) d_rows(D + r0, 1, w, w + 8 * (size_t)HS, HS);
-        else
-            for (int r = 0; r < n; r++) D[r0 + r] = dot_seq(w + (size_t)r * HS, w + (size_t)(8 + r) * HS, HS);
+        d_block(a.d + r0, 1, w, w + 8 * (size_t)HS, n, HS);
     }
     // passes 2 and 3 as attention_backward's
     const int nqb = (T + ATT_BQ - 1) / ATT_BQ, nkb = (T + ATT_BK - 1) / ATT_BK;
@@ -1030,17 +1041,12 @@ int attention_backward16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_
     for (int b = 0; b < B; b++)
         for (int g = 0; g < NKV; g++)
             for (int kbi = 0; kbi < nkb; kbi++)
-                dkdv_task(dk, dv, D, 1, dout, q, k, v, lse, b, g, kbi, T, NH, NKV, HS, 1,
-                          ws + (size_t)omp_get_thread_num() * per);
-    att16_kv_t kv[threads];
-    for (int i = 0; i < threads; i++) kv[i] = (att16_kv_t){.b = -1};
+                dkdv_task(dk, dv, a.d, 1, dout, q, k, v, lse, b, g, kbi, T, NH, NKV, HS, 1, att16_ws(&a));
     #pragma omp parallel for collapse(3) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
-            for (int qb = nqb - 1; qb >= 0; qb--) {
-                const int t = omp_get_thread_num();
-                dq_task(dq, D, 1, dout, q, k, v, lse, b, h, qb, T, NH, NKV, HS, 1, ws + (size_t)t * per, &kv[t]);
-            }
+            for (int qb = nqb - 1; qb >= 0; qb--)
+                dq_task(dq, a.d, 1, dout, q, k, v, lse, b, h, qb, T, NH, NKV, HS, 1, att16_ws(&a), att16_kv(&a));
     att16_done();
     return 0;
 }
