@@ -160,6 +160,18 @@ int attention_backward16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_
 // on any CPU).
 void rope_forward16(uint16_t *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
 void rope_backward16(uint16_t *dx, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);
+// The residual x2 = x + att·Woᵀ as BF16 halves too (with the attention half's: its values are
+// rounded, and with q, k, v and att as halves nothing holds FP32 words in its buffer), read by
+// the three ops below in place of add_inplace, rmsnorm_forward16 and rmsnorm_backward, with
+// their bits. residual_rmsnorm_forward16: x2 (N, C) holds the projection's rounded halves and
+// becomes x2 + x, rounded (add_inplace's with round), then out and rstd are rmsnorm_forward16's
+// of it: the MLP's norm in the same pass. add_inplace16: add_inplace's, y as halves (the MLP's
+// residual add). rmsnorm_backward16: rmsnorm_backward's, x as halves (the MLP's norm).
+void residual_rmsnorm_forward16(uint16_t *x2, uint16_t *out, float *rstd, const float *x, const float *w, int N, int C,
+                                float eps);
+void add_inplace16(float *x, const uint16_t *y, size_t n, int round);
+void rmsnorm_backward16(float *dx, float *dw, const float *dout, const uint16_t *x, const float *w, const float *rstd,
+                        int N, int C, int round);
 
 // ---------------------------------------------------------------- RMSNorm
 // out (N, C) = x / sqrt(mean(x²) + eps) * w (C);  rstd (N) = 1 / sqrt(mean(x²) + eps)

@@ -101,6 +101,12 @@ typedef struct {
     int (*attention_backward16)(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q,
                                 const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse, int B,
                                 int T, int NH, int NKV, int HS);
+    // and the residual x2 (kernels.h residual_rmsnorm_forward16): with the attention half's
+    void (*residual_rmsnorm_forward16)(uint16_t *x2, uint16_t *out, float *rstd, const float *x, const float *w, int N,
+                                       int C, float eps);
+    void (*add_inplace16)(float *x, const uint16_t *y, size_t n, int round);
+    void (*rmsnorm_backward16)(float *dx, float *dw, const float *dout, const uint16_t *x, const float *w,
+                               const float *rstd, int N, int C, int round);
 } backend_ops_t;
 
 struct backend;

@@ -55,6 +55,9 @@ static const backend_ops_t cpu_ops = {
     .rope_backward16 = rope_backward16,
     .attention_forward16 = attention_forward16,
     .attention_backward16 = attention_backward16,
+    .residual_rmsnorm_forward16 = residual_rmsnorm_forward16, // and the residual x2
+    .add_inplace16 = add_inplace16,
+    .rmsnorm_backward16 = rmsnorm_backward16,
 };
 
 int backend_resolve(const config_t *cfg, device_kind_t *kind, uint64_t *hbm_default, char *err, size_t errlen) {

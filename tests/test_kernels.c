@@ -1715,6 +1715,91 @@ START_TEST(test_rmsnorm16_bits) {
 }
 END_TEST
 
+// x2 as BF16 halves (kernels.h residual_rmsnorm_forward16, add_inplace16, rmsnorm_backward16)
+// against the FP32 ops they stand for, on the widened halves, bit for bit: add_inplace with
+// round then rmsnorm_forward16; add_inplace; rmsnorm_backward. Every vector path, 1 and 3
+// threads; rows ragged and not (C 8, 70, 256, 300, 1000: one 256-column piece, several, a tail
+// shorter than 8), and add lengths past one parallel chunk with a ragged end.
+START_TEST(test_residual16_bits) {
+    const int N = 37, Cs[5] = {8, 70, 256, 300, 1000};
+    rng_t rg = rng_make(640);
+    for (int k = 0; k < 5; k++) {
+        const int C = Cs[k];
+        const size_t NC = (size_t)N * C;
+        float *x = fnew(NC), *p = fnew(NC), *w = fnew((size_t)C), *t = fnew(NC), *ln = fnew(NC), *rs = fnew((size_t)N),
+              *rs16 = fnew((size_t)N), *dout = fnew(NC), *dx0 = fnew(NC), *dx = fnew(NC), *dx16 = fnew(NC),
+              *dw = fnew((size_t)C), *dw16 = fnew((size_t)C);
+        uint16_t *x2 = malloc(NC * 2), *o16 = malloc(NC * 2), *ln16 = malloc(NC * 2);
+        ck_assert(x2 && o16 && ln16);
+        fill_sym(x, NC, 3.0, &rg);
+        fill_sym(p, NC, 2.0, &rg);
+        bf16_round_n(p, NC); // the projection's rounded outputs
+        fill_sym(w, (size_t)C, 1.0, &rg);
+        fill_sym(dout, NC, 1.0, &rg);
+        fill_sym(dx0, NC, 1.0, &rg);
+        for (int lim = 2; lim >= 0; lim--) {
+            if (!simd_have(lim)) continue;
+            kernels_limit_simd(lim);
+            for (int th = 1; th <= 3; th += 2) {
+                char what[128];
+                set_threads(th);
+                memcpy(t, p, NC * sizeof *t); // the FP32 ops: x2 = p + x rounded, then its norm
+                add_inplace(t, x, NC, 1);
+                rmsnorm_forward16(ln16, rs, t, w, N, C, 1e-5f);
+                bf16_from_f32_n(x2, p, NC);
+                fill_nan(rs16, (size_t)N);
+                residual_rmsnorm_forward16(x2, o16, rs16, x, w, N, C, 1e-5f);
+                snprintf(what, sizeof what, "residual_rmsnorm_forward16 x2 (C %d, %s, %d threads)", C, simd_path(lim), th);
+                check_bits16(what, x2, t, NC);
+                bf16_to_f32_n(ln, ln16, NC);
+                snprintf(what, sizeof what, "residual_rmsnorm_forward16 out (C %d, %s, %d threads)", C, simd_path(lim), th);
+                check_bits16(what, o16, ln, NC);
+                CHECK_BITS(what, rs16, rs, (size_t)N);
+
+                for (int rnd = 0; rnd <= 1; rnd++) { // the MLP's add: the block's output += x2
+                    memcpy(dx, dx0, NC * sizeof *dx);
+                    memcpy(dx16, dx0, NC * sizeof *dx);
+                    add_inplace(dx, t, NC, rnd);
+                    add_inplace16(dx16, x2, NC, rnd);
+                    snprintf(what, sizeof what, "add_inplace16 (C %d, round %d, %s, %d threads)", C, rnd, simd_path(lim), th);
+                    CHECK_BITS(what, dx16, dx, NC);
+                }
+                for (int rnd = 0; rnd <= 1; rnd++) { // the MLP's norm backward: dx and dw accumulate
+                    memcpy(dx, dx0, NC * sizeof *dx);
+                    memcpy(dx16, dx0, NC * sizeof *dx);
+                    for (int i = 0; i < C; i++) dw[i] = dw16[i] = 0.25f * (float)i;
+                    rmsnorm_backward(dx, dw, dout, t, w, rs, N, C, rnd);
+                    rmsnorm_backward16(dx16, dw16, dout, x2, w, rs, N, C, rnd);
+                    snprintf(what, sizeof what, "rmsnorm_backward16 dx (C %d, round %d, %s, %d threads)", C, rnd,
+                             simd_path(lim), th);
+                    CHECK_BITS(what, dx16, dx, NC);
+                    snprintf(what, sizeof what, "rmsnorm_backward16 dw (C %d, round %d, %s, %d threads)", C, rnd,
+                             simd_path(lim), th);
+                    CHECK_BITS(what, dw16, dw, (size_t)C);
+                }
+            }
+        }
+        kernels_limit_simd(3);
+        free(x); free(p); free(w); free(t); free(ln); free(rs); free(rs16); free(dout); free(dx0); free(dx); free(dx16);
+        free(dw); free(dw16); free(x2); free(o16); free(ln16);
+    }
+    { // add_inplace16 past one parallel chunk (ADD_PAR_MIN, ADD_CHUNK), a ragged end
+        const size_t n = 8192 * 5 + 3;
+        float *a = fnew(n), *b = fnew(n), *y = fnew(n);
+        fill_sym(a, n, 1.0, &rg);
+        fill_sym(y, n, 1.0, &rg);
+        bf16_round_n(y, n);
+        uint16_t *y16 = h16_of(y, n);
+        memcpy(b, a, n * sizeof *a);
+        set_threads(3);
+        add_inplace(a, y, n, 1);
+        add_inplace16(b, y16, n, 1);
+        CHECK_BITS("add_inplace16 (n 40963, 3 threads)", b, a, n);
+        free(a); free(b); free(y); free(y16);
+    }
+}
+END_TEST
+
 START_TEST(test_swiglu16_bits) {
     const size_t ns[3] = {1, 7, 4099 * 3};
     const size_t n = ns[2];
@@ -2673,6 +2758,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, test_swiglu_paths);
     tcase_add_test(tc, test_swiglu16_bits);
     tcase_add_test(tc, test_rmsnorm16_bits);
+    tcase_add_test(tc, test_residual16_bits);
     tc = tcase(s, "embedding");
     tcase_add_loop_test(tc, test_embedding, 0, NELEMS(EMB_SHAPES));
     tcase_add_loop_test(tc, test_embedding_chunks, 0, NELEMS(EMB_CHUNKS));

@@ -1,5 +1,5 @@
-// elementwise.c — add_inplace and sumsq (kernels.h "elementwise, reductions"), and the
-// vector-path limit the kernels read (kernels.h "vector paths").
+// elementwise.c — add_inplace (and add_inplace16, y as BF16 halves) and sumsq (kernels.h
+// "elementwise, reductions"), and the vector-path limit the kernels read (kernels.h "vector paths").
 // sumsq is the global-norm reduction behind gradient clipping, so its bits must not depend
 // on the thread count: the input is cut into fixed chunks of SUMSQ_CHUNK elements, each
 // chunk is summed in double in a fixed order (below), and the chunk sums are added in chunk
@@ -40,14 +40,33 @@ static void add_chunk(float *x, const float *y, size_t n, int round) {
     if (round) tt_round_n(x, n);
 }
 
-void add_inplace(float *x, const float *y, size_t n, int round) {
+// add_chunk's with y as BF16 halves, widened a piece at a time (the MLP's residual add from
+// x2's halves: kernels.h add_inplace16).
+TT_CLONES
+static void add_chunk16(float *restrict x, const uint16_t *restrict y, size_t n, int round) {
+    float t[256];
+    for (size_t i0 = 0; i0 < n; i0 += 256) {
+        const size_t k = n - i0 < 256 ? n - i0 : 256;
+        tt_widen_n(t, y + i0, k);
+        float *restrict d = x + i0;
+        for (size_t i = 0; i < k; i++) d[i] += t[i];
+        if (round) tt_round_n(d, k);
+    }
+}
+
+// x += y, y FP32 or (y16) BF16 halves, in chunks of ADD_CHUNK across the threads.
+static void add_any(float *x, const void *y, int y16, size_t n, int round) {
     size_t nc = (n + ADD_CHUNK - 1) / ADD_CHUNK;
     #pragma omp parallel for schedule(static) if (n >= ADD_PAR_MIN)
     for (size_t c = 0; c < nc; c++) {
         size_t i = c * ADD_CHUNK, len = n - i < ADD_CHUNK ? n - i : ADD_CHUNK;
-        add_chunk(x + i, y + i, len, round);
+        if (y16) add_chunk16(x + i, (const uint16_t *)y + i, len, round);
+        else add_chunk(x + i, (const float *)y + i, len, round);
     }
 }
+
+void add_inplace(float *x, const float *y, size_t n, int round) { add_any(x, y, 0, n, round); }
+void add_inplace16(float *x, const uint16_t *y, size_t n, int round) { add_any(x, y, 1, n, round); }
 
 // A chunk's 8 lane sums l (its whole groups of 8) finished: the tail x[n8, n) (shorter than 8)
 // added into lanes 0.., then ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)).
