@@ -8,14 +8,17 @@
 // host memory: both wait for their results.
 //
 // Numerics, op by op, against the CPU twin (tests/gpu/test_cuda_kernels.c holds them to it):
-//  - bit-identical: bf16 conversions, add_inplace, rope, embedding forward (FP32 or BF16
-//    table) and backward (one thread per column adds the rows in order, as the CPU does),
-//    sumsq (the CPU's chunks and lanes in double, chunk sums added in order by one thread)
-//    and AdamW (the documented IEEE sequence with __fmaf_rn/__fdiv_rn/__fsqrt_rn spelled
-//    out; the .cu files are built with --fmad=false, so nothing else is fused either);
-//  - FP32 rounding level: rmsnorm, swiglu, attention, cross-entropy in its quantum form
-//    (other summation orders and CUDA's expf/logf instead of the CPU's exp8); every
-//    reduction has a fixed order (no float atomics), so results are the same run to run;
+//  - bit-identical: bf16 conversions, add_inplace (and add_inplace16), rope, embedding
+//    forward (FP32 or BF16 table) and backward (one thread per column adds the rows in order,
+//    as the CPU does), sumsq (the CPU's chunks and lanes in double, chunk sums added in order
+//    by one thread) and AdamW (the documented IEEE sequence with __fmaf_rn/__fdiv_rn/
+//    __fsqrt_rn spelled out; the .cu files are built with --fmad=false, so nothing else is
+//    fused either);
+//  - FP32 rounding level: rmsnorm (and residual_rmsnorm_forward16 and rmsnorm_backward16,
+//    which have the CUDA FP32 kernels' bits on the same values), swiglu, attention,
+//    cross-entropy in its quantum form (other summation orders and CUDA's expf/logf instead
+//    of the CPU's exp8); every reduction has a fixed order (no float atomics), so results are
+//    the same run to run;
 //  - matmul on cuBLASLt: BF16 mode converts the FP32 inputs to BF16 (round to nearest
 //    even; a BF16 weight is copied as it is) into the scratch and multiplies BF16 x BF16
 //    with FP32 accumulation (CUBLAS_COMPUTE_32F) into FP32 outputs — exact conversion when
@@ -134,6 +137,16 @@ static inline int cuda_attention_act16(int NH, int NKV, int HS) {
     return HS >= 2 && HS % 2 == 0 && HS <= CUDA_ATT16_MAX_HS && NH > 0 && NKV > 0 && NH % NKV == 0;
 }
 void cuda_rmsnorm_forward16(uint16_t *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
+// The residual x2 as halves (kernels.h residual_rmsnorm_forward16): x2 ← round(x2 + x) with
+// add_inplace's add, then rmsnorm_forward16's out and rstd of it, one kernel; the bits of
+// add_inplace, bf16_round_n and rmsnorm_forward16 on an FP32 copy. add_inplace16 and
+// rmsnorm_backward16 are add_inplace's and rmsnorm_backward's kernels with y or x widened as
+// read: their bits on the widened halves. No round flag: the backend rounds after them.
+void cuda_residual_rmsnorm_forward16(uint16_t *x2, uint16_t *out, float *rstd, const float *x, const float *w, int N,
+                                     int C, float eps);
+void cuda_add_inplace16(float *x, const uint16_t *y, size_t n);
+void cuda_rmsnorm_backward16(float *dx, float *dw, const float *dout, const uint16_t *x, const float *w,
+                             const float *rstd, int N, int C);
 int cuda_matmul_forward_w16_n_x(int n, void *const out[], int o16, const uint16_t *const w[], const int OC[],
                                 const void *inp, int a16, int N, int IC, int round);
 int cuda_matmul_backward_input_x(void *dinp, int o16, const void *dout, int a16, const uint16_t *w, int N, int IC,

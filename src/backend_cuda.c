@@ -57,6 +57,10 @@ static void op_add_inplace(float *x, const float *y, size_t n, int round) {
     cuda_add_inplace(x, y, n);
     rnd_if(round, x, (long long)n);
 }
+static void op_add_inplace16(float *x, const uint16_t *y, size_t n, int round) {
+    cuda_add_inplace16(x, y, n);
+    rnd_if(round, x, (long long)n);
+}
 static void op_matmul_forward(float *out, const float *inp, const float *w, int N, int IC, int OC, int round) {
     cuda_matmul_forward(out, inp, w, N, IC, OC);
     rnd_if(round, out, (long long)N * OC);
@@ -84,6 +88,11 @@ static void op_rmsnorm_forward(float *out, float *rstd, const float *x, const fl
 static void op_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
                                 const float *rstd, int N, int C, int round) {
     cuda_rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
+    rnd_if(round, dx, (long long)N * C);
+}
+static void op_rmsnorm_backward16(float *dx, float *dw, const float *dout, const uint16_t *x, const float *w,
+                                  const float *rstd, int N, int C, int round) {
+    cuda_rmsnorm_backward16(dx, dw, dout, x, w, rstd, N, C);
     rnd_if(round, dx, (long long)N * C);
 }
 static void op_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS, int round) {
@@ -156,6 +165,9 @@ static const backend_ops_t cuda_ops = {
     .rope_backward16 = cuda_rope_backward16,
     .attention_forward16 = cuda_attention_forward16,
     .attention_backward16 = cuda_attention_backward16,
+    .residual_rmsnorm_forward16 = cuda_residual_rmsnorm_forward16, // and the residual x2
+    .add_inplace16 = op_add_inplace16,
+    .rmsnorm_backward16 = op_rmsnorm_backward16,
 };
 
 // After init: a failed CUDA call is fatal for the run (file:line, exit 1).

@@ -1,13 +1,13 @@
-// elementwise.cu — the CUDA twins of bf16.c, elementwise.c (add_inplace, sumsq), swiglu.c and
-// rope.c (FP32, and on BF16 halves: the same kernels) and embedding.c (kernels.h). Grid-stride
-// loops over size_t indices.
+// elementwise.cu — the CUDA twins of bf16.c, elementwise.c (add_inplace and add_inplace16: y
+// as FP32 words or BF16 halves, one kernel; sumsq), swiglu.c and rope.c (FP32, and on BF16
+// halves: the same kernels) and embedding.c (kernels.h). Grid-stride loops over size_t indices.
 //
 // Bit-identical to the CPU twins: the BF16 conversions (the same integer rounding),
-// add_inplace and rope (the same IEEE operations, written with __fmul_rn/__fadd_rn so no
-// contraction can fuse them whatever the flags), embedding forward (a copy) and backward
-// (one thread per column adds the N rows in order, exactly the CPU's per-column order: no
-// float atomics), sumsq (below). swiglu uses CUDA's expf where the CPU uses exp8: FP32
-// rounding-level agreement.
+// add_inplace (and add_inplace16) and rope (the same IEEE operations, written with
+// __fmul_rn/__fadd_rn so no contraction can fuse them whatever the flags), embedding forward
+// (a copy) and backward (one thread per column adds the N rows in order, exactly the CPU's
+// per-column order: no float atomics), sumsq (below). swiglu uses CUDA's expf where the CPU
+// uses exp8: FP32 rounding-level agreement.
 //
 // sumsq: the CPU's fixed order, reproduced. The input is cut into chunks of 4096; lane j
 // (of 8) of a chunk adds x[i]² for i ≡ j (mod 8) in index order in double (a tail shorter
@@ -42,8 +42,10 @@ __global__ void bf16_round_kernel(float *x, size_t n) {
     GRID_STRIDE(i, n) x[i] = __uint_as_float((uint32_t)bf16_rne(__float_as_uint(x[i])) << 16);
 }
 
-__global__ void add_kernel(float *x, const float *y, size_t n) {
-    GRID_STRIDE(i, n) x[i] = __fadd_rn(x[i], y[i]);
+// y as FP32 words (Y float) or BF16 halves (Y uint16_t: add_inplace16), widened as read
+template <typename Y>
+__global__ void add_kernel(float *x, const Y *y, size_t n) {
+    GRID_STRIDE(i, n) x[i] = __fadd_rn(x[i], ld_elem(y, i));
 }
 
 // Chunk sums of chunks [c0, c0 + nc): 8 threads per chunk (a warp holds 4 chunks).
@@ -158,7 +160,8 @@ cudaError_t tt_elementwise_setup(void) {
     cudaError_t e = cudaFuncGetAttributes(&a, bf16_to_f32_kernel);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, bf16_round_kernel);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, bf16_from_f32_kernel);
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, add_kernel);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, add_kernel<float>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, add_kernel<uint16_t>);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sumsq_chunks_kernel);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sumsq_total_kernel);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, swiglu_fwd_kernel<float>);
@@ -197,11 +200,20 @@ extern "C" void cuda_bf16_round_n(float *x, size_t n) {
     launchCheck("bf16_round_kernel");
 }
 
+template <typename Y> static void add_launch(float *x, const Y *y, size_t n) {
+    if (n == 0) return;
+    add_kernel<Y><<<grid_1d(n, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(x, y, n);
+    launchCheck("add_kernel");
+}
+
 extern "C" void cuda_add_inplace(float *x, const float *y, size_t n) {
     NvtxRange range("add_inplace");
-    if (n == 0) return;
-    add_kernel<<<grid_1d(n, EW_THREADS), EW_THREADS, 0, g_tt_cuda.stream>>>(x, y, n);
-    launchCheck("add_kernel");
+    add_launch(x, y, n);
+}
+
+extern "C" void cuda_add_inplace16(float *x, const uint16_t *y, size_t n) {
+    NvtxRange range("add_inplace16");
+    add_launch(x, y, n);
 }
 
 // Rounds of chunk sums through the scratch (part[0, round)): each round's sums are added in

@@ -61,6 +61,10 @@ typedef struct { double atol, rtol; } tol_t;
 // then a sqrt and a divide: out and rstd agree to a few 1e-7 relative.
 static const tol_t TOL_RMS_OUT = {1e-6, 1e-5};
 static const tol_t TOL_RMS_RSTD = {1e-6, 1e-5};
+// residual_rmsnorm_forward16's out: TOL_RMS_OUT's FP32 values, each rounded to BF16 on both
+// sides: where the two straddle a rounding midpoint the halves are one BF16 ulp apart (≤ 2⁻⁷
+// of the value); a wrong index or term is still O(0.1..1) off.
+static const tol_t TOL_RMS_OUT16 = {1e-6, 1.0 / 128};
 // dx = s·(g − x·s²·mean(g·x)): the C-term dot and a subtraction that can cancel.
 static const tol_t TOL_RMS_DX = {5e-6, 1e-5};
 // dw: N ≤ 300 row terms of size ~0.5 summed in chunks of 64 vs in one row order, onto the
@@ -240,6 +244,7 @@ START_TEST(test_op_table) {
     ck_assert(o->crossentropy_backward == cuda_crossentropy_backward);
     ck_assert(o->embedding_forward_w16 == cuda_embedding_forward_w16);
     ck_assert(o->rmsnorm_forward16 == cuda_rmsnorm_forward16); // the BF16 activations (tier.h act16, att16)
+    ck_assert(o->residual_rmsnorm_forward16 == cuda_residual_rmsnorm_forward16); // and the residual x2
     ck_assert(o->matmul_backward_input_x == cuda_matmul_backward_input_x);
     ck_assert(o->attention_backward16 == cuda_attention_backward16);
     // every entry filled but the optional ones CUDA leaves to the caller (backend.h): the
@@ -995,6 +1000,147 @@ START_TEST(test_rmsnorm16) {
 }
 END_TEST
 
+// x2 ← round(x2 + x) in halves, then the norm of it: against the CPU twin (x2 bit for bit,
+// out and rstd at rmsnorm's level) and against add_inplace with round then rmsnorm_forward16 on
+// an FP32 copy of x2 (bit for bit). Halves past x2's and out's ends and the word past rstd's
+// stay as poisoned.
+START_TEST(test_residual_rmsnorm16) {
+    const rms_shape_t s = RMS_SHAPES[_i];
+    const int N = s.N, C = s.C;
+    const size_t nx = (size_t)N * C;
+    const float eps = 1e-5f;
+    rng_t rg = rng_make(360 + (uint64_t)_i);
+    float *x2 = fnew(nx), *x = fnew(nx), *w = fnew(C);
+    fill_sym(x2, nx, 1.0, &rg); round_bf16(x2, nx); // the projection's rounded values
+    fill_sym(x, nx, 1.0, &rg);
+    fill_sym(w, C, 1.0, &rg);
+    // the CPU twin
+    uint16_t *c_x2 = hnew(nx), *c_out = hnew(nx);
+    float *c_rstd = fnew(N);
+    bf16_from_f32_n(c_x2, x2, nx);
+    residual_rmsnorm_forward16(c_x2, c_out, c_rstd, x, w, N, C, eps);
+    // the op: x2's halves and out (each 2·nx halves, the second half poisoned), rstd (N + 1)
+    uint16_t *h16 = hnew(nx), *d_x2 = (uint16_t *)dpoison(nx), *d_out = (uint16_t *)dpoison(nx);
+    bf16_from_f32_n(h16, x2, nx);
+    upload(d_x2, h16, nx * 2);
+    float *d_x = dput(x, nx), *d_w = dput(w, C), *d_rstd = dpoison((size_t)N + 1);
+    G.ops->residual_rmsnorm_forward16(d_x2, d_out, d_rstd, d_x, d_w, N, C, eps);
+    // the composition on an FP32 copy
+    float *d_t = dput(x2, nx), *d_rrstd = dpoison(N);
+    uint16_t *d_rout = (uint16_t *)dpoison(nx);
+    G.ops->add_inplace(d_t, d_x, nx, 1);
+    G.ops->rmsnorm_forward16(d_rout, d_rrstd, d_t, d_w, N, C, eps);
+    uint16_t *g_x2 = dget16(d_x2, nx), *g_out = dget16(d_out, nx), *r_out = dget16(d_rout, nx);
+    float *g_rstd = dget(d_rstd, N), *r_rstd = dget(d_rrstd, N), *t = dget(d_t, nx);
+    float *gw = fnew(nx), *cw = fnew(nx), *rw = fnew(nx); // the halves widened (exact)
+    char what[112];
+    snprintf(what, sizeof what, "residual_rmsnorm_forward16 x2 N=%d C=%d", N, C);
+    bf16_to_f32_n(gw, g_x2, nx);
+    bf16_to_f32_n(cw, c_x2, nx);
+    CHECK_BITS(what, gw, cw, nx);
+    snprintf(what, sizeof what, "residual_rmsnorm_forward16 x2 N=%d C=%d vs add, round", N, C);
+    CHECK_HALVES(what, g_x2, t, nx);
+    bf16_to_f32_n(gw, g_out, nx);
+    bf16_to_f32_n(cw, c_out, nx);
+    bf16_to_f32_n(rw, r_out, nx);
+    snprintf(what, sizeof what, "residual_rmsnorm_forward16 out N=%d C=%d", N, C);
+    CHECK_CLOSE(what, gw, cw, nx, TOL_RMS_OUT16);
+    snprintf(what, sizeof what, "residual_rmsnorm_forward16 out N=%d C=%d vs rmsnorm_forward16", N, C);
+    CHECK_SAME_OP(what, gw, rw, nx);
+    snprintf(what, sizeof what, "residual_rmsnorm_forward16 rstd N=%d C=%d", N, C);
+    CHECK_CLOSE(what, g_rstd, c_rstd, N, TOL_RMS_RSTD);
+    snprintf(what, sizeof what, "residual_rmsnorm_forward16 rstd N=%d C=%d vs rmsnorm_forward16", N, C);
+    CHECK_SAME_OP(what, g_rstd, r_rstd, N);
+    ck_assert_msg(untouched(d_x2 + nx, nx * 2) && untouched(d_out + nx, nx * 2) && untouched(d_rstd + N, 4),
+                  "residual_rmsnorm_forward16 N=%d C=%d wrote past x2, out or rstd", N, C);
+    free(x2); free(x); free(w); free(c_x2); free(c_out); free(c_rstd); free(h16); free(g_x2); free(g_out);
+    free(r_out); free(g_rstd); free(r_rstd); free(t); free(gw); free(cw); free(rw);
+}
+END_TEST
+
+// The backward with x as halves (the same BF16 values an FP32 x holds), onto random prefills
+// ("+="), round 0 and 1: bit for bit the FP32 op's (the same kernels), and at rmsnorm's level
+// the CPU twin's (unrounded: a rounded dx may land one BF16 ulp away). Nothing past dx or dw.
+START_TEST(test_rmsnorm_backward16) {
+    const rms_shape_t s = RMS_SHAPES[_i];
+    const int N = s.N, C = s.C;
+    const size_t nx = (size_t)N * C;
+    rng_t rg = rng_make(390 + (uint64_t)_i);
+    float *x = fnew(nx), *w = fnew(C), *dout = fnew(nx), *dx_pre = fnew(nx), *dw_pre = fnew(C), *rstd = fnew(N);
+    float *out = fnew(nx);
+    fill_sym(x, nx, 1.0, &rg); round_bf16(x, nx);
+    fill_sym(w, C, 1.0, &rg);
+    fill_sym(dout, nx, 1.0, &rg);
+    fill_sym(dx_pre, nx, 1.0, &rg);
+    fill_sym(dw_pre, C, 1.0, &rg);
+    rmsnorm_forward(out, rstd, x, w, N, C, 1e-5f, 0); // rstd of x, both sides
+    uint16_t *h_x16 = hnew(nx);
+    bf16_from_f32_n(h_x16, x, nx);
+    float *d_x = dput(x, nx), *d_w = dput(w, C), *d_dout = dput(dout, nx), *d_rstd = dput(rstd, N);
+    const uint16_t *d_x16 = dput16(x, nx, _i & 1);
+    float *d_rdx = dalloc(nx * 4), *d_rdw = dalloc((size_t)C * 4);
+    float *d_dx = dpoison(2 * nx), *d_dw = dpoison(2 * (size_t)C); // second halves: guards
+    char what[112];
+    for (int round = 0; round < 2; round++) {
+        upload(d_rdx, dx_pre, nx * 4);
+        upload(d_rdw, dw_pre, (size_t)C * 4);
+        upload(d_dx, dx_pre, nx * 4);
+        upload(d_dw, dw_pre, (size_t)C * 4);
+        G.ops->rmsnorm_backward(d_rdx, d_rdw, d_dout, d_x, d_w, d_rstd, N, C, round);
+        G.ops->rmsnorm_backward16(d_dx, d_dw, d_dout, d_x16, d_w, d_rstd, N, C, round);
+        float *g_dx = dget(d_dx, nx), *g_dw = dget(d_dw, C), *r_dx = dget(d_rdx, nx), *r_dw = dget(d_rdw, C);
+        snprintf(what, sizeof what, "rmsnorm_backward16 dx (+=) N=%d C=%d round %d", N, C, round);
+        CHECK_SAME_OP(what, g_dx, r_dx, nx);
+        snprintf(what, sizeof what, "rmsnorm_backward16 dw (+=) N=%d C=%d round %d", N, C, round);
+        CHECK_SAME_OP(what, g_dw, r_dw, C);
+        if (!round) {
+            float *c_dx = fdup(dx_pre, nx), *c_dw = fdup(dw_pre, C);
+            rmsnorm_backward16(c_dx, c_dw, dout, h_x16, w, rstd, N, C, 0);
+            snprintf(what, sizeof what, "rmsnorm_backward16 dx (+=) N=%d C=%d vs the CPU", N, C);
+            CHECK_CLOSE(what, g_dx, c_dx, nx, TOL_RMS_DX);
+            snprintf(what, sizeof what, "rmsnorm_backward16 dw (+=) N=%d C=%d vs the CPU", N, C);
+            CHECK_CLOSE(what, g_dw, c_dw, C, TOL_RMS_DW);
+            free(c_dx); free(c_dw);
+        }
+        free(g_dx); free(g_dw); free(r_dx); free(r_dw);
+    }
+    ck_assert_msg(untouched(d_dx + nx, nx * 4) && untouched(d_dw + C, (size_t)C * 4),
+                  "rmsnorm_backward16 N=%d C=%d wrote past dx or dw", N, C);
+    free(x); free(w); free(dout); free(dx_pre); free(dw_pre); free(rstd); free(out); free(h_x16);
+}
+END_TEST
+
+// y as halves (x2's BF16 values), round 0 and 1: the CPU twin's bits and the FP32 op's on the
+// widened y; nothing past x.
+START_TEST(test_add_inplace16) {
+    const size_t ns[] = {1, 33, 100001};
+    rng_t r = rng_make(6);
+    for (int k = 0; k < NELEMS(ns); k++)
+        for (int round = 0; round < 2; round++) {
+            const size_t n = ns[k];
+            float *x = fnew(n), *y = fnew(n);
+            fill_sym(x, n, 1.0, &r);
+            fill_sym(y, n, 1.0, &r); round_bf16(y, n);
+            uint16_t *h_y16 = hnew(n);
+            bf16_from_f32_n(h_y16, y, n);
+            float *d_x = dpoison(2 * n), *d_ref = dput(x, n), *d_y = dput(y, n); // d_x's second half: a guard
+            const uint16_t *d_y16 = dput16(y, n, k & 1);
+            upload(d_x, x, n * 4);
+            G.ops->add_inplace16(d_x, d_y16, n, round);
+            G.ops->add_inplace(d_ref, d_y, n, round);
+            add_inplace16(x, h_y16, n, round);
+            float *got = dget(d_x, n), *ref = dget(d_ref, n);
+            char what[80];
+            snprintf(what, sizeof what, "add_inplace16 n=%zu round %d", n, round);
+            CHECK_BITS(what, got, x, n);
+            snprintf(what, sizeof what, "add_inplace16 n=%zu round %d vs add_inplace", n, round);
+            CHECK_SAME_OP(what, got, ref, n);
+            ck_assert_msg(untouched(d_x + n, n * 4), "add_inplace16 n=%zu wrote past x", n);
+            free(x); free(y); free(h_y16); free(got); free(ref);
+        }
+}
+END_TEST
+
 START_TEST(test_swiglu16) {
     const size_t n = SWIGLU_N[_i];
     rng_t rg = rng_make(640 + (uint64_t)_i);
@@ -1512,6 +1658,7 @@ static Suite *cuda_suite(void) {
     tc = tcase(s, "elementwise", 1);
     tcase_add_test(tc, test_bf16);
     tcase_add_test(tc, test_add_inplace);
+    tcase_add_test(tc, test_add_inplace16);
     tcase_add_loop_test(tc, test_sumsq, 0, NELEMS(SUMSQ_CASES));
     tc = tcase(s, "matmul", 1);
     tcase_add_loop_test(tc, test_matmul, 0, NELEMS(MM_SHAPES) * MMV_COUNT);
@@ -1521,6 +1668,8 @@ static Suite *cuda_suite(void) {
     tc = tcase(s, "rmsnorm", 1);
     tcase_add_loop_test(tc, test_rmsnorm, 0, NELEMS(RMS_SHAPES));
     tcase_add_loop_test(tc, test_rmsnorm16, 0, NELEMS(RMS_SHAPES));
+    tcase_add_loop_test(tc, test_residual_rmsnorm16, 0, NELEMS(RMS_SHAPES));
+    tcase_add_loop_test(tc, test_rmsnorm_backward16, 0, NELEMS(RMS_SHAPES));
     tc = tcase(s, "rope", 1);
     tcase_add_loop_test(tc, test_rope, 0, NELEMS(ROPE_SHAPES));
     tcase_add_loop_test(tc, test_rope16, 0, NELEMS(ROPE_SHAPES));
