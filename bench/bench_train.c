@@ -159,6 +159,18 @@ static void rope_bwd(float *x, const float *c, const float *s, int B, int T, int
     TIMED(OP_ROPE_ADD, real->rope_backward(x, c, s, B, T, NX, HS, round));
 }
 static void add(float *x, const float *y, size_t n, int round) { TIMED(OP_ROPE_ADD, real->add_inplace(x, y, n, round)); }
+// x2 as halves (backend.h): the first residual add runs inside the MLP's norm, and counts as it
+static void res_norm16(uint16_t *x2, uint16_t *out, float *rstd, const float *x, const float *w, int N, int C,
+                       float eps) {
+    TIMED(OP_NORM, real->residual_rmsnorm_forward16(x2, out, rstd, x, w, N, C, eps));
+}
+static void add16(float *x, const uint16_t *y, size_t n, int round) {
+    TIMED(OP_ROPE_ADD, real->add_inplace16(x, y, n, round));
+}
+static void norm_bwd16(float *dx, float *dw, const float *dout, const uint16_t *x, const float *w, const float *rstd,
+                       int N, int C, int round) {
+    TIMED(OP_NORM, real->rmsnorm_backward16(dx, dw, dout, x, w, rstd, N, C, round));
+}
 static void to_f32(float *dst, const uint16_t *src, size_t n) { TIMED(OP_BF16, real->bf16_to_f32_n(dst, src, n)); }
 static void from_f32(uint16_t *dst, const float *src, size_t n) { TIMED(OP_BF16, real->bf16_from_f32_n(dst, src, n)); }
 static void round_n(float *x, size_t n) { TIMED(OP_BF16, real->bf16_round_n(x, n)); }
@@ -227,6 +239,11 @@ static void on_init(trainer_t *tr, void *arg) {
         timed.rope_backward16 = rope_bwd16;
         timed.attention_forward16 = att_fwd16;
         timed.attention_backward16 = att_bwd16;
+    }
+    if (real->residual_rmsnorm_forward16) {
+        timed.residual_rmsnorm_forward16 = res_norm16;
+        timed.add_inplace16 = add16;
+        timed.rmsnorm_backward16 = norm_bwd16;
     }
     timed.attention_forward = att_fwd;
     timed.attention_backward = att_bwd;

@@ -6,10 +6,10 @@
 
 // ---------------------------------------------------------------- the scratch
 
-// Whether buffer i holds BF16 halves (acts.h h16): ln1, ln2, gate, up and h; q, k, v and att.
+// Whether buffer i holds BF16 halves (acts.h h16): ln1, ln2, gate, up and h; q, k, v, att and x2.
 static int half_buf(int i, unsigned h16) {
     return ((h16 & ACTS_H16_NORMS_MLP) && (i == 0 || i == 8 || (i >= 10 && i <= 12))) ||
-           ((h16 & ACTS_H16_ATTN) && i >= 2 && i <= 5);
+           ((h16 & ACTS_H16_ATTN) && ((i >= 2 && i <= 5) || i == 7));
 }
 
 // Whether buffer i takes half the bytes: it holds halves and never FP32 words — ln2 only with

@@ -19,9 +19,10 @@
 // and the head, for B·T rows, but the MLP's gate, up and h for one chunk of rows
 // (model_mlp_rows); acts_scratch_sizes gives each buffer's size (tier_layout counts them),
 // acts_scratch_carve points them into one device allocation. With act16 (tier.h: h16 below)
-// ln1, ln2, gate, up and h hold BF16 halves, and with att16 q, k, v and att too; the buffers
-// that never hold FP32 words are sized for halves (gate, up and h; with att16 q, k, v, att and
-// ln2, whose dk is then halves), the others hold them in their first half (ln1: bf16 mode's xf).
+// ln1, ln2, gate, up and h hold BF16 halves, and with att16 q, k, v, att and x2 too; the
+// buffers that never hold FP32 words are sized for halves (gate, up and h; with att16 q, k, v,
+// att, x2 and ln2, whose dq and dk are then halves), the others hold them in their first half
+// (ln1: bf16 mode's xf).
 //
 // What it does not do: allocate (the trainer allocates what tier_layout lists), or know which
 // tier anything else lives in. Who calls it: step.c (compute thread), tier_layout.c (sizes).
@@ -81,10 +82,11 @@ uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all, int bf16
 // three statistics (rstd1, lse, rstd2) as FP32: the forward runs in the scratch and
 // acts_kept_store converts them into the allocation, acts_kept_load back before the backward
 // (the values are BF16 already: the bits do not change); the buffers h16 names are BF16
-// halves in the scratch already (step.h act16, att16) and are copied.
+// halves in the scratch already (step.h act16, att16) and are copied. With att16 every
+// BF16-valued buffer is halves already, and the two forms hold the same bytes.
 enum {
     ACTS_H16_NORMS_MLP = 1, // act16: ln1, ln2, gate, up and h
-    ACTS_H16_ATTN = 2,      // att16: q, k, v and att
+    ACTS_H16_ATTN = 2,      // att16: q, k, v, att and x2
 };
 // The flags of a layout's (and so its step's) BF16 activations, tier.h act16 and att16.
 static inline unsigned acts_h16_of(int act16, int att16) {

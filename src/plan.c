@@ -379,16 +379,24 @@ static void work_ms(const double w[W_N], const profile_t *prof, double ms[PLAN_N
     ms[PLAN_COMM] = 1e3 * w[W_COMM] / (prof->comm_Bps > 0 ? prof->comm_Bps : PLAN_COMM_DEFAULT_BPS);
 }
 
+// The MLP's residual add, in words a token's row of C reads and writes: the down projection's
+// output and x2 read, the block's output written; x2 as halves with att16 (tier.h).
+static double mlp_add_words(int att16) { return att16 ? 2.5 : 3.0; }
+
 double plan_block_elem_words(int C, int KVD, int F, int bwd, int act16, int att16) {
     // forward: RMSNorm ×2 (read x, write the norm: 2C each), RoPE on q and k (2C + 2KVD),
     // the residual adds (read both, write the sum: 3C ×2), SwiGLU (read gate and up, write h:
     // 3F); backward: RMSNorm ×2 (read the gradient and x, write the input gradient and add
     // to it: 4C each), RoPE on dq and dk (2C + 2KVD), SwiGLU (read dh, gate and up, write
     // dgate and dup: 5F). With act16's BF16 halves (tier.h) the forward norms write half words
-    // (1.5C each) and SwiGLU's are all half words; with att16's, RoPE's too.
-    const double sw = act16 ? 0.5 : 1.0, norms = act16 ? 3.0 : 4.0, rope = att16 ? 0.5 : 1.0;
-    return bwd ? (8.0 + 2.0 * rope) * C + 2.0 * rope * KVD + 5.0 * sw * F
-               : (norms + 6.0 + 2.0 * rope) * C + 2.0 * rope * KVD + 3.0 * sw * F;
+    // (1.5C each) and SwiGLU's are all half words; with att16's, RoPE's too, and x2 is halves:
+    // the first add and the MLP's norm are one pass (read the projection's halves and x, write
+    // x2 and ln2 as halves: 2.5C instead of 3C + 1.5C), the second add reads x2's halves and so
+    // does the MLP's norm backward (3.5C instead of 4C).
+    const double sw = act16 ? 0.5 : 1.0, rope = att16 ? 0.5 : 1.0;
+    const double norms_adds = att16 ? 1.5 + 2.5 : act16 ? 3.0 + 3.0 : 4.0 + 3.0;
+    return bwd ? (att16 ? 7.5 : 8.0) * C + 2.0 * rope * (C + KVD) + 5.0 * sw * F
+               : (norms_adds + mlp_add_words(att16)) * C + 2.0 * rope * (C + KVD) + 3.0 * sw * F;
 }
 
 // Each resource's time over the step and in each phase; a phase lasts its largest, and the
@@ -566,7 +574,7 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
                  wb = plan_block_elem_words(m->C, (int)KVD, m->F, 1, lay->act16, lay->att16),
                  wsw = (lay->act16 ? 1.5 : 3.0) * m->F;
     const int swiglu_again = m->L - kept + (model_mlp_chunks(m, (int)N) > 1 ? kept : 0); // as `redo` above
-    const double wredo = (m->L - kept) * (wf - wsw - 3.0 * C) + swiglu_again * wsw;
+    const double wredo = (m->L - kept) * (wf - wsw - mlp_add_words(lay->att16) * C) + swiglu_again * wsw;
     const double tokens = N * cfg->accum;
     work_spread(&k, 0, W_ELEM, 4.0 * tokens * (m->L * wf + 4.0 * C + m->V));
     work_spread(&k, 1, W_ELEM, 4.0 * tokens * (m->L * wb + wredo + 6.0 * C + 2.0 * m->V));

@@ -8,8 +8,9 @@
 // half the bytes (small's step with the MLP's alone: SwiGLU 7.9 → 6.3 ms, the products 46.7 →
 // 45.1, 10 alternated pairs against FP32 intermediates). With st->att16 (a head size the
 // attention tiles take) the attention half's q, k, v, att and their gradients datt, dq, dk and
-// dv are too (attention 18.0 → 15.9 ms, RoPE 2.9 → 2.6, 12 pairs); what stays FP32 is the
-// residual stream (x, x2) and the norms' input gradient dln.
+// dv are too (attention 18.0 → 15.9 ms, RoPE 2.9 → 2.6, 12 pairs), and so is the residual x2,
+// which the MLP's norm and residual add then read as halves; what stays FP32 is the residual
+// stream between blocks (x, the checkpoints' copy) and the norms' input gradient dln.
 #include "step.h"
 #include <errno.h>
 #include <math.h>
@@ -283,7 +284,7 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     st->w16 = lay->w16; // the layout sized the weight scratch for the form
     st->act16 = lay->act16; // the layout's: the plan counts it, and the scratch is sized for it
     st->att16 = lay->att16;
-    if ((st->act16 && !be->ops->rmsnorm_forward16) || (st->att16 && !be->ops->attention_forward16)) {
+    if ((st->act16 && !be->ops->rmsnorm_forward16) || (st->att16 && (!be->ops->attention_forward16 || !be->ops->residual_rmsnorm_forward16))) {
         snprintf(err, errlen, "step: the layout takes BF16 activations the %s backend has no ops for (a bug)",
                  be->name);
         return -EINVAL;
@@ -390,21 +391,23 @@ static void block_attention(step_t *st, const wts_t *W, const float *x) {
     }
     // each residual add writes the projection into the sum's own buffer (x2) and adds the
     // stream to it: att·Woᵀ + x, the same bits as x + att·Woᵀ (IEEE addition commutes), no buffer
-    if (st->att16) { // q, k, v and att as BF16 halves: the ops below on them
+    if (st->att16) { // q, k, v, att and x2 as BF16 halves: the ops below on them
         op->rope_forward16(H16(a->q), st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS);
         op->rope_forward16(H16(a->k), st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS);
         attention_declined(st, op->attention_forward16(H16(a->att), a->lse, H16(a->q), H16(a->k), H16(a->v), st->B,
                                                        st->T, m->NH, m->NKV, m->HS));
         assist_poll(st);
-        declined(st, op->matmul_forward_w16_n_x(1, (void *const[]){a->x2}, 0,
+        declined(st, op->matmul_forward_w16_n_x(1, (void *const[]){a->x2}, 1,
                                                 (const uint16_t *const[]){w16_of(st, W, BW_O)}, &C, H16(a->att), 1, N, C,
                                                 r));
-    } else {
-        op->rope_forward(a->q, st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS, r);
-        op->rope_forward(a->k, st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS, r);
-        op->attention_forward(a->att, a->lse, a->q, a->k, a->v, st->B, st->T, m->NH, m->NKV, m->HS, r);
-        mm_forward(st, W, BW_O, a->x2, a->att, N, C, C, r);
+        // x2 as halves too: the residual add and the MLP's norm in one pass
+        op->residual_rmsnorm_forward16(H16(a->x2), H16(a->ln2), a->rstd2, x, W->norm[1], N, C, m->norm_eps);
+        return;
     }
+    op->rope_forward(a->q, st->rope_cos, st->rope_sin, st->B, st->T, m->NH, m->HS, r);
+    op->rope_forward(a->k, st->rope_cos, st->rope_sin, st->B, st->T, m->NKV, m->HS, r);
+    op->attention_forward(a->att, a->lse, a->q, a->k, a->v, st->B, st->T, m->NH, m->NKV, m->HS, r);
+    mm_forward(st, W, BW_O, a->x2, a->att, N, C, C, r);
     op->add_inplace(a->x2, x, NC, r);
     if (st->act16) op->rmsnorm_forward16(H16(a->ln2), a->rstd2, a->x2, W->norm[1], N, C, m->norm_eps);
     else op->rmsnorm_forward(a->ln2, a->rstd2, a->x2, W->norm[1], N, C, m->norm_eps, r);
@@ -456,7 +459,8 @@ static void block_forward(step_t *st, const wts_t *W, const float *x, float *out
         } else {
             mm_forward(st, W, BW_DOWN, out + o, a->h, n, F, C, st->bf16);
         }
-        op->add_inplace(out + o, a->x2 + o, nC, st->bf16);
+        if (st->att16) op->add_inplace16(out + o, H16(a->x2) + o, nC, st->bf16);
+        else op->add_inplace(out + o, a->x2 + o, nC, st->bf16);
     }
 }
 
@@ -535,8 +539,12 @@ static void block_backward(step_t *st, int mb, int layer, const wts_t *W, float 
         mm_backward_weights(st, 2, (float *const[]){grad_of(G, st, s, BW_GATE), grad_of(G, st, s, BW_UP)},
                             (const float *const[]){dgate, dup}, (const int[]){F, F}, ln2, n, C);
     }
-    op->rmsnorm_backward(st->dres, grad_of(G, st, s, BW_MLP_NORM), a->dln, a->x2,
-                         W->norm[1], a->rstd2, N, C, r); // now ∂L/∂x2
+    if (st->att16)
+        op->rmsnorm_backward16(st->dres, grad_of(G, st, s, BW_MLP_NORM), a->dln, H16(a->x2), W->norm[1], a->rstd2, N,
+                               C, r); // now ∂L/∂x2
+    else
+        op->rmsnorm_backward(st->dres, grad_of(G, st, s, BW_MLP_NORM), a->dln, a->x2, W->norm[1], a->rstd2, N, C,
+                             r); // now ∂L/∂x2
     // x2 and ln2 are dead from here
 
     // attention: x2 = x + att·Woᵀ

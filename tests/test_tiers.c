@@ -185,16 +185,19 @@ START_TEST(recompute_keeps_bits) {
         }
         if (b == 0) { // bf16: a device budget too small for both blocks' FP32 intermediates makes auto keep
                       // them as BF16, in both schedules: the same bits again. Where the FP32 storage keeps
-                      // BF16 halves already (acts.h h16: on any CPU with FMA), the two differ by x2's
-                      // halves alone, so the budgets sit in windows 8 KiB (horizontal, 1456K–1463K) and
-                      // 32 KiB (vertical, 1860K–1891K) wide, read off `tiertrain plan`
+                      // BF16 halves already (acts.h h16: attention's too, on any CPU with FMA), the two
+                      // forms are the same bytes and auto never takes BF16, so these runs keep FP32
+                      // activations (TT_TEST_FP32_ACTS, whose bits bf16_acts_keep_bits holds to the
+                      // halves'); the budgets sit in the middle of windows read off `tiertrain plan`
+                      // (vertical 1964K–2440K, horizontal 1560K–1676K)
             static const char *const tight[][10] = {
-                {"--recompute", "auto", "--hbm-budget", "1876K", NULL}, // vertical: 2 micro-batches' worth
-                {"--recompute", "auto", "--hbm-budget", "1460K", "--schedule", "horizontal", NULL},
+                {"--recompute", "auto", "--hbm-budget", "2200K", NULL}, // vertical: 2 micro-batches' worth
+                {"--recompute", "auto", "--hbm-budget", "1616K", "--schedule", "horizontal", NULL},
             };
             static const char *const says[] = {"2 of 2 blocks keep", "1 of 2 blocks keep"};
+            char *fp32[] = {"TT_TEST_FP32_ACTS=1", NULL};
             for (int i = 0; i < 2; i++) {
-                run_t r = train(bases[b], tight[i], NULL);
+                run_t r = train(bases[b], tight[i], fp32);
                 char *c = fingerprint(&r);
                 ck_assert_msg(strstr(r.out, says[i]) && strstr(r.out, ", as BF16)"), "no BF16 kept blocks under %s %s: %s",
                               tight[i][2], tight[i][3], r.out);
@@ -258,7 +261,7 @@ static const char *const base_bf16_hs32[] = {"--model", "tiny", "--heads", "2", 
                                              "--eval-batches", "2", "--quiet", NULL};
 
 // bf16 mode's activations that products and these ops alone read — ln1, ln2 and the MLP's
-// intermediates, and q, k, v, att and datt — as BF16 halves (tier.h act16: on the FMA kernels
+// intermediates, and q, k, v, att, x2 and datt — as BF16 halves (tier.h act16: on the FMA kernels
 // or AMX tiles; att16: on the FMA tasks, or AMX tiles for heads of 32) give the bits of FP32
 // words holding the same values (TT_TEST_FP32_ACTS): blocks kept (FP32 and BF16 storage) and
 // recomputed, the MLP in chunks, host checkpoints and streamed tiers, both schedules. On a CPU
@@ -270,7 +273,7 @@ START_TEST(bf16_acts_keep_bits) {
     static const char *const settings[][16] = {
         {"--recompute", "none", NULL},
         {"--recompute", "full", "--schedule", "horizontal", NULL},
-        {"--recompute", "auto", "--hbm-budget", "1876K", NULL}, // both blocks kept, as BF16 (recompute_keeps_bits)
+        {"--recompute", "auto", "--hbm-budget", "2200K", NULL}, // both blocks kept; FP32 activations' as BF16
         {"--recompute", "1", "--checkpoints", "host", "--schedule", "vertical", NULL},
         {"--params", "nvme", "--grads", "host", "--optimizer", "nvme", "--prefetch", "1", "--recompute", "1", NULL},
     };
@@ -283,7 +286,11 @@ START_TEST(bf16_acts_keep_bits) {
             ck_assert_msg(!strcmp(fa, fb), "setting %d (%s %s%s): BF16 activations changed the bits:\n  BF16: %s\n  FP32: %s",
                           i, settings[i][0], settings[i][1], c == 1 ? ", the MLP in chunks" : c == 2 ? ", heads of 32" : "",
                           fa, fb);
-            if (i == 2 && !c) ck_assert_msg(strstr(a.out, "2 of 2 blocks keep") && strstr(a.out, ", as BF16)"), "%s", a.out);
+            if (i == 2 && !c) { // halves in the FP32 storage (the same bytes: never as BF16), and words stored as BF16
+                ck_assert_msg(strstr(a.out, "2 of 2 blocks keep") && (strstr(a.out, ", as BF16)") == NULL) == (matmul_act16(64) != 0),
+                              "%s", a.out);
+                ck_assert_msg(strstr(b.out, "2 of 2 blocks keep") && strstr(b.out, ", as BF16)"), "%s", b.out);
+            }
             free(fa);
             free(fb);
             run_free(&a);
@@ -293,14 +300,16 @@ START_TEST(bf16_acts_keep_bits) {
 END_TEST
 
 START_TEST(mlp_chunks_keep_bits) {
-    char *chunked[] = {"TT_TEST_MLP_ROWS=32", NULL};
+    char *chunked[] = {"TT_TEST_MLP_ROWS=32", NULL}, *chunked_fp32[] = {"TT_TEST_MLP_ROWS=32", "TT_TEST_FP32_ACTS=1", NULL};
     static const char *const settings[][16] = {
         {"--recompute", "none", NULL},
         {"--recompute", "1", "--checkpoints", "host", "--schedule", "vertical", NULL},
         {"--params", "nvme", "--grads", "device", "--optimizer", "nvme", "--prefetch", "0", "--recompute", "1", NULL},
         {"--params", "nvme", "--grads", "nvme", "--optimizer", "nvme", "--prefetch", "1", "--schedule", "vertical",
          NULL},
-        {"--recompute", "auto", "--hbm-budget", "1552K", NULL}, // base_bf16: both kept, as BF16 (1536K–1567K)
+        // base_bf16 with FP32 activations (the halves' BF16 storage is their FP32 one: recompute_keeps_bits):
+        // both kept, as BF16 (1604K–1792K)
+        {"--recompute", "auto", "--hbm-budget", "1700K", NULL},
     };
     const char *const *bases[] = {base_bf16, base_tied};
     const int rows[] = {64, 34}; // B·T of each base
@@ -312,7 +321,7 @@ START_TEST(mlp_chunks_keep_bits) {
         ck_assert_msg(strstr(ref.out, says), "no '%s' in %s", says, ref.out);
         ck_assert_uint_eq(log_u64(&ref, NULL, "mlp_rows"), 32); // the plan's line in the log
         for (int i = 0; i < (b == 0 ? 5 : 4); i++) {
-            run_t r = train(bases[b], settings[i], chunked);
+            run_t r = train(bases[b], settings[i], i == 4 ? chunked_fp32 : chunked);
             char *c = fingerprint(&r);
             ck_assert_msg(!strcmp(a, c), "base %d, chunked MLP, setting %d (%s %s): the bits changed:\n  full: %s\n  this: %s",
                           b, i, settings[i][0], settings[i][1], a, c);
@@ -1190,9 +1199,12 @@ START_TEST(plan_counts_the_recompute) {
         // add and the MLP's norm (9C + 2KVD words a token), SwiGLU's forward (3F); where the
         // layout keeps ln1, ln2 and the MLP's intermediates as BF16 (tier.h act16: FMA or AMX)
         // the norms write half words (8C) and SwiGLU's are half words, and where it keeps q and
-        // k so (att16: small's head size 64 takes them) RoPE's are (C + KVD less);
+        // k so (att16: small's head size 64 takes them) RoPE's are (C + KVD less), and x2 too:
+        // the residual add and the MLP's norm one pass, reading the projection's halves and x
+        // and writing x2's and ln2's (2.5C, for 3C + 1.5C: 6C in all);
         // and the BF16 checkpoint converted once more for the recompute (6 bytes an element)
-        const double sw = full.lay.act16 ? 0.5 : 1.0, attn = full.lay.act16 ? 8 : 9, rope = full.lay.att16 ? 0.5 : 1.0;
+        const double sw = full.lay.act16 ? 0.5 : 1.0, attn = full.lay.att16 ? 6 : full.lay.act16 ? 8 : 9,
+                     rope = full.lay.att16 ? 0.5 : 1.0;
         ck_assert_int_eq(full.lay.act16, matmul_act16((int)C));
         ck_assert_int_eq(full.lay.att16, matmul_act16((int)C) && attention_act16(6, 2, 64));
         const double eper = 4 * N * ((attn - 2 * (1 - rope)) * C + 2 * rope * KVD + 3 * sw * F) + 6 * N * C,
@@ -1506,8 +1518,13 @@ START_TEST(plan_times_the_compute_parts) {
     for (int b = 0; b < 2; b++) {
         const int a16 = b && lay16.act16, t16 = b && lay16.att16;
         const double sw = a16 ? 0.5 : 1.0, norm = a16 ? 1.5 : 2, rope = t16 ? 0.5 : 1.0;
-        words[b] = L * ((norm + norm + 3 + 3 + 2 * rope) * C + 2 * rope * KVD + 3 * sw * F + (4 + 4 + 2 * rope) * C +
-                        2 * rope * KVD + 5 * sw * F) +
+        // the norms and the residual adds, forward and backward: with x2 as halves (att16) the
+        // first add and the MLP's norm one pass (read the projection's halves and x, write x2's
+        // and ln2's: 2.5C), the second add reads x2's halves (2.5C), and so does the norm's
+        // backward (3.5C)
+        const double fwd = t16 ? norm + 2.5 + 2.5 : norm + norm + 3 + 3, bwd = t16 ? 4 + 3.5 : 4 + 4;
+        words[b] = L * ((fwd + 2 * rope) * C + 2 * rope * KVD + 3 * sw * F + (bwd + 2 * rope) * C + 2 * rope * KVD +
+                        5 * sw * F) +
                    (2 + 4 + 2 + 2) * C + 3 * V;
     }
     // and the passes besides the ops (bytes): the BF16 checkpoints' conversions, into the store
