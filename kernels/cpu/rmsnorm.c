@@ -98,18 +98,18 @@ static void res_row16(uint16_t *restrict x2, uint16_t *restrict o, float *rstd, 
                       const float *restrict wr, int C, float eps) {
     float t[SEG];
     v8f acc = splat8(0.0f);
-    float ss = 0.0f;
-    for (int i0 = 0; i0 < C; i0 += SEG) {
-        const int n = C - i0 < SEG ? C - i0 : SEG, n8 = n & ~7;
+    int n = 0, n8 = 0;
+    for (int i0 = 0; i0 < C; i0 += n) {
+        n = C - i0 < SEG ? C - i0 : SEG, n8 = n & ~7;
         tt_widen_n(t, x2 + i0, (size_t)n);
         #pragma omp simd
         for (int i = 0; i < n; i++) t[i] += xr[i0 + i];
         tt_round_n(t, (size_t)n);
         tt_narrow_n(x2 + i0, t, (size_t)n);
         acc = lanes8(acc, t, t, NULL, n8);
-        if (n8 < n) ss = lanes_end(acc, t + n8, t + n8, NULL, n - n8); // the last piece: C's tail
     }
-    if (!(C & 7)) ss = lanes_end(acc, NULL, NULL, NULL, 0);
+    // C's ragged tail, in the last piece (SEG is whole lanes), and the lanes' sum
+    const float ss = lanes_end(acc, t + n8, t + n8, NULL, n - n8);
     const float s = 1.0f / sqrtf(ss / (float)C + eps);
     *rstd = s;
     for (int i0 = 0; i0 < C; i0 += SEG) {
@@ -140,17 +140,17 @@ static void dx_row16(float *restrict dxr, const float *restrict dr, const uint16
                      const float *restrict wr, float s, int C, int round) {
     float t[SEG];
     v8f acc = splat8(0.0f);
-    float dot = 0.0f;
-    for (int i0 = 0; i0 < C; i0 += SEG) {
-        const int n = C - i0 < SEG ? C - i0 : SEG, n8 = n & ~7;
+    int n = 0, n8 = 0, i0 = 0;
+    for (; i0 < C; i0 += n) {
+        n = C - i0 < SEG ? C - i0 : SEG, n8 = n & ~7;
         tt_widen_n(t, xh + i0, (size_t)n);
         acc = lanes8(acc, dr + i0, wr + i0, t, n8);
-        if (n8 < n) dot = lanes_end(acc, dr + i0 + n8, wr + i0 + n8, t + n8, n - n8);
     }
-    if (!(C & 7)) dot = lanes_end(acc, NULL, NULL, NULL, 0);
+    const int tail = C - (n - n8); // the ragged tail's first index, in the last piece (as res_row16's)
+    const float dot = lanes_end(acc, dr + tail, wr + tail, t + n8, n - n8);
     const float c = (dot * s) * s / (float)C;
-    for (int i0 = 0; i0 < C; i0 += SEG) {
-        const int n = C - i0 < SEG ? C - i0 : SEG;
+    for (i0 = 0; i0 < C; i0 += SEG) {
+        n = C - i0 < SEG ? C - i0 : SEG;
         tt_widen_n(t, xh + i0, (size_t)n);
         float *restrict d = dxr + i0;
         const float *restrict g = dr + i0, *restrict w = wr + i0;
