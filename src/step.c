@@ -284,7 +284,9 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     st->w16 = lay->w16; // the layout sized the weight scratch for the form
     st->act16 = lay->act16; // the layout's: the plan counts it, and the scratch is sized for it
     st->att16 = lay->att16;
-    if ((st->act16 && !be->ops->rmsnorm_forward16) || (st->att16 && (!be->ops->attention_forward16 || !be->ops->residual_rmsnorm_forward16))) {
+    const backend_ops_t *op = be->ops;
+    if ((st->act16 && !op->rmsnorm_forward16) ||
+        (st->att16 && (!op->attention_forward16 || !op->residual_rmsnorm_forward16))) {
         snprintf(err, errlen, "step: the layout takes BF16 activations the %s backend has no ops for (a bug)",
                  be->name);
         return -EINVAL;
