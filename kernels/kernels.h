@@ -156,6 +156,14 @@ int attention_forward16(uint16_t *out, float *lse, const uint16_t *q, const uint
 int attention_backward16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q,
                          const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse, int B, int T, int NH,
                          int NKV, int HS);
+// The bytes the attention ops allocate for a shape at `threads` threads and hold from then on
+// (their buffers are the process's, grown as needed, never shrunk: one op runs at a time): AMX's
+// packed K and V where the tiles take the head size (tiles: the CPU's products may take them,
+// --cpu-gemm auto), else the threads' widened rows of the BF16 ops (h16); 0 where neither runs.
+// attention_held_bytes: what the ops hold now; attention_release frees it.
+size_t attention_workspace_bytes(int B, int T, int NH, int NKV, int HS, int h16, int tiles, int threads);
+size_t attention_held_bytes(void);
+void attention_release(void);
 // rope_forward's and rope_backward's with round on BF16 halves, in place (q and k, dq and dk;
 // on any CPU).
 void rope_forward16(uint16_t *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS);

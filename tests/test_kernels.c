@@ -1474,6 +1474,51 @@ END_TEST
 // AVX-512F, AVX2, no FMA) at 1 and 3 threads, on odd T and groups of 1 to 3 heads: at the
 // shape's head size (the tiles'), at 16 (the FMA tasks' alone, widened from the halves), and
 // at 260, past the tiled path's limit, where both decline and write nothing.
+// attention_workspace_bytes (what the plan counts) against what the ops then hold: released,
+// each op pair run at 1 and 3 threads on each vector path (the tiles where this CPU has them,
+// and not), the backward16 as one task per kv head (B·NKV ≥ 4 a thread) and as the split
+// passes with D; FP32 words hold nothing without the tiles.
+START_TEST(test_attention_workspace) {
+    static const att_shape_t shapes[] = {{2, 70, 4, 2, 16, 0}, {1, 200, 4, 1, 64, 0}, {8, 33, 2, 2, 32, 0}};
+    rng_t rg = rng_make(1950);
+    for (int c = 0; c < 3; c++) {
+        const int B = shapes[c].B, T = shapes[c].T, NH = shapes[c].NH, NKV = shapes[c].NKV, HS = shapes[c].HS;
+        const size_t nq = (size_t)B * T * NH * HS, nk = (size_t)B * T * NKV * HS, nl = (size_t)B * NH * T;
+        float *q = fnew(nq), *k = fnew(nk), *v = fnew(nk), *d = fnew(nq), *o = fnew(nq), *l = fnew(nl), *gq = fnew(nq),
+              *gk = fnew(nk), *gv = fnew(nk);
+        fill_sym(q, nq, 2.0, &rg); fill_sym(k, nk, 2.0, &rg); fill_sym(v, nk, 1.0, &rg); fill_sym(d, nq, 1.0, &rg);
+        bf16_round_n(q, nq); bf16_round_n(k, nk); bf16_round_n(v, nk); bf16_round_n(d, nq);
+        uint16_t *q16 = h16_of(q, nq), *k16 = h16_of(k, nk), *v16 = h16_of(v, nk), *d16 = h16_of(d, nq),
+                 *o16 = malloc(nq * 2), *g16[3] = {malloc(nq * 2), malloc(nk * 2), malloc(nk * 2)};
+        ck_assert(o16 && g16[0] && g16[1] && g16[2]);
+        for (int lim = 3; lim >= 2; lim--)
+            for (int th = 1; th <= 3; th += 2) {
+                kernels_limit_simd(lim);
+                set_threads(th);
+                attention_release();
+                ck_assert_uint_eq(attention_held_bytes(), 0);
+                ck_assert_int_eq(attention_forward16(o16, l, q16, k16, v16, B, T, NH, NKV, HS), 0);
+                ck_assert_int_eq(attention_backward16(g16[0], g16[1], g16[2], d16, q16, k16, v16, o16, l, B, T, NH, NKV, HS),
+                                 0);
+                const size_t want = attention_workspace_bytes(B, T, NH, NKV, HS, 1, lim >= 3, th);
+                ck_assert_msg(want > 0 && attention_held_bytes() == want,
+                              "shape %d, path %d, %d threads: the BF16 ops hold %zu bytes, counted %zu", c, lim, th,
+                              attention_held_bytes(), want);
+                attention_release();
+                attention_forward(o, l, q, k, v, B, T, NH, NKV, HS, 1);
+                attention_backward(gq, gk, gv, d, q, k, v, o, l, B, T, NH, NKV, HS, 1);
+                ck_assert_msg(attention_held_bytes() == attention_workspace_bytes(B, T, NH, NKV, HS, 0, lim >= 3, th),
+                              "shape %d, path %d, %d threads: the FP32 ops hold %zu bytes, counted %zu", c, lim, th,
+                              attention_held_bytes(), attention_workspace_bytes(B, T, NH, NKV, HS, 0, lim >= 3, th));
+            }
+        kernels_limit_simd(3);
+        attention_release();
+        free(q); free(k); free(v); free(d); free(o); free(l); free(gq); free(gk); free(gv);
+        free(q16); free(k16); free(v16); free(d16); free(o16); free(g16[0]); free(g16[1]); free(g16[2]);
+    }
+}
+END_TEST
+
 START_TEST(test_attention16_bits) {
     const att_shape_t sh = ATT_AMX_SHAPES[_i];
     const int B = sh.B, T = sh.T, NH = sh.NH, NKV = sh.NKV, threads = omp_get_max_threads();
@@ -2748,6 +2793,7 @@ static Suite *kernels_suite(void) {
     tcase_add_loop_test(tc, test_attention_amx, 0, NELEMS(ATT_AMX_SHAPES));
     tcase_add_test(tc, test_attention_large_scores);
     tcase_add_loop_test(tc, test_attention16_bits, 0, NELEMS(ATT_AMX_SHAPES));
+    tcase_add_test(tc, test_attention_workspace);
     tc = tcase(s, "round flags");
     tcase_add_test(tc, test_round_flags);
     tc = tcase(s, "threads");

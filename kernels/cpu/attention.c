@@ -427,12 +427,17 @@ static pthread_mutex_t a16_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *a16_buf;
 static size_t a16_cap; // bytes
 
+// The allocation's bytes for `threads` threads, nd floats of D (a thread's share in *per).
+static size_t att16_bytes(int T, int HS, size_t nd, size_t threads, size_t *per) {
+    const size_t rows = (size_t)(T > ATT_BK ? T : ATT_BK);
+    *per = (4 * rows * (size_t)HS + (size_t)4 * ATT_BQ * HS + 15) / 16 * 16;
+    return threads * sizeof(att16_kv_t) + ((nd + 15) / 16 * 16 + threads * *per) * sizeof(float);
+}
+
 // 1: no memory (nothing held).
 static int att16_hold(att16_t *a, int T, int HS, size_t nd) {
-    const size_t threads = (size_t)omp_get_max_threads(), rows = (size_t)(T > ATT_BK ? T : ATT_BK);
-    a->per = (4 * rows * (size_t)HS + (size_t)4 * ATT_BQ * HS + 15) / 16 * 16;
+    const size_t threads = (size_t)omp_get_max_threads(), need = att16_bytes(T, HS, nd, threads, &a->per);
     nd = (nd + 15) / 16 * 16;
-    const size_t need = threads * sizeof(att16_kv_t) + (nd + threads * a->per) * sizeof(float);
     pthread_mutex_lock(&a16_lock);
     if (need > a16_cap) {
         free(a16_buf);
@@ -957,6 +962,34 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
 
 int attention_act16(int NH, int NKV, int HS) { return HS > 0 && HS <= ATT_HS_MAX && NKV > 0 && NH % NKV == 0; }
 
+// attention_backward16 takes the one pass when there are enough kv heads to share out evenly,
+// as attention_backward does (then no D array)
+static int bwd16_fused(int B, int NKV, int threads) { return (long)B * NKV >= (long)ATT_FUSED_TASKS * threads; }
+
+size_t attention_workspace_bytes(int B, int T, int NH, int NKV, int HS, int h16, int tiles, int threads) {
+    if (B <= 0 || T <= 0 || NH <= 0 || threads < 1) return 0;
+    if (tiles && att_amx_ok(NH, NKV, HS)) return att_amx_bytes(B, T, NKV, HS, h16, 1, threads); // the backward's: the larger
+    if (!h16 || !attention_act16(NH, NKV, HS)) return 0; // the FMA tasks on FP32 words: their stacks alone
+    size_t per;
+    return att16_bytes(T, HS, bwd16_fused(B, NKV, threads) ? 0 : (size_t)B * T * NH, (size_t)threads, &per);
+}
+
+size_t attention_held_bytes(void) {
+    pthread_mutex_lock(&a16_lock);
+    const size_t n = a16_cap;
+    pthread_mutex_unlock(&a16_lock);
+    return n + att_amx_held();
+}
+
+void attention_release(void) {
+    pthread_mutex_lock(&a16_lock);
+    free(a16_buf);
+    a16_buf = NULL;
+    a16_cap = 0;
+    pthread_mutex_unlock(&a16_lock);
+    att_amx_release();
+}
+
 // Query block qb of head h, batch b, from the halves: the thread's kv head's rows widened as
 // far as the block reads (kv_widen), its queries widened, its out formed in the buffers and
 // narrowed.
@@ -1012,8 +1045,7 @@ int attention_backward16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_
         att_amx_done(x);
         return 0;
     }
-    // the one pass when there are enough kv heads to share out evenly, as attention_backward's
-    const int fused = (long)B * NKV >= (long)ATT_FUSED_TASKS * omp_get_max_threads();
+    const int fused = bwd16_fused(B, NKV, omp_get_max_threads());
     att16_t a;
     if (att16_hold(&a, T, HS, fused ? 0 : (size_t)B * T * NH)) return 1;
     if (fused) {

@@ -181,24 +181,53 @@ int att_amx_ok(int NH, int NKV, int HS) {
     return gemm_amx_path() && HS > 0 && HS % 32 == 0 && HS <= AT_HS && NKV > 0 && NH % NKV == 0;
 }
 
+// The buffer's layout for B·NKV kv heads of T keys: the packed K and V (three arrays of Tp·HS
+// halves a head, then a byte a head), then from *acc_at, h16's backward's scratch (two Tp·HS
+// float arrays a thread). Returns its bytes, whole cache lines.
+static size_t at_bytes(int B, int T, int NKV, int HS, int h16, int bwd, size_t threads, size_t *acc_at) {
+    const size_t per = (size_t)((T + AT_BK - 1) / AT_BK * AT_BK) * HS, heads = (size_t)B * NKV;
+    const size_t at = (3 * heads * per * sizeof(uint16_t) + heads + 63) / 64 * 64;
+    if (acc_at) *acc_at = at;
+    return (at + (h16 && bwd ? threads * 2 * per * sizeof(float) : 0) + 63) / 64 * 64;
+}
+
+size_t att_amx_bytes(int B, int T, int NKV, int HS, int h16, int bwd, int threads) {
+    return at_bytes(B, T, NKV, HS, h16, bwd, (size_t)threads, NULL);
+}
+
+size_t att_amx_held(void) {
+    pthread_mutex_lock(&at_lock);
+    const size_t n = at_cap;
+    pthread_mutex_unlock(&at_lock);
+    return n;
+}
+
+void att_amx_release(void) {
+    pthread_mutex_lock(&at_lock);
+    free(at_buf);
+    at_buf = NULL;
+    at_cap = 0;
+    pthread_mutex_unlock(&at_lock);
+}
+
 att_amx_t *att_amx_prepare(const void *k, const void *v, int h16, int B, int T, int NH, int NKV, int HS, int bwd) {
     if (!att_amx_ok(NH, NKV, HS)) return NULL;
     pthread_mutex_lock(&at_lock);
     struct att_amx *x = &at_x;
     *x = (struct att_amx){.B = B, .T = T, .Tp = (T + AT_BK - 1) / AT_BK * AT_BK, .NH = NH, .NKV = NKV, .HS = HS,
                           .h16 = h16};
-    const size_t per = (size_t)x->Tp * HS, heads = (size_t)B * NKV, one = heads * per * sizeof(uint16_t);
-    const size_t acc_at = (3 * one + heads + 63) / 64 * 64,
-                 need = acc_at + (h16 && bwd ? (size_t)omp_get_max_threads() * 2 * per * sizeof(float) : 0);
+    const size_t per = (size_t)x->Tp * HS, heads = (size_t)B * NKV;
+    size_t acc_at;
+    const size_t need = at_bytes(B, T, NKV, HS, h16, bwd, (size_t)omp_get_max_threads(), &acc_at);
     if (need > at_cap) {
         free(at_buf);
         at_cap = 0;
-        at_buf = aligned_alloc(64, (need + 63) / 64 * 64);
+        at_buf = aligned_alloc(64, need);
         if (!at_buf) {
             pthread_mutex_unlock(&at_lock);
             return NULL;
         }
-        at_cap = (need + 63) / 64 * 64;
+        at_cap = need;
     }
     uint16_t *base = at_buf;
     x->ka = base;

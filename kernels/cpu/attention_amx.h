@@ -29,6 +29,11 @@ int att_amx_ok(int NH, int NKV, int HS);
 // omp_get_max_threads() threads.
 att_amx_t *att_amx_prepare(const void *k, const void *v, int h16, int B, int T, int NH, int NKV, int HS, int bwd);
 void att_amx_done(att_amx_t *x);
+// The bytes prepare holds for this shape (with `threads` threads), the buffer it holds now (its
+// largest prepare's: it grows, never shrinks), and freeing it (attention.c's workspace calls).
+size_t att_amx_bytes(int B, int T, int NKV, int HS, int h16, int bwd, int threads);
+size_t att_amx_held(void);
+void att_amx_release(void);
 // The forward of query block qb of head h, batch b (attention.c fwd_task's outputs).
 int att_amx_fwd_task(const att_amx_t *x, void *out, float *lse, const void *q, int b, int h, int qb, int round,
                      att_softmax_fn softmax, att_mask_fn mask);
