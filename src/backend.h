@@ -257,8 +257,10 @@ const char *backend_blas_replaced(void);
 // OPENBLAS_CORETYPE says", "OpenBLAS Haswell", or, when the pick is narrower than the CPU and
 // stayed, what would be wider; for the tier report, bench calibrate and bench gemm. Returns buf.
 char *backend_blas_text(char *buf, size_t len);
-// be->threads from cfg (--threads, else $OMP_NUM_THREADS, else every core), OpenMP set to
-// it and OpenBLAS to one thread (kernels/cpu/matmul.c's determinism).
+// The host threads a run of cfg takes: --threads, else $OMP_NUM_THREADS, else every core.
+int backend_host_threads(const config_t *cfg);
+// be->threads from cfg (backend_host_threads), OpenMP set to it and OpenBLAS to one thread
+// (kernels/cpu/matmul.c's determinism).
 void backend_setup_host_threads(backend_t *be, const config_t *cfg);
 // On a worker thread beside the compute thread (the update worker), how many threads its
 // OpenMP regions take: on the CPU backend it alone, since the compute thread's team has the

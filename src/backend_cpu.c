@@ -155,11 +155,15 @@ char *backend_blas_text(char *buf, size_t len) {
     return buf;
 }
 
-void backend_setup_host_threads(backend_t *be, const config_t *cfg) {
+int backend_host_threads(const config_t *cfg) {
     // --threads 0: $OMP_NUM_THREADS when set (the usual OpenMP convention), else every core.
     const char *env = getenv("OMP_NUM_THREADS");
-    be->threads = cfg->threads > 0 ? cfg->threads : env && atoi(env) > 0 ? atoi(env) : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (be->threads < 1) be->threads = 1;
+    const int n = cfg->threads > 0 ? cfg->threads : env && atoi(env) > 0 ? atoi(env) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n;
+}
+
+void backend_setup_host_threads(backend_t *be, const config_t *cfg) {
+    be->threads = backend_host_threads(cfg);
     // OpenMP is the only thread pool. OpenBLAS's own threading gives different bits for
     // different thread counts, so where it runs the products (a CPU without FMA) the matmul
     // kernels split their output into tiles sized by its shape alone, each one single-threaded

@@ -9,7 +9,7 @@
 #include "checkpoint.h"
 #include "backend.h"
 #include "hostmem.h"
-#include "kernels.h" // CE_QUANTUM
+#include "kernels.h" // CE_QUANTUM, attention_workspace_bytes
 #include "scheduler.h" // sched_belady
 #include "util.h"
 
@@ -468,8 +468,10 @@ static void ram_fixes(const config_t *cfg, const plan_t *p, char *fix, size_t le
 // Does it fit the budgets, RAM and NVMe free space? Else the reason and what would fix it.
 // RAM and NVMe are the node's: its ranks (local_ranks, 1 alone) count together.
 static void plan_check(const config_t *cfg, plan_t *p) {
-    char a[32], b[32], c[32], d[32], fix[320], node_ram[96] = "", node_nvme[96] = "";
+    char a[32], b[32], c[32], d[32], e[32], fix[320], node_ram[96] = "", node_nvme[96] = "", kern[64] = "";
     p->feasible = 1;
+    if (p->kernels_bytes)
+        snprintf(kern, sizeof kern, " + kernels %s", format_bytes(e, sizeof e, p->kernels_bytes));
     ram_fixes(cfg, p, fix, sizeof fix);
     const uint64_t nodes = p->local_ranks > 1 ? (uint64_t)p->local_ranks : 1;
     const char *more = nodes > 1 ? "fewer ranks per node, " : "";
@@ -499,11 +501,11 @@ static void plan_check(const config_t *cfg, plan_t *p) {
                      format_bytes(a, sizeof a, p->ram_needed), node_ram, format_bytes(d, sizeof d, p->mem_available),
                      more, fix);
         else
-            snprintf(p->reason, sizeof p->reason, "needs %s of RAM (device arena %s + host %s)%s, %s available (%s%sa "
+            snprintf(p->reason, sizeof p->reason, "needs %s of RAM (device arena %s + host %s%s)%s, %s available (%s%sa "
                      "smaller --model, --batch or --seq)",
                      format_bytes(a, sizeof a, p->ram_needed), format_bytes(b, sizeof b, p->device_bytes),
-                     format_bytes(c, sizeof c, p->host_bytes), node_ram, format_bytes(d, sizeof d, p->mem_available),
-                     more, fix);
+                     format_bytes(c, sizeof c, p->host_bytes), kern, node_ram,
+                     format_bytes(d, sizeof d, p->mem_available), more, fix);
     } else if (p->nvme_bytes && p->nvme_bytes * nodes > p->nvme_free) {
         p->feasible = 0;
         snprintf(p->reason, sizeof p->reason, "NVMe states need %s%s, %s free under --nvme-path %.200s (%sfree space, or "
@@ -531,8 +533,13 @@ void plan_compute(const config_t *cfg, const model_t *m, const profile_t *prof, 
     p->device_bytes = lay->device_bytes + p->backend_bytes;
     p->host_bytes = lay->host_bytes;
     p->nvme_bytes = lay->nvme_bytes;
-    // the CPU backend's arena is RAM too; a GPU's is not
-    p->ram_needed = cfg->device == DEVICE_CUDA ? p->host_bytes : p->device_bytes + p->host_bytes;
+    // the CPU backend's arena is RAM too, and so are its kernels' own buffers; a GPU's are not
+    if (cfg->device != DEVICE_CUDA) {
+        p->kernels_threads = backend_host_threads(cfg);
+        p->kernels_bytes = attention_workspace_bytes(cfg->B, cfg->T, m->NH, m->NKV, m->HS, lay->att16,
+                                                     cfg->cpu_gemm == CPU_GEMM_AUTO, p->kernels_threads);
+    }
+    p->ram_needed = cfg->device == DEVICE_CUDA ? p->host_bytes : p->device_bytes + p->host_bytes + p->kernels_bytes;
     p->mem_available = hostmem_mem_available();
     p->nvme_free = p->nvme_bytes ? plan_nvme_free(cfg) : 0;
     // 2 FLOPs per multiply-add: forward 2·P·N, backward 4·P·N, and the recompute: a block that

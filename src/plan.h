@@ -43,7 +43,10 @@ typedef struct {
     uint64_t device_bytes;   // what the device arena must hold
     uint64_t host_bytes;     // what the host must hold (homes and staging)
     uint64_t nvme_bytes;     // what the NVMe store must hold
-    uint64_t ram_needed;     // host bytes, plus the device arena on the CPU backend (the same RAM)
+    uint64_t kernels_bytes;  // the CPU backend's kernels' own buffers, outside the arena: the attention
+                             // ops' at the run's threads (kernels.h attention_workspace_bytes)
+    int kernels_threads;     // those threads (backend_host_threads)
+    uint64_t ram_needed;     // host bytes, plus on the CPU backend the device arena and kernels_bytes (the same RAM)
     uint64_t mem_available;  // /proc/meminfo MemAvailable
     uint64_t nvme_free;      // free bytes under --nvme-path (statvfs, each filesystem once); 0 when unused
     // --save: what its filesystem must hold at the run's fullest moment (plan_save_space)

@@ -68,6 +68,9 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
             p->nvme_bytes ? format_bytes(b, sizeof b, p->nvme_free) : "-", cfg->nvme_path[0] ? cfg->nvme_path : "default");
     fprintf(f, "  RAM (%s)    %12s   of %s available\n", cfg->device == DEVICE_CUDA ? "host only  " : "cpu backend",
             format_bytes(a, sizeof a, p->ram_needed), format_bytes(b, sizeof b, p->mem_available));
+    if (p->kernels_bytes) // outside the arena: the attention ops' buffers, held from their first call
+        fprintf(f, "    %-18s %12s   (the attention ops' buffers, %d threads)\n", "kernels",
+                format_bytes(a, sizeof a, p->kernels_bytes), p->kernels_threads);
     if (cfg->save_dir[0])
         fprintf(f, "  checkpoints          %12s   of %s free (--save %s: %d of %s at the fullest)\n",
                 format_bytes(a, sizeof a, p->save_need), format_bytes(b, sizeof b, p->save_free), cfg->save_dir,
@@ -151,11 +154,12 @@ void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f) 
         snprintf(reason, sizeof reason, "\"?\"");
     fprintf(f, "{\"plan\":\"%s\",\"params\":%zu,\"feasible\":%s,\"reason\":%s,\"params_home\":\"%s\","
                "\"grads_home\":\"%s\",\"optimizer_home\":\"%s\",\"device_bytes\":%llu,\"host_bytes\":%llu,"
-               "\"nvme_bytes\":%llu,\"ram_bytes\":%llu,\"ram_available\":%llu,\"nvme_free\":%llu,\"device_parts\":",
+               "\"nvme_bytes\":%llu,\"ram_bytes\":%llu,\"ram_available\":%llu,\"kernels_bytes\":%llu,\"nvme_free\":%llu,"
+               "\"device_parts\":",
             cfg->preset[0] ? cfg->preset : "custom", m->num_params, p->feasible ? "true" : "false", reason,
             tn[cfg->params_tier], tn[cfg->grads_tier], tn[cfg->optim_tier], (unsigned long long)p->device_bytes,
             (unsigned long long)p->host_bytes, (unsigned long long)p->nvme_bytes, (unsigned long long)p->ram_needed,
-            (unsigned long long)p->mem_available, (unsigned long long)p->nvme_free);
+            (unsigned long long)p->mem_available, (unsigned long long)p->kernels_bytes, (unsigned long long)p->nvme_free);
     json_parts(p, TIER_DEVICE, f);
     fprintf(f, ",\"host_parts\":");
     json_parts(p, TIER_HOST, f);

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 #include "backend.h" // uses: backend_blas_text
-#include "kernels.h" // adamw_update_path
+#include "kernels.h" // adamw_update_path, attention_held_bytes
 #include "util.h"
 
 static const char *tier_name(tier_kind_t t) { return t == TIER_DEVICE ? "device" : t == TIER_HOST ? "host" : "nvme"; }
@@ -91,7 +91,7 @@ void report_summary(FILE *log, const trainer_info_t *info, const plan_t *plan, c
                  "\"copy_ms\":%.3f,\"optimizer_ms\":%.3f,\"host_cache_hits\":%llu,\"nvme_bytes_fresh\":%llu,\"floor_ms\":%.3f,"
                  "\"efficiency\":%.4f,\"bound\":\"%s\",\"nvme_read_GBps\":%.3f,\"nvme_write_GBps\":%.3f,"
                  "\"assists\":%llu,\"assists_self\":%llu,\"assist_ms\":%.3f,\"assist_wait_ms\":%.3f,"
-                 "\"optimizer_reads_ahead\":%llu,",
+                 "\"optimizer_reads_ahead\":%llu,\"kernels_bytes\":%llu,",
             r->params, r->steps, r->first_loss, r->final_loss, isfinite(r->val_loss) ? r->val_loss : -1.0,
             r->tok_per_s, r->step_ms, (unsigned long long)info->device_peak, (unsigned long long)info->host_bytes,
             (unsigned long long)ts->nvme_read_bytes, (unsigned long long)ts->nvme_write_bytes,
@@ -101,7 +101,8 @@ void report_summary(FILE *log, const trainer_info_t *info, const plan_t *plan, c
             r->step_ms > 0 ? plan->floor_ms / r->step_ms : 0.0, plan_resource_names[plan->bound],
             report_nvme_GBps(info, IO_READ), report_nvme_GBps(info, IO_WRITE),
             (unsigned long long)info->sched.assists, (unsigned long long)info->sched.assists_self, info->sched.assist_ms,
-            info->sched.assist_wait_ms, (unsigned long long)ts->opt_reads_ahead);
+            info->sched.assist_wait_ms, (unsigned long long)ts->opt_reads_ahead,
+            (unsigned long long)attention_held_bytes()); // the CPU kernels' own buffers (plan.h kernels_bytes)
     if (r->ranks > 1) { // rank 0's figures above; each rank's peaks here
         fprintf(log, "\"ranks\":%d,\"gather_wait_ms\":%.3f", r->ranks, info->tier.gather_wait_ms);
         const char *key[2] = {"rank_peak_device_bytes", "rank_peak_host_bytes"};

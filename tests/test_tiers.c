@@ -1052,6 +1052,26 @@ START_TEST(plan_matches_allocation) {
 }
 END_TEST
 
+// The CPU kernels' own buffers, outside the arena (the attention ops', held from their first
+// call): what the plan counts in RAM (kernels_bytes) is what the run's ops then hold, the
+// summary says, at 1 thread (the BF16 backward's one pass) and 3 (its split passes, with D),
+// which differ; a run with BF16 attention (att16: tiny's heads of 16 on any CPU with FMA) holds
+// some.
+START_TEST(plan_counts_the_kernels_buffers) {
+    static const char *const threads[][4] = {{"--threads", "1", NULL}, {"--threads", "3", NULL}};
+    unsigned long long held[2];
+    for (int i = 0; i < 2; i++) {
+        run_t r = train(base_bf16, threads[i], NULL);
+        held[i] = summary_u64(&r, "kernels_bytes");
+        ck_assert_msg(held[i] == log_u64(&r, NULL, "kernels_bytes"), "--threads %s: the ops held %llu bytes, the plan said %llu",
+                      threads[i][1], held[i], log_u64(&r, NULL, "kernels_bytes"));
+        if (matmul_act16(64)) ck_assert_msg(held[i] > 0, "--threads %s: no attention buffers held", threads[i][1]);
+        run_free(&r);
+    }
+    if (matmul_act16(64)) ck_assert_msg(held[1] > held[0], "3 threads hold %llu bytes, 1 thread %llu", held[1], held[0]);
+}
+END_TEST
+
 // The plan's tests' configuration: small at B1 T32 on the CPU, every state on NVMe.
 static void small_on_nvme(config_t *cfg) {
     memset(cfg, 0, sizeof *cfg);
@@ -2053,6 +2073,7 @@ int main(void) {
     tcase_add_test(cap, plan_phases_sum_to_the_step);
     tcase_add_test(cap, plan_floor_resident_is_compute);
     tcase_add_test(cap, plan_json_floor_from_phases);
+    tcase_add_test(cap, plan_counts_the_kernels_buffers);
     suite_add_tcase(s, cap);
     TCase *flt = tcase_create("faults");
     tcase_add_checked_fixture(flt, setup, teardown);
