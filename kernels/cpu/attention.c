@@ -39,7 +39,9 @@
 // the same steps on the same tiles, its own bits), each one it declines here. With BF16 halves
 // for q, k, v, out and their gradients (attention_forward16, attention_backward16, at the end)
 // the same tasks run on rows widened into each thread's buffers, the one allocation here
-// (grown as needed, held by the op), or on the AMX tiles where the FP32 op's would.
+// (grown as needed, held by the op), or on the AMX tiles where the FP32 op's would. What the
+// ops hold for a shape (this allocation or AMX's) is attention_workspace_bytes, which the plan
+// counts in the RAM a run needs.
 // Called by the CPU backend's attention ops.
 #include "kernels.h"
 #include <math.h>
