@@ -46,10 +46,10 @@
 #include "kernels.h"
 #include <math.h>
 #include <omp.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "attention_amx.h"
+#include "held.h"
 #include "simd.h"
 
 #define ATT_BQ 32      // query rows per tile (one tile row is four 8-float or two 16-float vectors)
@@ -425,39 +425,30 @@ typedef struct {
     float *d, *ws;
     size_t per;
 } att16_t;
-static pthread_mutex_t a16_lock = PTHREAD_MUTEX_INITIALIZER;
-static void *a16_buf;
-static size_t a16_cap; // bytes
+static held_t a16_held = HELD_INIT;
 
-// The allocation's bytes for `threads` threads, nd floats of D (a thread's share in *per).
-static size_t att16_bytes(int T, int HS, size_t nd, size_t threads, size_t *per) {
+// A thread's share of the allocation, in floats (a multiple of 16: whole cache lines).
+static size_t att16_per(int T, int HS) {
     const size_t rows = (size_t)(T > ATT_BK ? T : ATT_BK);
-    *per = (4 * rows * (size_t)HS + (size_t)4 * ATT_BQ * HS + 15) / 16 * 16;
-    return threads * sizeof(att16_kv_t) + ((nd + 15) / 16 * 16 + threads * *per) * sizeof(float);
+    return (4 * rows * (size_t)HS + (size_t)4 * ATT_BQ * HS + 15) / 16 * 16;
+}
+// The allocation's bytes for `threads` threads and nd floats of D (whole cache lines).
+static size_t att16_bytes(int T, int HS, size_t nd, size_t threads) {
+    return threads * sizeof(att16_kv_t) + ((nd + 15) / 16 * 16 + threads * att16_per(T, HS)) * sizeof(float);
 }
 
 // 1: no memory (nothing held).
 static int att16_hold(att16_t *a, int T, int HS, size_t nd) {
-    const size_t threads = (size_t)omp_get_max_threads(), need = att16_bytes(T, HS, nd, threads, &a->per);
-    nd = (nd + 15) / 16 * 16;
-    pthread_mutex_lock(&a16_lock);
-    if (need > a16_cap) {
-        free(a16_buf);
-        a16_cap = 0;
-        a16_buf = aligned_alloc(64, need);
-        if (!a16_buf) {
-            pthread_mutex_unlock(&a16_lock);
-            return 1;
-        }
-        a16_cap = need;
-    }
-    a->kv = a16_buf;
+    const size_t threads = (size_t)omp_get_max_threads();
+    a->kv = held_take(&a16_held, att16_bytes(T, HS, nd, threads));
+    if (!a->kv) return 1;
+    a->per = att16_per(T, HS);
     a->d = (float *)(a->kv + threads);
-    a->ws = a->d + nd;
+    a->ws = a->d + (nd + 15) / 16 * 16;
     for (size_t t = 0; t < threads; t++) a->kv[t] = (att16_kv_t){.b = -1};
     return 0;
 }
-static void att16_done(void) { pthread_mutex_unlock(&a16_lock); }
+static void att16_done(void) { held_give(&a16_held); }
 // The calling thread's buffers and kv cache (inside the op's parallel regions).
 static inline float *att16_ws(const att16_t *a) { return a->ws + (size_t)omp_get_thread_num() * a->per; }
 static inline att16_kv_t *att16_kv(const att16_t *a) { return a->kv + omp_get_thread_num(); }
@@ -888,6 +879,11 @@ static void d_block(float *D, size_t ds, const float *dout, const float *out, in
     for (int u = 0; u < n; u++) D[(size_t)u * ds] = dot_seq(dout + (size_t)u * HS, out + (size_t)u * HS, HS);
 }
 
+// The backward's one pass (a task per kv head) when there are enough kv heads to share out
+// evenly, else the split passes: attention_backward's rule and attention_backward16's, and
+// so what attention_workspace_bytes counts D for.
+static int bwd_fused(int B, int NKV, int threads) { return (long)B * NKV >= (long)ATT_FUSED_TASKS * threads; }
+
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                         const float *k, const float *v, const float *out, const float *lse,
                         int B, int T, int NH, int NKV, int HS, int round) {
@@ -906,8 +902,7 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
         return;
     }
 
-    // the one pass (below) when there are enough kv heads to share out evenly
-    const int fused = HS <= ATT_HS_MAX && (long)B * NKV >= (long)ATT_FUSED_TASKS * omp_get_max_threads();
+    const int fused = HS <= ATT_HS_MAX && bwd_fused(B, NKV, omp_get_max_threads()); // the one pass, below
 
     // ---- pass 1: D = dout·out per query row (in order over d), parked in dq[row][0]
     //      eight rows at a time (d_rows), the last few one by one (the one pass takes its own)
@@ -964,31 +959,17 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
 
 int attention_act16(int NH, int NKV, int HS) { return HS > 0 && HS <= ATT_HS_MAX && NKV > 0 && NH % NKV == 0; }
 
-// attention_backward16 takes the one pass when there are enough kv heads to share out evenly,
-// as attention_backward does (then no D array)
-static int bwd16_fused(int B, int NKV, int threads) { return (long)B * NKV >= (long)ATT_FUSED_TASKS * threads; }
-
 size_t attention_workspace_bytes(int B, int T, int NH, int NKV, int HS, int h16, int tiles, int threads) {
     if (B <= 0 || T <= 0 || NH <= 0 || threads < 1) return 0;
     if (tiles && att_amx_ok(NH, NKV, HS)) return att_amx_bytes(B, T, NKV, HS, h16, 1, threads); // the backward's: the larger
     if (!h16 || !attention_act16(NH, NKV, HS)) return 0; // the FMA tasks on FP32 words: their stacks alone
-    size_t per;
-    return att16_bytes(T, HS, bwd16_fused(B, NKV, threads) ? 0 : (size_t)B * T * NH, (size_t)threads, &per);
+    return att16_bytes(T, HS, bwd_fused(B, NKV, threads) ? 0 : (size_t)B * T * NH, (size_t)threads);
 }
 
-size_t attention_held_bytes(void) {
-    pthread_mutex_lock(&a16_lock);
-    const size_t n = a16_cap;
-    pthread_mutex_unlock(&a16_lock);
-    return n + att_amx_held();
-}
+size_t attention_held_bytes(void) { return held_bytes(&a16_held) + att_amx_held(); }
 
 void attention_release(void) {
-    pthread_mutex_lock(&a16_lock);
-    free(a16_buf);
-    a16_buf = NULL;
-    a16_cap = 0;
-    pthread_mutex_unlock(&a16_lock);
+    held_free(&a16_held);
     att_amx_release();
 }
 
@@ -1047,7 +1028,7 @@ int attention_backward16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_
         att_amx_done(x);
         return 0;
     }
-    const int fused = bwd16_fused(B, NKV, omp_get_max_threads());
+    const int fused = bwd_fused(B, NKV, omp_get_max_threads());
     att16_t a;
     if (att16_hold(&a, T, HS, fused ? 0 : (size_t)B * T * NH)) return 1;
     if (fused) {

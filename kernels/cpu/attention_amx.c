@@ -22,11 +22,11 @@
 #include "attention_amx.h"
 #include <math.h>
 #include <omp.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "amx.h"
 #include "gemm.h" // uses: gemm_amx_path
+#include "held.h"
 #include "simd.h" // uses: tt_round_n
 
 #define AT_BQ ATT_AMX_BQ
@@ -45,10 +45,8 @@ struct att_amx {
 };
 
 // One buffer for the op's packed K and V, grown as needed and held from prepare to done.
-static pthread_mutex_t at_lock = PTHREAD_MUTEX_INITIALIZER;
+static held_t at_held = HELD_INIT;
 static struct att_amx at_x;
-static void *at_buf;
-static size_t at_cap;
 
 // v split into planes: p[0] hi, p[1] mid, p[2] lo, each a BF16 value, their sum v exactly.
 TT_AMX static inline void planes3(__m512 v, __m512 p[3]) {
@@ -195,47 +193,24 @@ size_t att_amx_bytes(int B, int T, int NKV, int HS, int h16, int bwd, int thread
     return at_bytes(B, T, NKV, HS, h16, bwd, (size_t)threads, NULL);
 }
 
-size_t att_amx_held(void) {
-    pthread_mutex_lock(&at_lock);
-    const size_t n = at_cap;
-    pthread_mutex_unlock(&at_lock);
-    return n;
-}
-
-void att_amx_release(void) {
-    pthread_mutex_lock(&at_lock);
-    free(at_buf);
-    at_buf = NULL;
-    at_cap = 0;
-    pthread_mutex_unlock(&at_lock);
-}
+size_t att_amx_held(void) { return held_bytes(&at_held); }
+void att_amx_release(void) { held_free(&at_held); }
 
 att_amx_t *att_amx_prepare(const void *k, const void *v, int h16, int B, int T, int NH, int NKV, int HS, int bwd) {
     if (!att_amx_ok(NH, NKV, HS)) return NULL;
-    pthread_mutex_lock(&at_lock);
-    struct att_amx *x = &at_x;
+    size_t acc_at;
+    uint16_t *base = held_take(&at_held, at_bytes(B, T, NKV, HS, h16, bwd, (size_t)omp_get_max_threads(), &acc_at));
+    if (!base) return NULL;
+    struct att_amx *x = &at_x; // the holder's, as the buffer is
     *x = (struct att_amx){.B = B, .T = T, .Tp = (T + AT_BK - 1) / AT_BK * AT_BK, .NH = NH, .NKV = NKV, .HS = HS,
                           .h16 = h16};
     const size_t per = (size_t)x->Tp * HS, heads = (size_t)B * NKV;
-    size_t acc_at;
-    const size_t need = at_bytes(B, T, NKV, HS, h16, bwd, (size_t)omp_get_max_threads(), &acc_at);
-    if (need > at_cap) {
-        free(at_buf);
-        at_cap = 0;
-        at_buf = aligned_alloc(64, need);
-        if (!at_buf) {
-            pthread_mutex_unlock(&at_lock);
-            return NULL;
-        }
-        at_cap = need;
-    }
-    uint16_t *base = at_buf;
     x->ka = base;
     x->vt = bwd ? NULL : base + heads * per;
     x->va = bwd ? base + heads * per : NULL;
     x->kt = bwd ? base + 2 * heads * per : NULL;
     x->bad = (unsigned char *)(base + 3 * heads * per);
-    x->acc = h16 && bwd ? (float *)((char *)at_buf + acc_at) : NULL;
+    x->acc = h16 && bwd ? (float *)((char *)base + acc_at) : NULL;
     const size_t ks = (size_t)NKV * HS;
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
@@ -255,7 +230,7 @@ att_amx_t *att_amx_prepare(const void *k, const void *v, int h16, int B, int T, 
 }
 
 void att_amx_done(att_amx_t *x) {
-    if (x) pthread_mutex_unlock(&at_lock);
+    if (x) held_give(&at_held);
 }
 
 // ---------------------------------------------------------------- tile products
