@@ -160,8 +160,11 @@ int attention_backward16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_
 // (their buffers are the process's, grown as needed, never shrunk: one op runs at a time): AMX's
 // packed K and V where the tiles take the head size (tiles: the CPU's products may take them,
 // --cpu-gemm auto), else the threads' widened rows of the BF16 ops (h16); 0 where neither runs.
+// attention_reserve allocates them now, as the ops would at their first call at `threads`
+// threads (a run's start: a shortage is then its start-up error, not a step's); 1: no memory.
 // attention_held_bytes: what the ops hold now; attention_release frees it.
 size_t attention_workspace_bytes(int B, int T, int NH, int NKV, int HS, int h16, int tiles, int threads);
+int attention_reserve(int B, int T, int NH, int NKV, int HS, int h16, int tiles, int threads);
 size_t attention_held_bytes(void);
 void attention_release(void);
 // rope_forward's and rope_backward's with round on BF16 halves, in place (q and k, dq and dk;

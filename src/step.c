@@ -269,6 +269,21 @@ static void grads_fold(step_t *st, float *G, const float *F, size_t n, int gathe
 }
 
 // ---------------------------------------------------------------- init
+// The CPU kernels' own buffers (kernels.h attention_workspace_bytes, outside the arena: the
+// plan's kernels_bytes) allocated now, so that a shortage is a start-up error, not a step's
+// fault; a GPU's workspace is in its arena.
+static int reserve_kernels(const step_t *st, const config_t *cfg, char *err, size_t errlen) {
+    if (!backend_host_addressable(st->be)) return 0;
+    const model_t *m = st->m;
+    const int tiles = cfg->cpu_gemm == CPU_GEMM_AUTO, threads = st->be->threads;
+    if (!attention_reserve(st->B, st->T, m->NH, m->NKV, m->HS, st->att16, tiles, threads)) return 0;
+    const size_t need = attention_workspace_bytes(st->B, st->T, m->NH, m->NKV, m->HS, st->att16, tiles, threads);
+    char a[32];
+    snprintf(err, errlen, "out of memory reserving the attention ops' buffers (%s at %d threads): lower --batch, --seq "
+             "or --threads", format_bytes(a, sizeof a, need), threads);
+    return -ENOMEM;
+}
+
 
 int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, tier_t *tier, char *err,
               size_t errlen) {
@@ -291,6 +306,8 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
                  be->name);
         return -EINVAL;
     }
+    int rc = reserve_kernels(st, cfg, err, errlen);
+    if (rc != 0) return rc;
     st->nmb = lay->nmb;
     st->vertical = lay->vertical;
     const size_t N = (size_t)st->N;
@@ -333,7 +350,7 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
                            .act_d2h = &ts->act_d2h_bytes, .copy_ms = &ts->copy_ms};
     float *store = tier_buf(tier, TB_ACTS, 0);
     float *f32 = tier_buf(tier, TB_ACT_F32, 0); // NULL: an FP32 store
-    int rc = acts_init(&st->acts, be, lay->nmb, m->L, N * (size_t)m->C, lay->acts_host ? NULL : store,
+    rc = acts_init(&st->acts, be, lay->nmb, m->L, N * (size_t)m->C, lay->acts_host ? NULL : store,
                        lay->acts_host ? store : NULL, tier_buf(tier, TB_ACT_BUFS, 0), tier_buf(tier, TB_ACT_BUFS, 1),
                        f32, &cnt, err, errlen);
     if (rc != 0) return rc;

@@ -1495,15 +1495,23 @@ START_TEST(test_attention_workspace) {
             for (int th = 1; th <= 3; th += 2) {
                 kernels_limit_simd(lim);
                 set_threads(th);
-                attention_release();
-                ck_assert_uint_eq(attention_held_bytes(), 0);
-                ck_assert_int_eq(attention_forward16(o16, l, q16, k16, v16, B, T, NH, NKV, HS), 0);
-                ck_assert_int_eq(attention_backward16(g16[0], g16[1], g16[2], d16, q16, k16, v16, o16, l, B, T, NH, NKV, HS),
-                                 0);
                 const size_t want = attention_workspace_bytes(B, T, NH, NKV, HS, 1, lim >= 3, th);
-                ck_assert_msg(want > 0 && attention_held_bytes() == want,
-                              "shape %d, path %d, %d threads: the BF16 ops hold %zu bytes, counted %zu", c, lim, th,
-                              attention_held_bytes(), want);
+                // grown at the ops' first call, then reserved before it (a run's start): the
+                // ops must find what they need and grow nothing
+                for (int reserved = 0; reserved <= 1; reserved++) {
+                    attention_release();
+                    ck_assert_uint_eq(attention_held_bytes(), 0);
+                    if (reserved) {
+                        ck_assert_int_eq(attention_reserve(B, T, NH, NKV, HS, 1, lim >= 3, th), 0);
+                        ck_assert_uint_eq(attention_held_bytes(), want);
+                    }
+                    ck_assert_int_eq(attention_forward16(o16, l, q16, k16, v16, B, T, NH, NKV, HS), 0);
+                    ck_assert_int_eq(
+                        attention_backward16(g16[0], g16[1], g16[2], d16, q16, k16, v16, o16, l, B, T, NH, NKV, HS), 0);
+                    ck_assert_msg(want > 0 && attention_held_bytes() == want,
+                                  "shape %d, path %d, %d threads, reserved %d: the BF16 ops hold %zu bytes, counted %zu",
+                                  c, lim, th, reserved, attention_held_bytes(), want);
+                }
                 attention_release();
                 attention_forward(o, l, q, k, v, B, T, NH, NKV, HS, 1);
                 attention_backward(gq, gk, gv, d, q, k, v, o, l, B, T, NH, NKV, HS, 1);

@@ -966,6 +966,12 @@ size_t attention_workspace_bytes(int B, int T, int NH, int NKV, int HS, int h16,
     return att16_bytes(T, HS, bwd_fused(B, NKV, threads) ? 0 : (size_t)B * T * NH, (size_t)threads);
 }
 
+int attention_reserve(int B, int T, int NH, int NKV, int HS, int h16, int tiles, int threads) {
+    const size_t bytes = attention_workspace_bytes(B, T, NH, NKV, HS, h16, tiles, threads);
+    if (!bytes) return 0;
+    return tiles && att_amx_ok(NH, NKV, HS) ? att_amx_reserve(bytes) : held_reserve(&a16_held, bytes);
+}
+
 size_t attention_held_bytes(void) { return held_bytes(&a16_held) + att_amx_held(); }
 
 void attention_release(void) {

@@ -194,6 +194,7 @@ size_t att_amx_bytes(int B, int T, int NKV, int HS, int h16, int bwd, int thread
 }
 
 size_t att_amx_held(void) { return held_bytes(&at_held); }
+int att_amx_reserve(size_t bytes) { return held_reserve(&at_held, bytes); }
 void att_amx_release(void) { held_free(&at_held); }
 
 att_amx_t *att_amx_prepare(const void *k, const void *v, int h16, int B, int T, int NH, int NKV, int HS, int bwd) {

@@ -33,6 +33,7 @@ void att_amx_done(att_amx_t *x);
 // largest prepare's: it grows, never shrinks), and freeing it (attention.c's workspace calls).
 size_t att_amx_bytes(int B, int T, int NKV, int HS, int h16, int bwd, int threads);
 size_t att_amx_held(void);
+int att_amx_reserve(size_t bytes);
 void att_amx_release(void);
 // The forward of query block qb of head h, batch b (attention.c fwd_task's outputs).
 int att_amx_fwd_task(const att_amx_t *x, void *out, float *lse, const void *q, int b, int h, int qb, int round,

@@ -1,7 +1,8 @@
 // held.h — private to kernels/cpu: a buffer an op grows to what it needs and then keeps, for
 // the attention ops' (attention.c's BF16 ops' rows, attention_amx.c's packed K and V). One op
 // holds it at a time, under its lock, from held_take to held_give; what it holds between ops
-// is what kernels.h attention_held_bytes reports and attention_release frees.
+// is what kernels.h attention_held_bytes reports and attention_release frees; a run reserves
+// it at its start (attention_reserve).
 #pragma once
 #include <pthread.h>
 #include <stdlib.h>
@@ -30,6 +31,12 @@ static inline void *held_take(held_t *h, size_t bytes) {
     return h->buf;
 }
 static inline void held_give(held_t *h) { pthread_mutex_unlock(&h->lock); }
+// h grown to `bytes` now, not at an op's first call; 1: no memory (h holding nothing).
+static inline int held_reserve(held_t *h, size_t bytes) {
+    if (!held_take(h, bytes)) return 1;
+    held_give(h);
+    return 0;
+}
 static inline size_t held_bytes(held_t *h) {
     pthread_mutex_lock(&h->lock);
     const size_t n = h->cap;
