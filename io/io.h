@@ -238,7 +238,8 @@ void nvme_store_locate(const nvme_store_t *s, uint64_t off, int *file, uint64_t 
 // The size syntax of every flag and message, here because io/ is the leaf that needs it first
 // (fault specs, space errors) and src/util.h's parse_size / format_bytes are these.
 // "512M", "4G", "1.5GiB", "4096", "64k" -> bytes: K/M/G/T and KiB/MiB/GiB/TiB are powers of
-// 1024, KB/MB/GB/TB powers of 1000. Returns 0, -EINVAL (not a size), -ERANGE (too large).
+// 1024, KB/MB/GB/TB powers of 1000; the number is plain decimal (no sign, no hex). Returns 0,
+// -EINVAL (not a size), -ERANGE (too large), -EDOM (above 0 but under one byte: rounds to 0).
 int io_parse_size(const char *s, uint64_t *out);
 // One line "tiertrain: <msg>" on stderr (src/util.h's notice and errors print through it).
 void io_vnotice(const char *fmt, va_list ap);

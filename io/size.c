@@ -1,4 +1,5 @@
 // size.c — the size syntax (see io.h): parsing "512M" / "1.5GiB" and printing bytes. No state.
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -6,12 +7,29 @@
 #include <string.h>
 #include "io.h"
 
+// Whether [s, end) is a plain decimal number: digits with at most one point, then an optional
+// exponent ("1.5", "2e9"). strtod also takes a sign, hex ("0x10", "0x1p20"), "inf" and
+// leading spaces, none of which a size is.
+static int plain_number(const char *s, const char *end) {
+    int digits = 0, points = 0;
+    const char *p = s;
+    for (; p < end && (isdigit((unsigned char)*p) || *p == '.'); p++) *p == '.' ? points++ : digits++;
+    if (!digits || points > 1) return 0;
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        if (++p < end && (*p == '+' || *p == '-')) p++;
+        const char *e = p;
+        while (p < end && isdigit((unsigned char)*p)) p++;
+        if (p == e) return 0;
+    }
+    return p == end;
+}
+
 int io_parse_size(const char *s, uint64_t *out) {
     if (!s || !*s) return -EINVAL;
     char *end = NULL;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || errno || !isfinite(v) || v < 0) return -EINVAL;
+    if (end == s || errno || !isfinite(v) || v < 0 || !plain_number(s, end)) return -EINVAL;
     while (*end == ' ') end++;
     double mult = 1;
     if (*end) {
@@ -34,6 +52,7 @@ int io_parse_size(const char *s, uint64_t *out) {
     if (mult > 1) bytes = floor(bytes + 0.5);
     if (bytes >= 18446744073709551615.0) return -ERANGE;
     if (bytes != floor(bytes)) return -EINVAL;
+    if (bytes == 0 && v > 0) return -EDOM; // "0.0001K": not the 0 that means none
     *out = (uint64_t)bytes;
     return 0;
 }

@@ -79,8 +79,9 @@ static int set_value(const flag_t *f, const char *disp, const char *val, config_
         uint64_t v = 0;
         if (!(f->values && strcmp(val, f->values) == 0)) {
             int rc = parse_size(val, &v);
-            if (rc == -ERANGE) {
-                snprintf(err, errlen, "%s %s: out of range (accepted: %s)", disp, val, acc);
+            if (rc == -ERANGE || rc == -EDOM) {
+                snprintf(err, errlen, "%s %s: %s (accepted: %s)", disp, val,
+                         rc == -EDOM ? "rounds to 0 bytes" : "out of range", acc);
                 return -1;
             }
             if (rc < 0) {
@@ -513,7 +514,9 @@ static void resolve_cache(const char *flag, const char *a, uint64_t *bytes, int 
     *automatic = !strcmp(a, "auto");
     if (*automatic || !strcmp(a, "none") || !a[0]) return;
     int rc = parse_size(a, bytes);
-    if (rc == -ERANGE) usage_error("--%s %s: out of range (accepted: none, auto, or a size such as 8G)", flag, a);
+    if (rc == -ERANGE || rc == -EDOM)
+        usage_error("--%s %s: %s (accepted: none, auto, or a size such as 8G)", flag, a,
+                    rc == -EDOM ? "rounds to 0 bytes" : "out of range");
     if (rc < 0) usage_error("--%s %s: not a size (accepted: none, auto, or a size such as 8G)", flag, a);
 }
 

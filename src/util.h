@@ -37,7 +37,8 @@ void vnotice(const char *fmt, va_list ap);
 void notice_silence(int off);
 
 // "512M", "4G", "1.5GiB", "4096", "64k" -> bytes. K/M/G/T and KiB/MiB/GiB/TiB are powers
-// of 1024 (as memory sizes are); "KB/MB/GB/TB" powers of 1000. Returns 0 or -EINVAL.
+// of 1024 (as memory sizes are); "KB/MB/GB/TB" powers of 1000. Returns 0 or io.h
+// io_parse_size's -EINVAL, -ERANGE, -EDOM.
 int parse_size(const char *s, uint64_t *out);
 // 1536 -> "1.5 KiB"; writes into buf, returns buf.
 char *format_bytes(char *buf, size_t len, uint64_t bytes);

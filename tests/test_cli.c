@@ -119,6 +119,14 @@ static const bad_case_t bad[] = {
     {{"train", "--seed", "-5", NULL}, {"--seed -5", "non-negative integer"}},
     {{"train", "--hbm-budget", "lots", NULL}, {"--hbm-budget lots", "not a size", "512M"}},
     {{"train", "--hbm-budget", "1.5B", NULL}, {"--hbm-budget 1.5B", "not a size", "512M"}},
+    // no sign, no hex (strtod's), and no size under one byte passing as 0, which means none
+    {{"train", "--hbm-budget", "-0", NULL}, {"--hbm-budget -0", "not a size", "512M"}},
+    {{"train", "--hbm-budget", "0x10M", NULL}, {"--hbm-budget 0x10M", "not a size"}},
+    {{"train", "--hbm-budget", "0x1p20", NULL}, {"--hbm-budget 0x1p20", "not a size"}},
+    {{"train", "--hbm-budget", " 1G", NULL}, {"--hbm-budget  1G", "not a size"}},
+    {{"train", "--hbm-budget", "1.5.5G", NULL}, {"--hbm-budget 1.5.5G", "not a size"}},
+    {{"train", "--hbm-budget", "0.0001K", NULL}, {"--hbm-budget 0.0001K", "rounds to 0 bytes", "512M"}},
+    {{"train", "--host-cache", "0.0001K", NULL}, {"--host-cache 0.0001K", "rounds to 0 bytes", "none, auto"}},
     // out of range
     {{"train", "--steps", "0", NULL}, {"--steps 0", "out of range", ">= 1"}},
     {{"train", "--steps", "99999999999", NULL}, {"--steps 99999999999", "out of range"}},
@@ -440,6 +448,9 @@ START_TEST(test_sizes) {
     parse(&c, (const char *[]){"train", "--hbm-budget", "16.4G", "--host-budget", "0.1K", NULL});
     ck_assert_uint_eq(c.hbm_budget, 17609365914ULL); // 16.4 x 2^30 = 17609365913.6
     ck_assert_uint_eq(c.host_budget, 102);
+    // an exponent is a plain decimal number too
+    parse(&c, (const char *[]){"train", "--hbm-budget", "2e9", "--host-budget", "1.5e3M", NULL});
+    ck_assert(c.hbm_budget == 2000000000ULL && c.host_budget == 1500ULL << 20);
     parse(&c, (const char *[]){"bench", "io", "--size", "1.5G", "--threads", "2", "--io-sqpoll", NULL});
     ck_assert(c.command == CMD_BENCH && c.bench_size == 3ULL << 29 && c.threads == 2 && c.io_sqpoll);
     ck_assert_str_eq(c.bench_name, "io");
