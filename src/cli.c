@@ -381,6 +381,29 @@ static void check_output_path(const char *disp, const char *path) {
         usage_error("%s %s: is a directory (accepted: a file path)", disp, path);
 }
 
+// An output that is also a file the command reads would be truncated under it (a --data text
+// file, which the run maps, ends it with SIGBUS; --log over --profile loses the profile), and
+// two outputs in one file lose one: refused before anything is opened.
+static void check_apart(const char *out_flag, const char *out, const char *in_flag, const char *in) {
+    if (path_same_file(out, in))
+        usage_error("%s %s: is the %s file too (choose another path for %s)", out_flag, out, in_flag, out_flag);
+}
+
+// train's and plan's outputs (--log, --trace) apart from what they read: --data, --profile and
+// the --init-from folder (train checks --resume's, once it knows which step folder it reads).
+static void check_outputs_apart(const config_t *c) {
+    const char *data = strcmp(c->data, "synthetic") != 0 ? c->data : "";
+    for (int o = 0; o < 2; o++) {
+        const char *flag = o ? "--trace" : "--log", *out = o ? c->trace_path : c->log_path;
+        check_apart(flag, out, "--data", data);
+        check_apart(flag, out, "--profile", c->profile_path);
+        if (path_inside(out, c->init_from))
+            usage_error("%s %s: lies inside --init-from %s, which the run reads (choose a path outside it)", flag, out,
+                        c->init_from);
+    }
+    check_apart("--trace", c->trace_path, "--log", c->log_path);
+}
+
 // An explicit --profile that a run reads (bench calibrate writes it): it exists. Its contents
 // are checked where it is loaded (train_load_profile), with their own errors.
 static void check_profile(const config_t *cfg) {
@@ -660,6 +683,7 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
             usage_error("--save-every %d: needs --save DIR (where to put the checkpoints)", cfg->save_every);
         if (cfg->trace_path[0]) check_output_path("--trace", cfg->trace_path);
         check_profile(cfg);
+        check_outputs_apart(cfg);
         check_nvme_paths(cfg->nvme_path);
         resolve_schedule(cfg);
         if (cfg->grads_tier == TIER_NVME && cfg->optim_tier != TIER_NVME && !cfg->offload_auto)
@@ -721,6 +745,8 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         check_input_path("report: input", cfg->tok_in, "a --log file of tiertrain train, or plan's JSON line");
         if (cfg->trace_path[0]) check_input_path("--trace", cfg->trace_path, "a --trace file of tiertrain train");
         check_output_path("-o", cfg->tok_out);
+        check_apart("-o", cfg->tok_out, "input", cfg->tok_in);
+        check_apart("-o", cfg->tok_out, "--trace", cfg->trace_path);
         break;
     case CMD_NONE: break;
     }

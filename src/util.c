@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <limits.h>   // uses: PATH_MAX
 #include <sys/mman.h> // uses: madvise
+#include <sys/stat.h> // uses: stat
 #include <time.h>
 
 void *malloc_check(size_t size, const char *file, int line) {
@@ -91,6 +93,36 @@ double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+// path resolved: realpath where it exists, else its directory's realpath and its last name.
+// 0 when neither resolves (no such directory).
+static int resolved(const char *path, char out[PATH_MAX]) {
+    if (realpath(path, out)) return 1;
+    const char *slash = strrchr(path, '/');
+    char dir[PATH_MAX];
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    if (!realpath(dir, out)) return 0;
+    const char *name = slash ? slash + 1 : path;
+    const size_t n = strlen(out);
+    return snprintf(out + n, PATH_MAX - n, "%s%s", out[n - 1] == '/' ? "" : "/", name) < (int)(PATH_MAX - n);
+}
+
+int path_same_file(const char *a, const char *b) {
+    if (!a[0] || !b[0]) return 0;
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char ra[PATH_MAX], rb[PATH_MAX];
+    return resolved(a, ra) && resolved(b, rb) && strcmp(ra, rb) == 0;
+}
+
+int path_inside(const char *path, const char *dir) {
+    if (!path[0] || !dir[0]) return 0;
+    char rp[PATH_MAX], rd[PATH_MAX];
+    if (!resolved(path, rp) || !realpath(dir, rd)) return 0;
+    const size_t n = strlen(rd);
+    return strncmp(rp, rd, n) == 0 && (rp[n] == '/' || (n == 1 && rd[0] == '/'));
 }
 
 uint64_t fnv1a64(uint64_t h, const void *data, size_t n) {

@@ -45,6 +45,12 @@ char *format_bytes(char *buf, size_t len, uint64_t bytes);
 
 double now_ms(void); // CLOCK_MONOTONIC in milliseconds
 
+// Whether paths a and b name one file: the same inode where both exist, else the same path
+// once each one's directory is resolved (two outputs not yet written). Empty: never.
+int path_same_file(const char *a, const char *b);
+// Whether path lies inside directory dir, at any depth (both resolved as above). Empty: never.
+int path_inside(const char *path, const char *dir);
+
 // Reads a whole small file (JSON, a `latest` line; at most 16 MiB) into a malloc'd buffer,
 // NUL-terminated after its len bytes. Returns 0, or -errno with one line naming the file.
 int read_small_file(const char *path, char **out, size_t *len, char *err, size_t errlen);

@@ -127,6 +127,12 @@ static const bad_case_t bad[] = {
     {{"train", "--hbm-budget", "1.5.5G", NULL}, {"--hbm-budget 1.5.5G", "not a size"}},
     {{"train", "--hbm-budget", "0.0001K", NULL}, {"--hbm-budget 0.0001K", "rounds to 0 bytes", "512M"}},
     {{"train", "--host-cache", "0.0001K", NULL}, {"--host-cache 0.0001K", "rounds to 0 bytes", "none, auto"}},
+    // an output over an input (or over the other output): refused before anything is opened
+    {{"train", "--data", "@/in.txt", "--log", "@/in.txt", NULL},
+     {"--log", "is the --data file too", "choose another path for --log"}},
+    {{"plan", "--data", "@/in.txt", "--trace", "@//in.txt", NULL}, {"--trace", "is the --data file too"}},
+    {{"train", "--log", "@/r.jsonl", "--trace", "@/./r.jsonl", NULL}, {"--trace", "is the --log file too"}},
+    {{"report", "@/in.txt", "-o", "@/in.txt", NULL}, {"-o", "is the input file too", "choose another path for -o"}},
     // out of range
     {{"train", "--steps", "0", NULL}, {"--steps 0", "out of range", ">= 1"}},
     {{"train", "--steps", "99999999999", NULL}, {"--steps 99999999999", "out of range"}},
