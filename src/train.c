@@ -254,6 +254,7 @@ typedef struct {
     plan_t plan;
     profile_t prof;
     FILE *log;                // --log, or NULL
+    int log_made;             // this run created the --log file (else it was there, and is kept until log_start)
     trainer_t *tr;
     int N;                    // rows per micro-batch
     int *inputs, *targets;    // (accum, N) the step's micro-batches
@@ -332,6 +333,13 @@ static void run_check(run_t *r) {
         int rc = 0, info_rc = 0; // info_rc: the folder was found, its files are bad
         if (r->rank == 0 && (rc = checkpoint_resolve(cfg->resume, dir, sizeof dir, err, sizeof err)) == 0)
             rc = info_rc = checkpoint_info(dir, &r->ck, err, sizeof err);
+        // an output inside the folder the run reads would truncate one of its files first
+        for (int o = 0; o < 2 && rc == 0; o++) {
+            const char *flag = o ? "--trace" : "--log", *out = o ? cfg->trace_path : cfg->log_path;
+            if (path_inside(out, dir))
+                usage_error("%s %s: lies inside --resume's checkpoint %s, which the run reads (choose a path outside "
+                            "it)", flag, out, dir);
+        }
         if (comm_bcast_rc(comm_world(), rc, "--resume's folder", err, sizeof err) != 0) { // rank 0 says why
             if (info_rc) agreed_error(-EINVAL, "--resume %s: %s", cfg->resume, err);
             agreed_error(-EINVAL, "%s", err);
@@ -376,22 +384,18 @@ static void run_check(run_t *r) {
     }
 }
 
-// Output files only once the run is known to be possible: bad input leaves none behind.
+// Output files only once the run is known to be possible: bad input leaves none behind. The
+// --log file is opened here (a path it cannot write is refused before the trainer's init) but
+// an existing one is truncated only by log_start, once --resume's checkpoint or --init-from's
+// weights have loaded: a run refused there leaves an earlier run's log as it was.
 static void run_open_outputs(run_t *r) {
     const config_t *cfg = &r->cfg;
     if (cfg->log_path[0]) {
-        r->log = fopen(cfg->log_path, "w");
-        if (!r->log) usage_error("--log %s: %s (give a writable path)", cfg->log_path, strerror(errno));
-        // the first line: the plan it runs under, as `tiertrain plan` ends (tiertrain report
-        // draws the memory picture and the floor from it)
-        model_t shape;
-        model_init(&shape, cfg);
-        plan_json(&r->plan, cfg, &shape, r->log);
-        model_free(&shape);
-        errno = 0;
-        if (fflush(r->log) != 0 || ferror(r->log))
-            usage_error("--log %s: write failed: %s (give a writable path with room)", cfg->log_path,
-                        strerror(errno ? errno : EIO));
+        int fd = open(cfg->log_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        r->log_made = fd >= 0;
+        if (fd < 0 && errno == EEXIST) fd = open(cfg->log_path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || !(r->log = fdopen(fd, "w")))
+            usage_error("--log %s: %s (give a writable path)", cfg->log_path, strerror(errno));
     }
     // --trace: room for every span of the run, capped: a few per shard per micro-batch, and
     // the optimizer's three per chunk (read, update, write) each step and two at init.
@@ -405,6 +409,33 @@ static void run_open_outputs(run_t *r) {
     }
 }
 
+// The --log file's first line, once the run has loaded what it starts from: the plan it runs
+// under, as `tiertrain plan` ends (tiertrain report draws the memory picture and the floor
+// from it). An earlier run's log at the path is replaced only now.
+static void log_start(run_t *r) {
+    const config_t *cfg = &r->cfg;
+    if (!r->log) return;
+    if (!r->log_made && ftruncate(fileno(r->log), 0) != 0)
+        usage_error("--log %s: %s (give a writable path)", cfg->log_path, strerror(errno));
+    model_t shape;
+    model_init(&shape, cfg);
+    plan_json(&r->plan, cfg, &shape, r->log);
+    model_free(&shape);
+    errno = 0;
+    if (fflush(r->log) != 0 || ferror(r->log))
+        usage_error("--log %s: write failed: %s (give a writable path with room)", cfg->log_path,
+                    strerror(errno ? errno : EIO));
+}
+
+// A load refused as bad input leaves no output behind: a --log file this run created is
+// removed, one that was there is left untouched (log_start has not run).
+static void log_drop(run_t *r) {
+    if (!r->log) return;
+    fclose(r->log);
+    r->log = NULL;
+    if (r->log_made) unlink(r->cfg.log_path);
+}
+
 // --resume: the checkpoint's states into the trainer, its data positions into the data.
 static void run_resume(run_t *r) {
     const config_t *cfg = &r->cfg;
@@ -412,10 +443,7 @@ static void run_resume(run_t *r) {
     double t0 = now_ms();
     int rc = checkpoint_load(r->tr, r->data, &r->ck, 0, err, sizeof err);
     rc = comm_agree(comm_world(), rc, err, sizeof err); // with ranks: rank 0 read it for all
-    if (rc != 0 && r->log) { // a bad checkpoint is bad input: it leaves no output behind
-        fclose(r->log);
-        unlink(cfg->log_path);
-    }
+    if (rc != 0) log_drop(r); // a bad checkpoint is bad input
     // a corrupt file (EINVAL) or a file missing from the folder (ENOENT) is bad input
     if (rc != 0) agreed_error(rc == -EINVAL || rc == -ENOENT ? -EINVAL : rc, "--resume %s: %s", cfg->resume, err);
     printf("resumed: %s at step %d (params_hash %s, %.1f s)\n", r->ck.dir, r->ck.step, r->ck.params_hash,
@@ -434,11 +462,7 @@ static void run_init_from(run_t *r) {
     char err[1024];
     int rc = hf_load(r->tr, cfg->init_from, stdout, err, sizeof err);
     rc = comm_agree(comm_world(), rc, err, sizeof err); // with ranks: rank 0 read it for all
-    if (rc != 0 && r->log) { // bad weights are bad input: no output behind
-        fclose(r->log);
-        r->log = NULL;
-        unlink(cfg->log_path);
-    }
+    if (rc != 0) log_drop(r); // bad weights are bad input
     if (rc != 0) agreed_error(rc == -EINVAL || rc == -ENOENT ? -EINVAL : rc, "%s", err);
 }
 
@@ -577,11 +601,15 @@ int train_run(const config_t *cfg_in) {
     run_open_outputs(r);
     char err[768];
     int rc = trainer_init(&r->tr, cfg, err, sizeof err);
-    if ((rc = comm_agree(comm_world(), rc, err, sizeof err)) != 0) agreed_error(rc, "%s", err);
+    if ((rc = comm_agree(comm_world(), rc, err, sizeof err)) != 0) {
+        log_drop(r);
+        agreed_error(rc, "%s", err);
+    }
     print_model(trainer_model(r->tr), cfg, stdout);
     printf("data: %s\n", data_describe(r->data));
     if (cfg->resume[0]) run_resume(r);
     if (cfg->init_from[0]) run_init_from(r);
+    log_start(r);
     fflush(stdout);
     stop_line_steps(cfg);
     signal_quiet = r->rank != 0;

@@ -1038,7 +1038,7 @@ START_TEST(bad_file) {
     }
     args_t *a = malloc(sizeof *a);
     run_t r = try_resume(a, bad, NULL, 3);
-    ck_refused(&r, name, 0); // found while loading: the --log file exists by then
+    ck_refused(&r, name, 1); // found while loading: the --log file this run created is gone again
     spf(want, sizeof want, "tiertrain: --resume %s: %s/%s: ", bad, bad, name);
     ck_assert_msg(!strncmp(r.err, want, strlen(want)), "want the line to start \"%s\", got:\n%s", want, r.err);
     ck_assert_msg(strstr(r.err, says), "want \"%s\" in:\n%s", says, r.err);
@@ -1051,6 +1051,69 @@ END_TEST
 
 // A version-1 checkpoint (saved before checksums) still resumes, with one notice saying it
 // is loaded unverified; the same folder as version 2 resumes without one, to the same bits.
+// Bytes of a whole file (malloc'd, *n its length), NULL when it cannot be read.
+static char *file_bytes(const char *path, size_t *n) {
+    struct stat st;
+    if (stat(path, &st) != 0) return NULL;
+    char *b = malloc((size_t)st.st_size + 1);
+    FILE *f = fopen(path, "rb");
+    ck_assert(b && f);
+    *n = fread(b, 1, (size_t)st.st_size, f);
+    fclose(f);
+    return b;
+}
+
+// A run's outputs never cost its inputs or an earlier run's files: --log inside the folder
+// --resume reads is refused before anything is opened, the checkpoint left byte for byte; and
+// a refusal found while loading leaves an earlier run's log at the --log path as it was.
+START_TEST(outputs_spare_inputs) {
+    ck_assert_msg(good_ckpt.rc == 0, "the fixture's save failed (%d):\n%s", good_ckpt.rc, good_ckpt.err);
+    char good[1200], ck[1200], file[1300], log[1300], want[4096];
+    snprintf(good, sizeof good, "%s/ck/step-00000002", fixdir);
+    snprintf(ck, sizeof ck, "%s/spare", tmp);
+    copy_folder(good, ck);
+    spf(file, sizeof file, "%s/model.safetensors", ck);
+    size_t n0, n1;
+    char *before = file_bytes(file, &n0);
+    args_t *a = malloc(sizeof *a);
+    train_args(a, base_crash);
+    args(a, (const char *[]){"--steps=3", "--resume", ck, "--log", file, NULL});
+    a->v[a->n] = NULL;
+    run_t r = {0};
+    r.rc = tu_run(a->v, NULL, &r.out, &r.err);
+    spf(want, sizeof want, "tiertrain: --log %s: lies inside --resume's checkpoint %s, which the run reads (choose a "
+        "path outside it)\n", file, ck);
+    ck_refused(&r, "--log in the checkpoint", 0);
+    ck_assert_str_eq(r.err, want);
+    char *after = file_bytes(file, &n1);
+    ck_assert_msg(after && n1 == n0 && memcmp(before, after, n0) == 0, "%s changed under a refused run", file);
+    free(before);
+    free(after);
+    run_free(&r);
+
+    // a checkpoint found bad while loading (its config.json gone), an earlier log at --log
+    spf(file, sizeof file, "%s/config.json", ck);
+    ck_assert_int_eq(unlink(file), 0);
+    spf(log, sizeof log, "%s/earlier.jsonl", tmp);
+    FILE *f = fopen(log, "w");
+    ck_assert(f && fputs("{\"an earlier run\":1}\n", f) >= 0 && fclose(f) == 0);
+    train_args(a, base_crash);
+    args(a, (const char *[]){"--steps=3", "--resume", ck, "--log", log, NULL});
+    a->v[a->n] = NULL;
+    r.rc = tu_run(a->v, NULL, &r.out, &r.err);
+    ck_refused(&r, "a bad checkpoint", 0);
+    spf(want, sizeof want, "tiertrain: --resume %s: %s/config.json: ", ck, ck);
+    ck_assert_msg(!strncmp(r.err, want, strlen(want)), "want the line to start \"%s\", got:\n%s", want, r.err);
+    char *kept = tu_slurp(log);
+    ck_assert_msg(kept && !strcmp(kept, "{\"an earlier run\":1}\n"), "the earlier log became: %s",
+                  kept ? kept : "(gone)");
+    free(kept);
+    unlink(log);
+    run_free(&r);
+    free(a);
+}
+END_TEST
+
 START_TEST(version1_unverified) {
     ck_assert_msg(good_ckpt.rc == 0, "the fixture's save failed (%d):\n%s", good_ckpt.rc, good_ckpt.err);
     char good[1200], old[1200], file[1300], want[1500];
@@ -1772,6 +1835,7 @@ int main(void) {
     tcase_set_timeout(bad, 60 * slow);
     tcase_add_loop_test(bad, bad_file, 0, NBAD);
     tcase_add_test(bad, version1_unverified);
+    tcase_add_test(bad, outputs_spare_inputs);
     suite_add_tcase(s, bad);
 
     TCase *crash = tcase_create("crash");
