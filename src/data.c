@@ -7,6 +7,7 @@
 #include "data.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h> // uses: sigaction (the mapping's guard)
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -242,6 +243,59 @@ static int fail(data_t *d, int rc, char *err, size_t errlen, const char *fmt, ..
     return rc;
 }
 
+// ---------------------------------------------------------------- the mapping's guard
+// The data file is mapped, not read: cut short under a running job (truncated, rewritten in
+// place), a read past its new end is a SIGBUS, which killed the run with no word. The handler
+// names the file on one line and exits 1; checkpoints are written to temporary names and
+// renamed, so none is left half-written. A SIGBUS anywhere else keeps its default action.
+#define GUARDS 4 // mappings guarded at once (the run's data, eval's)
+static struct {
+    const char *lo, *hi; // the mapping; NULL when the slot is free
+    char line[TT_PATH_MAX + 160];
+    size_t len;
+} guard[GUARDS];
+
+static void on_sigbus(int sig, siginfo_t *si, void *ctx) {
+    (void)ctx;
+    const char *at = si->si_addr;
+    for (int i = 0; i < GUARDS; i++) {
+        const char *lo = __atomic_load_n(&guard[i].lo, __ATOMIC_ACQUIRE);
+        if (lo && at >= lo && at < guard[i].hi) {
+            ssize_t w = write(STDERR_FILENO, guard[i].line, guard[i].len);
+            (void)w; // nothing more to do from a handler
+            _exit(1);
+        }
+    }
+    // not ours: the default action, taken when the faulting access runs again
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+}
+
+static void guard_add(const void *p, size_t len, const char *path) {
+    static int installed;
+    if (!installed) {
+        struct sigaction sa = {.sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO};
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGBUS, &sa, NULL) != 0) return; // unguarded: a SIGBUS ends the run as before
+        installed = 1;
+    }
+    for (int i = 0; i < GUARDS; i++)
+        if (!guard[i].lo) {
+            int n = snprintf(guard[i].line, sizeof guard[i].line, "tiertrain: --data %s: the file shrank while the run "
+                             "read it (keep a data file unchanged while a run uses it)\n", path);
+            guard[i].len = n > 0 && (size_t)n < sizeof guard[i].line ? (size_t)n : sizeof guard[i].line - 1;
+            guard[i].hi = (const char *)p + len;
+            __atomic_store_n(&guard[i].lo, (const char *)p, __ATOMIC_RELEASE);
+            return;
+        }
+}
+
+static void guard_drop(const void *p) {
+    for (int i = 0; i < GUARDS; i++)
+        if (guard[i].lo == p) __atomic_store_n(&guard[i].lo, NULL, __ATOMIC_RELEASE);
+}
+
 // Maps a whole regular file read-only. Returns 0 or -errno (message in err).
 static int map_file(data_t *d, const char *path, size_t *size, char *err, size_t errlen) {
     int fd = open(path, O_RDONLY);
@@ -271,6 +325,7 @@ static int map_file(data_t *d, const char *path, size_t *size, char *err, size_t
     }
     d->map = p;
     d->map_len = *size;
+    guard_add(p, *size, path);
     return 0;
 }
 
@@ -399,7 +454,10 @@ const char *data_describe(const data_t *d) { return d->desc; }
 
 void data_free(data_t *d) {
     if (!d) return;
-    if (d->map) munmap(d->map, d->map_len);
+    if (d->map) {
+        guard_drop(d->map);
+        munmap(d->map, d->map_len);
+    }
     free(d->owned);
     free(d);
 }

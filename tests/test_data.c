@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include "data.h"
 #include "testutil.h"
@@ -357,6 +358,53 @@ START_TEST(test_bad_file) {
 }
 END_TEST
 
+// A mapped file cut short under a reader (text and .bin): the next window past its new end
+// ends the process with exit 1 and the one line naming the file, not a bare SIGBUS. In a
+// child, whose stderr comes back through a pipe.
+START_TEST(test_file_shrinks) {
+    const char *path = path_in(_i ? "shrinks.bin" : "shrinks.txt");
+    uint16_t *tok = counter_tokens(20000);
+    for (int i = 0; i < 20000; i++) tok[i] %= 256;
+    if (_i) write_bin(path, 20240520, 1, 20000, tok, 20000, 0);
+    else write_text(path, "a line of text that repeats.\n", 2000);
+    free(tok);
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], STDERR_FILENO);
+        config_t c;
+        config_for(&c, path, 256, 4, 64);
+        data_t *d = NULL;
+        char err[1024];
+        if (data_open(&d, &c, err, sizeof err) != 0) _exit(3);
+        int in[4 * 64], tg[4 * 64];
+        data_next(d, 0, in, tg); // read while whole
+        if (truncate(path, 0) != 0) _exit(4);
+        for (int k = 0; k < 100; k++) data_next(d, 0, in, tg);
+        _exit(5); // read past the end and lived
+    }
+    close(fds[1]);
+    char got[2048] = "";
+    size_t n = 0;
+    ssize_t r;
+    while ((r = read(fds[0], got + n, sizeof got - 1 - n)) > 0) n += (size_t)r;
+    got[n] = 0;
+    close(fds[0]);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    char want[1400];
+    snprintf(want, sizeof want, "tiertrain: --data %s: the file shrank while the run read it (keep a data file "
+             "unchanged while a run uses it)\n", path);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1, "%s: status %#x (want exit 1), stderr: %s", path,
+                  status, got);
+    ck_assert_str_eq(got, want);
+}
+END_TEST
+
 // ---------------------------------------------------------------- suite
 
 static Suite *data_suite(void) {
@@ -375,6 +423,7 @@ static Suite *data_suite(void) {
     tcase_add_checked_fixture(fl, dir_setup, dir_teardown);
     tcase_add_test(fl, test_tokenize_faults);
     tcase_add_loop_test(fl, test_bad_file, 0, F_COUNT);
+    tcase_add_loop_test(fl, test_file_shrinks, 0, 2);
     suite_add_tcase(s, fl);
     return s;
 }
