@@ -679,5 +679,8 @@ int plan_run(const config_t *cfg_in) {
         if (fclose(log) != 0) runtime_error("--log %s: %s", cfg->log_path, strerror(errno));
     }
     model_free(&m);
+    // exit 2, and the reason on stderr as well: a script that checks the status alone, or
+    // reads stderr, learns why without parsing the table
+    if (!p.feasible) fprintf(stderr, "tiertrain: plan: does not fit: %s\n", p.reason);
     return p.feasible ? 0 : 2;
 }

@@ -222,6 +222,29 @@ START_TEST(test_bad_input) {
 }
 END_TEST
 
+// A plan that does not fit: exit 2, its JSON line still last on stdout, and one stderr line
+// whose reason is the JSON's, word for word.
+START_TEST(test_plan_does_not_fit) {
+    char *out = NULL, *err = NULL;
+    int rc = run((const char *[]){"plan", "--model", "tiny", "--batch", "1", "--seq", "32", "--hbm-budget", "1K",
+                                  "--device", "cpu", NULL},
+                 &out, &err);
+    ck_assert_msg(rc == 2, "exit %d (want 2): %s", rc, err);
+    ck_assert_msg(count_lines(err) == 1, "want one stderr line, got:\n%s", err);
+    const char *pre = "tiertrain: plan: does not fit: device states need ";
+    ck_assert_msg(!strncmp(err, pre, strlen(pre)) && strstr(err, " over --hbm-budget 1.0 KiB (raise --hbm-budget"),
+                  "stderr: %s", err);
+    const char *json = strstr(out, "{\"plan\":"), *r = json ? strstr(json, "\"reason\":\"") : NULL;
+    ck_assert_msg(r, "no plan JSON with a reason on stdout:\n%s", out);
+    r += strlen("\"reason\":\"");
+    const char *said = err + strlen("tiertrain: plan: does not fit: ");
+    const size_t n = strlen(said) - 1; // without the newline
+    ck_assert_msg(!strncmp(r, said, n) && r[n] == '"', "stderr's reason is not the JSON's:\n%s\n%s", said, r);
+    free(out);
+    free(err);
+}
+END_TEST
+
 // ---------------------------------------------------------------- help, version, README
 
 static char *run_ok(const char *const *args) {
@@ -520,6 +543,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(core, test_bench_train_shape);
     tcase_add_test(core, test_sizes);
     tcase_add_test(core, test_files);
+    tcase_add_test(core, test_plan_does_not_fit);
     tcase_add_test(core, test_config_print);
     suite_add_tcase(s, core);
     TCase *faults = tcase_create("faults");
