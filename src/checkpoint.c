@@ -711,6 +711,14 @@ int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t *params_h
     snprintf(name, sizeof name, "step-%08d", step);
     snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%d", dir, name, (int)getpid());
     snprintf(final, sizeof final, "%s/%s", dir, name);
+    // the swap below replaces a checkpoint of the same step; anything else by that name is
+    // the user's, and a save never deletes what it did not write
+    struct stat st;
+    if (lstat(final, &st) == 0 && !ckpt_is_checkpoint(dir, name)) {
+        ERR("--save %s: %s exists and is not a checkpoint (no state.json): move it out of the way or give another "
+            "--save", dir, final);
+        return serve_gathers(tr, NULL, -EEXIST, err, errlen);
+    }
     if (mkdir(tmp, 0755) != 0) {
         int e = errno;
         ERR("--save %s: cannot create %s: %s", dir, tmp, strerror(e));

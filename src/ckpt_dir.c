@@ -52,15 +52,27 @@ static int tmp_is_ours_or_dead(const char *name) {
 // but the newest keep checkpoints.
 typedef char step_name_t[16]; // "step-NNNNNNNN"
 
-// The step-NNNNNNNN folders of dir, oldest first: how many (at most cap), or 0 when dir
-// cannot be read.
+int ckpt_is_checkpoint(const char *dir, const char *name) {
+    if (strncmp(name, "step-", 5) != 0 || strlen(name) != 13 || strspn(name + 5, "0123456789") != 8) return 0;
+    char p[TT_PATH_MAX + 300];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    if (lstat(p, &st) != 0 || !S_ISDIR(st.st_mode)) return 0; // a link could lead the unlinks anywhere
+    snprintf(p, sizeof p, "%s/%s/state.json", dir, name);
+    return lstat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// The complete checkpoints of dir (ckpt_is_checkpoint), oldest first: how many (at most
+// cap), or 0 when dir cannot be read. A step-* entry of the user's never counts: pruning
+// would delete it, and a name that is not 8 digits would sort as the newest and take a keep.
 static int step_folders(const char *dir, step_name_t *names, int cap) {
     DIR *d = opendir(dir);
     if (!d) return 0;
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)) && n < cap)
-        if (!strncmp(e->d_name, "step-", 5) && strlen(e->d_name) == 13) snprintf(names[n++], sizeof names[0], "%s", e->d_name);
+        if (ckpt_is_checkpoint(dir, e->d_name)) // its name is 13 characters: "%.13s" tells the compiler so
+            snprintf(names[n++], sizeof names[0], "%.13s", e->d_name);
     closedir(d);
     qsort(names, (size_t)n, sizeof names[0], cmp_name);
     return n;

@@ -11,7 +11,9 @@
 //            error leaves the last checkpoint usable;
 //   export   model.safetensors has the Hugging Face Llama names, shapes and dtypes, read by
 //            a scan of the raw header that shares no code with src/safetensors.c or
-//            src/json.c; --keep-last keeps the newest folders.
+//            src/json.c; --keep-last keeps the newest folders;
+//   user entries  step-* names that are not complete checkpoints (a folder without
+//            state.json, a file, step-abcdefgh, a link) are never listed, pruned or replaced.
 // What must be identical is compared as the run printed it in the --log JSONL: each step's
 // loss and the params_hash (an FNV-1a hash of every FP32 master weight).
 #include <check.h>
@@ -1809,6 +1811,125 @@ START_TEST(export_hf_llama) {
 }
 END_TEST
 
+// ---------------------------------------------------------------- the user's entries
+
+// What a user keeps in a --save directory under a step-* name: a folder without state.json, a
+// file, a name that is not 8 digits, a link to a folder that looks complete (pruning through
+// it would delete the target's files). Each is checked for being exactly as made.
+static const struct { const char *name, *file, *text; } user_entries[] = {
+    {"step-00000001", "my.txt", "mine\n"},          // a folder with the right name, no state.json
+    {"step-12345678", NULL, "a file, not a folder\n"}, // a plain file
+    {"step-abcdefgh", "note.txt", "sorts after any step-NNNNNNNN\n"},
+};
+
+static void make_user_entries(const char *dir, const char *elsewhere) {
+    char p[1300], q[1400];
+    for (size_t i = 0; i < sizeof user_entries / sizeof user_entries[0]; i++) {
+        spf(p, sizeof p, "%s/%s", dir, user_entries[i].name);
+        if (!user_entries[i].file) {
+            write_file(p, user_entries[i].text);
+            continue;
+        }
+        ck_assert_int_eq(mkdir(p, 0755), 0);
+        spf(q, sizeof q, "%s/%s", p, user_entries[i].file);
+        write_file(q, user_entries[i].text);
+    }
+    spf(p, sizeof p, "%s/step-00000002", dir); // a real checkpoint's files, outside dir, reached by a link
+    copy_folder(p, elsewhere);
+    spf(p, sizeof p, "%s/step-00000000", dir);
+    ck_assert_int_eq(symlink(elsewhere, p), 0);
+}
+
+static void ck_user_entries(const char *dir, const char *elsewhere, const char *what) {
+    char p[1300], q[1400];
+    struct stat st;
+    for (size_t i = 0; i < sizeof user_entries / sizeof user_entries[0]; i++) {
+        spf(p, sizeof p, "%s/%s", dir, user_entries[i].name);
+        ck_assert_msg(lstat(p, &st) == 0, "%s: the user's %s is gone", what, p);
+        ck_assert_msg(user_entries[i].file ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode), "%s: %s changed type", what, p);
+        if (user_entries[i].file) {
+            int n = 0;
+            DIR *d = opendir(p);
+            ck_assert_msg(d != NULL, "%s: %s: %s", what, p, strerror(errno));
+            for (struct dirent *e; (e = readdir(d));) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+            closedir(d);
+            ck_assert_msg(n == 1, "%s: %s holds %d entries, the user left 1", what, p, n);
+            spf(q, sizeof q, "%s/%s", p, user_entries[i].file);
+        } else {
+            spf(q, sizeof q, "%s", p);
+        }
+        char *s = tu_slurp(q);
+        ck_assert_msg(s && !strcmp(s, user_entries[i].text), "%s: %s holds \"%s\", the user wrote \"%s\"", what, q,
+                      s ? s : "(unreadable)", user_entries[i].text);
+        free(s);
+    }
+    spf(p, sizeof p, "%s/step-00000000", dir);
+    ck_assert_msg(lstat(p, &st) == 0 && S_ISLNK(st.st_mode), "%s: the user's link %s is gone", what, p);
+    for (int i = 0; i < 4; i++) {
+        spf(q, sizeof q, "%s/%s", elsewhere, ckpt_files[i]);
+        ck_assert_msg(stat(q, &st) == 0 && st.st_size > 0, "%s: %s, behind the link %s, is gone", what, q, p);
+    }
+}
+
+// Only complete checkpoints (a step-NNNNNNNN folder with state.json) are listed and pruned:
+// checkpoints at steps 2 and 4, the user's entries added, a resume to step 6 saving every
+// step with --keep-last 1 leaves step-00000006 alone of the checkpoints and every user entry
+// as it was. A save whose folder name is taken by a user's entry stops the run and deletes
+// nothing.
+START_TEST(user_entries_left_alone) {
+    args_t *a = malloc(sizeof *a);
+    char dir[1200], elsewhere[1200], p[1300], want[4096];
+    spf(dir, sizeof dir, "%s/ck", tmp);
+    spf(elsewhere, sizeof elsewhere, "%s/elsewhere", tmp);
+    train_args(a, base_crash);
+    argf(a, "--save=%s", dir);
+    arg(a, "--steps=4");
+    arg(a, "--save-every=2");
+    arg(a, "--keep-last=0");
+    run_t r = run(a, NULL);
+    ck_ok(r);
+    run_free(&r);
+    make_user_entries(dir, elsewhere);
+
+    train_args(a, base_crash);
+    argf(a, "--save=%s", dir);
+    argf(a, "--resume=%s", dir);
+    arg(a, "--steps=6");
+    arg(a, "--save-every=1");
+    arg(a, "--keep-last=1");
+    r = run(a, NULL);
+    ck_ok(r);
+    run_free(&r);
+    ck_user_entries(dir, elsewhere, "--keep-last 1");
+    for (int k = 2; k <= 5; k++) {
+        spf(p, sizeof p, "%s/step-%08d", dir, k);
+        ck_assert_msg(!exists(p), "--keep-last 1: %s was kept", p);
+    }
+    spf(p, sizeof p, "%s/step-00000006", dir);
+    check_complete(p, 6, NULL);
+    DIR *d = opendir(dir);
+    ck_assert_msg(d != NULL, "%s: %s", dir, strerror(errno));
+    for (struct dirent *e; (e = readdir(d));)
+        ck_assert_msg(strncmp(e->d_name, ".tmp-", 5) != 0, "%s: %s left behind", dir, e->d_name);
+    closedir(d);
+
+    // a fresh run's first save is step-00000001, the user's folder: the run stops there
+    train_args(a, base_crash);
+    argf(a, "--save=%s", dir);
+    arg(a, "--steps=2");
+    arg(a, "--save-every=1");
+    r = run(a, NULL);
+    spf(want, sizeof want, "tiertrain: step 1: checkpoint: --save %s: %s/step-00000001 exists and is not a checkpoint "
+        "(no state.json): move it out of the way or give another --save (the newest complete checkpoint is "
+        "%s/step-00000006)\n", dir, dir, dir);
+    ck_assert_msg(r.rc == 1, "a taken step-00000001: exit %d (want 1), stderr:\n%s", r.rc, r.err);
+    ck_assert_str_eq(r.err, want);
+    run_free(&r);
+    ck_user_entries(dir, elsewhere, "a taken step-00000001");
+    free(a);
+}
+END_TEST
+
 // ---------------------------------------------------------------- main
 
 int main(void) {
@@ -1856,6 +1977,13 @@ int main(void) {
     tcase_set_timeout(exp, 60 * slow);
     tcase_add_loop_test(exp, export_hf_llama, 0, 2);
     suite_add_tcase(s, exp);
+
+    TCase *user = tcase_create("user entries");
+    tcase_add_unchecked_fixture(user, fix_setup, fix_teardown);
+    tcase_add_checked_fixture(user, setup, teardown);
+    tcase_set_timeout(user, 60 * slow);
+    tcase_add_test(user, user_entries_left_alone);
+    suite_add_tcase(s, user);
 
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
