@@ -9,7 +9,10 @@
 //   trace     with --trace, each track's busy time (#trace)
 // plus the tier table and one sentence naming what binds the run. Every chart's <svg> has an
 // id and data-points (how many values it draws), so a test can count them in the DOM.
+// The log is input like any other: every string from it goes through html_text, and a number
+// beyond VALUE_MAX is not drawn (and counted on the page), so no coordinate is NaN or inf.
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +32,7 @@ typedef struct {
     series_t loss, val, step_ms;
     json_t *plan, *summary;       // the last of each, or NULL
     int lines, bad_lines, ckpts, last_step;
+    int absurd;                   // step and eval values beyond VALUE_MAX: not drawn
     double track_ms[8];           // --trace: busy time per track
     int has_trace;
 } run_log_t;
@@ -58,6 +62,23 @@ static const char *str(const json_t *o, const char *key, const char *dflt) {
     return v && v->type == JSON_STRING ? v->s : dflt;
 }
 
+// The largest magnitude a chart draws: 1e18 ms is 30 million years, 1e18 bytes an exabyte, so
+// no run logs more; anything larger is a corrupt or hand-made log. Skipping such a value (and
+// saying so) beats the alternatives: clamping would draw a made-up number, refusing the log
+// would lose the rest of a crashed run's page, and drawing it would squash every other point
+// onto the axis, while the span of two values near DBL_MAX overflows to inf and the points to
+// NaN. Bounded so, a span, a sum of a few and a (uint64_t) cast are all finite and defined.
+#define VALUE_MAX 1e18
+
+static double drawable(double v) { return fabs(v) <= VALUE_MAX ? v : NAN; } // NaN stays NaN
+
+// num() for a value to be drawn: NAN, counted in lg->absurd, beyond VALUE_MAX.
+static double num_drawn(run_log_t *lg, const json_t *o, const char *key, double dflt) {
+    double v = num(o, key, dflt);
+    if (isfinite(v) && isnan(drawable(v))) lg->absurd++;
+    return drawable(v);
+}
+
 // One line of the log into lg (a line that is not a JSON object counts as bad: a crash can
 // cut the last one short).
 static void take_line(run_log_t *lg, const char *line, size_t n, const char *path) {
@@ -81,12 +102,13 @@ static void take_line(run_log_t *lg, const char *line, size_t n, const char *pat
         return;
     }
     if (ev && !strcmp(ev, "step")) {
-        double st = num(o, "step", 0);
-        push(&lg->loss, st, num(o, "loss", NAN));
-        push(&lg->step_ms, st, num(o, "step_ms", NAN));
-        lg->last_step = (int)st;
+        double st = num_drawn(lg, o, "step", 0); // an absurd step leaves its points out (a NaN y is not drawn)
+        push(&lg->loss, st, isnan(st) ? NAN : num_drawn(lg, o, "loss", NAN));
+        push(&lg->step_ms, st, isnan(st) ? NAN : num_drawn(lg, o, "step_ms", NAN));
+        if (st >= 0 && st <= INT_MAX) lg->last_step = (int)st;
     } else if (ev && !strcmp(ev, "eval")) {
-        push(&lg->val, num(o, "step", 0), num(o, "val_loss", NAN));
+        double st = num_drawn(lg, o, "step", 0);
+        push(&lg->val, st, isnan(st) ? NAN : num_drawn(lg, o, "val_loss", NAN));
     } else if (ev && !strcmp(ev, "checkpoint")) {
         lg->ckpts++;
     }
@@ -147,6 +169,17 @@ static int read_trace(run_log_t *lg, const char *path, char *err, size_t errlen)
 
 // ---------------------------------------------------------------- drawing
 
+// Text from the log, safe between tags and inside a double-quoted attribute.
+static void html_text(FILE *f, const char *s) {
+    for (; *s; s++) {
+        if (*s == '<') fputs("&lt;", f);
+        else if (*s == '>') fputs("&gt;", f);
+        else if (*s == '&') fputs("&amp;", f);
+        else if (*s == '"') fputs("&quot;", f);
+        else fputc(*s, f);
+    }
+}
+
 enum { W = 760, H = 260, ML = 64, MR = 16, MT = 16, MB = 40 };
 
 static void fmt_num(char *b, size_t n, double v) {
@@ -173,6 +206,7 @@ static void line_chart(FILE *f, const char *id, const char *title, const char *y
             y0 = fmin(y0, ls[k].s->y[i]); y1 = fmax(y1, ls[k].s->y[i]);
             points++;
         }
+    ref = drawable(ref);
     if (isfinite(ref) && ref > 0) { y0 = fmin(y0, ref); y1 = fmax(y1, ref); }
     fprintf(f, "<h2>%s</h2>\n<svg id=\"%s\" data-points=\"%d\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                "role=\"img\" aria-label=\"%s\">\n", title, id, points, W, H, W, H, title);
@@ -243,7 +277,7 @@ static void stacked_bar(FILE *f, const char *id, const char *title, const seg_t 
     double total = 0;
     int shown = 0;
     for (int i = 0; i < n; i++)
-        if (sg[i].v > 0) { total += sg[i].v; shown++; }
+        if (drawable(sg[i].v) > 0) { total += sg[i].v; shown++; }
     const int rows = (shown + 2) / 3, h = 70 + rows * 20;
     fprintf(f, "<h2>%s</h2>\n<svg id=\"%s\" data-points=\"%d\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                "role=\"img\" aria-label=\"%s\">\n", title, id, shown, W, h, W, h, title);
@@ -251,16 +285,21 @@ static void stacked_bar(FILE *f, const char *id, const char *title, const seg_t 
     int k = 0;
     char a[32];
     for (int i = 0; i < n; i++) {
-        if (!(sg[i].v > 0)) continue;
+        if (!(drawable(sg[i].v) > 0)) continue;
         double w = total > 0 ? sg[i].v / total * (W - ML - MR) : 0;
         const char *c = palette[k % 8];
-        fprintf(f, "<rect class=\"segment\" data-name=\"%s\" x=\"%.1f\" y=\"10\" width=\"%.1f\" height=\"30\" "
-                   "fill=\"%s\"><title>%s</title></rect>\n", sg[i].name, x, w, c, sg[i].name);
+        fprintf(f, "<rect class=\"segment\" data-name=\"");
+        html_text(f, sg[i].name); // a plan's part names are the log's keys
+        fprintf(f, "\" x=\"%.1f\" y=\"10\" width=\"%.1f\" height=\"30\" fill=\"%s\"><title>", x, w, c);
+        html_text(f, sg[i].name);
+        fprintf(f, "</title></rect>\n");
         if (bytes) format_bytes(a, sizeof a, (uint64_t)sg[i].v);
         else snprintf(a, sizeof a, "%.1f %s", sg[i].v, unit);
         fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" "
-                   "class=\"tick\">%s: %s (%.0f%%)</text>\n", ML + (k % 3) * 230, 56 + (k / 3) * 20, c,
-                ML + (k % 3) * 230 + 16, 66 + (k / 3) * 20, sg[i].name, a, total > 0 ? 100 * sg[i].v / total : 0);
+                   "class=\"tick\">", ML + (k % 3) * 230, 56 + (k / 3) * 20, c, ML + (k % 3) * 230 + 16,
+                66 + (k / 3) * 20);
+        html_text(f, sg[i].name);
+        fprintf(f, ": %s (%.0f%%)</text>\n", a, total > 0 ? 100 * sg[i].v / total : 0);
         x += w;
         k++;
     }
@@ -269,16 +308,6 @@ static void stacked_bar(FILE *f, const char *id, const char *title, const seg_t 
 }
 
 // ---------------------------------------------------------------- the page
-
-static void html_text(FILE *f, const char *s) {
-    for (; *s; s++) {
-        if (*s == '<') fputs("&lt;", f);
-        else if (*s == '>') fputs("&gt;", f);
-        else if (*s == '&') fputs("&amp;", f);
-        else if (*s == '"') fputs("&quot;", f);
-        else fputc(*s, f);
-    }
-}
 
 // The sentence that names what binds the run (or the plan).
 static void binding(FILE *f, const run_log_t *lg) {
@@ -325,8 +354,9 @@ static void tier_table(FILE *f, const run_log_t *lg) {
         {"nvme", NULL, "nvme_bytes", "nvme_free"},
     };
     for (int i = 0; i < 3; i++) {
-        double peak = s && rows[i].peak ? num(s, rows[i].peak, -1) : -1, pl = p ? num(p, rows[i].plan, -1) : -1,
-               bud = p ? num(p, rows[i].budget, 0) : 0;
+        // drawable: a byte count beyond VALUE_MAX (NaN: shown as none) would overflow the (uint64_t) cast
+        double peak = drawable(s && rows[i].peak ? num(s, rows[i].peak, -1) : -1),
+               pl = drawable(p ? num(p, rows[i].plan, -1) : -1), bud = drawable(p ? num(p, rows[i].budget, 0) : 0);
         fprintf(f, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s%s</td></tr>\n", rows[i].name,
                 peak >= 0 ? format_bytes(a, sizeof a, (uint64_t)peak) : "–",
                 pl >= 0 ? format_bytes(b, sizeof b, (uint64_t)pl) : "–",
@@ -341,9 +371,10 @@ static void tier_table(FILE *f, const run_log_t *lg) {
         {"NVMe read", "nvme_bytes_read"}, {"NVMe write", "nvme_bytes_written"},
     };
     for (int i = 0; i < 4; i++) {
-        double v = num(s, links[i].key, 0);
-        fprintf(f, "<tr><td>%s</td><td>%s</td><td>%s</td></tr>\n", links[i].name, format_bytes(a, sizeof a, (uint64_t)v),
-                format_bytes(b, sizeof b, (uint64_t)(v / steps)));
+        double v = drawable(num(s, links[i].key, 0));
+        fprintf(f, "<tr><td>%s</td><td>%s</td><td>%s</td></tr>\n", links[i].name,
+                v >= 0 ? format_bytes(a, sizeof a, (uint64_t)v) : "–",
+                v >= 0 ? format_bytes(b, sizeof b, (uint64_t)(v / steps)) : "–");
     }
     fprintf(f, "</table>\n<table id=\"waits\">\n<tr><th>wait</th><th>in the run</th><th>per step</th></tr>\n");
     const struct { const char *name, *key; } waits[] = {
@@ -381,15 +412,26 @@ static void page(FILE *f, const run_log_t *lg, const char *log_path) {
     if (p) {
         fprintf(f, "model ");
         html_text(f, str(p, "plan", "?"));
-        fprintf(f, ", %.2fM parameters; params %s, grads %s, optimizer %s. ", num(p, "params", 0) / 1e6,
-                str(p, "params_home", "?"), str(p, "grads_home", "?"), str(p, "optimizer_home", "?"));
+        fprintf(f, ", %.2fM parameters; params ", num(p, "params", 0) / 1e6);
+        html_text(f, str(p, "params_home", "?"));
+        fprintf(f, ", grads ");
+        html_text(f, str(p, "grads_home", "?"));
+        fprintf(f, ", optimizer ");
+        html_text(f, str(p, "optimizer_home", "?"));
+        fprintf(f, ". ");
     }
     if (lg->loss.n)
         fprintf(f, "%d steps logged%s, %d evaluations, %d checkpoints. ", lg->loss.n, s ? "" : " (no summary: partial)",
                 lg->val.n, lg->ckpts);
-    if (s) fprintf(f, "Loss %.4f → %.4f, params_hash %s.", num(s, "first_loss", NAN), num(s, "final_loss", NAN),
-                   str(s, "params_hash", "?"));
+    if (s) {
+        fprintf(f, "Loss %.4f → %.4f, params_hash ", num(s, "first_loss", NAN), num(s, "final_loss", NAN));
+        html_text(f, str(s, "params_hash", "?"));
+        fprintf(f, ".");
+    }
     if (lg->bad_lines) fprintf(f, " %d line%s not JSON (cut short?) skipped.", lg->bad_lines, lg->bad_lines > 1 ? "s" : "");
+    if (lg->absurd)
+        fprintf(f, " %d value%s beyond %.0e (a corrupt log?) not drawn.", lg->absurd, lg->absurd > 1 ? "s" : "",
+                VALUE_MAX);
     fprintf(f, "</p>\n");
     binding(f, lg);
     if (lg->loss.n || !p) {

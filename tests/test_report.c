@@ -2,8 +2,11 @@
 // as text: a complete run's --log (and its --trace), the same log cut short as a crash leaves
 // it, and the JSON line of `tiertrain plan`. Each chart's <svg> must be there with as many
 // values as the input holds (12 steps, 3 evaluations), the page must fetch nothing, and bad
-// input is refused in one line. test_report_browser.c renders the same pages in Chromium.
+// input is refused in one line. A log is input like any other: markup in its strings comes out
+// as text, and numbers no run could log draw no NaN or inf coordinates. test_report_browser.c
+// renders the same pages in Chromium.
 #include <check.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +112,119 @@ START_TEST(bad_input) {
 }
 END_TEST
 
+// text with every value of "key": (a number or a string, up to the next ',' or '}') replaced
+// by value, as written (malloc'd); *n counts the replacements.
+static char *set_field(const char *text, const char *key, const char *value, int *n) {
+    char k[128];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    size_t cap = strlen(text) * 2 + 4096, used = 0;
+    char *out = malloc(cap);
+    ck_assert_ptr_nonnull(out);
+    *n = 0;
+    for (const char *p = text, *hit; *p; p = hit) {
+        hit = strstr(p, k);
+        size_t keep = hit ? (size_t)(hit - p) + strlen(k) : strlen(p);
+        ck_assert(used + keep + strlen(value) + 1 < cap);
+        memcpy(out + used, p, keep);
+        used += keep;
+        if (!hit) break;
+        used += (size_t)sprintf(out + used, "%s", value);
+        hit += strlen(k);
+        hit += *hit == '"' ? strcspn(hit + 1, "\"") + 2 : strcspn(hit, ",}");
+        (*n)++;
+    }
+    out[used] = 0;
+    return out;
+}
+
+// rc_make_run's log with key set to value everywhere it appears (*n times): dir/name.
+static void edited_log(const char *name, const char *key, const char *value, int *n) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/run.jsonl", tmp);
+    char *log = tu_slurp(path);
+    ck_assert_ptr_nonnull(log);
+    char *out = set_field(log, key, value, n);
+    free(log);
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    FILE *f = fopen(path, "w");
+    ck_assert(f && fputs(out, f) >= 0 && fclose(f) == 0);
+    free(out);
+}
+
+// Every string the page takes from the log is escaped: the summary's params_hash, the plan's
+// homes and the names of its memory parts (the keys of device_parts).
+START_TEST(markup_escaped) {
+    char html[1200], path[1200];
+    int n;
+    rc_make_run(tmp);
+    edited_log("a.jsonl", "params_hash", "\"</svg><script>x</script>\"", &n);
+    ck_assert_int_eq(n, 1); // the summary's (no checkpoint events in this run)
+    snprintf(path, sizeof path, "%s/a.jsonl", tmp);
+    char *log = tu_slurp(path);
+    ck_assert_ptr_nonnull(log);
+    char *b = set_field(log, "params_home", "\"<i>host</i>\"", &n);
+    ck_assert_int_eq(n, 1);
+    free(log);
+    char *c = strstr(b, "\"device_parts\":{\"");
+    ck_assert_msg(c != NULL, "no device_parts in the plan line");
+    c += strlen("\"device_parts\":{\"");
+    size_t len = strcspn(c, "\"");
+    ck_assert(len >= 3);
+    memcpy(c, "<b>", 3); // the first part's name, markup
+    snprintf(path, sizeof path, "%s/b.jsonl", tmp);
+    FILE *f = fopen(path, "w");
+    ck_assert(f && fputs(b, f) >= 0 && fclose(f) == 0);
+    free(b);
+    char *page = rc_report(tmp, "b.jsonl", 0, html, sizeof html);
+    ck_assert_msg(strstr(page, ", params_hash &lt;/svg&gt;&lt;script&gt;x&lt;/script&gt;."), "params_hash not escaped");
+    ck_assert_msg(strstr(page, "; params &lt;i&gt;host&lt;/i&gt;, grads "), "params_home not escaped");
+    ck_assert_msg(strstr(page, "data-name=\"&lt;b&gt;"), "a part's name not escaped in data-name");
+    ck_assert_msg(strstr(page, "<title>&lt;b&gt;"), "a part's name not escaped in its title");
+    ck_assert_msg(!strstr(page, "<b>\"") && !strstr(page, "<i>") && !strstr(page, "</svg><script"),
+                  "markup from the log reached the page");
+    rc_check_self_contained(page); // no "<script" anywhere
+    rc_check_charts(page, RC_STEPS, RC_EVALS, 1, 0);
+    free(page);
+}
+END_TEST
+
+// Every <svg>…</svg> of the page is free of "nan" and "inf" in any case.
+static void ck_svg_finite(const char *page) {
+    for (const char *p = strstr(page, "<svg"); p; p = strstr(p, "<svg")) {
+        const char *end = strstr(p, "</svg>");
+        ck_assert_msg(end != NULL, "an <svg> without its end");
+        for (const char *q = p; q < end; q++) {
+            char w[4] = {(char)tolower((unsigned char)q[0]), q[0] ? (char)tolower((unsigned char)q[1]) : 0,
+                         q[0] && q[1] ? (char)tolower((unsigned char)q[2]) : 0, 0};
+            ck_assert_msg(strcmp(w, "nan") && strcmp(w, "inf"), "the SVG holds \"%.60s\"", q > p + 20 ? q - 20 : p);
+        }
+        p = end;
+    }
+}
+
+// Numbers no run logs (step_ms 1e308: the span of the axis overflowed to inf and every
+// coordinate to NaN) are left out of the charts and counted on the page; the rest is drawn.
+START_TEST(absurd_values) {
+    char html[1200];
+    int n;
+    rc_make_run(tmp);
+    edited_log("huge.jsonl", "step_ms", "1e308", &n);
+    ck_assert_int_eq(n, RC_STEPS + 1); // each step's and the summary's
+    char *page = rc_report(tmp, "huge.jsonl", 0, html, sizeof html);
+    ck_svg_finite(page);
+    ck_assert_int_eq(rc_chart_points(page, "step-time"), 0);
+    ck_assert_int_eq(rc_series_points(page, "training loss"), RC_STEPS);
+    ck_assert_msg(strstr(page, " 12 values beyond 1e+18 (a corrupt log?) not drawn."), "the left-out values unsaid");
+    free(page);
+    edited_log("steps.jsonl", "step", "1e308", &n); // the x axis: every step and evaluation
+    ck_assert_int_eq(n, RC_STEPS + RC_EVALS);
+    page = rc_report(tmp, "steps.jsonl", 0, html, sizeof html);
+    ck_svg_finite(page);
+    ck_assert_int_eq(rc_chart_points(page, "loss"), 0);
+    free(page);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("report");
     TCase *tc = tcase_create("report");
@@ -118,6 +234,8 @@ int main(void) {
     tcase_add_test(tc, partial_log);
     tcase_add_test(tc, plan_line);
     tcase_add_test(tc, bad_input);
+    tcase_add_test(tc, markup_escaped);
+    tcase_add_test(tc, absurd_values);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
