@@ -1,5 +1,5 @@
 // profile.c — the calibration profile behind profile.h: defaults, where it lives, reading it
-// back (through json.h, strictly: every rate present, a finite number > 0, version 1) and
+// back (through json.h, strictly: every rate present and within its range, version 1) and
 // writing it atomically. Does not measure anything (bench/bench_calibrate.c does) or print:
 // problems go back as one line in err, without the "tiertrain: " prefix.
 // Called by plan.c, train.c, bench/bench_calibrate.c.
@@ -21,27 +21,51 @@
 #define REMAKE "run tiertrain bench calibrate to remake it"
 
 // The rates, by key, in file order: one table drives load, save and validation.
+// Each has a range that any real machine is well inside, so that a rate from a hand-edited
+// or corrupt file cannot make the plan's floor inf (1e-300 FLOP/s) or 0: the plan prints
+// its times and writes them into JSON lines and logs, where inf is no number. Compute from
+// a slow core (1e6 FLOP/s) to well beyond any one GPU (1e17); links and disks from 1 MB/s
+// to 1e14 B/s (100 TB/s, beyond any HBM); an AdamW update reads and writes some 16 bytes
+// and does a dozen FLOPs per parameter, so its rate lies between the other two (1e4 to
+// 1e17 params/s: room for the tests that set it high to take the optimizer out of a plan).
 typedef struct {
     const char *key;
     size_t off;
+    double lo, hi;    // the accepted range, in unit
+    const char *unit;
 } rate_key_t;
+#define FLOPS 1e6, 1e17, "FLOP/s"
+#define BPS 1e6, 1e14, "B/s"
 static const rate_key_t RATES[] = {
-    {"gemm_flops", offsetof(profile_t, gemm_flops)},
-    {"h2d_Bps", offsetof(profile_t, h2d_Bps)},
-    {"d2h_Bps", offsetof(profile_t, d2h_Bps)},
-    {"nvme_read_Bps", offsetof(profile_t, nvme_read_Bps)},
-    {"nvme_write_Bps", offsetof(profile_t, nvme_write_Bps)},
-    {"adam_params_per_s", offsetof(profile_t, adam_params_per_s)},
+    {"gemm_flops", offsetof(profile_t, gemm_flops), FLOPS},
+    {"h2d_Bps", offsetof(profile_t, h2d_Bps), BPS},
+    {"d2h_Bps", offsetof(profile_t, d2h_Bps), BPS},
+    {"nvme_read_Bps", offsetof(profile_t, nvme_read_Bps), BPS},
+    {"nvme_write_Bps", offsetof(profile_t, nvme_write_Bps), BPS},
+    {"adam_params_per_s", offsetof(profile_t, adam_params_per_s), 1e4, 1e17, "params/s"},
 };
 #define NRATES ((int)(sizeof RATES / sizeof RATES[0]))
 // Rates a profile may lack (0 in profile_t: never measured, and the plan says what stands in).
 static const rate_key_t OPT_RATES[] = {
-    {"gemm_fp32_flops", offsetof(profile_t, gemm_fp32_flops)},
-    {"attn_flops", offsetof(profile_t, attn_flops)},
-    {"elem_Bps", offsetof(profile_t, elem_Bps)},
-    {"comm_Bps", offsetof(profile_t, comm_Bps)},
+    {"gemm_fp32_flops", offsetof(profile_t, gemm_fp32_flops), FLOPS},
+    {"attn_flops", offsetof(profile_t, attn_flops), FLOPS},
+    {"elem_Bps", offsetof(profile_t, elem_Bps), BPS},
+    {"comm_Bps", offsetof(profile_t, comm_Bps), BPS},
 };
 #define NOPT ((int)(sizeof OPT_RATES / sizeof OPT_RATES[0]))
+#undef FLOPS
+#undef BPS
+
+// x is a rate k accepts (NaN and inf are not).
+static int rate_ok(const rate_key_t *k, double x) { return x >= k->lo && x <= k->hi; }
+
+// "doc: key 'K' at byte N: TEXT is not a rate in UNIT (accepted: LO to HI)", -EINVAL.
+static int rate_error(const json_t *root, const rate_key_t *k, char *err, size_t errlen) {
+    const json_t *v = json_get(root, k->key);
+    snprintf(err, errlen, "%s: key '%s' at byte %zu: %.40s is not a rate in %s (accepted: %g to %g)", root->doc, k->key,
+             v->at, v->s, k->unit, k->lo, k->hi);
+    return -EINVAL;
+}
 
 // The field of p a table entry names.
 static double *rate_of(profile_t *p, const rate_key_t *k) { return (double *)((char *)p + k->off); }
@@ -165,12 +189,7 @@ static int from_json(profile_t *p, const json_t *root, char *err, size_t errlen)
     for (int i = 0; i < NRATES; i++) {
         double x = 0;
         if ((rc = json_get_double(root, RATES[i].key, &x, err, errlen)) != 0) return rc;
-        if (!isfinite(x) || !(x > 0)) { // the parser already refuses non-finite numbers: belt and braces
-            const json_t *v = json_get(root, RATES[i].key);
-            snprintf(err, errlen, "%s: key '%s' at byte %zu: %.40s is not a rate (accepted: a number > 0)", root->doc,
-                     RATES[i].key, v->at, v->s);
-            return -EINVAL;
-        }
+        if (!rate_ok(&RATES[i], x)) return rate_error(root, &RATES[i], err, errlen);
         *rate_of(p, &RATES[i]) = x;
     }
     // The rest is optional, checked when present: the op rates and the ranks' link, and how
@@ -181,11 +200,7 @@ static int from_json(profile_t *p, const json_t *root, char *err, size_t errlen)
         *rate_of(p, &OPT_RATES[i]) = 0; // absent: never measured (not the defaults' guess)
         if (!v) continue;
         if ((rc = json_get_double(root, OPT_RATES[i].key, &x, err, errlen)) != 0) return rc;
-        if (!isfinite(x) || !(x > 0)) {
-            snprintf(err, errlen, "%s: key '%s' at byte %zu: %.40s is not a rate (accepted: a number > 0)", root->doc,
-                     OPT_RATES[i].key, v->at, v->s);
-            return -EINVAL;
-        }
+        if (!rate_ok(&OPT_RATES[i], x)) return rate_error(root, &OPT_RATES[i], err, errlen);
         *rate_of(p, &OPT_RATES[i]) = x;
     }
     if (json_get(root, "backend")) {
@@ -269,7 +284,7 @@ static int mkdir_parents(const char *path, char *err, size_t errlen) {
     return 0;
 }
 
-// The file's text; -EINVAL when a rate cannot be written as JSON (not finite, ≤ 0).
+// The file's text (profile_save has checked its rates): 0, or the backend name's write error.
 static int write_json(FILE *f, const profile_t *p) {
     char when[32] = "";
     time_t now = time(NULL);
@@ -295,11 +310,14 @@ int profile_save(const profile_t *p, const char *path, char *err, size_t errlen)
         snprintf(err, errlen, "profile path is empty or too long ($XDG_CACHE_HOME or $HOME is too long): pass --profile FILE");
         return -ENAMETOOLONG;
     }
-    for (int i = 0; i < NRATES; i++) {
-        double x = rate_val(p, &RATES[i]);
-        if (!isfinite(x) || !(x > 0)) {
-            snprintf(err, errlen, "profile %s: %s = %g is not a rate (a measurement failed: rerun tiertrain bench calibrate)", path,
-                     RATES[i].key, x);
+    // what load would refuse is not written: a measurement that failed or went wrong says so
+    // here, not in every run that reads the file (the optional rates: written when > 0)
+    for (int i = 0; i < NRATES + NOPT; i++) {
+        const rate_key_t *k = i < NRATES ? &RATES[i] : &OPT_RATES[i - NRATES];
+        double x = rate_val(p, k);
+        if (!rate_ok(k, x) && (i < NRATES || x > 0)) {
+            snprintf(err, errlen, "profile %s: %s = %g is not a rate in %s (accepted: %g to %g; a measurement failed: "
+                     "rerun tiertrain bench calibrate)", path, k->key, x, k->unit, k->lo, k->hi);
             return -EINVAL;
         }
     }

@@ -44,18 +44,20 @@ const char *profile_path(const config_t *cfg, char *buf, size_t len);
 // no message); another -errno with one line in err when the file is unreadable or malformed
 // (p holds the defaults: callers say so and go on, or stop, as fits).
 // The file is one JSON object (read with json.h): "version": 1, the six rates under the
-// field names above ("gemm_flops", "h2d_Bps", ...; each must be a finite number > 0), and
+// field names above ("gemm_flops", "h2d_Bps", ...; each within the range any real machine is
+// inside: FLOP/s 1e6 to 1e17, B/s 1e6 to 1e14, AdamW params/s 1e4 to 1e17), and
 // optionally "gemm_fp32_flops", "attn_flops", "elem_Bps" and "comm_Bps" (rates as above; profiles written
 // before them have none), "backend" (a string), "threads" (an integer ≥ 0), "nvme_bytes" (an
 // integer ≥ 0: the size of the file NVMe was measured over; profiles written before it have
 // none) and "measured_at" (an ISO 8601 UTC date, a string); other keys are ignored. Anything
 // else is -EINVAL, e.g.
-//   profile /p.json: key 'h2d_Bps' at byte 40: 0 is not a rate (accepted: a number > 0)
-//   (run tiertrain bench calibrate to remake it)            <- one line, without "tiertrain: "
+//   profile /p.json: key 'h2d_Bps' at byte 40: 0 is not a rate in B/s (accepted: 1e+06 to
+//   1e+14) (run tiertrain bench calibrate to remake it)      <- one line, without "tiertrain: "
 int profile_load(profile_t *p, const char *path, char *err, size_t errlen);
 // Writes p to path atomically (temporary file in the same folder, fsync, rename, fsync of
 // the folder), creating missing parent folders (mode 0700, as XDG asks of cache folders).
 // Rates are written with 17 significant digits, so profile_load gives back the same bits;
-// measured_at is the time of the save. Refuses (-EINVAL) a rate that is not finite and > 0.
+// measured_at is the time of the save. Refuses (-EINVAL) a rate load would refuse (an
+// optional one only when measured: > 0).
 // Returns 0 or -errno with one line in err.
 int profile_save(const profile_t *p, const char *path, char *err, size_t errlen);

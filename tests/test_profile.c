@@ -1,15 +1,15 @@
 // test_profile.c — the calibration profile (src/profile.h) and `tiertrain bench calibrate`:
 // the defaults; save → load gives back every rate bit for bit; a missing file is -ENOENT
-// with the defaults; every malformed-file class (not JSON, missing key, a rate ≤ 0 or not
-// finite, wrong version, wrong type) is -EINVAL with its exact one-line message and the
-// defaults; the default path's precedence (--profile, $XDG_CACHE_HOME, $HOME, ./); and one
+// with the defaults; every malformed-file class (not JSON, missing key, a rate ≤ 0, not
+// finite or outside the range of any real machine, wrong version, wrong type) is -EINVAL
+// with its exact one-line message and the defaults, and plan --profile stops on one in one
+// line; the default path's precedence (--profile, $XDG_CACHE_HOME, $HOME, ./); and one
 // end-to-end calibration through the binary at --size 64M whose profile loads back (and
 // records that size); bench capacity's one-pass measurement at a given size.
 // The end-to-end case needs O_DIRECT in $TMPDIR: without it that case is left out and,
 // if everything else passed, the suite exits 77 (skip) rather than pretend.
 #include <check.h>
 #include <errno.h>
-#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,15 +71,15 @@ START_TEST(test_defaults) {
 END_TEST
 
 // Rates chosen to need all 17 significant digits (a third, a seventh, one ulp above a round
-// number), the largest and the smallest normal double, and a round one.
+// number), the largest and the smallest rate accepted (the range's ends), and a round one.
 START_TEST(test_roundtrip_exact) {
     profile_t p, q;
     profile_defaults(&p);
     p.gemm_flops = 1e11 / 3.0;
     p.h2d_Bps = nextafter(25e9, INFINITY);
     p.d2h_Bps = 24.999999999e9 / 7.0;
-    p.nvme_read_Bps = DBL_MAX;
-    p.nvme_write_Bps = DBL_MIN;
+    p.nvme_read_Bps = 1e14;
+    p.nvme_write_Bps = 1e6;
     p.adam_params_per_s = 6e8;
     p.comm_Bps = 1e10 / 3.0; // the ranks' link: optional, kept exactly when measured
     p.attn_flops = 1e11 / 7.0; // fp32 mode's matmuls, attention and the elementwise ops: optional too
@@ -169,12 +169,26 @@ START_TEST(test_save_refuses_bad_rates) {
     profile_defaults(&p);
     p.nvme_write_Bps = NAN;
     ck_assert_int_eq(profile_save(&p, path, err, sizeof err), -EINVAL);
-    snprintf(want, sizeof want, "profile %s: nvme_write_Bps = nan is not a rate (a measurement failed: rerun tiertrain bench calibrate)",
-             path);
+    snprintf(want, sizeof want, "profile %s: nvme_write_Bps = nan is not a rate in B/s (accepted: 1e+06 to 1e+14; a "
+             "measurement failed: rerun tiertrain bench calibrate)", path);
     ck_assert_str_eq(err, want);
     profile_defaults(&p);
     p.gemm_flops = 0;
     ck_assert_int_eq(profile_save(&p, path, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(access(path, F_OK), -1);
+    // what load would refuse: a measured optional rate outside its range too (0: never measured)
+    profile_defaults(&p);
+    p.gemm_flops = 1e-300;
+    ck_assert_int_eq(profile_save(&p, path, err, sizeof err), -EINVAL);
+    snprintf(want, sizeof want, "profile %s: gemm_flops = 1e-300 is not a rate in FLOP/s (accepted: 1e+06 to 1e+17; "
+             "a measurement failed: rerun tiertrain bench calibrate)", path);
+    ck_assert_str_eq(err, want);
+    profile_defaults(&p);
+    p.comm_Bps = 1e15;
+    ck_assert_int_eq(profile_save(&p, path, err, sizeof err), -EINVAL);
+    snprintf(want, sizeof want, "profile %s: comm_Bps = 1e+15 is not a rate in B/s (accepted: 1e+06 to 1e+14; "
+             "a measurement failed: rerun tiertrain bench calibrate)", path);
+    ck_assert_str_eq(err, want);
     ck_assert_int_eq(access(path, F_OK), -1);
     // A parent that is a file, not a folder.
     char blocker[4200], under[4400];
@@ -238,12 +252,34 @@ static const bad_case_t BAD[] = {
     {"duplicate key", "{\"version\": 1, \"version\": 1}", NULL, NULL, "byte 15: duplicate key \"version\" (first at byte 1)"},
     {"missing rate", NULL, "adam_params_per_s", NULL, "missing key 'adam_params_per_s' in the object at byte 0"},
     {"missing version", NULL, "version", NULL, "missing key 'version' in the object at byte 0"},
-    {"negative rate", NULL, "gemm_flops", "-4.5e10", "key 'gemm_flops' at byte %zu: -4.5e10 is not a rate (accepted: a number > 0)"},
-    {"zero rate", NULL, "h2d_Bps", "0", "key 'h2d_Bps' at byte %zu: 0 is not a rate (accepted: a number > 0)"},
-    {"negative zero", NULL, "d2h_Bps", "-0.0", "key 'd2h_Bps' at byte %zu: -0.0 is not a rate (accepted: a number > 0)"},
+    {"negative rate", NULL, "gemm_flops", "-4.5e10",
+     "key 'gemm_flops' at byte %zu: -4.5e10 is not a rate in FLOP/s (accepted: 1e+06 to 1e+17)"},
+    {"zero rate", NULL, "h2d_Bps", "0", "key 'h2d_Bps' at byte %zu: 0 is not a rate in B/s (accepted: 1e+06 to 1e+14)"},
+    {"negative zero", NULL, "d2h_Bps", "-0.0",
+     "key 'd2h_Bps' at byte %zu: -0.0 is not a rate in B/s (accepted: 1e+06 to 1e+14)"},
     // Non-finite numbers cannot be written in JSON: the reader refuses them where they stand.
     {"overflowing rate", NULL, "nvme_read_Bps", "1e999", "byte %zu: number 1e999 is too large for a double"},
     {"NaN rate", NULL, "nvme_write_Bps", "NaN", "byte %zu: expected a value, got 'N'"},
+    // Finite but no machine's: a tiny rate made the plan's floor inf ("floor_ms":inf, not JSON)
+    // and a huge one a floor of 0. Each bound's own edge is accepted (test_roundtrip_exact).
+    {"tiny GEMM rate", NULL, "gemm_flops", "1e-300",
+     "key 'gemm_flops' at byte %zu: 1e-300 is not a rate in FLOP/s (accepted: 1e+06 to 1e+17)"},
+    {"GEMM rate under 1 MFLOP/s", NULL, "gemm_flops", "999999",
+     "key 'gemm_flops' at byte %zu: 999999 is not a rate in FLOP/s (accepted: 1e+06 to 1e+17)"},
+    {"GEMM rate over 1e17", NULL, "gemm_flops", "1.1e17",
+     "key 'gemm_flops' at byte %zu: 1.1e17 is not a rate in FLOP/s (accepted: 1e+06 to 1e+17)"},
+    {"huge link", NULL, "h2d_Bps", "1e308",
+     "key 'h2d_Bps' at byte %zu: 1e308 is not a rate in B/s (accepted: 1e+06 to 1e+14)"},
+    {"tiny disk", NULL, "nvme_read_Bps", "5e-324",
+     "key 'nvme_read_Bps' at byte %zu: 5e-324 is not a rate in B/s (accepted: 1e+06 to 1e+14)"},
+    {"tiny AdamW rate", NULL, "adam_params_per_s", "1e-3",
+     "key 'adam_params_per_s' at byte %zu: 1e-3 is not a rate in params/s (accepted: 10000 to 1e+17)"},
+    {"tiny attention rate", NULL, "attn_flops", "1e-9",
+     "key 'attn_flops' at byte %zu: 1e-9 is not a rate in FLOP/s (accepted: 1e+06 to 1e+17)"},
+    {"tiny elementwise rate", NULL, "elem_Bps", "1",
+     "key 'elem_Bps' at byte %zu: 1 is not a rate in B/s (accepted: 1e+06 to 1e+14)"},
+    {"huge ranks link", NULL, "comm_Bps", "1e20",
+     "key 'comm_Bps' at byte %zu: 1e20 is not a rate in B/s (accepted: 1e+06 to 1e+14)"},
     {"Infinity rate", NULL, "nvme_write_Bps", "Infinity", "byte %zu: expected a value, got 'I'"},
     {"wrong version", NULL, "version", "2", "key 'version' at byte %zu: version 2 is not one this tiertrain reads (accepted: 1)"},
     {"version 0", NULL, "version", "0", "key 'version' at byte %zu: version 0 is not one this tiertrain reads (accepted: 1)"},
@@ -252,10 +288,11 @@ static const bad_case_t BAD[] = {
     {"rate as text", NULL, "d2h_Bps", "\"4e9\"", "key 'd2h_Bps' at byte %zu: expected a number, got a string"},
     {"rate null", NULL, "adam_params_per_s", "null", "key 'adam_params_per_s' at byte %zu: expected a number, got null"},
     {"rate as array", NULL, "gemm_flops", "[4e10]", "key 'gemm_flops' at byte %zu: expected a number, got an array"},
-    {"zero ranks link", NULL, "comm_Bps", "0", "key 'comm_Bps' at byte %zu: 0 is not a rate (accepted: a number > 0)"},
+    {"zero ranks link", NULL, "comm_Bps", "0",
+     "key 'comm_Bps' at byte %zu: 0 is not a rate in B/s (accepted: 1e+06 to 1e+14)"},
     {"ranks link as text", NULL, "comm_Bps", "\"3e9\"", "key 'comm_Bps' at byte %zu: expected a number, got a string"},
     {"negative attention rate", NULL, "attn_flops", "-1e11",
-     "key 'attn_flops' at byte %zu: -1e11 is not a rate (accepted: a number > 0)"},
+     "key 'attn_flops' at byte %zu: -1e11 is not a rate in FLOP/s (accepted: 1e+06 to 1e+17)"},
     {"elementwise rate null", NULL, "elem_Bps", "null", "key 'elem_Bps' at byte %zu: expected a number, got null"},
     {"backend as number", NULL, "backend", "5", "key 'backend' at byte %zu: expected a string, got a number"},
     {"backend too long", NULL, "backend", "\"a-very-long-backend\"",
@@ -305,10 +342,11 @@ START_TEST(test_baseline_loads) {
     ck_assert_int_eq(p.threads, 2);
     ck_assert_uint_eq(p.nvme_bytes, 4ull << 30);
     ck_assert_int_eq(p.measured, 1);
-    write_file(path, "{\"version\": 1, \"gemm_flops\": 1, \"h2d_Bps\": 2, \"d2h_Bps\": 3, \"nvme_read_Bps\": 4, "
-                     "\"nvme_write_Bps\": 5, \"adam_params_per_s\": 6, \"future\": [1, {\"x\": null}]}");
+    write_file(path, "{\"version\": 1, \"gemm_flops\": 1e9, \"h2d_Bps\": 2e9, \"d2h_Bps\": 3e9, "
+                     "\"nvme_read_Bps\": 4e9, \"nvme_write_Bps\": 5e9, \"adam_params_per_s\": 6e9, "
+                     "\"future\": [1, {\"x\": null}]}");
     ck_assert_msg(profile_load(&p, path, err, sizeof err) == 0, "%s", err);
-    ck_assert(p.gemm_flops == 1 && p.adam_params_per_s == 6);
+    ck_assert(p.gemm_flops == 1e9 && p.adam_params_per_s == 6e9);
     ck_assert(p.comm_Bps == 0); // never measured: the plan takes PLAN_COMM_DEFAULT_BPS
     // never measured either (not the defaults' guesses): the plan counts attention at the
     // matmuls' rate and no elementwise time, as it did before they were measured
@@ -316,6 +354,29 @@ START_TEST(test_baseline_loads) {
     ck_assert_str_eq(p.backend, "cpu");
     ck_assert_int_eq(p.threads, 0);
     ck_assert_uint_eq(p.nvme_bytes, 0); // a profile from before the key: its size is not known
+}
+END_TEST
+
+// Through the binary: plan --profile with a GEMM rate of 1e-300 printed "floor inf ms" and
+// "floor_ms":inf (not JSON) and exited 0; now it stops before planning, exit 2, one line.
+START_TEST(test_plan_refuses_tiny_rate) {
+    char doc[1024], path[4200], want[9000];
+    doc_with(doc, sizeof doc, "gemm_flops", "1e-300");
+    snprintf(path, sizeof path, "%s/tiny-rate.json", tmp);
+    write_file(path, doc);
+    char *argv[] = {(char *)tu_binary(), "plan", "--model", "tiny", "--batch", "1", "--seq", "32", "--device", "cpu",
+                    "--profile", path, NULL};
+    char *out = NULL, *err = NULL;
+    int rc = tu_run(argv, NULL, &out, &err);
+    snprintf(want, sizeof want, "tiertrain: --profile profile %s: key 'gemm_flops' at byte %zu: 1e-300 is not a rate "
+             "in FLOP/s (accepted: 1e+06 to 1e+17)" REMAKE "\n", path, value_at(doc, "gemm_flops"));
+    // at most the stdout's end: Check refuses a message over a few KiB, and plan's is longer
+    const char *tail = out + (strlen(out) > 600 ? strlen(out) - 600 : 0);
+    ck_assert_msg(rc == 2, "exit %d, stderr:\n%.1000s\nstdout's end:\n%s", rc, err, tail);
+    ck_assert_str_eq(err, want);
+    ck_assert_msg(!strstr(out, "inf") && !strstr(out, "floor_ms"), "plan went on; its end:\n%s", tail);
+    free(out);
+    free(err);
 }
 END_TEST
 
@@ -461,6 +522,7 @@ int main(void) {
     tc = tcase_create("faults");
     tcase_add_test(tc, test_baseline_loads);
     tcase_add_loop_test(tc, test_malformed, 0, NBAD);
+    tcase_add_test(tc, test_plan_refuses_tiny_rate);
     suite_add_tcase(su, tc);
     if (direct) {
         tc = tcase_create("calibrate");
