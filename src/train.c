@@ -319,6 +319,16 @@ static void ranks_setup(run_t *r) {
     if (r->rank != 0) cfg->log_path[0] = cfg->trace_path[0] = 0;
 }
 
+// --resume's checkpoint (found and read) against this run: its model, and a step left to do.
+// Exits 2 when it does not fit.
+static void resume_fits(const config_t *cfg, const ckpt_info_t *ck) {
+    char err[768];
+    if (checkpoint_check_config(ck, cfg, err, sizeof err) != 0) usage_error("%s", err);
+    if (ck->step >= cfg->steps)
+        usage_error("--resume %s: the checkpoint is at step %d and --steps is %d: nothing left to do (raise --steps)",
+                    cfg->resume, ck->step, cfg->steps);
+}
+
 // Everything that can be refused is, before any allocation: the data, --resume's checkpoint
 // against this model, and whether the placement fits (the check `tiertrain plan` prints, for
 // the device that will run: a GPU's memory is not RAM). Exits 2 on bad input.
@@ -346,10 +356,7 @@ static void run_check(run_t *r) {
         }
         char e2[512];
         if (comm_bcast(comm_world(), &r->ck, sizeof r->ck, 0, e2, sizeof e2) != 0) runtime_error("%s", e2);
-        if (checkpoint_check_config(&r->ck, cfg, err, sizeof err) != 0) usage_error("%s", err);
-        if (r->ck.step >= cfg->steps)
-            usage_error("--resume %s: the checkpoint is at step %d and --steps is %d: nothing left to do (raise --steps)",
-                        cfg->resume, r->ck.step, cfg->steps);
+        resume_fits(cfg, &r->ck);
         r->start = r->ck.step + 1;
     }
     if (backend_resolve_config(cfg, err, sizeof err) != 0) usage_error("%s", err);
@@ -656,6 +663,13 @@ int plan_run(const config_t *cfg_in) {
     const char *uwhy = cfg->update_when == UPDATE_BACKWARD && !cfg->offload_auto
                            ? tier_update_backward_refusal(cfg, cfg->device) : NULL;
     if (uwhy) usage_error("--update backward: %s", uwhy);
+    if (cfg->resume[0]) { // as train reads it: a plan for a run train would refuse is no plan
+        char dir[TT_PATH_MAX], e[768];
+        ckpt_info_t ck;
+        if (checkpoint_resolve(cfg->resume, dir, sizeof dir, e, sizeof e) != 0) usage_error("%s", e);
+        if (checkpoint_info(dir, &ck, e, sizeof e) != 0) usage_error("--resume %s: %s", cfg->resume, e);
+        resume_fits(cfg, &ck);
+    }
     plan_t p;
     profile_t prof;
     const profile_t *rates = train_load_profile(cfg, &prof);

@@ -541,6 +541,19 @@ static void ck_refusal(args_t *a, const char *resume, const char *const *extra, 
     run_free(&r);
 }
 
+// ck_refusal's run as `tiertrain plan`, which reads --resume as train does: the same line.
+static void ck_plan_refusal(args_t *a, const char *resume, const char *const *extra, int steps, const char *want) {
+    train_args(a, base_crash);
+    a->v[1] = "plan";
+    args(a, extra);
+    argf(a, "--steps=%d", steps);
+    argf(a, "--resume=%s", resume);
+    run_t r = run(a, NULL);
+    ck_refused(&r, want, 1);
+    ck_assert_str_eq(r.err, want);
+    run_free(&r);
+}
+
 START_TEST(refusals) {
     args_t *a = malloc(sizeof *a);
     char dir[1200], folder[1300], want[4096];
@@ -566,6 +579,7 @@ START_TEST(refusals) {
                  "model flags)\n",
                  folder, shape[i].field, shape[i].ck, shape[i].field, shape[i].run);
         ck_refusal(a, dir, shape[i].flags, 3, want);
+        ck_plan_refusal(a, dir, shape[i].flags, 3, want);
     }
     const char *tie[] = {"--tie", NULL};
     snprintf(want, sizeof want,
@@ -612,7 +626,12 @@ START_TEST(refusals) {
         snprintf(want, sizeof want, "tiertrain: --resume %s: the checkpoint is at step 2 and --steps is %d: nothing "
                  "left to do (raise --steps)\n", dir, steps);
         ck_refusal(a, dir, NULL, steps, want);
+        ck_plan_refusal(a, dir, NULL, steps, want);
     }
+    // a folder that does not exist, as plan reads it too
+    snprintf(want, sizeof want, "tiertrain: --resume %s: No such file or directory (give a checkpoint folder, a --save "
+             "directory, or DIR/latest)\n", missing);
+    ck_plan_refusal(a, missing, NULL, 3, want);
 
     // --save-every without --save
     train_args(a, base_crash);
