@@ -24,6 +24,7 @@ build: $(BUILD)/Makefile
 # (files under the build folder), falling loss, a checkpoint at the end (build/checkpoints)
 # and the tier report.
 run: deps build
+	rm -rf $(BUILD)/checkpoints # the last run's: a --save directory takes one run's checkpoints
 	$(BUILD)/tiertrain train --hbm-budget 96M --params host --grads host --optimizer nvme \
 	  --nvme-path $(BUILD) --log $(BUILD)/run.jsonl --save $(BUILD)/checkpoints
 

@@ -388,6 +388,18 @@ static void run_check(run_t *r) {
         if (fd == -EBUSY) usage_error("%s", err);
         if (fd < 0) fail_with(fd, "%s", err);
         r->lock_fd = fd;
+        // Another run's checkpoints: this run's saves would replace those of its steps, and
+        // --keep-last prune the rest. Only a run that continues them (--resume from one of them)
+        // saves there; under the lock, so no other run adds one after the look.
+        uint64_t size;
+        const int continues = cfg->resume[0] && path_inside(r->ck.dir, cfg->save_dir);
+        if (!continues && checkpoint_existing(cfg->save_dir, &size, 1) > 0) {
+            char newest[TT_PATH_MAX], said[TT_PATH_MAX + 16] = "";
+            if (checkpoint_newest(cfg->save_dir, newest, sizeof newest) == 0)
+                snprintf(said, sizeof said, " (newest %s)", newest);
+            usage_error("--save %s: holds another run's checkpoints%s: continue them (--resume %s), or give a new --save "
+                        "directory", cfg->save_dir, said, cfg->save_dir);
+        }
     }
 }
 

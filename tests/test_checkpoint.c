@@ -633,6 +633,17 @@ START_TEST(refusals) {
              "directory, or DIR/latest)\n", missing);
     ck_plan_refusal(a, missing, NULL, 3, want);
 
+    // a fresh run saving where another run's checkpoints are: refused before any work
+    train_args(a, base_crash);
+    arg(a, "--steps=3");
+    argf(a, "--save=%s", dir);
+    r = run(a, NULL);
+    ck_refused(&r, "--save over another run's checkpoints", 1);
+    snprintf(want, sizeof want, "tiertrain: --save %s: holds another run's checkpoints (newest %s): continue them "
+             "(--resume %s), or give a new --save directory\n", dir, folder, dir);
+    ck_assert_str_eq(r.err, want);
+    run_free(&r);
+
     // --save-every without --save
     train_args(a, base_crash);
     arg(a, "--save-every=1");
@@ -1932,19 +1943,38 @@ START_TEST(user_entries_left_alone) {
         ck_assert_msg(strncmp(e->d_name, ".tmp-", 5) != 0, "%s: %s left behind", dir, e->d_name);
     closedir(d);
 
-    // a fresh run's first save is step-00000001, the user's folder: the run stops there
+    // a fresh run does not save beside another run's checkpoints at all (train.c run_check)
     train_args(a, base_crash);
     argf(a, "--save=%s", dir);
     arg(a, "--steps=2");
     arg(a, "--save-every=1");
     r = run(a, NULL);
+    ck_refused(&r, "a fresh run into another's --save", 1);
+    run_free(&r);
+    ck_user_entries(dir, elsewhere, "a fresh run into another's --save");
+
+    // and where there are none, its first save is step-00000001, the user's folder: it stops there
+    char fresh[1300];
+    spf(fresh, sizeof fresh, "%s/fresh", tmp);
+    ck_assert_int_eq(mkdir(fresh, 0755), 0);
+    spf(p, sizeof p, "%s/step-00000001", fresh);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    spf(p, sizeof p, "%s/step-00000001/my.txt", fresh);
+    write_file(p, "mine\n");
+    train_args(a, base_crash);
+    argf(a, "--save=%s", fresh);
+    arg(a, "--steps=2");
+    arg(a, "--save-every=1");
+    r = run(a, NULL);
     spf(want, sizeof want, "tiertrain: step 1: checkpoint: --save %s: %s/step-00000001 exists and is not a checkpoint "
-        "(no state.json): move it out of the way or give another --save (the newest complete checkpoint is "
-        "%s/step-00000006)\n", dir, dir, dir);
+        "(no state.json): move it out of the way or give another --save (there is no complete checkpoint in %s)\n",
+        fresh, fresh, fresh);
     ck_assert_msg(r.rc == 1, "a taken step-00000001: exit %d (want 1), stderr:\n%s", r.rc, r.err);
     ck_assert_str_eq(r.err, want);
     run_free(&r);
-    ck_user_entries(dir, elsewhere, "a taken step-00000001");
+    char *mine = tu_slurp(p);
+    ck_assert_msg(mine && !strcmp(mine, "mine\n"), "a taken step-00000001: %s holds \"%s\"", p, mine ? mine : "(gone)");
+    free(mine);
     free(a);
 }
 END_TEST
