@@ -432,10 +432,13 @@ static void check_shape(const config_t *c) {
                     c->C, c->NH, c->NH * hs, c->NH * (hs + 2));
     }
     int hs = c->C / c->NH;
-    if (hs % 2 != 0)
+    if (hs % 2 != 0) { // the even head sizes either side (none below 2)
+        char eg[64];
+        if (hs > 1) snprintf(eg, sizeof eg, "--dim %d or --dim %d", c->NH * (hs - 1), c->NH * (hs + 1));
+        else snprintf(eg, sizeof eg, "--dim %d", c->NH * (hs + 1));
         usage_error("--dim %d / --heads %d = head size %d, which is odd (RoPE rotates channel pairs; accepted: an even "
-                    "head size, e.g. --dim %d or --dim %d)",
-                    c->C, c->NH, hs, c->NH * (hs - 1 > 0 ? hs - 1 : hs + 1), c->NH * (hs + 1));
+                    "head size, e.g. %s)", c->C, c->NH, hs, eg);
+    }
     if (c->NH % c->NKV != 0) {
         char divs[256];
         size_t n = 0;
@@ -619,7 +622,7 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
     table_check_or_die();
     apply_defaults(cfg);
     model_preset("small", cfg);
-    if (argc < 2) usage_error("no subcommand (accepted: train, plan, eval, bench, tokenize; see tiertrain --help)");
+    if (argc < 2) usage_error("no subcommand (accepted: " COMMANDS_ACCEPTED "; see tiertrain --help)");
 
     // Global actions first: `tiertrain --help`, `tiertrain --version`, `tiertrain --help-markdown`.
     const char *a = argv[1];
@@ -643,8 +646,8 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         const char *names[CLI_NCOMMANDS];
         for (int i = 0; i < CLI_NCOMMANDS; i++) names[i] = cli_commands[i].name;
         const char *s = cli_closest(a, names, CLI_NCOMMANDS);
-        if (s) usage_error("%s: unknown subcommand (did you mean %s? accepted: train, plan, eval, bench, tokenize)", a, s);
-        usage_error("%s: unknown subcommand (accepted: train, plan, eval, bench, tokenize; see tiertrain --help)", a);
+        if (s) usage_error("%s: unknown subcommand (did you mean %s? accepted: " COMMANDS_ACCEPTED ")", a, s);
+        usage_error("%s: unknown subcommand (accepted: " COMMANDS_ACCEPTED "; see tiertrain --help)", a);
     }
     cfg->command = ci->cmd;
     // --help / --version anywhere among the flags win over everything else.

@@ -59,6 +59,7 @@ extern const flag_t cli_flags[CLI_NFLAGS];
 extern const command_info_t cli_commands[CLI_NCOMMANDS];
 extern const char *const cli_bench_names[CLI_NBENCH];
 #define BENCH_ACCEPTED "gemm, io, adam, calibrate, overlap, capacity, train, comm"
+#define COMMANDS_ACCEPTED "train, plan, eval, bench, tokenize, report" // cli_commands' names (test_cli checks)
 
 const command_info_t *cli_command_of(command_t cmd);
 // The subcommands of a flag's bits in words ("train, plan"; 0: "all").

@@ -5,6 +5,7 @@
 #include "backend.h"
 #include "bench.h"
 #include "comm.h"
+#include "cli_table.h" // COMMANDS_ACCEPTED
 #include "config.h"
 #include "data.h"
 #include "eval.h"
@@ -58,5 +59,5 @@ static int dispatch(config_t *cfg_in) {
     case CMD_REPORT: return report_html_run(&cfg);
     case CMD_NONE: break;
     }
-    usage_error("no subcommand (accepted: train, plan, eval, bench, tokenize; see tiertrain --help)");
+    usage_error("no subcommand (accepted: " COMMANDS_ACCEPTED "; see tiertrain --help)");
 }

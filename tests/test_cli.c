@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
+#include "cli_table.h" // uses: COMMANDS_ACCEPTED, BENCH_ACCEPTED, cli_commands, cli_bench_names
 #include "config.h"
 #include "backend.h" // uses: backend_blas_replaced, BACKEND_BLAS_PICKED_ENV
 #include "kernels.h" // uses: matmul_blas_core, matmul_kernel_name
@@ -99,8 +100,8 @@ typedef struct {
 
 static const bad_case_t bad[] = {
     // subcommands
-    {{NULL}, {"no subcommand", "train, plan, eval, bench, tokenize"}},
-    {{"frobnicate", NULL}, {"frobnicate", "unknown subcommand", "train, plan, eval, bench, tokenize"}},
+    {{NULL}, {"no subcommand", "train, plan, eval, bench, tokenize, report"}},
+    {{"frobnicate", NULL}, {"frobnicate", "unknown subcommand", "train, plan, eval, bench, tokenize, report"}},
     {{"trian", NULL}, {"trian", "did you mean train"}},
     {{"--steps", "5", NULL}, {"--steps", "after the subcommand"}},
     {{"train", "extra", NULL}, {"'extra'", "unexpected argument"}},
@@ -153,7 +154,8 @@ static const bad_case_t bad[] = {
     // inconsistent shapes
     {{"train", "--dim", "100", NULL}, {"--dim 100", "--heads 6", "multiple"}},
     {{"train", "--model", "tiny", "--kv-heads", "3", NULL}, {"--kv-heads 3", "--heads 4", "1, 2, 4"}},
-    {{"train", "--dim", "390", NULL}, {"--dim 390", "head size 65", "odd"}},
+    {{"train", "--dim", "390", NULL}, {"--dim 390", "head size 65", "e.g. --dim 384 or --dim 396)"}},
+    {{"train", "--dim", "64", "--heads", "64", "--kv-heads", "64", NULL}, {"head size 1", "e.g. --dim 128)"}},
     {{"train", "--vocab", "100", NULL}, {"--vocab 100", "synthetic", ">= 128"}},
     {{"train", "--min-lr", "0.1", NULL}, {"--min-lr 0.1", "--lr 0.001"}},
     // files
@@ -389,6 +391,22 @@ END_TEST
 START_TEST(test_table_check) {
     char err[512] = "";
     ck_assert_msg(cli_table_check(err, sizeof err) == 0, "%s", err);
+    // the lists the messages print name every command and benchmark, and nothing else
+    const char *lists[2] = {COMMANDS_ACCEPTED, BENCH_ACCEPTED};
+    for (int l = 0; l < 2; l++) {
+        const int n = l ? CLI_NBENCH : CLI_NCOMMANDS;
+        int commas = 0;
+        for (const char *c = lists[l]; *c; c++) commas += *c == ',';
+        ck_assert_msg(commas + 1 == n, "\"%s\" names %d, the table %d", lists[l], commas + 1, n);
+        for (int i = 0; i < n; i++) {
+            const char *name = l ? cli_bench_names[i] : cli_commands[i].name;
+            char item[64];
+            snprintf(item, sizeof item, ", %s,", name);
+            char padded[256];
+            snprintf(padded, sizeof padded, ", %s,", lists[l]);
+            ck_assert_msg(strstr(padded, item), "\"%s\" lacks %s", lists[l], name);
+        }
+    }
 }
 END_TEST
 
