@@ -365,17 +365,20 @@ int data_open(data_t **out, const config_t *cfg, char *err, size_t errlen) {
             return fail(d, -EINVAL, err, errlen, "--data %s: bad magic %d, not an llm.c token file (accepted: magic %d; "
                         "raw text must not end in .bin)", path, h[0], LLMC_MAGIC);
         if (h[1] != LLMC_VERSION)
-            return fail(d, -EINVAL, err, errlen, "--data %s: unsupported version %d (accepted: %d)", path, h[1],
-                        LLMC_VERSION);
+            return fail(d, -EINVAL, err, errlen, "--data %s: unsupported version %d (accepted: %d; remake it with "
+                        "tiertrain tokenize)", path, h[1], LLMC_VERSION);
         if (h[2] < 0)
-            return fail(d, -EINVAL, err, errlen, "--data %s: negative token count %d in the header", path, h[2]);
+            return fail(d, -EINVAL, err, errlen, "--data %s: negative token count %d in the header (a damaged file: "
+                        "remake it with tiertrain tokenize)", path, h[2]);
         size_t count = (size_t)h[2], want = LLMC_HEADER_BYTES + 2 * count;
         if (size < want)
             return fail(d, -EINVAL, err, errlen, "--data %s: truncated: the header says %zu tokens (%zu bytes), the "
-                        "file has %zu bytes", path, count, want, size);
+                        "file has %zu bytes (a cut-short copy? remake it with tiertrain tokenize)", path, count, want,
+                        size);
         if (size > want)
             return fail(d, -EINVAL, err, errlen, "--data %s: %zu bytes, more than the %zu that the header's %zu tokens "
-                        "need (trailing data)", path, size, want, count);
+                        "need (trailing data: a damaged file; remake it with tiertrain tokenize)", path, size, want,
+                        count);
         d->u16 = (const uint16_t *)((const char *)d->map + LLMC_HEADER_BYTES);
         d->n = count;
         size_t bad = count;

@@ -306,13 +306,13 @@ typedef struct { const char *name; const char *needle[3]; } fault_case_t;
 
 static const fault_case_t faults[F_COUNT] = {
     [F_MAGIC] = {"magic.bin", {"bad magic 12345", "20240520"}},
-    [F_VERSION] = {"version.bin", {"version 2", "accepted: 1"}},
-    [F_TRUNCATED] = {"trunc.bin", {"truncated", "1000 tokens", "3023 bytes"}},
-    [F_TOO_LARGE] = {"large.bin", {"3025 bytes", "3024", "1000 tokens"}},
+    [F_VERSION] = {"version.bin", {"version 2", "accepted: 1; remake it with tiertrain tokenize"}},
+    [F_TRUNCATED] = {"trunc.bin", {"truncated", "1000 tokens", "3023 bytes (a cut-short copy? remake it"}},
+    [F_TOO_LARGE] = {"large.bin", {"3025 bytes", "3024", "trailing data: a damaged file; remake it"}},
     [F_TOKEN] = {"token.bin", {"token 300", "index 437", "--vocab 256"}},
     [F_SHORT] = {"short.bin", {"100 tokens", "too few", "at least 130"}},
     [F_TINY_FILE] = {"tiny.bin", {"12 bytes", "1024"}},
-    [F_NEG_COUNT] = {"neg.bin", {"negative token count", "-5"}},
+    [F_NEG_COUNT] = {"neg.bin", {"negative token count", "-5", "remake it with tiertrain tokenize"}},
     [F_TEXT_VOCAB] = {"text.txt", {"--vocab 200", ">= 256"}},
     [F_TEXT_EMPTY] = {"empty.txt", {"0 tokens", "too few"}},
     [F_MISSING] = {"missing.bin", {"No such file"}},
