@@ -475,7 +475,7 @@ static void apply_init_from(config_t *cfg, const parsed_t *ps) {
             comm_bcast(w, err, sizeof err, 0, e2, sizeof e2) != 0)
             fail_with(-EIO, "%s", e2);
     }
-    if (rc != 0) fail_with(rc == -EINVAL || rc == -ENOENT || rc == -ENOTDIR ? -EINVAL : rc, "%s", err);
+    if (rc != 0) fail_with(load_rc(rc), "%s", err);
     const struct { const char *flag, *field; int *dst, val; } ints[] = {
         {"layers", "num_hidden_layers", &cfg->L, hc.L},         {"dim", "hidden_size", &cfg->C, hc.C},
         {"heads", "num_attention_heads", &cfg->NH, hc.NH},     {"kv-heads", "num_key_value_heads", &cfg->NKV, hc.NKV},

@@ -464,7 +464,7 @@ static void run_resume(run_t *r) {
     rc = comm_agree(comm_world(), rc, err, sizeof err); // with ranks: rank 0 read it for all
     if (rc != 0) log_drop(r); // a bad checkpoint is bad input
     // a corrupt file (EINVAL) or a file missing from the folder (ENOENT) is bad input
-    if (rc != 0) agreed_error(rc == -EINVAL || rc == -ENOENT ? -EINVAL : rc, "--resume %s: %s", cfg->resume, err);
+    if (rc != 0) agreed_error(load_rc(rc), "--resume %s: %s", cfg->resume, err);
     printf("resumed: %s at step %d (params_hash %s, %.1f s)\n", r->ck.dir, r->ck.step, r->ck.params_hash,
            (now_ms() - t0) / 1e3);
     // allowed, but then the run is not the one the checkpoint came from: say so
@@ -482,7 +482,7 @@ static void run_init_from(run_t *r) {
     int rc = hf_load(r->tr, cfg->init_from, stdout, err, sizeof err);
     rc = comm_agree(comm_world(), rc, err, sizeof err); // with ranks: rank 0 read it for all
     if (rc != 0) log_drop(r); // bad weights are bad input
-    if (rc != 0) agreed_error(rc == -EINVAL || rc == -ENOENT ? -EINVAL : rc, "%s", err);
+    if (rc != 0) agreed_error(load_rc(rc), "%s", err);
 }
 
 // Each step's --log line reaches the file as it is written: a write error (a full disk)

@@ -58,6 +58,8 @@ void runtime_error(const char *fmt, ...) {
     exit(1);
 }
 
+int load_rc(int rc) { return rc == -ENOTDIR || rc == -EISDIR ? -EINVAL : rc; }
+
 int exit_code_of(int rc) { return rc == -EINVAL || rc == -ENOENT || rc == -ENODEV || rc == -EDQUOT ? 2 : 1; }
 
 void fail_with(int rc, const char *fmt, ...) {

@@ -28,6 +28,9 @@ void runtime_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), no
 // (-EINVAL a bad value or file, -ENOENT a missing file, -ENODEV a device that is not there,
 // -EDQUOT over a budget), else 1 (a failure at run time). For the faces (train, eval, bench).
 int exit_code_of(int rc);
+// A load's -errno as the input's fault: a path that is not the kind a load takes (-ENOTDIR,
+// -EISDIR) is a bad file (-EINVAL); anything else as it is.
+int load_rc(int rc);
 // One line "tiertrain: <msg>" on stderr, exit exit_code_of(rc).
 void fail_with(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 // One informational line "tiertrain: <msg>" on stderr.

@@ -936,7 +936,7 @@ static void edit_bytes(const char *path, const char *from, const char *to) {
 
 enum { BAD_TRUNCATED, BAD_STUB, BAD_HLEN, BAD_FORMAT, BAD_VERSION, BAD_NO_STEP, BAD_NAN_MODEL, BAD_NAN_OPTIMIZER,
        BAD_NO_CONFIG, BAD_STATE_EDIT, BAD_CONFIG_EDIT, BAD_HASH, BAD_FLIP_MODEL, BAD_FLIP_OPTIMIZER,
-       BAD_FLIP_BF16_MODEL, BAD_FLIP_BF16_MASTER, BAD_NO_CRC, NBAD };
+       BAD_FLIP_BF16_MODEL, BAD_FLIP_BF16_MASTER, BAD_NO_CRC, BAD_MODEL_DIR, NBAD };
 
 // Each corruption of a copy of the step-2 checkpoint (the --save-dtype bf16 one for the
 // BF16 cases): resume exits 2 with one line that starts "tiertrain: --resume B: B/<file>: "
@@ -1060,6 +1060,13 @@ START_TEST(bad_file) {
         snprintf(file, sizeof file, "%s/%s", bad, name);
         edit_bytes(file, "\"crc32c:model.norm.weight\"", "\"crc32x:model.norm.weight\"");
         says = "tensor 'model.norm.weight' has no crc32c entry in __metadata__";
+        break;
+    case BAD_MODEL_DIR: // a folder where the file should be: bad input (exit 2), not a failure at run time
+        name = "model.safetensors";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        ck_assert_int_eq(unlink(file), 0);
+        ck_assert_int_eq(mkdir(file, 0755), 0);
+        says = "not a regular file";
         break;
     case BAD_NO_CONFIG:
         name = "config.json";
