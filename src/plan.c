@@ -74,7 +74,8 @@ static int replay(const int *uses, int n, int cap, int bypass, int start, char *
     for (int k = 0; k < n; k++) ids = uses[k] >= ids ? uses[k] + 1 : ids;
     const size_t nb = (size_t)(cap > 0 ? cap : 1);
     int *held = malloc(nb * sizeof *held), *next = malloc(nb * sizeof *next);
-    int *after = malloc((size_t)(n > 0 ? n : 1) * sizeof *after), *last = malloc((size_t)(ids > 0 ? ids : 1) * sizeof *last);
+    int *after = malloc((size_t)(n > 0 ? n : 1) * sizeof *after);
+    int *last = malloc((size_t)(ids > 0 ? ids : 1) * sizeof *last);
     int count = 0;
     if (!held || !next || !after || !last) {
         free(held); free(next); free(after); free(last);

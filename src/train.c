@@ -343,12 +343,15 @@ static void run_check(run_t *r) {
         int rc = 0, info_rc = 0; // info_rc: the folder was found, its files are bad
         if (r->rank == 0 && (rc = checkpoint_resolve(cfg->resume, dir, sizeof dir, err, sizeof err)) == 0)
             rc = info_rc = checkpoint_info(dir, &r->ck, err, sizeof err);
-        // an output inside the folder the run reads would truncate one of its files first
+        // an output inside the folder the run reads would truncate one of its files first (said
+        // through the broadcast below, as every other refusal here: the ranks leave together)
         for (int o = 0; o < 2 && rc == 0; o++) {
             const char *flag = o ? "--trace" : "--log", *out = o ? cfg->trace_path : cfg->log_path;
-            if (path_inside(out, dir))
-                usage_error("%s %s: lies inside --resume's checkpoint %s, which the run reads (choose a path outside "
-                            "it)", flag, out, dir);
+            if (path_inside(out, dir)) {
+                snprintf(err, sizeof err, "%s %.300s: lies inside --resume's checkpoint %.300s, which the run reads "
+                         "(choose a path outside it)", flag, out, dir);
+                rc = -EINVAL;
+            }
         }
         if (comm_bcast_rc(comm_world(), rc, "--resume's folder", err, sizeof err) != 0) { // rank 0 says why
             if (info_rc) agreed_error(-EINVAL, "--resume %s: %s", cfg->resume, err);
@@ -397,8 +400,8 @@ static void run_check(run_t *r) {
             char newest[TT_PATH_MAX], said[TT_PATH_MAX + 16] = "";
             if (checkpoint_newest(cfg->save_dir, newest, sizeof newest) == 0)
                 snprintf(said, sizeof said, " (newest %s)", newest);
-            usage_error("--save %s: holds another run's checkpoints%s: continue them (--resume %s), or give a new --save "
-                        "directory", cfg->save_dir, said, cfg->save_dir);
+            usage_error("--save %s: holds another run's checkpoints%s: continue them (--resume %s), or give a new "
+                        "--save directory", cfg->save_dir, said, cfg->save_dir);
         }
     }
 }

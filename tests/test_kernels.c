@@ -1509,8 +1509,8 @@ START_TEST(test_attention_workspace) {
                     ck_assert_int_eq(
                         attention_backward16(g16[0], g16[1], g16[2], d16, q16, k16, v16, o16, l, B, T, NH, NKV, HS), 0);
                     ck_assert_msg(want > 0 && attention_held_bytes() == want,
-                                  "shape %d, path %d, %d threads, reserved %d: the BF16 ops hold %zu bytes, counted %zu",
-                                  c, lim, th, reserved, attention_held_bytes(), want);
+                                  "shape %d, path %d, %d threads, reserved %d: the BF16 ops hold %zu bytes, counted "
+                                  "%zu", c, lim, th, reserved, attention_held_bytes(), want);
                 }
                 attention_release();
                 attention_forward(o, l, q, k, v, B, T, NH, NKV, HS, 1);
