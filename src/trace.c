@@ -1,6 +1,8 @@
 // trace.c — see trace.h.
 #include "trace.h"
 #include <errno.h>
+#include <sys/stat.h> // uses: stat
+#include <unistd.h>   // uses: unlink
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,11 +24,13 @@ int trace_open(const char *path, size_t max_events) {
     trace_file = fopen(path, "w");
     if (!trace_file) return -errno;
     // the opening goes out now: a path that cannot be written (a full disk, /dev/full) is
-    // refused before the run, not found after it
+    // refused before the run, not found after it, and leaves no empty file behind
     if (fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", trace_file) < 0 || fflush(trace_file) != 0) {
         int e = errno ? errno : EIO;
         fclose(trace_file);
         trace_file = NULL;
+        struct stat st;
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) unlink(path); // not /dev/full
         return -e;
     }
     events = calloc(max_events, sizeof *events);

@@ -10,9 +10,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include "report_check.h"
+#include "trace.h"
 #include "testutil.h"
 
 static char *tmp;
@@ -225,6 +230,29 @@ START_TEST(absurd_values) {
 }
 END_TEST
 
+// --trace on a disk with no room: trace_open fails with the write's error and leaves no empty
+// file behind (a file size limit of 0 bytes stands in for the full disk, in a child).
+START_TEST(trace_open_full) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/t.json", tmp);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit lim;
+        if (getrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(3);
+        lim.rlim_cur = 0;
+        if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(3);
+        _exit(trace_open(path, 16) == -EFBIG ? 0 : 4);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "trace_open: status %#x (want -EFBIG)", status);
+    struct stat st;
+    ck_assert_msg(stat(path, &st) != 0 && errno == ENOENT, "%s was left behind", path);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("report");
     TCase *tc = tcase_create("report");
@@ -236,6 +264,7 @@ int main(void) {
     tcase_add_test(tc, bad_input);
     tcase_add_test(tc, markup_escaped);
     tcase_add_test(tc, absurd_values);
+    tcase_add_test(tc, trace_open_full);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
