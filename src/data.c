@@ -388,6 +388,10 @@ int data_open(data_t **out, const config_t *cfg, char *err, size_t errlen) {
             if (t >= (unsigned)cfg->V && bad == count) bad = i;
             if (t > maxtok) maxtok = t;
         }
+        if (bad < count && cfg->command == CMD_EVAL) // the vocabulary is the checkpoint's, no flag's
+            return fail(d, -EINVAL, err, errlen, "--data %s: token %u at index %zu is outside the model's vocabulary of "
+                        "%d (the file's largest token is %u: give data tokenized for this model)", path, d->u16[bad],
+                        bad, cfg->V, maxtok);
         if (bad < count)
             return fail(d, -EINVAL, err, errlen, "--data %s: token %u at index %zu is >= --vocab %d (the file's largest "
                         "token is %u: use --vocab >= %u)", path, d->u16[bad], bad, cfg->V, maxtok, maxtok + 1u);
@@ -407,6 +411,9 @@ int data_open(data_t **out, const config_t *cfg, char *err, size_t errlen) {
     // Held out: the last 5%, at least one micro-batch window; training needs one too.
     size_t val = d->n / (100 / VAL_PERCENT);
     if (val < need) val = need;
+    if (d->n < val + need && cfg->command == CMD_EVAL) // eval asks for its smallest window; it counts its own
+        return fail(d, -EINVAL, err, errlen, "--data %s: %zu tokens, too few to evaluate (give a longer file)", path,
+                    d->n);
     if (d->n < val + need)
         return fail(d, -EINVAL, err, errlen, "--data %s: %zu tokens are too few for --batch %d x --seq %d (accepted: at "
                     "least %zu tokens: one micro-batch of B*T+1 = %zu to train on and one held out)",

@@ -278,6 +278,12 @@ START_TEST(too_few_tokens) {
     snprintf(want, sizeof want, "tiertrain: --data %s: 40 tokens, fewer than one window of T+1 = 65 tokens "
              "(--seq 64; give a longer file or a lower --seq)\n", path);
     expect_error(args, 2, want);
+    // an empty file: too few for eval's own smallest window (not a training split's message)
+    snprintf(path, sizeof path, "%s/empty.txt", g_dir);
+    f = fopen(path, "w");
+    ck_assert(f != NULL && fclose(f) == 0);
+    snprintf(want, sizeof want, "tiertrain: --data %s: 0 tokens, too few to evaluate (give a longer file)\n", path);
+    expect_error(args, 2, want);
     const char *cut[] = {"eval", "--resume", g_save, "--data", g_text, "--eval-tokens", "64", NULL};
     expect_error(cut, 2, "tiertrain: --eval-tokens 64: fewer than one window of T+1 = 65 tokens (--seq 64; raise "
                          "--eval-tokens or lower --seq)\n");
@@ -297,8 +303,9 @@ START_TEST(token_over_vocab) {
     ck_assert(fwrite(h, sizeof h, 1, f) == 1 && fwrite(tok, sizeof tok, 1, f) == 1);
     fclose(f);
     const char *args[] = {"eval", "--resume", g_save, "--data", path, NULL};
-    snprintf(want, sizeof want, "tiertrain: --data %s: token 300 at index 5 is >= --vocab 256 (the file's largest "
-             "token is 300: use --vocab >= 301)\n", path);
+    // not --vocab, which eval does not take: the vocabulary is the checkpoint's
+    snprintf(want, sizeof want, "tiertrain: --data %s: token 300 at index 5 is outside the model's vocabulary of 256 "
+             "(the file's largest token is 300: give data tokenized for this model)\n", path);
     expect_error(args, 2, want);
 }
 END_TEST
