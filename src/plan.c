@@ -10,7 +10,7 @@
 #include "backend.h"
 #include "hostmem.h"
 #include "kernels.h" // CE_QUANTUM, attention_workspace_bytes
-#include "scheduler.h" // sched_belady
+#include "scheduler.h" // sched_belady_next
 #include "util.h"
 
 const char *const plan_resource_names[PLAN_NRES] = {"compute", "host->device", "device->host", "nvme",
@@ -63,12 +63,10 @@ static double work_total(const work_t *k, int res) { return k->w[PLAN_PHASE_UPDA
 // a shard needed again later than everything held is not kept (the host cache's rule);
 // without it, a miss always takes a buffer (the device slots'). start: uses before it only
 // warm the buffers (their misses are not counted). Returns the misses counted.
-// Each buffer's next use is kept beside it rather than searched for: after[k], the next use of
-// uses[k]'s shard, comes from one backward pass, and a held shard's next use is after[] of
-// where it was last used (any use since would have been a hit). The choice is sched_belady's,
-// rule for rule (the first empty buffer, else the latest next use, the first of equals), in
-// O(n · cap): with sched_next_use's scans it was cubic, and a vocabulary of 1M in 1366
-// chunks took 8 s to plan.
+// Each buffer's next use is kept beside it rather than searched for (sched_belady_next):
+// after[k], the next use of uses[k]'s shard, comes from one backward pass, and a held shard's
+// next use is after[] of where it was last used (any use since would have been a hit). O(n ·
+// cap): with sched_belady's scans it was cubic, and a vocabulary of 1M in 1366 chunks took 8 s.
 static int replay(const int *uses, int n, int cap, int bypass, int start, char *miss) {
     int ids = 0;
     for (int k = 0; k < n; k++) ids = uses[k] >= ids ? uses[k] + 1 : ids;
@@ -97,12 +95,7 @@ static int replay(const int *uses, int n, int cap, int bypass, int start, char *
             continue;
         }
         if (k >= start) count++;
-        int victim = -1, far = -1;
-        for (int i = 0; i < cap; i++) {
-            if (held[i] == SCHED_EMPTY) { victim = i; far = INT32_MAX; break; }
-            if (next[i] > far) { far = next[i]; victim = i; }
-        }
-        if (victim >= 0 && held[victim] != SCHED_EMPTY && bypass && far <= after[k]) victim = -1;
+        int victim = cap ? sched_belady_next(held, next, cap, bypass ? after[k] : -1) : -1;
         if (victim >= 0) {
             held[victim] = uses[k];
             next[victim] = after[k];

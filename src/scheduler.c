@@ -84,16 +84,26 @@ int sched_next_use(const int *uses, int nuses, int shard, int from) {
     return INT32_MAX;
 }
 
-int sched_belady(const int *held, int n, const int *uses, int nuses, int from, int need) {
+// The rule, once: each candidate's next use from next[] where the caller keeps them, else
+// looked up in uses from `from`.
+static int belady(const int *held, int n, const int *next, const int *uses, int nuses, int from, int need) {
     int best = -1, best_next = -1;
     for (int i = 0; i < n; i++) {
         if (held[i] == SCHED_EMPTY) return i;
         if (held[i] == SCHED_BUSY) continue;
-        int nu = sched_next_use(uses, nuses, held[i], from);
+        int nu = next ? next[i] : sched_next_use(uses, nuses, held[i], from);
         if (nu > best_next) { best_next = nu; best = i; }
     }
     if (best < 0 || (need >= 0 && best_next <= need)) return -1;
     return best;
+}
+
+int sched_belady(const int *held, int n, const int *uses, int nuses, int from, int need) {
+    return belady(held, n, NULL, uses, nuses, from, need);
+}
+
+int sched_belady_next(const int *held, const int *next, int n, int need) {
+    return belady(held, n, next, NULL, 0, 0, need);
 }
 
 // ---------------------------------------------------------------- workers

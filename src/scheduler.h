@@ -6,8 +6,8 @@
 // them. The use order is static and given up front (sched_begin), so the scheduler
 // prefetches up to --prefetch uses ahead and, when it must make room, evicts the resident
 // shard whose next use is farthest away (Belady's rule, exact here because the future is
-// known; sched_belady is the one implementation, also used by the host cache and the plan's
-// replay). Fetches run on the fetch worker; compute waits only for the shard it needs now.
+// known; sched_belady is the one implementation, also used by the host cache, and the plan's
+// replay takes the same rule through sched_belady_next). Fetches run on the fetch worker; compute waits only for the shard it needs now.
 //
 // Updates: one update job at a time (a step's optimizer over shards 0..n-1) runs on the
 // update worker while compute goes on with the next step; the job publishes each shard as
@@ -116,6 +116,10 @@ int sched_next_use(const int *uses, int nuses, int shard, int from);
 // used later than position need qualifies (never give up what is needed sooner than what
 // comes in). Returns the index, or -1 when none qualifies.
 int sched_belady(const int *held, int n, const int *uses, int nuses, int from, int need);
+// The same choice where the caller keeps each buffer's next use (next[i], read where held[i]
+// is a shard) instead of having them looked up: the plan's replay, which would otherwise scan
+// the uses for every buffer at every miss (cubic in the uses: a vocabulary of 1M in chunks).
+int sched_belady_next(const int *held, const int *next, int n, int need);
 
 // ---------------------------------------------------------------- updates
 
