@@ -359,19 +359,12 @@ static int ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-// The directory part of path ("." when there is none) into buf.
-static void dir_of(const char *path, char *buf, size_t len) {
-    const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(buf, len, ".");
-    else if (slash == path) snprintf(buf, len, "/");
-    else snprintf(buf, len, "%.*s", (int)(slash - path), path);
-}
 
 // An output file: its directory exists and is writable, and it is not a directory itself.
 static void check_output_path(const char *disp, const char *path) {
     char dir[TT_PATH_MAX];
     struct stat st;
-    dir_of(path, dir, sizeof dir);
+    path_dir(path, dir, sizeof dir);
     if (stat(dir, &st) != 0)
         usage_error("%s %s: directory %s does not exist (create it or choose another path)", disp, path, dir);
     if (!S_ISDIR(st.st_mode)) usage_error("%s %s: %s is not a directory (choose another path)", disp, path, dir);

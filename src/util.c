@@ -97,14 +97,20 @@ double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
+void path_dir(const char *path, char *buf, size_t len) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(buf, len, ".");
+    else if (slash == path) snprintf(buf, len, "/");
+    else snprintf(buf, len, "%.*s", (int)(slash - path), path);
+}
+
 // path resolved: realpath where it exists, else its directory's realpath and its last name.
 // 0 when neither resolves (no such directory).
 static int resolved(const char *path, char out[PATH_MAX]) {
     if (realpath(path, out)) return 1;
     const char *slash = strrchr(path, '/');
     char dir[PATH_MAX];
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    path_dir(path, dir, sizeof dir);
     if (!realpath(dir, out)) return 0;
     const char *name = slash ? slash + 1 : path;
     const size_t n = strlen(out);
