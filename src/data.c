@@ -492,13 +492,13 @@ int data_tokenize(const char *in_path, const char *out_path) {
         notice("tokenize: input %s: %s (accepted: a readable text file)", in_path, strerror(errno));
         return 2;
     }
-    struct stat st, ost;
+    struct stat st;
     if (fstat(in, &st) != 0 || S_ISDIR(st.st_mode)) {
         notice("tokenize: input %s: is a directory (accepted: a readable text file)", in_path);
         close(in);
         return 2;
     }
-    if (stat(out_path, &ost) == 0 && ost.st_dev == st.st_dev && ost.st_ino == st.st_ino) {
+    if (path_same_file(out_path, in_path)) {
         notice("tokenize: -o %s is the input file itself (choose another output)", out_path);
         close(in);
         return 2;
