@@ -20,7 +20,7 @@ static int half_sized(int i, unsigned h16, int scratch) {
 }
 
 // acts_scratch_sizes, or (scratch 0) the sizes of a kept block's buffers in FP32 storage.
-static void sizes(const model_t *m, size_t N, int logits_all, int bf16, unsigned h16, int scratch,
+static void sizes(const model_t *m, size_t N, int logits_all, int bf16, unsigned h16, int scratch, int fwd,
                   uint64_t bytes[ACTS_NSCRATCH]) {
     const uint64_t f = sizeof(float), C = (uint64_t)m->C, F = (uint64_t)m->F;
     // the logits of one quantum, or of every quantum (one after another, each (N, its width))
@@ -33,47 +33,51 @@ static void sizes(const model_t *m, size_t N, int logits_all, int bf16, unsigned
         bf16 ? 0 : N * C, N, N * V, N,                                                                 // head
     };
     for (int i = 0; i < ACTS_NSCRATCH; i++) bytes[i] = elems[i] * (half_sized(i, h16, scratch) ? sizeof(uint16_t) : f);
+    // no forward in the scratch: what a kept block keeps takes nothing here, but bf16 mode's xf
+    if (scratch && !fwd)
+        for (int i = 0; i < acts_nkept(m, N); i++)
+            if (i != 0 || !bf16) bytes[i] = 0;
 }
 
-void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, int bf16, unsigned h16,
+void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, int bf16, unsigned h16, int fwd,
                         uint64_t bytes[ACTS_NSCRATCH]) {
-    sizes(m, N, logits_all, bf16, h16, 1, bytes);
+    sizes(m, N, logits_all, bf16, h16, 1, fwd, bytes);
 }
 
 // The kept buffers that hold statistics (FP32 in every mode): rstd1, lse, rstd2.
 static int kept_stat(int i) { return i == 1 || i == 6 || i == 9; }
 
 // The first n scratch buffers (scratch 0: a kept block's, FP32 storage) carved from base (when
-// a is not NULL), each at a 4 KiB boundary: their total bytes.
+// a is not NULL), each at a 4 KiB boundary, one of no bytes NULL: their total bytes.
 static uint64_t carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int n, int logits_all, int bf16,
-                      unsigned h16, int scratch) {
+                      unsigned h16, int scratch, int fwd) {
     _Static_assert(sizeof(acts_scratch_t) == ACTS_NSCRATCH * sizeof(float *), "acts_scratch_t: one pointer per size");
     uint64_t bytes[ACTS_NSCRATCH], off = 0;
-    sizes(m, N, logits_all, bf16, h16, scratch, bytes);
+    sizes(m, N, logits_all, bf16, h16, scratch, fwd, bytes);
     for (int i = 0; i < n; i++) {
-        if (a) a->buf[i] = (float *)((char *)base + off);
+        if (a) a->buf[i] = bytes[i] ? (float *)((char *)base + off) : NULL;
         off += ALIGN_UP(bytes[i], (uint64_t)4096);
     }
     if (a && bf16 && n == ACTS_NSCRATCH) a->xf = a->ln1; // acts_scratch_sizes
     return off;
 }
 
-uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all, int bf16, unsigned h16) {
-    return carve(NULL, NULL, m, N, ACTS_NSCRATCH, logits_all, bf16, h16, 1);
+uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all, int bf16, unsigned h16, int fwd) {
+    return carve(NULL, NULL, m, N, ACTS_NSCRATCH, logits_all, bf16, h16, 1, fwd);
 }
 uint64_t acts_kept_total(const model_t *m, size_t N, int bf16, unsigned h16) {
-    if (!bf16) return carve(NULL, NULL, m, N, acts_nkept(m, N), 0, 0, h16, 0);
+    if (!bf16) return carve(NULL, NULL, m, N, acts_nkept(m, N), 0, 0, h16, 0, 1);
     uint64_t bytes[ACTS_NSCRATCH], off = 0;
-    acts_scratch_sizes(m, N, 0, 0, 0, bytes);
+    acts_scratch_sizes(m, N, 0, 0, 0, 1, bytes);
     for (int i = 0; i < acts_nkept(m, N); i++) off += ALIGN_UP(kept_stat(i) ? bytes[i] : bytes[i] / 2, (uint64_t)4096);
     return off;
 }
 void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int logits_all, int bf16,
-                        unsigned h16) {
-    carve(a, base, m, N, ACTS_NSCRATCH, logits_all, bf16, h16, 1);
+                        unsigned h16, int fwd) {
+    carve(a, base, m, N, ACTS_NSCRATCH, logits_all, bf16, h16, 1, fwd);
 }
 void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, unsigned h16) {
-    carve(a, base, m, N, acts_nkept(m, N), 0, 0, h16, 0);
+    carve(a, base, m, N, acts_nkept(m, N), 0, 0, h16, 0, 1);
 }
 
 // BF16 kept storage: buffer i's place in the allocation (4 KiB-aligned, in order), its
@@ -81,7 +85,7 @@ void acts_kept_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, 
 // (h16) BF16 halves already.
 static void kept_each(backend_t *be, acts_scratch_t *a, char *kept, const model_t *m, size_t N, int store, unsigned h16) {
     uint64_t bytes[ACTS_NSCRATCH], off = 0;
-    acts_scratch_sizes(m, N, 0, 0, 0, bytes);
+    acts_scratch_sizes(m, N, 0, 0, 0, 1, bytes);
     for (int i = 0; i < acts_nkept(m, N); i++) {
         void *k = kept + off;
         const size_t n = bytes[i] / sizeof(float);

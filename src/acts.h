@@ -64,15 +64,17 @@ static inline int acts_nkept(const model_t *m, size_t N) {
 // runs (a kept block's are in its own allocation), and the block backward's dv, which lives in
 // xf with FP32 storage, lives in the checkpoints' FP32 copy instead (acts_lend). h16: the
 // ACTS_H16_* flags of the step's BF16 activations (the halves-sized buffers above; 0: every
-// buffer FP32-sized).
-void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, int bf16, unsigned h16,
+// buffer FP32-sized). fwd 0 (tier.h scratch_fwd: every block keeps its intermediates in FP32
+// storage, so no forward writes them here): the buffers a kept block keeps (acts_nkept) take no
+// bytes, but ln1 in bf16 mode (xf).
+void acts_scratch_sizes(const model_t *m, size_t N, int logits_all, int bf16, unsigned h16, int fwd,
                         uint64_t bytes[ACTS_NSCRATCH]);
 // Points a's buffers into base (one device allocation of acts_scratch_total bytes), each at
-// a 4 KiB boundary.
+// a 4 KiB boundary; one of no bytes is NULL.
 void acts_scratch_carve(acts_scratch_t *a, void *base, const model_t *m, size_t N, int logits_all, int bf16,
-                        unsigned h16);
+                        unsigned h16, int fwd);
 // Σ bytes, each rounded up to 4 KiB
-uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all, int bf16, unsigned h16);
+uint64_t acts_scratch_total(const model_t *m, size_t N, int logits_all, int bf16, unsigned h16, int fwd);
 // --recompute: a kept block's forward intermediates (ln1 … h, what the backward reads, or ln1
 // … rstd2: acts_nkept) live in an allocation of their own, acts_kept_total bytes, instead of the
 // scratch. FP32: the forward writes them there (acts_kept_carve points a's first acts_nkept

@@ -312,7 +312,8 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     st->vertical = lay->vertical;
     const size_t N = (size_t)st->N;
     st->logits_all = cfg->logits_kept;
-    acts_scratch_carve(&st->a, tier_buf(tier, TB_SCRATCH, 0), m, N, st->logits_all, st->bf16, acts_h16(st));
+    acts_scratch_carve(&st->a, tier_buf(tier, TB_SCRATCH, 0), m, N, st->logits_all, st->bf16, acts_h16(st),
+                       lay->scratch_fwd);
     st->nq = CEIL_DIV(m->V, CE_QUANTUM);
     st->lg_tag = malloc((size_t)(st->logits_all ? st->nq : 1) * sizeof *st->lg_tag);
     if (!st->lg_tag) {

@@ -124,6 +124,9 @@ typedef struct {
                                 // too, for the head sizes the CPU's attention takes so (kernels.h
                                 // attention_act16: up to 256, on its tiles or FMA tasks) or a GPU's
                                 // register-tiled kernels (cuda_kernels.h cuda_attention_act16)
+    int scratch_fwd;            // the scratch holds a block's forward intermediates: some block recomputes
+                                // them, or kept blocks store theirs as BF16 from there (--recompute); 0:
+                                // every block writes them into its own FP32 allocation (acts.h fwd)
     size_t chunk_elems;         // elements of an optimizer chunk (all chunks of a shard but its last)
     int o32_parts;              // floats per element of an optimizer chunk's staging: master, m, v, and g
                                 // first with --grads nvme (an NVMe chunk's: tier_o32_parts)

@@ -143,7 +143,9 @@ static void layout_specs(const config_t *cfg, const model_t *m, tier_layout_t *l
     spec(lay, TB_ACT_F32, "checkpoint FP32 copy", "checkpoints", D, pb == 2, NC * f);
     spec(lay, TB_ACT_GRADS, "activation gradients", "activations", D, 1, (uint64_t)lay->nmb * NC * f);
     const unsigned h16 = acts_h16_of(lay->act16, lay->att16); // the buffers sized for BF16 halves
-    spec(lay, TB_SCRATCH, "activations", "activations", D, 1, acts_scratch_total(m, N, cfg->logits_kept, pb == 2, h16));
+    lay->scratch_fwd = cfg->kept_blocks < m->L || cfg->kept_bf16;
+    spec(lay, TB_SCRATCH, "activations", "activations", D, 1,
+         acts_scratch_total(m, N, cfg->logits_kept, pb == 2, h16, lay->scratch_fwd));
     spec(lay, TB_KEPT, "kept activations", "kept_activations", D, lay->nmb * (cfg->kept_blocks < m->L ? cfg->kept_blocks : m->L),
          acts_kept_total(m, N, cfg->kept_bf16, h16));
     spec(lay, TB_ROPE, "RoPE table", "scratch", D, 2, (uint64_t)cfg->T * (uint64_t)(m->HS / 2) * f);

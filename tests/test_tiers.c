@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "acts.h" // uses: acts_scratch_total, acts_kept_total
 #include "json.h"
 #include "kernels.h" // uses: matmul_act16, attention_act16
 #include "plan.h"
@@ -1017,7 +1018,9 @@ START_TEST(plan_matches_allocation) {
     cfg.rope_theta = 10000; cfg.norm_eps = 1e-5; cfg.seed = 1; cfg.device = DEVICE_CPU;
     cfg.threads = 1; cfg.nvme_qd = 8; cfg.io_block = 1 << 20; cfg.numa_node = -1; cfg.quiet = 1;
     snprintf(cfg.nvme_path, sizeof cfg.nvme_path, "%s", nvme_dir);
-    cfg.kept_blocks = _i % 3; // --recompute: 0, 1 or 2 blocks keep their intermediates (per held micro-batch)
+    // --recompute: 0, 1 or all 6 blocks keep their intermediates (per held micro-batch); with all 6
+    // in FP32 storage the scratch holds no forward intermediates (acts.h fwd)
+    cfg.kept_blocks = (int[]){0, 1, 6}[_i % 3];
     cfg.kept_bf16 = _i % 5 == 1 && cfg.precision == PREC_BF16; // ... as BF16 (bf16 mode only: config.h)
     cfg.params_tier = pl[_i % 4][0]; cfg.grads_tier = pl[_i % 4][1]; cfg.optim_tier = pl[_i % 4][2];
     if (_i >= 16) { cfg.grads_tier = TIER_NVME; cfg.optim_tier = TIER_NVME; } // with the gradients' staging
@@ -1049,6 +1052,37 @@ START_TEST(plan_matches_allocation) {
     trainer_free(tr);
     model_free(&m);
     unsetenv("TT_TEST_MLP_ROWS");
+}
+END_TEST
+
+// BF16 activations (act16, att16) halve the bytes of FP32 words: small at B4 T256 with every
+// block keeping its intermediates (--recompute none, what auto takes there), the activations
+// and the kept intermediates together are at most half what FP32 words everywhere would take
+// (a kept block's statistics stay FP32; the scratch then holds no forward intermediates).
+START_TEST(activations_half_of_fp32) {
+    config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    model_preset("small", &cfg);
+    cfg.B = 4; cfg.T = 256; cfg.accum = 1; cfg.steps = 1; cfg.prefetch = 1; cfg.precision = PREC_BF16;
+    cfg.rope_theta = 10000; cfg.norm_eps = 1e-5; cfg.seed = 1; cfg.device = DEVICE_CPU; cfg.threads = 1;
+    cfg.params_tier = TIER_DEVICE; cfg.grads_tier = TIER_DEVICE; cfg.optim_tier = TIER_HOST;
+    cfg.kept_blocks = cfg.L;
+    model_t m;
+    model_init(&m, &cfg);
+    plan_t p;
+    plan_compute(&cfg, &m, NULL, &p);
+    ck_assert_msg(p.lay.act16 && p.lay.att16, "small's activations are not BF16 halves on this CPU");
+    ck_assert_int_eq(p.lay.scratch_fwd, 0);
+    const size_t N = (size_t)cfg.B * (size_t)cfg.T;
+    const uint64_t now = tier_part_bytes(&p.lay, TIER_DEVICE, "activations") +
+                         tier_part_bytes(&p.lay, TIER_DEVICE, "kept_activations");
+    // the same parts with the scratch and every kept block in FP32 words
+    const uint64_t words = now - p.lay.spec[TB_SCRATCH].total - p.lay.spec[TB_KEPT].total +
+                           acts_scratch_total(&m, N, 0, 1, 0, 1) + (uint64_t)m.L * acts_kept_total(&m, N, 0, 0);
+    char a[32], b[32];
+    ck_assert_msg(2 * now <= words, "activations %s, FP32 words %s: more than half", format_bytes(a, sizeof a, now),
+                  format_bytes(b, sizeof b, words));
+    model_free(&m);
 }
 END_TEST
 
@@ -2059,6 +2093,7 @@ int main(void) {
     tcase_set_timeout(cap, 300);
     tcase_add_test(cap, nvme_makes_it_fit);
     tcase_add_loop_test(cap, plan_matches_allocation, 0, 24);
+    tcase_add_test(cap, activations_half_of_fp32);
     tcase_add_test(cap, bf16_weights_need_no_fp32_copy);
     tcase_add_test(cap, plan_names_bf16_activations);
     tcase_add_test(cap, plan_counts_the_recompute);
