@@ -489,6 +489,13 @@ static void ram_fixes(const config_t *cfg, const plan_t *p, char *fix, size_t le
     if (p->lay.nocache) strcat(fix, "a smaller --optimizer-cache, ");
 }
 
+// The moves that would take device bytes off the device, of those not made already.
+static void device_fixes(const config_t *cfg, char *fix, size_t len) {
+    snprintf(fix, len, "%s%s%s%s", cfg->params_tier == TIER_DEVICE ? "--params host|nvme, " : "",
+             cfg->grads_tier == TIER_DEVICE ? "--grads host|nvme, " : "",
+             cfg->acts_tier != ACTS_HOST ? "--checkpoints host, " : "", cfg->kept_blocks > 0 ? "--recompute full, " : "");
+}
+
 // Does it fit the budgets, RAM and NVMe free space? Else the reason and what would fix it.
 // RAM and NVMe are the node's: its ranks (local_ranks, 1 alone) count together.
 static void plan_check(const config_t *cfg, plan_t *p) {
@@ -508,10 +515,11 @@ static void plan_check(const config_t *cfg, plan_t *p) {
     }
     if (cfg->hbm_budget && p->device_bytes > cfg->hbm_budget) {
         p->feasible = 0;
-        snprintf(p->reason, sizeof p->reason,
-                 "device states need %s, over --hbm-budget %s (raise --hbm-budget, lower --batch/--seq, "
-                 "or move states off the device: --params host|nvme, --grads host|nvme)",
-                 format_bytes(a, sizeof a, p->device_bytes), format_bytes(b, sizeof b, cfg->hbm_budget));
+        char moves[96];
+        device_fixes(cfg, moves, sizeof moves);
+        snprintf(p->reason, sizeof p->reason, "device states need %s, over --hbm-budget %s (raise --hbm-budget, %s"
+                 "or lower --batch or --seq)",
+                 format_bytes(a, sizeof a, p->device_bytes), format_bytes(b, sizeof b, cfg->hbm_budget), moves);
     } else if (cfg->host_budget && p->host_bytes > cfg->host_budget) {
         p->feasible = 0;
         snprintf(p->reason, sizeof p->reason, "host states need %s, over --host-budget %s (raise --host-budget, %s"

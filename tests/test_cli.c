@@ -242,6 +242,16 @@ START_TEST(test_plan_does_not_fit) {
     const char *said = err + strlen("tiertrain: plan: does not fit: ");
     const size_t n = strlen(said) - 1; // without the newline
     ck_assert_msg(!strncmp(r, said, n) && r[n] == '"', "stderr's reason is not the JSON's:\n%s\n%s", said, r);
+    ck_assert_msg(strstr(said, "(raise --hbm-budget, --params host|nvme, --grads host|nvme, --checkpoints host, "
+                               "or lower --batch or --seq)"), "fixes: %s", said);
+    free(out);
+    free(err);
+    // the fixes offered are the moves not made yet: none, with the states and checkpoints off the device
+    rc = run((const char *[]){"plan", "--model", "tiny", "--batch", "1", "--seq", "32", "--hbm-budget", "1K",
+                              "--device", "cpu", "--params", "nvme", "--grads", "host", "--checkpoints", "host", NULL},
+             &out, &err);
+    ck_assert_msg(rc == 2 && strstr(err, " over --hbm-budget 1.0 KiB (raise --hbm-budget, or lower --batch or --seq)\n"),
+                  "exit %d: %s", rc, err);
     free(out);
     free(err);
 }
