@@ -297,7 +297,7 @@ void cli_accepted(const flag_t *f, char *buf, size_t len, int long_form) {
     char lo[32], hi[32];
     switch (f->kind) {
     case FK_INT:
-        if (f->hi >= INT_MAX) snprintf(hi, sizeof hi, ">= %.0f", f->lo);
+        if (f->hi >= INT_MAX && !long_form) snprintf(hi, sizeof hi, ">= %.0f", f->lo); // (errors: the bound)
         else snprintf(hi, sizeof hi, "%.0f..%.0f", f->lo, f->hi);
         snprintf(buf, len, "%s%s%s%s", f->values ? f->values : "", f->values ? " or " : "",
                  long_form ? "an integer " : "", hi);

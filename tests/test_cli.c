@@ -110,10 +110,11 @@ static const bad_case_t bad[] = {
     {{"train", "--frobnicate-widely", NULL}, {"--frobnicate-widely", "unknown flag", "train --help"}},
     {{"train", "-steps", "5", NULL}, {"-steps", "did you mean --steps"}},
     // missing values
-    {{"train", "--steps", NULL}, {"--steps", "missing value", "integer >= 1"}},
+    {{"train", "--steps", NULL}, {"--steps", "missing value", "integer 1..2147483647"}},
+    {{"train", "--steps", "2147483648", NULL}, {"--steps 2147483648: out of range (accepted: an integer 1..2147483647)"}},
     {{"train", "--steps", "--lr", "1", NULL}, {"--steps", "missing value", "--lr"}},
     // bad numbers
-    {{"train", "--steps", "ten", NULL}, {"--steps ten", "not an integer", ">= 1"}},
+    {{"train", "--steps", "ten", NULL}, {"--steps ten", "not an integer", "an integer 1..2147483647"}},
     {{"train", "--batch=4x", NULL}, {"--batch 4x", "not an integer"}},
     {{"train", "--lr", "abc", NULL}, {"--lr abc", "not a number"}},
     {{"train", "--lr", "inf", NULL}, {"--lr inf", "not a number"}},
@@ -135,7 +136,7 @@ static const bad_case_t bad[] = {
     {{"train", "--log", "@/r.jsonl", "--trace", "@/./r.jsonl", NULL}, {"--trace", "is the --log file too"}},
     {{"report", "@/in.txt", "-o", "@/in.txt", NULL}, {"-o", "is the input file too", "choose another path for -o"}},
     // out of range
-    {{"train", "--steps", "0", NULL}, {"--steps 0", "out of range", ">= 1"}},
+    {{"train", "--steps", "0", NULL}, {"--steps 0", "out of range", "an integer 1..2147483647"}},
     {{"train", "--steps", "99999999999", NULL}, {"--steps 99999999999", "out of range"}},
     {{"train", "--nvme-qd", "5000", NULL}, {"--nvme-qd 5000", "out of range", "1..4096"}},
     {{"train", "--beta2", "1", NULL}, {"--beta2 1", "out of range", "[0, 1)"}},
