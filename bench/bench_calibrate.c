@@ -542,6 +542,7 @@ int bench_calibrate(const config_t *cfg) {
     const int adam_reps = quick ? ADAM_REPS_QUICK : ADAM_REPS;
     const char *path = profile_path(cfg, path_buf, sizeof path_buf);
     if (!path[0]) usage_error("bench calibrate: the default profile path is too long ($XDG_CACHE_HOME or $HOME): pass --profile FILE");
+    if (profile_writable(path, err, sizeof err) != 0) usage_error("bench calibrate: %s", err);
 
     profile_t prof;
     profile_defaults(&prof);

@@ -130,8 +130,9 @@ static int slurp(const char *path, char **out, size_t *outlen, char *err, size_t
     if (!S_ISREG(st.st_mode) || st.st_size > PROFILE_MAX_BYTES) {
         int e = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
         snprintf(err, errlen, "profile %s: %s (%s)", path,
-                 S_ISDIR(st.st_mode) ? "is a directory" : !S_ISREG(st.st_mode) ? "not a regular file" : "too large to be a profile",
-                 REMAKE);
+                 S_ISDIR(st.st_mode) ? "is a folder, not a file" : !S_ISREG(st.st_mode) ? "is not a regular file"
+                                                                                        : "too large to be a profile",
+                 S_ISREG(st.st_mode) ? REMAKE : "pass --profile FILE");
         close(fd);
         return -e;
     }
@@ -284,6 +285,20 @@ static int mkdir_parents(const char *path, char *err, size_t errlen) {
     return 0;
 }
 
+int profile_writable(const char *path, char *err, size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "profile %s: %s (pass --profile FILE)", path,
+                 S_ISDIR(st.st_mode) ? "is a folder, not a file" : "is not a regular file");
+        return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+    }
+    if (stat(path, &st) != 0 && errno == ENOTDIR) { // a folder on its way is a file
+        snprintf(err, errlen, "profile %s: a folder in the path is a file (pass --profile FILE)", path);
+        return -ENOTDIR;
+    }
+    return 0;
+}
+
 // The file's text (profile_save has checked its rates): 0, or the backend name's write error.
 static int write_json(FILE *f, const profile_t *p) {
     char when[32] = "";
@@ -325,7 +340,8 @@ int profile_save(const profile_t *p, const char *path, char *err, size_t errlen)
         snprintf(err, errlen, "profile %s: threads = %d is negative (a bug in the caller)", path, p->threads);
         return -EINVAL;
     }
-    int rc = mkdir_parents(path, err, errlen);
+    int rc = profile_writable(path, err, errlen);
+    if (rc == 0) rc = mkdir_parents(path, err, errlen);
     if (rc) return rc;
 
     char tmp[TT_PATH_MAX + 16], dir[TT_PATH_MAX];

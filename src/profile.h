@@ -61,3 +61,7 @@ int profile_load(profile_t *p, const char *path, char *err, size_t errlen);
 // optional one only when measured: > 0).
 // Returns 0 or -errno with one line in err.
 int profile_save(const profile_t *p, const char *path, char *err, size_t errlen);
+// Whether path can take a profile (before any measuring): 0, or -EISDIR, -EINVAL or -ENOTDIR
+// with one line in err when it is a folder, not a regular file, or below a file. A missing
+// file or folder is fine: profile_save creates them.
+int profile_writable(const char *path, char *err, size_t errlen);

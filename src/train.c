@@ -118,7 +118,7 @@ const profile_t *train_load_profile(const config_t *cfg, profile_t *prof) {
     }
     if (rc == -ENOENT && !cfg->profile_path[0]) return NULL;
     if (rc == -ENOENT) usage_error("--profile %s: no such file (tiertrain bench calibrate --profile %s writes it)", path, path);
-    if (cfg->profile_path[0]) usage_error("--profile %s", err);
+    if (cfg->profile_path[0]) usage_error("--%s", err); // err: "profile PATH: ..."
     notice("%s; the plan uses built-in rates", err);
     return NULL;
 }

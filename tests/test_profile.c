@@ -148,12 +148,36 @@ END_TEST
 
 START_TEST(test_unreadable) {
     profile_t p;
-    char err[1024], want[1400];
+    char err[1024], want[9000];
     // A folder where the file should be.
     ck_assert_int_eq(profile_load(&p, tmp, err, sizeof err), -EISDIR);
-    snprintf(want, sizeof want, "profile %s: is a directory" REMAKE, tmp);
+    snprintf(want, sizeof want, "profile %s: is a folder, not a file (pass --profile FILE)", tmp);
     ck_assert_str_eq(err, want);
     assert_defaults(&p);
+    // ... and where it would be written: refused before any measuring (bench calibrate, exit 2,
+    // one line; its rename failed with exit 1 after a minute of work), and by a save
+    ck_assert_int_eq(profile_writable(tmp, err, sizeof err), -EISDIR);
+    ck_assert_str_eq(err, want);
+    profile_defaults(&p);
+    ck_assert_int_eq(profile_save(&p, tmp, err, sizeof err), -EISDIR);
+    ck_assert_str_eq(err, want);
+    char below[4200], *out = NULL, *serr = NULL;
+    snprintf(below, sizeof below, "%s/file.json", tmp);
+    write_file(below, "{}");
+    snprintf(below, sizeof below, "%s/file.json/p.json", tmp);
+    const char *dirs[] = {tmp, below};
+    for (int i = 0; i < 2; i++) {
+        char *argv[] = {(char *)tu_binary(), "bench", "calibrate", "--quick", "--device", "cpu", "--profile",
+                        (char *)dirs[i], NULL};
+        int rc = tu_run(argv, NULL, &out, &serr);
+        snprintf(want, sizeof want, "tiertrain: bench calibrate: profile %s: %s (pass --profile FILE)\n", dirs[i],
+                 i ? "a folder in the path is a file" : "is a folder, not a file");
+        ck_assert_msg(rc == 2, "exit %d: %s", rc, serr);
+        ck_assert_str_eq(serr, want);
+        ck_assert_msg(!strstr(out, "GFLOP/s"), "it measured first: %s", out);
+        free(out);
+        free(serr);
+    }
     // An empty path (profile_path's answer when the default one does not fit).
     ck_assert_int_eq(profile_load(&p, "", err, sizeof err), -ENAMETOOLONG);
     ck_assert_str_eq(err, "profile path is empty or too long ($XDG_CACHE_HOME or $HOME is too long): pass --profile FILE");
@@ -197,8 +221,7 @@ START_TEST(test_save_refuses_bad_rates) {
     snprintf(under, sizeof under, "%s/sub/p.json", blocker);
     profile_defaults(&p);
     ck_assert_int_eq(profile_save(&p, under, err, sizeof err), -ENOTDIR);
-    snprintf(want, sizeof want, "profile %s: cannot create folder %s/sub: Not a directory (pass --profile FILE somewhere writable)",
-             under, blocker);
+    snprintf(want, sizeof want, "profile %s: a folder in the path is a file (pass --profile FILE)", under);
     ck_assert_str_eq(err, want);
 }
 END_TEST
@@ -368,7 +391,7 @@ START_TEST(test_plan_refuses_tiny_rate) {
                     "--profile", path, NULL};
     char *out = NULL, *err = NULL;
     int rc = tu_run(argv, NULL, &out, &err);
-    snprintf(want, sizeof want, "tiertrain: --profile profile %s: key 'gemm_flops' at byte %zu: 1e-300 is not a rate "
+    snprintf(want, sizeof want, "tiertrain: --profile %s: key 'gemm_flops' at byte %zu: 1e-300 is not a rate "
              "in FLOP/s (accepted: 1e+06 to 1e+17)" REMAKE "\n", path, value_at(doc, "gemm_flops"));
     // at most the stdout's end: Check refuses a message over a few KiB, and plan's is longer
     const char *tail = out + (strlen(out) > 600 ? strlen(out) - 600 : 0);
