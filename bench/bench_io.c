@@ -19,6 +19,7 @@
 #include "bench.h"
 #include "hostmem.h"
 #include "io.h"
+#include "plan.h" // uses: plan_nvme_free
 #include "util.h"
 #include "tier.h"
 
@@ -85,6 +86,11 @@ int bench_io(const config_t *cfg) {
     uint64_t nblocks = size / block;
     if (nblocks == 0) usage_error("--size %s: smaller than one --io-block (%s)", format_bytes(a, sizeof a, size), format_bytes(b, sizeof b, block));
     size = nblocks * block;
+    const uint64_t room = plan_nvme_free(cfg);
+    if (room && size > room) // refused before any work, as a run's plan refuses it
+        usage_error("--size %s: the NVMe folder %s has %s free (free space there, give a smaller --size, or another "
+                    "--nvme-path)", format_bytes(a, sizeof a, size),
+                    cfg->nvme_path[0] ? cfg->nvme_path : "(default: $TMPDIR or /tmp)", format_bytes(b, sizeof b, room));
 
     // Buffers: one block per request slot, from the pinned pool the engine registers.
     int nt = 2 * qd;

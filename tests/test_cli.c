@@ -144,6 +144,7 @@ static const bad_case_t bad[] = {
     {{"train", "--io-block", "5K", NULL}, {"--io-block 5K", "out of range", "multiple of 4K"}},
     {{"train", "--io-block", "128M", NULL}, {"--io-block 128M", "4K..64M"}},
     {{"bench", "io", "--size", "1000", NULL}, {"--size 1000", "multiple of 4K"}},
+    {{"bench", "io", "--size", "1024T", NULL}, {"--size 1.0 PiB: the NVMe folder ", "free (free space there, give a smaller --size"}},
     {{"train", "--numa-node", "-1", NULL}, {"--numa-node -1", "auto or an integer 0..1023"}},
     {{"train", "--vocab", "1", NULL}, {"--vocab 1", "out of range", "2.."}},
     {{"train", "--seq", "0", NULL}, {"--seq 0", "out of range"}},
