@@ -1,8 +1,9 @@
 // trace.c — see trace.h.
 #include "trace.h"
 #include <errno.h>
+#include <fcntl.h> // uses: open
 #include <sys/stat.h> // uses: stat
-#include <unistd.h>   // uses: unlink
+#include <unistd.h>   // uses: unlink, ftruncate, close
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,30 +16,67 @@ typedef struct {
 } event_t;
 
 static FILE *trace_file;
+static char trace_path[4096]; // for trace_drop
+static int trace_made;        // trace_open created the file (a refused run removes it)
+static int trace_kept;        // a regular file was there: trace_start truncates it (a refused run keeps it)
 static event_t *events;
 static size_t cap;
 static atomic_size_t next;
 static double origin;
 
+// The file's opening, written and flushed now: a path that cannot be written (a full disk,
+// /dev/full) is refused before the run, not found after it. 0 or -errno.
+static int write_opening(void) {
+    errno = 0;
+    if (fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", trace_file) < 0 || fflush(trace_file) != 0)
+        return -(errno ? errno : EIO);
+    return 0;
+}
+
+// Closes the file and frees the events; removes the file when this run created it.
+static void drop(int remove) {
+    if (trace_file) fclose(trace_file);
+    trace_file = NULL;
+    struct stat st;
+    if (remove && trace_made && stat(trace_path, &st) == 0 && S_ISREG(st.st_mode)) unlink(trace_path); // not /dev/full
+    free(events);
+    events = NULL;
+}
+
 int trace_open(const char *path, size_t max_events) {
-    trace_file = fopen(path, "w");
-    if (!trace_file) return -errno;
-    // the opening goes out now: a path that cannot be written (a full disk, /dev/full) is
-    // refused before the run, not found after it, and leaves no empty file behind
-    if (fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", trace_file) < 0 || fflush(trace_file) != 0) {
-        int e = errno ? errno : EIO;
-        fclose(trace_file);
-        trace_file = NULL;
-        struct stat st;
-        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) unlink(path); // not /dev/full
+    if (snprintf(trace_path, sizeof trace_path, "%s", path) >= (int)sizeof trace_path) return -ENAMETOOLONG;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    trace_made = fd >= 0;
+    if (fd < 0 && errno == EEXIST) fd = open(path, O_WRONLY | O_CLOEXEC); // truncated by trace_start
+    if (fd < 0) return -errno;
+    if (!(trace_file = fdopen(fd, "w"))) {
+        int e = errno;
+        close(fd);
         return -e;
     }
-    events = calloc(max_events, sizeof *events);
-    if (!events) { fclose(trace_file); trace_file = NULL; return -ENOMEM; }
+    struct stat st;
+    trace_kept = !trace_made && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    int rc = trace_kept ? 0 : write_opening(); // (a device, /dev/full, at once)
+    if (rc == 0 && !(events = calloc(max_events, sizeof *events))) rc = -ENOMEM;
+    if (rc != 0) {
+        drop(1);
+        return rc;
+    }
     cap = max_events;
     atomic_store(&next, 0);
     origin = now_ms();
     return 0;
+}
+
+int trace_start(void) {
+    if (!trace_file || !trace_kept) return 0;
+    trace_kept = 0;
+    if (ftruncate(fileno(trace_file), 0) != 0) return -errno;
+    return write_opening();
+}
+
+void trace_drop(void) {
+    if (trace_file) drop(1); // (after trace_close: nothing)
 }
 
 int trace_enabled(void) { return events != NULL; }
@@ -71,8 +109,7 @@ int trace_close(size_t *written, size_t *dropped) {
     int rc = fflush(trace_file) != 0 || ferror(trace_file) ? -(errno ? errno : EIO) : 0;
     if (fclose(trace_file) != 0 && rc == 0) rc = -errno;
     trace_file = NULL;
-    free(events);
-    events = NULL;
+    drop(0);
     if (written) *written = kept;
     if (dropped) *dropped = n - kept;
     return rc;

@@ -410,6 +410,7 @@ static void run_check(run_t *r) {
 // --log file is opened here (a path it cannot write is refused before the trainer's init) but
 // an existing one is truncated only by log_start, once --resume's checkpoint or --init-from's
 // weights have loaded: a run refused there leaves an earlier run's log as it was.
+static void log_drop(run_t *r);
 static void run_open_outputs(run_t *r) {
     const config_t *cfg = &r->cfg;
     if (cfg->log_path[0]) {
@@ -427,15 +428,19 @@ static void run_open_outputs(run_t *r) {
         size_t max_events = per_step * (size_t)(cfg->steps + 1) + 2 * chunks;
         if (max_events > (size_t)4 << 20) max_events = (size_t)4 << 20;
         int trc = trace_open(cfg->trace_path, max_events);
+        if (trc != 0) log_drop(r); // (a --log file it made goes too)
         if (trc != 0) usage_error("--trace %s: %s (give a writable path)", cfg->trace_path, strerror(-trc));
     }
 }
 
 // The --log file's first line, once the run has loaded what it starts from: the plan it runs
 // under, as `tiertrain plan` ends (tiertrain report draws the memory picture and the floor
-// from it). An earlier run's log at the path is replaced only now.
+// from it). An earlier run's log or trace at the path is replaced only now.
 static void log_start(run_t *r) {
     const config_t *cfg = &r->cfg;
+    int trc = trace_start();
+    if (trc != 0) log_drop(r);
+    if (trc != 0) usage_error("--trace %s: %s (give a writable path)", cfg->trace_path, strerror(-trc));
     if (!r->log) return;
     if (!r->log_made && ftruncate(fileno(r->log), 0) != 0)
         usage_error("--log %s: %s (give a writable path)", cfg->log_path, strerror(errno));
@@ -449,9 +454,10 @@ static void log_start(run_t *r) {
                     strerror(errno ? errno : EIO));
 }
 
-// A load refused as bad input leaves no output behind: a --log file this run created is
-// removed, one that was there is left untouched (log_start has not run).
+// A load refused as bad input leaves no output behind: a --log or --trace file this run
+// created is removed, one that was there is left untouched (log_start has not run).
 static void log_drop(run_t *r) {
+    trace_drop();
     if (!r->log) return;
     fclose(r->log);
     r->log = NULL;

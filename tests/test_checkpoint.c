@@ -1130,25 +1130,42 @@ START_TEST(outputs_spare_inputs) {
     free(after);
     run_free(&r);
 
-    // a checkpoint found bad while loading (its config.json gone), an earlier log at --log
-    spf(file, sizeof file, "%s/config.json", ck);
-    ck_assert_int_eq(unlink(file), 0);
+    // a checkpoint found bad while loading (a flipped bit in its optimizer states, which only
+    // the load reads): an earlier log at --log and an earlier trace at --trace stay as they were
+    // (a trace this run made, like a log, goes)
+    spf(file, sizeof file, "%s/optimizer.safetensors", ck);
+    flip_tensor_byte(file, "model.layers.0.mlp.down_proj.weight.exp_avg_sq", 4 * 17 + 3);
+    char trace[1300];
     spf(log, sizeof log, "%s/earlier.jsonl", tmp);
-    FILE *f = fopen(log, "w");
-    ck_assert(f && fputs("{\"an earlier run\":1}\n", f) >= 0 && fclose(f) == 0);
-    train_args(a, base_crash);
-    args(a, (const char *[]){"--steps=3", "--resume", ck, "--log", log, NULL});
-    a->v[a->n] = NULL;
-    r.rc = tu_run(a->v, NULL, &r.out, &r.err);
-    ck_refused(&r, "a bad checkpoint", 0);
-    spf(want, sizeof want, "tiertrain: --resume %s: %s/config.json: ", ck, ck);
-    ck_assert_msg(!strncmp(r.err, want, strlen(want)), "want the line to start \"%s\", got:\n%s", want, r.err);
-    char *kept = tu_slurp(log);
-    ck_assert_msg(kept && !strcmp(kept, "{\"an earlier run\":1}\n"), "the earlier log became: %s",
-                  kept ? kept : "(gone)");
-    free(kept);
+    spf(trace, sizeof trace, "%s/earlier-trace.json", tmp);
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(i ? trace : log, "w");
+        ck_assert(f && fputs("{\"an earlier run\":1}\n", f) >= 0 && fclose(f) == 0);
+    }
+    for (int made = 0; made < 2; made++) { // the earlier trace; then a new trace path (the log stays earlier)
+        if (made) spf(trace, sizeof trace, "%s/new-trace.json", tmp);
+        train_args(a, base_crash);
+        args(a, (const char *[]){"--steps=3", "--resume", ck, "--log", log, "--trace", trace, NULL});
+        a->v[a->n] = NULL;
+        r.rc = tu_run(a->v, NULL, &r.out, &r.err);
+        ck_refused(&r, "a bad checkpoint", 0);
+        spf(want, sizeof want, "tiertrain: --resume %s: ", ck);
+        ck_assert_msg(!strncmp(r.err, want, strlen(want)) && strstr(r.err, "fails its CRC-32C check"),
+                      "want the line to start \"%s\" and name the CRC, got:\n%s", want, r.err);
+        for (int i = 0; i < 2; i++) {
+            char *kept = tu_slurp(i ? trace : log);
+            if (i && made)
+                ck_assert_msg(!kept, "a refused run left its new trace: %s", kept);
+            else
+                ck_assert_msg(kept && !strcmp(kept, "{\"an earlier run\":1}\n"), "the earlier %s became: %s",
+                              i ? "trace" : "log", kept ? kept : "(gone)");
+            free(kept);
+        }
+        run_free(&r);
+    }
+    spf(trace, sizeof trace, "%s/earlier-trace.json", tmp);
+    unlink(trace);
     unlink(log);
-    run_free(&r);
     free(a);
 }
 END_TEST
