@@ -149,7 +149,16 @@ static int read_trace(run_log_t *lg, const char *path, char *err, size_t errlen)
     fclose(f);
     json_t *root = NULL;
     json_limits_t lim = {.max_depth = 16, .max_bytes = (size_t)1 << 31, .max_values = 0};
-    int rc = text && json_parse(text, n, path, &lim, &root, err, errlen) == 0 ? 0 : -EINVAL;
+    char doc[1000], msg[1400] = "";
+    snprintf(doc, sizeof doc, "--trace %.900s", path); // json.h's messages start with it
+    int rc = 0;
+    if (!text || n == 0) {
+        snprintf(msg, sizeof msg, "%s: empty or unreadable", doc);
+        rc = -EINVAL;
+    } else if (json_parse(text, n, doc, &lim, &root, msg, sizeof msg) != 0) {
+        rc = -EINVAL;
+    }
+    if (rc) snprintf(err, errlen, "%s (not a tiertrain --trace file)", msg);
     free(text);
     const json_t *ev = rc == 0 ? json_get(root, "traceEvents") : NULL;
     if (rc == 0 && (!ev || ev->type != JSON_ARRAY)) {

@@ -114,6 +114,30 @@ START_TEST(bad_input) {
     ck_assert_msg(strstr(err, "missing -o report.html"), "%s", err);
     free(out);
     free(err);
+
+    // a --trace that is not one: the line names the flag, whatever is wrong with the file
+    char log[1200], trace[1200];
+    snprintf(log, sizeof log, "%s/plan.json", tmp);
+    char *plan[] = {(char *)tu_binary(), "plan", "--model", "tiny", "--device", "cpu", "--log", log, NULL};
+    ck_assert_msg(tu_run(plan, NULL, &out, &err) == 0, "%s", err);
+    free(out);
+    free(err);
+    static const char *const texts[] = {"", "{\"a\":1}\n{\"b\":2}\n", "{\"traceEvents\":3}"};
+    static const char *const says[] = {"empty or unreadable", "byte 8: unexpected data after the document ('{')",
+                                       "no traceEvents array"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(trace, sizeof trace, "%s/trace%d.json", tmp, i);
+        f = fopen(trace, "w");
+        ck_assert(f && fputs(texts[i], f) >= 0 && fclose(f) == 0);
+        char *argv3[] = {(char *)tu_binary(), "report", log, "--trace", trace, "-o", html, NULL};
+        rc = tu_run(argv3, NULL, &out, &err);
+        snprintf(want, sizeof want, "tiertrain: --trace %s: %s (not a tiertrain --trace file)\n", trace, says[i]);
+        ck_assert_int_eq(rc, 2);
+        ck_assert_str_eq(err, want);
+        ck_assert_msg(access(html, F_OK) != 0, "a refused report left %s", html);
+        free(out);
+        free(err);
+    }
 }
 END_TEST
 
