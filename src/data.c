@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h> // uses: fstatvfs
 #include <unistd.h>
 #include "util.h" // uses: splitmix64, mallocCheck, notice
 
@@ -512,6 +513,19 @@ int data_tokenize(const char *in_path, const char *out_path) {
         return 2;
     }
 
+    // A regular input's output size is known: a disk without room for it is refused up front
+    struct statvfs vfs;
+    const uint64_t need = LLMC_HEADER_INTS * sizeof(int32_t) + 2 * (uint64_t)st.st_size;
+    if (S_ISREG(st.st_mode) && fstatvfs(out, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < need) {
+        char a[32], b[32];
+        notice("tokenize: -o %s: needs %s, %s free there (free space, or choose another place)", out_path,
+               format_bytes(a, sizeof a, need), format_bytes(b, sizeof b, (uint64_t)vfs.f_bavail * vfs.f_frsize));
+        close(out);
+        unlink(tmp);
+        close(in);
+        return 2;
+    }
+
     // Header first (count filled in at the end), then tokens as they are read.
     int32_t header[LLMC_HEADER_INTS] = {LLMC_MAGIC, LLMC_VERSION, 0};
     enum { CHUNK = 1 << 20 };
@@ -538,7 +552,8 @@ int data_tokenize(const char *in_path, const char *out_path) {
         goto fail;
     }
     if (rc < 0) {
-        notice("tokenize: %s %s: %s", what, what[0] == 'r' ? in_path : tmp, strerror(-rc));
+        notice("tokenize: %s %s: %s%s", what, what[0] == 'r' ? in_path : tmp, strerror(-rc),
+               rc == -ENOSPC || rc == -EDQUOT ? " (free space there, or choose another place for -o)" : "");
         goto fail;
     }
     if (count == 0) {

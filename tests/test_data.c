@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "data.h"
@@ -149,6 +151,30 @@ START_TEST(test_tokenize_binary) {
                   "want one line naming the empty input: %s", err);
     ck_assert_msg(access(path_in("e.bin"), F_OK) != 0 && access(path_in("e.bin.tmp"), F_OK) != 0,
                   "failed tokenize left files");
+    free(out);
+    free(err);
+}
+END_TEST
+
+// An output the disk has no room for (two bytes a character): refused before a byte is read or
+// written, exit 2, one line. The input is a sparse file a little over half the free space.
+START_TEST(test_tokenize_no_room) {
+    struct statvfs vfs;
+    ck_assert_int_eq(statvfs(dir, &vfs), 0);
+    const uint64_t room = (uint64_t)vfs.f_bavail * vfs.f_frsize, size = room / 2 + (1ull << 30);
+    if (size > (8ull << 40)) return; // beyond what a sparse file may hold everywhere: nothing to check
+    const char *txt = path_in("huge.txt"), *bin = path_in("huge.bin");
+    int fd = open(txt, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert_msg(fd >= 0 && ftruncate(fd, (off_t)size) == 0 && close(fd) == 0, "sparse input: %s", strerror(errno));
+    char *out = NULL, *err = NULL;
+    int rc = tu_run((char *[]){(char *)tu_binary(), "tokenize", (char *)txt, "-o", (char *)bin, NULL}, NULL, &out, &err);
+    unlink(txt);
+    char want[1400];
+    snprintf(want, sizeof want, "tiertrain: tokenize: -o %s: needs ", bin);
+    ck_assert_msg(rc == 2, "exit %d: %s", rc, err);
+    ck_assert_msg(!strncmp(err, want, strlen(want)) && strstr(err, " free there (free space, or choose another place)\n") &&
+                      strchr(err, '\n') == err + strlen(err) - 1, "want one line: %s...; got %s", want, err);
+    ck_assert_msg(access(bin, F_OK) != 0 && access(path_in("huge.bin.tmp"), F_OK) != 0, "a refused tokenize left files");
     free(out);
     free(err);
 }
@@ -422,6 +448,7 @@ static Suite *data_suite(void) {
     TCase *fl = tcase_create("faults");
     tcase_add_checked_fixture(fl, dir_setup, dir_teardown);
     tcase_add_test(fl, test_tokenize_faults);
+    tcase_add_test(fl, test_tokenize_no_room);
     tcase_add_loop_test(fl, test_bad_file, 0, F_COUNT);
     tcase_add_loop_test(fl, test_file_shrinks, 0, 2);
     suite_add_tcase(s, fl);
