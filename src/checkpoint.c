@@ -370,7 +370,11 @@ static int load_tensor(st_reader_t *r, const char *file, const st_tensor_t *want
     int same = t->ndim == want->ndim;
     for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == want->shape[d];
     if (!same) {
-        ERR("%s: tensor '%s' has another shape than this model's (%d dims)", file, want->name, want->ndim);
+        char got[160], need[160];
+        st_shape_str(got, sizeof got, t->ndim, t->shape);
+        st_shape_str(need, sizeof need, want->ndim, want->shape);
+        ERR("%s: tensor '%s' has shape %s, this model's is %s (a checkpoint of another model?)", file, want->name, got,
+            need);
         return -EINVAL;
     }
     if (t->dtype != ST_F32 && t->dtype != ST_BF16) {

@@ -936,7 +936,7 @@ static void edit_bytes(const char *path, const char *from, const char *to) {
 
 enum { BAD_TRUNCATED, BAD_STUB, BAD_HLEN, BAD_FORMAT, BAD_VERSION, BAD_NO_STEP, BAD_NAN_MODEL, BAD_NAN_OPTIMIZER,
        BAD_NO_CONFIG, BAD_STATE_EDIT, BAD_CONFIG_EDIT, BAD_HASH, BAD_FLIP_MODEL, BAD_FLIP_OPTIMIZER,
-       BAD_FLIP_BF16_MODEL, BAD_FLIP_BF16_MASTER, BAD_NO_CRC, BAD_MODEL_DIR, NBAD };
+       BAD_FLIP_BF16_MODEL, BAD_FLIP_BF16_MASTER, BAD_NO_CRC, BAD_MODEL_DIR, BAD_SHAPE_SWAP, NBAD };
 
 // Each corruption of a copy of the step-2 checkpoint (the --save-dtype bf16 one for the
 // BF16 cases): resume exits 2 with one line that starts "tiertrain: --resume B: B/<file>: "
@@ -1067,6 +1067,13 @@ START_TEST(bad_file) {
         ck_assert_int_eq(unlink(file), 0);
         ck_assert_int_eq(mkdir(file, 0755), 0);
         says = "not a regular file";
+        break;
+    case BAD_SHAPE_SWAP: // the first k_proj's dimensions swapped: the same bytes, another shape; both are named
+        name = "model.safetensors";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        edit_bytes(file, "\"shape\":[32,64]", "\"shape\":[64,32]");
+        says = "tensor 'model.layers.0.self_attn.k_proj.weight' has shape [64, 32], this model's is [32, 64] (a "
+               "checkpoint of another model?)\n";
         break;
     case BAD_NO_CONFIG:
         name = "config.json";
