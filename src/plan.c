@@ -58,7 +58,7 @@ static double work_total(const work_t *k, int res) { return k->w[PLAN_PHASE_UPDA
 
 // ---------------------------------------------------------------- replaying the use order
 
-// Belady's rule over cap buffers (sched_belady, as the scheduler and the host cache keep
+// Belady's rule over cap buffers (sched_belady_next, as the scheduler and the host cache keep
 // theirs): replays uses[0..n) and marks miss[k] for the uses that must be copied in. bypass:
 // a shard needed again later than everything held is not kept (the host cache's rule);
 // without it, a miss always takes a buffer (the device slots'). start: uses before it only
@@ -66,7 +66,8 @@ static double work_total(const work_t *k, int res) { return k->w[PLAN_PHASE_UPDA
 // Each buffer's next use is kept beside it rather than searched for (sched_belady_next):
 // after[k], the next use of uses[k]'s shard, comes from one backward pass, and a held shard's
 // next use is after[] of where it was last used (any use since would have been a hit). O(n ·
-// cap): with sched_belady's scans it was cubic, and a vocabulary of 1M in 1366 chunks took 8 s.
+// cap): with a scan of the uses per buffer it was cubic, and a vocabulary of 1M in 1366 chunks
+// took 8 s.
 static int replay(const int *uses, int n, int cap, int bypass, int start, char *miss) {
     int ids = 0;
     for (int k = 0; k < n; k++) ids = uses[k] >= ids ? uses[k] + 1 : ids;

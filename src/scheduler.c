@@ -39,8 +39,12 @@ struct sched {
     int nshards, nslots, prefetch;
     slot_t *slots;
     int *where;          // (nshards) slot holding the shard, or -1
-    int *held;           // (nslots) scratch for pick_slot: what each slot holds, for sched_belady
+    int *held, *next;    // (nslots) scratch for pick_slot: what each slot holds, its next use
     int *uses, nuses, max_uses, cursor; // uses: (max_uses), allocated once
+    // the use order by shard (sched_begin): shard j's positions, ascending, are
+    // use_at[use_off[j] .. use_off[j + 1]), so a next use is a binary search, not a scan
+    int *use_off, *use_at;
+    int *cnext, ncnext;  // scratch for sched_cache_victim: each cache buffer's next use (grown)
     int *queue, qhead, qtail; // ring of slot indices waiting for the worker (capacity nslots)
     sched_fetch_fn fetch;
     void *ctx;
@@ -78,32 +82,46 @@ struct sched {
 
 // ---------------------------------------------------------------- Belady's rule
 
-int sched_next_use(const int *uses, int nuses, int shard, int from) {
-    for (int k = from < 0 ? 0 : from; k < nuses; k++)
-        if (uses[k] == shard) return k;
-    return INT32_MAX;
-}
-
-// The rule, once: each candidate's next use from next[] where the caller keeps them, else
-// looked up in uses from `from`.
-static int belady(const int *held, int n, const int *next, const int *uses, int nuses, int from, int need) {
+int sched_belady_next(const int *held, const int *next, int n, int need) {
     int best = -1, best_next = -1;
     for (int i = 0; i < n; i++) {
         if (held[i] == SCHED_EMPTY) return i;
         if (held[i] == SCHED_BUSY) continue;
-        int nu = next ? next[i] : sched_next_use(uses, nuses, held[i], from);
-        if (nu > best_next) { best_next = nu; best = i; }
+        if (next[i] > best_next) { best_next = next[i]; best = i; }
     }
     if (best < 0 || (need >= 0 && best_next <= need)) return -1;
     return best;
 }
 
-int sched_belady(const int *held, int n, const int *uses, int nuses, int from, int need) {
-    return belady(held, n, NULL, uses, nuses, from, need);
+// Indexes the use order by shard: a counting sort, O(uses + shards), in use_off's nshards + 2
+// entries (counted two ahead, filled one ahead: use_off[j] ends as shard j's start). Lock held.
+static void index_uses(sched_t *s) {
+    int *off = s->use_off;
+    memset(off, 0, ((size_t)s->nshards + 2) * sizeof *off);
+    for (int k = 0; k < s->nuses; k++)
+        if (s->uses[k] >= 0 && s->uses[k] < s->nshards) off[s->uses[k] + 2]++;
+    for (int j = 2; j < s->nshards + 2; j++) off[j] += off[j - 1];
+    for (int k = 0; k < s->nuses; k++)
+        if (s->uses[k] >= 0 && s->uses[k] < s->nshards) s->use_at[off[s->uses[k] + 1]++] = k;
 }
 
-int sched_belady_next(const int *held, const int *next, int n, int need) {
-    return belady(held, n, next, NULL, 0, 0, need);
+// Position of shard's first use at or after `from`, or INT32_MAX when it has none. Lock held.
+static int next_use(const sched_t *s, int shard, int from) {
+    if (shard < 0 || shard >= s->nshards) return INT32_MAX;
+    int lo = s->use_off[shard], hi = s->use_off[shard + 1]; // the first use_at[i] >= from in [lo, hi)
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (s->use_at[mid] < from) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < s->use_off[shard + 1] ? s->use_at[lo] : INT32_MAX;
+}
+
+// Belady's choice (sched_belady_next) among n buffers holding held[] for a use from `from`,
+// each one's next use looked up into next[]. Lock held.
+static int belady(const sched_t *s, const int *held, int *next, int n, int from, int need) {
+    for (int i = 0; i < n; i++) next[i] = held[i] >= 0 ? next_use(s, held[i], from) : 0;
+    return sched_belady_next(held, next, n, need);
 }
 
 // ---------------------------------------------------------------- workers
@@ -225,8 +243,11 @@ int sched_init(sched_t **out, int nshards, int nslots, void *const *slots, int p
     s->held = calloc((size_t)nslots + 1, sizeof *s->held);
     s->where = malloc((size_t)nshards * sizeof *s->where);
     s->queue = calloc((size_t)nslots + 1, sizeof *s->queue);
+    s->next = calloc((size_t)nslots + 1, sizeof *s->next);
     s->uses = malloc((size_t)(max_uses > 0 ? max_uses : 1) * sizeof *s->uses);
-    if (!s->slots || !s->held || !s->where || !s->queue || !s->uses) goto oom;
+    s->use_at = malloc((size_t)(max_uses > 0 ? max_uses : 1) * sizeof *s->use_at);
+    s->use_off = calloc((size_t)nshards + 2, sizeof *s->use_off);
+    if (!s->slots || !s->held || !s->next || !s->where || !s->queue || !s->uses || !s->use_at || !s->use_off) goto oom;
     for (int i = 0; i < nslots; i++) { s->slots[i].buf = slots[i]; s->slots[i].shard = -1; }
     for (int i = 0; i < nshards; i++) s->where[i] = -1;
     pthread_condattr_t ca; // first (the one that can fail): the job's bounded wait, on the monotonic clock
@@ -293,9 +314,13 @@ void sched_free(sched_t *s) {
     }
     free(s->slots);
     free(s->held);
+    free(s->next);
     free(s->where);
     free(s->queue);
     free(s->uses);
+    free(s->use_at);
+    free(s->use_off);
+    free(s->cnext);
     free(s);
 }
 
@@ -312,7 +337,7 @@ static int pick_slot(sched_t *s, int need, int from, int force) {
                      : sl->pins > 0 || (sl->state != SLOT_READY && sl->state != SLOT_FAILED) ? SCHED_BUSY
                                                                                       : sl->shard;
     }
-    return sched_belady(s->held, s->nslots, s->uses, s->nuses, from, force ? -1 : need);
+    return belady(s, s->held, s->next, s->nslots, from, force ? -1 : need);
 }
 
 static void enqueue_fetch(sched_t *s, int slot, int shard, int pos) {
@@ -348,6 +373,7 @@ int sched_begin(sched_t *s, const int *uses, int nuses) {
     pthread_mutex_lock(&s->mu);
     memcpy(s->uses, uses, (size_t)nuses * sizeof *uses);
     s->nuses = nuses;
+    index_uses(s);
     s->cursor = 0;
     if (s->nslots > 0) prefetch_after(s, -1);
     pthread_mutex_unlock(&s->mu);
@@ -362,7 +388,7 @@ const void *sched_acquire(sched_t *s, int shard, int *slot_out, char *err, size_
     pthread_mutex_lock(&s->mu);
     double helped = 0; // ms of the update's assists run here (not waiting)
     assist_here(s, &s->mu, &helped); // a posted piece first: its shard's use is next or nearly
-    int pos = sched_next_use(s->uses, s->nuses, shard, s->cursor);
+    int pos = next_use(s, shard, s->cursor);
     if (pos == INT32_MAX) pos = s->cursor - 1; // a use outside the order: fetch on demand
     else s->cursor = pos + 1;
     if (s->where[shard] >= 0) s->stats.hits++;
@@ -466,8 +492,16 @@ void sched_stats(const sched_t *s, sched_stats_t *out) {
 int sched_cache_victim(sched_t *s, const int *held, int n, int shard, int pos) {
     if (n == 0) return -1;
     pthread_mutex_lock(&s->mu);
-    int need = sched_next_use(s->uses, s->nuses, shard, pos + 1);
-    int i = sched_belady(held, n, s->uses, s->nuses, pos + 1, need);
+    if (n > s->ncnext) { // grown once to the cache's size
+        int *g = realloc(s->cnext, (size_t)n * sizeof *g);
+        if (!g) { // no room to choose: the read bypasses the cache (as when no buffer qualifies)
+            pthread_mutex_unlock(&s->mu);
+            return -1;
+        }
+        s->cnext = g;
+        s->ncnext = n;
+    }
+    int i = belady(s, held, s->cnext, n, pos + 1, next_use(s, shard, pos + 1));
     pthread_mutex_unlock(&s->mu);
     return i;
 }

@@ -6,8 +6,8 @@
 // them. The use order is static and given up front (sched_begin), so the scheduler
 // prefetches up to --prefetch uses ahead and, when it must make room, evicts the resident
 // shard whose next use is farthest away (Belady's rule, exact here because the future is
-// known; sched_belady is the one implementation, also used by the host cache, and the plan's
-// replay takes the same rule through sched_belady_next). Fetches run on the fetch worker; compute waits only for the shard it needs now.
+// known; sched_belady_next is the one implementation, also used by the host cache and the
+// plan's replay). Fetches run on the fetch worker; compute waits only for the shard it needs now.
 //
 // Updates: one update job at a time (a step's optimizer over shards 0..n-1) runs on the
 // update worker while compute goes on with the next step; the job publishes each shard as
@@ -43,7 +43,7 @@
 //   tier's host-cache lock  →  this scheduler's lock  →  the NVMe store's lock.
 // The update state has its own lock; the only lock taken under it, or under the scheduler's
 // by the owner's waits, is the assists' lock, a leaf.
-// Who calls it: tier.c (fetches), trainer.c and optim.c (updates), the plan (sched_belady).
+// Who calls it: tier.c (fetches), trainer.c and optim.c (updates), the plan (sched_belady_next).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -91,7 +91,7 @@ void sched_release(sched_t *s, int shard);
 void sched_invalidate(sched_t *s);
 void sched_stats(const sched_t *s, sched_stats_t *out);
 // For a cache of n buffers kept by the current use order (the fetch callback's --host-cache):
-// the buffer to read shard into for its use at pos (sched_belady with need = the shard's
+// the buffer to read shard into for its use at pos (Belady's rule with need = the shard's
 // next use after pos), or -1 to bypass the cache. Any thread; takes the scheduler's lock.
 int sched_cache_victim(sched_t *s, const int *held, int n, int shard, int pos);
 
@@ -108,17 +108,15 @@ void *sched_slot_buf(const sched_t *s, int slot);
 // ---------------------------------------------------------------- Belady's rule
 
 enum { SCHED_EMPTY = -1, SCHED_BUSY = -2 };
-// Position of shard's first use in uses[from..nuses), or INT32_MAX when it has none.
-int sched_next_use(const int *uses, int nuses, int shard, int from);
 // Belady's choice among n buffers, buffer i holding shard held[i] (SCHED_EMPTY: free, taken
-// at once; SCHED_BUSY: not a candidate, e.g. pinned or in flight): the one whose shard is
-// next used farthest from `from` (the first of equals). With need >= 0 only a shard next
-// used later than position need qualifies (never give up what is needed sooner than what
-// comes in). Returns the index, or -1 when none qualifies.
-int sched_belady(const int *held, int n, const int *uses, int nuses, int from, int need);
-// The same choice where the caller keeps each buffer's next use (next[i], read where held[i]
-// is a shard) instead of having them looked up: the plan's replay, which would otherwise scan
-// the uses for every buffer at every miss (cubic in the uses: a vocabulary of 1M in chunks).
+// at once; SCHED_BUSY: not a candidate, e.g. pinned or in flight) whose next use is next[i]
+// (read where held[i] is a shard; INT32_MAX: none): the one next used farthest away (the
+// first of equals). With need >= 0 only a shard next used later than position need qualifies
+// (never give up what is needed sooner than what comes in). Returns the index, or -1 when
+// none qualifies. The one implementation of the rule: the slots and the host cache look their
+// buffers' next uses up in the scheduler's index of the use order (a binary search each), and
+// the plan's replay keeps them beside its buffers; a scan of the uses for every buffer at
+// every miss was cubic in the uses (a vocabulary of 1M in chunks).
 int sched_belady_next(const int *held, const int *next, int n, int need);
 
 // ---------------------------------------------------------------- updates

@@ -133,6 +133,56 @@ START_TEST(belady_keeps_the_sooner_shard) {
 }
 END_TEST
 
+// The host cache's choice (sched_cache_victim, from the scheduler's index of the use order)
+// against Belady's rule written out here by scanning the uses: random orders (a shard used
+// many times, or never), random caches with free and busy buffers, every position.
+static int scan_next(const int *uses, int n, int shard, int from) {
+    for (int k = from < 0 ? 0 : from; k < n; k++)
+        if (uses[k] == shard) return k;
+    return INT32_MAX;
+}
+START_TEST(cache_victim_is_belady) {
+    unsigned seed = 7;
+    int uses[300], held[8], mismatches = 0, bypasses = 0;
+    char err[256];
+    for (int trial = 0; trial < 200; trial++) {
+        const int nshards = 1 + rand_r(&seed) % 40, nuses = rand_r(&seed) % 300;
+        for (int k = 0; k < nuses; k++) uses[k] = rand_r(&seed) % nshards;
+        fake_t f = {.fail_shard = -1};
+        sched_t *s = NULL;
+        ck_assert_int_eq(sched_init(&s, nshards, 0, NULL, 0, 300, fake_fetch, &f, err, sizeof err), 0);
+        ck_assert_int_eq(sched_begin(s, uses, nuses), 0);
+        for (int q = 0; q < 20; q++) {
+            const int n = 1 + rand_r(&seed) % 8, shard = rand_r(&seed) % nshards, pos = rand_r(&seed) % (nuses + 2) - 1;
+            for (int i = 0; i < n; i++) {
+                const int r = rand_r(&seed) % 10;
+                held[i] = r == 0 ? SCHED_EMPTY : r == 1 ? SCHED_BUSY : rand_r(&seed) % nshards;
+            }
+            // the rule: a free buffer first; else the latest next use (the first of equals), if later than need
+            const int need = scan_next(uses, nuses, shard, pos + 1);
+            int want = -1, best = -1, best_i = -1;
+            for (int i = 0; i < n && want < 0; i++)
+                if (held[i] == SCHED_EMPTY) want = i;
+            for (int i = 0; i < n && want < 0; i++) {
+                const int nu = held[i] >= 0 ? scan_next(uses, nuses, held[i], pos + 1) : -1;
+                if (nu > best) {
+                    best = nu;
+                    best_i = i;
+                }
+            }
+            if (want < 0 && best > need) want = best_i;
+            const int got = sched_cache_victim(s, held, n, shard, pos);
+            mismatches += got != want;
+            bypasses += want < 0;
+        }
+        sched_free(s);
+    }
+    ck_assert_int_eq(mismatches, 0);
+    ck_assert_msg(bypasses > 100 && bypasses < 3000, "%d bypasses of 4000: the cases do not cover both outcomes",
+                  bypasses);
+}
+END_TEST
+
 // A failing fetch fails its acquire with the engine's message; other shards still work and
 // the failed shard is fetched again (not served stale) on its next use.
 START_TEST(failed_fetch_fails_its_acquire) {
@@ -389,6 +439,7 @@ int main(void) {
     tcase_add_loop_test(tc, orders_with_random_latency, 0, nshapes);
     tcase_add_loop_test(tc, orders_without_latency, 0, nshapes);
     tcase_add_test(tc, belady_keeps_the_sooner_shard);
+    tcase_add_test(tc, cache_victim_is_belady);
     suite_add_tcase(s, tc);
     TCase *faults = tcase_create("faults");
     tcase_set_timeout(faults, 60);
