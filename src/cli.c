@@ -99,11 +99,12 @@ static int set_value(const flag_t *f, const char *disp, const char *val, config_
     case FK_DOUBLE: {
         errno = 0;
         double v = strtod(val, &end);
-        if (end == val || *end || !*val || !isfinite(v)) {
+        const int overflow = errno == ERANGE && isinf(v); // 1e999: a number, beyond a double
+        if (end == val || *end || !*val || (!isfinite(v) && !overflow)) {
             snprintf(err, errlen, "%s %s: not a number (accepted: %s)", disp, val, acc);
             return -1;
         }
-        if (v < f->lo || v > f->hi || (f->lo_open && v == f->lo) || (f->hi_open && v == f->hi)) {
+        if (overflow || v < f->lo || v > f->hi || (f->lo_open && v == f->lo) || (f->hi_open && v == f->hi)) {
             snprintf(err, errlen, "%s %s: out of range (accepted: %s)", disp, val, acc);
             return -1;
         }

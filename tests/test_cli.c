@@ -112,6 +112,8 @@ static const bad_case_t bad[] = {
     // missing values
     {{"train", "--steps", NULL}, {"--steps", "missing value", "integer 1..2147483647"}},
     {{"train", "--steps", "2147483648", NULL}, {"--steps 2147483648: out of range (accepted: an integer 1..2147483647)"}},
+    {{"train", "--lr", "1e999", NULL}, {"--lr 1e999: out of range (accepted: a number in (0, 10])"}},
+    {{"train", "--lr", "inf", NULL}, {"--lr inf: not a number (accepted: a number in (0, 10])"}},
     {{"train", "--steps", "--lr", "1", NULL}, {"--steps", "missing value", "--lr"}},
     // bad numbers
     {{"train", "--steps", "ten", NULL}, {"--steps ten", "not an integer", "an integer 1..2147483647"}},
@@ -162,6 +164,8 @@ static const bad_case_t bad[] = {
     {{"train", "--min-lr", "0.1", NULL}, {"--min-lr 0.1", "--lr 0.001"}},
     // files
     {{"train", "--data", "@/missing.bin", NULL}, {"--data", "missing.bin", "No such file"}},
+    {{"train", "--init-from", "@", NULL}, {"--init-from", "config.json: No such file",
+                                           "(give a Hugging Face Llama folder: config.json and its model.safetensors)"}},
     {{"train", "--data", "@", NULL}, {"--data", "is a directory"}},
     {{"train", "--data=", NULL}, {"--data", "empty value"}},
     {{"plan", "--data", "@/in.txt", "--vocab", "200", NULL}, {"in.txt", "--vocab 200", ">= 256"}},
