@@ -65,7 +65,9 @@ int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t *params_h
 // another process holds it, or -errno with one line.
 int checkpoint_lock(const char *dir, char *err, size_t errlen);
 // The newest complete checkpoint under a --save directory: the folder its `latest` names,
-// when that folder has a state.json. Writes it into out and returns 0, or -ENOENT (none).
+// when that folder has a state.json (returns 0); else, with no such latest (a kill between a
+// folder's rename and latest's write), the highest step-NNNNNNNN folder (returns 1: --resume
+// must name it, not the directory). Writes it into out; -ENOENT when there is none.
 int checkpoint_newest(const char *dir, char *out, size_t len);
 // Bytes one checkpoint of m takes on disk: both safetensors files with their headers (BF16
 // weights and an FP32 master in the optimizer file with bf16), config.json and state.json,

@@ -151,8 +151,14 @@ int checkpoint_lock(const char *dir, char *err, size_t errlen) {
 
 int checkpoint_newest(const char *dir, char *out, size_t len) {
     char e[256];
-    if (!dir[0] || checkpoint_resolve(dir, out, len, e, sizeof e) != 0) return -ENOENT;
-    return 0;
+    if (!dir[0]) return -ENOENT;
+    if (checkpoint_resolve(dir, out, len, e, sizeof e) == 0) return 0;
+    // no latest (a kill between a folder's rename and latest's write): the highest step folder
+    step_name_t *names = malloc(MAX_STEP_FOLDERS * sizeof *names);
+    const int n = names ? step_folders(dir, names, MAX_STEP_FOLDERS) : 0;
+    const int w = n > 0 ? snprintf(out, len, "%s/%s", dir, names[n - 1]) : -1;
+    free(names);
+    return w > 0 && (size_t)w < len ? 1 : -ENOENT;
 }
 
 uint64_t checkpoint_bytes(const model_t *m, int bf16) {

@@ -204,7 +204,7 @@ static void catch_signals(void) {
 static const char *newest_said(const config_t *cfg, char *out, size_t len) {
     char dir[TT_PATH_MAX];
     if (!cfg->save_dir[0]) snprintf(out, len, "no checkpoint was asked for (no --save)");
-    else if (checkpoint_newest(cfg->save_dir, dir, sizeof dir) == 0)
+    else if (checkpoint_newest(cfg->save_dir, dir, sizeof dir) >= 0)
         snprintf(out, len, "the newest complete checkpoint is %s", dir);
     else snprintf(out, len, "there is no complete checkpoint in %s", cfg->save_dir);
     return out;
@@ -398,10 +398,11 @@ static void run_check(run_t *r) {
         const int continues = cfg->resume[0] && path_inside(r->ck.dir, cfg->save_dir);
         if (!continues && checkpoint_existing(cfg->save_dir, &size, 1) > 0) {
             char newest[TT_PATH_MAX], said[TT_PATH_MAX + 16] = "";
-            if (checkpoint_newest(cfg->save_dir, newest, sizeof newest) == 0)
-                snprintf(said, sizeof said, " (newest %s)", newest);
+            const int found = checkpoint_newest(cfg->save_dir, newest, sizeof newest);
+            if (found >= 0) snprintf(said, sizeof said, " (newest %s)", newest);
+            // without a latest that names one, --resume takes the folder itself
             usage_error("--save %s: holds another run's checkpoints%s: continue them (--resume %s), or give a new "
-                        "--save directory", cfg->save_dir, said, cfg->save_dir);
+                        "--save directory", cfg->save_dir, said, found == 1 ? newest : cfg->save_dir);
         }
     }
 }

@@ -656,6 +656,28 @@ START_TEST(refusals) {
     r = try_resume(a, dir, NULL, 3);
     ck_ok(r);
     run_free(&r);
+
+    // killed between a folder's rename and latest's write: no latest, so --resume DIR would be
+    // refused; the refusal of a fresh run names the folder itself, and following it works
+    char latest_file[1300];
+    snprintf(latest_file, sizeof latest_file, "%s/latest", dir);
+    ck_assert_int_eq(unlink(latest_file), 0);
+    train_args(a, base_crash);
+    arg(a, "--steps=3");
+    argf(a, "--save=%s", dir);
+    r = run(a, NULL);
+    ck_refused(&r, "--save over checkpoints without latest", 1);
+    snprintf(want, sizeof want, "tiertrain: --save %s: holds another run's checkpoints (newest %s): continue them "
+             "(--resume %s), or give a new --save directory\n", dir, folder, folder);
+    ck_assert_str_eq(r.err, want);
+    run_free(&r);
+    train_args(a, base_crash);
+    arg(a, "--steps=3");
+    argf(a, "--save=%s", dir);
+    argf(a, "--resume=%s", folder);
+    r = run(a, NULL);
+    ck_ok(r);
+    run_free(&r);
     free(a);
 }
 END_TEST
@@ -1322,25 +1344,35 @@ START_TEST(crash_safety) {
     char *env[] = {delay, NULL};
     args_t *a = malloc(sizeof *a);
     seen_t *seen = calloc(4096, sizeof *seen);
-    int nseen = 0, kills = 0, mid_save = 0, cycles = 0;
+    int nseen = 0, kills = 0, mid_save = 0, cycles = 0, no_latest = 0;
     ino_t latest_checked = 0;
     for (int iter = 0; kills < want_kills; iter++) {
         ck_assert_msg(iter < want_kills * 4, "seed %#llx: %d runs, only %d killed", (unsigned long long)seed, iter,
                       kills);
-        char latest[64];
-        int resume = read_latest(dir, latest, sizeof latest);
-        if (resume && step_of(latest) == CRASH_STEPS) { // killed after the last save: a new cycle
+        // what the restart continues: the directory (its latest), else, killed between a folder's
+        // rename and latest's write, the newest folder itself (as the refusal of a fresh run there says)
+        char latest[64], from[1300] = "";
+        int k = -1;
+        if (read_latest(dir, latest, sizeof latest)) {
+            k = step_of(latest);
+            snprintf(from, sizeof from, "%s", dir);
+        } else if (exists(dir)) {
+            int steps[64], ntmp, n = list_dir(dir, steps, 64, &ntmp);
+            if (n > 0) snprintf(from, sizeof from, "%s/step-%08d", dir, k = steps[n - 1]);
+            no_latest += n > 0;
+        }
+        if (k == CRASH_STEPS) { // killed after the last save: a new cycle
             tu_rm_rf(dir);
             latest_checked = 0;
             nseen = 0; // inode numbers may come back
-            resume = 0;
+            from[0] = 0;
         }
         train_args(a, base_crash);
         argf(a, "--steps=%d", CRASH_STEPS);
         argf(a, "--save=%s", dir);
         arg(a, "--save-every=1");
         arg(a, "--keep-last=2");
-        if (resume) argf(a, "--resume=%s", dir);
+        if (from[0]) argf(a, "--resume=%s", from);
         int ms = (int)(150 + rng_next(&s) % 900) * slow, status = 0;
         pid_t pid = spawn(a, env);
         if (reap(pid, ms, &status)) { // it finished first: a complete run
@@ -1367,8 +1399,9 @@ START_TEST(crash_safety) {
         free(out);
         if (exists(dir)) mid_save += ck_after_kill(a, dir, seen, &nseen, &latest_checked) > 0;
     }
-    fprintf(stderr, "crash_safety: seed %#llx, %d kills (%d left a .tmp-* behind), %d complete runs, %d resumes "
-                    "checked\n", (unsigned long long)seed, kills, mid_save, cycles, nresumed);
+    fprintf(stderr, "crash_safety: seed %#llx, %d kills (%d left a .tmp-* behind, %d a folder without latest), %d "
+                    "complete runs, %d resumes checked\n", (unsigned long long)seed, kills, mid_save, no_latest, cycles,
+            nresumed);
     // the kills did land inside saves: otherwise this test would prove nothing
     ck_assert_msg(mid_save > 0, "seed %#llx: no kill landed inside a save", (unsigned long long)seed);
     free(seen);
