@@ -287,16 +287,17 @@ static int mkdir_parents(const char *path, char *err, size_t errlen) {
 
 int profile_writable(const char *path, char *err, size_t errlen) {
     struct stat st;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (stat(path, &st) == 0) {
+        if (S_ISREG(st.st_mode)) return 0;
         snprintf(err, errlen, "profile %s: %s (pass --profile FILE)", path,
                  S_ISDIR(st.st_mode) ? "is a folder, not a file" : "is not a regular file");
         return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
     }
-    if (stat(path, &st) != 0 && errno == ENOTDIR) { // a folder on its way is a file
+    if (errno == ENOTDIR) { // a folder on its way is a file
         snprintf(err, errlen, "profile %s: a folder in the path is a file (pass --profile FILE)", path);
         return -ENOTDIR;
     }
-    return 0;
+    return 0; // missing: profile_save creates it
 }
 
 // The file's text (profile_save has checked its rates): 0, or the backend name's write error.

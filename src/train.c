@@ -412,6 +412,14 @@ static void run_check(run_t *r) {
 // an existing one is truncated only by log_start, once --resume's checkpoint or --init-from's
 // weights have loaded: a run refused there leaves an earlier run's log as it was.
 static void log_drop(run_t *r);
+
+// A --trace path that cannot be written: bad input, and a --log file the run made goes too.
+static void trace_refused(run_t *r, int trc) __attribute__((noreturn));
+static void trace_refused(run_t *r, int trc) {
+    log_drop(r);
+    usage_error("--trace %s: %s (give a writable path)", r->cfg.trace_path, strerror(-trc));
+}
+
 static void run_open_outputs(run_t *r) {
     const config_t *cfg = &r->cfg;
     if (cfg->log_path[0]) {
@@ -429,8 +437,7 @@ static void run_open_outputs(run_t *r) {
         size_t max_events = per_step * (size_t)(cfg->steps + 1) + 2 * chunks;
         if (max_events > (size_t)4 << 20) max_events = (size_t)4 << 20;
         int trc = trace_open(cfg->trace_path, max_events);
-        if (trc != 0) log_drop(r); // (a --log file it made goes too)
-        if (trc != 0) usage_error("--trace %s: %s (give a writable path)", cfg->trace_path, strerror(-trc));
+        if (trc != 0) trace_refused(r, trc);
     }
 }
 
@@ -440,8 +447,7 @@ static void run_open_outputs(run_t *r) {
 static void log_start(run_t *r) {
     const config_t *cfg = &r->cfg;
     int trc = trace_start();
-    if (trc != 0) log_drop(r);
-    if (trc != 0) usage_error("--trace %s: %s (give a writable path)", cfg->trace_path, strerror(-trc));
+    if (trc != 0) trace_refused(r, trc);
     if (!r->log) return;
     if (!r->log_made && ftruncate(fileno(r->log), 0) != 0)
         usage_error("--log %s: %s (give a writable path)", cfg->log_path, strerror(errno));

@@ -554,6 +554,21 @@ static void ck_plan_refusal(args_t *a, const char *resume, const char *const *ex
     run_free(&r);
 }
 
+// A fresh run (no --resume) saving into dir, which holds checkpoints up to newest: refused
+// before any work with the one line that says which --resume continues them.
+static void fresh_save_refused(args_t *a, const char *dir, const char *newest, const char *resume) {
+    char want[4096];
+    train_args(a, base_crash);
+    arg(a, "--steps=3");
+    argf(a, "--save=%s", dir);
+    run_t r = run(a, NULL);
+    ck_refused(&r, "--save over another run's checkpoints", 1);
+    snprintf(want, sizeof want, "tiertrain: --save %s: holds another run's checkpoints (newest %s): continue them "
+             "(--resume %s), or give a new --save directory\n", dir, newest, resume);
+    ck_assert_str_eq(r.err, want);
+    run_free(&r);
+}
+
 START_TEST(refusals) {
     args_t *a = malloc(sizeof *a);
     char dir[1200], folder[1300], want[4096];
@@ -634,15 +649,7 @@ START_TEST(refusals) {
     ck_plan_refusal(a, missing, NULL, 3, want);
 
     // a fresh run saving where another run's checkpoints are: refused before any work
-    train_args(a, base_crash);
-    arg(a, "--steps=3");
-    argf(a, "--save=%s", dir);
-    r = run(a, NULL);
-    ck_refused(&r, "--save over another run's checkpoints", 1);
-    snprintf(want, sizeof want, "tiertrain: --save %s: holds another run's checkpoints (newest %s): continue them "
-             "(--resume %s), or give a new --save directory\n", dir, folder, dir);
-    ck_assert_str_eq(r.err, want);
-    run_free(&r);
+    fresh_save_refused(a, dir, folder, dir);
 
     // --save-every without --save
     train_args(a, base_crash);
@@ -662,15 +669,7 @@ START_TEST(refusals) {
     char latest_file[1300];
     snprintf(latest_file, sizeof latest_file, "%s/latest", dir);
     ck_assert_int_eq(unlink(latest_file), 0);
-    train_args(a, base_crash);
-    arg(a, "--steps=3");
-    argf(a, "--save=%s", dir);
-    r = run(a, NULL);
-    ck_refused(&r, "--save over checkpoints without latest", 1);
-    snprintf(want, sizeof want, "tiertrain: --save %s: holds another run's checkpoints (newest %s): continue them "
-             "(--resume %s), or give a new --save directory\n", dir, folder, folder);
-    ck_assert_str_eq(r.err, want);
-    run_free(&r);
+    fresh_save_refused(a, dir, folder, folder);
     train_args(a, base_crash);
     arg(a, "--steps=3");
     argf(a, "--save=%s", dir);
