@@ -68,9 +68,7 @@ static int write_text(const char *path, const char *text, char *err, size_t errl
 }
 
 static int fsync_dir(const char *dir, char *err, size_t errlen) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int rc = fd < 0 || fsync(fd) != 0 ? -errno : 0;
-    if (fd >= 0) close(fd);
+    int rc = dir_fsync(dir);
     if (rc != 0) ERR("%s: fsync: %s", dir, strerror(-rc));
     return rc;
 }

@@ -573,14 +573,10 @@ int data_tokenize(const char *in_path, const char *out_path) {
         notice("tokenize: rename %s to %s: %s", tmp, out_path, strerror(errno));
         goto fail;
     }
-    // Make the rename itself durable.
+    // Make the rename itself durable (best effort: the tokens are written and in place).
     char dir[TT_PATH_MAX];
-    const char *slash = strrchr(out_path, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == out_path) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - out_path), out_path);
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) { fsync(dfd); close(dfd); }
+    path_dir(out_path, dir, sizeof dir);
+    (void)dir_fsync(dir);
     free(buf);
     free(tok);
     close(in);

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "json.h"
+#include "util.h" // uses: path_dir, dir_fsync
 
 #define PROFILE_VERSION 1
 #define PROFILE_MAX_BYTES 65536 // a written profile is ~300 bytes; anything this big is not one
@@ -377,19 +378,11 @@ int profile_save(const profile_t *p, const char *path, char *err, size_t errlen)
         return rc;
     }
     // Make the rename itself durable: fsync the folder.
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || fsync(dfd) != 0) {
-        int e = errno;
-        if (dfd >= 0) close(dfd);
+    path_dir(path, dir, sizeof dir);
+    if ((rc = dir_fsync(dir)) != 0) {
         snprintf(err, errlen, "profile %s: fsync of folder %s failed: %s (the file is written but may not survive a crash)", path, dir,
-                 strerror(e));
-        return -e;
+                 strerror(-rc));
+        return rc;
     }
-    close(dfd);
     return 0;
 }

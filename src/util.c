@@ -9,7 +9,9 @@
 #include <strings.h>
 #include <limits.h>   // uses: PATH_MAX
 #include <sys/mman.h> // uses: madvise
+#include <fcntl.h>    // uses: open (dir_fsync)
 #include <sys/stat.h> // uses: stat
+#include <unistd.h>   // uses: fsync, close
 #include <time.h>
 
 void *malloc_check(size_t size, const char *file, int line) {
@@ -102,6 +104,13 @@ void path_dir(const char *path, char *buf, size_t len) {
     if (!slash) snprintf(buf, len, ".");
     else if (slash == path) snprintf(buf, len, "/");
     else snprintf(buf, len, "%.*s", (int)(slash - path), path);
+}
+
+int dir_fsync(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = fd < 0 || fsync(fd) != 0 ? -errno : 0;
+    if (fd >= 0) close(fd);
+    return rc;
 }
 
 // path resolved: realpath where it exists, else its directory's realpath and its last name.

@@ -50,6 +50,8 @@ double now_ms(void); // CLOCK_MONOTONIC in milliseconds
 
 // The directory part of path ("." when there is none, "/" for a name at the root) into buf.
 void path_dir(const char *path, char *buf, size_t len);
+// fsync of folder dir (a rename in it made durable): 0 or -errno.
+int dir_fsync(const char *dir);
 // Whether paths a and b name one file: the same inode where both exist, else the same path
 // once each one's directory is resolved (two outputs not yet written). Empty: never.
 int path_same_file(const char *a, const char *b);
