@@ -76,7 +76,7 @@ void cli_help(FILE *out, command_t cmd) {
         fprintf(out, "tiertrain %s: trains Llama-style transformers whose parameters, gradients and optimizer\n"
                      "states are spread over device memory, pinned host memory and NVMe.\n\nusage:\n", TT_VERSION);
         for (int i = 0; i < CLI_NCOMMANDS; i++) {
-            char left[96];
+            char left[256]; // the longest usage (eval's) is 95 characters: a 96-byte buffer cut it
             snprintf(left, sizeof left, "  %s", cli_commands[i].usage);
             help_line(out, left, cli_commands[i].about);
         }

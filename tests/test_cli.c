@@ -78,6 +78,14 @@ static void parse(config_t *cfg, const char *const *args) {
     cli_parse(n, argv, cfg);
 }
 
+// Whether help text has a line "  TEXT" followed by spaces or the line's end.
+static int help_has_line_starting(const char *help, const char *text) {
+    size_t n = strlen(text);
+    for (const char *p = strstr(help, text); p; p = strstr(p + 1, text))
+        if (p - help >= 3 && p[-1] == ' ' && p[-2] == ' ' && p[-3] == '\n' && (p[n] == ' ' || p[n] == '\n')) return 1;
+    return 0;
+}
+
 // Whether help text has a line that documents flag (long) — "  --name" or "  -x, --name".
 static int help_has_flag(const char *help, const char *name, char short_name) {
     char want[64];
@@ -343,6 +351,9 @@ START_TEST(test_help_lists_every_flag) {
         ck_assert_msg(help_has_flag(help, name, cli_flag_short(i)), "%s missing from tiertrain --help", name);
     }
     ck_assert(strstr(help, "tiertrain train") && strstr(help, "tiertrain tokenize IN.txt -o OUT.bin"));
+    for (int i = 0; i < CLI_NCOMMANDS; i++) // each usage whole, on a line of its own
+        ck_assert_msg(help_has_line_starting(help, cli_commands[i].usage), "--help lacks the whole usage \"%s\"",
+                      cli_commands[i].usage);
     free(help);
     free(help_h);
 }
