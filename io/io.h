@@ -234,7 +234,7 @@ const char *nvme_store_file(const nvme_store_t *s, int i);
 // Maps a store offset to (file index, file offset): the striping rule above.
 void nvme_store_locate(const nvme_store_t *s, uint64_t off, int *file, uint64_t *foff);
 
-// ---------------------------------------------------------------- sizes (io/size.c)
+// ---------------------------------------------------------------- sizes and lines (io/size.c)
 // The size syntax of every flag and message, here because io/ is the leaf that needs it first
 // (fault specs, space errors) and src/util.h's parse_size / format_bytes are these.
 // "512M", "4G", "1.5GiB", "4096", "64k" -> bytes: K/M/G/T and KiB/MiB/GiB/TiB are powers of

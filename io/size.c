@@ -1,7 +1,10 @@
-// size.c — the size syntax (see io.h): parsing "512M" / "1.5GiB" and printing bytes. No state.
+// size.c — the size syntax (see io.h): parsing "512M" / "1.5GiB" and printing bytes; and the
+// one printer of "tiertrain: <msg>" lines. The leaf that src/util.c's parse_size, format_bytes
+// and errors stand on, with no state and nothing else of io/ (so data.c's fuzz target links it).
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,4 +68,11 @@ char *io_format_bytes(char *buf, size_t len, uint64_t bytes) {
     if (u == 0) snprintf(buf, len, "%llu B", (unsigned long long)bytes);
     else snprintf(buf, len, "%.1f %s", v, units[u]);
     return buf;
+}
+
+void io_vnotice(const char *fmt, va_list ap) {
+    char buf[2048];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    fprintf(stderr, "tiertrain: %s\n", buf);
+    fflush(stderr);
 }

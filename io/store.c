@@ -41,13 +41,6 @@ void io_notice(nvme_store_t *s, const char *fmt, ...) {
     va_end(ap);
 }
 
-void io_vnotice(const char *fmt, va_list ap) {
-    char buf[2048];
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    fprintf(stderr, "tiertrain: %s\n", buf);
-    fflush(stderr);
-}
-
 void io_say(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
