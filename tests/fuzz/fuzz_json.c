@@ -2,7 +2,7 @@
 // non-empty line naming the document; an accepted tree must be consistent (strings valid
 // UTF-8 and NUL-terminated, numbers finite, every key found by json_get) and must survive
 // write → parse unchanged (strings through json_escape, numbers as their text).
-// Built by tests/fuzz/run.sh (`make fuzz`), not by CMake.
+// Built by tests/fuzz/run.sh (`make fuzz`; CTest's test_fuzz_replay runs its corpus once), not by CMake.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

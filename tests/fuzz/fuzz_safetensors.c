@@ -3,7 +3,7 @@
 // the file; an accepted file must read every tensor in full and in two pieces, find every
 // name, and come back the same through the writer: written again (same tensors, metadata,
 // data) and reopened, it has the same tensors at the same offsets with the same bytes.
-// Built by tests/fuzz/run.sh (`make fuzz`), not by CMake.
+// Built by tests/fuzz/run.sh (`make fuzz`; CTest's test_fuzz_replay runs its corpus once), not by CMake.
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
 // 65536 and 1000) and as raw text. data_open reports bad input as -errno plus one line (it
 // never exits), so a rejection must be exactly that; an accepted file must give batches whose
 // tokens are all < V, with targets shifted by one, and splits that add up to the file.
-// Built by tests/fuzz/run.sh (`make fuzz`), not by CMake.
+// Built by tests/fuzz/run.sh (`make fuzz`; CTest's test_fuzz_replay runs its corpus once), not by CMake.
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>

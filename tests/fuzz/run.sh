@@ -8,14 +8,45 @@
 # target, else 0: one after another).
 # Installs clang-14 and libfuzzer-14-dev with apt-get when either is missing (as root;
 # otherwise prints the command and exits 1). Idempotent.
+#
+# `run.sh replay OUT_DIR` (CTest's test_fuzz_replay) builds the same targets from the same
+# sources with $CC (default cc: no clang, no libFuzzer) under ASan and UBSan and a main that
+# runs each committed corpus input once (replay.c): the targets keep linking with what they
+# fuzz, and every seed and past finding stays a regression test. Exits 1 on any finding.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+mode=fuzz
+if [[ ${1:-} == replay ]]; then mode=replay; FUZZ_DIR=${2:?usage: run.sh replay OUT_DIR}; fi
 secs=${FUZZ_SECONDS:-600}
 out=${FUZZ_DIR:-$root/build-fuzz}
 cc=${FUZZ_CC:-clang-14}
 read -r -a targets <<< "${FUZZ_TARGETS:-json safetensors tokens}"
 cores=$(nproc 2>/dev/null || echo 1)
 parallel=${FUZZ_PARALLEL:-$([[ $cores -ge ${#targets[@]} ]] && echo 1 || echo 0)}
+
+# The sources each target needs, beside tests/fuzz/fuzz_<target>.c: only these, so that a
+# leaf that grows a dependency shows here (the one list for both modes).
+declare -A srcs=(
+  [json]="src/json.c"
+  [safetensors]="src/json.c src/safetensors.c io/crc32c.c"
+  [tokens]="src/data.c src/util.c io/size.c"
+)
+
+if [[ $mode == replay ]]; then
+  mkdir -p "$out"
+  for t in "${targets[@]}"; do
+    s=()
+    for f in ${srcs[$t]}; do s+=("$root/$f"); done
+    "${CC:-cc}" -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -Wall -Wextra -Werror \
+      -fsanitize=address,undefined -fno-sanitize-recover=undefined -I"$root/src" -I"$root/io" \
+      "$root/tests/fuzz/fuzz_$t.c" "$root/tests/fuzz/replay.c" "${s[@]}" -lm -o "$out/replay_$t"
+    echo "fuzz replay: $t"
+    "$out/replay_$t" "$root/tests/fuzz/corpus/$t" > "$out/replay_$t.log" 2>&1 ||
+      { cat "$out/replay_$t.log"; echo "fuzz replay: $t: a finding (above)" >&2; exit 1; }
+    tail -1 "$out/replay_$t.log"
+  done
+  exit 0
+fi
 
 # ---------------------------------------------------------------- toolchain
 missing=()
@@ -37,11 +68,6 @@ fi
 # ---------------------------------------------------------------- build
 flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -Wall -Wextra -Werror
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$root/src" -I"$root/io")
-declare -A srcs=(
-  [json]="src/json.c"
-  [safetensors]="src/json.c src/safetensors.c io/crc32c.c"
-  [tokens]="src/data.c src/util.c io/size.c"
-)
 declare -A maxlen=([json]=4096 [safetensors]=8192 [tokens]=8192)
 mkdir -p "$out"
 for t in "${targets[@]}"; do
