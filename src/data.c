@@ -1,9 +1,10 @@
 // data.c — token sources behind data.h: the built-in synthetic corpus (generated in memory
-// at open), raw text files (bytes are tokens) and llm.c token files (*.bin), both mapped
-// read-only. Validates everything on open (header, exact size, every token < V, enough
-// tokens for a batch), then splits: the last 5% (at least one micro-batch) is held out.
-// Also `tiertrain tokenize`, which writes the llm.c format atomically.
-// Does not shuffle, sample or know the model beyond V, T and B. Called by train/plan and main.
+// at open), raw text files (bytes are tokens) and llm.c token files (*.bin: GPT-2's uint16
+// tokens or Llama 3's uint32), both mapped read-only. Validates everything on open (header,
+// exact size, every token < V, enough tokens for a batch), then splits: the last 5% (at least
+// one micro-batch) is held out. Also `tiertrain tokenize`, which writes the llm.c format
+// (uint16) atomically. Does not shuffle, sample or know the model beyond V, T and B. Called by
+// train/plan, eval and main.
 #include "data.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -19,21 +20,34 @@
 #include "util.h" // uses: splitmix64, mallocCheck, notice
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "llm.c token files are little-endian; this reader maps them as host uint16"
+#error "llm.c token files are little-endian; this reader maps them as host uint16/uint32"
 #endif
 
-#define LLMC_MAGIC 20240520
-#define LLMC_VERSION 1
 #define LLMC_HEADER_INTS 256
 #define LLMC_HEADER_BYTES (LLMC_HEADER_INTS * 4)
 #define VAL_PERCENT 5
 #define SYNTH_SEED 0x7e57c0de5eedULL   // fixed: the corpus never depends on --seed
 #define SYNTH_BYTES (1536u * 1024u)    // 1.5 MiB unless a batch needs more
 #define SYNTH_MAX_BYTES (256u << 20)
+#define VOCAB_MAX (1u << 24)           // --vocab's bound (cli_table.c)
+
+// llm.c's token files: a header of 256 little-endian int32 (magic, version, token count),
+// then the tokens, uint16 in GPT-2's format (what tokenize writes) and uint32 in Llama 3's
+// (llm.c dev/data/data_common.py), for vocabularies above 65536 (Llama 3's 128256).
+typedef struct {
+    int32_t magic, version;
+    int width;             // bytes a token
+    const char *name, *fix; // the format; how to remake a damaged file of it
+} llmc_format_t;
+static const llmc_format_t llmc_formats[] = {
+    {20240520, 1, 2, "uint16 tokens", "remake it with tiertrain tokenize"},
+    {20240801, 7, 4, "uint32 tokens", "remake it with the tokenizer that wrote it"},
+};
 
 struct data {
-    const uint8_t *u8;    // (n) byte tokens: synthetic or text; NULL for .bin
-    const uint16_t *u16;  // (n) llm.c tokens; NULL otherwise
+    const void *tok;      // (n) the tokens: bytes (synthetic, text), or an llm.c file's uint16 or uint32
+    int width;            // bytes a token: 1, 2 or 4
+    const char *kind;     // "built-in corpus", "text", "llm.c uint16 tokens", ...
     size_t n;
     size_t start[2], len[2], pos[2]; // per split: first token, tokens, next window
     size_t bt;            // B·T tokens per micro-batch
@@ -42,6 +56,23 @@ struct data {
     uint8_t *owned;       // the synthetic corpus
     char desc[TT_PATH_MAX + 96];
 };
+
+static uint32_t token_at(const data_t *d, size_t i) {
+    switch (d->width) {
+    case 4: return ((const uint32_t *)d->tok)[i];
+    case 2: return ((const uint16_t *)d->tok)[i];
+    default: return ((const uint8_t *)d->tok)[i];
+    }
+}
+
+// out[i] = token at + i for i < n (one switch, then the loop: the step's inputs are B·T of these)
+static void tokens_copy(const data_t *d, size_t at, size_t n, int *out) {
+    switch (d->width) {
+    case 4: for (size_t i = 0; i < n; i++) out[i] = (int)((const uint32_t *)d->tok)[at + i]; break;
+    case 2: for (size_t i = 0; i < n; i++) out[i] = ((const uint16_t *)d->tok)[at + i]; break;
+    default: for (size_t i = 0; i < n; i++) out[i] = ((const uint8_t *)d->tok)[at + i]; break;
+    }
+}
 
 // ---------------------------------------------------------------- synthetic corpus
 // Lines of five kinds, each with structure a small model can learn from context:
@@ -337,7 +368,7 @@ int data_open(data_t **out, const config_t *cfg, char *err, size_t errlen) {
     const char *path = cfg->data;
     d->bt = (size_t)cfg->B * (size_t)cfg->T;
     size_t need = d->bt + 1; // one micro-batch window
-    const char *kind;
+    d->width = 1;
 
     if (strcmp(path, "synthetic") == 0) {
         if (cfg->V < 128)
@@ -350,9 +381,9 @@ int data_open(data_t **out, const config_t *cfg, char *err, size_t errlen) {
             return fail(d, -EINVAL, err, errlen, "--data synthetic: --batch %d x --seq %d needs a %zu-byte corpus "
                         "(accepted: at most %u; lower --batch or --seq)", cfg->B, cfg->T, bytes, SYNTH_MAX_BYTES);
         d->owned = synth_generate(bytes);
-        d->u8 = d->owned;
+        d->tok = d->owned;
         d->n = bytes;
-        kind = "built-in corpus";
+        d->kind = "built-in corpus";
     } else if (ends_with(path, ".bin")) {
         size_t size = 0;
         int rc = map_file(d, path, &size, err, errlen);
@@ -362,41 +393,47 @@ int data_open(data_t **out, const config_t *cfg, char *err, size_t errlen) {
                         "alone is %d bytes; give a .bin from tiertrain tokenize)", path, size, LLMC_HEADER_BYTES);
         int32_t h[LLMC_HEADER_INTS];
         memcpy(h, d->map, sizeof h);
-        if (h[0] != LLMC_MAGIC)
-            return fail(d, -EINVAL, err, errlen, "--data %s: bad magic %d, not an llm.c token file (accepted: magic %d; "
-                        "raw text must not end in .bin)", path, h[0], LLMC_MAGIC);
-        if (h[1] != LLMC_VERSION)
-            return fail(d, -EINVAL, err, errlen, "--data %s: unsupported version %d (accepted: %d; remake it with "
-                        "tiertrain tokenize)", path, h[1], LLMC_VERSION);
+        const llmc_format_t *f = NULL;
+        for (size_t i = 0; i < sizeof llmc_formats / sizeof *llmc_formats; i++)
+            if (h[0] == llmc_formats[i].magic) f = &llmc_formats[i];
+        if (!f)
+            return fail(d, -EINVAL, err, errlen, "--data %s: bad magic %d, not an llm.c token file (accepted: magic "
+                        "20240520 for uint16 tokens, 20240801 for uint32; raw text must not end in .bin)", path, h[0]);
+        if (h[1] != f->version)
+            return fail(d, -EINVAL, err, errlen, "--data %s: unsupported version %d for magic %d (accepted: %d; %s)",
+                        path, h[1], f->magic, f->version, f->fix);
         if (h[2] < 0)
             return fail(d, -EINVAL, err, errlen, "--data %s: negative token count %d in the header (a damaged file: "
-                        "remake it with tiertrain tokenize)", path, h[2]);
-        size_t count = (size_t)h[2], want = LLMC_HEADER_BYTES + 2 * count;
+                        "%s)", path, h[2], f->fix);
+        size_t count = (size_t)h[2], want = LLMC_HEADER_BYTES + (size_t)f->width * count;
         if (size < want)
-            return fail(d, -EINVAL, err, errlen, "--data %s: truncated: the header says %zu tokens (%zu bytes), the "
-                        "file has %zu bytes (a cut-short copy? remake it with tiertrain tokenize)", path, count, want,
-                        size);
+            return fail(d, -EINVAL, err, errlen, "--data %s: truncated: the header says %zu %s (%zu bytes), the "
+                        "file has %zu bytes (a cut-short copy? %s)", path, count, f->name, want, size, f->fix);
         if (size > want)
-            return fail(d, -EINVAL, err, errlen, "--data %s: %zu bytes, more than the %zu that the header's %zu tokens "
-                        "need (trailing data: a damaged file; remake it with tiertrain tokenize)", path, size, want,
-                        count);
-        d->u16 = (const uint16_t *)((const char *)d->map + LLMC_HEADER_BYTES);
+            return fail(d, -EINVAL, err, errlen, "--data %s: %zu bytes, more than the %zu that the header's %zu %s "
+                        "need (trailing data: a damaged file; %s)", path, size, want, count, f->name, f->fix);
+        d->tok = (const char *)d->map + LLMC_HEADER_BYTES;
+        d->width = f->width;
         d->n = count;
         size_t bad = count;
-        uint16_t maxtok = 0;
+        uint32_t maxtok = 0;
         for (size_t i = 0; i < count; i++) {
-            uint16_t t = d->u16[i];
+            uint32_t t = token_at(d, i);
             if (t >= (unsigned)cfg->V && bad == count) bad = i;
             if (t > maxtok) maxtok = t;
         }
         if (bad < count && cfg->command == CMD_EVAL) // the vocabulary is the checkpoint's, no flag's
             return fail(d, -EINVAL, err, errlen, "--data %s: token %u at index %zu is outside the model's vocabulary of "
-                        "%d (the file's largest token is %u: give data tokenized for this model)", path, d->u16[bad],
-                        bad, cfg->V, maxtok);
+                        "%d (the file's largest token is %u: give data tokenized for this model)", path,
+                        token_at(d, bad), bad, cfg->V, maxtok);
+        if (bad < count && maxtok >= VOCAB_MAX)
+            return fail(d, -EINVAL, err, errlen, "--data %s: token %u at index %zu is >= --vocab %d, and the file's "
+                        "largest token, %u, is beyond any vocabulary (--vocab is at most %u: a damaged file? %s)",
+                        path, token_at(d, bad), bad, cfg->V, maxtok, VOCAB_MAX, f->fix);
         if (bad < count)
             return fail(d, -EINVAL, err, errlen, "--data %s: token %u at index %zu is >= --vocab %d (the file's largest "
-                        "token is %u: use --vocab >= %u)", path, d->u16[bad], bad, cfg->V, maxtok, maxtok + 1u);
-        kind = "llm.c tokens";
+                        "token is %u: use --vocab >= %u)", path, token_at(d, bad), bad, cfg->V, maxtok, maxtok + 1u);
+        d->kind = f->width == 2 ? "llm.c uint16 tokens" : "llm.c uint32 tokens";
     } else {
         size_t size = 0;
         int rc = map_file(d, path, &size, err, errlen);
@@ -404,9 +441,9 @@ int data_open(data_t **out, const config_t *cfg, char *err, size_t errlen) {
         if (cfg->V < 256)
             return fail(d, -EINVAL, err, errlen, "--data %s: a text file's bytes are tokens 0..255, which needs --vocab "
                         ">= 256 (got --vocab %d; or give an llm.c .bin token file)", path, cfg->V);
-        d->u8 = d->map;
+        d->tok = d->map;
         d->n = size;
-        kind = "text";
+        d->kind = "text";
     }
 
     // Held out: the last 5%, at least one micro-batch window; training needs one too.
@@ -423,7 +460,7 @@ int data_open(data_t **out, const config_t *cfg, char *err, size_t errlen) {
     d->len[DATA_TRAIN] = d->n - val;
     d->start[DATA_VAL] = d->n - val;
     d->len[DATA_VAL] = val;
-    snprintf(d->desc, sizeof d->desc, "%s (%s, %zu tokens: %zu train, %zu held out)", path, kind, d->n,
+    snprintf(d->desc, sizeof d->desc, "%s (%s, %zu tokens: %zu train, %zu held out)", path, d->kind, d->n,
              d->len[DATA_TRAIN], d->len[DATA_VAL]);
     *out = d;
     return 0;
@@ -431,13 +468,7 @@ int data_open(data_t **out, const config_t *cfg, char *err, size_t errlen) {
 
 void data_next(data_t *d, int split, int *inputs, int *targets) {
     size_t base = d->start[split] + d->pos[split];
-    if (d->u16) {
-        const uint16_t *t = d->u16 + base;
-        for (size_t i = 0; i < d->bt; i++) { inputs[i] = t[i]; targets[i] = t[i + 1]; }
-    } else {
-        const uint8_t *t = d->u8 + base;
-        for (size_t i = 0; i < d->bt; i++) { inputs[i] = t[i]; targets[i] = t[i + 1]; }
-    }
+    data_window(d, base, d->bt, inputs, targets);
     // Advance by B·T; the next window (B·T+1 tokens) must fit in the split, else wrap.
     d->pos[split] += d->bt;
     if (d->pos[split] + d->bt + 1 > d->len[split]) d->pos[split] = 0;
@@ -453,11 +484,14 @@ int data_seek(data_t *d, int split, uint64_t pos) {
     return 0;
 }
 
-void data_raw(const data_t *d, const uint8_t **u8, const uint16_t **u16, size_t *n) {
-    *u8 = d->u8;
-    *u16 = d->u16;
-    *n = d->n;
+void data_window(const data_t *d, size_t at, size_t n, int *inputs, int *targets) {
+    tokens_copy(d, at, n, inputs);
+    tokens_copy(d, at + 1, n, targets);
 }
+
+size_t data_count(const data_t *d) { return d->n; }
+
+const char *data_kind(const data_t *d) { return d->kind; }
 
 size_t data_tokens(const data_t *d, int split) { return d->len[split]; }
 
@@ -527,7 +561,7 @@ int data_tokenize(const char *in_path, const char *out_path) {
     }
 
     // Header first (count filled in at the end), then tokens as they are read.
-    int32_t header[LLMC_HEADER_INTS] = {LLMC_MAGIC, LLMC_VERSION, 0};
+    int32_t header[LLMC_HEADER_INTS] = {llmc_formats[0].magic, llmc_formats[0].version, 0}; // uint16 tokens
     enum { CHUNK = 1 << 20 };
     uint8_t *buf = mallocCheck(CHUNK);
     uint16_t *tok = mallocCheck(CHUNK * sizeof *tok);

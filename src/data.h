@@ -1,6 +1,8 @@
 // data.h — training/validation tokens: the built-in synthetic corpus, raw text files
-// (bytes are tokens), and llm.c token files (256 int32 header: magic 20240520, version 1,
-// token count; then uint16 tokens). Validated on open; never reads past what it checked.
+// (bytes are tokens), and llm.c token files (256 int32 header: magic, version, token count;
+// then the tokens: uint16 with magic 20240520 version 1, GPT-2's format and tokenize's;
+// uint32 with magic 20240801 version 7, Llama 3's). Validated on open; never reads past
+// what it checked.
 // Does not know about the model beyond V (vocab) and T (sequence length).
 #pragma once
 #include <stddef.h>
@@ -25,8 +27,11 @@ uint64_t data_position(const data_t *d, int split);
 // Continues the split from pos (from data_position of a run over the same data). Returns
 // 0, or -EINVAL when no window fits there (a different data file or batch shape).
 int data_seek(data_t *d, int split, uint64_t pos);
-// The tokens themselves: n of them, one of the two pointers set (bytes, or llm.c uint16).
-void data_raw(const data_t *d, const uint8_t **u8, const uint16_t **u16, size_t *n);
+// Tokens [at, at + n) into inputs and [at + 1, at + n] into targets, counted from the
+// source's first token (not a split's): eval's windows. Needs at + n < data_count(d).
+void data_window(const data_t *d, size_t at, size_t n, int *inputs, int *targets);
+size_t data_count(const data_t *d);            // tokens in the source
+const char *data_kind(const data_t *d);        // "built-in corpus", "text", "llm.c uint16 tokens" or "... uint32 ..."
 size_t data_tokens(const data_t *d, int split); // tokens in the split
 const char *data_describe(const data_t *d);    // e.g. "synthetic (1048576 tokens, 5% held out)"
 void data_free(data_t *d);                     // NULL-safe

@@ -106,10 +106,7 @@ int eval_run(const config_t *cfg) {
     dc.T = 1;
     data_t *data = NULL;
     if ((rc = data_open(&data, &dc, err, sizeof err)) != 0) fail(rc, err);
-    const uint8_t *u8 = NULL;
-    const uint16_t *u16 = NULL;
-    size_t ntok = 0;
-    data_raw(data, &u8, &u16, &ntok);
+    const size_t ntok = data_count(data);
     size_t nuse = cfg->eval_tokens && cfg->eval_tokens < ntok ? (size_t)cfg->eval_tokens : ntok;
     const size_t W = nuse / ((size_t)T + 1);
     if (W == 0) {
@@ -130,7 +127,7 @@ int eval_run(const config_t *cfg) {
             ec.L, ec.C, ec.NH, ec.NKV, ec.NH ? ec.C / ec.NH : 0, ec.F, ec.V, ec.tie ? "tied" : "untied",
             ec.rope_theta, ec.norm_eps, hf ? "" : "; model.safetensors ", hf ? "" : info.model_bf16 ? "bf16" : "fp32");
     fprintf(out, "  data: %s (%s, %zu tokens): %s %zu -> %zu windows of T+1 = %d (%zu tokens left over)\n",
-            cfg->data, u16 ? "llm.c tokens" : strcmp(cfg->data, "synthetic") == 0 ? "built-in corpus" : "text", ntok,
+            cfg->data, data_kind(data), ntok,
             nuse == ntok ? "all" : "the first", nuse, W, T + 1, nuse - W * ((size_t)T + 1));
     fprintf(out, "  run: seq %d (%s), precision %s (%s), batch 1, device %s, threads ", T,
             cfg->seq_given ? "--seq" : hf ? "the folder's max_position_embeddings, at most 1024" : "the checkpoint's",
@@ -159,11 +156,7 @@ int eval_run(const config_t *cfg) {
     progress_t pg;
     progress_begin(&pg, "evaluating (windows)", W, 0);
     for (size_t w = 0; w < W; w++) {
-        size_t base = w * ((size_t)T + 1);
-        for (int i = 0; i < T; i++) {
-            inputs[i] = u16 ? u16[base + i] : u8[base + i];
-            targets[i] = u16 ? u16[base + i + 1] : u8[base + i + 1];
-        }
+        data_window(data, w * ((size_t)T + 1), (size_t)T, inputs, targets);
         trainer_begin_eval(tr, 1);
         double l = trainer_forward(tr, inputs, targets);
         if (trainer_fault(tr)) runtime_error("eval window %zu: %s", w, trainer_fault(tr));

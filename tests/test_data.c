@@ -60,6 +60,18 @@ static void write_bin(const char *path, int32_t magic, int32_t version, int32_t 
     fclose(f);
 }
 
+// The same with uint32 tokens (llm.c's Llama 3 format: magic 20240801, version 7).
+static void write_bin32(const char *path, int32_t magic, int32_t version, int32_t header_count, const uint32_t *tok,
+                        size_t ntok, size_t extra) {
+    int32_t h[256] = {magic, version, header_count};
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert(fwrite(h, sizeof h, 1, f) == 1);
+    if (ntok) ck_assert(fwrite(tok, 4, ntok, f) == ntok);
+    for (size_t i = 0; i < extra; i++) fputc(0, f);
+    fclose(f);
+}
+
 // Tokens 0, 1, 2, ... (mod 60000): every position's token says where it came from.
 static uint16_t *counter_tokens(size_t n) {
     uint16_t *t = malloc(n * sizeof *t);
@@ -228,6 +240,41 @@ START_TEST(test_batches_consecutive) {
 }
 END_TEST
 
+// A uint32 token file: every token comes back whole, above 65535 too, in the same windows
+// as the uint16 file's (token i is 100000 + 7i, so a byte or half read wrong shows).
+START_TEST(test_uint32_tokens) {
+    const size_t n = 5000;
+    uint32_t *tok = malloc(n * sizeof *tok);
+    for (size_t i = 0; i < n; i++) tok[i] = 100000u + 7u * (uint32_t)i;
+    write_bin32(path_in("w.bin"), 20240801, 7, (int32_t)n, tok, n, 0);
+    free(tok);
+    config_t c;
+    const int B = 2, T = 9, BT = 2 * 9;
+    config_for(&c, path_in("w.bin"), 100000 + 7 * 5000, B, T);
+    data_t *d = NULL;
+    char err[1024];
+    ck_assert_msg(data_open(&d, &c, err, sizeof err) == 0, "%s", err);
+    ck_assert_uint_eq(data_count(d), n);
+    ck_assert_str_eq(data_kind(d), "llm.c uint32 tokens");
+    ck_assert_uint_eq(data_tokens(d, DATA_TRAIN) + data_tokens(d, DATA_VAL), n);
+    int x[18], y[18];
+    size_t pos = 0, ntrain = data_tokens(d, DATA_TRAIN);
+    int bad = -1, s = 0;
+    for (; s < 600 && bad < 0; s++) {
+        data_next(d, DATA_TRAIN, x, y);
+        for (int i = 0; i < BT && bad < 0; i++)
+            if (x[i] != 100000 + 7 * (int)(pos + (size_t)i) || y[i] != x[i] + 7) bad = i;
+        if (bad < 0) pos = pos + BT + BT + 1 > ntrain ? 0 : pos + BT;
+    }
+    ck_assert_msg(bad < 0, "batch %d [%d]: got (%d, %d) at position %zu", s - 1, bad, bad >= 0 ? x[bad] : 0,
+                  bad >= 0 ? y[bad] : 0, pos);
+    data_window(d, n - 11, 10, x, y); // the file's last tokens, from the source's start
+    ck_assert_int_eq(x[0], 100000 + 7 * (int)(n - 11));
+    ck_assert_int_eq(y[9], 100000 + 7 * (int)(n - 1));
+    data_free(d);
+}
+END_TEST
+
 // The held-out split is the last 5% (at least one window), and no window of either split
 // reads a token of the other.
 START_TEST(test_val_split_disjoint) {
@@ -326,14 +373,15 @@ END_TEST
 // ---------------------------------------------------------------- faults
 
 typedef enum { F_MAGIC, F_VERSION, F_TRUNCATED, F_TOO_LARGE, F_TOKEN, F_SHORT, F_TINY_FILE, F_NEG_COUNT,
-               F_TEXT_VOCAB, F_TEXT_EMPTY, F_MISSING, F_DIR, F_SYNTH_VOCAB, F_COUNT } fault_t;
+               F_TEXT_VOCAB, F_TEXT_EMPTY, F_MISSING, F_DIR, F_SYNTH_VOCAB, F_WIDE_VERSION, F_WIDE_HALVES,
+               F_WIDE_TOKEN, F_WIDE_HUGE, F_COUNT } fault_t;
 
 typedef struct { const char *name; const char *needle[3]; } fault_case_t;
 
 static const fault_case_t faults[F_COUNT] = {
-    [F_MAGIC] = {"magic.bin", {"bad magic 12345", "20240520"}},
-    [F_VERSION] = {"version.bin", {"version 2", "accepted: 1; remake it with tiertrain tokenize"}},
-    [F_TRUNCATED] = {"trunc.bin", {"truncated", "1000 tokens", "3023 bytes (a cut-short copy? remake it"}},
+    [F_MAGIC] = {"magic.bin", {"bad magic 12345", "20240520 for uint16 tokens, 20240801 for uint32"}},
+    [F_VERSION] = {"version.bin", {"version 2 for magic 20240520", "accepted: 1; remake it with tiertrain tokenize"}},
+    [F_TRUNCATED] = {"trunc.bin", {"truncated", "1000 uint16 tokens", "3023 bytes (a cut-short copy? remake it"}},
     [F_TOO_LARGE] = {"large.bin", {"3025 bytes", "3024", "trailing data: a damaged file; remake it"}},
     [F_TOKEN] = {"token.bin", {"token 300", "index 437", "--vocab 256"}},
     [F_SHORT] = {"short.bin", {"100 tokens", "too few", "at least 130"}},
@@ -344,6 +392,11 @@ static const fault_case_t faults[F_COUNT] = {
     [F_MISSING] = {"missing.bin", {"No such file"}},
     [F_DIR] = {"adir", {"not a regular file"}},
     [F_SYNTH_VOCAB] = {"synthetic", {"--vocab 100", ">= 128"}},
+    [F_WIDE_VERSION] = {"wversion.bin", {"version 1 for magic 20240801", "(accepted: 7; remake it with the tokenizer"}},
+    // uint16 tokens under the uint32 magic: half the bytes the header's count needs
+    [F_WIDE_HALVES] = {"whalves.bin", {"truncated", "1000 uint32 tokens (5024 bytes)", "the file has 3024 bytes"}},
+    [F_WIDE_TOKEN] = {"wtoken.bin", {"token 70000 at index 3 is >= --vocab 65536", "use --vocab >= 70001"}},
+    [F_WIDE_HUGE] = {"whuge.bin", {"token 4294967295 at index 8", "beyond any vocabulary (--vocab is at most 16777216"}},
 };
 
 START_TEST(test_bad_file) {
@@ -367,6 +420,15 @@ START_TEST(test_bad_file) {
     case F_MISSING: break;
     case F_DIR: mkdir(path, 0755); break;
     case F_SYNTH_VOCAB: V = 100; break;
+    case F_WIDE_VERSION: case F_WIDE_HALVES: case F_WIDE_TOKEN: case F_WIDE_HUGE: {
+        uint32_t wide[1000];
+        for (int i = 0; i < 1000; i++) wide[i] = (uint32_t)i;
+        if (_i == F_WIDE_TOKEN) wide[3] = 70000;
+        if (_i == F_WIDE_HUGE) wide[8] = 0xffffffffu;
+        if (_i == F_WIDE_HALVES) write_bin(path, 20240801, 7, 1000, tok, 1000, 0);
+        else write_bin32(path, 20240801, _i == F_WIDE_VERSION ? 1 : 7, 1000, wide, 1000, 0);
+        break;
+    }
     case F_COUNT: break;
     }
     free(tok);
@@ -440,6 +502,7 @@ static Suite *data_suite(void) {
     tcase_add_test(core, test_tokenize_round_trip);
     tcase_add_test(core, test_tokenize_binary);
     tcase_add_test(core, test_batches_consecutive);
+    tcase_add_test(core, test_uint32_tokens);
     tcase_add_loop_test(core, test_val_split_disjoint, 0, 2);
     tcase_add_test(core, test_synthetic);
     tcase_add_test(core, test_synthetic_large_batch);

@@ -3,9 +3,10 @@
 // its counts (windows = floor(N / (T+1)), tokens = windows·T); the same number through the
 // folder, the --save directory and DIR/latest; the loss against an in-test forward of the
 // same windows on a trainer loaded through the C API (one window, two windows with a dropped
-// partial one, all of them: equal to the last bit); --seq and the checkpoint's precision; and
-// the bad-input messages, exactly. Needs no python or torch (tests/ref/check_export.py is
-// the check against an independent PyTorch model: `make check-export`).
+// partial one, all of them: equal to the last bit); --seq and the checkpoint's precision; the
+// text's tokens as llm.c files of both widths (eval and train give the text's bits); and the
+// bad-input messages, exactly. Needs no python or torch (tests/ref/check_export.py is the
+// check against an independent PyTorch model: `make check-export`).
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -242,6 +243,93 @@ START_TEST(seq_flag) {
 }
 END_TEST
 
+// ---------------------------------------------------------------- llm.c token files
+
+// The text file's bytes, each plus add, as an llm.c token file of width-byte tokens.
+static void write_llmc(const char *path, int32_t magic, int32_t version, int width, uint32_t add) {
+    char *text = tu_slurp(g_text);
+    ck_assert(text != NULL);
+    int32_t h[256] = {magic, version, (int32_t)g_ntext};
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f != NULL, "cannot write %s", path);
+    ck_assert(fwrite(h, sizeof h, 1, f) == 1);
+    for (size_t i = 0; i < g_ntext; i++) {
+        uint32_t t = (unsigned char)text[i] + add;
+        uint16_t t16 = (uint16_t)t;
+        ck_assert(width == 4 ? fwrite(&t, 4, 1, f) == 1 : fwrite(&t16, 2, 1, f) == 1);
+    }
+    ck_assert(fclose(f) == 0);
+    free(text);
+}
+
+// The hash on train's "done:" line
+static void params_hash_of(const run_t *r, char *hash, size_t len) {
+    ck_assert_msg(r->rc == 0, "train failed (%d): %s", r->rc, r->err);
+    const char *p = strstr(r->out, "params_hash ");
+    ck_assert_msg(p != NULL, "no params_hash in: %s", r->out);
+    snprintf(hash, len, "%.16s", p + 12);
+}
+
+// The text's tokens in GPT-2's format (uint16, magic 20240520) and in Llama 3's (uint32,
+// 20240801 version 7): eval's line over either is the text's, to the bit, and a run trained
+// on either has the same params_hash.
+START_TEST(token_files_agree) {
+    char b16[1300], b32[1300], h_text[17], h16[17], h32[17];
+    snprintf(b16, sizeof b16, "%s/text16.bin", g_dir);
+    snprintf(b32, sizeof b32, "%s/text32.bin", g_dir);
+    write_llmc(b16, 20240520, 1, 2, 0);
+    write_llmc(b32, 20240801, 7, 4, 0);
+    const char *fp32[] = {"--precision", "fp32", NULL};
+    evline_t e = eval(g_save, fp32);
+    for (int k = 0; k < 2; k++) {
+        const char *args[] = {"eval", "--resume", g_save, "--data", k ? b32 : b16, "--precision", "fp32", NULL};
+        run_t r = run(args);
+        evline_t b = parse_eval(&r);
+        ck_assert_str_eq(b.line, e.line);
+        ck_assert_msg(strstr(r.out, k ? "(llm.c uint32 tokens, " : "(llm.c uint16 tokens, "), "%s", r.out);
+        run_free(&r);
+    }
+    const char *data[3] = {g_text, b16, b32};
+    char *hash[3] = {h_text, h16, h32};
+    for (int k = 0; k < 3; k++) {
+        const char *args[] = {"train", "--model", "tiny", "--steps", "2", "--data", data[k], "--eval-every", "0",
+                              "--quiet", NULL};
+        run_t r = run(args);
+        params_hash_of(&r, hash[k], 17);
+        run_free(&r);
+    }
+    ck_assert_str_eq(h16, h_text);
+    ck_assert_str_eq(h32, h_text);
+}
+END_TEST
+
+// Tokens above 65535, which only the uint32 format holds: a vocabulary of 65792 trains on
+// them, and --vocab 65536 is refused with the size that fits.
+START_TEST(wide_tokens_train) {
+    char path[1300], want[2048];
+    snprintf(path, sizeof path, "%s/wide.bin", g_dir);
+    write_llmc(path, 20240801, 7, 4, 65536);
+    const char *args[] = {"train", "--model", "tiny", "--vocab", "65792", "--steps", "2", "--data", path,
+                          "--eval-every", "0", "--quiet", NULL};
+    run_t r = run(args);
+    ck_assert_msg(r.rc == 0, "train failed (%d): %s", r.rc, r.err);
+    ck_assert_msg(strstr(r.out, "(llm.c uint32 tokens, "), "%s", r.out);
+    run_free(&r);
+    char *text = tu_slurp(g_text);
+    unsigned first = (unsigned char)text[0] + 65536u, top = 0;
+    for (size_t i = 0; i < g_ntext; i++)
+        if ((unsigned char)text[i] > top) top = (unsigned char)text[i];
+    free(text);
+    const char *narrow[] = {"train", "--model", "tiny", "--vocab", "65536", "--steps", "2", "--data", path, NULL};
+    snprintf(want, sizeof want, "tiertrain: --data %s: token %u at index 0 is >= --vocab 65536 (the file's largest "
+             "token is %u: use --vocab >= %u)\n", path, first, top + 65536u, top + 65537u);
+    run_t n = run(narrow);
+    ck_assert_msg(n.rc == 2, "exit %d (want 2); stderr: %s", n.rc, n.err);
+    ck_assert_str_eq(n.err, want);
+    run_free(&n);
+}
+END_TEST
+
 // ---------------------------------------------------------------- bad input
 
 static void expect_error(const char *const *args, int rc, const char *msg) {
@@ -321,6 +409,8 @@ int main(void) {
     tcase_add_test(core, two_windows_tail_dropped);
     tcase_add_test(core, all_windows_both_precisions);
     tcase_add_test(core, seq_flag);
+    tcase_add_test(core, token_files_agree);
+    tcase_add_test(core, wide_tokens_train);
     suite_add_tcase(s, core);
     TCase *bad = tcase_create("bad_input");
     tcase_add_unchecked_fixture(bad, setup, teardown);

@@ -82,11 +82,12 @@ def safetensors_seeds():
 
 
 # ---------------------------------------------------------------- tokens (llm.c .bin)
-def bin_file(tokens, magic=20240520, version=1, count=None, extra=b""):
+def bin_file(tokens, magic=20240520, version=1, count=None, extra=b"", width=2):
     header = [0] * 256
     header[0], header[1] = magic, version
     header[2] = len(tokens) if count is None else count
-    return struct.pack("<256i", *header) + struct.pack("<%dH" % len(tokens), *tokens) + extra
+    fmt = "<%d%s" % (len(tokens), "H" if width == 2 else "I")
+    return struct.pack("<256i", *header) + struct.pack(fmt, *tokens) + extra
 
 
 def tokens_seeds():
@@ -101,6 +102,11 @@ def tokens_seeds():
     write("tokens", "bad_negative", bin_file([], count=-5))
     write("tokens", "bad_too_few", bin_file(list(range(20))))
     write("tokens", "bad_header_only", bin_file([])[:600])
+    # llm.c's Llama 3 format: uint32 tokens, magic 20240801, version 7
+    write("tokens", "ok_wide", bin_file(list(text), magic=20240801, version=7, width=4))
+    write("tokens", "bad_wide_token", bin_file([70000] + list(text[:60]), magic=20240801, version=7, width=4))
+    write("tokens", "bad_wide_version", bin_file(list(text[:100]), magic=20240801, version=1, width=4))
+    write("tokens", "bad_wide_halves", bin_file(list(text[:100]), magic=20240801, version=7))
 
 
 if __name__ == "__main__":
