@@ -324,8 +324,8 @@ int checkpoint_check_config(const ckpt_info_t *in, const config_t *c, char *err,
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].ck != f[i].run) {
-            ERR("--resume %s: the checkpoint has %s %lld, this run %s %lld (resume with the checkpoint's model flags)",
-                in->dir, f[i].flag, f[i].ck, f[i].flag, f[i].run);
+            ERR("--resume %s: the checkpoint has %s %lld, this run %s %lld (without %s and --model, --resume takes "
+                "the checkpoint's)", in->dir, f[i].flag, f[i].ck, f[i].flag, f[i].run, f[i].flag);
             return -EINVAL;
         }
     if (in->tie != c->tie) {
@@ -335,13 +335,13 @@ int checkpoint_check_config(const ckpt_info_t *in, const config_t *c, char *err,
     }
     if (in->precision != c->precision) {
         const char *ck = in->precision == PREC_FP32 ? "fp32" : "bf16";
-        ERR("--resume %s: the checkpoint was trained with --precision %s, this run --precision %s (resume with "
-            "--precision %s)", in->dir, ck, c->precision == PREC_FP32 ? "fp32" : "bf16", ck);
+        ERR("--resume %s: the checkpoint was trained with --precision %s, this run --precision %s (drop --precision: "
+            "--resume takes the checkpoint's)", in->dir, ck, c->precision == PREC_FP32 ? "fp32" : "bf16");
         return -EINVAL;
     }
     if (in->rope_theta != c->rope_theta || (float)in->norm_eps != (float)c->norm_eps) {
-        ERR("--resume %s: the checkpoint has --rope-theta %g --norm-eps %g, this run %g %g", in->dir, in->rope_theta,
-            in->norm_eps, c->rope_theta, c->norm_eps);
+        ERR("--resume %s: the checkpoint has --rope-theta %g --norm-eps %g, this run %g %g (drop them: --resume "
+            "takes the checkpoint's)", in->dir, in->rope_theta, in->norm_eps, c->rope_theta, c->norm_eps);
         return -EINVAL;
     }
     return 0;

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "checkpoint.h" // uses: checkpoint_resolve, checkpoint_info (--resume's model)
 #include "comm.h"  // uses: the world (--init-from is read by rank 0)
 #include "hf.h"    // uses: hf_read_config
 #include "model.h" // uses: model_preset, model_preset_names
@@ -446,6 +447,42 @@ static void check_shape(const config_t *c) {
                     "raise --accum)", c->B, c->T, (long long)c->B * c->T);
 }
 
+// --resume (train, plan): the model is the checkpoint's where the run does not say otherwise.
+// A shape flag, --seq or --tie (or --model, for all of them), --rope-theta, --norm-eps or
+// --precision given keeps the run's value, which must then agree: train refuses a difference
+// naming the first flag (checkpoint_check_config), as before. A folder that cannot be read
+// changes nothing here: train reads it again and says why.
+static void apply_resume(config_t *cfg, const parsed_t *ps) {
+    ckpt_info_t *info = calloc(1, sizeof *info);
+    char dir[TT_PATH_MAX], err[1024];
+    if (!info) fail_with(-ENOMEM, "out of memory");
+    // under a launcher rank 0 alone reads the folder and sends what it found, as train does
+    comm_t *w = comm_world();
+    int rc = 0;
+    if (comm_rank(w) == 0 && (rc = checkpoint_resolve(cfg->resume, dir, sizeof dir, err, sizeof err)) == 0)
+        rc = checkpoint_info(dir, info, err, sizeof err);
+    if (comm_size(w) > 1) {
+        char e2[512];
+        if (comm_bcast(w, &rc, sizeof rc, 0, e2, sizeof e2) != 0 || comm_bcast(w, info, sizeof *info, 0, e2, sizeof e2))
+            fail_with(-EIO, "%s", e2);
+    }
+    if (rc == 0) {
+        const int preset = seen(ps, "model");
+        const struct { const char *flag; int *dst, val; } ints[] = {
+            {"layers", &cfg->L, info->L}, {"dim", &cfg->C, info->C},   {"heads", &cfg->NH, info->NH},
+            {"kv-heads", &cfg->NKV, info->NKV}, {"ffn", &cfg->F, info->F}, {"vocab", &cfg->V, info->V},
+            {"seq", &cfg->T, info->T},    {"tie", &cfg->tie, info->tie},
+        };
+        for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+            if (!preset && !seen(ps, ints[i].flag)) *ints[i].dst = ints[i].val;
+        if (!seen(ps, "rope-theta")) cfg->rope_theta = info->rope_theta;
+        if (!seen(ps, "norm-eps")) cfg->norm_eps = info->norm_eps;
+        if (!seen(ps, "precision")) cfg->precision = info->precision;
+        cfg->model_resumed = !preset;
+    }
+    free(info);
+}
+
 // --init-from: the shape is the folder's config.json. A shape flag given as well must say the
 // same (naming the field where it does not); --seq defaults to max_position_embeddings, at
 // most 1024, and may not exceed it.
@@ -664,6 +701,7 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
     case CMD_TRAIN:
     case CMD_PLAN:
         if (cfg->init_from[0]) apply_init_from(cfg, &ps);
+        if (cfg->resume[0]) apply_resume(cfg, &ps);
         check_shape(cfg);
         resolve_recompute(cfg);
         resolve_caches(cfg);

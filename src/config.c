@@ -58,10 +58,13 @@ void config_print(const config_t *c, FILE *f) {
     int custom = model_preset(c->preset, &p) != 0 || p.L != c->L || p.C != c->C || p.NH != c->NH || p.NKV != c->NKV ||
                  p.F != c->F || p.V != c->V || p.T != c->T;
     char from[TT_PATH_MAX + 32];
-    snprintf(from, sizeof from, "from %s/config.json", c->init_from);
+    if (c->init_from[0]) snprintf(from, sizeof from, "from %s/config.json", c->init_from);
+    else snprintf(from, sizeof from, "from --resume's checkpoint");
+    const int folder = c->init_from[0] || c->model_resumed;
     fprintf(f, "tiertrain %s: model %s%s: L %d, C %d, heads %d (kv %d, size %d), ffn %d, vocab %d, seq %d, %s, "
                "rope %g, norm-eps %g, %s, seed %llu\n",
-            cmd, c->init_from[0] ? from : c->preset, custom && !c->init_from[0] ? " (changed by flags)" : "", c->L, c->C, c->NH, c->NKV, c->NH ? c->C / c->NH : 0,
+            cmd, folder ? from : c->preset, custom && !folder ? " (changed by flags)" : "", c->L, c->C, c->NH, c->NKV,
+            c->NH ? c->C / c->NH : 0,
             c->F, c->V, c->T, c->tie ? "tied" : "untied", c->rope_theta, c->norm_eps,
             enum_word("bf16|fp32", c->precision, w, sizeof w), (unsigned long long)c->seed);
     fprintf(f, "  data: %s; batch %d x seq %d x accum %d = %lld tokens/step; %d steps; eval ", c->data, c->B, c->T,

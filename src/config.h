@@ -102,6 +102,7 @@ typedef struct {
     char init_from[TT_PATH_MAX];  // --init-from DIR ("" = none): a Hugging Face Llama folder (hf.h)
     uint64_t eval_tokens;    // --eval-tokens N (tiertrain eval; 0 = all)
     int seq_given, precision_given; // tiertrain eval: --seq / --precision given (else the checkpoint's)
+    int model_resumed;        // train, plan: the model is --resume's checkpoint's (no --model; cli.c apply_resume)
     int shape_given, batch_given, steps_given; // bench train: a shape flag, --batch, --steps given
     int optim_cache_given;   // bench capacity: --optimizer-cache given (else it takes auto)
     // ---- bench

@@ -401,30 +401,35 @@ static const char *const base_std[] = {"--model", "tiny", "--batch", "2", "--seq
                                        "--threads", "1", "--warmup", "2", "--eval-every", "5", "--eval-batches", "1",
                                        "--quiet", NULL};
 
+// base_std without the model's flags (--model, --seq): what a resume needs no more
+static const char *const base_bare[] = {"--batch", "2", "--device", "cpu", "--threads", "1", "--warmup", "2",
+                                        "--eval-every", "5", "--eval-batches", "1", "--quiet", NULL};
+
 typedef struct {
     const char *what;
     const char *base[8];   // every run of the case, the reference too
     const char *save[8];   // the run that saves at step K
     const char *resume[8]; // the run that resumes from it
+    int bare;              // and once more from base_bare, without base: the model is the checkpoint's
 } resume_case_t;
 
 #define ALL_NVME "--params", "nvme", "--grads", "host", "--optimizer", "nvme"
 static const resume_case_t resume_cases[] = {
-    {"all resident", {NULL}, {NULL}, {NULL}},
+    {"all resident", {NULL}, {NULL}, {NULL}, 0},
     {"params host, optimizer nvme", {NULL}, {"--params", "host", "--optimizer", "nvme", NULL},
-     {"--params", "host", "--optimizer", "nvme", NULL}},
-    {"vertical schedule, accum 2", {"--schedule", "vertical", "--accum", "2", NULL}, {NULL}, {NULL}},
-    {"saved resident, resumed params nvme grads host optimizer nvme", {NULL}, {NULL}, {ALL_NVME, NULL}},
-    {"saved params nvme grads host optimizer nvme, resumed resident", {NULL}, {ALL_NVME, NULL}, {NULL}},
+     {"--params", "host", "--optimizer", "nvme", NULL}, 0},
+    {"vertical schedule, accum 2", {"--schedule", "vertical", "--accum", "2", NULL}, {NULL}, {NULL}, 0},
+    {"saved resident, resumed params nvme grads host optimizer nvme", {NULL}, {NULL}, {ALL_NVME, NULL}, 0},
+    {"saved params nvme grads host optimizer nvme, resumed resident", {NULL}, {ALL_NVME, NULL}, {NULL}, 0},
     {"--save-dtype bf16 (the FP32 master travels in optimizer.safetensors)", {NULL}, {"--save-dtype", "bf16", NULL},
-     {NULL}},
-    {"tied head, fp32", {"--tie", "--precision", "fp32", NULL}, {NULL}, {NULL}},
+     {NULL}, 0},
+    {"tied head, fp32", {"--tie", "--precision", "fp32", NULL}, {NULL}, {NULL}, 1},
     // the saved states of the cached chunks come from their entries (NVMe's are the first
     // update's: never written back); the resumed run's cache is filled from what the checkpoint
     // put on NVMe
     {"--optimizer-cache on both sides", {NULL},
      {"--params", "host", "--optimizer", "nvme", "--optimizer-cache", "1M", NULL},
-     {"--params", "host", "--optimizer", "nvme", "--optimizer-cache", "1M", NULL}},
+     {"--params", "host", "--optimizer", "nvme", "--optimizer-cache", "1M", NULL}, 0},
 };
 #undef ALL_NVME
 enum { NRESUME = sizeof resume_cases / sizeof resume_cases[0] };
@@ -458,17 +463,26 @@ START_TEST(resume_bit_exact) {
     ck_assert_str_eq(name, "step-00000002");
 
     // the folder itself; for the first case also the --save directory and DIR/latest
+    // and for a bare case, the folder once more without the model's flags (tiny's shape,
+    // --seq, --tie, --precision): they come from the checkpoint, with the same bits
     const char *forms[] = {folder, dir, latest};
-    for (int f = 0; f < (_i == 0 ? 3 : 1); f++) {
-        train_args(a, base_std);
-        args(a, c->base);
+    const int nforms = _i == 0 ? 3 : 1;
+    for (int f = 0; f < nforms + c->bare; f++) {
+        const int bare = f == nforms;
+        train_args(a, bare ? base_bare : base_std);
+        if (!bare) args(a, c->base);
         args(a, c->resume);
         argf(a, "--steps=%d", N_STEPS);
-        argf(a, "--resume=%s", forms[f]);
+        argf(a, "--resume=%s", bare ? folder : forms[f]);
         run_t r = run(a, NULL);
-        char what[400], said[1500];
-        snprintf(what, sizeof what, "%s, --resume %s", c->what, forms[f]);
+        char what[1800], said[1500];
+        snprintf(what, sizeof what, "%s, --resume %s%s", c->what, bare ? folder : forms[f],
+                 bare ? " without the model's flags" : "");
         ck_assert_msg(r.rc == 0, "%s: exit %d:\n%s", what, r.rc, r.err);
+        if (bare)
+            ck_assert_msg(strstr(r.out, "tiertrain train: model from --resume's checkpoint: L 2, C 64,") &&
+                              strstr(r.out, "seq 16, tied,") && strstr(r.out, "fp32, seed"),
+                          "%s: the configuration is not the checkpoint's:\n%s", what, r.out);
         snprintf(said, sizeof said, "resumed: %s at step %d (params_hash %s,", folder, K_STEP, sv.ck[K_STEP]);
         ck_assert_msg(strstr(r.out, said), "%s: want \"%s\" in stdout:\n%s", what, said, r.out);
         for (int k = 1; k <= K_STEP; k++) ck_assert_msg(!r.loss[k][0], "%s: step %d ran again", what, k);
@@ -590,9 +604,9 @@ START_TEST(refusals) {
     };
     for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++) {
         snprintf(want, sizeof want,
-                 "tiertrain: --resume %s: the checkpoint has %s %d, this run %s %d (resume with the checkpoint's "
-                 "model flags)\n",
-                 folder, shape[i].field, shape[i].ck, shape[i].field, shape[i].run);
+                 "tiertrain: --resume %s: the checkpoint has %s %d, this run %s %d (without %s and --model, --resume "
+                 "takes the checkpoint's)\n",
+                 folder, shape[i].field, shape[i].ck, shape[i].field, shape[i].run, shape[i].field);
         ck_refusal(a, dir, shape[i].flags, 3, want);
         ck_plan_refusal(a, dir, shape[i].flags, 3, want);
     }
