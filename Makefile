@@ -99,3 +99,11 @@ check-export: $(BUILD)/Makefile
 	  --data $(CHECK_EXPORT_DIR)/text.txt --precision fp32
 	$(CHECK_EXPORT_PYTHON) tests/ref/check_export.py $(BUILD)/tiertrain --resume $(CHECK_EXPORT_DIR)/tied/latest \
 	  --data $(CHECK_EXPORT_DIR)/text.bin --precision fp32
+	# Llama 3.1/3.2's RoPE scaling: the fixture folder with rope_scaling llama3 over its 64 positions
+	cp -r tests/fixtures/hf_tiny $(CHECK_EXPORT_DIR)/llama3
+	sed -i 's/"rope_scaling": null/"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, \
+	  "high_freq_factor": 4.0, "original_max_position_embeddings": 64}/' $(CHECK_EXPORT_DIR)/llama3/config.json
+	$(BUILD)/tiertrain train --init-from $(CHECK_EXPORT_DIR)/llama3 --steps 100 --data $(CHECK_EXPORT_DIR)/text.txt \
+	  --eval-every 0 --quiet --save $(CHECK_EXPORT_DIR)/scaled
+	$(CHECK_EXPORT_PYTHON) tests/ref/check_export.py $(BUILD)/tiertrain --resume $(CHECK_EXPORT_DIR)/scaled \
+	  --data $(CHECK_EXPORT_DIR)/text.txt --precision fp32

@@ -196,6 +196,9 @@ void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, c
 // ---------------------------------------------------------------- RoPE (Hugging Face rotate_half)
 // Table for positions 0..T-1: cos/sin (T, HS/2), angle = t · theta^(-2i/HS), computed in double.
 void rope_table(float *cos_t, float *sin_t, int T, int HS, double theta);
+// The same from given inverse frequencies (HS/2): angle = t · inv_freq[i] (a scaled RoPE's,
+// model.h model_rope_freqs; theta^(-2i/HS) gives rope_table's bits).
+void rope_table_freq(float *cos_t, float *sin_t, int T, int HS, const double *inv_freq);
 // In place on x (B, T, NX, HS), NX heads, position of row t is t. For i < HS/2:
 //   x'[i] = x[i]·cos − x[i+HS/2]·sin;  x'[i+HS/2] = x[i+HS/2]·cos + x[i]·sin
 void rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int NX, int HS, int round);

@@ -15,6 +15,7 @@
 #include "ckpt_dir.h"
 #include "comm.h"
 #include "crc32c.h"
+#include "hf.h" // uses: hf_rope_scaling_read, hf_rope_scaling_json
 #include "json.h"
 #include "progress.h"
 #include "safetensors.h"
@@ -242,7 +243,8 @@ int checkpoint_info(const char *dir, ckpt_info_t *info, char *err, size_t errlen
         (rc = json_get_int64(model, "tie", 0, 1, &tie, err, errlen)) != 0 ||
         (rc = json_get_double(model, "rope_theta", &info->rope_theta, err, errlen)) != 0 ||
         (rc = json_get_double(model, "norm_eps", &info->norm_eps, err, errlen)) != 0 ||
-        (rc = json_get_string(model, "precision", &prec, err, errlen)) != 0)
+        (rc = json_get_string(model, "precision", &prec, err, errlen)) != 0 ||
+        (rc = hf_rope_scaling_read(model, path, &info->rope_scaling, err, errlen)) != 0) // absent before 2026-12
         goto bad;
     const json_t *sched = NULL;
     int64_t warm = 0, steps = 0;
@@ -633,15 +635,16 @@ static int write_optimizer(trainer_t *tr, const char *path, int with_master, pro
 static int write_config_json(const trainer_t *tr, const char *path, int bf16, uint32_t *crc, char *err,
                              size_t errlen) {
     const model_t *m = trainer_model(tr);
-    char text[2048];
+    char text[2048], rs[512];
+    hf_rope_scaling_json(&m->rope_scaling, rs, sizeof rs);
     snprintf(text, sizeof text,
              "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
              "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n"
              "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
-             "  \"vocab_size\": %d,\n  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.17g,\n"
+             "  \"vocab_size\": %d,\n  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.17g,\n  \"rope_scaling\": %s,\n"
              "  \"tie_word_embeddings\": %s,\n  \"max_position_embeddings\": %d,\n  \"hidden_act\": \"silu\",\n"
              "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n  \"torch_dtype\": \"%s\"\n}\n",
-             m->C, m->F, m->L, m->NH, m->NKV, m->HS, m->V, (double)m->norm_eps, m->rope_theta,
+             m->C, m->F, m->L, m->NH, m->NKV, m->HS, m->V, (double)m->norm_eps, m->rope_theta, rs,
              m->tie ? "true" : "false", m->T, bf16 ? "bfloat16" : "float32");
     *crc = crc32c(0, text, strlen(text));
     return write_text(path, text, err, errlen);
@@ -655,7 +658,8 @@ static int write_state_json(const trainer_t *tr, const data_t *d, int step, uint
     const model_t *m = trainer_model(tr);
     char data[TT_PATH_MAX * 2];
     if (json_escape(data, sizeof data, c->data, strlen(c->data)) < 0) snprintf(data, sizeof data, "\"?\"");
-    char text[TT_PATH_MAX * 2 + 2048];
+    char text[TT_PATH_MAX * 2 + 2560], rs[512];
+    hf_rope_scaling_json(&m->rope_scaling, rs, sizeof rs);
     snprintf(text, sizeof text,
              "{\n  \"format\": \"%s\",\n  \"version\": %d,\n  \"step\": %d,\n  \"params_hash\": \"%016llx\",\n"
              "  \"train_pos\": %llu,\n  \"val_pos\": %llu,\n  \"data\": %s,\n  \"batch\": %d,\n  \"accum\": %d,\n"
@@ -664,14 +668,15 @@ static int write_state_json(const trainer_t *tr, const data_t *d, int step, uint
              "  \"schedule\": {\"lr\": %.17g, \"min_lr\": %.17g, \"warmup\": %d, \"steps\": %d},\n"
              "  \"optimizer\": {\"beta1\": %.17g, \"beta2\": %.17g, \"eps\": %.17g, \"wd\": %.17g, \"clip\": %.17g},\n"
              "  \"model\": {\"layers\": %d, \"dim\": %d, \"heads\": %d, \"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d,"
-             " \"seq\": %d, \"tie\": %d, \"rope_theta\": %.17g, \"norm_eps\": %.17g, \"precision\": \"%s\"},\n"
+             " \"seq\": %d, \"tie\": %d, \"rope_theta\": %.17g, \"rope_scaling\": %s, \"norm_eps\": %.17g,"
+             " \"precision\": \"%s\"},\n"
              "  \"checksums\": \"crc32c\",\n  \"config_crc32c\": \"%08x\",\n  ",
              CKPT_FORMAT, CKPT_VERSION, step, (unsigned long long)hash,
              (unsigned long long)(d ? data_position(d, DATA_TRAIN) : 0),
              (unsigned long long)(d ? data_position(d, DATA_VAL) : 0), data, c->B, c->accum,
              (unsigned long long)c->seed, c->save_bf16 ? "BF16" : "F32", c->lr, c->min_lr, c->warmup, c->steps,
              c->beta1, c->beta2, c->eps, c->wd, c->clip, m->L, m->C, m->NH, m->NKV, m->F, m->V, m->T, m->tie,
-             m->rope_theta, c->norm_eps, c->precision == PREC_FP32 ? "fp32" : "bf16", config_crc);
+             m->rope_theta, rs, c->norm_eps, c->precision == PREC_FP32 ? "fp32" : "bf16", config_crc);
     size_t n = strlen(text);
     snprintf(text + n, sizeof text - n, STATE_CRC_KEY ": \"%08x\"\n}\n", crc32c(0, text, n));
     return write_text(path, text, err, errlen);

@@ -30,6 +30,7 @@ typedef struct {
     // the model (config.json / state.json)
     int L, C, NH, NKV, F, V, T, tie;
     double rope_theta, norm_eps;
+    rope_scaling_t rope_scaling; // state.json's model (none in folders saved before it was written)
     precision_t precision;
     int model_bf16;           // model.safetensors holds BF16 (the master is in the optimizer file)
     char data[TT_PATH_MAX];   // the training data source it was saved with

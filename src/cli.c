@@ -476,6 +476,7 @@ static void apply_resume(config_t *cfg, const parsed_t *ps) {
         for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
             if (!preset && !seen(ps, ints[i].flag)) *ints[i].dst = ints[i].val;
         if (!seen(ps, "rope-theta")) cfg->rope_theta = info->rope_theta;
+        cfg->rope_scaling = info->rope_scaling; // no flag says otherwise
         if (!seen(ps, "norm-eps")) cfg->norm_eps = info->norm_eps;
         if (!seen(ps, "precision")) cfg->precision = info->precision;
         cfg->model_resumed = !preset;
@@ -529,6 +530,7 @@ static void apply_init_from(config_t *cfg, const parsed_t *ps) {
         usage_error("--norm-eps %g: %s/config.json has rms_norm_eps %g (drop --norm-eps)", cfg->norm_eps, dir,
                     hc.norm_eps);
     cfg->rope_theta = hc.rope_theta;
+    cfg->rope_scaling = hc.rope_scaling;
     cfg->norm_eps = hc.norm_eps;
     if (!seen(ps, "seq")) cfg->T = hc.max_pos < 1024 ? hc.max_pos : 1024;
     else if (cfg->T > hc.max_pos)

@@ -61,11 +61,12 @@ void config_print(const config_t *c, FILE *f) {
     if (c->init_from[0]) snprintf(from, sizeof from, "from %s/config.json", c->init_from);
     else snprintf(from, sizeof from, "from --resume's checkpoint");
     const int folder = c->init_from[0] || c->model_resumed;
+    char rope[160];
+    model_rope_text(c->rope_theta, &c->rope_scaling, rope, sizeof rope);
     fprintf(f, "tiertrain %s: model %s%s: L %d, C %d, heads %d (kv %d, size %d), ffn %d, vocab %d, seq %d, %s, "
-               "rope %g, norm-eps %g, %s, seed %llu\n",
+               "%s, norm-eps %g, %s, seed %llu\n",
             cmd, folder ? from : c->preset, custom && !folder ? " (changed by flags)" : "", c->L, c->C, c->NH, c->NKV,
-            c->NH ? c->C / c->NH : 0,
-            c->F, c->V, c->T, c->tie ? "tied" : "untied", c->rope_theta, c->norm_eps,
+            c->NH ? c->C / c->NH : 0, c->F, c->V, c->T, c->tie ? "tied" : "untied", rope, c->norm_eps,
             enum_word("bf16|fp32", c->precision, w, sizeof w), (unsigned long long)c->seed);
     fprintf(f, "  data: %s; batch %d x seq %d x accum %d = %lld tokens/step; %d steps; eval ", c->data, c->B, c->T,
             c->accum, (long long)c->B * c->T * c->accum, c->steps);

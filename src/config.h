@@ -7,6 +7,17 @@
 #include <stdio.h>
 #include "io.h" // io_engine_kind_t
 
+// RoPE's frequency scaling, Hugging Face's config.json rope_scaling (model.c model_rope_freqs
+// applies it): ROPE_PLAIN none; ROPE_LINEAR divides every frequency by factor; ROPE_LLAMA3
+// (Llama 3.1 and 3.2) divides those whose wavelength is above orig_ctx / low_freq by factor,
+// keeps those below orig_ctx / high_freq, and blends the ones between.
+typedef enum { ROPE_PLAIN = 0, ROPE_LINEAR, ROPE_LLAMA3 } rope_type_t;
+typedef struct {
+    rope_type_t type;
+    double factor, low_freq, high_freq; // factor, low_freq_factor, high_freq_factor
+    int orig_ctx;                       // original_max_position_embeddings
+} rope_scaling_t;
+
 #define TT_PATH_MAX 4096
 
 typedef enum { CMD_NONE = 0, CMD_TRAIN, CMD_PLAN, CMD_BENCH, CMD_TOKENIZE, CMD_EVAL, CMD_REPORT } command_t;
@@ -33,6 +44,7 @@ typedef struct {
     int T;                   // --seq
     int tie;                 // --tie: LM head shares the embedding
     double rope_theta;       // --rope-theta (10000)
+    rope_scaling_t rope_scaling; // no flag: --init-from's config.json rope_scaling, or --resume's checkpoint's
     double norm_eps;         // --norm-eps (1e-5)
     precision_t precision;   // --precision bf16|fp32
     uint64_t seed;           // --seed

@@ -11,6 +11,7 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "hf.h"
+#include "model.h" // uses: model_rope_text
 #include "progress.h"
 #include "trainer.h"
 #include "util.h" // uses: usage_error, runtime_error, mallocCheck, now_ms
@@ -45,6 +46,7 @@ static void eval_config(config_t *ec, const config_t *cfg, const ckpt_info_t *in
     ec->L = info->L; ec->C = info->C; ec->NH = info->NH; ec->NKV = info->NKV; ec->F = info->F; ec->V = info->V;
     ec->tie = info->tie;
     ec->rope_theta = info->rope_theta;
+    ec->rope_scaling = info->rope_scaling;
     ec->norm_eps = info->norm_eps;
     ec->T = cfg->seq_given ? cfg->T : info->T;
     ec->precision = cfg->precision_given ? cfg->precision : info->precision;
@@ -76,6 +78,7 @@ static void info_of_folder(ckpt_info_t *info, const config_t *cfg) {
     info->T = cfg->T;
     info->tie = cfg->tie;
     info->rope_theta = cfg->rope_theta;
+    info->rope_scaling = cfg->rope_scaling;
     info->norm_eps = cfg->norm_eps;
     info->precision = cfg->precision;
 }
@@ -123,9 +126,11 @@ int eval_run(const config_t *cfg) {
     else
         fprintf(out, "tiertrain eval: checkpoint %s (step %d, params_hash %s; trained on %s)\n", info.dir, info.step,
                 info.params_hash, info.data[0] ? info.data : "?");
-    fprintf(out, "  model: L %d, C %d, heads %d (kv %d, size %d), ffn %d, vocab %d, %s, rope %g, norm-eps %g%s%s\n",
-            ec.L, ec.C, ec.NH, ec.NKV, ec.NH ? ec.C / ec.NH : 0, ec.F, ec.V, ec.tie ? "tied" : "untied",
-            ec.rope_theta, ec.norm_eps, hf ? "" : "; model.safetensors ", hf ? "" : info.model_bf16 ? "bf16" : "fp32");
+    char rope[160];
+    model_rope_text(ec.rope_theta, &ec.rope_scaling, rope, sizeof rope);
+    fprintf(out, "  model: L %d, C %d, heads %d (kv %d, size %d), ffn %d, vocab %d, %s, %s, norm-eps %g%s%s\n",
+            ec.L, ec.C, ec.NH, ec.NKV, ec.NH ? ec.C / ec.NH : 0, ec.F, ec.V, ec.tie ? "tied" : "untied", rope,
+            ec.norm_eps, hf ? "" : "; model.safetensors ", hf ? "" : info.model_bf16 ? "bf16" : "fp32");
     fprintf(out, "  data: %s (%s, %zu tokens): %s %zu -> %zu windows of T+1 = %d (%zu tokens left over)\n",
             cfg->data, data_kind(data), ntok,
             nuse == ntok ? "all" : "the first", nuse, W, T + 1, nuse - W * ((size_t)T + 1));

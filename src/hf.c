@@ -41,6 +41,55 @@ static int opt_bool(const json_t *o, const char *key, int *out, char *err, size_
     return !v || v->type == JSON_NULL ? 0 : json_as_bool(v, key, out, err, errlen);
 }
 
+// rope_scaling (hf.h). Files from before transformers 4.45 say "type" for "rope_type".
+int hf_rope_scaling_read(const json_t *root, const char *path, rope_scaling_t *s, char *err, size_t errlen) {
+    memset(s, 0, sizeof *s);
+    const json_t *v = json_get(root, "rope_scaling");
+    if (!v || v->type == JSON_NULL) return 0;
+    const json_t *t = v->type == JSON_OBJECT ? json_get(v, "rope_type") : NULL;
+    if (v->type == JSON_OBJECT && !t) t = json_get(v, "type");
+    const char *type = NULL;
+    if (!t || json_as_string(t, "rope_scaling's rope_type", &type, err, errlen) != 0) {
+        ERR("%.400s: rope_scaling without a rope_type (accepted: null, or an object with rope_type \"llama3\", "
+            "\"linear\" or \"default\")", path);
+        return -EINVAL;
+    }
+    if (strcmp(type, "default") == 0) return 0;
+    if (strcmp(type, "llama3") != 0 && strcmp(type, "linear") != 0) {
+        ERR("%.400s: rope_scaling rope_type \"%.100s\" (accepted: \"llama3\", \"linear\" or \"default\"; that "
+            "scaling is not implemented)", path, type);
+        return -EINVAL;
+    }
+    s->type = strcmp(type, "llama3") == 0 ? ROPE_LLAMA3 : ROPE_LINEAR;
+    int64_t orig = 0;
+    if (json_get_double(v, "factor", &s->factor, err, errlen) != 0) return -EINVAL;
+    if (s->type == ROPE_LLAMA3 &&
+        (json_get_double(v, "low_freq_factor", &s->low_freq, err, errlen) != 0 ||
+         json_get_double(v, "high_freq_factor", &s->high_freq, err, errlen) != 0 ||
+         json_get_int64(v, "original_max_position_embeddings", 1, 1 << 30, &orig, err, errlen) != 0))
+        return -EINVAL;
+    s->orig_ctx = (int)orig;
+    if (!(s->factor > 0 && isfinite(s->factor))) {
+        ERR("%.400s: rope_scaling factor %g (accepted: a positive number)", path, s->factor);
+        return -EINVAL;
+    }
+    if (s->type == ROPE_LLAMA3 && !(s->low_freq > 0 && s->high_freq > s->low_freq && isfinite(s->high_freq))) {
+        ERR("%.400s: rope_scaling low_freq_factor %g, high_freq_factor %g (accepted: 0 < low < high)", path,
+            s->low_freq, s->high_freq);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+void hf_rope_scaling_json(const rope_scaling_t *s, char *buf, size_t len) {
+    if (s->type == ROPE_LINEAR) snprintf(buf, len, "{\"rope_type\": \"linear\", \"factor\": %.17g}", s->factor);
+    else if (s->type == ROPE_LLAMA3)
+        snprintf(buf, len, "{\"rope_type\": \"llama3\", \"factor\": %.17g, \"low_freq_factor\": %.17g, "
+                 "\"high_freq_factor\": %.17g, \"original_max_position_embeddings\": %d}", s->factor, s->low_freq,
+                 s->high_freq, s->orig_ctx);
+    else snprintf(buf, len, "null");
+}
+
 // The fields this model cannot be: one line naming the first.
 static int check_unsupported(const json_t *root, const char *path, char *err, size_t errlen) {
     const char *s = NULL;
@@ -52,11 +101,6 @@ static int check_unsupported(const json_t *root, const char *path, char *err, si
     v = json_get(root, "hidden_act");
     if (v && (json_as_string(v, "hidden_act", &s, err, errlen) != 0 || strcmp(s, "silu") != 0)) {
         ERR("%.400s: hidden_act \"%s\" (accepted: \"silu\", the SwiGLU this model computes)", path, s ? s : "?");
-        return -EINVAL;
-    }
-    v = json_get(root, "rope_scaling");
-    if (v && v->type != JSON_NULL) {
-        ERR("%.400s: rope_scaling is set (accepted: null; scaled RoPE is not implemented)", path);
         return -EINVAL;
     }
     static const char *const biases[] = {"attention_bias", "mlp_bias"};
@@ -107,6 +151,7 @@ int hf_read_config(const char *dir, hf_config_t *hc, char *err, size_t errlen) {
                     (rc = opt_double(root, "rope_theta", &hc->rope_theta, e2, sizeof e2)) != 0 ||
                     (rc = opt_double(root, "rms_norm_eps", &hc->norm_eps, e2, sizeof e2)) != 0 ||
                     (rc = opt_bool(root, "tie_word_embeddings", &hc->tie, e2, sizeof e2)) != 0 ||
+                    (rc = hf_rope_scaling_read(root, path, &hc->rope_scaling, e2, sizeof e2)) != 0 ||
                     (rc = check_unsupported(root, path, e2, sizeof e2)) != 0))
         rc = -EINVAL;
     if (rc == 0 && (C % NH != 0 || head_dim != C / NH)) {

@@ -19,15 +19,25 @@ typedef struct {
     int L, C, NH, NKV, F, V, tie;
     int max_pos;              // max_position_embeddings
     double rope_theta, norm_eps;
+    rope_scaling_t rope_scaling; // none, or rope_scaling's "llama3" or "linear"
 } hf_config_t;
 
 // Reads DIR/config.json: the Llama shape, with HF's defaults for absent optional fields
 // (num_key_value_heads = heads, rope_theta 10000, rms_norm_eps 1e-6, tie_word_embeddings
 // false, max_position_embeddings 2048). Refuses, naming the field, what this model cannot
-// be: another model_type or hidden_act, head_dim ≠ hidden_size / heads, a rope_scaling that
-// is not null, attention_bias or mlp_bias true. Returns 0, or -EINVAL / -errno with one line
+// be: another model_type or hidden_act, head_dim ≠ hidden_size / heads, a rope_scaling other
+// than "llama3" or "linear", attention_bias or mlp_bias true. Returns 0, or -EINVAL / -errno with one line
 // "--init-from DIR: config.json: ...".
 int hf_read_config(const char *dir, hf_config_t *hc, char *err, size_t errlen);
+// The rope_scaling member of a config.json object (also state.json's "model", checkpoint.c):
+// absent, null or rope_type "default" is none; "linear" with its factor; "llama3" (Llama 3.1
+// and 3.2) with factor, low_freq_factor, high_freq_factor, original_max_position_embeddings.
+// Another type, a missing or bad field: -EINVAL with one line naming path and the field.
+struct json;
+int hf_rope_scaling_read(const struct json *obj, const char *path, rope_scaling_t *s, char *err, size_t errlen);
+// s as config.json's rope_scaling value: null, or the object hf_rope_scaling_read reads back.
+void hf_rope_scaling_json(const rope_scaling_t *s, char *buf, size_t len);
+
 // Loads the folder's weights into tr (built for hc's shape): every tensor of the model must
 // be there with its shape, as F32, BF16 or F16. Prints one line with what was loaded to out
 // (unless NULL). Returns 0, or -EINVAL (a bad or missing file, tensor, shape or dtype) /

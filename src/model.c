@@ -121,12 +121,41 @@ size_t model_embed_numel(const model_t *m) {
     return n;
 }
 
+void model_rope_freqs(const model_t *m, double *inv_freq) {
+    const rope_scaling_t *s = &m->rope_scaling;
+    const double pi = 3.14159265358979323846;
+    for (int i = 0; i < m->HS / 2; i++) {
+        double f = pow(m->rope_theta, -(2.0 * i) / (double)m->HS); // rope_table's, to the bit
+        if (s->type == ROPE_LINEAR) f /= s->factor;
+        if (s->type == ROPE_LLAMA3) {
+            // transformers' _compute_llama3_parameters: by wavelength against the original context
+            const double wavelen = 2 * pi / f, low = s->orig_ctx / s->low_freq, high = s->orig_ctx / s->high_freq;
+            if (wavelen > low) f /= s->factor; // the slow rotations: stretched to the new context
+            else if (wavelen >= high) {        // between: blended, from all stretched (low) to none (high)
+                const double smooth = (s->orig_ctx / wavelen - s->low_freq) / (s->high_freq - s->low_freq);
+                f = (1 - smooth) * f / s->factor + smooth * f;
+            } // the fast rotations: kept
+        }
+        inv_freq[i] = f;
+    }
+}
+
+void model_rope_text(double theta, const rope_scaling_t *s, char *buf, size_t len) {
+    int n = snprintf(buf, len, "rope %g", theta);
+    if (n < 0 || (size_t)n >= len) return;
+    if (s->type == ROPE_LINEAR) snprintf(buf + n, len - (size_t)n, ", linear x%g", s->factor);
+    if (s->type == ROPE_LLAMA3)
+        snprintf(buf + n, len - (size_t)n, ", llama3 x%g from %d (low %g, high %g)", s->factor, s->orig_ctx,
+                 s->low_freq, s->high_freq);
+}
+
 void model_init(model_t *m, const config_t *cfg) {
     memset(m, 0, sizeof *m);
     m->L = cfg->L; m->C = cfg->C; m->NH = cfg->NH; m->NKV = cfg->NKV; m->HS = cfg->C / cfg->NH;
     m->F = cfg->F; m->V = cfg->V; m->T = cfg->T; m->tie = cfg->tie;
     m->norm_eps = (float)cfg->norm_eps;
     m->rope_theta = cfg->rope_theta;
+    m->rope_scaling = cfg->rope_scaling;
     const int C = m->C, V = m->V;
     shard_t block; // the vocabulary's chunks are sized by a block's parameters
     memset(&block, 0, sizeof block);

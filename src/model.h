@@ -52,6 +52,7 @@ typedef struct {
     int L, C, NH, NKV, HS, F, V, T, tie;
     float norm_eps;
     double rope_theta;
+    rope_scaling_t rope_scaling;
     int nshards;               // E + L + 1 (+ E untied): embed chunks, blocks 0..L-1, norm, LM head chunks
     int vchunks, vrows;        // E vocabulary chunks of vrows rows each (the last: the rest)
     int mrows;                 // rows per MLP chunk (model_mlp_rows)
@@ -110,6 +111,12 @@ void model_init_shard(const model_t *m, int shard, uint64_t seed, float *master)
 // The same for elements [lo, lo + n) of the shard only, into dst[0..n): the very values
 // model_init_shard writes there, so that a shard can be initialized a chunk at a time.
 void model_init_range(const model_t *m, int shard, uint64_t seed, size_t lo, size_t n, float *dst);
+
+// RoPE's inverse frequencies (HS/2): theta^(-2i/HS), in double, then m->rope_scaling as
+// Hugging Face's rope_type "linear" and "llama3" apply it (kernels.h rope_table_freq).
+void model_rope_freqs(const model_t *m, double *inv_freq);
+// "rope 500000" or "rope 500000, llama3 x32 from 8192 (low 1, high 4)": the configuration's words.
+void model_rope_text(double theta, const rope_scaling_t *s, char *buf, size_t len);
 
 // Hugging Face Llama name of a tensor, e.g. "model.layers.3.self_attn.q_proj.weight".
 void model_tensor_hf_name(const model_t *m, int shard, int tensor, char *buf, size_t len);

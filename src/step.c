@@ -361,18 +361,21 @@ int step_init(step_t *st, const config_t *cfg, const model_t *m, backend_t *be, 
     st->mb_loss = calloc((size_t)cfg->accum, sizeof *st->mb_loss);
     size_t rn = (size_t)st->T * (size_t)(m->HS / 2);
     float *rc_h = malloc(rn * sizeof(float)), *rs_h = malloc(rn * sizeof(float));
-    if (!st->losses_host || !st->uses || !st->mb_loss || !rc_h || !rs_h) {
-        free(rc_h);
-        free(rs_h);
+    double *freq = malloc((size_t)(m->HS / 2) * sizeof(double));
+    rc = 0;
+    if (!st->losses_host || !st->uses || !st->mb_loss || !rc_h || !rs_h || !freq) {
         snprintf(err, errlen, "out of memory for the step's tables");
-        return -ENOMEM;
+        rc = -ENOMEM;
+    } else { // computed on the host, copied to the device
+        model_rope_freqs(m, freq);
+        rope_table_freq(rc_h, rs_h, st->T, m->HS, freq);
+        backend_copy_h2d(be, st->rope_cos, rc_h, rn * sizeof(float));
+        backend_copy_h2d(be, st->rope_sin, rs_h, rn * sizeof(float));
     }
-    rope_table(rc_h, rs_h, st->T, m->HS, m->rope_theta); // computed on the host, copied to the device
-    backend_copy_h2d(be, st->rope_cos, rc_h, rn * sizeof(float));
-    backend_copy_h2d(be, st->rope_sin, rs_h, rn * sizeof(float));
+    free(freq);
     free(rc_h);
     free(rs_h);
-    return 0;
+    return rc;
 }
 
 void step_free(step_t *st) {

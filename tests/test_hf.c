@@ -5,6 +5,7 @@
 //             gives the same weights on the same tokens (fp32), under every placement;
 //   round     fine-tune, save, --init-from the saved folder: the weights arrive bit-exactly
 //             (the params_hash the save recorded), with every checksum verified;
+//   rope      rope_scaling llama3 (Llama 3.1/3.2): applied, saved in both files, resumed, evaluated;
 //   refusals  a dtype the loader does not take, a missing shard, a config.json that does not
 //             fit the weights, a shape flag that contradicts config.json, unsupported
 //             config fields, --init-from with --resume: exit 2 and one line each.
@@ -212,9 +213,87 @@ START_TEST(tied_skips_lm_head) {
 }
 END_TEST
 
+// ---------------------------------------------------------------- RoPE scaling
+
+#define LLAMA3_SCALING "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, " \
+                       "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64}"
+
+// The first step line's loss and the done line's params_hash of a train run
+static void loss_and_hash(const run_t *t, char *loss, char *hash) {
+    ck_assert_msg(t->rc == 0, "train exit %d:\n%s", t->rc, t->err);
+    ck_assert_msg(number_after(strstr(t->out, "step     1/"), "loss ", loss, 64), "%s", t->out);
+    const char *done = strstr(t->out, "done: ");
+    ck_assert_msg(done && number_after(done, "params_hash ", hash, 32), "%s", t->out);
+}
+
+// Llama 3.1/3.2's rope_scaling (rope_type llama3; here over the fixture's head size 8 one
+// frequency is kept, one blended and two stretched): the run says so, computes another loss
+// than the unscaled folder's, and its checkpoint carries the scaling in config.json and
+// state.json: a resume without flags continues to the uninterrupted run's bits, and eval reads
+// the same model through --resume (state.json) and --init-from (config.json).
+START_TEST(rope_scaling_llama3) {
+    char dir[1200], file[1600], save[1200], folder[1300];
+    snprintf(dir, sizeof dir, "%s/hf", tmp);
+    copy_folder(FIXTURE, dir);
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    edit(file, "\"rope_scaling\": null", "\"rope_scaling\": " LLAMA3_SCALING);
+    snprintf(save, sizeof save, "%s/save", tmp);
+    snprintf(folder, sizeof folder, "%s/step-00000002", save);
+    const char *data = data_file();
+    char l_plain[64], h_plain[32], l_full[64], h_full[32], l_part[64], h_part[32], h_res[32];
+    const char *plain[] = {"--init-from", FIXTURE, "--data", data, "--steps", "3", "--eval-every", "0", NULL};
+    run_t p = run("train", plain);
+    loss_and_hash(&p, l_plain, h_plain);
+    const char *full[] = {"--init-from", dir, "--data", data, "--steps", "3", "--eval-every", "0", NULL};
+    run_t f = run("train", full);
+    loss_and_hash(&f, l_full, h_full);
+    ck_assert_msg(strstr(f.out, "rope 10000, llama3 x8 from 64 (low 1, high 4),"), "%s", f.out);
+    ck_assert_msg(strcmp(l_full, l_plain) != 0, "the scaled folder's loss %s is the unscaled one's", l_full);
+    const char *part[] = {"--init-from", dir, "--data", data, "--steps", "2", "--eval-every", "0", "--save", save,
+                          NULL};
+    run_t t = run("train", part);
+    loss_and_hash(&t, l_part, h_part);
+    ck_assert_str_eq(l_part, l_full);
+    for (int k = 0; k < 2; k++) { // what the checkpoint says, in both files
+        snprintf(file, sizeof file, "%s/%s", folder, k ? "state.json" : "config.json");
+        char *text = tu_slurp(file);
+        const char *want = k ? "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 1, "
+                               "\"high_freq_factor\": 4, \"original_max_position_embeddings\": 64}"
+                             : "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 1, "
+                               "\"high_freq_factor\": 4, \"original_max_position_embeddings\": 64},";
+        ck_assert_msg(text && strstr(text, want), "%s lacks %s:\n%s", file, want, text ? text : "(unreadable)");
+        free(text);
+    }
+    // the resume (the common flags only: fp32 and --seq 16 agree with the checkpoint)
+    const char *res[] = {"--resume", save, "--data", data, "--steps", "3", "--eval-every", "0", NULL};
+    run_t r = run("train", res);
+    ck_assert_msg(r.rc == 0, "resume exit %d:\n%s", r.rc, r.err);
+    ck_assert_msg(strstr(r.out, "model from --resume's checkpoint:") && strstr(r.out, "llama3 x8 from 64"), "%s",
+                  r.out);
+    const char *done = strstr(r.out, "done: ");
+    ck_assert_msg(done && number_after(done, "params_hash ", h_res, sizeof h_res), "%s", r.out);
+    ck_assert_str_eq(h_res, h_full);
+    // eval through state.json and through config.json: one line
+    const char *e1[] = {"--resume", folder, "--data", data, NULL};
+    const char *e2[] = {"--init-from", folder, "--data", data, NULL};
+    run_t a = run("eval", e1), b = run("eval", e2);
+    ck_assert_msg(a.rc == 0 && b.rc == 0, "eval exit %d / %d:\n%s%s", a.rc, b.rc, a.err, b.err);
+    const char *la = strstr(a.out, "{\"event\":\"eval\""), *lb = strstr(b.out, "{\"event\":\"eval\"");
+    ck_assert_msg(la && lb && !strcmp(la, lb), "eval --resume: %s\neval --init-from: %s", a.out, b.out);
+    ck_assert_msg(strstr(a.out, "llama3 x8 from 64") && strstr(b.out, "llama3 x8 from 64"), "%s%s", a.out, b.out);
+    run_free(&p);
+    run_free(&f);
+    run_free(&t);
+    run_free(&r);
+    run_free(&a);
+    run_free(&b);
+}
+END_TEST
+
 // ---------------------------------------------------------------- refusals
 
-enum { R_DTYPE, R_MISSING, R_SHAPE, R_FLAG, R_ROPE_SCALING, R_BIAS, R_RESUME, R_MODEL, R_TYPE, NREFUSE };
+enum { R_DTYPE, R_MISSING, R_SHAPE, R_FLAG, R_ROPE_SCALING, R_ROPE_BANDS, R_ROPE_FIELD, R_BIAS, R_RESUME, R_MODEL,
+       R_TYPE, NREFUSE };
 
 START_TEST(refusals) {
     char dir[1200], file[1300], want[2048];
@@ -251,8 +330,20 @@ START_TEST(refusals) {
         break;
     case R_ROPE_SCALING:
         snprintf(file, sizeof file, "%s/config.json", dir);
-        edit(file, "\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}");
-        says = "/config.json: rope_scaling is set (accepted: null; scaled RoPE is not implemented)\n";
+        edit(file, "\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 2.0}");
+        says = "/config.json: rope_scaling rope_type \"yarn\" (accepted: \"llama3\", \"linear\" or \"default\"; that "
+               "scaling is not implemented)\n";
+        break;
+    case R_ROPE_BANDS:
+        snprintf(file, sizeof file, "%s/config.json", dir);
+        edit(file, "\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+             "\"low_freq_factor\": 4.0, \"high_freq_factor\": 1.0, \"original_max_position_embeddings\": 64}");
+        says = "/config.json: rope_scaling low_freq_factor 4, high_freq_factor 1 (accepted: 0 < low < high)\n";
+        break;
+    case R_ROPE_FIELD:
+        snprintf(file, sizeof file, "%s/config.json", dir);
+        edit(file, "\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}");
+        says = "low_freq_factor";
         break;
     case R_BIAS:
         snprintf(file, sizeof file, "%s/config.json", dir);
@@ -306,6 +397,7 @@ int main(void) {
     tcase_set_timeout(round, 60 * slow);
     tcase_add_test(round, round_trip);
     tcase_add_test(round, tied_skips_lm_head);
+    tcase_add_test(round, rope_scaling_llama3);
     suite_add_tcase(s, round);
     TCase *ref = tcase_create("refusals");
     tcase_add_checked_fixture(ref, setup, teardown);

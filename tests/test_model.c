@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "kernels.h" // uses: rope_table, rope_table_freq
 #include "model.h"
 #include "trainer.h"
 #include "testutil.h"
@@ -233,6 +234,65 @@ END_TEST
 // step scales every matrix element by 1 − lr·wd and leaves the norms' weights as they were, bit
 // for bit. optim.c hands tensors that lie one after another with one decay to AdamW in one
 // call (a block's q, k, v and o; gate, up and down): a run that crossed a norm would show here.
+// RoPE's inverse frequencies under scaling (model_rope_freqs) against transformers' rules,
+// written here by the ratio r = original context / wavelength = orig · f / 2π: r < low is
+// divided by factor, r > high kept, and between, s = (r − low) / (high − low) blends the two,
+// f · ((1 − s) / factor + s). Llama 3.2's (theta 500000, HS 64, factor 32, low 1, high 4,
+// 8192), the fixture's own (theta 10000, HS 8, 8, 1, 4, 64), linear x4; and none, whose table
+// is rope_table's to the bit.
+START_TEST(rope_scaling_freqs) {
+    static const struct { double theta; int HS; rope_scaling_t s; int kept, blended, divided; } cases[] = {
+        {500000, 64, {ROPE_LLAMA3, 32, 1, 4, 8192}, -1, -1, -1},
+        {10000, 8, {ROPE_LLAMA3, 8, 1, 4, 64}, 1, 1, 2}, // wavelengths 6.3, 63, 628, 6283 against 16 and 64
+        {10000, 16, {ROPE_LINEAR, 4, 0, 0, 0}, -1, -1, -1},
+    };
+    const double pi = 3.14159265358979323846;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        model_t m;
+        memset(&m, 0, sizeof m);
+        m.HS = cases[k].HS;
+        m.rope_theta = cases[k].theta;
+        m.rope_scaling = cases[k].s;
+        const rope_scaling_t *s = &cases[k].s;
+        double got[32];
+        model_rope_freqs(&m, got);
+        int kept = 0, blended = 0, divided = 0;
+        for (int i = 0; i < m.HS / 2; i++) {
+            const double f = 1.0 / pow(cases[k].theta, 2.0 * i / m.HS);
+            double want = f / s->factor;
+            if (s->type == ROPE_LLAMA3) {
+                const double r = s->orig_ctx * f / (2 * pi);
+                if (r > s->high_freq) want = f, kept++;
+                else if (r >= s->low_freq) {
+                    const double b = (r - s->low_freq) / (s->high_freq - s->low_freq);
+                    want = f * ((1 - b) / s->factor + b);
+                    blended++;
+                } else divided++;
+            }
+            ck_assert_msg(fabs(got[i] - want) <= 1e-14 * want, "case %zu, i %d: %.17g, want %.17g", k, i, got[i], want);
+        }
+        if (s->type == ROPE_LLAMA3) // Llama 3.2's has all three kinds
+            ck_assert_msg(kept && blended && divided, "case %zu: %d kept, %d blended, %d divided", k, kept, blended,
+                          divided);
+        if (cases[k].kept >= 0)
+            ck_assert_msg(kept == cases[k].kept && blended == cases[k].blended && divided == cases[k].divided,
+                          "case %zu: %d kept, %d blended, %d divided", k, kept, blended, divided);
+    }
+    // no scaling: the table from model_rope_freqs is rope_table's, bit for bit
+    model_t m;
+    memset(&m, 0, sizeof m);
+    m.HS = 64;
+    m.rope_theta = 500000;
+    double freq[32];
+    model_rope_freqs(&m, freq);
+    enum { T = 37 };
+    float c1[T * 32], s1[T * 32], c2[T * 32], s2[T * 32];
+    rope_table(c1, s1, T, 64, 500000);
+    rope_table_freq(c2, s2, T, 64, freq);
+    ck_assert(memcmp(c1, c2, sizeof c1) == 0 && memcmp(s1, s2, sizeof s1) == 0);
+}
+END_TEST
+
 START_TEST(decay_on_matrices_only) {
     config_t cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -292,6 +352,7 @@ int main(void) {
     TCase *ti = tcase_create("init");
     tcase_add_test(ti, init_is_one_stream);
     tcase_add_test(ti, decay_on_matrices_only);
+    tcase_add_test(ti, rope_scaling_freqs);
     suite_add_tcase(s, ti);
     TCase *tc = tcase_create("pytorch_reference");
     tcase_set_timeout(tc, 120);

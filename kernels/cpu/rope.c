@@ -11,15 +11,21 @@
 #include <math.h>
 #include "simd.h"
 
+// Column i of the table: positions 0..T-1 at inverse frequency inv_freq.
+static void rope_column(float *cos_t, float *sin_t, int T, int half, int i, double inv_freq) {
+    for (int t = 0; t < T; t++) {
+        double a = (double)t * inv_freq;
+        cos_t[(size_t)t * half + i] = (float)cos(a);
+        sin_t[(size_t)t * half + i] = (float)sin(a);
+    }
+}
+
 void rope_table(float *cos_t, float *sin_t, int T, int HS, double theta) {
-    int half = HS / 2;
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < half; i++) {
-            double inv_freq = pow(theta, -(2.0 * i) / (double)HS);
-            double a = (double)t * inv_freq;
-            cos_t[(size_t)t * half + i] = (float)cos(a);
-            sin_t[(size_t)t * half + i] = (float)sin(a);
-        }
+    for (int i = 0; i < HS / 2; i++) rope_column(cos_t, sin_t, T, HS / 2, i, pow(theta, -(2.0 * i) / (double)HS));
+}
+
+void rope_table_freq(float *cos_t, float *sin_t, int T, int HS, const double *inv_freq) {
+    for (int i = 0; i < HS / 2; i++) rope_column(cos_t, sin_t, T, HS / 2, i, inv_freq[i]);
 }
 
 // The pairs (lo[i], hi[i]), i < n, with their cos/sin cr, sr: inverse = 0 rotates by +angle

@@ -177,8 +177,9 @@ def check_config(cfg):
         raise Mismatch(f"config.json: hidden_size {C}, heads {NH}, kv heads {NKV} do not divide")
     if cfg.get("head_dim", C // NH) != C // NH:
         raise Mismatch(f"config.json: head_dim {cfg['head_dim']} != hidden_size / heads = {C // NH}")
-    if cfg.get("rope_scaling"):
-        raise Mismatch(f"config.json: rope_scaling {cfg['rope_scaling']} (tiertrain uses plain RoPE)")
+    rs = cfg.get("rope_scaling")
+    if rs and rs.get("rope_type", rs.get("type")) not in ("llama3", "linear", "default"):
+        raise Mismatch(f"config.json: rope_scaling {rs} (tiertrain scales RoPE as llama3 or linear only)")
 
 
 def check_names(tensors, cfg):
@@ -209,9 +210,28 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-def rope(x, theta):  # x (B, H, T, HS): HF's apply_rotary_pos_emb with positions 0..T-1
-    T, HS = x.shape[2], x.shape[3]
+def inv_freq_of(theta, HS, scaling):
+    """HF's inverse frequencies, in float64: plain, or rope_scaling's llama3 / linear
+    (transformers' _compute_llama3_parameters and _compute_linear_scaling_rope_parameters)."""
     inv = 1.0 / (theta ** (torch.arange(0, HS, 2, dtype=torch.float64) / HS))
+    kind = scaling.get("rope_type", scaling.get("type")) if scaling else "default"
+    if kind == "linear":
+        return inv / scaling["factor"]
+    if kind != "llama3":
+        return inv
+    factor, lo, hi = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old = scaling["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv
+    llama = torch.where(wavelen > old / lo, inv / factor, inv)
+    smooth = (old / wavelen - lo) / (hi - lo)
+    smoothed = (1 - smooth) * llama / factor + smooth * llama
+    medium = ~(wavelen < old / hi) * ~(wavelen > old / lo)
+    return torch.where(medium, smoothed, llama)
+
+
+def rope(x, theta, scaling=None):  # x (B, H, T, HS): HF's apply_rotary_pos_emb with positions 0..T-1
+    T, HS = x.shape[2], x.shape[3]
+    inv = inv_freq_of(theta, HS, scaling)
     freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv)
     emb = torch.cat((freqs, freqs), dim=-1)
     return x * emb.cos() + rotate_half(x) * emb.sin()
@@ -231,7 +251,7 @@ def logits_of(p, cfg, tokens):  # tokens (B, T) -> (B, T, V)
         q = (h @ w("self_attn.q_proj").T).view(B, T, NH, HS).transpose(1, 2)
         k = (h @ w("self_attn.k_proj").T).view(B, T, NKV, HS).transpose(1, 2)
         v = (h @ w("self_attn.v_proj").T).view(B, T, NKV, HS).transpose(1, 2)
-        q, k = rope(q, theta), rope(k, theta)
+        q, k = rope(q, theta, cfg.get("rope_scaling")), rope(k, theta, cfg.get("rope_scaling"))
         rep = NH // NKV
         k = k.repeat_interleave(rep, dim=1)  # query head h reads kv head h // rep (HF repeat_kv)
         v = v.repeat_interleave(rep, dim=1)
