@@ -37,11 +37,11 @@
 typedef struct {
     int32_t magic, version;
     int width;             // bytes a token
-    const char *name, *fix; // the format; how to remake a damaged file of it
+    const char *name, *kind, *fix; // the tokens; the source's kind (data_kind); how to remake a damaged file
 } llmc_format_t;
 static const llmc_format_t llmc_formats[] = {
-    {20240520, 1, 2, "uint16 tokens", "remake it with tiertrain tokenize"},
-    {20240801, 7, 4, "uint32 tokens", "remake it with the tokenizer that wrote it"},
+    {20240520, 1, 2, "uint16 tokens", "llm.c uint16 tokens", "remake it with tiertrain tokenize"},
+    {20240801, 7, 4, "uint32 tokens", "llm.c uint32 tokens", "remake it with the tokenizer that wrote it"},
 };
 
 struct data {
@@ -433,7 +433,7 @@ int data_open(data_t **out, const config_t *cfg, char *err, size_t errlen) {
         if (bad < count)
             return fail(d, -EINVAL, err, errlen, "--data %s: token %u at index %zu is >= --vocab %d (the file's largest "
                         "token is %u: use --vocab >= %u)", path, token_at(d, bad), bad, cfg->V, maxtok, maxtok + 1u);
-        d->kind = f->width == 2 ? "llm.c uint16 tokens" : "llm.c uint32 tokens";
+        d->kind = f->kind;
     } else {
         size_t size = 0;
         int rc = map_file(d, path, &size, err, errlen);

@@ -81,12 +81,22 @@ int hf_rope_scaling_read(const json_t *root, const char *path, rope_scaling_t *s
     return 0;
 }
 
+// x as a JSON number that Python reads as a float: 8.0, not 8 (transformers warns when the
+// factors are not floats)
+static const char *float_text(char *buf, size_t len, double x) {
+    snprintf(buf, len, "%.17g", x);
+    if (!strpbrk(buf, ".eEn")) snprintf(buf + strlen(buf), len - strlen(buf), ".0");
+    return buf;
+}
+
 void hf_rope_scaling_json(const rope_scaling_t *s, char *buf, size_t len) {
-    if (s->type == ROPE_LINEAR) snprintf(buf, len, "{\"rope_type\": \"linear\", \"factor\": %.17g}", s->factor);
+    char f[40], lo[40], hi[40];
+    float_text(f, sizeof f, s->factor);
+    if (s->type == ROPE_LINEAR) snprintf(buf, len, "{\"rope_type\": \"linear\", \"factor\": %s}", f);
     else if (s->type == ROPE_LLAMA3)
-        snprintf(buf, len, "{\"rope_type\": \"llama3\", \"factor\": %.17g, \"low_freq_factor\": %.17g, "
-                 "\"high_freq_factor\": %.17g, \"original_max_position_embeddings\": %d}", s->factor, s->low_freq,
-                 s->high_freq, s->orig_ctx);
+        snprintf(buf, len, "{\"rope_type\": \"llama3\", \"factor\": %s, \"low_freq_factor\": %s, "
+                 "\"high_freq_factor\": %s, \"original_max_position_embeddings\": %d}", f,
+                 float_text(lo, sizeof lo, s->low_freq), float_text(hi, sizeof hi, s->high_freq), s->orig_ctx);
     else snprintf(buf, len, "null");
 }
 

@@ -257,10 +257,11 @@ START_TEST(rope_scaling_llama3) {
     for (int k = 0; k < 2; k++) { // what the checkpoint says, in both files
         snprintf(file, sizeof file, "%s/%s", folder, k ? "state.json" : "config.json");
         char *text = tu_slurp(file);
-        const char *want = k ? "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 1, "
-                               "\"high_freq_factor\": 4, \"original_max_position_embeddings\": 64}"
-                             : "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 1, "
-                               "\"high_freq_factor\": 4, \"original_max_position_embeddings\": 64},";
+        // the factors as floats (8.0, not 8), as transformers wants them
+        const char *want = k ? "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": "
+                               "1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64}"
+                             : "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": "
+                               "1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64},";
         ck_assert_msg(text && strstr(text, want), "%s lacks %s:\n%s", file, want, text ? text : "(unreadable)");
         free(text);
     }
