@@ -249,6 +249,11 @@ START_TEST(rope_scaling_llama3) {
     loss_and_hash(&f, l_full, h_full);
     ck_assert_msg(strstr(f.out, "rope 10000, llama3 x8 from 64 (low 1, high 4),"), "%s", f.out);
     ck_assert_msg(strcmp(l_full, l_plain) != 0, "the scaled folder's loss %s is the unscaled one's", l_full);
+    const char *pl[] = {"--init-from", dir, "--data", data, NULL}; // plan's JSON names where the model came from
+    run_t pj = run("plan", pl);
+    ck_assert_msg(pj.rc == 0 && strstr(pj.out, "\n{\"plan\":\"--init-from\",\"params\":31904,"), "%s%s", pj.out,
+                  pj.err);
+    run_free(&pj);
     const char *part[] = {"--init-from", dir, "--data", data, "--steps", "2", "--eval-every", "0", "--save", save,
                           NULL};
     run_t t = run("train", part);
