@@ -1,8 +1,9 @@
 // fuzz_tokens.c — libFuzzer target for the token-file reader in data.c, through its public
 // API: the input is written to a file and opened with data_open as an llm.c .bin (vocab
-// 65536 and 1000) and as raw text. data_open reports bad input as -errno plus one line (it
-// never exits), so a rejection must be exactly that; an accepted file must give batches whose
-// tokens are all < V, with targets shifted by one, and splits that add up to the file.
+// 65536, 1000, and 2^24: the largest, which takes the tokens of any uint32 file that fits)
+// and as raw text. data_open reports bad input as -errno plus one line (it never exits), so
+// a rejection must be exactly that; an accepted file must give batches whose tokens are all
+// < V, with targets shifted by one, and splits that add up to the file.
 // Built by tests/fuzz/run.sh (`make fuzz`; CTest's test_fuzz_replay runs its corpus once), not by CMake.
 #include <errno.h>
 #include <fcntl.h>
@@ -93,6 +94,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     try_open(bin_path, 65536, count);
     try_open(bin_path, 1000, count);
+    try_open(bin_path, 1 << 24, count);
     put_file(txt_path, data, size);
     try_open(txt_path, 256, size);
     return 0;
