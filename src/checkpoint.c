@@ -54,18 +54,23 @@ static int write_all(int fd, const void *buf, size_t n) {
 }
 
 // Writes text to path (created or truncated) and fsyncs it.
-static int write_text(const char *path, const char *text, char *err, size_t errlen) {
+// n bytes into a new file at path, fsynced
+static int write_bytes(const char *path, const void *data, size_t n, char *err, size_t errlen) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         int e = errno;
         ERR("%s: %s", path, strerror(e));
         return -e;
     }
-    int rc = write_all(fd, text, strlen(text));
+    int rc = write_all(fd, data, n);
     if (rc == 0 && fsync(fd) != 0) rc = -errno;
     if (close(fd) != 0 && rc == 0) rc = -errno;
     if (rc != 0) ERR("%s: %s", path, strerror(-rc));
     return rc;
+}
+
+static int write_text(const char *path, const char *text, char *err, size_t errlen) {
+    return write_bytes(path, text, strlen(text), err, errlen);
 }
 
 static int fsync_dir(const char *dir, char *err, size_t errlen) {
@@ -511,6 +516,62 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
     return rc;
 }
 
+// ---------------------------------------------------------------- carried files
+
+// The JSON text of an id member: a number, or an array of numbers (eos_token_id of an
+// instruct model); "" for anything else (null, absent).
+static void id_text(const json_t *v, char *buf, size_t len) {
+    buf[0] = 0;
+    if (v && v->type == JSON_NUMBER) snprintf(buf, len, "%s", v->s);
+    if (!v || v->type != JSON_ARRAY || !v->n) return;
+    size_t w = (size_t)snprintf(buf, len, "[");
+    for (size_t k = 0; k < v->n && w < len; k++) {
+        if (v->kids[k].type != JSON_NUMBER) { buf[0] = 0; return; }
+        w += (size_t)snprintf(buf + w, len - w, "%s%s", k ? ", " : "", v->kids[k].s);
+    }
+    if (w < len) snprintf(buf + w, len - w, "]");
+    if (w + 1 >= len) buf[0] = 0; // cut: none rather than a broken one
+}
+
+int checkpoint_carry_read(ckpt_carry_t *c, const char *dir, char *err, size_t errlen) {
+    static const char *const names[CKPT_CARRY_FILES] = CKPT_CARRY_NAMES;
+    memset(c, 0, sizeof *c);
+    char path[TT_PATH_MAX + 64];
+    for (int i = 0; i < CKPT_CARRY_FILES; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        struct stat st;
+        if (stat(path, &st) != 0 && errno == ENOENT) continue;
+        int rc = read_small_file(path, &c->data[c->n], &c->len[c->n], err, errlen);
+        if (rc != 0) return rc;
+        c->name[c->n++] = names[i];
+    }
+    // config.json's token ids: absent ones (and an unreadable file, which the load refuses) give none
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = NULL, e2[512];
+    size_t n = 0;
+    json_t *root = NULL;
+    if (read_small_file(path, &text, &n, e2, sizeof e2) == 0 &&
+        json_parse(text, n, path, NULL, &root, e2, sizeof e2) == 0 && root->type == JSON_OBJECT) {
+        static const char *const keys[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+        size_t w = 0;
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            char v[160];
+            id_text(json_get(root, keys[k]), v, sizeof v);
+            if (v[0] && w < sizeof c->ids)
+                w += (size_t)snprintf(c->ids + w, sizeof c->ids - w, "  \"%s\": %s,\n", keys[k], v);
+        }
+        if (w >= sizeof c->ids) c->ids[0] = 0;
+    }
+    json_free(root);
+    free(text);
+    return 0;
+}
+
+void checkpoint_carry_free(ckpt_carry_t *c) {
+    for (int i = 0; i < c->n; i++) free(c->data[i]);
+    memset(c, 0, sizeof *c);
+}
+
 // ---------------------------------------------------------------- save
 
 // Writes one state of every tensor through w, shard after shard, in tensor order: part 0 the
@@ -631,9 +692,10 @@ static int write_optimizer(trainer_t *tr, const char *path, int with_master, pro
                       errlen);
 }
 
-// config.json; *crc gets the CRC-32C of its text (state.json records it).
-static int write_config_json(const trainer_t *tr, const char *path, int bf16, uint32_t *crc, char *err,
-                             size_t errlen) {
+// config.json; *crc gets the CRC-32C of its text (state.json records it). ids: the token ids
+// the run's source folder had ("" for none).
+static int write_config_json(const trainer_t *tr, const char *path, int bf16, const char *ids, uint32_t *crc,
+                             char *err, size_t errlen) {
     const model_t *m = trainer_model(tr);
     char text[2048], rs[512];
     hf_rope_scaling_json(&m->rope_scaling, rs, sizeof rs);
@@ -643,9 +705,9 @@ static int write_config_json(const trainer_t *tr, const char *path, int bf16, ui
              "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
              "  \"vocab_size\": %d,\n  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.17g,\n  \"rope_scaling\": %s,\n"
              "  \"tie_word_embeddings\": %s,\n  \"max_position_embeddings\": %d,\n  \"hidden_act\": \"silu\",\n"
-             "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n  \"torch_dtype\": \"%s\"\n}\n",
+             "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n%s  \"torch_dtype\": \"%s\"\n}\n",
              m->C, m->F, m->L, m->NH, m->NKV, m->HS, m->V, (double)m->norm_eps, m->rope_theta, rs,
-             m->tie ? "true" : "false", m->T, bf16 ? "bfloat16" : "float32");
+             m->tie ? "true" : "false", m->T, ids, bf16 ? "bfloat16" : "float32");
     *crc = crc32c(0, text, strlen(text));
     return write_text(path, text, err, errlen);
 }
@@ -698,8 +760,8 @@ static int serve_gathers(trainer_t *tr, uint64_t *hash, int rc, char *err, size_
     return rc;
 }
 
-int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t *params_hash, char *where, size_t wlen,
-                    char *err, size_t errlen) {
+int checkpoint_save(trainer_t *tr, const data_t *d, const ckpt_carry_t *carry, int step, uint64_t *params_hash,
+                    char *where, size_t wlen, char *err, size_t errlen) {
     const config_t *c = trainer_config(tr);
     const char *dir = c->save_dir;
     int rc = trainer_optimizer_wait(tr, err, errlen);
@@ -750,8 +812,12 @@ int checkpoint_save(trainer_t *tr, const data_t *d, int step, uint64_t *params_h
     uint32_t config_crc = 0;
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/config.json", tmp);
-        rc = write_config_json(tr, path, c->save_bf16, &config_crc, err, errlen);
+        rc = write_config_json(tr, path, c->save_bf16, carry ? carry->ids : "", &config_crc, err, errlen);
         test_delay();
+    }
+    for (int i = 0; rc == 0 && carry && i < carry->n; i++) {
+        snprintf(path, sizeof path, "%s/%s", tmp, carry->name[i]);
+        rc = write_bytes(path, carry->data[i], carry->len[i], err, errlen);
     }
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/state.json", tmp);

@@ -218,7 +218,8 @@ static void stop_line_steps(const config_t *cfg) {
                   newest_said(cfg, said, sizeof said));
 }
 
-static void save_checkpoint(trainer_t *tr, const data_t *data, int step, FILE *log, char *where, size_t wlen) {
+static void save_checkpoint(trainer_t *tr, const data_t *data, const ckpt_carry_t *carry, int step, FILE *log,
+                            char *where, size_t wlen) {
     char err[768], said[TT_PATH_MAX + 64], what[TT_PATH_MAX + 128];
     const config_t *cfg = trainer_config(tr);
     const int saver = comm_rank(comm_world()) == 0; // the states are every rank's: rank 0 writes them
@@ -229,7 +230,8 @@ static void save_checkpoint(trainer_t *tr, const data_t *data, int step, FILE *l
     if ((rc = comm_agree(comm_world(), rc, err, sizeof err)) != 0) agreed_error(rc, "step %d: %s (%s)", step, err, said);
     uint64_t hash = 0;
     double t0 = now_ms();
-    rc = checkpoint_save(tr, data, step, &hash, where, wlen, err, sizeof err); // ranks: rank 0 writes, all gather
+    // ranks: rank 0 writes, all gather
+    rc = checkpoint_save(tr, data, carry, step, &hash, where, wlen, err, sizeof err);
     if ((rc = comm_agree(comm_world(), rc, err, sizeof err)) != 0) {
         snprintf(what, sizeof what, "%s", newest_said(cfg, said, sizeof said));
         agreed_error(rc, "step %d: checkpoint: %s (%s)", step, err, what);
@@ -251,6 +253,7 @@ typedef struct {
     config_t cfg;             // resolved: --offload auto may choose the homes, a GPU the budget
     data_t *data;
     ckpt_info_t ck;           // --resume's checkpoint
+    ckpt_carry_t carry;       // what every checkpoint carries over from --init-from's or --resume's folder
     int start;                // the first step to run
     plan_t plan;
     profile_t prof;
@@ -502,6 +505,20 @@ static void run_init_from(run_t *r) {
     if (rc != 0) agreed_error(load_rc(rc), "%s", err);
 }
 
+// With --save, the files and token ids every checkpoint carries over from the folder the run
+// started from (rank 0 writes the checkpoints; it read the folder). The folder loaded, so a
+// failure here is the disk's, at the start of the run.
+static void run_carry(run_t *r) {
+    const config_t *cfg = &r->cfg;
+    const char *from = cfg->init_from[0] ? cfg->init_from : cfg->resume[0] ? r->ck.dir : NULL;
+    char err[768];
+    int rc = cfg->save_dir[0] && from && r->rank == 0 ? checkpoint_carry_read(&r->carry, from, err, sizeof err) : 0;
+    if ((rc = comm_agree(comm_world(), rc, err, sizeof err)) != 0) {
+        log_drop(r);
+        agreed_error(load_rc(rc), "%s", err);
+    }
+}
+
 // Each step's --log line reaches the file as it is written: a write error (a full disk)
 // stops the run then, naming its cause, not after the last step.
 static void log_flush(run_t *r, int step) {
@@ -551,7 +568,7 @@ static void run_steps(run_t *r) {
             if (r->log) fprintf(r->log, "{\"event\":\"eval\",\"step\":%d,\"val_loss\":%.6f}\n", step, r->last_val);
         }
         if (cfg->save_dir[0] && cfg->save_every > 0 && step % cfg->save_every == 0 && step < cfg->steps) {
-            save_checkpoint(r->tr, r->data, step, r->log, r->saved, sizeof r->saved);
+            save_checkpoint(r->tr, r->data, &r->carry, step, r->log, r->saved, sizeof r->saved);
             r->saved_step = step;
         }
         fflush(stdout);
@@ -562,7 +579,7 @@ static void run_steps(run_t *r) {
         }
     }
     if (cfg->save_dir[0] && r->last_step >= r->start && r->saved_step != r->last_step) {
-        save_checkpoint(r->tr, r->data, r->last_step, r->log, r->saved, sizeof r->saved);
+        save_checkpoint(r->tr, r->data, &r->carry, r->last_step, r->log, r->saved, sizeof r->saved);
         r->saved_step = r->last_step;
     }
 }
@@ -575,6 +592,7 @@ static void run_free(run_t *r) {
     free(r->skip_tg);
     trainer_free(r->tr);
     data_free(r->data);
+    checkpoint_carry_free(&r->carry);
 }
 
 // The summary (and its JSONL line), the trace file, and the tier report last.
@@ -645,6 +663,7 @@ int train_run(const config_t *cfg_in) {
     printf("data: %s\n", data_describe(r->data));
     if (cfg->resume[0]) run_resume(r);
     if (cfg->init_from[0]) run_init_from(r);
+    run_carry(r);
     log_start(r);
     fflush(stdout);
     stop_line_steps(cfg);

@@ -5,6 +5,7 @@
 //             gives the same weights on the same tokens (fp32), under every placement;
 //   round     fine-tune, save, --init-from the saved folder: the weights arrive bit-exactly
 //             (the params_hash the save recorded), with every checksum verified;
+//   carry     a checkpoint takes the folder's tokenizer and generation files and token ids along;
 //   rope      rope_scaling llama3 (Llama 3.1/3.2): applied, saved in both files, resumed, evaluated;
 //   refusals  a dtype the loader does not take, a missing shard, a config.json that does not
 //             fit the weights, a shape flag that contradicts config.json, unsupported
@@ -296,6 +297,57 @@ START_TEST(rope_scaling_llama3) {
 }
 END_TEST
 
+// ---------------------------------------------------------------- carried files
+
+// A checkpoint of a fine-tune is a whole Hugging Face model: the folder's tokenizer and
+// generation files come along byte for byte, and config.json keeps its token ids (an
+// instruct model's eos list too); a resume carries them on from its checkpoint, even after
+// --keep-last removed the one it started from.
+START_TEST(checkpoint_carries_tokenizer) {
+    char dir[1200], file[1600], save[1200];
+    snprintf(dir, sizeof dir, "%s/hf", tmp);
+    copy_folder(FIXTURE, dir);
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    edit(file, "\"eos_token_id\": 2", "\"eos_token_id\": [2, 5]");
+    static const char tok[] = "{\"version\": \"1.0\", \"model\": {\"type\": \"BPE\"}}\n";
+    static const char gen[] = "{\"bos_token_id\": 1, \"eos_token_id\": [2, 5], \"temperature\": 0.6}\n";
+    static const char sp[] = "\x0a\x08\x00\xff binary sentencepiece bytes";
+    const char *const names[] = {"tokenizer.json", "generation_config.json", "tokenizer.model"};
+    const char *const bytes[] = {tok, gen, sp};
+    const size_t lens[] = {sizeof tok - 1, sizeof gen - 1, sizeof sp - 1};
+    for (int i = 0; i < 3; i++) {
+        snprintf(file, sizeof file, "%s/%s", dir, names[i]);
+        FILE *f = fopen(file, "wb");
+        ck_assert(f && fwrite(bytes[i], 1, lens[i], f) == lens[i] && fclose(f) == 0);
+    }
+    snprintf(save, sizeof save, "%s/save", tmp);
+    const char *data = data_file();
+    const char *first[] = {"--init-from", dir, "--data", data, "--steps", "2", "--eval-every", "0", "--save", save,
+                           "--keep-last", "1", NULL};
+    const char *again[] = {"--resume", save, "--data", data, "--steps", "4", "--eval-every", "0", "--save", save,
+                           "--save-every", "1", "--keep-last", "1", NULL};
+    for (int run_k = 0; run_k < 2; run_k++) {
+        run_t r = run("train", run_k ? again : first);
+        ck_assert_msg(r.rc == 0, "run %d: exit %d:\n%s", run_k, r.rc, r.err);
+        run_free(&r);
+        for (int i = 0; i < 3; i++) {
+            snprintf(file, sizeof file, "%s/step-%08d/%s", save, run_k ? 4 : 2, names[i]);
+            FILE *f = fopen(file, "rb");
+            char got[256];
+            size_t n = f ? fread(got, 1, sizeof got, f) : 0;
+            if (f) fclose(f);
+            ck_assert_msg(n == lens[i] && !memcmp(got, bytes[i], n), "run %d: %s is not the folder's (%zu bytes)",
+                          run_k, file, n);
+        }
+        snprintf(file, sizeof file, "%s/step-%08d/config.json", save, run_k ? 4 : 2);
+        char *cj = tu_slurp(file);
+        ck_assert_msg(cj && strstr(cj, "  \"bos_token_id\": 1,\n  \"eos_token_id\": [2, 5],\n"), "run %d: %s",
+                      run_k, cj ? cj : file);
+        free(cj);
+    }
+}
+END_TEST
+
 // ---------------------------------------------------------------- refusals
 
 enum { R_DTYPE, R_MISSING, R_SHAPE, R_FLAG, R_ROPE_SCALING, R_ROPE_BANDS, R_ROPE_FIELD, R_BIAS, R_RESUME, R_MODEL,
@@ -404,6 +456,7 @@ int main(void) {
     tcase_add_test(round, round_trip);
     tcase_add_test(round, tied_skips_lm_head);
     tcase_add_test(round, rope_scaling_llama3);
+    tcase_add_test(round, checkpoint_carries_tokenizer);
     suite_add_tcase(s, round);
     TCase *ref = tcase_create("refusals");
     tcase_add_checked_fixture(ref, setup, teardown);
