@@ -697,7 +697,7 @@ static int write_optimizer(trainer_t *tr, const char *path, int with_master, pro
 static int write_config_json(const trainer_t *tr, const char *path, int bf16, const char *ids, uint32_t *crc,
                              char *err, size_t errlen) {
     const model_t *m = trainer_model(tr);
-    char text[2048], rs[512];
+    char text[4096], rs[512]; // at most about 1.5 KiB: the fields, rope_scaling and the token ids
     hf_rope_scaling_json(&m->rope_scaling, rs, sizeof rs);
     snprintf(text, sizeof text,
              "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"

@@ -35,6 +35,10 @@ static void print_io(const config_t *c, FILE *f) {
     fprintf(f, "%s%s%s\n", c->io_sqpoll ? ", sqpoll" : "", c->io_verify ? ", verify" : "", c->keep_nvme ? ", keep-nvme" : "");
 }
 
+const char *config_model_source(const config_t *c) {
+    return c->init_from[0] ? "--init-from" : c->model_resumed ? "--resume" : NULL;
+}
+
 void config_print(const config_t *c, FILE *f) {
     char b1[32], b2[32], w[16];
     const command_info_t *ci = cli_command_of(c->command);
@@ -60,7 +64,7 @@ void config_print(const config_t *c, FILE *f) {
     char from[TT_PATH_MAX + 32];
     if (c->init_from[0]) snprintf(from, sizeof from, "from %s/config.json", c->init_from);
     else snprintf(from, sizeof from, "from --resume's checkpoint");
-    const int folder = c->init_from[0] || c->model_resumed;
+    const int folder = config_model_source(c) != NULL;
     char rope[160];
     model_rope_text(c->rope_theta, &c->rope_scaling, rope, sizeof rope);
     fprintf(f, "tiertrain %s: model %s%s: L %d, C %d, heads %d (kv %d, size %d), ffn %d, vocab %d, seq %d, %s, "

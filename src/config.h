@@ -133,6 +133,9 @@ typedef struct {
 void cli_parse(int argc, char **argv, config_t *cfg);
 // Prints the resolved configuration (the first thing every run prints).
 void config_print(const config_t *cfg, FILE *f);
+// Where the model's shape came from: "--init-from" (its folder's config.json), "--resume"
+// (the checkpoint's, cli.c apply_resume), or NULL (the preset and the shape flags).
+const char *config_model_source(const config_t *cfg);
 // What --schedule auto and --checkpoints auto stand for at cfg's --accum (where
 // schedule_auto / acts_auto say they were auto): vertical when --accum > 1, and then host
 // checkpoints. cli_parse resolves with it, and plan advice after changing --accum.

@@ -156,7 +156,7 @@ void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f) 
                "\"grads_home\":\"%s\",\"optimizer_home\":\"%s\",\"device_bytes\":%llu,\"host_bytes\":%llu,"
                "\"nvme_bytes\":%llu,\"ram_bytes\":%llu,\"ram_available\":%llu,\"kernels_bytes\":%llu,\"nvme_free\":%llu,"
                "\"device_parts\":",
-            cfg->init_from[0] ? "--init-from" : cfg->model_resumed ? "--resume" : cfg->preset[0] ? cfg->preset : "custom",
+            config_model_source(cfg) ? config_model_source(cfg) : cfg->preset[0] ? cfg->preset : "custom",
             m->num_params, p->feasible ? "true" : "false", reason,
             tn[cfg->params_tier], tn[cfg->grads_tier], tn[cfg->optim_tier], (unsigned long long)p->device_bytes,
             (unsigned long long)p->host_bytes, (unsigned long long)p->nvme_bytes, (unsigned long long)p->ram_needed,

@@ -128,8 +128,8 @@ static void print_model(const model_t *m, const config_t *cfg, FILE *f) {
     const int N = cfg->B * cfg->T, chunks = model_mlp_chunks(m, N);
     if (chunks > 1) snprintf(mlp, sizeof mlp, "; the MLP in %d chunks of %d rows", chunks, model_mlp_rows(m, N));
     fprintf(f, "model: %s%s — %.2fM parameters in %d shards (largest %s as BF16), L=%d C=%d NH=%d NKV=%d HS=%d F=%d V=%d T=%d%s%s\n",
-            cfg->init_from[0] ? "--init-from's" : cfg->model_resumed ? "--resume's" : cfg->preset,
-            cfg->preset[0] || cfg->init_from[0] || cfg->model_resumed ? "" : "custom",
+            config_model_source(cfg) ? config_model_source(cfg) : cfg->preset,
+            config_model_source(cfg) ? "'s" : cfg->preset[0] ? "" : "custom",
             m->num_params / 1e6, m->nshards,
             format_bytes(a, sizeof a, m->max_shard_numel * 2), m->L, m->C, m->NH, m->NKV, m->HS, m->F, m->V, m->T,
             m->tie ? " tied" : "", mlp);
