@@ -48,28 +48,27 @@ static void config_for(config_t *c, const char *data, int V, int B, int T) {
     c->seed = 1337;
 }
 
-// An llm.c token file with a header we control: header_count may lie, extra bytes follow.
-static void write_bin(const char *path, int32_t magic, int32_t version, int32_t header_count, const uint16_t *tok,
-                      size_t ntok, size_t extra) {
+// An llm.c token file with a header we control: header_count may lie, extra bytes follow;
+// ntok tokens of width bytes (2: GPT-2's uint16, 4: Llama 3's uint32).
+static void write_tokens(const char *path, int32_t magic, int32_t version, int32_t header_count, const void *tok,
+                         int width, size_t ntok, size_t extra) {
     int32_t h[256] = {magic, version, header_count};
     FILE *f = fopen(path, "wb");
     ck_assert_ptr_nonnull(f);
     ck_assert(fwrite(h, sizeof h, 1, f) == 1);
-    if (ntok) ck_assert(fwrite(tok, 2, ntok, f) == ntok);
+    if (ntok) ck_assert(fwrite(tok, (size_t)width, ntok, f) == ntok);
     for (size_t i = 0; i < extra; i++) fputc(0, f);
     fclose(f);
 }
 
-// The same with uint32 tokens (llm.c's Llama 3 format: magic 20240801, version 7).
+static void write_bin(const char *path, int32_t magic, int32_t version, int32_t header_count, const uint16_t *tok,
+                      size_t ntok, size_t extra) {
+    write_tokens(path, magic, version, header_count, tok, 2, ntok, extra);
+}
+
 static void write_bin32(const char *path, int32_t magic, int32_t version, int32_t header_count, const uint32_t *tok,
                         size_t ntok, size_t extra) {
-    int32_t h[256] = {magic, version, header_count};
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert(fwrite(h, sizeof h, 1, f) == 1);
-    if (ntok) ck_assert(fwrite(tok, 4, ntok, f) == ntok);
-    for (size_t i = 0; i < extra; i++) fputc(0, f);
-    fclose(f);
+    write_tokens(path, magic, version, header_count, tok, 4, ntok, extra);
 }
 
 // Tokens 0, 1, 2, ... (mod 60000): every position's token says where it came from.

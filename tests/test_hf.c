@@ -115,6 +115,13 @@ static void edit(const char *path, const char *from, const char *to) {
     ck_assert_int_eq(fclose(f), 0);
 }
 
+// The first `from` in DIR/config.json becomes `to`.
+static void edit_config(const char *dir, const char *from, const char *to) {
+    char file[1300];
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    edit(file, from, to);
+}
+
 // ---------------------------------------------------------------- loss
 
 static const char *const placements[][8] = {
@@ -196,11 +203,10 @@ END_TEST
 // The same folder declared tied: the model has no lm_head of its own, so the folder's
 // lm_head.weight is the one tensor skipped, said once, and the run goes on.
 START_TEST(tied_skips_lm_head) {
-    char dir[1200], file[1300];
+    char dir[1200];
     snprintf(dir, sizeof dir, "%s/hf", tmp);
     copy_folder(FIXTURE, dir);
-    snprintf(file, sizeof file, "%s/config.json", dir);
-    edit(file, "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true");
+    edit_config(dir, "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true");
     const char *data = data_file();
     const char *args[] = {"--init-from", dir, "--data", data, "--steps", "1", "--eval-every", "0", NULL};
     run_t r = run("train", args);
@@ -236,8 +242,7 @@ START_TEST(rope_scaling_llama3) {
     char dir[1200], file[1600], save[1200], folder[1300];
     snprintf(dir, sizeof dir, "%s/hf", tmp);
     copy_folder(FIXTURE, dir);
-    snprintf(file, sizeof file, "%s/config.json", dir);
-    edit(file, "\"rope_scaling\": null", "\"rope_scaling\": " LLAMA3_SCALING);
+    edit_config(dir, "\"rope_scaling\": null", "\"rope_scaling\": " LLAMA3_SCALING);
     snprintf(save, sizeof save, "%s/save", tmp);
     snprintf(folder, sizeof folder, "%s/step-00000002", save);
     const char *data = data_file();
@@ -307,8 +312,7 @@ START_TEST(checkpoint_carries_tokenizer) {
     char dir[1200], file[1600], save[1200];
     snprintf(dir, sizeof dir, "%s/hf", tmp);
     copy_folder(FIXTURE, dir);
-    snprintf(file, sizeof file, "%s/config.json", dir);
-    edit(file, "\"eos_token_id\": 2", "\"eos_token_id\": [2, 5]");
+    edit_config(dir, "\"eos_token_id\": 2", "\"eos_token_id\": [2, 5]");
     static const char tok[] = "{\"version\": \"1.0\", \"model\": {\"type\": \"BPE\"}}\n";
     static const char gen[] = "{\"bos_token_id\": 1, \"eos_token_id\": [2, 5], \"temperature\": 0.6}\n";
     static const char sp[] = "\x0a\x08\x00\xff binary sentencepiece bytes";
@@ -374,8 +378,7 @@ START_TEST(refusals) {
         says = want;
         break;
     case R_SHAPE:
-        snprintf(file, sizeof file, "%s/config.json", dir);
-        edit(file, "\"intermediate_size\": 48", "\"intermediate_size\": 64");
+        edit_config(dir, "\"intermediate_size\": 48", "\"intermediate_size\": 64");
         says = "model-00001-of-00002.safetensors: tensor 'model.layers.0.mlp.gate_proj.weight' has shape [48, 32], "
                "config.json makes it [64, 32] (a config.json that does not belong with these weights?)\n";
         break;
@@ -387,25 +390,21 @@ START_TEST(refusals) {
         says = want;
         break;
     case R_ROPE_SCALING:
-        snprintf(file, sizeof file, "%s/config.json", dir);
-        edit(file, "\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 2.0}");
+        edit_config(dir, "\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 2.0}");
         says = "/config.json: rope_scaling rope_type \"yarn\" (accepted: \"llama3\", \"linear\" or \"default\"; that "
                "scaling is not implemented)\n";
         break;
     case R_ROPE_BANDS:
-        snprintf(file, sizeof file, "%s/config.json", dir);
-        edit(file, "\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+        edit_config(dir, "\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
              "\"low_freq_factor\": 4.0, \"high_freq_factor\": 1.0, \"original_max_position_embeddings\": 64}");
         says = "/config.json: rope_scaling low_freq_factor 4, high_freq_factor 1 (accepted: 0 < low < high)\n";
         break;
     case R_ROPE_FIELD:
-        snprintf(file, sizeof file, "%s/config.json", dir);
-        edit(file, "\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}");
+        edit_config(dir, "\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}");
         says = "low_freq_factor";
         break;
     case R_BIAS:
-        snprintf(file, sizeof file, "%s/config.json", dir);
-        edit(file, "\"attention_bias\": false", "\"attention_bias\": true");
+        edit_config(dir, "\"attention_bias\": false", "\"attention_bias\": true");
         says = "/config.json: attention_bias is true (accepted: false; the model has no bias terms)\n";
         break;
     case R_RESUME:
@@ -421,8 +420,7 @@ START_TEST(refusals) {
         says = want;
         break;
     case R_TYPE:
-        snprintf(file, sizeof file, "%s/config.json", dir);
-        edit(file, "\"model_type\": \"llama\"", "\"model_type\": \"gpt2\"");
+        edit_config(dir, "\"model_type\": \"llama\"", "\"model_type\": \"gpt2\"");
         says = "/config.json: model_type \"gpt2\" (accepted: \"llama\"; this is a Llama trainer)\n";
         break;
     }
