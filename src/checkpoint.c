@@ -516,62 +516,6 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
     return rc;
 }
 
-// ---------------------------------------------------------------- carried files
-
-// The JSON text of an id member: a number, or an array of numbers (eos_token_id of an
-// instruct model); "" for anything else (null, absent).
-static void id_text(const json_t *v, char *buf, size_t len) {
-    buf[0] = 0;
-    if (v && v->type == JSON_NUMBER) snprintf(buf, len, "%s", v->s);
-    if (!v || v->type != JSON_ARRAY || !v->n) return;
-    size_t w = (size_t)snprintf(buf, len, "[");
-    for (size_t k = 0; k < v->n && w < len; k++) {
-        if (v->kids[k].type != JSON_NUMBER) { buf[0] = 0; return; }
-        w += (size_t)snprintf(buf + w, len - w, "%s%s", k ? ", " : "", v->kids[k].s);
-    }
-    if (w < len) snprintf(buf + w, len - w, "]");
-    if (w + 1 >= len) buf[0] = 0; // cut: none rather than a broken one
-}
-
-int checkpoint_carry_read(ckpt_carry_t *c, const char *dir, char *err, size_t errlen) {
-    static const char *const names[CKPT_CARRY_FILES] = CKPT_CARRY_NAMES;
-    memset(c, 0, sizeof *c);
-    char path[TT_PATH_MAX + 64];
-    for (int i = 0; i < CKPT_CARRY_FILES; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        struct stat st;
-        if (stat(path, &st) != 0 && errno == ENOENT) continue;
-        int rc = read_small_file(path, &c->data[c->n], &c->len[c->n], err, errlen);
-        if (rc != 0) return rc;
-        c->name[c->n++] = names[i];
-    }
-    // config.json's token ids: absent ones (and an unreadable file, which the load refuses) give none
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    char *text = NULL, e2[512];
-    size_t n = 0;
-    json_t *root = NULL;
-    if (read_small_file(path, &text, &n, e2, sizeof e2) == 0 &&
-        json_parse(text, n, path, NULL, &root, e2, sizeof e2) == 0 && root->type == JSON_OBJECT) {
-        static const char *const keys[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
-        size_t w = 0;
-        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
-            char v[160];
-            id_text(json_get(root, keys[k]), v, sizeof v);
-            if (v[0] && w < sizeof c->ids)
-                w += (size_t)snprintf(c->ids + w, sizeof c->ids - w, "  \"%s\": %s,\n", keys[k], v);
-        }
-        if (w >= sizeof c->ids) c->ids[0] = 0;
-    }
-    json_free(root);
-    free(text);
-    return 0;
-}
-
-void checkpoint_carry_free(ckpt_carry_t *c) {
-    for (int i = 0; i < c->n; i++) free(c->data[i]);
-    memset(c, 0, sizeof *c);
-}
-
 // ---------------------------------------------------------------- save
 
 // Writes one state of every tensor through w, shard after shard, in tensor order: part 0 the
@@ -760,7 +704,7 @@ static int serve_gathers(trainer_t *tr, uint64_t *hash, int rc, char *err, size_
     return rc;
 }
 
-int checkpoint_save(trainer_t *tr, const data_t *d, const ckpt_carry_t *carry, int step, uint64_t *params_hash,
+int checkpoint_save(trainer_t *tr, const data_t *d, const hf_extras_t *carry, int step, uint64_t *params_hash,
                     char *where, size_t wlen, char *err, size_t errlen) {
     const config_t *c = trainer_config(tr);
     const char *dir = c->save_dir;

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include "config.h"
 #include "data.h"
+#include "hf.h" // hf_extras_t
 #include "trainer.h"
 
 typedef struct {
@@ -52,33 +53,13 @@ int checkpoint_check_config(const ckpt_info_t *info, const config_t *cfg, char *
 // when not NULL). Validates every tensor's name, dtype and shape and that every value is
 // finite. Returns 0 or -errno with one line (bad files: -EINVAL; I/O: the errno).
 int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weights_only, char *err, size_t errlen);
-// What a checkpoint carries over from the folder the run started from (--init-from's, or
-// --resume's checkpoint), so that it loads as a whole Hugging Face model: the tokenizer and
-// generation files beside the weights (CKPT_CARRY_NAMES, those present), and config.json's
-// token ids (bos_token_id, eos_token_id, pad_token_id). Read once at the start, since
-// --keep-last may prune the source, and written into every checkpoint.
-#define CKPT_CARRY_NAMES {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", \
-                          "generation_config.json", "chat_template.jinja"}
-enum { CKPT_CARRY_FILES = 6 };
-typedef struct {
-    int n;
-    const char *name[CKPT_CARRY_FILES];
-    char *data[CKPT_CARRY_FILES];
-    size_t len[CKPT_CARRY_FILES];
-    char ids[512]; // config.json's token id members as JSON text ("  \"bos_token_id\": 1,\n"...), or ""
-} ckpt_carry_t;
-// Reads them from dir; a file that is not there is skipped. Returns 0, or -errno with one line
-// (a file there that cannot be read, or larger than 16 MiB). checkpoint_carry_free releases
-// what it read (also after a failure).
-int checkpoint_carry_read(ckpt_carry_t *c, const char *dir, char *err, size_t errlen);
-void checkpoint_carry_free(ckpt_carry_t *c);
-
-// Saves tr's state after `step` under cfg->save_dir, updates latest, keeps the newest
+// Saves tr's state after `step` under cfg->save_dir, with carry's files and token ids (hf.h;
+// NULL: none), updates latest, keeps the newest
 // --keep-last. Waits for the optimizer first. Writes the folder's path into where and the
 // params_hash of the saved weights (computed while writing them) into *params_hash. Returns
 // 0, or -errno with one line; on failure the temporary folder is removed and nothing that
 // was visible changes.
-int checkpoint_save(trainer_t *tr, const data_t *d, const ckpt_carry_t *carry, int step, uint64_t *params_hash,
+int checkpoint_save(trainer_t *tr, const data_t *d, const hf_extras_t *carry, int step, uint64_t *params_hash,
                     char *where, size_t wlen, char *err, size_t errlen);
 
 // One writer per --save directory: creates dir when missing, takes flock(LOCK_EX) on

@@ -1,7 +1,8 @@
 // hf.c — see hf.h. config.json through json.c, the weights through the safetensors reader:
 // every file the index names is opened (and validated) once, each tensor of the model is
 // looked up by its Hugging Face name, and its elements go into the master a chunk at a time,
-// converted to FP32 on the way.
+// converted to FP32 on the way. Also the folder's other files a checkpoint carries along
+// (hf_extras_read: tokenizer, generation settings, token ids).
 #include "hf.h"
 #include <errno.h>
 #include <math.h>
@@ -273,6 +274,62 @@ static int files_find(const hf_files_t *f, const json_t *index, const char *name
         if ((*tix = st_find(f->r[i], name)) >= 0) return i;
     }
     return -1;
+}
+
+// ---------------------------------------------------------------- the folder's other files
+
+// The JSON text of an id member: a number, or an array of numbers (eos_token_id of an
+// instruct model); "" for anything else (null, absent).
+static void id_text(const json_t *v, char *buf, size_t len) {
+    buf[0] = 0;
+    if (v && v->type == JSON_NUMBER) snprintf(buf, len, "%s", v->s);
+    if (!v || v->type != JSON_ARRAY || !v->n) return;
+    size_t w = (size_t)snprintf(buf, len, "[");
+    for (size_t k = 0; k < v->n && w < len; k++) {
+        if (v->kids[k].type != JSON_NUMBER) { buf[0] = 0; return; }
+        w += (size_t)snprintf(buf + w, len - w, "%s%s", k ? ", " : "", v->kids[k].s);
+    }
+    if (w < len) snprintf(buf + w, len - w, "]");
+    if (w + 1 >= len) buf[0] = 0; // cut: none rather than a broken one
+}
+
+int hf_extras_read(hf_extras_t *c, const char *dir, char *err, size_t errlen) {
+    static const char *const names[HF_EXTRA_FILES] = HF_EXTRA_NAMES;
+    memset(c, 0, sizeof *c);
+    char path[TT_PATH_MAX + 64];
+    for (int i = 0; i < HF_EXTRA_FILES; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        struct stat st;
+        if (stat(path, &st) != 0 && errno == ENOENT) continue;
+        int rc = read_small_file(path, &c->data[c->n], &c->len[c->n], err, errlen);
+        if (rc != 0) return rc;
+        c->name[c->n++] = names[i];
+    }
+    // config.json's token ids: absent ones (and an unreadable file, which the load refuses) give none
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = NULL, e2[512];
+    size_t n = 0;
+    json_t *root = NULL;
+    if (read_small_file(path, &text, &n, e2, sizeof e2) == 0 &&
+        json_parse(text, n, path, NULL, &root, e2, sizeof e2) == 0 && root->type == JSON_OBJECT) {
+        static const char *const keys[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+        size_t w = 0;
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            char v[160];
+            id_text(json_get(root, keys[k]), v, sizeof v);
+            if (v[0] && w < sizeof c->ids)
+                w += (size_t)snprintf(c->ids + w, sizeof c->ids - w, "  \"%s\": %s,\n", keys[k], v);
+        }
+        if (w >= sizeof c->ids) c->ids[0] = 0;
+    }
+    json_free(root);
+    free(text);
+    return 0;
+}
+
+void hf_extras_free(hf_extras_t *c) {
+    for (int i = 0; i < c->n; i++) free(c->data[i]);
+    memset(c, 0, sizeof *c);
 }
 
 // ---------------------------------------------------------------- the weights

@@ -38,6 +38,27 @@ int hf_rope_scaling_read(const struct json *obj, const char *path, rope_scaling_
 // s as config.json's rope_scaling value: null, or the object hf_rope_scaling_read reads back.
 void hf_rope_scaling_json(const rope_scaling_t *s, char *buf, size_t len);
 
+// A Hugging Face folder's files beside the weights and config.json's shape: the tokenizer and
+// generation files (HF_EXTRA_NAMES, those present) and config.json's token ids (bos_token_id,
+// eos_token_id, pad_token_id). A run reads them once from the folder it starts from
+// (--init-from's, or --resume's checkpoint: --keep-last may prune it later), and every
+// checkpoint carries them (checkpoint_save), so that it loads as a whole model.
+#define HF_EXTRA_NAMES {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", \
+                          "generation_config.json", "chat_template.jinja"}
+enum { HF_EXTRA_FILES = 6 };
+typedef struct {
+    int n;
+    const char *name[HF_EXTRA_FILES];
+    char *data[HF_EXTRA_FILES];
+    size_t len[HF_EXTRA_FILES];
+    char ids[512]; // config.json's token id members as JSON text ("  \"bos_token_id\": 1,\n"...), or ""
+} hf_extras_t;
+// Reads them from dir; a file that is not there is skipped. Returns 0, or -errno with one line
+// (a file there that cannot be read, or larger than 16 MiB). hf_extras_free releases
+// what it read (also after a failure).
+int hf_extras_read(hf_extras_t *c, const char *dir, char *err, size_t errlen);
+void hf_extras_free(hf_extras_t *c);
+
 // Loads the folder's weights into tr (built for hc's shape): every tensor of the model must
 // be there with its shape, as F32, BF16 or F16. Prints one line with what was loaded to out
 // (unless NULL). Returns 0, or -EINVAL (a bad or missing file, tensor, shape or dtype) /

@@ -218,7 +218,7 @@ static void stop_line_steps(const config_t *cfg) {
                   newest_said(cfg, said, sizeof said));
 }
 
-static void save_checkpoint(trainer_t *tr, const data_t *data, const ckpt_carry_t *carry, int step, FILE *log,
+static void save_checkpoint(trainer_t *tr, const data_t *data, const hf_extras_t *carry, int step, FILE *log,
                             char *where, size_t wlen) {
     char err[768], said[TT_PATH_MAX + 64], what[TT_PATH_MAX + 128];
     const config_t *cfg = trainer_config(tr);
@@ -253,7 +253,7 @@ typedef struct {
     config_t cfg;             // resolved: --offload auto may choose the homes, a GPU the budget
     data_t *data;
     ckpt_info_t ck;           // --resume's checkpoint
-    ckpt_carry_t carry;       // what every checkpoint carries over from --init-from's or --resume's folder
+    hf_extras_t carry;        // what every checkpoint carries over from --init-from's or --resume's folder
     int start;                // the first step to run
     plan_t plan;
     profile_t prof;
@@ -512,7 +512,7 @@ static void run_carry(run_t *r) {
     const config_t *cfg = &r->cfg;
     const char *from = cfg->init_from[0] ? cfg->init_from : cfg->resume[0] ? r->ck.dir : NULL;
     char err[768];
-    int rc = cfg->save_dir[0] && from && r->rank == 0 ? checkpoint_carry_read(&r->carry, from, err, sizeof err) : 0;
+    int rc = cfg->save_dir[0] && from && r->rank == 0 ? hf_extras_read(&r->carry, from, err, sizeof err) : 0;
     if ((rc = comm_agree(comm_world(), rc, err, sizeof err)) != 0) {
         log_drop(r);
         agreed_error(load_rc(rc), "%s", err);
@@ -592,7 +592,7 @@ static void run_free(run_t *r) {
     free(r->skip_tg);
     trainer_free(r->tr);
     data_free(r->data);
-    checkpoint_carry_free(&r->carry);
+    hf_extras_free(&r->carry);
 }
 
 // The summary (and its JSONL line), the trace file, and the tier report last.
