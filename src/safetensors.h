@@ -51,6 +51,9 @@ size_t st_dtype_size(st_dtype_t t);      // 4, 2, 2
 // ---------------------------------------------------------------- writing
 
 typedef struct st_writer st_writer_t;
+#define ST_STREAM_BUF ((size_t)8 << 20) // the writer's buffer (its writes go out this many bytes at a time),
+                                        // and the reader's for O_DIRECT
+#define ST_DIRECT_MIN ((size_t)256 << 10) // st_read_checked reads this much or more with O_DIRECT
 
 // Creates (or truncates) path and writes the header for tensors[0..n) in that order: JSON
 // keys in the given order ("__metadata__" first when nmeta > 0, its entries in the given
@@ -66,13 +69,15 @@ typedef struct st_writer st_writer_t;
 int st_writer_open(st_writer_t **out, const char *path, const st_tensor_t *tensors, int n, const st_meta_t *meta,
                    int nmeta, char *err, size_t errlen);
 // Appends n bytes of tensor data (the next bytes in declared order; a call may span tensors).
-// Plain write() in a loop: short writes continue, EINTR retries. Returns 0 or -errno; the
+// They are gathered into the writer's buffer, which goes out (O_DIRECT where the filesystem
+// takes it) each time it fills: so a failed write shows at the call that filled the buffer,
+// or at st_writer_close. Short writes continue, EINTR retries. Returns 0 or -errno; the
 // first error sticks (later calls return it again) and its message is st_writer_error().
 // Writing past the declared total is -EINVAL.
 int st_write(st_writer_t *w, const void *buf, size_t n);
 const char *st_writer_error(const st_writer_t *w); // "" while there is no error
 // Finishes: checks every declared byte was written (else -EINVAL naming the first tensor
-// left incomplete), fsyncs, closes, frees w. Returns 0, or the sticky error / -errno of
+// left incomplete), writes what the buffer holds, fsyncs, closes, frees w. Returns 0, or the sticky error / -errno of
 // fsync or close with one line in err. w is freed either way; the file stays on failure
 // (the checkpoint writes into a temporary directory and removes it).
 int st_writer_close(st_writer_t *w, char *err, size_t errlen);
@@ -104,6 +109,8 @@ typedef struct {
     uint64_t *crc_pos;         // (ntensors) bytes folded into crc_run, from the tensor's start
     unsigned char *crc_has;    // (ntensors) 1 where a checksum is stored
     int fd;
+    int dfd;                   // the file again with O_DIRECT, for st_read_checked (-1: not taken)
+    unsigned char *bounce;     // (ST_STREAM_BUF, aligned) its reads land here first; made at the first one
     char *header_name;         // "PATH: header", the name json.c's messages and nodes use
     struct json *json;         // the parsed header: names point into it
     int *by_name;              // (ntensors) tensor indices sorted by name, for st_find
@@ -127,8 +134,9 @@ int st_read(const st_reader_t *r, int idx, void *dst, uint64_t offset, size_t nb
 // last checked read of tensor idx stopped extends its running CRC, and the read that reaches
 // the tensor's end compares it: -EINVAL on a mismatch, with the line
 //   "PATH: tensor 'NAME' fails its CRC-32C check (stored 1a2b3c4d, read 5e6f7a8b): the file is corrupt"
-// Other reads are not checked here (st_verify_rest checks those tensors). Not thread-safe on
-// one reader (st_read is).
+// Other reads are not checked here (st_verify_rest checks those tensors). A read of
+// ST_DIRECT_MIN bytes or more goes around the page cache (O_DIRECT, through a buffer of the
+// reader's) where the filesystem allows it. Not thread-safe on one reader (st_read is).
 int st_read_checked(st_reader_t *r, int idx, void *dst, uint64_t offset, size_t nbytes, char *err, size_t errlen);
 // Checks every tensor with a stored checksum that st_read_checked has not checked whole,
 // reading what it has not folded in yet (a chunk at a time). 0, or -EINVAL / -errno as there.
@@ -136,7 +144,8 @@ int st_verify_rest(st_reader_t *r, char *err, size_t errlen);
 // The index of the first tensor (in file order) with no stored checksum, or -1.
 int st_unchecked(const st_reader_t *r);
 // Elements [first, first + n) of tensor idx as FP32 into dst, through st_read_checked (so
-// the checksum is checked as they stream by): F32 as stored, BF16 and F16 widened exactly.
+// the checksum is checked as they stream by): F32 as stored, BF16 and F16 widened exactly
+// (read into dst's second half, in one read, and widened in place).
 // The one dtype conversion this file does. 0 or -errno as st_read_checked.
 int st_read_f32(st_reader_t *r, int idx, uint64_t first, size_t n, float *dst, char *err, size_t errlen);
 // "[4, 16]": a shape for messages, into buf (returned).

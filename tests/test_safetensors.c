@@ -379,6 +379,75 @@ START_TEST(test_checksums) {
 }
 END_TEST
 
+// A file of several of the writer's buffers (ST_STREAM_BUF), its data starting mid-block and
+// ending in an odd tail, written in pieces smaller and larger than a buffer: every byte and
+// every checksum (the header's rewrite at close) read back as written (checked reads of more
+// than a buffer, from offsets off the blocks), the file exactly as long as the header and the
+// data; a BF16 tensor widened in place; and a file that shrinks under a large read.
+START_TEST(test_stream_spans_buffers) {
+    const char *path = path_in("long.safetensors");
+    const uint64_t B = ST_STREAM_BUF;
+    st_tensor_t t[3] = {{.name = "a", .dtype = ST_F32, .ndim = 1, .shape = {B / 4 + 3}},
+                        {.name = "b", .dtype = ST_BF16, .ndim = 2, .shape = {3, B / 2 + 1}},
+                        {.name = "c", .dtype = ST_F32, .ndim = 1, .shape = {1001}}};
+    const uint64_t size[3] = {B + 12, 3 * B + 6, 4004}, total = size[0] + size[1] + size[2];
+    unsigned char *all = malloc(total);
+    for (uint64_t j = 0; j < total; j++) all[j] = (unsigned char)(j * 2654435761u >> 13);
+    st_writer_t *w = NULL;
+    char err[1024] = "";
+    ck_assert_msg(st_writer_open_flags(&w, path, t, 3, NULL, 0, ST_CRC32C, err, sizeof err) == 0, "%s", err);
+    const size_t pieces[] = {1, B + 7, 4093, 2 * B, 5};
+    uint64_t off = 0;
+    for (int k = 0; off < total; k++) {
+        size_t n = pieces[k % 5] < total - off ? pieces[k % 5] : (size_t)(total - off);
+        ck_assert_msg(st_write(w, all + off, n) == 0, "%s", st_writer_error(w));
+        off += n;
+    }
+    ck_assert_msg(st_writer_close(w, err, sizeof err) == 0, "%s", err);
+    st_reader_t *r = NULL;
+    ck_assert_msg(st_open(path, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_uint_ne(r->data_start % 4096, 0); // the data starts mid-block
+    ck_assert_uint_eq(r->file_size, r->data_start + total);
+    unsigned char *back = malloc(size[1]);
+    uint64_t at = 0;
+    for (int i = 0; i < 3; i++) {
+        char key[32], hex[9];
+        snprintf(key, sizeof key, "crc32c:%s", t[i].name);
+        snprintf(hex, sizeof hex, "%08x", crc_bitwise(all + at, size[i]));
+        ck_assert_msg(!strcmp(st_meta_get(r, key), hex), "%s: %s, want %s", key, st_meta_get(r, key), hex);
+        ck_assert_msg(st_read_checked(r, i, back, 0, size[i], err, sizeof err) == 0, "%s", err);
+        uint64_t bad = size[i];
+        for (uint64_t j = 0; j < size[i] && bad == size[i]; j++)
+            if (back[j] != all[at + j]) bad = j;
+        ck_assert_msg(bad == size[i], "tensor %s byte %" PRIu64 ": got %u, want %u", t[i].name, bad, back[bad],
+                      all[at + bad]);
+        at += size[i];
+    }
+    // b widened to FP32 from element 5 (an odd 2-byte offset into the file's blocks): each
+    // float the BF16 bits of the file's pair of bytes, shifted up
+    const size_t n = B / 2 + 11;
+    float *wide = malloc(n * sizeof *wide);
+    ck_assert_msg(st_read_f32(r, 1, 5, n, wide, err, sizeof err) == 0, "%s", err);
+    for (size_t j = 0; j < n; j++) {
+        const unsigned char *p = all + size[0] + 2 * (5 + j);
+        uint32_t bits = (uint32_t)(p[0] | p[1] << 8) << 16, got;
+        memcpy(&got, &wide[j], 4);
+        ck_assert_msg(got == bits, "b[%zu] widened: %08x, want %08x", 5 + j, got, bits);
+    }
+    free(wide);
+    // the file shrinks under the reader: a large read (O_DIRECT where taken) ends in -EIO too
+    ck_assert_int_eq(truncate(path, (off_t)(r->data_start + size[0] + 4096 * 3 + 100)), 0);
+    ck_assert_int_eq(st_read_checked(r, 1, back, 4096, ST_DIRECT_MIN, err, sizeof err), -EIO);
+    char want[1024];
+    snprintf(want, sizeof want, "%s: tensor 'b': reading %zu bytes at file byte %" PRIu64 " failed: Input/output error "
+             "(did the file shrink after it was opened?)", path, ST_DIRECT_MIN, r->data_start + size[0] + 4096);
+    ck_assert_str_eq(err, want);
+    st_close(r);
+    free(back);
+    free(all);
+}
+END_TEST
+
 START_TEST(test_header_independent) {
     const size_t pieces[] = {4096};
     const char *path = path_in("m.safetensors");
@@ -762,11 +831,12 @@ START_TEST(test_enospc) {
 }
 END_TEST
 
-// A file-size limit below the data: the header fits, the tensor write is cut short (a short
-// write, then EFBIG), and the error sticks through close. In a child, so the limit and the
-// ignored SIGXFSZ do not leak into other tests.
+// A file-size limit inside the data: the first buffer goes out whole, the second is cut short
+// (a short write, then EFBIG) at the st_write that fills it, and the error sticks through
+// close. In a child, so the limit and the ignored SIGXFSZ do not leak into other tests.
 START_TEST(test_efbig_mid_stream) {
     const char *path = path_in("big.safetensors");
+    const size_t B = ST_STREAM_BUF, limit = B + 100000;
     int fds[2];
     ck_assert_int_eq(pipe(fds), 0);
     fflush(NULL);
@@ -775,23 +845,25 @@ START_TEST(test_efbig_mid_stream) {
     if (pid == 0) {
         close(fds[0]);
         signal(SIGXFSZ, SIG_IGN);
-        struct rlimit lim = {.rlim_cur = 200, .rlim_max = RLIM_INFINITY};
+        struct rlimit lim = {.rlim_cur = limit, .rlim_max = RLIM_INFINITY};
         getrlimit(RLIMIT_FSIZE, &lim);
-        lim.rlim_cur = 200;
+        lim.rlim_cur = limit;
         if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(3);
-        st_tensor_t t = {.name = "x", .dtype = ST_F32, .ndim = 1, .shape = {100}};
+        st_tensor_t t = {.name = "x", .dtype = ST_F32, .ndim = 1, .shape = {B}}; // 4 buffers of data
         st_writer_t *w = NULL;
         char err[1024] = "";
         if (st_writer_open(&w, path, &t, 1, NULL, 0, err, sizeof err) != 0) _exit(4);
-        static unsigned char data[400];
-        int rc1 = st_write(w, data, 100); // bytes [72, 172): fits
-        int rc2 = st_write(w, data, 300); // 28 bytes fit, then EFBIG
-        int rc3 = st_write(w, data, 1);   // sticky
+        unsigned char *data = calloc(B, 1);
+        if (!data) _exit(6);
+        int rc1 = st_write(w, data, B / 2); // buffered
+        int rc2 = st_write(w, data, B);     // the first buffer goes out: below the limit
+        int rc3 = st_write(w, data, B);     // the second: cut at the limit
+        int rc4 = st_write(w, data, 1);     // sticky
         char msg[1100];
-        snprintf(msg, sizeof msg, "%d %d %d|%s|", rc1, rc2, rc3, st_writer_error(w));
-        int rc4 = st_writer_close(w, err, sizeof err);
+        snprintf(msg, sizeof msg, "%d %d %d %d|%s|", rc1, rc2, rc3, rc4, st_writer_error(w));
+        int rc5 = st_writer_close(w, err, sizeof err);
         size_t n = strlen(msg);
-        snprintf(msg + n, sizeof msg - n, "%d|%s", rc4, err);
+        snprintf(msg + n, sizeof msg - n, "%d|%s", rc5, err);
         ssize_t wr = write(fds[1], msg, strlen(msg));
         _exit(wr > 0 ? 0 : 5);
     }
@@ -805,8 +877,8 @@ START_TEST(test_efbig_mid_stream) {
     waitpid(pid, &status, 0);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
     char want[4096];
-    snprintf(want, sizeof want, "0 %d %d|%s: write at byte 200 failed: File too large|%d|%s: write at byte 200 failed: "
-             "File too large", -EFBIG, -EFBIG, path, -EFBIG, path);
+    snprintf(want, sizeof want, "0 0 %d %d|%s: write at byte %zu failed: File too large|%d|%s: write at byte %zu "
+             "failed: File too large", -EFBIG, -EFBIG, path, limit, -EFBIG, path, limit);
     ck_assert_msg(strcmp(buf, want) == 0, "\n got: %s\nwant: %s", buf, want);
 }
 END_TEST
@@ -820,6 +892,7 @@ static Suite *st_suite(void) {
     tcase_add_loop_test(core, test_round_trip, 0, 3);
     tcase_add_test(core, test_header_independent);
     tcase_add_test(core, test_checksums);
+    tcase_add_test(core, test_stream_spans_buffers);
     tcase_add_test(core, test_reference_bytes);
     tcase_add_test(core, test_odd_names_and_layouts);
     tcase_set_timeout(core, 60);
