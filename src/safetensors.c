@@ -1,18 +1,21 @@
 // safetensors.c — the streaming safetensors writer and the validating reader behind
 // safetensors.h. The writer builds the header in memory (keys in the caller's order), writes
-// it with the length prefix, then gathers tensor bytes into one fixed buffer (ST_STREAM_BUF,
-// 4096-aligned: memory use does not grow with the model) that goes out whole with O_DIRECT
-// where the filesystem takes it, so a checkpoint of many GiB neither fills the page cache nor
-// pays the kernel's copy into it (on a VM whose fresh pages are slow, that copy ran at 0.2
-// GB/s against the disk's 2). The reader parses the header with
-// json.c, checks every entry and the tiling of the data section, and reads with pread.
-// Does not mmap or name tensors; the one dtype conversion is st_read_f32's widening of BF16 and
-// F16 to FP32. Called by the checkpoint code and the Hugging Face loader (hf.c).
+// it with the length prefix, then gathers tensor bytes into two fixed buffers (ST_STREAM_BUF,
+// 4096-aligned: memory use does not grow with the model), each of which goes out whole with
+// O_DIRECT where the filesystem takes it, on a thread of the writer's while the caller fills
+// the other. So a checkpoint of many GiB neither fills the page cache nor pays the kernel's
+// copy into it (on a VM whose fresh pages are slow, that copy ran at 0.2 GB/s against the
+// disk's 2), and the disk writes while the caller reads and hashes. The reader parses the
+// header with json.c, checks every entry and the tiling of the data section, and reads with
+// pread (large checked reads with O_DIRECT). Does not mmap or name tensors; the one dtype
+// conversion is st_read_f32's widening of BF16 and F16 to FP32. Called by the checkpoint code
+// and the Hugging Face loader (hf.c).
 #include "safetensors.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,14 +177,29 @@ struct st_writer {
     size_t *crc_at;        // (ntensors) offset of tensor i's digits in header
     uint32_t *crc;         // (ntensors)
     int cur;               // the tensor st_write is in
-    // the stream: buf (ST_STREAM_BUF bytes, ST_ALIGN-aligned) holds file bytes [base, base +
-    // fill); it starts at the data's first aligned block, the header's last bytes copied in
-    // front, and goes out whole whenever it fills (direct: with O_DIRECT, which close drops
-    // for the unaligned tail and the header's rewrite)
-    unsigned char *buf;
+    // the stream: buf (one of bufs, ST_STREAM_BUF bytes each, ST_ALIGN-aligned) holds file
+    // bytes [base, base + fill); it starts at the data's first aligned block, the header's
+    // last bytes copied in front, and goes out whole whenever it fills (direct: with
+    // O_DIRECT, which close drops for the unaligned tail and the header's rewrite)
+    unsigned char *bufs[2], *buf;
     size_t fill;
     uint64_t base;
-    int direct;
+    int direct;            // the thread's while it holds a job; the caller's otherwise
+    // The writer thread (when it could be started) writes a full buffer while the caller
+    // fills the other one: st_write hands bufs[k] over as a job and goes on in bufs[1 - k];
+    // before its next hand-off, and at close, it waits for the job to be done, so a buffer
+    // is never filled while it is written. mu guards job, stop and the job's outcome; the
+    // wait for job == 0 (under mu) orders the thread's writes to direct and the outcome
+    // before the caller reads them.
+    pthread_t thread;
+    int threaded;          // the thread runs (else st_write writes each full buffer itself)
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int job, stop;         // a buffer handed over and not yet written; the thread is to end
+    const unsigned char *job_buf;
+    uint64_t job_at;
+    int job_rc;            // the first job that failed: -errno, and the file byte it failed at
+    uint64_t job_failed_at;
     int err;               // first error (sticky), 0 while none
     char msg[4352];        // its message
 };
@@ -215,10 +233,15 @@ static int werr(char *err, size_t errlen, int rc, const char *fmt, ...) {
     return rc;
 }
 
+static void start_thread(st_writer_t *w);
+static void stop_thread(st_writer_t *w);
+
 void st_writer_free(st_writer_t *w) {
     if (!w) return;
+    stop_thread(w);
     if (w->fd >= 0) close(w->fd);
-    free(w->buf);
+    free(w->bufs[0]);
+    free(w->bufs[1]);
     free(w->path);
     free(w->ends);
     free(w->header);
@@ -378,15 +401,18 @@ int st_writer_open_flags(st_writer_t **out, const char *path, const st_tensor_t 
     }
     // the stream from the data's first aligned block, the header's bytes in it copied in front;
     // O_DIRECT from here where the filesystem takes it (not tmpfs: then the page cache)
-    if (posix_memalign((void **)&w->buf, ST_ALIGN, ST_STREAM_BUF) != 0) {
-        w->buf = NULL;
-        goto oom;
-    }
+    for (int k = 0; k < 2; k++)
+        if (posix_memalign((void **)&w->bufs[k], ST_ALIGN, ST_STREAM_BUF) != 0) {
+            w->bufs[k] = NULL;
+            goto oom;
+        }
+    w->buf = w->bufs[0];
     w->base = w->data_start & ~(uint64_t)(ST_ALIGN - 1);
     w->fill = (size_t)(w->data_start - w->base);
     memcpy(w->buf, b.p + w->base, w->fill);
     int fl = fcntl(w->fd, F_GETFL);
     w->direct = fl >= 0 && fcntl(w->fd, F_SETFL, fl | O_DIRECT) == 0;
+    start_thread(w); // without it, st_write writes each buffer itself
     if (w->crc) { // kept, to be written again with the checksums at close
         w->header = b.p;
         w->header_len = b.len;
@@ -426,24 +452,116 @@ static int drop_direct(st_writer_t *w) {
     return 0;
 }
 
-// Writes n bytes of the stream's buffer at file byte base + off: with O_DIRECT while the writer
-// has it (n and off aligned), else through the page cache. A direct write the filesystem turns
-// down (-EINVAL) is made again without O_DIRECT, which the writer then drops. The error sticks,
-// naming the byte where the write failed.
-static int stream_out(st_writer_t *w, size_t off, size_t n) {
-    const uint64_t at = w->base + off;
+// Writes p[0..n) at file byte at: with O_DIRECT while the writer has it (p, n and at
+// aligned), else through the page cache. A direct write the filesystem turns down (-EINVAL)
+// is made again without O_DIRECT, which the writer then drops. 0, or -errno and *failed_at.
+static int out_at(st_writer_t *w, const unsigned char *p, size_t n, uint64_t at, uint64_t *failed_at) {
     size_t done = 0;
     int rc = 0;
     while (done < n && rc == 0) {
-        ssize_t k = pwrite(w->fd, w->buf + off + done, n - done, (off_t)(at + done));
+        ssize_t k = pwrite(w->fd, p + done, n - done, (off_t)(at + done));
         if (k > 0) done += (size_t)k;
         else if (k == 0) rc = -EIO;
         else if (errno == EINTR) continue;
         else if (errno == EINVAL && w->direct) rc = drop_direct(w);
         else rc = -errno;
     }
-    if (rc == 0) return 0;
-    return sticky(w, rc, "%s: write at byte %" PRIu64 " failed: %s", w->path, at + done, strerror(-rc));
+    *failed_at = at + done;
+    return rc;
+}
+
+static int write_failed(st_writer_t *w, int rc, uint64_t at) {
+    return sticky(w, rc, "%s: write at byte %" PRIu64 " failed: %s", w->path, at, strerror(-rc));
+}
+
+// Writes n bytes of the buffer from off, at file byte base + off, on the caller's thread (the
+// thread idle). The error sticks.
+static int stream_out(st_writer_t *w, size_t off, size_t n) {
+    uint64_t at;
+    int rc = out_at(w, w->buf + off, n, w->base + off, &at);
+    return rc ? write_failed(w, rc, at) : 0;
+}
+
+static void *writer_main(void *arg) {
+    st_writer_t *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->job && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
+        if (!w->job) break; // stopped, nothing left
+        const unsigned char *p = w->job_buf;
+        const uint64_t at = w->job_at;
+        const int failed = w->job_rc != 0;
+        pthread_mutex_unlock(&w->mu);
+        uint64_t bad = 0;
+        int rc = failed ? 0 : out_at(w, p, ST_STREAM_BUF, at, &bad); // after a failure: nothing more
+        pthread_mutex_lock(&w->mu);
+        if (rc) {
+            w->job_rc = rc;
+            w->job_failed_at = bad;
+        }
+        w->job = 0;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static void start_thread(st_writer_t *w) {
+    if (pthread_mutex_init(&w->mu, NULL) != 0) return;
+    if (pthread_cond_init(&w->cv, NULL) != 0) {
+        pthread_mutex_destroy(&w->mu);
+        return;
+    }
+    w->threaded = pthread_create(&w->thread, NULL, writer_main, w) == 0;
+    if (!w->threaded) {
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+    }
+}
+
+// Waits for the job in hand; its failure becomes the writer's sticky error. 0 or that error.
+static int wait_job(st_writer_t *w) {
+    if (!w->threaded) return 0;
+    pthread_mutex_lock(&w->mu);
+    while (w->job) pthread_cond_wait(&w->cv, &w->mu);
+    const int rc = w->job_rc;
+    const uint64_t at = w->job_failed_at;
+    pthread_mutex_unlock(&w->mu);
+    return rc && !w->err ? write_failed(w, rc, at) : w->err;
+}
+
+static void stop_thread(st_writer_t *w) {
+    if (!w->threaded) return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    w->threaded = 0;
+}
+
+// The full buffer goes out: handed to the thread (after the job before it is done), or
+// written here. Then the other buffer is the stream's.
+static int buffer_full(st_writer_t *w) {
+    if (!w->threaded) {
+        int rc = stream_out(w, 0, ST_STREAM_BUF);
+        if (rc) return rc;
+    } else {
+        int rc = wait_job(w);
+        if (rc) return rc;
+        pthread_mutex_lock(&w->mu);
+        w->job = 1;
+        w->job_buf = w->buf;
+        w->job_at = w->base;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        w->buf = w->buf == w->bufs[0] ? w->bufs[1] : w->bufs[0];
+    }
+    w->base += ST_STREAM_BUF;
+    w->fill = 0;
+    return 0;
 }
 
 int st_write(st_writer_t *w, const void *buf, size_t n) {
@@ -459,7 +577,7 @@ int st_write(st_writer_t *w, const void *buf, size_t n) {
         memcpy(w->buf + w->fill, p, k);
         for (size_t j = 0; w->crc && j < k;) { // fold the bytes into the tensors they belong to
             while (w->ends[w->cur] <= w->written) w->cur++;
-            size_t take = (size_t)(w->ends[w->cur] - w->written) < k - j ? (size_t)(w->ends[w->cur] - w->written) : k - j;
+            const size_t left = (size_t)(w->ends[w->cur] - w->written), take = left < k - j ? left : k - j;
             w->crc[w->cur] = crc32c(w->crc[w->cur], p + j, take);
             j += take;
             w->written += take;
@@ -468,11 +586,10 @@ int st_write(st_writer_t *w, const void *buf, size_t n) {
         w->fill += k;
         p += k;
         n -= k;
-        if (w->fill < ST_STREAM_BUF) break;
-        int rc = stream_out(w, 0, ST_STREAM_BUF);
-        if (rc != 0) return rc;
-        w->base += ST_STREAM_BUF;
-        w->fill = 0;
+        if (w->fill == ST_STREAM_BUF) {
+            int rc = buffer_full(w);
+            if (rc != 0) return rc;
+        }
     }
     return 0;
 }
@@ -481,7 +598,8 @@ const char *st_writer_error(const st_writer_t *w) { return w && w->err ? w->msg 
 
 int st_writer_close(st_writer_t *w, char *err, size_t errlen) {
     if (!w) return werr(err, errlen, -EINVAL, "safetensors writer: closing NULL");
-    int rc = w->err;
+    int rc = wait_job(w);
+    stop_thread(w);
     if (rc) snprintf(err, errlen, "%s", w->msg);
     if (!rc && w->written < w->total) {
         int i = 0;

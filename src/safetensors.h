@@ -69,9 +69,10 @@ typedef struct st_writer st_writer_t;
 int st_writer_open(st_writer_t **out, const char *path, const st_tensor_t *tensors, int n, const st_meta_t *meta,
                    int nmeta, char *err, size_t errlen);
 // Appends n bytes of tensor data (the next bytes in declared order; a call may span tensors).
-// They are gathered into the writer's buffer, which goes out (O_DIRECT where the filesystem
-// takes it) each time it fills: so a failed write shows at the call that filled the buffer,
-// or at st_writer_close. Short writes continue, EINTR retries. Returns 0 or -errno; the
+// They are gathered into one of the writer's two buffers; a full one goes out (O_DIRECT
+// where the filesystem takes it) on the writer's thread while the other fills, so a failed
+// write shows at the call that fills the next buffer, or at st_writer_close. Short writes
+// continue, EINTR retries. Returns 0 or -errno; the
 // first error sticks (later calls return it again) and its message is st_writer_error().
 // Writing past the declared total is -EINVAL.
 int st_write(st_writer_t *w, const void *buf, size_t n);

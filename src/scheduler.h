@@ -38,6 +38,8 @@
 //              of each use's shard into its slot, in the use order, one use ahead of compute
 //              (sched_pin_fetched); its collectives go on comm_second.
 //   io         the NVMe store's engine (io/): the io_uring thread or the psync pool.
+//   st writer  one per open safetensors writer (safetensors.c, a checkpoint's save): writes
+//              each full buffer while the saving thread fills the other; its own lock, a leaf.
 //   OpenMP     the kernels' pool, used by whichever thread runs an op.
 // Lock order (a thread holding one may take those after it, never before):
 //   tier's host-cache lock  →  this scheduler's lock  →  the NVMe store's lock.

@@ -832,8 +832,9 @@ START_TEST(test_enospc) {
 END_TEST
 
 // A file-size limit inside the data: the first buffer goes out whole, the second is cut short
-// (a short write, then EFBIG) at the st_write that fills it, and the error sticks through
-// close. In a child, so the limit and the ignored SIGXFSZ do not leak into other tests.
+// (a short write, then EFBIG). A full buffer is written while the next one fills, so the
+// failure shows at the st_write that fills the buffer after it (or at close); then it sticks
+// through close. In a child, so the limit and the ignored SIGXFSZ do not leak into other tests.
 START_TEST(test_efbig_mid_stream) {
     const char *path = path_in("big.safetensors");
     const size_t B = ST_STREAM_BUF, limit = B + 100000;
@@ -858,12 +859,13 @@ START_TEST(test_efbig_mid_stream) {
         int rc1 = st_write(w, data, B / 2); // buffered
         int rc2 = st_write(w, data, B);     // the first buffer goes out: below the limit
         int rc3 = st_write(w, data, B);     // the second: cut at the limit
-        int rc4 = st_write(w, data, 1);     // sticky
+        int rc4 = st_write(w, data, B);     // the third is full: the second's failure shows
+        int rc5 = st_write(w, data, 1);     // sticky
         char msg[1100];
-        snprintf(msg, sizeof msg, "%d %d %d %d|%s|", rc1, rc2, rc3, rc4, st_writer_error(w));
-        int rc5 = st_writer_close(w, err, sizeof err);
+        snprintf(msg, sizeof msg, "%d %d %d %d %d|%s|", rc1, rc2, rc3, rc4, rc5, st_writer_error(w));
+        int rc6 = st_writer_close(w, err, sizeof err);
         size_t n = strlen(msg);
-        snprintf(msg + n, sizeof msg - n, "%d|%s", rc5, err);
+        snprintf(msg + n, sizeof msg - n, "%d|%s", rc6, err);
         ssize_t wr = write(fds[1], msg, strlen(msg));
         _exit(wr > 0 ? 0 : 5);
     }
@@ -877,7 +879,7 @@ START_TEST(test_efbig_mid_stream) {
     waitpid(pid, &status, 0);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
     char want[4096];
-    snprintf(want, sizeof want, "0 0 %d %d|%s: write at byte %zu failed: File too large|%d|%s: write at byte %zu "
+    snprintf(want, sizeof want, "0 0 0 %d %d|%s: write at byte %zu failed: File too large|%d|%s: write at byte %zu "
              "failed: File too large", -EFBIG, -EFBIG, path, limit, -EFBIG, path, limit);
     ck_assert_msg(strcmp(buf, want) == 0, "\n got: %s\nwant: %s", buf, want);
 }
