@@ -218,8 +218,9 @@ static void stop_line_steps(const config_t *cfg) {
                   newest_said(cfg, said, sizeof said));
 }
 
-static void save_checkpoint(trainer_t *tr, const data_t *data, const hf_extras_t *carry, int step, FILE *log,
-                            char *where, size_t wlen) {
+// Returns the params_hash of the states saved (every rank's: the save hashes what it gathers).
+static uint64_t save_checkpoint(trainer_t *tr, const data_t *data, const hf_extras_t *carry, int step, FILE *log,
+                                char *where, size_t wlen) {
     char err[768], said[TT_PATH_MAX + 64], what[TT_PATH_MAX + 128];
     const config_t *cfg = trainer_config(tr);
     const int saver = comm_rank(comm_world()) == 0; // the states are every rank's: rank 0 writes them
@@ -236,7 +237,7 @@ static void save_checkpoint(trainer_t *tr, const data_t *data, const hf_extras_t
         snprintf(what, sizeof what, "%s", newest_said(cfg, said, sizeof said));
         agreed_error(rc, "step %d: checkpoint: %s (%s)", step, err, what);
     }
-    if (!saver) return;
+    if (!saver) return hash;
     stop_line_steps(cfg);
     fprintf(stdout, "checkpoint: step %d saved to %s (%.1f s)\n", step, where, (now_ms() - t0) / 1e3);
     if (log) {
@@ -246,6 +247,7 @@ static void save_checkpoint(trainer_t *tr, const data_t *data, const hf_extras_t
                 (unsigned long long)hash);
         fflush(log);
     }
+    return hash;
 }
 
 // One `train` run: what its phases share.
@@ -266,7 +268,8 @@ typedef struct {
     int timed_steps, last_step;
     char saved[TT_PATH_MAX + 64]; // the newest checkpoint this run saved
     int lock_fd;              // --save DIR/.lock, held for the run (0: none)
-    int saved_step;
+    int saved_step;           // the step of this run's newest checkpoint (every rank's; 0: none)
+    uint64_t saved_hash;      // its params_hash
     int rank, ranks;          // this rank and the world's (comm.h)
     int *skip_in, *skip_tg;   // (N) the other ranks' micro-batches, read past
     int kill_at;              // TT_TEST_KILL_AT_STEP: the step after which this process kills itself (0: never)
@@ -568,7 +571,7 @@ static void run_steps(run_t *r) {
             if (r->log) fprintf(r->log, "{\"event\":\"eval\",\"step\":%d,\"val_loss\":%.6f}\n", step, r->last_val);
         }
         if (cfg->save_dir[0] && cfg->save_every > 0 && step % cfg->save_every == 0 && step < cfg->steps) {
-            save_checkpoint(r->tr, r->data, &r->carry, step, r->log, r->saved, sizeof r->saved);
+            r->saved_hash = save_checkpoint(r->tr, r->data, &r->carry, step, r->log, r->saved, sizeof r->saved);
             r->saved_step = step;
         }
         fflush(stdout);
@@ -579,7 +582,7 @@ static void run_steps(run_t *r) {
         }
     }
     if (cfg->save_dir[0] && r->last_step >= r->start && r->saved_step != r->last_step) {
-        save_checkpoint(r->tr, r->data, &r->carry, r->last_step, r->log, r->saved, sizeof r->saved);
+        r->saved_hash = save_checkpoint(r->tr, r->data, &r->carry, r->last_step, r->log, r->saved, sizeof r->saved);
         r->saved_step = r->last_step;
     }
 }
@@ -603,8 +606,11 @@ static void run_finish(run_t *r) {
     if ((rc = comm_agree(comm_world(), rc, err, sizeof err)) != 0) agreed_error(rc, "step %d: %s", cfg->steps, err);
     double step_ms = r->timed_steps ? r->total_ms / r->timed_steps : 0;
     double tok_s = step_ms > 0 ? (double)r->N * cfg->accum * r->ranks / (step_ms / 1e3) : 0;
-    uint64_t hash = 0;
-    if (trainer_params_hash(r->tr, &hash, err, sizeof err) != 0) runtime_error("params_hash: %s", err);
+    // the states the last save hashed, when no step came after it (saved_step: every rank's,
+    // so that every rank skips the collective trainer_params_hash or none does)
+    uint64_t hash = r->saved_hash;
+    if ((r->saved_step < 1 || r->saved_step != r->last_step) && trainer_params_hash(r->tr, &hash, err, sizeof err) != 0)
+        runtime_error("params_hash: %s", err);
     printf("done: %d steps, loss %.4f -> %.4f, %.1f ms/step, %.0f tok/s, params_hash %016llx\n", cfg->steps,
            r->first_loss, r->last_loss, step_ms, tok_s, (unsigned long long)hash);
     trainer_info_t info;

@@ -1261,7 +1261,8 @@ static void ref_teardown(void) {
 static void ck_ref(void) {
     ck_assert_msg(REF.rc == 0, "the reference run failed (%d):\n%s", REF.rc, REF.err);
     for (int k = 1; k <= REF_STEPS; k++) ck_assert_msg(REF.ck[k][0], "the reference logged no checkpoint at %d", k);
-    // the hash a save takes while streaming the masters is trainer_params_hash's
+    // the summary reports the hash the last save took (no step came after it); that a save's
+    // hash is trainer_params_hash's, save_between_updates holds against a run without --save
     ck_assert_msg(!strcmp(REF.hash, REF.ck[REF_STEPS]), "summary params_hash %s, last checkpoint's %s", REF.hash,
                   REF.ck[REF_STEPS]);
 }
