@@ -15,6 +15,7 @@
 #include "ckpt_dir.h"
 #include "comm.h"
 #include "crc32c.h"
+#include "hasher.h" // uses: hasher_put, hasher_value (params_hash beside the I/O)
 #include "hf.h" // uses: hf_rope_scaling_read, hf_rope_scaling_json
 #include "json.h"
 #include "progress.h"
@@ -459,7 +460,8 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
         if (rc == 0 && orr) rc = check_has_checksums(orr, info, err, errlen);
     }
     rc = comm_bcast_rc(comm_world(), rc, "the checkpoint", err, errlen); // ranks: what rank 0 found
-    uint64_t hash = FNV64_INIT; // of the masters, in the order the save hashed them
+    hasher_t hs; // of the masters, in the order the save hashed them, beside the reads
+    hasher_init(&hs, FNV64_INIT);
     char what[TT_PATH_MAX + 16];
     snprintf(what, sizeof what, "loading %s", info->dir);
     progress_t pg;
@@ -483,7 +485,7 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
             }
             for (int t = 0; t < sh->ntensors && rc == 0; t++)
                 if (model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b))
-                    hash = fnv1a64(hash, master + (a - lo), (b - a) * sizeof(float));
+                    hasher_put(&hs, master + (a - lo), (b - a) * sizeof(float));
             if (rc == 0) rc = trainer_states_put(tr, s, c, TIER_O32, err, errlen);
             progress_add(&pg, (uint64_t)n * (weights_only ? 4 : 12));
         }
@@ -498,7 +500,8 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
     if (vrc == 0 && rc == 0 && reader && orr && !weights_only) vrc = st_verify_rest(orr, err, errlen);
     if (rc == 0) rc = comm_bcast_rc(comm_world(), vrc, "the checkpoint", err, errlen);
     char got[17];
-    snprintf(got, sizeof got, "%016llx", (unsigned long long)hash);
+    snprintf(got, sizeof got, "%016llx", (unsigned long long)hasher_value(&hs));
+    hasher_free(&hs);
     if (rc == 0 && strcmp(got, info->params_hash) != 0) {
         ERR("%s/state.json: params_hash %s, but the weights loaded hash to %s (files from different checkpoints, or a "
             "corrupt one)", info->dir, info->params_hash, got);
@@ -519,12 +522,12 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
 // ---------------------------------------------------------------- save
 
 // Writes one state of every tensor through w, shard after shard, in tensor order: part 0 the
-// master (as BF16 when bf16; *hash, when given, takes trainer_params_hash of it on the way),
+// master (as BF16 when bf16; hs, when given, takes trainer_params_hash of it on the way),
 // 1 Adam's m, 2 its v. A chunk at a time, so NVMe-resident states need one chunk of staging.
 // With ranks every chunk is gathered from the ranks' pieces (a collective): w is NULL on the
 // ranks that do not write, and after a failure the gathers go on to the end without writing,
 // so that every rank's gathers pair up; the first failure is returned.
-static int write_part(trainer_t *tr, st_writer_t *w, int part, int bf16, uint64_t *hash, progress_t *pg, char *err,
+static int write_part(trainer_t *tr, st_writer_t *w, int part, int bf16, hasher_t *hs, progress_t *pg, char *err,
                       size_t errlen) {
     const model_t *m = trainer_model(tr);
     const int ranks = trainer_ranks(tr);
@@ -547,7 +550,7 @@ static int write_part(trainer_t *tr, st_writer_t *w, int part, int bf16, uint64_
             for (int t = 0; t < sh->ntensors && rc == 0; t++) {
                 if (!model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b)) continue;
                 const float *src = st[part] + (a - lo);
-                if (hash) *hash = fnv1a64(*hash, src, (b - a) * sizeof(float));
+                if (hs) hasher_put(hs, src, (b - a) * sizeof(float));
                 if (!w) continue;
                 if (bf16) {
                     for (size_t i = 0; i < b - a && rc == 0; i += 8192) {
@@ -575,7 +578,7 @@ static int write_part(trainer_t *tr, st_writer_t *w, int part, int bf16, uint64_
 // part after part, each in shard and tensor order: how write_part streams them. path NULL:
 // no file, the gathers only (a rank that does not write).
 static int write_file(trainer_t *tr, const char *path, const char *format, int nparts, const int *parts,
-                      const char *const *suffixes, int bf16_master, uint64_t *hash, progress_t *pg, char *err,
+                      const char *const *suffixes, int bf16_master, hasher_t *hs, progress_t *pg, char *err,
                       size_t errlen) {
     const model_t *m = trainer_model(tr);
     int per = count_tensors(m), n = per * nparts, k = 0;
@@ -602,7 +605,7 @@ static int write_file(trainer_t *tr, const char *path, const char *format, int n
     }
     for (int p = 0; p < nparts; p++) {
         char e2[768];
-        int r = write_part(tr, rc == 0 ? w : NULL, parts[p], parts[p] == 0 && bf16_master, parts[p] == 0 ? hash : NULL,
+        int r = write_part(tr, rc == 0 ? w : NULL, parts[p], parts[p] == 0 && bf16_master, parts[p] == 0 ? hs : NULL,
                            pg, e2, sizeof e2);
         if (r != 0 && rc == 0) {
             rc = r;
@@ -622,8 +625,12 @@ static int write_model(trainer_t *tr, const char *path, int bf16, uint64_t *hash
                        size_t errlen) {
     static const int parts[] = {0};
     static const char *const suffixes[] = {""};
-    *hash = FNV64_INIT;
-    return write_file(tr, path, "pt", 1, parts, suffixes, bf16, hash, pg, err, errlen);
+    hasher_t hs; // beside the reads and writes
+    hasher_init(&hs, FNV64_INIT);
+    int rc = write_file(tr, path, "pt", 1, parts, suffixes, bf16, &hs, pg, err, errlen);
+    *hash = hasher_value(&hs);
+    hasher_free(&hs);
+    return rc;
 }
 
 // Adam m and v of every tensor (and the FP32 master first when the model file is BF16).

@@ -7,6 +7,7 @@
 #include "backend.h"
 #include "comm.h"
 #include "gradnorm.h"
+#include "hasher.h"
 #include "optim.h"
 #include "progress.h"
 #include "step.h"
@@ -447,23 +448,28 @@ int trainer_states_put(trainer_t *tr, int s, int c, int parts, char *err, size_t
 }
 
 int trainer_params_hash(trainer_t *tr, uint64_t *hash, char *err, size_t errlen) {
-    uint64_t h = FNV64_INIT;
+    hasher_t hs; // beside the reads of the next chunks
+    hasher_init(&hs, FNV64_INIT);
     for (int s = 0; s < tr->model.nshards; s++) {
         const shard_t *sh = &tr->model.shards[s];
         for (int c = 0; c < trainer_nchunks(tr, s); c++) {
             float *master, *mm, *vv;
             int rc = trainer_states_get(tr, s, c, TIER_MASTER, 0, &master, &mm, &vv, err, errlen);
-            if (rc != 0) return rc;
+            if (rc != 0) {
+                hasher_free(&hs);
+                return rc;
+            }
             size_t lo, n;
             trainer_chunk_range(tr, s, c, &lo, &n);
             for (int ti = 0; ti < sh->ntensors; ti++) { // the tensors' bytes in order, a chunk's share at a time
                 const tensor_t *te = &sh->tensors[ti];
                 size_t a = te->offset > lo ? te->offset : lo;
                 size_t b = te->offset + te->numel < lo + n ? te->offset + te->numel : lo + n;
-                if (a < b) h = fnv1a64(h, master + (a - lo), (b - a) * sizeof(float));
+                if (a < b) hasher_put(&hs, master + (a - lo), (b - a) * sizeof(float));
             }
         }
     }
-    *hash = h;
+    *hash = hasher_value(&hs);
+    hasher_free(&hs);
     return 0;
 }
