@@ -69,6 +69,7 @@ int bench_overlap(const config_t *cfg);  // bench/bench_overlap.c
 int bench_capacity(const config_t *cfg); // bench/bench_capacity.c
 int bench_train(const config_t *cfg);    // bench/bench_train.c
 int bench_comm(const config_t *cfg);     // bench/bench_comm.c: the ranks' collectives (under mpirun)
+int bench_checkpoint(const config_t *cfg); // bench/bench_checkpoint.c: a save and a load against the disk and the hash
 // The gradient fold's rate: bytes a rank sends per second over 16 MiB (a collective; 0 with one
 // rank). Returns 0 or -errno with one line. bench calibrate stores it as the profile's comm_Bps.
 int bench_comm_fold_rate(double *Bps, char *err, size_t errlen);

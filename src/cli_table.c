@@ -196,15 +196,16 @@ const flag_t cli_flags[] = {
      .help = "write Chrome trace events to FILE.json (open in Perfetto or chrome://tracing): compute, "
              "parameter copies, NVMe reads and writes, optimizer; report: the trace to add"},
     {.name = "save", .metavar = "DIR", .kind = FK_STRING, FIELD(save_dir), .def = "", .def_show = "none",
-     .accepts = "a directory (created if missing) in an existing parent", .group = G_OUTPUT, .cmds = TP,
+     .accepts = "a directory (created if missing) in an existing parent", .group = G_OUTPUT, .cmds = TPB,
      .help = "save checkpoints under DIR (DIR/step-NNNNNNNN/, DIR/latest names the newest): every --save-every "
-             "steps, at the end, and on SIGINT/SIGTERM"},
+             "steps, at the end, and on SIGINT/SIGTERM; bench checkpoint: the folder to time (default the first "
+             "--nvme-path)"},
     {.name = "save-every", .metavar = "N", .kind = FK_INT, FIELD(save_every), .def = "0", .lo = 0, .hi = INT_MAX,
      .group = G_OUTPUT, .cmds = TP, .help = "checkpoint every N steps (0 = only at the end)"},
     {.name = "keep-last", .metavar = "K", .kind = FK_INT, FIELD(keep_last), .def = "3", .lo = 0, .hi = INT_MAX,
      .group = G_OUTPUT, .cmds = TP, .help = "keep the newest K checkpoints under --save, remove older ones (0 = keep all)"},
     {.name = "save-dtype", .metavar = "fp32|bf16", .kind = FK_ENUM, FIELD(save_bf16), .def = "fp32",
-     .values = "fp32|bf16", .group = G_OUTPUT, .cmds = TP,
+     .values = "fp32|bf16", .group = G_OUTPUT, .cmds = TPB,
      .help = "dtype of model.safetensors (bf16 halves it; resume stays exact: the FP32 master then goes with the "
              "optimizer state)"},
     {.name = "resume", .metavar = "DIR", .kind = FK_STRING, FIELD(resume), .def = "", .def_show = "none",
@@ -245,14 +246,16 @@ const command_info_t cli_commands[] = {
      "train a model (default: the small preset on the built-in synthetic corpus)"},
     {"plan", CMD_PLAN, CLI_CMD_PLAN, "tiertrain plan [flags]",
      "print the resolved configuration and what fits where, without training"},
-    {"bench", CMD_BENCH, CLI_CMD_BENCH, "tiertrain bench gemm|io|adam|calibrate|overlap|capacity|train|comm [flags]",
+    {"bench", CMD_BENCH, CLI_CMD_BENCH,
+     "tiertrain bench gemm|io|adam|calibrate|overlap|capacity|train|comm|checkpoint [flags]",
      "gemm: matmul kernel GFLOP/s against plain cblas_sgemm (on a GPU: against bare cuBLASLt, 1b's shapes); io: NVMe tier throughput; adam: AdamW update rate against "
      "memory bandwidth; calibrate: measure the rates the plan uses and write the profile; overlap: one model resident, "
      "streamed from host and from NVMe against the plan's floor; capacity: the largest model this machine's tiers hold, "
      "and two real steps of it; train: timed steps of one shape (train's flags; default L 12, C 768, F 2048, V 256, "
      "T 256, B 4): tokens/s, GFLOP/s against the calibrated GEMM rate, and where the step went; comm (under mpirun "
      "-np N): the ranks' all-gather, ordered reduce-scatter and all-reduce over message sizes, algorithm and bus "
-     "bandwidth"},
+     "bandwidth; checkpoint: one step of train's model, then a save and a load of it (into a folder under --save, "
+     "removed after) against the disk's rates at that size and the params_hash's"},
     {"eval", CMD_EVAL, CLI_CMD_EVAL, "tiertrain eval --resume DIR|--init-from DIR --data FILE [--seq T] [--eval-tokens N] [--precision fp32|bf16]",
      "mean next-token loss of a checkpoint over a file's tokens, in consecutive non-overlapping windows of T+1"},
     {"tokenize", CMD_TOKENIZE, CLI_CMD_TOKENIZE, "tiertrain tokenize IN.txt -o OUT.bin",
@@ -264,7 +267,7 @@ const command_info_t cli_commands[] = {
 _Static_assert(sizeof cli_commands / sizeof cli_commands[0] == CLI_NCOMMANDS, "CLI_NCOMMANDS (cli_table.h)");
 
 const char *const cli_bench_names[CLI_NBENCH] = {"gemm", "io", "adam", "calibrate", "overlap", "capacity", "train",
-                                                  "comm"};
+                                                  "comm", "checkpoint"};
 
 
 // ---------------------------------------------------------------- describing a row

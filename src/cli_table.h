@@ -54,11 +54,11 @@ typedef struct {
 
 extern const char *const cli_group_name[G_COUNT];
 extern const char *const cli_group_title[G_COUNT];
-enum { CLI_NFLAGS = 70, CLI_NCOMMANDS = 6, CLI_NBENCH = 8 };
+enum { CLI_NFLAGS = 70, CLI_NCOMMANDS = 6, CLI_NBENCH = 9 };
 extern const flag_t cli_flags[CLI_NFLAGS];
 extern const command_info_t cli_commands[CLI_NCOMMANDS];
 extern const char *const cli_bench_names[CLI_NBENCH];
-#define BENCH_ACCEPTED "gemm, io, adam, calibrate, overlap, capacity, train, comm"
+#define BENCH_ACCEPTED "gemm, io, adam, calibrate, overlap, capacity, train, comm, checkpoint"
 #define COMMANDS_ACCEPTED "train, plan, eval, bench, tokenize, report" // cli_commands' names (test_cli checks)
 
 const command_info_t *cli_command_of(command_t cmd);

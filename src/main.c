@@ -5,7 +5,7 @@
 #include "backend.h"
 #include "bench.h"
 #include "comm.h"
-#include "cli_table.h" // COMMANDS_ACCEPTED
+#include "cli_table.h" // COMMANDS_ACCEPTED, BENCH_ACCEPTED
 #include "config.h"
 #include "data.h"
 #include "eval.h"
@@ -53,8 +53,8 @@ static int dispatch(config_t *cfg_in) {
         if (strcmp(cfg.bench_name, "train") == 0) return bench_train(&cfg);
         if (strcmp(cfg.bench_name, "calibrate") == 0) return bench_calibrate(&cfg);
         if (strcmp(cfg.bench_name, "comm") == 0) return bench_comm(&cfg);
-        usage_error("bench %s: unknown benchmark (accepted: %s)", cfg.bench_name,
-                    "gemm, io, adam, calibrate, overlap, capacity, train, comm");
+        if (strcmp(cfg.bench_name, "checkpoint") == 0) return bench_checkpoint(&cfg);
+        usage_error("bench %s: unknown benchmark (accepted: %s)", cfg.bench_name, BENCH_ACCEPTED);
     case CMD_EVAL: return eval_run(&cfg);
     case CMD_REPORT: return report_html_run(&cfg);
     case CMD_NONE: break;

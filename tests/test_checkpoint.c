@@ -2057,6 +2057,89 @@ START_TEST(user_entries_left_alone) {
 }
 END_TEST
 
+// ---------------------------------------------------------------- bench
+
+// bench checkpoint times one save and one load of train's model after step 1, in a folder
+// of its own under --save that it removes (what was there stays): its JSON line has the
+// times, the disk's rates and the params_hash, which is the one train's checkpoint of step 1
+// holds with the same flags; with the optimizer on NVMe as well. A --save that is a file is
+// refused with train's line.
+START_TEST(bench_checkpoint_round_trip) {
+    static const char *const flags[] = {"checkpoint", "--model", "tiny", "--batch", "2", "--seq", "16", "--device",
+                                        "cpu", "--threads", "1", "--warmup", "64", NULL};
+    args_t *a = malloc(sizeof *a);
+    train_args(a, base_crash);
+    arg(a, "--steps=1");
+    argf(a, "--save=%s/ref", tmp);
+    run_t ref = run(a, NULL);
+    ck_ok(ref);
+    ck_assert(ref.ck[1][0]);
+    for (int nvme = 0; nvme < 2; nvme++) {
+        char dir[1200], mine[1300];
+        snprintf(dir, sizeof dir, "%s/b%d", tmp, nvme);
+        ck_assert_int_eq(mkdir(dir, 0755), 0);
+        snprintf(mine, sizeof mine, "%s/mine.txt", dir);
+        FILE *f = fopen(mine, "w");
+        ck_assert(f && fputs("the user's\n", f) >= 0 && fclose(f) == 0);
+        a->n = 0;
+        a->used = 0;
+        arg(a, tu_binary());
+        arg(a, "bench");
+        args(a, flags);
+        argf(a, "--save=%s", dir);
+        if (nvme) {
+            arg(a, "--optimizer=nvme");
+            argf(a, "--nvme-path=%s", tmp);
+        }
+        a->v[a->n] = NULL;
+        char *out = NULL, *err = NULL;
+        int rc = tu_run(a->v, NULL, &out, &err);
+        ck_assert_msg(rc == 0, "bench checkpoint%s: exit %d:\n%s", nvme ? " (nvme)" : "", rc, err);
+        const char *json = strstr(out, "{\"bench\":\"checkpoint\"");
+        ck_assert_msg(json && strchr(json, '\n') && !strchr(json, '\n')[1], "no JSON line last:\n%s", out);
+        static const char *const keys[] = {"\"save_s\":", "\"load_s\":", "\"save_floor_s\":", "\"load_floor_s\":",
+                                           "\"disk_read_GBps\":", "\"disk_write_GBps\":", "\"hash_GBps\":", NULL};
+        for (int i = 0; keys[i]; i++)
+            ck_assert_msg(strstr(json, keys[i]) && atof(strstr(json, keys[i]) + strlen(keys[i])) > 0,
+                          "%s missing or not positive: %s", keys[i], json);
+        ck_assert_msg(strstr(json, nvme ? "\"optimizer\":\"nvme\"" : "\"optimizer\":\"host\""), "%s", json);
+        char want[64];
+        snprintf(want, sizeof want, "\"params_hash\":\"%s\"", ref.ck[1]);
+        ck_assert_msg(strstr(json, want), "want %s (train's step 1) in %s", want, json);
+        DIR *d = opendir(dir); // the user's file, and nothing else
+        ck_assert_ptr_nonnull(d);
+        int entries = 0;
+        for (struct dirent *e; (e = readdir(d));)
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+                ck_assert_msg(!strcmp(e->d_name, "mine.txt"), "%s: left behind: %s", dir, e->d_name);
+                entries++;
+            }
+        closedir(d);
+        ck_assert_int_eq(entries, 1);
+        free(out);
+        free(err);
+    }
+    // a file for --save: train's refusal
+    char file[1300], want[1500];
+    snprintf(file, sizeof file, "%s/b0/mine.txt", tmp);
+    a->n = 0;
+    a->used = 0;
+    arg(a, tu_binary());
+    arg(a, "bench");
+    args(a, flags);
+    argf(a, "--save=%s", file);
+    a->v[a->n] = NULL;
+    char *out = NULL, *err = NULL;
+    ck_assert_int_eq(tu_run(a->v, NULL, &out, &err), 2);
+    snprintf(want, sizeof want, "tiertrain: --save %s: exists and is not a directory (give a directory)\n", file);
+    ck_assert_str_eq(err, want);
+    free(out);
+    free(err);
+    run_free(&ref);
+    free(a);
+}
+END_TEST
+
 // ---------------------------------------------------------------- main
 
 int main(void) {
@@ -2111,6 +2194,13 @@ int main(void) {
     tcase_set_timeout(user, 60 * slow);
     tcase_add_test(user, user_entries_left_alone);
     suite_add_tcase(s, user);
+
+    TCase *bench = tcase_create("bench");
+    tcase_add_unchecked_fixture(bench, fix_setup, fix_teardown);
+    tcase_add_checked_fixture(bench, setup, teardown);
+    tcase_set_timeout(bench, 60 * slow);
+    tcase_add_test(bench, bench_checkpoint_round_trip);
+    suite_add_tcase(s, bench);
 
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -181,7 +181,8 @@ static const bad_case_t bad[] = {
     {{"plan", "--nvme-path", "@,@/nodir", NULL}, {"--nvme-path", "nodir", "No such file"}},
     // switches, and flags of another subcommand
     {{"train", "--tie=yes", NULL}, {"--tie=yes", "takes no value"}},
-    {{"bench", "io", "--save", "x", NULL}, {"--save", "not accepted by 'tiertrain bench'", "train, plan"}},
+    {{"bench", "io", "--save-every", "2", NULL}, {"--save-every", "not accepted by 'tiertrain bench'", "train, plan"}},
+    {{"bench", "io", "--save", "@", NULL}, {"--save", "bench io does not save", "only bench checkpoint takes it"}},
     {{"train", "--size", "1G", NULL}, {"--size", "not accepted by 'tiertrain train'", "bench"}},
     // tiers and checkpoints
     {{"train", "--schedule", "diagonal", NULL}, {"--schedule diagonal", "auto, horizontal, vertical"}},
