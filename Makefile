@@ -44,7 +44,7 @@ test-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -DTT_TSAN=ON -DTT_CUDA=OFF -DTT_WERROR=$(WERROR) $(CMAKE_ARGS)
 	cmake --build $(TSAN_BUILD) -j $(JOBS)
 	cd $(TSAN_BUILD) && TT_SANITIZED=1 TSAN_OPTIONS=halt_on_error=1:suppressions=$(CURDIR)/tests/tsan.supp \
-	  ctest --output-on-failure -j $(JOBS) -R 'test_io|test_hostmem|test_sched|test_tiers|test_safetensors|test_hasher'
+	  ctest --output-on-failure -j $(JOBS) -R 'test_io|test_hostmem|test_sched|test_tiers|test_safetensors|test_hasher|test_ahead'
 
 bench: build
 	$(BUILD)/tiertrain bench gemm

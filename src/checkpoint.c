@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "ahead.h" // uses: ahead_take (the files' reads a chunk ahead)
 #include "ckpt_dir.h"
 #include "comm.h"
 #include "crc32c.h"
@@ -441,6 +442,56 @@ static int check_has_checksums(const st_reader_t *r, const ckpt_info_t *info, ch
     return -EINVAL;
 }
 
+// The load's read-ahead (ahead.h): item k is the k-th chunk in the load's order, its tensors'
+// slices read from the files into the buffer (master, then m and v unless weights_only, each
+// `chunk` floats) while the caller writes the chunk before it into its tier. Reads only the
+// files and the model's layout, which nothing changes meanwhile.
+typedef struct {
+    const trainer_t *tr;
+    const model_t *m;
+    const ckpt_info_t *info;
+    int weights_only;
+    st_reader_t *mr, *orr;
+    const char *mpath, *opath;
+    int (*sc)[2];  // (nitems) shard and chunk of item k
+    size_t chunk;  // floats per part in the buffer: the largest chunk
+} load_ahead_t;
+
+static int load_chunk(void *arg, int k, void *buf, char *err, size_t errlen) {
+    const load_ahead_t *x = arg;
+    const int s = x->sc[k][0], c = x->sc[k][1];
+    const shard_t *sh = &x->m->shards[s];
+    size_t lo, n, a, b;
+    trainer_chunk_range(x->tr, s, c, &lo, &n);
+    float *master = buf, *mm = x->weights_only ? master : master + x->chunk, *vv = x->weights_only ? master : mm + x->chunk;
+    int rc = 0;
+    for (int t = 0; t < sh->ntensors && rc == 0; t++)
+        if (model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b))
+            rc = load_slice(x->m, s, t, x->info, x->weights_only, x->mr, x->orr, x->mpath, x->opath, a, b,
+                            master + (a - lo), mm + (a - lo), vv + (a - lo), err, errlen);
+    return rc;
+}
+
+// The load's chunks in order into x->sc, and the read-ahead over them. 0 or -ENOMEM.
+static int load_ahead_init(load_ahead_t *x, ahead_t **ah, char *err, size_t errlen) {
+    int n = 0;
+    for (int s = 0; s < x->m->nshards; s++) n += trainer_nchunks(x->tr, s);
+    if (!(x->sc = malloc((size_t)(n ? n : 1) * sizeof *x->sc))) {
+        ERR("out of memory");
+        return -ENOMEM;
+    }
+    x->chunk = 0;
+    for (int s = 0, k = 0; s < x->m->nshards; s++)
+        for (int c = 0; c < trainer_nchunks(x->tr, s); c++, k++) {
+            size_t lo, len;
+            trainer_chunk_range(x->tr, s, c, &lo, &len);
+            if (len > x->chunk) x->chunk = len;
+            x->sc[k][0] = s;
+            x->sc[k][1] = c;
+        }
+    return ahead_init(ah, x->chunk * sizeof(float) * (x->weights_only ? 1 : 3), n, load_chunk, x, err, errlen);
+}
+
 int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weights_only, char *err, size_t errlen) {
     const model_t *m = trainer_model(tr);
     // with ranks rank 0 alone reads the files (no shared filesystem needed) and broadcasts each
@@ -466,17 +517,29 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
     snprintf(what, sizeof what, "loading %s", info->dir);
     progress_t pg;
     progress_begin(&pg, what, (uint64_t)m->numel_padded * (weights_only ? 4 : 12), 1);
-    for (int s = 0; s < m->nshards && rc == 0; s++) {
+    // the reader reads chunk k+1 from the files while chunk k goes into its tier
+    load_ahead_t lx = {.tr = tr, .m = m, .info = info, .weights_only = weights_only, .mr = mr, .orr = orr,
+                       .mpath = mpath, .opath = opath};
+    ahead_t *ah = NULL;
+    if (reader && rc == 0) rc = load_ahead_init(&lx, &ah, err, errlen);
+    for (int s = 0, k = 0; s < m->nshards && rc == 0; s++) {
         const shard_t *sh = &m->shards[s];
-        for (int c = 0; c < trainer_nchunks(tr, s) && rc == 0; c++) {
+        for (int c = 0; c < trainer_nchunks(tr, s) && rc == 0; c++, k++) {
             float *master, *mm, *vv;
             if ((rc = trainer_states_get(tr, s, c, TIER_O32, 1, &master, &mm, &vv, err, errlen)) != 0) break;
             size_t lo, n, a, b;
             trainer_chunk_range(tr, s, c, &lo, &n);
-            for (int t = 0; t < sh->ntensors && rc == 0 && reader; t++)
-                if (model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b))
-                    rc = load_slice(m, s, t, info, weights_only, mr, orr, mpath, opath, a, b, master + (a - lo),
-                                    mm + (a - lo), vv + (a - lo), err, errlen);
+            void *got = NULL;
+            if (reader) rc = ahead_take(ah, k, &got, err, errlen);
+            for (int t = 0; t < sh->ntensors && rc == 0 && reader; t++) // the tensors' slices (the rest stays 0)
+                if (model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b)) {
+                    const float *from = (const float *)got + (a - lo);
+                    memcpy(master + (a - lo), from, (b - a) * sizeof(float));
+                    if (weights_only) continue;
+                    memcpy(mm + (a - lo), from + lx.chunk, (b - a) * sizeof(float));
+                    memcpy(vv + (a - lo), from + 2 * lx.chunk, (b - a) * sizeof(float));
+                }
+            if (reader && rc == 0) ahead_done(ah);
             if (ranks > 1) {
                 rc = comm_bcast_rc(comm_world(), rc, "the checkpoint", err, errlen);
                 float *part[3] = {master, mm, vv};
@@ -490,6 +553,8 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
             progress_add(&pg, (uint64_t)n * (weights_only ? 4 : 12));
         }
     }
+    ahead_free(ah);
+    free(lx.sc);
     if (rc == 0) progress_end(&pg);
     // what the load did not read (the BF16 model beside its FP32 master; tensors of no shard)
     // is checked all the same: a corrupt file is never passed on as a good one
