@@ -40,11 +40,13 @@ test-asan: deps
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS) -LE gpu
 
+# the suites whose code starts threads
+TSAN_TESTS := test_io|test_hostmem|test_sched|test_tiers|test_safetensors|test_hasher|test_ahead
 test-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -DTT_TSAN=ON -DTT_CUDA=OFF -DTT_WERROR=$(WERROR) $(CMAKE_ARGS)
 	cmake --build $(TSAN_BUILD) -j $(JOBS)
 	cd $(TSAN_BUILD) && TT_SANITIZED=1 TSAN_OPTIONS=halt_on_error=1:suppressions=$(CURDIR)/tests/tsan.supp \
-	  ctest --output-on-failure -j $(JOBS) -R 'test_io|test_hostmem|test_sched|test_tiers|test_safetensors|test_hasher|test_ahead'
+	  ctest --output-on-failure -j $(JOBS) -R '$(TSAN_TESTS)'
 
 bench: build
 	$(BUILD)/tiertrain bench gemm

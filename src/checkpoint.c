@@ -463,7 +463,8 @@ static int load_chunk(void *arg, int k, void *buf, char *err, size_t errlen) {
     const shard_t *sh = &x->m->shards[s];
     size_t lo, n, a, b;
     trainer_chunk_range(x->tr, s, c, &lo, &n);
-    float *master = buf, *mm = x->weights_only ? master : master + x->chunk, *vv = x->weights_only ? master : mm + x->chunk;
+    float *master = buf; // weights_only: m and v are not read (load_slice leaves them)
+    float *mm = x->weights_only ? master : master + x->chunk, *vv = x->weights_only ? master : mm + x->chunk;
     int rc = 0;
     for (int t = 0; t < sh->ntensors && rc == 0; t++)
         if (model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b))
