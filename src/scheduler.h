@@ -38,8 +38,13 @@
 //              of each use's shard into its slot, in the use order, one use ahead of compute
 //              (sched_pin_fetched); its collectives go on comm_second.
 //   io         the NVMe store's engine (io/): the io_uring thread or the psync pool.
-//   st writer  one per open safetensors writer (safetensors.c, a checkpoint's save): writes
-//              each full buffer while the saving thread fills the other; its own lock, a leaf.
+//   st writer  one per open safetensors writer (safetensors_write.c, a checkpoint's save):
+//              writes each full buffer while the saving thread fills the other.
+//   hasher     one per params_hash in progress (hasher.c: the save, the load,
+//              trainer_params_hash): folds the bytes handed over, in order.
+//   ahead      one per checkpoint load (ahead.c, its reader rank): reads the files a chunk
+//              ahead of the chunk going into its tier.
+//   Each of these three has its own lock, a leaf, and its owner's thread alone talks to it.
 //   OpenMP     the kernels' pool, used by whichever thread runs an op.
 // Lock order (a thread holding one may take those after it, never before):
 //   tier's host-cache lock  →  this scheduler's lock  →  the NVMe store's lock.
