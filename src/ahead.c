@@ -4,46 +4,42 @@
 // fills again only after it saw `ready` cleared under mu).
 #include "ahead.h"
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "worker.h"
 
 struct ahead {
     void *buf;
     int n;
     ahead_fill_fn fill;
     void *ctx;
-    int threaded;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
+    worker_t wk;      // not running: ahead_take fills in place; stop: the caller is done
     int next;         // the item the thread fills next (mu)
     int ready;        // the buffer holds item next - 1, for the caller (mu)
-    int stop;         // the caller is done: fill nothing more (mu)
     int rc;           // the failed fill's -errno (mu); then nothing more is filled
     char msg[1024];   // its line
 };
 
 static void *ahead_main(void *arg) {
     ahead_t *a = arg;
-    pthread_mutex_lock(&a->mu);
+    pthread_mutex_lock(&a->wk.mu);
     for (;;) {
-        while (a->ready && !a->stop) pthread_cond_wait(&a->cv, &a->mu);
-        if (a->stop || a->rc || a->next >= a->n) break;
+        while (a->ready && !a->wk.stop) pthread_cond_wait(&a->wk.cv, &a->wk.mu);
+        if (a->wk.stop || a->rc || a->next >= a->n) break;
         const int k = a->next;
-        pthread_mutex_unlock(&a->mu);
+        pthread_mutex_unlock(&a->wk.mu);
         char msg[sizeof a->msg] = "";
         int rc = a->fill(a->ctx, k, a->buf, msg, sizeof msg);
-        pthread_mutex_lock(&a->mu);
+        pthread_mutex_lock(&a->wk.mu);
         if (rc) {
             a->rc = rc;
             snprintf(a->msg, sizeof a->msg, "%s", msg);
         }
         a->next = k + 1;
         a->ready = 1;
-        pthread_cond_broadcast(&a->cv);
+        pthread_cond_broadcast(&a->wk.cv);
     }
-    pthread_mutex_unlock(&a->mu);
+    pthread_mutex_unlock(&a->wk.mu);
     return NULL;
 }
 
@@ -58,47 +54,33 @@ int ahead_init(ahead_t **out, size_t bytes, int n, ahead_fill_fn fill, void *ctx
     a->n = n;
     a->fill = fill;
     a->ctx = ctx;
-    if (pthread_mutex_init(&a->mu, NULL) == 0) {
-        if (pthread_cond_init(&a->cv, NULL) == 0) {
-            a->threaded = pthread_create(&a->thread, NULL, ahead_main, a) == 0;
-            if (!a->threaded) pthread_cond_destroy(&a->cv);
-        }
-        if (!a->threaded) pthread_mutex_destroy(&a->mu);
-    }
+    worker_start(&a->wk, ahead_main, a);
     *out = a;
     return 0;
 }
 
 int ahead_take(ahead_t *a, int k, void **buf, char *err, size_t errlen) {
     *buf = a->buf;
-    if (!a->threaded) return a->fill(a->ctx, k, a->buf, err, errlen);
-    pthread_mutex_lock(&a->mu);
-    while (!a->ready) pthread_cond_wait(&a->cv, &a->mu);
+    if (!a->wk.running) return a->fill(a->ctx, k, a->buf, err, errlen);
+    pthread_mutex_lock(&a->wk.mu);
+    while (!a->ready) pthread_cond_wait(&a->wk.cv, &a->wk.mu);
     const int rc = a->rc;
     if (rc) snprintf(err, errlen, "%s", a->msg);
-    pthread_mutex_unlock(&a->mu);
+    pthread_mutex_unlock(&a->wk.mu);
     return rc;
 }
 
 void ahead_done(ahead_t *a) {
-    if (!a->threaded) return;
-    pthread_mutex_lock(&a->mu);
+    if (!a->wk.running) return;
+    pthread_mutex_lock(&a->wk.mu);
     a->ready = 0;
-    pthread_cond_broadcast(&a->cv);
-    pthread_mutex_unlock(&a->mu);
+    pthread_cond_broadcast(&a->wk.cv);
+    pthread_mutex_unlock(&a->wk.mu);
 }
 
 void ahead_free(ahead_t *a) {
     if (!a) return;
-    if (a->threaded) {
-        pthread_mutex_lock(&a->mu);
-        a->stop = 1;
-        pthread_cond_broadcast(&a->cv);
-        pthread_mutex_unlock(&a->mu);
-        pthread_join(a->thread, NULL);
-        pthread_cond_destroy(&a->cv);
-        pthread_mutex_destroy(&a->mu);
-    }
+    worker_stop(&a->wk);
     free(a->buf);
     free(a);
 }

@@ -5,29 +5,28 @@
 // again). The hash itself is the thread's while it runs; it stores it under mu with each
 // buffer given back, and hasher_value reads it under mu once nothing is left.
 #include "hasher.h"
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "util.h" // uses: fnv1a64
 
 static void *hasher_main(void *arg) {
     hasher_t *hs = arg;
-    pthread_mutex_lock(&hs->mu);
+    pthread_mutex_lock(&hs->wk.mu);
     uint64_t h = hs->h;
     for (;;) {
-        while (!hs->full[hs->take] && !hs->stop) pthread_cond_wait(&hs->cv, &hs->mu);
+        while (!hs->full[hs->take] && !hs->wk.stop) pthread_cond_wait(&hs->wk.cv, &hs->wk.mu);
         if (!hs->full[hs->take]) break; // stopped with nothing left
         const int k = hs->take;
         const size_t n = hs->len[k];
-        pthread_mutex_unlock(&hs->mu);
+        pthread_mutex_unlock(&hs->wk.mu);
         h = fnv1a64(h, hs->ring + (size_t)k * HASHER_BUF, n);
-        pthread_mutex_lock(&hs->mu);
+        pthread_mutex_lock(&hs->wk.mu);
         hs->h = h;
         hs->full[k] = 0;
         hs->take = (k + 1) % HASHER_BUFS;
-        pthread_cond_broadcast(&hs->cv);
+        pthread_cond_broadcast(&hs->wk.cv);
     }
-    pthread_mutex_unlock(&hs->mu);
+    pthread_mutex_unlock(&hs->wk.mu);
     return NULL;
 }
 
@@ -35,15 +34,7 @@ void hasher_init(hasher_t *hs, uint64_t h) {
     memset(hs, 0, sizeof *hs);
     hs->h = h;
     if (!(hs->ring = malloc(HASHER_BUFS * HASHER_BUF))) return;
-    int ok = 0;
-    if (pthread_mutex_init(&hs->mu, NULL) == 0) {
-        if (pthread_cond_init(&hs->cv, NULL) == 0) {
-            ok = pthread_create(&hs->thread, NULL, hasher_main, hs) == 0;
-            if (!ok) pthread_cond_destroy(&hs->cv);
-        }
-        if (!ok) pthread_mutex_destroy(&hs->mu);
-    }
-    if (!ok) {
+    if (!worker_start(&hs->wk, hasher_main, hs)) { // no thread: hashed in place
         free(hs->ring);
         hs->ring = NULL;
     }
@@ -51,13 +42,13 @@ void hasher_init(hasher_t *hs, uint64_t h) {
 
 // Hands the buffer being filled to the thread and waits for the next one to be free.
 static void hand_over(hasher_t *hs) {
-    pthread_mutex_lock(&hs->mu);
+    pthread_mutex_lock(&hs->wk.mu);
     hs->len[hs->put] = hs->fill;
     hs->full[hs->put] = 1;
-    pthread_cond_broadcast(&hs->cv);
+    pthread_cond_broadcast(&hs->wk.cv);
     hs->put = (hs->put + 1) % HASHER_BUFS;
-    while (hs->full[hs->put]) pthread_cond_wait(&hs->cv, &hs->mu);
-    pthread_mutex_unlock(&hs->mu);
+    while (hs->full[hs->put]) pthread_cond_wait(&hs->wk.cv, &hs->wk.mu);
+    pthread_mutex_unlock(&hs->wk.mu);
     hs->fill = 0;
 }
 
@@ -80,24 +71,16 @@ void hasher_put(hasher_t *hs, const void *p, size_t n) {
 uint64_t hasher_value(hasher_t *hs) {
     if (!hs->ring) return hs->h;
     if (hs->fill > 0) hand_over(hs);
-    pthread_mutex_lock(&hs->mu);
+    pthread_mutex_lock(&hs->wk.mu);
     for (int k = 0; k < HASHER_BUFS; k++)
-        while (hs->full[k]) pthread_cond_wait(&hs->cv, &hs->mu);
+        while (hs->full[k]) pthread_cond_wait(&hs->wk.cv, &hs->wk.mu);
     const uint64_t h = hs->h;
-    pthread_mutex_unlock(&hs->mu);
+    pthread_mutex_unlock(&hs->wk.mu);
     return h;
 }
 
 void hasher_free(hasher_t *hs) {
-    if (hs->ring) {
-        pthread_mutex_lock(&hs->mu);
-        hs->stop = 1;
-        pthread_cond_broadcast(&hs->cv);
-        pthread_mutex_unlock(&hs->mu);
-        pthread_join(hs->thread, NULL);
-        pthread_cond_destroy(&hs->cv);
-        pthread_mutex_destroy(&hs->mu);
-    }
+    worker_stop(&hs->wk);
     free(hs->ring);
     hs->ring = NULL;
 }

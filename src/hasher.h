@@ -14,9 +14,9 @@
 // ring, or pthread_create failed), hasher_put hashes in place: the same value, only not
 // beside anything.
 #pragma once
-#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "worker.h"
 
 #define HASHER_BUFS 4
 #define HASHER_BUF ((size_t)4 << 20)
@@ -30,10 +30,7 @@ typedef struct {
     size_t fill;               // bytes in it (the caller's)
     int take;                  // the next buffer to fold (the thread's)
     uint64_t h;                // the hash of every buffer given back (mu); in place: of all put
-    int stop;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
+    worker_t wk;               // mu guards len, full, h (and the worker's stop)
 } hasher_t;
 
 // Starts a hasher continuing from h (FNV64_INIT for a new hash). Cannot fail: without

@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +18,7 @@
 #include "json.h" // uses: json_escape
 #include "safetensors.h"
 #include "safetensors_internal.h"
+#include "worker.h"
 
 static int write_all(int fd, const void *buf, size_t n, size_t *done) {
     const char *p = buf;
@@ -112,14 +112,11 @@ struct st_writer {
     // The writer thread (when it could be started) writes a full buffer while the caller
     // fills the other one: st_write hands bufs[k] over as a job and goes on in bufs[1 - k];
     // before its next hand-off, and at close, it waits for the job to be done, so a buffer
-    // is never filled while it is written. mu guards job, stop and the job's outcome; the
+    // is never filled while it is written. wk.mu guards job and the job's outcome; the
     // wait for job == 0 (under mu) orders the thread's writes to direct and the outcome
     // before the caller reads them.
-    pthread_t thread;
-    int threaded;          // the thread runs (else st_write writes each full buffer itself)
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int job, stop;         // a buffer handed over and not yet written; the thread is to end
+    worker_t wk;           // not running: st_write writes each full buffer itself
+    int job;               // a buffer handed over and not yet written
     const unsigned char *job_buf;
     uint64_t job_at;
     int job_rc;            // the first job that failed: -errno, and the file byte it failed at
@@ -147,12 +144,11 @@ static int find_duplicate(const char **names, int n, const char **dup) {
     return 0;
 }
 
-static void start_thread(st_writer_t *w);
-static void stop_thread(st_writer_t *w);
+static void *writer_main(void *arg);
 
 void st_writer_free(st_writer_t *w) {
     if (!w) return;
-    stop_thread(w);
+    worker_stop(&w->wk);
     if (w->fd >= 0) close(w->fd);
     free(w->bufs[0]);
     free(w->bufs[1]);
@@ -326,7 +322,7 @@ int st_writer_open_flags(st_writer_t **out, const char *path, const st_tensor_t 
     memcpy(w->buf, b.p + w->base, w->fill);
     int fl = fcntl(w->fd, F_GETFL);
     w->direct = fl >= 0 && fcntl(w->fd, F_SETFL, fl | O_DIRECT) == 0;
-    start_thread(w); // without it, st_write writes each buffer itself
+    worker_start(&w->wk, writer_main, w); // without it, st_write writes each buffer itself
     if (w->crc) { // kept, to be written again with the checksums at close
         w->header = b.p;
         w->header_len = b.len;
@@ -398,79 +394,54 @@ static int stream_out(st_writer_t *w, size_t off, size_t n) {
 
 static void *writer_main(void *arg) {
     st_writer_t *w = arg;
-    pthread_mutex_lock(&w->mu);
+    pthread_mutex_lock(&w->wk.mu);
     for (;;) {
-        while (!w->job && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
+        while (!w->job && !w->wk.stop) pthread_cond_wait(&w->wk.cv, &w->wk.mu);
         if (!w->job) break; // stopped, nothing left
         const unsigned char *p = w->job_buf;
         const uint64_t at = w->job_at;
         const int failed = w->job_rc != 0;
-        pthread_mutex_unlock(&w->mu);
+        pthread_mutex_unlock(&w->wk.mu);
         uint64_t bad = 0;
         int rc = failed ? 0 : out_at(w, p, ST_STREAM_BUF, at, &bad); // after a failure: nothing more
-        pthread_mutex_lock(&w->mu);
+        pthread_mutex_lock(&w->wk.mu);
         if (rc) {
             w->job_rc = rc;
             w->job_failed_at = bad;
         }
         w->job = 0;
-        pthread_cond_broadcast(&w->cv);
+        pthread_cond_broadcast(&w->wk.cv);
     }
-    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_unlock(&w->wk.mu);
     return NULL;
-}
-
-static void start_thread(st_writer_t *w) {
-    if (pthread_mutex_init(&w->mu, NULL) != 0) return;
-    if (pthread_cond_init(&w->cv, NULL) != 0) {
-        pthread_mutex_destroy(&w->mu);
-        return;
-    }
-    w->threaded = pthread_create(&w->thread, NULL, writer_main, w) == 0;
-    if (!w->threaded) {
-        pthread_cond_destroy(&w->cv);
-        pthread_mutex_destroy(&w->mu);
-    }
 }
 
 // Waits for the job in hand; its failure becomes the writer's sticky error. 0 or that error.
 static int wait_job(st_writer_t *w) {
-    if (!w->threaded) return 0;
-    pthread_mutex_lock(&w->mu);
-    while (w->job) pthread_cond_wait(&w->cv, &w->mu);
+    if (!w->wk.running) return 0;
+    pthread_mutex_lock(&w->wk.mu);
+    while (w->job) pthread_cond_wait(&w->wk.cv, &w->wk.mu);
     const int rc = w->job_rc;
     const uint64_t at = w->job_failed_at;
-    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_unlock(&w->wk.mu);
     return rc && !w->err ? write_failed(w, rc, at) : w->err;
-}
-
-static void stop_thread(st_writer_t *w) {
-    if (!w->threaded) return;
-    pthread_mutex_lock(&w->mu);
-    w->stop = 1;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    pthread_join(w->thread, NULL);
-    pthread_cond_destroy(&w->cv);
-    pthread_mutex_destroy(&w->mu);
-    w->threaded = 0;
 }
 
 // The full buffer goes out: handed to the thread (after the job before it is done), or
 // written here. Then the other buffer is the stream's.
 static int buffer_full(st_writer_t *w) {
-    if (!w->threaded) {
+    if (!w->wk.running) {
         int rc = stream_out(w, 0, ST_STREAM_BUF);
         if (rc) return rc;
     } else {
         int rc = wait_job(w);
         if (rc) return rc;
-        pthread_mutex_lock(&w->mu);
+        pthread_mutex_lock(&w->wk.mu);
         w->job = 1;
         w->job_buf = w->buf;
         w->job_at = w->base;
-        pthread_cond_broadcast(&w->cv);
-        pthread_mutex_unlock(&w->mu);
+        pthread_cond_broadcast(&w->wk.cv);
+        pthread_mutex_unlock(&w->wk.mu);
         w->buf = w->buf == w->bufs[0] ? w->bufs[1] : w->bufs[0];
     }
     w->base += ST_STREAM_BUF;
@@ -513,7 +484,7 @@ const char *st_writer_error(const st_writer_t *w) { return w && w->err ? w->msg 
 int st_writer_close(st_writer_t *w, char *err, size_t errlen) {
     if (!w) return st_werr(err, errlen, -EINVAL, "safetensors writer: closing NULL");
     int rc = wait_job(w);
-    stop_thread(w);
+    worker_stop(&w->wk);
     if (rc) snprintf(err, errlen, "%s", w->msg);
     if (!rc && w->written < w->total) {
         int i = 0;

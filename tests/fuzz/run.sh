@@ -28,7 +28,7 @@ parallel=${FUZZ_PARALLEL:-$([[ $cores -ge ${#targets[@]} ]] && echo 1 || echo 0)
 # leaf that grows a dependency shows here (the one list for both modes).
 declare -A srcs=(
   [json]="src/json.c"
-  [safetensors]="src/json.c src/safetensors.c src/safetensors_write.c io/crc32c.c"
+  [safetensors]="src/json.c src/safetensors.c src/safetensors_write.c src/worker.c io/crc32c.c"
   [tokens]="src/data.c src/util.c io/size.c"
 )
 

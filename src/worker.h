@@ -1,0 +1,24 @@
+// worker.h — one helper thread with its lock and condition variable: the shape the
+// safetensors writer, the hasher and the checkpoint load's read-ahead share. The owner and
+// its thread talk through fields of the owner's, guarded by mu, waiting on cv; stop (under
+// mu) asks the thread to end once it has nothing left to do.
+//
+// What it does not do: decide what the thread does, or when the owner waits for it.
+// Who calls it: safetensors_write.c, hasher.c, ahead.c (each says what mu guards).
+#pragma once
+#include <pthread.h>
+
+typedef struct {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int running;  // started and not yet joined (the owner's)
+    int stop;     // (mu) the owner asks the thread to end
+} worker_t;
+
+// Makes mu and cv, then starts fn(arg). 1 when the thread runs; 0 when any part failed,
+// with nothing left to undo (the owner then does the work itself).
+int worker_start(worker_t *w, void *(*fn)(void *), void *arg);
+// Sets stop under mu, wakes the thread, joins it and destroys mu and cv. Nothing when not
+// running.
+void worker_stop(worker_t *w);
