@@ -2059,6 +2059,16 @@ END_TEST
 
 // ---------------------------------------------------------------- bench
 
+// `tiertrain bench` with list's flags and --save=save (no --log: bench takes none).
+static void bench_args(args_t *a, const char *const *list, const char *save) {
+    a->n = 0;
+    a->used = 0;
+    arg(a, tu_binary());
+    arg(a, "bench");
+    args(a, list);
+    argf(a, "--save=%s", save);
+}
+
 // bench checkpoint times one save and one load of train's model after step 1, in a folder
 // of its own under --save that it removes (what was there stays): its JSON line has the
 // times, the disk's rates and the params_hash, which is the one train's checkpoint of step 1
@@ -2081,12 +2091,7 @@ START_TEST(bench_checkpoint_round_trip) {
         snprintf(mine, sizeof mine, "%s/mine.txt", dir);
         FILE *f = fopen(mine, "w");
         ck_assert(f && fputs("the user's\n", f) >= 0 && fclose(f) == 0);
-        a->n = 0;
-        a->used = 0;
-        arg(a, tu_binary());
-        arg(a, "bench");
-        args(a, flags);
-        argf(a, "--save=%s", dir);
+        bench_args(a, flags, dir);
         if (nvme) {
             arg(a, "--optimizer=nvme");
             argf(a, "--nvme-path=%s", tmp);
@@ -2122,12 +2127,7 @@ START_TEST(bench_checkpoint_round_trip) {
     // a file for --save: train's refusal
     char file[1300], want[1500];
     snprintf(file, sizeof file, "%s/b0/mine.txt", tmp);
-    a->n = 0;
-    a->used = 0;
-    arg(a, tu_binary());
-    arg(a, "bench");
-    args(a, flags);
-    argf(a, "--save=%s", file);
+    bench_args(a, flags, file);
     a->v[a->n] = NULL;
     char *out = NULL, *err = NULL;
     ck_assert_int_eq(tu_run(a->v, NULL, &out, &err), 2);
