@@ -740,9 +740,9 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
         snprintf(cfg->bench_name, sizeof cfg->bench_name, "%s", ps.positional[0]);
         if (strcmp(cfg->bench_name, "calibrate") != 0) check_profile(cfg);
         check_nvme_paths(cfg->nvme_path);
-        if (cfg->save_dir[0] && strcmp(cfg->bench_name, "checkpoint") != 0)
-            usage_error("--save %s: bench %s does not save (only bench checkpoint takes it)", cfg->save_dir,
-                        cfg->bench_name);
+        if ((cfg->save_dir[0] || seen(&ps, "save-dtype")) && strcmp(cfg->bench_name, "checkpoint") != 0)
+            usage_error("--%s: bench %s does not save (only bench checkpoint takes it)",
+                        cfg->save_dir[0] ? "save" : "save-dtype", cfg->bench_name);
         if (cfg->save_dir[0]) check_save_dir(cfg->save_dir);
         // the benchmarks that train take the training flags, resolved as train resolves them
         static const char *const shape_flags[] = {"model", "layers", "dim", "heads", "kv-heads", "ffn", "vocab", NULL};

@@ -182,7 +182,8 @@ static const bad_case_t bad[] = {
     // switches, and flags of another subcommand
     {{"train", "--tie=yes", NULL}, {"--tie=yes", "takes no value"}},
     {{"bench", "io", "--save-every", "2", NULL}, {"--save-every", "not accepted by 'tiertrain bench'", "train, plan"}},
-    {{"bench", "io", "--save", "@", NULL}, {"--save", "bench io does not save", "only bench checkpoint takes it"}},
+    {{"bench", "io", "--save", "@", NULL}, {"--save: bench io does not save", "only bench checkpoint takes it"}},
+    {{"bench", "adam", "--save-dtype", "bf16", NULL}, {"--save-dtype: bench adam does not save"}},
     {{"train", "--size", "1G", NULL}, {"--size", "not accepted by 'tiertrain train'", "bench"}},
     // tiers and checkpoints
     {{"train", "--schedule", "diagonal", NULL}, {"--schedule diagonal", "auto, horizontal, vertical"}},
