@@ -610,6 +610,12 @@ static void check_save_dir(const char *dir) {
 static void check_nvme_paths(const char *list) {
     if (!*list) return;
     const char *p = list;
+    struct {
+        dev_t dev;
+        ino_t ino;
+        char dir[TT_PATH_MAX];
+    } seen[16];
+    int nseen = 0;
     for (;;) {
         size_t n = strcspn(p, ",");
         char dir[TT_PATH_MAX];
@@ -629,6 +635,16 @@ static void check_nvme_paths(const char *list) {
             usage_error("--nvme-path %s: %s is not a directory (accepted: existing writable directories)", list, dir);
         if (access(dir, W_OK | X_OK) != 0)
             usage_error("--nvme-path %s: %s is not writable (accepted: existing writable directories)", list, dir);
+        // one folder named twice would be counted as two disks' rates and space
+        for (int i = 0; i < nseen; i++)
+            if (seen[i].dev == st.st_dev && seen[i].ino == st.st_ino)
+                usage_error("--nvme-path %s: %s is the same directory as %s (name each directory once)", list, dir,
+                            seen[i].dir);
+        if (nseen < (int)(sizeof seen / sizeof seen[0])) {
+            seen[nseen].dev = st.st_dev;
+            seen[nseen].ino = st.st_ino;
+            snprintf(seen[nseen++].dir, sizeof seen[0].dir, "%s", dir);
+        }
         p += n;
         if (!*p) break;
         p++;

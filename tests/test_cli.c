@@ -179,6 +179,8 @@ static const bad_case_t bad[] = {
     {{"plan", "--data", "@/in.txt", "--vocab", "200", NULL}, {"in.txt", "--vocab 200", ">= 256"}},
     {{"train", "--log", "@/nodir/run.jsonl", NULL}, {"--log", "nodir/run.jsonl", "does not exist"}},
     {{"plan", "--nvme-path", "@,@/nodir", NULL}, {"--nvme-path", "nodir", "No such file"}},
+    {{"plan", "--nvme-path", "/tmp,/tmp/.", NULL},
+     {"--nvme-path", "/tmp/. is the same directory as /tmp", "name each directory once"}},
     // switches, and flags of another subcommand
     {{"train", "--tie=yes", NULL}, {"--tie=yes", "takes no value"}},
     {{"bench", "io", "--save-every", "2", NULL}, {"--save-every", "not accepted by 'tiertrain bench'", "train, plan"}},
