@@ -534,6 +534,16 @@ int st_verify_rest(st_reader_t *r, char *err, size_t errlen) {
     return 0;
 }
 
+void st_take_checked(st_reader_t *into, const st_reader_t *from) {
+    for (int i = 0; i < into->ntensors && i < from->ntensors; i++) {
+        const uint64_t size = from->tensors[i].end - from->tensors[i].begin;
+        if (from->crc_has[i] && from->crc_pos[i] == size && into->crc_has[i]) {
+            into->crc_pos[i] = size;
+            into->crc_run[i] = from->crc_run[i];
+        }
+    }
+}
+
 int st_unchecked(const st_reader_t *r) {
     for (int i = 0; r && i < r->ntensors; i++)
         if (!r->crc_has[i]) return i;

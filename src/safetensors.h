@@ -142,6 +142,9 @@ int st_read_checked(st_reader_t *r, int idx, void *dst, uint64_t offset, size_t 
 // Checks every tensor with a stored checksum that st_read_checked has not checked whole,
 // reading what it has not folded in yet (a chunk at a time). 0, or -EINVAL / -errno as there.
 int st_verify_rest(st_reader_t *r, char *err, size_t errlen);
+// Counts every tensor that `from`, a reader of the same file, checked whole as checked by
+// `into` too (readers of one file on several threads; then st_verify_rest on one of them).
+void st_take_checked(st_reader_t *into, const st_reader_t *from);
 // The index of the first tensor (in file order) with no stored checksum, or -1.
 int st_unchecked(const st_reader_t *r);
 // Elements [first, first + n) of tensor idx as FP32 into dst, through st_read_checked (so

@@ -360,6 +360,20 @@ START_TEST(test_checksums) {
         ck_assert_msg(!strncmp(err, want, strlen(want)) && strstr(err, "): the file is corrupt"), "%s", err);
         st_close(r);
     }
+    // two readers of the file (the checkpoint load's lanes): a tensor one checked whole counts
+    // as checked for the other, a part-read one does not, and the flipped bit is still found
+    st_reader_t *one = NULL, *two = NULL;
+    ck_assert_msg(st_open(path, &one, err, sizeof err) == 0 && st_open(path, &two, err, sizeof err) == 0, "%s", err);
+    unsigned char buf[128];
+    ck_assert_msg(st_read_checked(two, 0, buf, 0, (size_t)decl_bytes(0), err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(st_read_checked(two, 1, buf, 0, (size_t)decl_bytes(1) / 2, err, sizeof err) == 0, "%s", err);
+    st_take_checked(one, two);
+    ck_assert_uint_eq(one->crc_pos[0], decl_bytes(0));
+    ck_assert_uint_eq(one->crc_pos[1], 0);
+    ck_assert_int_eq(st_verify_rest(one, err, sizeof err), -EINVAL);
+    ck_assert_msg(!strncmp(err, want, strlen(want)), "%s", err);
+    st_close(one);
+    st_close(two);
     // the writer's keys are its own; a reader refuses entries that name no tensor or no CRC
     st_meta_t mine[] = {{"crc32c:x", "00000000"}};
     ck_assert_int_eq(st_writer_open_flags(&w, path, t, NDECL, mine, 1, ST_CRC32C, err, sizeof err), -EINVAL);
