@@ -1,50 +1,62 @@
-// ahead.c — see ahead.h. The buffer has one writer at a time: the thread from the start of a
-// fill until it marks the item ready, then the caller until ahead_done; mu orders both hand-
-// overs (the caller reads the buffer only after it saw `ready` under mu, and the thread
-// fills again only after it saw `ready` cleared under mu).
+// ahead.c — see ahead.h. The buffer has one set of writers at a time: the lanes from the
+// start of item k's fills until the last of them is done, then the caller until ahead_done;
+// mu orders both hand-overs (the caller reads the buffer only after it saw every lane done
+// under mu, and a lane fills item k + 1 only after it saw `released` pass k under mu).
 #include "ahead.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include "worker.h"
 
+typedef struct {
+    ahead_t *a;
+    int id;
+    int rc;         // its failed fill's -errno (mu)
+    char msg[1024]; // and line
+} lane_t;
+
 struct ahead {
     void *buf;
-    int n;
+    int n, lanes;
     ahead_fill_fn fill;
     void *ctx;
-    worker_t wk;      // not running: ahead_take fills in place; stop: the caller is done
-    int next;         // the item the thread fills next (mu)
-    int ready;        // the buffer holds item next - 1, for the caller (mu)
-    int rc;           // the failed fill's -errno (mu); then nothing more is filled
-    char msg[1024];   // its line
+    worker_t wk;    // not running: ahead_take fills in place; stop: the caller is done
+    lane_t lane[WORKER_MAX];
+    int released;   // items the caller is done with (mu): the lanes fill item `released` only
+    int filled;     // lanes done with item `released` (mu)
+    int failed_at;  // the item a fill failed at, -1 none (mu): no later item is filled
 };
 
-static void *ahead_main(void *arg) {
-    ahead_t *a = arg;
+static void *lane_main(void *arg) {
+    lane_t *l = arg;
+    ahead_t *a = l->a;
     pthread_mutex_lock(&a->wk.mu);
-    for (;;) {
-        while (a->ready && !a->wk.stop) pthread_cond_wait(&a->wk.cv, &a->wk.mu);
-        if (a->wk.stop || a->rc || a->next >= a->n) break;
-        const int k = a->next;
+    for (int k = 0;; k++) { // the item this lane fills next
+        while (!a->wk.stop && k != a->released) pthread_cond_wait(&a->wk.cv, &a->wk.mu);
+        if (a->wk.stop || k >= a->n || (a->failed_at >= 0 && k > a->failed_at)) break;
         pthread_mutex_unlock(&a->wk.mu);
-        char msg[sizeof a->msg] = "";
-        int rc = a->fill(a->ctx, k, a->buf, msg, sizeof msg);
+        char msg[sizeof l->msg] = "";
+        int rc = a->fill(a->ctx, l->id, k, a->buf, msg, sizeof msg);
         pthread_mutex_lock(&a->wk.mu);
         if (rc) {
-            a->rc = rc;
-            snprintf(a->msg, sizeof a->msg, "%s", msg);
+            l->rc = rc;
+            snprintf(l->msg, sizeof l->msg, "%s", msg);
+            if (a->failed_at < 0) a->failed_at = k;
         }
-        a->next = k + 1;
-        a->ready = 1;
+        a->filled++;
         pthread_cond_broadcast(&a->wk.cv);
     }
     pthread_mutex_unlock(&a->wk.mu);
     return NULL;
 }
 
-int ahead_init(ahead_t **out, size_t bytes, int n, ahead_fill_fn fill, void *ctx, char *err, size_t errlen) {
+int ahead_init(ahead_t **out, size_t bytes, int lanes, int n, ahead_fill_fn fill, void *ctx, char *err,
+               size_t errlen) {
     *out = NULL;
+    if (lanes < 1 || lanes > WORKER_MAX) {
+        snprintf(err, errlen, "read-ahead: %d lanes (accepted: 1..%d)", lanes, WORKER_MAX);
+        return -EINVAL;
+    }
     ahead_t *a = calloc(1, sizeof *a);
     if (!a || !(a->buf = malloc(bytes ? bytes : 1))) {
         free(a);
@@ -52,20 +64,34 @@ int ahead_init(ahead_t **out, size_t bytes, int n, ahead_fill_fn fill, void *ctx
         return -ENOMEM;
     }
     a->n = n;
+    a->lanes = lanes;
     a->fill = fill;
     a->ctx = ctx;
-    worker_start(&a->wk, ahead_main, a);
+    a->failed_at = -1;
+    void *args[WORKER_MAX];
+    for (int i = 0; i < lanes; i++) {
+        a->lane[i] = (lane_t){.a = a, .id = i};
+        args[i] = &a->lane[i];
+    }
+    worker_start_n(&a->wk, lanes, lane_main, args);
     *out = a;
     return 0;
 }
 
 int ahead_take(ahead_t *a, int k, void **buf, char *err, size_t errlen) {
     *buf = a->buf;
-    if (!a->wk.running) return a->fill(a->ctx, k, a->buf, err, errlen);
+    if (!a->wk.running) { // in place, lane after lane
+        for (int i = 0; i < a->lanes; i++) {
+            int rc = a->fill(a->ctx, i, k, a->buf, err, errlen);
+            if (rc) return rc;
+        }
+        return 0;
+    }
+    int rc = 0;
     pthread_mutex_lock(&a->wk.mu);
-    while (!a->ready) pthread_cond_wait(&a->wk.cv, &a->wk.mu);
-    const int rc = a->rc;
-    if (rc) snprintf(err, errlen, "%s", a->msg);
+    while (a->filled < a->lanes) pthread_cond_wait(&a->wk.cv, &a->wk.mu);
+    for (int i = 0; i < a->lanes && !rc; i++) // the first lane's failure: as filled in place
+        if ((rc = a->lane[i].rc)) snprintf(err, errlen, "%s", a->lane[i].msg);
     pthread_mutex_unlock(&a->wk.mu);
     return rc;
 }
@@ -73,7 +99,8 @@ int ahead_take(ahead_t *a, int k, void **buf, char *err, size_t errlen) {
 void ahead_done(ahead_t *a) {
     if (!a->wk.running) return;
     pthread_mutex_lock(&a->wk.mu);
-    a->ready = 0;
+    a->released++;
+    a->filled = 0;
     pthread_cond_broadcast(&a->wk.cv);
     pthread_mutex_unlock(&a->wk.mu);
 }

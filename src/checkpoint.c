@@ -392,44 +392,24 @@ static int load_tensor(st_reader_t *r, const char *file, const st_tensor_t *want
 }
 
 
-// One tensor's share of a chunk: its master (from the model file, or the optimizer file's
-// .master when the model file is BF16) and, unless weights_only, its m and v; each checked
-// finite (v non-negative), naming the file and the tensor that holds a bad value.
-static int load_slice(const model_t *m, int s, int t, const ckpt_info_t *info, int weights_only,
-                      st_reader_t *mr, st_reader_t *orr, const char *mpath, const char *opath, size_t a,
-                      size_t b, float *master, float *mm, float *vv, char *err, size_t errlen) {
+// Lane `part`'s share of a chunk for one tensor, elements [a, b) of the shard: part 0 its
+// master (from the model file, or the optimizer file's .master when the model file is BF16),
+// 1 Adam's m, 2 its v; checked finite (v non-negative), naming the file and the tensor that
+// holds a bad value.
+static int load_part(const model_t *m, int s, int t, const ckpt_info_t *info, int part, st_reader_t *r,
+                     const char *path, size_t a, size_t b, float *dst, char *err, size_t errlen) {
     const tensor_t *te = &m->shards[s].tensors[t];
     const size_t i0 = (size_t)te->row0 * (size_t)te->cols + (a - te->offset), n = b - a; // in the whole tensor
-    const int from_opt = info->model_bf16 && orr;
+    const char *suffix = part == 1 ? ".exp_avg" : part == 2 ? ".exp_avg_sq" : info->model_bf16 ? ".master" : "";
     st_tensor_t want;
     tname_t nm;
-    tensor_decl(m, s, t, from_opt ? ".master" : "", ST_F32, &want, nm);
-    int rc = load_tensor(from_opt ? orr : mr, from_opt ? opath : mpath, &want, i0, n, master, err, errlen);
-    if (rc == 0 && !weights_only) {
-        tensor_decl(m, s, t, ".exp_avg", ST_F32, &want, nm);
-        rc = load_tensor(orr, opath, &want, i0, n, mm, err, errlen);
-        if (rc == 0) {
-            tensor_decl(m, s, t, ".exp_avg_sq", ST_F32, &want, nm);
-            rc = load_tensor(orr, opath, &want, i0, n, vv, err, errlen);
-        }
-    }
-    if (rc != 0) return rc;
-    const char *file = NULL, *part = "";
-    if (!all_finite(master, n, 0)) {
-        file = from_opt ? opath : mpath;
-        part = from_opt ? ".master" : "";
-    } else if (!weights_only && !all_finite(mm, n, 0)) {
-        file = opath;
-        part = ".exp_avg";
-    } else if (!weights_only && !all_finite(vv, n, 1)) {
-        file = opath;
-        part = ".exp_avg_sq";
-    }
-    if (!file) return 0;
+    tensor_decl(m, s, t, suffix, ST_F32, &want, nm);
+    int rc = load_tensor(r, path, &want, i0, n, dst, err, errlen);
+    if (rc != 0 || all_finite(dst, n, part == 2)) return rc;
     char hf[200];
     model_tensor_hf_name(m, s, t, hf, sizeof hf);
-    ERR("%s: tensor '%s%s' holds a %s value (a corrupt checkpoint)", file, hf, part,
-        strcmp(part, ".exp_avg_sq") ? "non-finite" : "negative or non-finite");
+    ERR("%s: tensor '%s%s' holds a %s value (a corrupt checkpoint)", path, hf, suffix,
+        part == 2 ? "negative or non-finite" : "non-finite");
     return -EINVAL;
 }
 
@@ -443,33 +423,32 @@ static int check_has_checksums(const st_reader_t *r, const ckpt_info_t *info, ch
 }
 
 // The load's read-ahead (ahead.h): item k is the k-th chunk in the load's order, its tensors'
-// slices read from the files into the buffer (master, then m and v unless weights_only, each
-// `chunk` floats) while the caller writes the chunk before it into its tier. Reads only the
-// files and the model's layout, which nothing changes meanwhile.
+// slices read from the files into the buffer while the caller writes the chunk before it into
+// its tier. Lane p fills part p (the masters, then m and v unless weights_only), `chunk` floats
+// each, through a reader of its own (r[p]: the files are read at three places at once).
+// Reads only the files and the model's layout, which nothing changes meanwhile.
 typedef struct {
     const trainer_t *tr;
     const model_t *m;
     const ckpt_info_t *info;
-    int weights_only;
-    st_reader_t *mr, *orr;
-    const char *mpath, *opath;
+    st_reader_t *r[3];           // lane p's reader
+    const char *path[3];         // and its file
     int (*sc)[2];  // (nitems) shard and chunk of item k
     size_t chunk;  // floats per part in the buffer: the largest chunk
+    int lanes;     // 1 (weights_only) or 3
 } load_ahead_t;
 
-static int load_chunk(void *arg, int k, void *buf, char *err, size_t errlen) {
+static int load_chunk(void *arg, int part, int k, void *buf, char *err, size_t errlen) {
     const load_ahead_t *x = arg;
     const int s = x->sc[k][0], c = x->sc[k][1];
     const shard_t *sh = &x->m->shards[s];
     size_t lo, n, a, b;
     trainer_chunk_range(x->tr, s, c, &lo, &n);
-    float *master = buf; // weights_only: m and v are not read (load_slice leaves them)
-    float *mm = x->weights_only ? master : master + x->chunk, *vv = x->weights_only ? master : mm + x->chunk;
+    float *dst = (float *)buf + (size_t)part * x->chunk;
     int rc = 0;
     for (int t = 0; t < sh->ntensors && rc == 0; t++)
         if (model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b))
-            rc = load_slice(x->m, s, t, x->info, x->weights_only, x->mr, x->orr, x->mpath, x->opath, a, b,
-                            master + (a - lo), mm + (a - lo), vv + (a - lo), err, errlen);
+            rc = load_part(x->m, s, t, x->info, part, x->r[part], x->path[part], a, b, dst + (a - lo), err, errlen);
     return rc;
 }
 
@@ -490,7 +469,7 @@ static int load_ahead_init(load_ahead_t *x, ahead_t **ah, char *err, size_t errl
             x->sc[k][0] = s;
             x->sc[k][1] = c;
         }
-    return ahead_init(ah, x->chunk * sizeof(float) * (x->weights_only ? 1 : 3), n, load_chunk, x, err, errlen);
+    return ahead_init(ah, x->chunk * sizeof(float) * (size_t)x->lanes, x->lanes, n, load_chunk, x, err, errlen);
 }
 
 int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weights_only, char *err, size_t errlen) {
@@ -501,7 +480,10 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
     char mpath[TT_PATH_MAX + 64], opath[TT_PATH_MAX + 64];
     snprintf(mpath, sizeof mpath, "%s/model.safetensors", info->dir);
     snprintf(opath, sizeof opath, "%s/optimizer.safetensors", info->dir);
-    st_reader_t *mr = NULL, *orr = NULL;
+    // the optimizer file is read at up to three places at once, each lane through a reader of
+    // its own (ahead.h): orr its m (and what the load did not read), ov its v, om its masters
+    // when the model file is BF16
+    st_reader_t *mr = NULL, *orr = NULL, *ov = NULL, *om = NULL;
     if (info->version < 2)
         notice("%s: saved without checksums (checkpoint version %d): loading it unverified", info->dir, info->version);
     int rc = 0;
@@ -510,6 +492,8 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
         if (rc == 0) rc = check_has_checksums(mr, info, err, errlen);
         if (rc == 0 && (!weights_only || info->model_bf16)) rc = st_open(opath, &orr, err, errlen);
         if (rc == 0 && orr) rc = check_has_checksums(orr, info, err, errlen);
+        if (rc == 0 && orr && !weights_only) rc = st_open(opath, &ov, err, errlen);
+        if (rc == 0 && orr && !weights_only && info->model_bf16) rc = st_open(opath, &om, err, errlen);
     }
     rc = comm_bcast_rc(comm_world(), rc, "the checkpoint", err, errlen); // ranks: what rank 0 found
     hasher_t hs; // of the masters, in the order the save hashed them, beside the reads
@@ -518,9 +502,9 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
     snprintf(what, sizeof what, "loading %s", info->dir);
     progress_t pg;
     progress_begin(&pg, what, (uint64_t)m->numel_padded * (weights_only ? 4 : 12), 1);
-    // the reader reads chunk k+1 from the files while chunk k goes into its tier
-    load_ahead_t lx = {.tr = tr, .m = m, .info = info, .weights_only = weights_only, .mr = mr, .orr = orr,
-                       .mpath = mpath, .opath = opath};
+    // the lanes read chunk k+1 from the files while chunk k goes into its tier
+    load_ahead_t lx = {.tr = tr, .m = m, .info = info, .r = {info->model_bf16 ? (om ? om : orr) : mr, orr, ov},
+                       .path = {info->model_bf16 ? opath : mpath, opath, opath}, .lanes = weights_only ? 1 : 3};
     ahead_t *ah = NULL;
     if (reader && rc == 0) rc = load_ahead_init(&lx, &ah, err, errlen);
     for (int s = 0, k = 0; s < m->nshards && rc == 0; s++) {
@@ -563,6 +547,8 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
     // loop failed, and said so, everywhere)
     int vrc = 0;
     if (rc == 0 && reader) vrc = st_verify_rest(mr, err, errlen);
+    if (rc == 0 && orr && ov) st_take_checked(orr, ov);
+    if (rc == 0 && orr && om) st_take_checked(orr, om);
     if (vrc == 0 && rc == 0 && reader && orr && !weights_only) vrc = st_verify_rest(orr, err, errlen);
     if (rc == 0) rc = comm_bcast_rc(comm_world(), vrc, "the checkpoint", err, errlen);
     char got[17];
@@ -575,6 +561,8 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
     }
     st_close(mr);
     st_close(orr);
+    st_close(ov);
+    st_close(om);
     if (rc == 0 && d && !weights_only) {
         if (data_seek(d, DATA_TRAIN, info->train_pos) != 0 || data_seek(d, DATA_VAL, info->val_pos) != 0) {
             ERR("--resume %s: data position %llu does not fit this run's data and batch (resume with the --data and "

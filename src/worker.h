@@ -8,8 +8,11 @@
 #pragma once
 #include <pthread.h>
 
+#define WORKER_MAX 4 // threads of one worker_t
+
 typedef struct {
-    pthread_t thread;
+    pthread_t thread[WORKER_MAX];
+    int nthreads; // started (the owner's)
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int running;  // started and not yet joined (the owner's)
@@ -19,6 +22,10 @@ typedef struct {
 // Makes mu and cv, then starts fn(arg). 1 when the thread runs; 0 when any part failed,
 // with nothing left to undo (the owner then does the work itself).
 int worker_start(worker_t *w, void *(*fn)(void *), void *arg);
-// Sets stop under mu, wakes the thread, joins it and destroys mu and cv. Nothing when not
+// The same with n (1..WORKER_MAX) threads sharing mu and cv, thread i running fn(args[i]).
+// 1 when all n run; 0 when any part failed, the ones that had started stopped again (each
+// thread must end, without working, when it finds stop set).
+int worker_start_n(worker_t *w, int n, void *(*fn)(void *), void *const *args);
+// Sets stop under mu, wakes the threads, joins them and destroys mu and cv. Nothing when not
 // running.
 void worker_stop(worker_t *w);
