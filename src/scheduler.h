@@ -42,8 +42,9 @@
 //              writes each full buffer while the saving thread fills the other.
 //   hasher     one per params_hash in progress (hasher.c: the save, the load,
 //              trainer_params_hash): folds the bytes handed over, in order.
-//   ahead      one per checkpoint load (ahead.c, its reader rank): reads the files a chunk
-//              ahead of the chunk going into its tier.
+//   ahead      up to three per checkpoint load (ahead.c, its reader rank; one lane each for
+//              the masters, m and v): read the files a chunk ahead of the chunk going into
+//              its tier.
 //   Each of these three has its own lock, a leaf, and its owner's thread alone talks to it.
 //   OpenMP     the kernels' pool, used by whichever thread runs an op.
 // Lock order (a thread holding one may take those after it, never before):

@@ -1,7 +1,8 @@
-// worker.h — one helper thread with its lock and condition variable: the shape the
-// safetensors writer, the hasher and the checkpoint load's read-ahead share. The owner and
-// its thread talk through fields of the owner's, guarded by mu, waiting on cv; stop (under
-// mu) asks the thread to end once it has nothing left to do.
+// worker.h — a helper thread (or a few, sharing one lock) with its lock and condition
+// variable: the shape the safetensors writer, the hasher and the checkpoint load's
+// read-ahead lanes share. The owner and its threads talk through fields of the owner's,
+// guarded by mu, waiting on cv; stop (under mu) asks the threads to end once they have
+// nothing left to do.
 //
 // What it does not do: decide what the thread does, or when the owner waits for it.
 // Who calls it: safetensors_write.c, hasher.c, ahead.c (each says what mu guards).
