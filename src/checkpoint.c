@@ -511,7 +511,8 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
         const shard_t *sh = &m->shards[s];
         for (int c = 0; c < trainer_nchunks(tr, s) && rc == 0; c++, k++) {
             float *master, *mm, *vv;
-            if ((rc = trainer_states_get(tr, s, c, TIER_O32, 1, &master, &mm, &vv, err, errlen)) != 0) break;
+            // two staging buffers: chunk k's write home is in flight while chunk k+1 is filled
+            if ((rc = trainer_states_stage(tr, s, c, k & 1, &master, &mm, &vv, err, errlen)) != 0) break;
             size_t lo, n, a, b;
             trainer_chunk_range(tr, s, c, &lo, &n);
             void *got = NULL;
@@ -534,12 +535,18 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
             for (int t = 0; t < sh->ntensors && rc == 0; t++)
                 if (model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b))
                     hasher_put(&hs, master + (a - lo), (b - a) * sizeof(float));
-            if (rc == 0) rc = trainer_states_put(tr, s, c, TIER_O32, err, errlen);
+            if (rc == 0) rc = trainer_states_store(tr, s, c, k & 1, err, errlen);
             progress_add(&pg, (uint64_t)n * (weights_only ? 4 : 12));
         }
     }
     ahead_free(ah);
     free(lx.sc);
+    char ferr[512];
+    int frc = trainer_states_flush(tr, ferr, sizeof ferr); // the writes in flight, whatever happened
+    if (rc == 0 && frc != 0) {
+        snprintf(err, errlen, "%s", ferr);
+        rc = frc;
+    }
     if (rc == 0) progress_end(&pg);
     // what the load did not read (the BF16 model beside its FP32 master; tensors of no shard)
     // is checked all the same: a corrupt file is never passed on as a good one

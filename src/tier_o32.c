@@ -300,16 +300,74 @@ int tier_o32_put(tier_t *t, int shard, int c, int parts, char *err, size_t errle
     return 0;
 }
 
+static int params_from(tier_t *t, int shard, int c, const float *master, char *err, size_t errlen);
+
 int tier_params_from_master(tier_t *t, int shard, int c, char *err, size_t errlen) {
-    size_t lo, n;
-    tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     float *got[3];
     got_views(t, shard, c, got);
+    return params_from(t, shard, c, got[0], err, errlen);
+}
+
+// The compute copy's chunk c of shard from the given master.
+static int params_from(tier_t *t, int shard, int c, const float *master, char *err, size_t errlen) {
+    size_t lo, n;
+    tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     tier_params_invalidate(t); // slots may hold the old weights
     void *pc = tier_params_build(t, shard);
     lo -= t->plo[shard]; // the build buffer holds the piece
-    if (t->lay.pbytes == 2) bf16_from_f32_n((uint16_t *)pc + lo, got[0], n);
-    else memcpy((float *)pc + lo, got[0], n * sizeof(float));
+    if (t->lay.pbytes == 2) bf16_from_f32_n((uint16_t *)pc + lo, master, n);
+    else memcpy((float *)pc + lo, master, n * sizeof(float));
     if (c + 1 < tier_nchunks(&t->lay, t->m, shard)) return 0;
     return tier_params_store(t, shard, pc, NULL, err, errlen);
+}
+
+// ---------------------------------------------------------------- the load's writes
+
+// Whether chunk c of shard goes through tier_o32_store's queued writes: an NVMe home that no
+// cache entry stands in for.
+static int store_queued(const tier_t *t, int shard, int c) {
+    return t->table[shard][ST_O32].home == TIER_NVME && cache_entry(t, shard, c) < 0;
+}
+
+int tier_o32_flush(tier_t *t, char *err, size_t errlen) {
+    int rc = 0;
+    for (int sb = 0; sb < 2; sb++) {
+        char e[512];
+        int r = tier_o32_finish(t, &t->o32_wr[sb], e, sizeof e);
+        if (r != 0 && rc == 0) {
+            rc = r;
+            snprintf(err, errlen, "%s", e);
+        }
+    }
+    return rc;
+}
+
+int tier_o32_stage(tier_t *t, int shard, int c, int sb, float **master, float **m, float **v, char *err,
+                   size_t errlen) {
+    if (!store_queued(t, shard, c)) {
+        int rc = tier_o32_flush(t, err, errlen); // staging buffer 0 may be a queued write's
+        return rc ? rc : tier_o32_get(t, shard, c, TIER_O32, 1, master, m, v, err, errlen);
+    }
+    int rc = tier_o32_drop_reads(t, err, errlen);
+    if (rc == 0) rc = tier_o32_finish(t, &t->o32_wr[sb], err, errlen);
+    if (rc != 0) return rc;
+    size_t lo, n;
+    tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
+    float *dst[3];
+    for (int k = 0; k < 3; k++) memset(dst[k] = stage_part(t, sb, n, k), 0, n * sizeof(float));
+    *master = dst[0];
+    *m = dst[1];
+    *v = dst[2];
+    return 0;
+}
+
+int tier_o32_store(tier_t *t, int shard, int c, int sb, char *err, size_t errlen) {
+    if (!store_queued(t, shard, c)) {
+        int rc = tier_o32_put(t, shard, c, TIER_O32, err, errlen);
+        return rc ? rc : tier_params_from_master(t, shard, c, err, errlen);
+    }
+    size_t lo, n;
+    tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
+    int rc = params_from(t, shard, c, stage_part(t, sb, n, 0), err, errlen); // reads the buffer only
+    return rc ? rc : tier_o32_submit(t, &t->o32_wr[sb], IO_WRITE, shard, c, sb, err, errlen);
 }

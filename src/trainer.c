@@ -447,6 +447,23 @@ int trainer_states_put(trainer_t *tr, int s, int c, int parts, char *err, size_t
     return rc || !(parts & TIER_MASTER) ? rc : tier_params_from_master(tr->tier, s, lc, err, errlen);
 }
 
+int trainer_states_stage(trainer_t *tr, int s, int c, int sb, float **master, float **m, float **v, char *err,
+                         size_t errlen) {
+    if (tr->step.ranks > 1) return trainer_states_get(tr, s, c, TIER_O32, 1, master, m, v, err, errlen);
+    int rc = trainer_optimizer_wait(tr, err, errlen);
+    tr->reads_ahead = 0; // (tier_o32_stage drops them)
+    return rc ? rc : tier_o32_stage(tr->tier, s, c, sb, master, m, v, err, errlen);
+}
+
+int trainer_states_store(trainer_t *tr, int s, int c, int sb, char *err, size_t errlen) {
+    if (tr->step.ranks > 1) return trainer_states_put(tr, s, c, TIER_O32, err, errlen);
+    return tier_o32_store(tr->tier, s, c, sb, err, errlen);
+}
+
+int trainer_states_flush(trainer_t *tr, char *err, size_t errlen) {
+    return tr->step.ranks > 1 ? 0 : tier_o32_flush(tr->tier, err, errlen);
+}
+
 int trainer_params_hash(trainer_t *tr, uint64_t *hash, char *err, size_t errlen) {
     hasher_t hs; // beside the reads of the next chunks
     hasher_init(&hs, FNV64_INIT);

@@ -1616,6 +1616,26 @@ START_TEST(io_fault_keeps_last_checkpoint) {
         check_complete(folder, 2, REF.ck[2]);
         ck_resumes(a, dir, folder, 2, nvme);
     }
+    // a resume whose writes into the NVMe tier fail: the load queues them two deep, and the
+    // first write's failure shows as it waits for that buffer again, the last's at the end
+    for (int at = 1; at <= 5; at += 4) {
+        char fault[64], dir[1200], folder[1300];
+        snprintf(fault, sizeof fault, "TT_IO_FAULT=write:eio@%d", at);
+        snprintf(dir, sizeof dir, "%s/ck0", tmp);
+        snprintf(folder, sizeof folder, "%s/step-00000002", dir);
+        char *env[] = {fault, NULL};
+        train_args(a, base_crash);
+        args(a, nvme);
+        argf(a, "--resume=%s", dir);
+        arg(a, "--steps=4");
+        run_t r = run(a, env);
+        char want[1400];
+        snprintf(want, sizeof want, "tiertrain: --resume %s: nvme write of 'optimizer states of ", dir);
+        ck_assert_msg(r.rc == 1 && strstr(r.err, want) && strstr(r.err, "Input/output error"),
+                      "%s: exit %d, want \"%s\" in:\n%s", fault, r.rc, want, r.err);
+        run_free(&r);
+        check_complete(folder, 2, REF.ck[2]); // the checkpoint is only read
+    }
     // the first save fails (read 12 is in step 2's model.safetensors): there is none to name
     char dir[1200], fault[] = "TT_IO_FAULT=read:eio@12", want[1400];
     snprintf(dir, sizeof dir, "%s/ck-first", tmp);
