@@ -502,7 +502,7 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
     snprintf(what, sizeof what, "loading %s", info->dir);
     progress_t pg;
     progress_begin(&pg, what, (uint64_t)m->numel_padded * (weights_only ? 4 : 12), 1);
-    // the lanes read chunk k+1 from the files while chunk k goes into its tier
+    // the lanes read chunks k+1 and k+2 from the files while chunk k goes into its tier
     load_ahead_t lx = {.tr = tr, .m = m, .info = info, .r = {info->model_bf16 ? (om ? om : orr) : mr, orr, ov},
                        .path = {info->model_bf16 ? opath : mpath, opath, opath}, .lanes = weights_only ? 1 : 3};
     ahead_t *ah = NULL;

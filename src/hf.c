@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "comm.h"
+#include "hasher.h"
 #include "json.h"
 #include "model.h"
 #include "progress.h"
@@ -398,11 +399,14 @@ int hf_load(trainer_t *tr, const char *dir, FILE *out, char *err, size_t errlen)
     snprintf(what, sizeof what, "loading %s", dir);
     progress_t pg;
     progress_begin(&pg, what, (uint64_t)m->numel_padded * 4, 1);
-    for (int s = 0; s < m->nshards && rc == 0; s++) {
+    hasher_t hs; // of the masters as trainer_params_hash takes it, beside the reads
+    hasher_init(&hs, FNV64_INIT);
+    for (int s = 0, k = 0; s < m->nshards && rc == 0; s++) {
         const shard_t *sh = &m->shards[s];
-        for (int c = 0; c < trainer_nchunks(tr, s) && rc == 0; c++) {
+        for (int c = 0; c < trainer_nchunks(tr, s) && rc == 0; c++, k++) {
             float *master, *mm, *vv;
-            if ((rc = trainer_states_get(tr, s, c, TIER_O32, 1, &master, &mm, &vv, err, errlen)) != 0) break;
+            // two staging buffers: chunk k's write home is in flight while chunk k+1 is read
+            if ((rc = trainer_states_stage(tr, s, c, k & 1, &master, &mm, &vv, err, errlen)) != 0) break;
             size_t lo, n;
             trainer_chunk_range(tr, s, c, &lo, &n);
             for (int t = 0; t < sh->ntensors && rc == 0 && reader; t++) {
@@ -414,16 +418,27 @@ int hf_load(trainer_t *tr, const char *dir, FILE *out, char *err, size_t errlen)
                 rc = comm_bcast_rc(w, rc, "the folder", err, errlen);
                 if (rc == 0) rc = comm_bcast(w, master, n * sizeof(float), 0, err, errlen);
             }
-            if (rc == 0) rc = trainer_states_put(tr, s, c, TIER_O32, err, errlen); // m, v: the zeros asked for
+            for (int t = 0; t < sh->ntensors && rc == 0; t++) {
+                size_t a, b;
+                if (model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b))
+                    hasher_put(&hs, master + (a - lo), (b - a) * sizeof(float));
+            }
+            if (rc == 0) rc = trainer_states_store(tr, s, c, k & 1, err, errlen); // m, v: the zeros given
             progress_add(&pg, (uint64_t)n * 4);
         }
     }
+    char ferr[512];
+    int frc = trainer_states_flush(tr, ferr, sizeof ferr); // the writes in flight, whatever happened
+    if (rc == 0 && frc != 0) {
+        snprintf(err, errlen, "%s", ferr);
+        rc = frc;
+    }
+    const uint64_t hash = hasher_value(&hs);
+    hasher_free(&hs);
     if (rc == 0) progress_end(&pg);
     int vrc = 0; // rank 0 reads for all (the others hold no files): its verdict goes to every rank
     for (int i = 0; i < f->nfiles && rc == 0 && vrc == 0; i++) vrc = st_verify_rest(f->r[i], err, errlen);
     if (rc == 0) rc = comm_bcast_rc(w, vrc, "the folder", err, errlen);
-    uint64_t hash = 0;
-    if (rc == 0) rc = trainer_params_hash(tr, &hash, err, errlen);
     if (rc == 0) { // notices once it loaded: a refusal stays one line
         if (f->nchecked == 0)
             notice("--init-from %s: the weights carry no checksums (a folder not saved by tiertrain): they loaded "

@@ -403,8 +403,8 @@ int tier_params_from_master(tier_t *t, int shard, int c, char *err, size_t errle
 // returns; tier_o32_flush waits for every write queued. Where the chunk's home is not NVMe,
 // or an --optimizer-cache entry holds it, they are tier_o32_get with fill_zero, and
 // tier_o32_put then tier_params_from_master (after a flush: those use staging buffer 0
-// whatever sb). The optimizer must be idle. Each returns 0 or -errno with one line (a queued write's failure shows at the call
-// that waits for it).
+// whatever sb). The optimizer must be idle. Each returns 0 or -errno with one line (a queued
+// write's failure shows at the call that waits for it; an sb other than 0 or 1: -EINVAL).
 int tier_o32_stage(tier_t *t, int shard, int c, int sb, float **master, float **m, float **v, char *err,
                    size_t errlen);
 int tier_o32_store(tier_t *t, int shard, int c, int sb, char *err, size_t errlen);

@@ -344,6 +344,10 @@ int tier_o32_flush(tier_t *t, char *err, size_t errlen) {
 
 int tier_o32_stage(tier_t *t, int shard, int c, int sb, float **master, float **m, float **v, char *err,
                    size_t errlen) {
+    if (sb < 0 || sb > 1) {
+        snprintf(err, errlen, "tier_o32_stage: staging buffer %d (accepted: 0, 1)", sb);
+        return -EINVAL;
+    }
     if (!store_queued(t, shard, c)) {
         int rc = tier_o32_flush(t, err, errlen); // staging buffer 0 may be a queued write's
         return rc ? rc : tier_o32_get(t, shard, c, TIER_O32, 1, master, m, v, err, errlen);
@@ -362,6 +366,10 @@ int tier_o32_stage(tier_t *t, int shard, int c, int sb, float **master, float **
 }
 
 int tier_o32_store(tier_t *t, int shard, int c, int sb, char *err, size_t errlen) {
+    if (sb < 0 || sb > 1) {
+        snprintf(err, errlen, "tier_o32_store: staging buffer %d (accepted: 0, 1)", sb);
+        return -EINVAL;
+    }
     if (!store_queued(t, shard, c)) {
         int rc = tier_o32_put(t, shard, c, TIER_O32, err, errlen);
         return rc ? rc : tier_params_from_master(t, shard, c, err, errlen);
