@@ -25,7 +25,6 @@
 #include "model.h"
 #include "util.h"
 
-static const char *const tier_word[] = {"device", "host", "nvme"}; // tier_kind_t
 
 typedef struct {
     char dir[TT_PATH_MAX];       // the --save directory the bench made
@@ -112,7 +111,7 @@ int bench_checkpoint(const config_t *cfg_in) {
     model_init(&m, &cfg);
     const int on_disk = cfg.optim_tier == TIER_NVME;
     printf("model %s: %.2fM parameters, optimizer states %s, model file %s; checkpoint in %s\n", cfg.preset,
-           m.num_params / 1e6, tier_word[cfg.optim_tier], cfg.save_bf16 ? "bf16" : "fp32", b.dir);
+           m.num_params / 1e6, tier_kind_name(cfg.optim_tier), cfg.save_bf16 ? "bf16" : "fp32", b.dir);
     bench_hook_t hook = {.on_step = on_step, .arg = &b};
     bench_run_t run;
     int rc = bench_run_steps_hooked(&cfg, 1, &hook, &run, err, sizeof err);
@@ -171,14 +170,15 @@ int bench_checkpoint(const config_t *cfg_in) {
            cfg_in->save_dir[0] ? cfg_in->save_dir : "the bench's folder", format_bytes(c, sizeof c, b.file_bytes),
            wr / 1e9, rd / 1e9, mixed[0] / 1e9, mixed[1] / 1e9);
     printf("params_hash (FNV-1a) %.2f GB/s over %s of FP32 masters: %.2f s; states %s%s\n", fnv / 1e9,
-           format_bytes(c, sizeof c, (uint64_t)masters), hash_s, tier_word[cfg.optim_tier],
+           format_bytes(c, sizeof c, (uint64_t)masters), hash_s, tier_kind_name(cfg.optim_tier),
            on_disk ? " (the save reads them as it writes the files, the load writes them as it reads: the mixed rates)"
                    : "");
     printf("{\"bench\":\"checkpoint\",\"params\":%zu,\"file_bytes\":%llu,\"optimizer\":\"%s\",\"save_s\":%.3f,"
            "\"load_s\":%.3f,\"save_GBps\":%.3f,\"load_GBps\":%.3f,\"save_floor_s\":%.3f,\"load_floor_s\":%.3f,"
            "\"disk_read_GBps\":%.3f,\"disk_write_GBps\":%.3f,\"disk_mixed_read_GBps\":%.3f,"
            "\"disk_mixed_write_GBps\":%.3f,\"hash_GBps\":%.3f,\"params_hash\":\"%016llx\"}\n",
-           m.num_params, (unsigned long long)b.file_bytes, tier_word[cfg.optim_tier], save_s, load_s, F / save_s / 1e9,
+           m.num_params, (unsigned long long)b.file_bytes, tier_kind_name(cfg.optim_tier), save_s, load_s,
+           F / save_s / 1e9,
            F / load_s / 1e9, floor_save, floor_load, rd / 1e9, wr / 1e9, mixed[0] / 1e9, mixed[1] / 1e9, fnv / 1e9,
            (unsigned long long)b.save_hash);
     model_free(&m);

@@ -35,6 +35,11 @@ static void print_io(const config_t *c, FILE *f) {
     fprintf(f, "%s%s%s\n", c->io_sqpoll ? ", sqpoll" : "", c->io_verify ? ", verify" : "", c->keep_nvme ? ", keep-nvme" : "");
 }
 
+const char *tier_kind_name(tier_kind_t k) {
+    static const char *const name[] = {"device", "host", "nvme"};
+    return k >= TIER_DEVICE && k <= TIER_NVME ? name[k] : "?";
+}
+
 const char *config_model_source(const config_t *c) {
     return c->init_from[0] ? "--init-from" : c->model_resumed ? "--resume" : NULL;
 }
@@ -89,11 +94,8 @@ void config_print(const config_t *c, FILE *f) {
     if (c->offload_auto) {
         fprintf(f, "  tiers: --offload auto (chosen below), prefetch %d", c->prefetch);
     } else {
-        char w2[32], w3[32];
-        fprintf(f, "  tiers: params %s, grads %s, optimizer %s, prefetch %d",
-                enum_word("device|host|nvme", (int)c->params_tier, w, sizeof w),
-                enum_word("device|host|nvme", (int)c->grads_tier, w2, sizeof w2),
-                enum_word("device|host|nvme", (int)c->optim_tier, w3, sizeof w3), c->prefetch);
+        fprintf(f, "  tiers: params %s, grads %s, optimizer %s, prefetch %d", tier_kind_name(c->params_tier),
+                tier_kind_name(c->grads_tier), tier_kind_name(c->optim_tier), c->prefetch);
     }
     fprintf(f, ", schedule %s, checkpoints %s, recompute %s, update %s",
             enum_word("auto|horizontal|vertical", (int)c->schedule, w, sizeof w),

@@ -26,6 +26,8 @@ typedef enum { PREC_BF16 = 0, PREC_FP32 } precision_t;
 typedef enum { CPU_GEMM_AUTO = 0, CPU_GEMM_FMA } cpu_gemm_t;
 typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } device_kind_t;
 typedef enum { TIER_DEVICE = 0, TIER_HOST, TIER_NVME } tier_kind_t;
+// "device", "host" or "nvme": the flags' word for a tier (plans, reports, benches).
+const char *tier_kind_name(tier_kind_t k);
 typedef enum { SCHEDULE_AUTO = 0, SCHEDULE_HORIZONTAL, SCHEDULE_VERTICAL } schedule_t;
 typedef enum { ACTS_AUTO = 0, ACTS_DEVICE, ACTS_HOST } acts_tier_t;
 // --update: when a host or NVMe optimizer updates a shard (tier_layout resolves auto)

@@ -795,7 +795,6 @@ void plan_cache_autos(config_t *cfg, const model_t *m, const profile_t *prof, pl
 
 int plan_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p, char *why, size_t len) {
     const plan_placement_t *order = plan_placements;
-    static const char *tn[] = {"device", "host", "nvme"};
     const int n = PLAN_NPLACEMENTS;
     char first_reason[512] = "";
     int best = -1, nfeasible = 0;
@@ -821,7 +820,8 @@ int plan_auto(config_t *cfg, const model_t *m, const profile_t *prof, plan_t *p,
     plan_compute(cfg, m, prof, p);
     int o = snprintf(why, len, "--offload auto: params %s, grads %s, optimizer %s: the lowest predicted floor "
                      "(%.1f ms/step, bound by %s) of %d placements that fit",
-                     tn[cfg->params_tier], tn[cfg->grads_tier], tn[cfg->optim_tier], p->floor_ms,
+                     tier_kind_name(cfg->params_tier), tier_kind_name(cfg->grads_tier),
+                     tier_kind_name(cfg->optim_tier), p->floor_ms,
                      plan_resource_names[p->bound], nfeasible);
     if (best > 0 && first_reason[0] && o > 0 && (size_t)o < len)
         snprintf(why + o, len - (size_t)o, "; all resident: %s", first_reason);

@@ -21,7 +21,6 @@ typedef struct {
     int n;
 } cands_t;
 
-static const char *const tier_word[] = {"device", "host", "nvme"};
 
 // Adds cfg with its change, unless the change is empty or already listed.
 static void add(cands_t *cs, const config_t *cfg, const char *change) {
@@ -37,9 +36,12 @@ static void add(cands_t *cs, const config_t *cfg, const char *change) {
 static void placement_change(const config_t *base, const plan_placement_t *pl, char *out, size_t len) {
     int w = 0;
     out[0] = 0;
-    if (pl->params != base->params_tier) w += snprintf(out + w, len - (size_t)w, "--params %s ", tier_word[pl->params]);
-    if (pl->grads != base->grads_tier) w += snprintf(out + w, len - (size_t)w, "--grads %s ", tier_word[pl->grads]);
-    if (pl->optim != base->optim_tier) w += snprintf(out + w, len - (size_t)w, "--optimizer %s ", tier_word[pl->optim]);
+    if (pl->params != base->params_tier)
+        w += snprintf(out + w, len - (size_t)w, "--params %s ", tier_kind_name(pl->params));
+    if (pl->grads != base->grads_tier)
+        w += snprintf(out + w, len - (size_t)w, "--grads %s ", tier_kind_name(pl->grads));
+    if (pl->optim != base->optim_tier)
+        w += snprintf(out + w, len - (size_t)w, "--optimizer %s ", tier_kind_name(pl->optim));
     if (w > 0) out[w - 1] = 0;
 }
 

@@ -44,11 +44,11 @@ static void compute_parts(const plan_t *p, FILE *f) {
 
 void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
     char a[32], b[32], c[32], d[32];
-    static const char *tn[] = {"device", "host", "nvme"};
     fprintf(f, "state                       bytes   home\n");
     fprintf(f, "  parameters (%s)    %12s   %s\n", cfg->precision == PREC_BF16 ? "bf16" : "fp32",
-            format_bytes(a, sizeof a, p->params_bytes), tn[cfg->params_tier]);
-    fprintf(f, "  gradients (fp32)     %12s   %s", format_bytes(a, sizeof a, p->grads_bytes), tn[cfg->grads_tier]);
+            format_bytes(a, sizeof a, p->params_bytes), tier_kind_name(cfg->params_tier));
+    fprintf(f, "  gradients (fp32)     %12s   %s", format_bytes(a, sizeof a, p->grads_bytes),
+            tier_kind_name(cfg->grads_tier));
     if (cfg->grads_tier == TIER_NVME && p->lay.gext_shards < p->lay.nshards) { // tier_layout: --update backward
         if (!p->grads_nvme_bytes) fprintf(f, " (none on disk: each final gradient passes to the update in its slot)");
         else fprintf(f, " (%s on disk, the tied embedding's partial sums: the rest passes to the update in its slot)",
@@ -56,7 +56,7 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
     }
     fprintf(f, "\n");
     fprintf(f, "  master + m + v       %12s   %s\n", format_bytes(a, sizeof a, p->optim_bytes),
-            tn[cfg->optim_tier]);
+            tier_kind_name(cfg->optim_tier));
     fprintf(f, "  activations          %12s   device\n", format_bytes(a, sizeof a, p->acts_bytes));
     fprintf(f, "  device total         %12s   (--hbm-budget %s)\n", format_bytes(a, sizeof a, p->device_bytes),
             cfg->hbm_budget ? format_bytes(b, sizeof b, cfg->hbm_budget) : "none");
@@ -148,7 +148,6 @@ static void json_parts(const plan_t *p, tier_kind_t tier, FILE *f) {
 }
 
 void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f) {
-    static const char *tn[] = {"device", "host", "nvme"};
     char reason[sizeof p->reason * 2 + 8];
     if (json_escape(reason, sizeof reason, p->feasible ? "" : p->reason, p->feasible ? 0 : strlen(p->reason)) < 0)
         snprintf(reason, sizeof reason, "\"?\"");
@@ -158,7 +157,8 @@ void plan_json(const plan_t *p, const config_t *cfg, const model_t *m, FILE *f) 
                "\"device_parts\":",
             config_model_source(cfg) ? config_model_source(cfg) : cfg->preset[0] ? cfg->preset : "custom",
             m->num_params, p->feasible ? "true" : "false", reason,
-            tn[cfg->params_tier], tn[cfg->grads_tier], tn[cfg->optim_tier], (unsigned long long)p->device_bytes,
+            tier_kind_name(cfg->params_tier), tier_kind_name(cfg->grads_tier), tier_kind_name(cfg->optim_tier),
+            (unsigned long long)p->device_bytes,
             (unsigned long long)p->host_bytes, (unsigned long long)p->nvme_bytes, (unsigned long long)p->ram_needed,
             (unsigned long long)p->mem_available, (unsigned long long)p->kernels_bytes, (unsigned long long)p->nvme_free);
     json_parts(p, TIER_DEVICE, f);
