@@ -614,7 +614,7 @@ static void check_nvme_paths(const char *list) {
         dev_t dev;
         ino_t ino;
         char dir[TT_PATH_MAX];
-    } seen[16];
+    } seen[IO_MAX_PATHS]; // (more directories are the store's refusal)
     int nseen = 0;
     for (;;) {
         size_t n = strcspn(p, ",");

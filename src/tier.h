@@ -396,7 +396,7 @@ int tier_o32_put(tier_t *t, int shard, int c, int parts, char *err, size_t errle
 // Rebuilds chunk c of shard's compute copy from the master tier_o32_get gave (its chunks in
 // order); after the shard's last chunk the copy goes home. Returns 0 or -errno with one line.
 int tier_params_from_master(tier_t *t, int shard, int c, char *err, size_t errlen);
-// A whole chunk's new states without waiting for the disk (the checkpoint load): tier_o32_stage
+// A whole chunk's new states without waiting for the disk (the loads): tier_o32_stage
 // gives zeros for chunk c of shard in staging buffer sb (0 or 1; first it waits for the write
 // that buffer had in flight), the caller fills them, and tier_o32_store rebuilds the chunk's
 // compute copy from the master (as tier_params_from_master), queues their write home and

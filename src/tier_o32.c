@@ -321,7 +321,7 @@ static int params_from(tier_t *t, int shard, int c, const float *master, char *e
     return tier_params_store(t, shard, pc, NULL, err, errlen);
 }
 
-// ---------------------------------------------------------------- the load's writes
+// ---------------------------------------------------------------- the loads' writes
 
 // Whether chunk c of shard goes through tier_o32_store's queued writes: an NVMe home that no
 // cache entry stands in for.

@@ -116,7 +116,7 @@ int trainer_states_get(trainer_t *tr, int s, int c, int parts, int fill_zero, fl
 // shard's chunks in order: after its last, the shard's compute copy is rebuilt from the
 // master. Returns 0 or -errno with one line.
 int trainer_states_put(trainer_t *tr, int s, int c, int parts, char *err, size_t errlen);
-// Whole chunks of new states without waiting for the disk (the checkpoint load):
+// Whole chunks of new states without waiting for the disk (the checkpoint load, --init-from):
 // trainer_states_stage gives zeros for chunk c of shard s in staging buffer sb (0 or 1) to be
 // filled, trainer_states_store sends them home (NVMe: queued, the compute copy rebuilt from
 // the master as trainer_states_put does) and trainer_states_flush waits for what is queued.

@@ -75,7 +75,8 @@ START_TEST(test_failure) {
         ck_assert_int_eq(ahead_take(a, k, &buf, err, sizeof err), 0);
         ahead_done(a);
     }
-    // lanes 1 and 2 both fail item 3: lane 1's line, as filling lane after lane would give
+    // item 3 fails in lane 1 (and, with three lanes, in lane 2 too): lane 1's line, as filling
+    // lane after lane would give
     ck_assert_int_eq(ahead_take(a, 3, &buf, err, sizeof err), -EIO);
     ck_assert_str_eq(err, "item 3 lane 1: the disk said no");
     ahead_done(a);
