@@ -201,12 +201,7 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
     }
     ahead_free(ah);
     free(lx.sc);
-    char ferr[512];
-    int frc = trainer_states_flush(tr, ferr, sizeof ferr); // the writes in flight, whatever happened
-    if (rc == 0 && frc != 0) {
-        snprintf(err, errlen, "%s", ferr);
-        rc = frc;
-    }
+    rc = trainer_states_flush(tr, rc, err, errlen); // the writes in flight, whatever happened
     if (rc == 0) progress_end(&pg);
     // what the load did not read (the BF16 model beside its FP32 master; tensors of no shard)
     // is checked all the same: a corrupt file is never passed on as a good one

@@ -427,12 +427,7 @@ int hf_load(trainer_t *tr, const char *dir, FILE *out, char *err, size_t errlen)
             progress_add(&pg, (uint64_t)n * 4);
         }
     }
-    char ferr[512];
-    int frc = trainer_states_flush(tr, ferr, sizeof ferr); // the writes in flight, whatever happened
-    if (rc == 0 && frc != 0) {
-        snprintf(err, errlen, "%s", ferr);
-        rc = frc;
-    }
+    rc = trainer_states_flush(tr, rc, err, errlen); // the writes in flight, whatever happened
     const uint64_t hash = hasher_value(&hs);
     hasher_free(&hs);
     if (rc == 0) progress_end(&pg);

@@ -400,7 +400,9 @@ int tier_params_from_master(tier_t *t, int shard, int c, char *err, size_t errle
 // gives zeros for chunk c of shard in staging buffer sb (0 or 1; first it waits for the write
 // that buffer had in flight), the caller fills them, and tier_o32_store rebuilds the chunk's
 // compute copy from the master (as tier_params_from_master), queues their write home and
-// returns; tier_o32_flush waits for every write queued. Where the chunk's home is not NVMe,
+// returns; tier_o32_flush waits for every write queued, whatever rc, the caller's result so
+// far, says, and returns rc or, where rc is 0, the writes' (the first failure's line stays in
+// err). Where the chunk's home is not NVMe,
 // or an --optimizer-cache entry holds it, they are tier_o32_get with fill_zero, and
 // tier_o32_put then tier_params_from_master (after a flush: those use staging buffer 0
 // whatever sb). The optimizer must be idle. Each returns 0 or -errno with one line (a queued
@@ -408,4 +410,4 @@ int tier_params_from_master(tier_t *t, int shard, int c, char *err, size_t errle
 int tier_o32_stage(tier_t *t, int shard, int c, int sb, float **master, float **m, float **v, char *err,
                    size_t errlen);
 int tier_o32_store(tier_t *t, int shard, int c, int sb, char *err, size_t errlen);
-int tier_o32_flush(tier_t *t, char *err, size_t errlen);
+int tier_o32_flush(tier_t *t, int rc, char *err, size_t errlen);

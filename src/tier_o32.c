@@ -145,15 +145,20 @@ void tier_o32_set_read(tier_t *t, int sb, int shard, int c) {
     t->o32_rd_chunk[sb] = c;
 }
 
+// Waits for transfer x, whatever rc says, and returns rc or, where rc is 0, x's result: the
+// first failure's line stays in err.
+static int finish_keeping(tier_t *t, tier_xfer_t *x, int rc, char *err, size_t errlen) {
+    char e[512];
+    int r = tier_o32_finish(t, x, e, sizeof e);
+    if (r == 0 || rc != 0) return rc;
+    snprintf(err, errlen, "%s", e);
+    return r;
+}
+
 int tier_o32_drop_reads(tier_t *t, char *err, size_t errlen) {
     int rc = 0;
     for (int sb = 0; sb < TIER_OPT_STAGING; sb++) {
-        char e[512];
-        int r = t->o32_rd_shard[sb] >= 0 ? tier_o32_finish(t, &t->o32_rd[sb], e, sizeof e) : 0;
-        if (r != 0 && rc == 0) {
-            rc = r;
-            snprintf(err, errlen, "%s", e);
-        }
+        if (t->o32_rd_shard[sb] >= 0) rc = finish_keeping(t, &t->o32_rd[sb], rc, err, errlen);
         t->o32_rd_shard[sb] = -1;
     }
     return rc;
@@ -329,16 +334,8 @@ static int store_queued(const tier_t *t, int shard, int c) {
     return t->table[shard][ST_O32].home == TIER_NVME && cache_entry(t, shard, c) < 0;
 }
 
-int tier_o32_flush(tier_t *t, char *err, size_t errlen) {
-    int rc = 0;
-    for (int sb = 0; sb < 2; sb++) {
-        char e[512];
-        int r = tier_o32_finish(t, &t->o32_wr[sb], e, sizeof e);
-        if (r != 0 && rc == 0) {
-            rc = r;
-            snprintf(err, errlen, "%s", e);
-        }
-    }
+int tier_o32_flush(tier_t *t, int rc, char *err, size_t errlen) {
+    for (int sb = 0; sb < 2; sb++) rc = finish_keeping(t, &t->o32_wr[sb], rc, err, errlen);
     return rc;
 }
 
@@ -349,7 +346,7 @@ int tier_o32_stage(tier_t *t, int shard, int c, int sb, float **master, float **
         return -EINVAL;
     }
     if (!store_queued(t, shard, c)) {
-        int rc = tier_o32_flush(t, err, errlen); // staging buffer 0 may be a queued write's
+        int rc = tier_o32_flush(t, 0, err, errlen); // staging buffer 0 may be a queued write's
         return rc ? rc : tier_o32_get(t, shard, c, TIER_O32, 1, master, m, v, err, errlen);
     }
     int rc = tier_o32_drop_reads(t, err, errlen);

@@ -460,8 +460,8 @@ int trainer_states_store(trainer_t *tr, int s, int c, int sb, char *err, size_t 
     return tier_o32_store(tr->tier, s, c, sb, err, errlen);
 }
 
-int trainer_states_flush(trainer_t *tr, char *err, size_t errlen) {
-    return tr->step.ranks > 1 ? 0 : tier_o32_flush(tr->tier, err, errlen);
+int trainer_states_flush(trainer_t *tr, int rc, char *err, size_t errlen) {
+    return tr->step.ranks > 1 ? rc : tier_o32_flush(tr->tier, rc, err, errlen);
 }
 
 int trainer_params_hash(trainer_t *tr, uint64_t *hash, char *err, size_t errlen) {

@@ -119,14 +119,15 @@ int trainer_states_put(trainer_t *tr, int s, int c, int parts, char *err, size_t
 // Whole chunks of new states without waiting for the disk (the checkpoint load, --init-from):
 // trainer_states_stage gives zeros for chunk c of shard s in staging buffer sb (0 or 1) to be
 // filled, trainer_states_store sends them home (NVMe: queued, the compute copy rebuilt from
-// the master as trainer_states_put does) and trainer_states_flush waits for what is queued.
+// the master as trainer_states_put does) and trainer_states_flush waits for what is queued
+// whatever rc (the caller's result so far) says, keeping the first failure: rc where it is not 0.
 // Chunk k of a load in buffer k % 2 keeps one write in flight while the next chunk is filled.
 // With ranks they are trainer_states_get with fill_zero and trainer_states_put. 0 or -errno
 // with one line (a queued write's failure shows at the call that waits for it).
 int trainer_states_stage(trainer_t *tr, int s, int c, int sb, float **master, float **m, float **v, char *err,
                          size_t errlen);
 int trainer_states_store(trainer_t *tr, int s, int c, int sb, char *err, size_t errlen);
-int trainer_states_flush(trainer_t *tr, char *err, size_t errlen);
+int trainer_states_flush(trainer_t *tr, int rc, char *err, size_t errlen);
 // 64-bit FNV-1a over the FP32 master weights of every tensor, in shard order (waits for the
 // optimizer; with ranks a collective, the same on every rank). Returns 0 or -errno with one line.
 int trainer_params_hash(trainer_t *tr, uint64_t *hash, char *err, size_t errlen);
