@@ -17,7 +17,7 @@
 #include "ckpt_dir.h"
 #include "comm.h"
 #include "crc32c.h"
-#include "hasher.h" // uses: hasher_put, hasher_value (params_hash beside the I/O)
+#include "hasher.h" // uses: hasher_init, hasher_value (params_hash beside the I/O)
 #include "hf.h" // uses: hf_rope_scaling_read, hf_rope_scaling_json
 #include "json.h"
 #include "progress.h"
@@ -381,11 +381,10 @@ static int write_part(trainer_t *tr, st_writer_t *w, int part, int bf16, hasher_
             if (first) continue; // the gathers only, from here
             size_t lo, n, a, b;
             trainer_chunk_range(tr, s, c, &lo, &n);
-            for (int t = 0; t < sh->ntensors && rc == 0; t++) {
+            if (hs) trainer_hash_chunk(tr, hs, s, c, st[part]);
+            for (int t = 0; t < sh->ntensors && rc == 0 && w; t++) {
                 if (!model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b)) continue;
                 const float *src = st[part] + (a - lo);
-                if (hs) hasher_put(hs, src, (b - a) * sizeof(float));
-                if (!w) continue;
                 if (bf16) {
                     for (size_t i = 0; i < b - a && rc == 0; i += 8192) {
                         size_t k = b - a - i < 8192 ? b - a - i : 8192;

@@ -9,7 +9,7 @@
 #include "checkpoint.h"
 #include "checkpoint_internal.h"
 #include "comm.h"
-#include "hasher.h" // uses: hasher_put, hasher_value (params_hash beside the I/O)
+#include "hasher.h" // uses: hasher_init, hasher_value (params_hash beside the I/O)
 #include "progress.h"
 #include "safetensors.h"
 #include "util.h"
@@ -192,9 +192,7 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
                 for (int k = 0; k < 3 && rc == 0; k++)
                     rc = comm_bcast(comm_world(), part[k], n * sizeof(float), 0, err, errlen);
             }
-            for (int t = 0; t < sh->ntensors && rc == 0; t++)
-                if (model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b))
-                    hasher_put(&hs, master + (a - lo), (b - a) * sizeof(float));
+            if (rc == 0) trainer_hash_chunk(tr, &hs, s, c, master);
             if (rc == 0) rc = trainer_states_store(tr, s, c, k & 1, err, errlen);
             progress_add(&pg, (uint64_t)n * (weights_only ? 4 : 12));
         }

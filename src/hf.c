@@ -418,11 +418,7 @@ int hf_load(trainer_t *tr, const char *dir, FILE *out, char *err, size_t errlen)
                 rc = comm_bcast_rc(w, rc, "the folder", err, errlen);
                 if (rc == 0) rc = comm_bcast(w, master, n * sizeof(float), 0, err, errlen);
             }
-            for (int t = 0; t < sh->ntensors && rc == 0; t++) {
-                size_t a, b;
-                if (model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b))
-                    hasher_put(&hs, master + (a - lo), (b - a) * sizeof(float));
-            }
+            if (rc == 0) trainer_hash_chunk(tr, &hs, s, c, master);
             if (rc == 0) rc = trainer_states_store(tr, s, c, k & 1, err, errlen); // m, v: the zeros given
             progress_add(&pg, (uint64_t)n * 4);
         }

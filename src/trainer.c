@@ -464,11 +464,19 @@ int trainer_states_flush(trainer_t *tr, int rc, char *err, size_t errlen) {
     return tr->step.ranks > 1 ? rc : tier_o32_flush(tr->tier, rc, err, errlen);
 }
 
+void trainer_hash_chunk(const trainer_t *tr, hasher_t *hs, int s, int c, const float *master) {
+    const shard_t *sh = &tr->model.shards[s];
+    size_t lo, n, a, b;
+    trainer_chunk_range(tr, s, c, &lo, &n);
+    for (int t = 0; t < sh->ntensors; t++) // the tensors' bytes in order; the padding is not hashed
+        if (model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b))
+            hasher_put(hs, master + (a - lo), (b - a) * sizeof(float));
+}
+
 int trainer_params_hash(trainer_t *tr, uint64_t *hash, char *err, size_t errlen) {
     hasher_t hs; // beside the reads of the next chunks
     hasher_init(&hs, FNV64_INIT);
     for (int s = 0; s < tr->model.nshards; s++) {
-        const shard_t *sh = &tr->model.shards[s];
         for (int c = 0; c < trainer_nchunks(tr, s); c++) {
             float *master, *mm, *vv;
             int rc = trainer_states_get(tr, s, c, TIER_MASTER, 0, &master, &mm, &vv, err, errlen);
@@ -476,14 +484,7 @@ int trainer_params_hash(trainer_t *tr, uint64_t *hash, char *err, size_t errlen)
                 hasher_free(&hs);
                 return rc;
             }
-            size_t lo, n;
-            trainer_chunk_range(tr, s, c, &lo, &n);
-            for (int ti = 0; ti < sh->ntensors; ti++) { // the tensors' bytes in order, a chunk's share at a time
-                const tensor_t *te = &sh->tensors[ti];
-                size_t a = te->offset > lo ? te->offset : lo;
-                size_t b = te->offset + te->numel < lo + n ? te->offset + te->numel : lo + n;
-                if (a < b) hasher_put(&hs, master + (a - lo), (b - a) * sizeof(float));
-            }
+            trainer_hash_chunk(tr, &hs, s, c, master);
         }
     }
     *hash = hasher_value(&hs);

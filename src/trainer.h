@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "config.h"
+#include "hasher.h"
 #include "io.h"
 #include "model.h"
 #include "scheduler.h"
@@ -128,6 +129,10 @@ int trainer_states_stage(trainer_t *tr, int s, int c, int sb, float **master, fl
                          size_t errlen);
 int trainer_states_store(trainer_t *tr, int s, int c, int sb, char *err, size_t errlen);
 int trainer_states_flush(trainer_t *tr, int rc, char *err, size_t errlen);
+// Hands hs the tensors' slices of chunk c of shard s, from master (the chunk's FP32 masters),
+// in tensor order: the one definition of params_hash's order, which every stored hash (and
+// each load's check of it) depends on. trainer_params_hash is this over every chunk in order.
+void trainer_hash_chunk(const trainer_t *tr, hasher_t *hs, int s, int c, const float *master);
 // 64-bit FNV-1a over the FP32 master weights of every tensor, in shard order (waits for the
 // optimizer; with ranks a collective, the same on every rank). Returns 0 or -errno with one line.
 int trainer_params_hash(trainer_t *tr, uint64_t *hash, char *err, size_t errlen);
