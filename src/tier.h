@@ -400,7 +400,7 @@ int tier_params_from_master(tier_t *t, int shard, int c, char *err, size_t errle
 // gives zeros for chunk c of shard in staging buffer sb (0 or 1; first it waits for the write
 // that buffer had in flight), the caller fills them, and tier_o32_store rebuilds the chunk's
 // compute copy from the master (as tier_params_from_master), queues their write home and
-// returns; tier_o32_flush waits for every write queued, whatever rc, the caller's result so
+// returns; tier_o32_flush waits for every transfer queued, whatever rc, the caller's result so
 // far, says, and returns rc or, where rc is 0, the writes' (the first failure's line stays in
 // err). Where the chunk's home is not NVMe,
 // or an --optimizer-cache entry holds it, they are tier_o32_get with fill_zero, and
@@ -411,3 +411,15 @@ int tier_o32_stage(tier_t *t, int shard, int c, int sb, float **master, float **
                    size_t errlen);
 int tier_o32_store(tier_t *t, int shard, int c, int sb, char *err, size_t errlen);
 int tier_o32_flush(tier_t *t, int rc, char *err, size_t errlen);
+// A pass over the chunks' states with each read queued ahead (the checkpoint save):
+// tier_o32_fetch queues the read of `parts` of chunk c of shard into staging buffer sb (0 or
+// 1; first it waits for what that buffer had in flight) and returns; tier_o32_fetched waits
+// for it and gives the views, valid until sb's next fetch. Chunk k of a pass in buffer k % 2,
+// chunk k+1 fetched once chunk k is, keeps one read in flight while a chunk is used. Where the
+// chunk's home is not NVMe, or an --optimizer-cache entry holds it, fetch only waits and
+// fetched is tier_o32_get into buffer sb (so is a fetched chunk that buffer's last fetch did
+// not queue: the views are always the chunk's). tier_o32_flush waits for a fetch never taken. The
+// optimizer must be idle. Each returns 0 or -errno with one line (an sb other than 0 or 1: -EINVAL).
+int tier_o32_fetch(tier_t *t, int shard, int c, int parts, int sb, char *err, size_t errlen);
+int tier_o32_fetched(tier_t *t, int shard, int c, int parts, int sb, float **master, float **m, float **v, char *err,
+                     size_t errlen);

@@ -103,7 +103,7 @@ struct tier {
     // ---- the update's reads (tier_o32_reads): one per staging buffer, and what each one queued
     // for the next update is (shard, chunk; shard −1: none)
     tier_xfer_t o32_rd[TIER_OPT_STAGING];
-    tier_xfer_t o32_wr[2];          // tier_o32_store's writes in flight, one per staging buffer
+    tier_xfer_t o32_q[2];           // staging buffer sb's queued transfer: a load's write, a save's read
     int o32_rd_shard[TIER_OPT_STAGING], o32_rd_chunk[TIER_OPT_STAGING];
     tier_stats_t stats;
 };

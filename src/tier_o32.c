@@ -225,25 +225,39 @@ static int cache_entry(const tier_t *t, int shard, int c) {
     return k < t->lay.nocache ? k : -1;
 }
 
-// Where tier_o32_get puts chunk c of shard's master, m, v: the host home, or staging buffer 0.
-static void got_views(tier_t *t, int shard, int c, float *dst[3]) {
+// Where chunk c of shard's master, m, v are read into: the host home, or staging buffer sb (a
+// device home has only buffer 0).
+static void got_views(tier_t *t, int shard, int c, int sb, float *dst[3]) {
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
-    if (t->table[shard][ST_O32].home == TIER_HOST) tier_o32_views(t, shard, c, 0, &dst[0], &dst[1], &dst[2]);
+    const int home = t->table[shard][ST_O32].home;
+    if (home == TIER_HOST) tier_o32_views(t, shard, c, 0, &dst[0], &dst[1], &dst[2]);
     else
-        for (int k = 0; k < 3; k++) dst[k] = stage_part(t, 0, n, k);
+        for (int k = 0; k < 3; k++) dst[k] = stage_part(t, home == TIER_NVME ? sb : 0, n, k);
 }
 
-int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **master, float **m, float **v,
-                 char *err, size_t errlen) {
+// The states a read of `parts` of a chunk takes, k0..k1 (0 master, 1 m, 2 v): from the first
+// to the last of them, as one read; all three with --io-verify, whose CRC covers the chunk's
+// whole extent.
+static void read_span(const tier_t *t, int parts, int *k0, int *k1) {
+    *k0 = 0;
+    *k1 = 2;
+    if (t->cfg->io_verify) return;
+    while (!(parts & (1 << *k0))) ++*k0;
+    while (!(parts & (1 << *k1))) --*k1;
+}
+
+// tier_o32_get into staging buffer sb.
+static int o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, int sb, float **master, float **m,
+                   float **v, char *err, size_t errlen) {
     tier_entry_t *e = &t->table[shard][ST_O32];
-    int rc = tier_o32_drop_reads(t, err, errlen); // staging buffer 0 is this call's (a failed read: the disk's error)
+    int rc = tier_o32_drop_reads(t, err, errlen); // staging buffer sb is this call's (a failed read: the disk's error)
     if (rc != 0) return rc;
     size_t lo, n, total = t->pn[shard];
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     lo -= t->plo[shard];
     float *dst[3];
-    got_views(t, shard, c, dst);
+    got_views(t, shard, c, sb, dst);
     *master = dst[0];
     *m = dst[1];
     *v = dst[2];
@@ -264,19 +278,19 @@ int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **
                 if (parts & (1 << k)) memcpy(dst[k], src[k], n * sizeof(float));
             return 0;
         }
-        // the parts asked for, as one read from the first to the last of them; all three with
-        // --io-verify, whose CRC covers the chunk's whole extent
-        int k0 = 0, k1 = 2;
+        int k0, k1;
         if (!(parts & TIER_O32)) return 0;
-        if (!t->cfg->io_verify) {
-            while (!(parts & (1 << k0))) k0++;
-            while (!(parts & (1 << k1))) k1--;
-        }
+        read_span(t, parts, &k0, &k1);
         uint64_t off = tier_chunk_off(t, shard, c) + gext_bytes(t, shard, n) + (uint64_t)k0 * n * sizeof(float);
         return tier_nvme_io(t, IO_READ, off, (uint64_t)(k1 - k0 + 1) * n * sizeof(float), dst[k0], &e->crc[c],
                             t->label[shard][ST_O32], err, errlen);
     }
     return 0;
+}
+
+int tier_o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, float **master, float **m, float **v,
+                 char *err, size_t errlen) {
+    return o32_get(t, shard, c, parts, fill_zero, 0, master, m, v, err, errlen);
 }
 
 int tier_o32_put(tier_t *t, int shard, int c, int parts, char *err, size_t errlen) {
@@ -309,7 +323,7 @@ static int params_from(tier_t *t, int shard, int c, const float *master, char *e
 
 int tier_params_from_master(tier_t *t, int shard, int c, char *err, size_t errlen) {
     float *got[3];
-    got_views(t, shard, c, got);
+    got_views(t, shard, c, 0, got);
     return params_from(t, shard, c, got[0], err, errlen);
 }
 
@@ -326,16 +340,16 @@ static int params_from(tier_t *t, int shard, int c, const float *master, char *e
     return tier_params_store(t, shard, pc, NULL, err, errlen);
 }
 
-// ---------------------------------------------------------------- the loads' writes
+// ---------------------------------------------------------------- queued: the loads' writes, the save's reads
 
-// Whether chunk c of shard goes through tier_o32_store's queued writes: an NVMe home that no
-// cache entry stands in for.
+// Whether chunk c of shard goes through the queued transfers (tier_o32_store's writes,
+// tier_o32_fetch's reads): an NVMe home that no cache entry stands in for.
 static int store_queued(const tier_t *t, int shard, int c) {
     return t->table[shard][ST_O32].home == TIER_NVME && cache_entry(t, shard, c) < 0;
 }
 
 int tier_o32_flush(tier_t *t, int rc, char *err, size_t errlen) {
-    for (int sb = 0; sb < 2; sb++) rc = finish_keeping(t, &t->o32_wr[sb], rc, err, errlen);
+    for (int sb = 0; sb < 2; sb++) rc = finish_keeping(t, &t->o32_q[sb], rc, err, errlen);
     return rc;
 }
 
@@ -350,7 +364,7 @@ int tier_o32_stage(tier_t *t, int shard, int c, int sb, float **master, float **
         return rc ? rc : tier_o32_get(t, shard, c, TIER_O32, 1, master, m, v, err, errlen);
     }
     int rc = tier_o32_drop_reads(t, err, errlen);
-    if (rc == 0) rc = tier_o32_finish(t, &t->o32_wr[sb], err, errlen);
+    if (rc == 0) rc = tier_o32_finish(t, &t->o32_q[sb], err, errlen);
     if (rc != 0) return rc;
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
@@ -374,5 +388,43 @@ int tier_o32_store(tier_t *t, int shard, int c, int sb, char *err, size_t errlen
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
     int rc = params_from(t, shard, c, stage_part(t, sb, n, 0), err, errlen); // reads the buffer only
-    return rc ? rc : tier_o32_submit(t, &t->o32_wr[sb], IO_WRITE, shard, c, sb, err, errlen);
+    return rc ? rc : tier_o32_submit(t, &t->o32_q[sb], IO_WRITE, shard, c, sb, err, errlen);
+}
+
+int tier_o32_fetch(tier_t *t, int shard, int c, int parts, int sb, char *err, size_t errlen) {
+    if (sb < 0 || sb > 1) {
+        snprintf(err, errlen, "tier_o32_fetch: staging buffer %d (accepted: 0, 1)", sb);
+        return -EINVAL;
+    }
+    int rc = tier_o32_drop_reads(t, err, errlen); // the next update's reads ahead are in the staging buffers
+    if (rc == 0) rc = tier_o32_finish(t, &t->o32_q[sb], err, errlen);
+    if (rc != 0 || !store_queued(t, shard, c) || !(parts & TIER_O32)) return rc; // else: read at tier_o32_fetched
+    size_t lo, n;
+    tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
+    int k0, k1;
+    read_span(t, parts, &k0, &k1);
+    io_req_t r = {.op = IO_READ,
+                  .off = tier_chunk_off(t, shard, c) + gext_bytes(t, shard, n) + (uint64_t)k0 * n * sizeof(float),
+                  .len = (uint64_t)(k1 - k0 + 1) * n * sizeof(float), .buf = stage_part(t, sb, n, k0),
+                  .name = t->label[shard][ST_O32], .crc = t->table[shard][ST_O32].crc[c]};
+    return xfer_submit(t, &t->o32_q[sb], IO_READ, shard, c, &r, 1, err, errlen);
+}
+
+int tier_o32_fetched(tier_t *t, int shard, int c, int parts, int sb, float **master, float **m, float **v, char *err,
+                     size_t errlen) {
+    if (sb < 0 || sb > 1) {
+        snprintf(err, errlen, "tier_o32_fetched: staging buffer %d (accepted: 0, 1)", sb);
+        return -EINVAL;
+    }
+    tier_xfer_t *x = &t->o32_q[sb];
+    const int mine = x->n && x->op == IO_READ && x->shard == shard && x->chunk == c;
+    int rc = tier_o32_finish(t, x, err, errlen);
+    if (rc != 0 || !mine) // a chunk not queued (not an NVMe home, a cache entry's, or not fetched) is read here
+        return rc ? rc : o32_get(t, shard, c, parts, 0, sb, master, m, v, err, errlen);
+    float *dst[3];
+    got_views(t, shard, c, sb, dst);
+    *master = dst[0];
+    *m = dst[1];
+    *v = dst[2];
+    return 0;
 }

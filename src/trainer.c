@@ -464,6 +464,19 @@ int trainer_states_flush(trainer_t *tr, int rc, char *err, size_t errlen) {
     return tr->step.ranks > 1 ? rc : tier_o32_flush(tr->tier, rc, err, errlen);
 }
 
+int trainer_states_fetch(trainer_t *tr, int s, int c, int parts, int sb, char *err, size_t errlen) {
+    if (tr->step.ranks > 1) return 0;
+    int rc = trainer_optimizer_wait(tr, err, errlen);
+    tr->reads_ahead = 0; // (tier_o32_fetch drops them)
+    return rc ? rc : tier_o32_fetch(tr->tier, s, c, parts, sb, err, errlen);
+}
+
+int trainer_states_fetched(trainer_t *tr, int s, int c, int parts, int sb, float **master, float **m, float **v,
+                           char *err, size_t errlen) {
+    if (tr->step.ranks > 1) return trainer_states_get(tr, s, c, parts, 0, master, m, v, err, errlen);
+    return tier_o32_fetched(tr->tier, s, c, parts, sb, master, m, v, err, errlen);
+}
+
 void trainer_hash_chunk(const trainer_t *tr, hasher_t *hs, int s, int c, const float *master) {
     const shard_t *sh = &tr->model.shards[s];
     size_t lo, n, a, b;

@@ -129,6 +129,13 @@ int trainer_states_stage(trainer_t *tr, int s, int c, int sb, float **master, fl
                          size_t errlen);
 int trainer_states_store(trainer_t *tr, int s, int c, int sb, char *err, size_t errlen);
 int trainer_states_flush(trainer_t *tr, int rc, char *err, size_t errlen);
+// A pass over the states with each chunk's read queued ahead (the checkpoint save): as
+// tier_o32_fetch and tier_o32_fetched (chunk k in staging buffer k % 2, chunk k+1 fetched once
+// chunk k is; trainer_states_flush waits for a fetch never taken). With ranks, fetch does
+// nothing and fetched is trainer_states_get (a collective). 0 or -errno with one line.
+int trainer_states_fetch(trainer_t *tr, int s, int c, int parts, int sb, char *err, size_t errlen);
+int trainer_states_fetched(trainer_t *tr, int s, int c, int parts, int sb, float **master, float **m, float **v,
+                           char *err, size_t errlen);
 // Hands hs the tensors' slices of chunk c of shard s, from master (the chunk's FP32 masters),
 // in tensor order: the one definition of params_hash's order, which every stored hash (and
 // each load's check of it) depends on. trainer_params_hash is this over every chunk in order.
