@@ -145,16 +145,16 @@ int bench_checkpoint(const config_t *cfg_in) {
     }
     const double fnv = fnv_rate();
     // bytes: the files; the states read from (save) or written to (load) their tier: master,
-    // m, v, and with a BF16 model file the master read twice by the save
+    // m, v, each once (the save's pass over the masters feeds both files)
     const double F = (double)b.file_bytes, masters = 4.0 * (double)m.numel_padded;
-    const double S_save = masters * (cfg.save_bf16 ? 4 : 3), S_load = masters * 3;
+    const double S = masters * 3;
     double disk_save = F / wr, disk_load = F / rd;
     if (on_disk && mixed[0] > 0 && mixed[1] > 0) {
-        disk_save = fmax(S_save / mixed[0], F / mixed[1]);
-        disk_load = fmax(F / mixed[0], S_load / mixed[1]);
+        disk_save = fmax(S / mixed[0], F / mixed[1]);
+        disk_load = fmax(F / mixed[0], S / mixed[1]);
     } else if (on_disk) { // no mixed pass: one direction after the other
-        disk_save = S_save / rd + F / wr;
-        disk_load = F / rd + S_load / wr;
+        disk_save = S / rd + F / wr;
+        disk_load = F / rd + S / wr;
     }
     const double hash_s = fnv > 0 ? masters / fnv : 0;
     const double floor_save = fmax(disk_save, hash_s), floor_load = fmax(disk_load, hash_s);

@@ -104,7 +104,7 @@ void ckpt_tensor_decl(const model_t *m, int s, int t, const char *suffix, st_dty
 }
 
 // The checkpoint's tensors: one per tensor, the first piece standing for a cut one (the
-// others' bytes follow it: write_part streams the pieces in shard order).
+// others' bytes follow it: write_pass streams the pieces in shard order).
 static int count_tensors(const model_t *m) {
     int n = 0;
     for (int s = 0; s < m->nshards; s++)
@@ -355,24 +355,48 @@ int checkpoint_check_config(const ckpt_info_t *in, const config_t *c, char *err,
 
 // ---------------------------------------------------------------- save
 
-// Writes one state of every tensor through w, shard after shard, in tensor order: part 0 the
-// master (as BF16 when bf16; hs, when given, takes trainer_params_hash of it on the way),
-// 1 Adam's m, 2 its v. A chunk at a time, so NVMe-resident states need one chunk of staging.
-// With ranks every chunk is gathered from the ranks' pieces (a collective): w is NULL on the
-// ranks that do not write, and after a failure the gathers go on to the end without writing,
-// so that every rank's gathers pair up; the first failure is returned.
-static int write_part(trainer_t *tr, st_writer_t *w, int part, int bf16, hasher_t *hs, progress_t *pg, char *err,
+// The chunk after chunk c of shard s, in the order a pass takes them; 0 after the last.
+static int next_chunk(trainer_t *tr, int *s, int *c) {
+    if (++*c < trainer_nchunks(tr, *s)) return 1;
+    *c = 0;
+    return ++*s < trainer_model(tr)->nshards;
+}
+
+// What a save pass writes into one file: its writer (NULL: none — a rank that does not write,
+// or after a failure, when only the gathers go on), the state (part 0 the master, 1 Adam's
+// m, 2 its v) and whether it goes in as BF16.
+typedef struct {
+    st_writer_t *w;
+    int part, bf16;
+} save_out_t;
+
+// Writes the states outs[0..nouts) name, of every tensor, each into its file, shard after
+// shard, in tensor order; hs, when given, takes the masters' params_hash on the way. A chunk
+// at a time, read from its tier once for all of them (NVMe-resident states need one chunk of
+// staging). With ranks every chunk is gathered from the ranks' pieces (a collective); after a
+// failure the gathers go on to the end without writing, so that every rank's gathers pair
+// up; the first failure is returned.
+static int write_pass(trainer_t *tr, const save_out_t *outs, int nouts, hasher_t *hs, progress_t *pg, char *err,
                       size_t errlen) {
     const model_t *m = trainer_model(tr);
     const int ranks = trainer_ranks(tr);
+    int parts = hs ? TIER_MASTER : 0;
+    for (int o = 0; o < nouts; o++) parts |= 1 << outs[o].part;
     uint16_t buf[8192];
-    int first = 0;
-    for (int s = 0; s < m->nshards; s++) {
+    char e2[768];
+    int first = trainer_states_fetch(tr, 0, 0, parts, 0, e2, sizeof e2); // (ranks: nothing, cannot fail)
+    if (first != 0) {
+        ERR("%s", e2);
+        return first;
+    }
+    for (int s = 0, k = 0; s < m->nshards; s++) {
         const shard_t *sh = &m->shards[s];
-        for (int c = 0; c < trainer_nchunks(tr, s); c++) {
+        for (int c = 0; c < trainer_nchunks(tr, s); c++, k++) {
             float *st[3];
-            char e2[768];
-            int rc = trainer_states_get(tr, s, c, 1 << part, 0, &st[0], &st[1], &st[2], e2, sizeof e2);
+            int rc = trainer_states_fetched(tr, s, c, parts, k & 1, &st[0], &st[1], &st[2], e2, sizeof e2);
+            int s1 = s, c1 = c; // the next chunk's read goes on while this one is hashed and written
+            if (rc == 0 && !first && next_chunk(tr, &s1, &c1))
+                rc = trainer_states_fetch(tr, s1, c1, parts, (k + 1) & 1, e2, sizeof e2);
             if (rc != 0 && !first) {
                 first = rc;
                 ERR("%s", e2);
@@ -381,99 +405,102 @@ static int write_part(trainer_t *tr, st_writer_t *w, int part, int bf16, hasher_
             if (first) continue; // the gathers only, from here
             size_t lo, n, a, b;
             trainer_chunk_range(tr, s, c, &lo, &n);
-            if (hs) trainer_hash_chunk(tr, hs, s, c, st[part]);
-            for (int t = 0; t < sh->ntensors && rc == 0 && w; t++) {
-                if (!model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b)) continue;
-                const float *src = st[part] + (a - lo);
-                if (bf16) {
+            if (hs) trainer_hash_chunk(tr, hs, s, c, st[0]);
+            for (int o = 0; o < nouts && rc == 0; o++) {
+                st_writer_t *w = outs[o].w;
+                for (int t = 0; t < sh->ntensors && rc == 0 && w; t++) {
+                    if (!model_tensor_in_range(&sh->tensors[t], lo, n, &a, &b)) continue;
+                    const float *src = st[outs[o].part] + (a - lo);
+                    if (!outs[o].bf16) {
+                        rc = st_write(w, src, (b - a) * 4);
+                        continue;
+                    }
                     for (size_t i = 0; i < b - a && rc == 0; i += 8192) {
                         size_t k = b - a - i < 8192 ? b - a - i : 8192;
                         bf16_from_f32_n(buf, src + i, k);
                         rc = st_write(w, buf, k * 2);
                     }
-                } else {
-                    rc = st_write(w, src, (b - a) * 4);
                 }
+                if (rc != 0) ERR("%s", st_writer_error(w)[0] ? st_writer_error(w) : strerror(-rc));
+                else progress_add(pg, (uint64_t)n * (outs[o].bf16 ? 2 : 4));
             }
             if (rc != 0) {
-                ERR("%s", st_writer_error(w)[0] ? st_writer_error(w) : strerror(-rc));
                 first = rc;
                 if (ranks == 1) return rc;
-                continue;
             }
-            progress_add(pg, (uint64_t)n * (bf16 ? 2 : 4));
         }
     }
     return first;
 }
 
-// A safetensors file of the given parts of every tensor (suffixes[k] names part parts[k]),
-// part after part, each in shard and tensor order: how write_part streams them. path NULL:
-// no file, the gathers only (a rank that does not write).
-static int write_file(trainer_t *tr, const char *path, const char *format, int nparts, const int *parts,
-                      const char *const *suffixes, int bf16_master, hasher_t *hs, progress_t *pg, char *err,
-                      size_t errlen) {
+// Opens a safetensors file of the given parts of every tensor (suffixes[k] names part
+// parts[k]), part after part, each in shard and tensor order: how write_pass streams them.
+static int open_file(trainer_t *tr, const char *path, const char *format, int nparts, const int *parts,
+                     const char *const *suffixes, int bf16_master, st_writer_t **w, char *err, size_t errlen) {
     const model_t *m = trainer_model(tr);
-    int per = count_tensors(m), n = per * nparts, k = 0;
-    st_writer_t *w = NULL;
-    int rc = 0;
-    if (path) {
-        st_tensor_t *decl = calloc((size_t)n, sizeof *decl);
-        tname_t *names = calloc((size_t)n, sizeof *names);
-        if (!decl || !names) { free(decl); free(names); ERR("out of memory"); return -ENOMEM; }
-        for (int p = 0; p < nparts; p++)
-            for (int s = 0; s < m->nshards; s++)
-                for (int t = 0; t < m->shards[s].ntensors; t++) {
-                    if (m->shards[s].tensors[t].row0 != 0) continue; // a piece: the first stands for it
-                    ckpt_tensor_decl(m, s, t, suffixes[p], parts[p] == 0 && bf16_master ? ST_BF16 : ST_F32, &decl[k],
-                                names[k]);
-                    k++;
-                }
-        st_meta_t meta[] = {{"format", format}};
-        rc = st_writer_open_flags(&w, path, decl, n, meta, 1, ST_CRC32C, err, errlen);
-        free(decl);
-        free(names);
-        if (rc != 0 && trainer_ranks(tr) == 1) return rc;
-        if (rc != 0) w = NULL; // the gathers all the same
-    }
-    for (int p = 0; p < nparts; p++) {
+    int n = count_tensors(m) * nparts, k = 0;
+    st_tensor_t *decl = calloc((size_t)n, sizeof *decl);
+    tname_t *names = calloc((size_t)n, sizeof *names);
+    if (!decl || !names) { free(decl); free(names); ERR("out of memory"); return -ENOMEM; }
+    for (int p = 0; p < nparts; p++)
+        for (int s = 0; s < m->nshards; s++)
+            for (int t = 0; t < m->shards[s].ntensors; t++) {
+                if (m->shards[s].tensors[t].row0 != 0) continue; // a piece: the first stands for it
+                ckpt_tensor_decl(m, s, t, suffixes[p], parts[p] == 0 && bf16_master ? ST_BF16 : ST_F32, &decl[k],
+                                 names[k]);
+                k++;
+            }
+    st_meta_t meta[] = {{"format", format}};
+    int rc = st_writer_open_flags(w, path, decl, n, meta, 1, ST_CRC32C, err, errlen);
+    free(decl);
+    free(names);
+    return rc;
+}
+
+// model.safetensors (the masters, BF16 when bf16) and optimizer.safetensors (the FP32 masters
+// when the model file is BF16, then Adam's m and v), both open at once. The first pass reads
+// the masters and the optimizer file's first state together: the model file, the params_hash
+// (*hash) and the optimizer file's first third go on beside one another (the hash, slower than
+// the disk, hides under the writes). Then a pass for each state left. Paths NULL: no files,
+// the gathers only (a rank that does not write, or rank 0 after a failure).
+static int write_files(trainer_t *tr, const char *model_path, const char *opt_path, int bf16, uint64_t *hash,
+                       progress_t *pg, char *err, size_t errlen) {
+    static const int parts[] = {0, 1, 2};
+    static const char *const model_suffix[] = {""}, *const opt_suffixes[] = {".master", ".exp_avg", ".exp_avg_sq"};
+    const int ranks = trainer_ranks(tr), first = bf16 ? 0 : 1; // the optimizer file's first state
+    st_writer_t *mw = NULL, *ow = NULL;
+    int rc = model_path ? open_file(tr, model_path, "pt", 1, parts, model_suffix, bf16, &mw, err, errlen) : 0;
+    if (rc == 0 && opt_path)
+        rc = open_file(tr, opt_path, "tiertrain-adamw", 3 - first, parts + first, opt_suffixes + first, 0, &ow, err,
+                       errlen);
+    hasher_t hs; // beside the reads and writes
+    hasher_init(&hs, FNV64_INIT);
+    for (int p = first; p < 3 && (rc == 0 || ranks > 1); p++) { // ranks: the gathers all the same
+        if (rc != 0) { // nothing more is written
+            st_writer_free(mw);
+            st_writer_free(ow);
+            mw = ow = NULL;
+        }
+        const save_out_t outs[2] = {{ow, p, 0}, {mw, 0, bf16}}; // the model file in the first pass only
         char e2[768];
-        int r = write_part(tr, rc == 0 ? w : NULL, parts[p], parts[p] == 0 && bf16_master, parts[p] == 0 ? hs : NULL,
-                           pg, e2, sizeof e2);
+        int r = write_pass(tr, outs, p == first ? 2 : 1, p == first ? &hs : NULL, pg, e2, sizeof e2);
         if (r != 0 && rc == 0) {
             rc = r;
             snprintf(err, errlen, "%s", e2);
         }
-        if (rc != 0 && trainer_ranks(tr) == 1) break;
+        test_delay();
     }
-    if (rc != 0 || !w) {
-        st_writer_free(w);
-        return rc;
-    }
-    return st_writer_close(w, err, errlen);
-}
-
-// model.safetensors; *hash gets the params_hash of the masters it streams (one pass, not two).
-static int write_model(trainer_t *tr, const char *path, int bf16, uint64_t *hash, progress_t *pg, char *err,
-                       size_t errlen) {
-    static const int parts[] = {0};
-    static const char *const suffixes[] = {""};
-    hasher_t hs; // beside the reads and writes
-    hasher_init(&hs, FNV64_INIT);
-    int rc = write_file(tr, path, "pt", 1, parts, suffixes, bf16, &hs, pg, err, errlen);
+    rc = trainer_states_flush(tr, rc, err, errlen); // a read queued ahead of a failure
     *hash = hasher_value(&hs);
     hasher_free(&hs);
+    if (rc == 0 && mw) {
+        rc = st_writer_close(mw, err, errlen); // frees it either way
+        mw = NULL;
+    }
+    if (rc == 0 && ow) return st_writer_close(ow, err, errlen);
+    st_writer_free(mw);
+    st_writer_free(ow);
     return rc;
-}
-
-// Adam m and v of every tensor (and the FP32 master first when the model file is BF16).
-static int write_optimizer(trainer_t *tr, const char *path, int with_master, progress_t *pg, char *err,
-                           size_t errlen) {
-    static const int parts[] = {0, 1, 2};
-    static const char *const suffixes[] = {".master", ".exp_avg", ".exp_avg_sq"};
-    int first = with_master ? 0 : 1;
-    return write_file(tr, path, "tiertrain-adamw", 3 - first, parts + first, suffixes + first, 0, NULL, pg, err,
-                      errlen);
 }
 
 // config.json; *crc gets the CRC-32C of its text (state.json records it). ids: the token ids
@@ -537,10 +564,8 @@ static int serve_gathers(trainer_t *tr, uint64_t *hash, int rc, char *err, size_
     progress_begin(&pg, "", 0, 0);
     char e2[768];
     uint64_t h = 0;
-    int r1 = write_model(tr, NULL, c->save_bf16, hash ? hash : &h, &pg, e2, sizeof e2);
-    if (r1 != 0 && rc == 0) { rc = r1; snprintf(err, errlen, "%s", e2); }
-    int r2 = write_optimizer(tr, NULL, c->save_bf16, &pg, e2, sizeof e2);
-    if (r2 != 0 && rc == 0) { rc = r2; snprintf(err, errlen, "%s", e2); }
+    int r = write_files(tr, NULL, NULL, c->save_bf16, hash ? hash : &h, &pg, e2, sizeof e2);
+    if (r != 0 && rc == 0) { rc = r; snprintf(err, errlen, "%s", e2); }
     return rc;
 }
 
@@ -577,21 +602,14 @@ int checkpoint_save(trainer_t *tr, const data_t *d, const hf_extras_t *carry, in
         ERR("--save %s: cannot create %s: %s", dir, tmp, strerror(e));
         return serve_gathers(tr, NULL, -e, err, errlen);
     }
+    char opath[TT_PATH_MAX + 128];
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    snprintf(opath, sizeof opath, "%s/optimizer.safetensors", tmp);
     char what[64];
     snprintf(what, sizeof what, "saving %s", name);
     progress_t pg;
     progress_begin(&pg, what, checkpoint_bytes(trainer_model(tr), c->save_bf16), 1);
-    rc = write_model(tr, path, c->save_bf16, params_hash, &pg, err, errlen);
-    test_delay();
-    if (rc == 0) {
-        snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
-        rc = write_optimizer(tr, path, c->save_bf16, &pg, err, errlen);
-        test_delay();
-    } else if (trainer_ranks(tr) > 1) { // the other ranks' gathers of the optimizer file still pair up
-        char e2[768];
-        write_optimizer(tr, NULL, c->save_bf16, &pg, e2, sizeof e2);
-    }
+    rc = write_files(tr, path, opath, c->save_bf16, params_hash, &pg, err, errlen);
     if (rc == 0) progress_end(&pg);
     uint32_t config_crc = 0;
     if (rc == 0) {

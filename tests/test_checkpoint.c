@@ -424,6 +424,11 @@ static const resume_case_t resume_cases[] = {
     {"--save-dtype bf16 (the FP32 master travels in optimizer.safetensors)", {NULL}, {"--save-dtype", "bf16", NULL},
      {NULL}, 0},
     {"tied head, fp32", {"--tie", "--precision", "fp32", NULL}, {NULL}, {NULL}, 1},
+    // the save reads a device home through its one staging buffer, not the two NVMe's take turns in
+    {"saved --optimizer device --save-dtype bf16", {NULL}, {"--optimizer", "device", "--save-dtype", "bf16", NULL},
+     {NULL}, 0},
+    {"saved --optimizer nvme --io-verify --save-dtype bf16", {NULL},
+     {"--params", "host", "--optimizer", "nvme", "--io-verify", "--save-dtype", "bf16", NULL}, {NULL}, 0},
     // the saved states of the cached chunks come from their entries (NVMe's are the first
     // update's: never written back); the resumed run's cache is filled from what the checkpoint
     // put on NVMe
