@@ -467,15 +467,14 @@ static int write_files(trainer_t *tr, const char *model_path, const char *opt_pa
                        progress_t *pg, char *err, size_t errlen) {
     static const int parts[] = {0, 1, 2};
     static const char *const model_suffix[] = {""}, *const opt_suffixes[] = {".master", ".exp_avg", ".exp_avg_sq"};
-    const int ranks = trainer_ranks(tr), first = bf16 ? 0 : 1; // the optimizer file's first state
+    const int ranks = trainer_ranks(tr), p0 = bf16 ? 0 : 1; // the optimizer file's first state
     st_writer_t *mw = NULL, *ow = NULL;
     int rc = model_path ? open_file(tr, model_path, "pt", 1, parts, model_suffix, bf16, &mw, err, errlen) : 0;
     if (rc == 0 && opt_path)
-        rc = open_file(tr, opt_path, "tiertrain-adamw", 3 - first, parts + first, opt_suffixes + first, 0, &ow, err,
-                       errlen);
+        rc = open_file(tr, opt_path, "tiertrain-adamw", 3 - p0, parts + p0, opt_suffixes + p0, 0, &ow, err, errlen);
     hasher_t hs; // beside the reads and writes
     hasher_init(&hs, FNV64_INIT);
-    for (int p = first; p < 3 && (rc == 0 || ranks > 1); p++) { // ranks: the gathers all the same
+    for (int p = p0; p < 3 && (rc == 0 || ranks > 1); p++) { // ranks: the gathers all the same
         if (rc != 0) { // nothing more is written
             st_writer_free(mw);
             st_writer_free(ow);
@@ -483,7 +482,7 @@ static int write_files(trainer_t *tr, const char *model_path, const char *opt_pa
         }
         const save_out_t outs[2] = {{ow, p, 0}, {mw, 0, bf16}}; // the model file in the first pass only
         char e2[768];
-        int r = write_pass(tr, outs, p == first ? 2 : 1, p == first ? &hs : NULL, pg, e2, sizeof e2);
+        int r = write_pass(tr, outs, p == p0 ? 2 : 1, p == p0 ? &hs : NULL, pg, e2, sizeof e2);
         if (r != 0 && rc == 0) {
             rc = r;
             snprintf(err, errlen, "%s", e2);
