@@ -249,7 +249,7 @@ void tier_free(tier_t *t) {
     sched_free(t->sched); // first of the rest: its workers may be copying from the homes
     char e[512];
     if (t->nvme) (void)tier_o32_drop_reads(t, e, sizeof e); // the next update's reads, into the staging
-    if (t->nvme) (void)tier_o32_flush(t, 0, e, sizeof e);      // a failed load's queued writes, from it
+    if (t->nvme) (void)tier_o32_flush(t, 0, e, sizeof e); // a failed load's writes, a save's reads, queued
     for (int i = 0; t->slot_ev && i < t->lay.nslots; i++) backend_event_destroy(t->be, t->slot_ev[i]);
     backend_event_destroy(t->be, t->step_ev);
     visit_free(&t->gvisit);

@@ -348,6 +348,20 @@ static int store_queued(const tier_t *t, int shard, int c) {
     return t->table[shard][ST_O32].home == TIER_NVME && cache_entry(t, shard, c) < 0;
 }
 
+// Whether sb names a staging buffer the queued transfers take turns in; else the line, for who.
+static int queue_buffer(int sb, const char *who, char *err, size_t errlen) {
+    if (sb == 0 || sb == 1) return 1;
+    snprintf(err, errlen, "%s: staging buffer %d (accepted: 0, 1)", who, sb);
+    return 0;
+}
+
+// Staging buffer sb for the caller: the next update's reads ahead (in the staging buffers)
+// dropped, and the transfer sb had queued finished.
+static int take_buffer(tier_t *t, int sb, char *err, size_t errlen) {
+    int rc = tier_o32_drop_reads(t, err, errlen);
+    return rc ? rc : tier_o32_finish(t, &t->o32_q[sb], err, errlen);
+}
+
 int tier_o32_flush(tier_t *t, int rc, char *err, size_t errlen) {
     for (int sb = 0; sb < 2; sb++) rc = finish_keeping(t, &t->o32_q[sb], rc, err, errlen);
     return rc;
@@ -355,16 +369,12 @@ int tier_o32_flush(tier_t *t, int rc, char *err, size_t errlen) {
 
 int tier_o32_stage(tier_t *t, int shard, int c, int sb, float **master, float **m, float **v, char *err,
                    size_t errlen) {
-    if (sb < 0 || sb > 1) {
-        snprintf(err, errlen, "tier_o32_stage: staging buffer %d (accepted: 0, 1)", sb);
-        return -EINVAL;
-    }
+    if (!queue_buffer(sb, "tier_o32_stage", err, errlen)) return -EINVAL;
     if (!store_queued(t, shard, c)) {
         int rc = tier_o32_flush(t, 0, err, errlen); // staging buffer 0 may be a queued write's
         return rc ? rc : tier_o32_get(t, shard, c, TIER_O32, 1, master, m, v, err, errlen);
     }
-    int rc = tier_o32_drop_reads(t, err, errlen);
-    if (rc == 0) rc = tier_o32_finish(t, &t->o32_q[sb], err, errlen);
+    int rc = take_buffer(t, sb, err, errlen);
     if (rc != 0) return rc;
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
@@ -377,10 +387,7 @@ int tier_o32_stage(tier_t *t, int shard, int c, int sb, float **master, float **
 }
 
 int tier_o32_store(tier_t *t, int shard, int c, int sb, char *err, size_t errlen) {
-    if (sb < 0 || sb > 1) {
-        snprintf(err, errlen, "tier_o32_store: staging buffer %d (accepted: 0, 1)", sb);
-        return -EINVAL;
-    }
+    if (!queue_buffer(sb, "tier_o32_store", err, errlen)) return -EINVAL;
     if (!store_queued(t, shard, c)) {
         int rc = tier_o32_put(t, shard, c, TIER_O32, err, errlen);
         return rc ? rc : tier_params_from_master(t, shard, c, err, errlen);
@@ -392,12 +399,8 @@ int tier_o32_store(tier_t *t, int shard, int c, int sb, char *err, size_t errlen
 }
 
 int tier_o32_fetch(tier_t *t, int shard, int c, int parts, int sb, char *err, size_t errlen) {
-    if (sb < 0 || sb > 1) {
-        snprintf(err, errlen, "tier_o32_fetch: staging buffer %d (accepted: 0, 1)", sb);
-        return -EINVAL;
-    }
-    int rc = tier_o32_drop_reads(t, err, errlen); // the next update's reads ahead are in the staging buffers
-    if (rc == 0) rc = tier_o32_finish(t, &t->o32_q[sb], err, errlen);
+    if (!queue_buffer(sb, "tier_o32_fetch", err, errlen)) return -EINVAL;
+    int rc = take_buffer(t, sb, err, errlen);
     if (rc != 0 || !store_queued(t, shard, c) || !(parts & TIER_O32)) return rc; // else: read at tier_o32_fetched
     size_t lo, n;
     tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
@@ -412,10 +415,7 @@ int tier_o32_fetch(tier_t *t, int shard, int c, int parts, int sb, char *err, si
 
 int tier_o32_fetched(tier_t *t, int shard, int c, int parts, int sb, float **master, float **m, float **v, char *err,
                      size_t errlen) {
-    if (sb < 0 || sb > 1) {
-        snprintf(err, errlen, "tier_o32_fetched: staging buffer %d (accepted: 0, 1)", sb);
-        return -EINVAL;
-    }
+    if (!queue_buffer(sb, "tier_o32_fetched", err, errlen)) return -EINVAL;
     tier_xfer_t *x = &t->o32_q[sb];
     const int mine = x->n && x->op == IO_READ && x->shard == shard && x->chunk == c;
     int rc = tier_o32_finish(t, x, err, errlen);
