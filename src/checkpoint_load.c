@@ -1,7 +1,6 @@
 // checkpoint_load.c — checkpoint_load (checkpoint.h): the files read on the read-ahead's
 // lanes, chunk by chunk into the tiers, every checksum and the params_hash checked.
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,12 +16,6 @@
 #define ERR(...) snprintf(err, errlen, __VA_ARGS__)
 
 // ---------------------------------------------------------------- load
-
-static int all_finite(const float *x, size_t n, int nonneg) {
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i]) || (nonneg && x[i] < 0)) return 0;
-    return 1;
-}
 
 // Reads elements [lo, lo + n) of tensor `want` of r into dst (FP32), converting from BF16
 // when the file holds BF16; checks the name and the shape first.
@@ -65,7 +58,7 @@ static int load_part(const model_t *m, int s, int t, const ckpt_info_t *info, in
     tname_t nm;
     ckpt_tensor_decl(m, s, t, suffix, ST_F32, &want, nm);
     int rc = load_tensor(r, path, &want, i0, n, dst, err, errlen);
-    if (rc != 0 || all_finite(dst, n, part == 2)) return rc;
+    if (rc != 0 || first_bad_float(dst, n, part == 2) == n) return rc;
     char hf[200];
     model_tensor_hf_name(m, s, t, hf, sizeof hf);
     ERR("%s: tensor '%s%s' holds a %s value (a corrupt checkpoint)", path, hf, suffix,

@@ -363,11 +363,11 @@ static int load_piece(const model_t *m, int s, int t, hf_files_t *f, const json_
     }
     const size_t i0 = (size_t)te->row0 * (size_t)te->cols + (a - te->offset); // in the whole tensor (a piece's)
     int rc = st_read_f32(r, tix, i0, b - a, master, err, errlen);
-    for (size_t i = 0; rc == 0 && i < b - a; i++)
-        if (!isfinite(master[i])) {
-            ERR("%s: tensor '%s' holds a non-finite value at element %zu", r->path, hf, i0 + i);
-            rc = -EINVAL;
-        }
+    const size_t bad = rc == 0 ? first_bad_float(master, b - a, 0) : b - a;
+    if (bad < b - a) {
+        ERR("%s: tensor '%s' holds a non-finite value at element %zu", r->path, hf, i0 + bad);
+        rc = -EINVAL;
+    }
     return rc;
 }
 

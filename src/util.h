@@ -66,6 +66,11 @@ int read_small_file(const char *path, char **out, size_t *len, char *err, size_t
 #define FNV64_INIT 0xcbf29ce484222325ULL
 uint64_t fnv1a64(uint64_t h, const void *data, size_t n);
 
+// The index of the first of x[0..n) that is NaN or infinite, or below zero when nonneg (-0.0
+// is not below zero); n when there is none. Checks blocks branch-free (the compiler's vector
+// loop), then the bad block element by element: a checkpoint load checks every value it reads.
+size_t first_bad_float(const float *x, size_t n, int nonneg);
+
 // Deterministic, order-independent random numbers: splitmix64 streams.
 uint64_t splitmix64(uint64_t *state);
 uint64_t mix64(uint64_t a, uint64_t b); // a hash of two words, for per-tensor seeds

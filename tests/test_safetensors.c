@@ -3,7 +3,8 @@
 // tensors, reads in pieces); the written header checked by a second, independent reader in
 // this file that does not use json.c; byte-exact agreement with files the reference
 // implementation writes; every bad-file class with its exact one-line message; and write
-// failures (ENOSPC from /dev/full, EFBIG mid-stream from RLIMIT_FSIZE, short or long data).
+// failures (ENOSPC from /dev/full, EFBIG mid-stream from RLIMIT_FSIZE, short or long data);
+// and util.h's first_bad_float, the check of every value a load reads, against isfinite.
 // Fixture files go into a fresh tu_tmpdir().
 #include <check.h>
 #include <errno.h>
@@ -18,8 +19,11 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <float.h>
+#include <math.h>
 #include "safetensors.h"
 #include "testutil.h"
+#include "util.h" // uses: first_bad_float
 
 // ---------------------------------------------------------------- fixtures
 
@@ -899,6 +903,47 @@ START_TEST(test_efbig_mid_stream) {
 }
 END_TEST
 
+// ---------------------------------------------------------------- values
+
+// first_bad_float against the plain reference (isfinite, and x < 0 where negatives are bad):
+// one value of each class at every place in arrays of 0..40 elements (the vector loop's lanes
+// and its tail), then in arrays that span its blocks, where the first of two bad values wins.
+static size_t first_bad_ref(const float *x, size_t n, int nonneg) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]) || (nonneg && x[i] < 0)) return i;
+    return n;
+}
+
+START_TEST(test_first_bad_float) {
+    const float odd[] = {NAN, -NAN, INFINITY, -INFINITY, -1.0f, -FLT_MIN / 4, -FLT_MAX, -0.0f, FLT_MIN / 4,
+                         FLT_MAX, 0.0f, 1.0f};
+    float x[40];
+    for (size_t n = 0; n <= 40; n++)
+        for (size_t at = 0; at < (n ? n : 1); at++)
+            for (size_t v = 0; v < sizeof odd / sizeof odd[0]; v++)
+                for (int nonneg = 0; nonneg < 2; nonneg++) {
+                    for (size_t i = 0; i < n; i++) x[i] = 0.5f + (float)i;
+                    if (n) x[at] = odd[v];
+                    ck_assert_msg(first_bad_float(x, n, nonneg) == first_bad_ref(x, n, nonneg),
+                                  "n %zu, %g at %zu, nonneg %d: got %zu, want %zu", n, (double)odd[v], at, nonneg,
+                                  first_bad_float(x, n, nonneg), first_bad_ref(x, n, nonneg));
+                }
+    enum { BIG = 3 * 4096 + 5 };
+    float *y = malloc(BIG * sizeof *y);
+    ck_assert_ptr_nonnull(y);
+    for (size_t i = 0; i < BIG; i++) y[i] = (float)i;
+    ck_assert_uint_eq(first_bad_float(y, BIG, 1), BIG);
+    y[BIG - 1] = -2.0f;
+    ck_assert_uint_eq(first_bad_float(y, BIG, 0), BIG);
+    ck_assert_uint_eq(first_bad_float(y, BIG, 1), BIG - 1);
+    y[8193] = NAN;
+    ck_assert_uint_eq(first_bad_float(y, BIG, 0), 8193);
+    y[4095] = INFINITY;
+    ck_assert_uint_eq(first_bad_float(y, BIG, 1), 4095);
+    free(y);
+}
+END_TEST
+
 // ---------------------------------------------------------------- suite
 
 static Suite *st_suite(void) {
@@ -926,6 +971,9 @@ static Suite *st_suite(void) {
     tcase_add_test(faults, test_enospc);
     tcase_add_test(faults, test_efbig_mid_stream);
     suite_add_tcase(s, faults);
+    TCase *values = tcase_create("values");
+    tcase_add_test(values, test_first_bad_float);
+    suite_add_tcase(s, values);
     return s;
 }
 
