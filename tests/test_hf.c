@@ -115,6 +115,29 @@ static void edit(const char *path, const char *from, const char *to) {
     ck_assert_int_eq(fclose(f), 0);
 }
 
+// Element elem of BF16 tensor `name` in a safetensors file becomes the 16 bits `bits`: the
+// data's place from the header's "data_offsets" (8 bytes of length, the header, the data).
+static void poke_bf16(const char *path, const char *name, long elem, unsigned bits) {
+    FILE *f = fopen(path, "r+b");
+    ck_assert(f);
+    unsigned char len[8];
+    ck_assert(fread(len, 1, 8, f) == 8);
+    unsigned long long hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | len[i];
+    static char hdr[1 << 16];
+    ck_assert(hlen < sizeof hdr && fread(hdr, 1, hlen, f) == hlen);
+    hdr[hlen] = 0;
+    char key[256];
+    snprintf(key, sizeof key, "\"%s\":", name);
+    const char *at = strstr(hdr, key), *off = at ? strstr(at, "\"data_offsets\":[") : NULL;
+    ck_assert_msg(off, "%s: no tensor '%s'", path, name);
+    const unsigned long long begin = strtoull(off + strlen("\"data_offsets\":["), NULL, 10);
+    const unsigned char b[2] = {bits & 0xff, bits >> 8};
+    ck_assert(fseek(f, (long)(8 + hlen + begin + 2 * (unsigned long long)elem), SEEK_SET) == 0);
+    ck_assert(fwrite(b, 1, 2, f) == 2);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
 // The first `from` in DIR/config.json becomes `to`.
 static void edit_config(const char *dir, const char *from, const char *to) {
     char file[1300];
@@ -355,7 +378,7 @@ END_TEST
 // ---------------------------------------------------------------- refusals
 
 enum { R_DTYPE, R_MISSING, R_SHAPE, R_FLAG, R_ROPE_SCALING, R_ROPE_BANDS, R_ROPE_FIELD, R_BIAS, R_RESUME, R_MODEL,
-       R_TYPE, NREFUSE };
+       R_TYPE, R_NAN, R_INF, NREFUSE };
 
 START_TEST(refusals) {
     char dir[1200], file[1300], want[2048];
@@ -422,6 +445,16 @@ START_TEST(refusals) {
     case R_TYPE:
         edit_config(dir, "\"model_type\": \"llama\"", "\"model_type\": \"gpt2\"");
         says = "/config.json: model_type \"gpt2\" (accepted: \"llama\"; this is a Llama trainer)\n";
+        break;
+    case R_NAN: // a NaN mid-tensor: the element named, in the whole tensor
+    case R_INF: // -inf in the last element
+        snprintf(file, sizeof file, "%s/model-00002-of-00002.safetensors", dir);
+        poke_bf16(file, "model.layers.1.self_attn.k_proj.weight", _i == R_NAN ? 37 : 511,
+                  _i == R_NAN ? 0x7fc0 : 0xff80);
+        snprintf(want, sizeof want, "model-00002-of-00002.safetensors: tensor "
+                 "'model.layers.1.self_attn.k_proj.weight' holds a non-finite value at element %d\n",
+                 _i == R_NAN ? 37 : 511);
+        says = want;
         break;
     }
     const char *data = data_file();
