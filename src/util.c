@@ -154,15 +154,12 @@ uint64_t fnv1a64(uint64_t h, const void *data, size_t n) {
 // the compiler vectorizes neither the plain loop at -O2 nor wider vectors well without AVX.
 typedef int32_t i32x4 __attribute__((vector_size(16)));
 static int any_bad(const float *x, size_t n, int32_t neg) {
-    const i32x4 abs = {INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX}, big = {0x7f7fffff, 0x7f7fffff, 0x7f7fffff,
-                                                                          0x7f7fffff},
-                sign = {INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN}, zero = {0}, m = {neg, neg, neg, neg};
-    i32x4 bad = zero;
+    i32x4 bad = {0};
     size_t i = 0;
     for (; i + 4 <= n; i += 4) {
         i32x4 w;
         memcpy(&w, &x[i], sizeof w);
-        bad |= ((w & abs) > big) | ((w < zero) & (w != sign) & m); // lanes of all ones where bad
+        bad |= ((w & INT32_MAX) > 0x7f7fffff) | ((w < 0) & (w != INT32_MIN) & neg); // all ones where bad
     }
     int32_t any = bad[0] | bad[1] | bad[2] | bad[3];
     for (; i < n; i++) {

@@ -67,8 +67,8 @@ int read_small_file(const char *path, char **out, size_t *len, char *err, size_t
 uint64_t fnv1a64(uint64_t h, const void *data, size_t n);
 
 // The index of the first of x[0..n) that is NaN or infinite, or below zero when nonneg (-0.0
-// is not below zero); n when there is none. Checks blocks branch-free (the compiler's vector
-// loop), then the bad block element by element: a checkpoint load checks every value it reads.
+// is not below zero); n when there is none. Checks blocks four lanes at a time, branch-free,
+// then a bad block element by element: the loads check every value they read.
 size_t first_bad_float(const float *x, size_t n, int nonneg);
 
 // Deterministic, order-independent random numbers: splitmix64 streams.
