@@ -236,15 +236,21 @@ static void got_views(tier_t *t, int shard, int c, int sb, float *dst[3]) {
         for (int k = 0; k < 3; k++) dst[k] = stage_part(t, home == TIER_NVME ? sb : 0, n, k);
 }
 
-// The states a read of `parts` of a chunk takes, k0..k1 (0 master, 1 m, 2 v): from the first
-// to the last of them, as one read; all three with --io-verify, whose CRC covers the chunk's
-// whole extent.
-static void read_span(const tier_t *t, int parts, int *k0, int *k1) {
-    *k0 = 0;
-    *k1 = 2;
-    if (t->cfg->io_verify) return;
-    while (!(parts & (1 << *k0))) ++*k0;
-    while (!(parts & (1 << *k1))) --*k1;
+// The read of `parts` of chunk c of shard from NVMe into staging buffer sb: the states from the
+// first to the last of them (0 master, 1 m, 2 v) as one request; all three with --io-verify,
+// whose CRC covers the chunk's whole extent.
+static io_req_t span_read(tier_t *t, int shard, int c, int parts, int sb) {
+    size_t lo, n;
+    tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
+    int k0 = 0, k1 = 2;
+    if (!t->cfg->io_verify) {
+        while (!(parts & (1 << k0))) k0++;
+        while (!(parts & (1 << k1))) k1--;
+    }
+    return (io_req_t){.op = IO_READ,
+                      .off = tier_chunk_off(t, shard, c) + gext_bytes(t, shard, n) + (uint64_t)k0 * n * sizeof(float),
+                      .len = (uint64_t)(k1 - k0 + 1) * n * sizeof(float), .buf = stage_part(t, sb, n, k0),
+                      .name = t->label[shard][ST_O32], .crc = t->table[shard][ST_O32].crc[c]};
 }
 
 // tier_o32_get into staging buffer sb.
@@ -278,12 +284,9 @@ static int o32_get(tier_t *t, int shard, int c, int parts, int fill_zero, int sb
                 if (parts & (1 << k)) memcpy(dst[k], src[k], n * sizeof(float));
             return 0;
         }
-        int k0, k1;
         if (!(parts & TIER_O32)) return 0;
-        read_span(t, parts, &k0, &k1);
-        uint64_t off = tier_chunk_off(t, shard, c) + gext_bytes(t, shard, n) + (uint64_t)k0 * n * sizeof(float);
-        return tier_nvme_io(t, IO_READ, off, (uint64_t)(k1 - k0 + 1) * n * sizeof(float), dst[k0], &e->crc[c],
-                            t->label[shard][ST_O32], err, errlen);
+        const io_req_t r = span_read(t, shard, c, parts, sb);
+        return tier_nvme_io(t, IO_READ, r.off, r.len, r.buf, &e->crc[c], r.name, err, errlen);
     }
     return 0;
 }
@@ -402,14 +405,7 @@ int tier_o32_fetch(tier_t *t, int shard, int c, int parts, int sb, char *err, si
     if (!queue_buffer(sb, "tier_o32_fetch", err, errlen)) return -EINVAL;
     int rc = take_buffer(t, sb, err, errlen);
     if (rc != 0 || !store_queued(t, shard, c) || !(parts & TIER_O32)) return rc; // else: read at tier_o32_fetched
-    size_t lo, n;
-    tier_chunk_range(&t->lay, t->m, shard, c, &lo, &n);
-    int k0, k1;
-    read_span(t, parts, &k0, &k1);
-    io_req_t r = {.op = IO_READ,
-                  .off = tier_chunk_off(t, shard, c) + gext_bytes(t, shard, n) + (uint64_t)k0 * n * sizeof(float),
-                  .len = (uint64_t)(k1 - k0 + 1) * n * sizeof(float), .buf = stage_part(t, sb, n, k0),
-                  .name = t->label[shard][ST_O32], .crc = t->table[shard][ST_O32].crc[c]};
+    io_req_t r = span_read(t, shard, c, parts, sb);
     return xfer_submit(t, &t->o32_q[sb], IO_READ, shard, c, &r, 1, err, errlen);
 }
 
