@@ -320,9 +320,30 @@ static const char *const placements[][20] = {
 #undef BASE
 enum { NPLACEMENTS = sizeof placements / sizeof placements[0] };
 
+// The all-resident run that every placement is held to, run once per process: the first
+// iteration (each runs in a process of its own) writes it to ref_path, the later ones read it.
+// Under the emulation that halves the placement case (run.sh runs it three times).
+static char *ref_path;
+static void reference_run(run_t *ref) {
+    FILE *f = fopen(ref_path, "rb");
+    if (f) {
+        size_t got = fread(ref, sizeof *ref, 1, f);
+        ck_assert_int_eq(fclose(f), 0);
+        if (got == 1) return;
+    }
+    run("tiny", "cuda", reference, ref);
+    char tmp[4096];
+    ck_assert((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", ref_path) < sizeof tmp);
+    f = fopen(tmp, "wb");
+    ck_assert_msg(f != NULL, "%s: %s", tmp, strerror(errno));
+    ck_assert(fwrite(ref, sizeof *ref, 1, f) == 1);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_msg(rename(tmp, ref_path) == 0, "%s: %s", ref_path, strerror(errno));
+}
+
 START_TEST(test_placement_invariance) {
     run_t ref, r;
-    run("tiny", "cuda", reference, &ref);
+    reference_run(&ref);
     run("tiny", "cuda", placements[_i], &r);
     char flags[512] = "";
     for (int k = 0; placements[_i][k]; k++) {
@@ -409,10 +430,13 @@ int main(void) {
         return 77;
     }
     nvme_dir = tu_tmpdir("cuda_train");
+    if (asprintf(&ref_path, "%s/reference.run", nvme_dir) < 0) return EXIT_FAILURE;
     SRunner *sr = srunner_create(train_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
+    unlink(ref_path);
+    free(ref_path);
     rmdir(nvme_dir);
     free(nvme_dir);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
