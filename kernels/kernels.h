@@ -116,9 +116,9 @@ const char *matmul_blas_core_better(void);
 // declined with nothing written (no FMA, kernels_limit_simd(0); on AMX tiles, an FP32 operand
 // that is not BF16 values); the caller asks matmul_act16 first, and where it says 0 keeps FP32
 // activations and the ops above.
-// 1 where the products below run for a model of width C (≤ 1024: a BF16 output's inner
-// dimension is C, one chunk of it on either kernel, since no partial sum may pass through a
-// BF16 output).
+// 1 where the products below run for a model of width C (a BF16 output's inner dimension is
+// C, and no partial sum may pass through a BF16 output: any C on the FMA kernels, which take a
+// deep one in pieces through an FP32 buffer; C ≤ 1024, one chunk, where AMX tiles run them).
 int matmul_act16(int C);
 // rmsnorm_forward's with round, out (N, C) as BF16 (ln1, ln2; on any CPU)
 void rmsnorm_forward16(uint16_t *out, float *rstd, const float *x, const float *w, int N, int C, float eps);

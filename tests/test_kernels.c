@@ -855,11 +855,14 @@ END_TEST
 // multiple of the tiles' 32 or the kernels' 12 and 6) and 1100 (more than one chunk of rows),
 // a width of 70 and an F of 100 (an inner dimension the tiles pad); then a width of 1000 and
 // an F of 600 at 300 rows (a BF16 output over more than one of the FMA kernels' 512-deep
-// blocks, so in one block of 1000, and B's blocks narrowed to 512 columns); every mix of BF16
+// blocks: through their FP32 buffer); a width of 600 and an F of 1100 at 1100 rows (that
+// buffer's pieces across both rows and columns); widths of 2500 and 4096, which only the FMA
+// kernels take (AMX tiles take a BF16 output over at most 1024: there matmul_act16 says 0);
+// every mix of BF16
 // and FP32 input and output the forward products take, and of BF16 and FP32 operands the
 // shared weight gradients take; gradients with and without accumulation and rounding. Without
 // FMA (kernels_limit_simd(0): OpenBLAS) each product declines and writes nothing, as it does
-// for a BF16 output over an inner dimension of 1024.
+// on AMX tiles for a BF16 output over an inner dimension of 1025.
 static uint16_t *h16_of(const float *x, size_t n) {
     uint16_t *h = malloc((n ? n : 1) * sizeof *h);
     ck_assert_ptr_nonnull(h);
@@ -873,7 +876,8 @@ static void check_bits16(const char *what, const uint16_t *got, const float *wan
     free(w);
 }
 
-static const int ACT16_SHAPES[2][4] = {{70, 100, 300, 1100}, {1000, 600, 300, 0}}; // C, F, the Ns
+static const int ACT16_SHAPES[5][4] = {{70, 100, 300, 1100}, {1000, 600, 300, 0}, {600, 1100, 1100, 0},
+                                       {2500, 70, 100, 0},   {4096, 40, 200, 0}}; // C, F, the Ns
 START_TEST(test_matmul_act16_bits) {
     const int C = ACT16_SHAPES[_i][0], F = ACT16_SHAPES[_i][1], Ns[2] = {ACT16_SHAPES[_i][2], ACT16_SHAPES[_i][3]};
     const int NMAX = Ns[1] > Ns[0] ? Ns[1] : Ns[0];
@@ -908,6 +912,10 @@ START_TEST(test_matmul_act16_bits) {
             const int N = Ns[k];
             char what[200];
             set_threads(th);
+            if (lim == 3 && C > 1024) { // AMX runs the FP32 products: a BF16 output would not have their bits
+                ck_assert_int_eq(matmul_act16(C), 0);
+                continue;
+            }
             ck_assert_int_eq(matmul_act16(C), 1);
             // gate, up (q, k, v) = ln2 · wᵀ: from FP32 or BF16 ln2 (a16), into FP32 or (rounded)
             // BF16 outputs (c16)
@@ -987,7 +995,8 @@ START_TEST(test_matmul_act16_bits) {
                     }
                 }
         }
-    // Declined, nothing written: a BF16 output over 1025 inner indices; every product without AMX
+    // Declined, nothing written: "+=" into halves; on AMX tiles a BF16 output over 1025 inner
+    // indices (the FMA kernels take any number: the shapes above); every product without FMA
     const int Kbig = 1025;
     float *big = fnew((size_t)Ns[0] * Kbig), *wb = fnew((size_t)F * Kbig);
     fill_sym(big, (size_t)Ns[0] * Kbig, 1.0, &rg);
@@ -995,10 +1004,14 @@ START_TEST(test_matmul_act16_bits) {
     fill_sym(wb, (size_t)F * Kbig, 1.0, &rg);
     uint16_t *wb16 = h16_of(wb, (size_t)F * Kbig);
     memset(o16[0], 0xab, (size_t)Ns[0] * F * 2);
-    ck_assert_int_eq(matmul_act16(Kbig), 0);
-    ck_assert_int_eq(matmul_forward_w16_n_x(1, (void *const *)o16, 1, (const uint16_t *const *)&wb16, &F, big, 0, Ns[0],
-                                            Kbig, 1),
-                     1);
+    kernels_limit_simd(3);
+    if (matmul_amx()) {
+        ck_assert_int_eq(matmul_act16(Kbig - 1), 1);
+        ck_assert_int_eq(matmul_act16(Kbig), 0);
+        ck_assert_int_eq(matmul_forward_w16_n_x(1, (void *const *)o16, 1, (const uint16_t *const *)&wb16, &F, big, 0,
+                                                Ns[0], Kbig, 1),
+                         1);
+    }
     ck_assert_int_eq(matmul_backward_input_x(o16[0], 1, dout, 0, w[2], Ns[0], F, C, 1, 1), 1); // "+=" into halves
     for (size_t i = 0; i < (size_t)Ns[0] * F; i++) CHECK_LOOP(o16[0][i] == 0xabab, "a declined product wrote element %zu", i);
     { // without FMA

@@ -30,9 +30,10 @@
 // gemm_fma_x takes bf16 mode's activations as BF16 halves (on CPUs without AMX): an A of
 // halves is widened row by row into the thread's block buffer and read there in place, as an
 // FP32 A is read where it lies (a_block); a C of halves takes its rounded tiles narrowed as
-// the kernel stores them, and the whole inner dimension in one block, since a partial sum may
-// not pass through halves (gemm_rows: B's blocks and the row blocks shrink to fit the same
-// buffers). The chain of each element is the one above, so the bits are gemm_fma's.
+// the kernel stores them where the inner dimension is one block, and since a partial sum may
+// not pass through halves, a deeper product runs in pieces into an FP32 buffer that are then
+// narrowed (gemm_c16_pieces). The chain of each element is the one above, so the bits are
+// gemm_fma's.
 // Kernels: AVX-512F 12 × 32 (24 accumulators, two 16-float vectors a row), AVX2+FMA 6 × 16
 // (12 accumulators), each reading A through two strides, so one kernel serves A in place and
 // packed. Both take exactly the element's FMA chain, in k order. They prefetch B's micro-panel
@@ -437,21 +438,15 @@ static int block_start(int blk, int n, int nb) {
 
 // Many rows: BLIS's loops (the file's head). B's block packed by all threads together into
 // bp_buf, then each thread takes blocks of rows (of every part) and runs them against all of it.
-// A BF16 C takes the whole inner dimension in one block (no partial sum may pass through it):
-// kcb = K (≤ GEMM_FMA_C16_K_MAX), and B's blocks and the rows a thread takes at a time shrink
-// so that the same buffers hold them (kcb · ncb and kcb · mcb floats; any blocking gives the
-// same bits).
+// A BF16 C only where K ≤ KC: one block of the inner dimension, so no partial sum passes
+// through it (gemm_c16_pieces takes the deeper ones).
 static void gemm_rows(const path_t *P, int transa, int transb, const part_t *parts, int nparts, int N, int K,
                       opnd_t B, int ldb, int accumulate, int round) {
-    int c16 = 0;
-    for (int p = 0; p < nparts; p++) c16 |= parts[p].C.c16;
-    const int kcb = c16 ? K : KC;
-    const int ncb = min_i(NC, KC * NC / kcb / P->nr * P->nr), mcb = min_i(MC_MAX, MC_MAX * KC / kcb);
-    // Row blocks of each part: a whole number of rounds of one a thread, each at most mcb
+    // Row blocks of each part: a whole number of rounds of one a thread, each at most MC_MAX
     // rows, as equal as whole micro-panels of MR rows allow (a barrier ends every block of B, so
     // the threads should finish together). Any split gives the same bits. first[p]: part p's
     // first block; the parts' blocks share each packed block of B.
-    const int threads = omp_get_max_threads(), per = mcb / P->mr;
+    const int threads = omp_get_max_threads(), per = MC_MAX / P->mr;
     int first[PARTS_MAX + 1] = {0};
     for (int p = 0; p < nparts; p++) {
         const int panels_m = (parts[p].M + P->mr - 1) / P->mr;
@@ -461,10 +456,10 @@ static void gemm_rows(const path_t *P, int transa, int transb, const part_t *par
     #pragma omp parallel
     {
         float ap[MC_MAX * KC] __attribute__((aligned(64))); // this thread's packed rows of A
-        for (int jc = 0; jc < N; jc += ncb) {
-            const int nc = min_i(ncb, N - jc), panels = (nc + P->nr - 1) / P->nr;
-            for (int pc = 0; pc < K; pc += kcb) {
-                const int kc = min_i(kcb, K - pc);
+        for (int jc = 0; jc < N; jc += NC) {
+            const int nc = min_i(NC, N - jc), panels = (nc + P->nr - 1) / P->nr;
+            for (int pc = 0; pc < K; pc += KC) {
+                const int kc = min_i(KC, K - pc);
                 const int load = accumulate || pc > 0, rnd = round && pc + kc == K;
                 #pragma omp for schedule(static)
                 for (int q = 0; q < panels; q++)
@@ -526,17 +521,52 @@ static void gemm_cols(const path_t *P, int transa, int transb, int M, int N, int
     }
 }
 
+// The product on the loops its shape suits: by column panels where it has few rows and C is
+// FP32, else by rows.
+static void gemm_loops(const path_t *P, int transa, int transb, int M, int N, int K, opnd_t A, int lda, opnd_t B,
+                       int ldb, int accumulate, outp_t C, int ldc, int round) {
+    const int threads = omp_get_max_threads(), panels = (N + P->nr - 1) / P->nr;
+    if (!C.c16 && M <= COL_M && threads > 1 && panels >= 2 * threads) {
+        gemm_cols(P, transa, transb, M, N, K, A, lda, B, ldb, accumulate, C.p, ldc, round);
+    } else {
+        const part_t one = {A, lda, M, C, ldc};
+        gemm_rows(P, transa, transb, &one, 1, N, K, B, ldb, accumulate, round);
+    }
+}
+
+// X shifted by off elements (FP32 words or BF16 halves).
+static opnd_t shifted(opnd_t X, size_t off) {
+    return (opnd_t){X.b16 ? (const void *)((const uint16_t *)X.p + off) : (const void *)((const float *)X.p + off), X.b16};
+}
+
+// A BF16 C over more than one block of the inner dimension (K > KC): no partial sum may pass
+// through it, so the product runs in pieces of at most CS_ROWS × NC outputs into cs_buf, FP32,
+// on the loops and blocks an FP32 C takes (the same chains: the same bits), and each piece,
+// rounded, is narrowed into C (exactly). Where C has more than CS_ROWS rows, B's blocks are
+// packed once for every CS_ROWS of them instead of once for all (B·T up to 1024 tokens: no
+// difference; above, B's packing is 1/2048 of a product's FLOPs).
+#define CS_ROWS 1024
+static float cs_buf[(size_t)CS_ROWS * NC] __attribute__((aligned(64))); // 4 MiB, under bp_lock
+
+static void gemm_c16_pieces(const path_t *P, int transa, int transb, int M, int N, int K, opnd_t A, int lda,
+                            opnd_t B, int ldb, outp_t C, int ldc, int round) {
+    for (int c0 = 0; c0 < N; c0 += NC)
+        for (int r0 = 0; r0 < M; r0 += CS_ROWS) {
+            const int nc = min_i(NC, N - c0), rc = min_i(CS_ROWS, M - r0);
+            gemm_loops(P, transa, transb, rc, nc, K, shifted(A, transa ? (size_t)r0 : (size_t)r0 * lda), lda,
+                       shifted(B, transb ? (size_t)c0 * ldb : (size_t)c0), ldb, 0, (outp_t){cs_buf, 0}, nc, round);
+            #pragma omp parallel for schedule(static)
+            for (int i = 0; i < rc; i++)
+                tt_narrow_n((uint16_t *)C.p + (size_t)(r0 + i) * ldc + c0, cs_buf + (size_t)i * nc, (size_t)nc);
+        }
+}
+
 static void gemm_any(int transa, int transb, int M, int N, int K, opnd_t A, int lda, opnd_t B, int ldb,
                      int accumulate, outp_t C, int ldc, int round) {
     const path_t P = path_now();
-    const int threads = omp_get_max_threads(), panels = (N + P.nr - 1) / P.nr;
     pthread_mutex_lock(&bp_lock); // a default mutex: fails only on a corrupt one
-    if (!C.c16 && M <= COL_M && threads > 1 && panels >= 2 * threads) {
-        gemm_cols(&P, transa, transb, M, N, K, A, lda, B, ldb, accumulate, C.p, ldc, round);
-    } else {
-        const part_t one = {A, lda, M, C, ldc};
-        gemm_rows(&P, transa, transb, &one, 1, N, K, B, ldb, accumulate, round);
-    }
+    if (C.c16 && K > KC) gemm_c16_pieces(&P, transa, transb, M, N, K, A, lda, B, ldb, C, ldc, round);
+    else gemm_loops(&P, transa, transb, M, N, K, A, lda, B, ldb, accumulate, C, ldc, round);
     pthread_mutex_unlock(&bp_lock);
 }
 
@@ -554,7 +584,7 @@ void gemm_fma_b16(int transa, int transb, int M, int N, int K, const float *A, i
 
 int gemm_fma_x(int transa, int a16, int transb, int b16, int M, int N, int K, const void *A, int lda, const void *B,
                int ldb, int accumulate, void *C, int c16, int ldc, int round) {
-    if (gemm_fma_path() < 1 || (c16 && (accumulate || !round || K > GEMM_FMA_C16_K_MAX))) return 1;
+    if (gemm_fma_path() < 1 || (c16 && (accumulate || !round))) return 1;
     gemm_any(transa, transb, M, N, K, (opnd_t){A, a16}, lda, (opnd_t){B, b16}, ldb, accumulate, (outp_t){C, c16}, ldc,
              round);
     return 0;

@@ -35,12 +35,12 @@ void gemm_fma_b16(int transa, int transb, int M, int N, int K, const float *A, i
 
 // The BF16 activations' products on the FMA kernels (kernels.h "BF16 activations", on CPUs
 // without AMX): a16, A given as BF16 halves (as b16 B; never checked); c16, C written as BF16
-// halves, which needs accumulate 0, round 1 and K ≤ GEMM_FMA_C16_K_MAX (the whole inner
-// dimension in one block: no partial sum may pass through C). Each output's bits are those of
-// gemm_fma's FMA chain on the same values (a BF16 value and its FP32 word are the same
-// number); never AMX tiles, whose bits differ. Returns 0 when done, 1 when declined (c16's
-// terms not met, or no FMA: nothing written). M, N, K ≥ 1, as gemm_fma's.
-#define GEMM_FMA_C16_K_MAX 1024
+// halves, which needs accumulate 0 and round 1 (no partial sum may pass through C: over more
+// than one block of the inner dimension, pieces of the product go through an FP32 buffer of
+// 4 MiB first). Each output's bits are those of gemm_fma's FMA chain on the same values (a
+// BF16 value and its FP32 word are the same number); never AMX tiles, whose bits differ.
+// Returns 0 when done, 1 when declined (c16's terms not met, or no FMA: nothing written). M, N,
+// K ≥ 1, as gemm_fma's.
 int gemm_fma_x(int transa, int a16, int transb, int b16, int M, int N, int K, const void *A, int lda, const void *B,
                int ldb, int accumulate, void *C, int c16, int ldc, int round);
 // gemm_fma_shared_b's products with A (a16) and B (b16) as BF16 halves, on the FMA kernels:
@@ -71,10 +71,11 @@ int gemm_amx_shared_a(int n, int transa, int M, int K, const float *A, int lda, 
                       int round);
 // The three above with BF16 activations (bf16 mode's, kernels.h "BF16 activations"): a16,
 // A given as BF16 halves (as b16 B; never checked); c16, C written as BF16 halves, which
-// needs accumulate 0, round 1 and K ≤ 1024 (one chunk of the inner dimension: no partial
-// sums pass through C). The bits of each output are those of the FP32 call on the same
+// needs accumulate 0, round 1 and K ≤ GEMM_AMX_C16_K_MAX (one chunk of the inner dimension:
+// no partial sums pass through C). The bits of each output are those of the FP32 call on the same
 // values (a BF16 value and its FP32 word are the same number). Declined as the FP32 calls
 // are, and where c16's terms are not met.
+#define GEMM_AMX_C16_K_MAX 1024
 int gemm_amx_x(int transa, int a16, int transb, int b16, int M, int N, int K, const void *A, int lda, const void *B,
                int ldb, int accumulate, void *C, int c16, int ldc, int round);
 unsigned gemm_amx_shared_b_x(int n, int transa, int a16, const int *M, const void *const *A, const int *lda,

@@ -361,6 +361,7 @@ TT_AMX static unsigned one_chunk(int n, unsigned skip, int transa, int a16, cons
 
 // A BF16 C holds finished, rounded outputs only: no C_in, and no partial sums between chunks
 // of the inner dimension.
+_Static_assert(GEMM_AMX_C16_K_MAX == AMX_KC, "a BF16 C takes one chunk of the inner dimension");
 static int c16_ok(int c16, int K, int accumulate, int round) { return !c16 || (K <= AMX_KC && !accumulate && round); }
 
 TT_AMX int gemm_amx_x(int transa, int a16, int transb, int b16, int M, int N, int K, const void *A, int lda,

@@ -16,6 +16,7 @@
 #include "kernels.h"
 #include "gemm.h"
 #include "simd.h"
+#include <limits.h> // uses: INT_MAX
 #include <string.h> // uses: strcmp, memset
 #include <cblas.h> // uses: cblas_sgemm, openblas_get_num_threads, openblas_set_num_threads, openblas_get_corename
 
@@ -191,16 +192,17 @@ int matmul_amx(void) { return gemm_fma_path() == 2 && gemm_amx_path(); }
 // mark the BF16 activations. A shape with no rows, columns or inner indices is done as the
 // FP32 functions do it: nothing, or zeros.
 
-// The inner indices a BF16 output takes on either kernel: one chunk of AMX's (gemm_amx.c
-// AMX_KC), one block of the FMA kernels'.
-#define ACT16_K_MAX GEMM_FMA_C16_K_MAX
+// The inner indices a BF16 output takes on the kernels this CPU runs: one chunk of AMX's, any
+// number on the FMA kernels. Where AMX runs the FP32 products, a wider BF16 output stays FP32:
+// on the FMA kernels its bits would not be the FP32 products' (AMX's).
+static int act16_k_max(void) { return matmul_amx() ? GEMM_AMX_C16_K_MAX : INT_MAX; }
 
-int matmul_act16(int C) { return gemm_fma_path() > 0 && C >= 1 && C <= ACT16_K_MAX; }
+int matmul_act16(int C) { return gemm_fma_path() > 0 && C >= 1 && C <= act16_k_max(); }
 
 int matmul_forward_w16_n_x(int n, void *const out[], int o16, const uint16_t *const w[], const int OC[],
                            const void *inp, int a16, int N, int IC, int round) {
     enum { MAX_N = 8 };
-    if (n > MAX_N || gemm_fma_path() < 1 || (o16 && (IC > ACT16_K_MAX || !round))) return 1;
+    if (n > MAX_N || gemm_fma_path() < 1 || (o16 && (IC > act16_k_max() || !round))) return 1;
     if (N <= 0) return 0;
     if (IC <= 0) { // zeros: "=" of an empty sum
         for (int i = 0; i < n; i++)
@@ -224,7 +226,7 @@ int matmul_forward_w16_n_x(int n, void *const out[], int o16, const uint16_t *co
 
 int matmul_backward_input_x(void *dinp, int o16, const void *dout, int a16, const uint16_t *w, int N, int IC, int OC,
                             int accumulate, int round) {
-    if (gemm_fma_path() < 1 || (o16 && (accumulate || !round || OC > ACT16_K_MAX))) return 1;
+    if (gemm_fma_path() < 1 || (o16 && (accumulate || !round || OC > act16_k_max()))) return 1;
     if (N <= 0 || IC <= 0) return 0;
     if (OC <= 0) { // nothing to add, as matmul_backward_input
         if (o16) memset(dinp, 0, (size_t)N * IC * sizeof(uint16_t));
