@@ -82,7 +82,7 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
         : p->lay.att16              ? " (activations as BF16 halves)"
         : p->lay.act16              ? " (the norms' outputs and the MLP's as BF16 halves; attention's as FP32 words: "
                                       "its halves need a head size up to 256, on a GPU an even one up to 128)"
-                                    : " (activations as FP32 words: BF16 halves need FMA or AMX and a width up to 1024, "
+                                    : " (activations as FP32 words: BF16 halves need FMA (with AMX tiles a width up to 1024) "
                                       "or a GPU)";
     fprintf(f, "compute per step: %.3g TFLOP (matmuls incl. the recompute of %d of %d blocks, causal attention), "
                "elementwise ops reading and writing %s%s\n",

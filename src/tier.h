@@ -117,7 +117,7 @@ typedef struct {
     int act16;                  // w16 whose products take the norms' outputs and the MLP's
                                 // intermediates as BF16 halves: the CUDA backend's, and the CPU's
                                 // where its AMX tiles or FMA kernels run them (kernels.h
-                                // matmul_act16: width ≤ 1024):
+                                // matmul_act16: any width, on AMX tiles ≤ 1024):
                                 // half their bytes, the same bits (step.c); TT_TEST_FP32_ACTS, a
                                 // testing hook, keeps them FP32 for the tests that compare the two
     int att16;                  // act16, and the attention half's q, k, v, att and datt as BF16 halves

@@ -261,13 +261,20 @@ static const char *const base_bf16_hs32[] = {"--model", "tiny", "--heads", "2", 
                                              "--accum", "2", "--batch", "2", "--seq", "32", "--eval-every", "2",
                                              "--eval-batches", "2", "--quiet", NULL};
 
+// tiny 1280 wide (heads of 128): a BF16 output's inner dimension over the FMA kernels' 512-deep
+// blocks and over AMX's 1024
+static const char *const base_bf16_wide[] = {"--model", "tiny", "--dim", "1280", "--heads", "10", "--kv-heads", "10",
+                                             "--steps", "4", "--accum", "2", "--batch", "2", "--seq", "32",
+                                             "--eval-every", "2", "--eval-batches", "2", "--quiet", NULL};
+
 // bf16 mode's activations that products and these ops alone read — ln1, ln2 and the MLP's
 // intermediates, and q, k, v, att, x2 and datt — as BF16 halves (tier.h act16: on the FMA kernels
 // or AMX tiles; att16: on the FMA tasks, or AMX tiles for heads of 32) give the bits of FP32
 // words holding the same values (TT_TEST_FP32_ACTS): blocks kept (FP32 and BF16 storage) and
-// recomputed, the MLP in chunks, host checkpoints and streamed tiers, both schedules. On a CPU
-// without FMA both runs keep FP32 activations (said on stderr); the kernels' own tests hold the
-// BF16 ops to the FP32 ones everywhere they run.
+// recomputed, the MLP in chunks, host checkpoints and streamed tiers, both schedules, and a
+// width of 1280 (halves on the FMA kernels; FP32 words both where AMX tiles run the products).
+// On a CPU without FMA both runs keep FP32 activations (said on stderr); the kernels' own tests
+// hold the BF16 ops to the FP32 ones everywhere they run.
 START_TEST(bf16_acts_keep_bits) {
     char *fp32[] = {"TT_TEST_FP32_ACTS=1", NULL}, *fp32_chunked[] = {"TT_TEST_FP32_ACTS=1", "TT_TEST_MLP_ROWS=32", NULL},
          *chunked[] = {"TT_TEST_MLP_ROWS=32", NULL};
@@ -279,18 +286,24 @@ START_TEST(bf16_acts_keep_bits) {
         {"--params", "nvme", "--grads", "host", "--optimizer", "nvme", "--prefetch", "1", "--recompute", "1", NULL},
     };
     if (!matmul_act16(64)) fprintf(stderr, "bf16_acts_keep_bits: no FMA here: both runs keep FP32 activations\n");
-    for (int c = 0; c < 3; c++) // tiny (head size 16); its MLP in chunks; two heads of 32
+    for (int c = 0; c < 4; c++) // tiny (head size 16); its MLP in chunks; two heads of 32; 1280 wide
         for (int i = 0; i < 5; i++) {
-            const char *const *base = c == 2 ? base_bf16_hs32 : base_bf16;
+            if (c == 3 && i == 2) continue; // (the budget is tiny's)
+            const char *const *base = c == 3 ? base_bf16_wide : c == 2 ? base_bf16_hs32 : base_bf16;
             run_t a = train(base, settings[i], c == 1 ? chunked : NULL), b = train(base, settings[i], c == 1 ? fp32_chunked : fp32);
             char *fa = fingerprint(&a), *fb = fingerprint(&b);
             ck_assert_msg(!strcmp(fa, fb), "setting %d (%s %s%s): BF16 activations changed the bits:\n  BF16: %s\n  FP32: %s",
-                          i, settings[i][0], settings[i][1], c == 1 ? ", the MLP in chunks" : c == 2 ? ", heads of 32" : "",
-                          fa, fb);
+                          i, settings[i][0], settings[i][1],
+                          c == 1 ? ", the MLP in chunks" : c == 2 ? ", heads of 32" : c == 3 ? ", 1280 wide" : "", fa, fb);
             if (i == 2 && !c) { // halves in the FP32 storage (the same bytes: never as BF16), and words stored as BF16
                 ck_assert_msg(strstr(a.out, "2 of 2 blocks keep") && (strstr(a.out, ", as BF16)") == NULL) == (matmul_act16(64) != 0),
                               "%s", a.out);
                 ck_assert_msg(strstr(b.out, "2 of 2 blocks keep") && strstr(b.out, ", as BF16)"), "%s", b.out);
+            }
+            if (c == 3 && i == 0) { // the halves took less of the device, where the products take them
+                const unsigned long long pa = summary_u64(&a, "peak_device_bytes"), pb = summary_u64(&b, "peak_device_bytes");
+                ck_assert_msg((pa < pb) == (matmul_act16(1280) != 0),
+                              "1280 wide: the device's peak %llu with BF16 activations, %llu with FP32", pa, pb);
             }
             free(fa);
             free(fb);
@@ -1198,7 +1211,7 @@ START_TEST(plan_names_bf16_activations) {
     static const char *const said[3] = {" (activations as BF16 halves)",
                                         " (the norms' outputs and the MLP's as BF16 halves; attention's as FP32 words: "
                                         "its halves need a head size up to 256, on a GPU an even one up to 128)",
-                                        " (activations as FP32 words: BF16 halves need FMA or AMX and a width up to 1024, "
+                                        " (activations as FP32 words: BF16 halves need FMA (with AMX tiles a width up to 1024) "
                                         "or a GPU)"};
     for (int c = 0; c < 4; c++) { // a GPU; a GPU with TT_TEST_FP32_ACTS; this CPU; fp32 mode
         cfg.device = c < 2 ? DEVICE_CUDA : DEVICE_CPU;
