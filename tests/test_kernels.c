@@ -858,11 +858,10 @@ END_TEST
 // blocks: through their FP32 buffer); a width of 600 and an F of 1100 at 1100 rows (that
 // buffer's pieces across both rows and columns); widths of 2500 and 4096, which only the FMA
 // kernels take (AMX tiles take a BF16 output over at most 1024: there matmul_act16 says 0);
-// every mix of BF16
-// and FP32 input and output the forward products take, and of BF16 and FP32 operands the
-// shared weight gradients take; gradients with and without accumulation and rounding. Without
-// FMA (kernels_limit_simd(0): OpenBLAS) each product declines and writes nothing, as it does
-// on AMX tiles for a BF16 output over an inner dimension of 1025.
+// every mix of BF16 and FP32 input and output the forward products take, and of BF16 and FP32
+// operands the shared weight gradients take; gradients with and without accumulation and
+// rounding. Without FMA (kernels_limit_simd(0): OpenBLAS) each product declines and writes
+// nothing, as it does on AMX tiles for a BF16 output over an inner dimension of 1025.
 static uint16_t *h16_of(const float *x, size_t n) {
     uint16_t *h = malloc((n ? n : 1) * sizeof *h);
     ck_assert_ptr_nonnull(h);
