@@ -260,6 +260,29 @@ int checkpoint_info(const char *dir, ckpt_info_t *info, char *err, size_t errlen
         goto bad;
     info->warmup = (int)warm;
     info->steps = (int)steps;
+    int64_t batch = 0, accum = 0;
+    const json_t *opt = NULL;
+    if ((rc = json_get_int64(root, "batch", 1, 65536, &batch, err, errlen)) != 0 ||
+        (rc = json_get_int64(root, "accum", 1, 65536, &accum, err, errlen)) != 0 ||
+        (rc = json_get_object(root, "optimizer", &opt, err, errlen)) != 0 ||
+        (rc = json_get_double(opt, "beta1", &info->beta1, err, errlen)) != 0 ||
+        (rc = json_get_double(opt, "beta2", &info->beta2, err, errlen)) != 0 ||
+        (rc = json_get_double(opt, "eps", &info->eps, err, errlen)) != 0 ||
+        (rc = json_get_double(opt, "wd", &info->wd, err, errlen)) != 0 ||
+        (rc = json_get_double(opt, "clip", &info->clip, err, errlen)) != 0)
+        goto bad;
+    info->B = (int)batch;
+    info->accum = (int)accum;
+    int64_t ranks = 0;
+    if (json_get(root, "ranks") && (rc = json_get_int64(root, "ranks", 1, 65536, &ranks, err, errlen)) != 0) goto bad;
+    info->ranks = (int)ranks;
+    if (!(info->lr > 0) || !(info->min_lr >= 0) || !(info->beta1 >= 0 && info->beta1 < 1) ||
+        !(info->beta2 >= 0 && info->beta2 < 1) || !(info->eps > 0) || !(info->wd >= 0) || !(info->clip >= 0)) {
+        ERR("%s: the training settings are out of range (lr %g, min_lr %g, beta1 %g, beta2 %g, eps %g, wd %g, clip %g)",
+            path, info->lr, info->min_lr, info->beta1, info->beta2, info->eps, info->wd, info->clip);
+        rc = -EINVAL;
+        goto bad;
+    }
     if (C % NH || NH % NKV || (C / NH) % 2 || !(info->rope_theta > 0) || !(info->norm_eps > 0)) {
         ERR("%s: the model's shape is inconsistent (dim %lld, heads %lld, kv_heads %lld)", path, (long long)C,
             (long long)NH, (long long)NKV);
@@ -535,6 +558,7 @@ static int write_state_json(const trainer_t *tr, const data_t *d, int step, uint
     snprintf(text, sizeof text,
              "{\n  \"format\": \"%s\",\n  \"version\": %d,\n  \"step\": %d,\n  \"params_hash\": \"%016llx\",\n"
              "  \"train_pos\": %llu,\n  \"val_pos\": %llu,\n  \"data\": %s,\n  \"batch\": %d,\n  \"accum\": %d,\n"
+             "  \"ranks\": %d,\n"
              "  \"seed\": %llu,\n  \"rng\": \"none: training draws no random numbers after init\",\n"
              "  \"model_dtype\": \"%s\",\n"
              "  \"schedule\": {\"lr\": %.17g, \"min_lr\": %.17g, \"warmup\": %d, \"steps\": %d},\n"
@@ -545,7 +569,7 @@ static int write_state_json(const trainer_t *tr, const data_t *d, int step, uint
              "  \"checksums\": \"crc32c\",\n  \"config_crc32c\": \"%08x\",\n  ",
              CKPT_FORMAT, CKPT_VERSION, step, (unsigned long long)hash,
              (unsigned long long)(d ? data_position(d, DATA_TRAIN) : 0),
-             (unsigned long long)(d ? data_position(d, DATA_VAL) : 0), data, c->B, c->accum,
+             (unsigned long long)(d ? data_position(d, DATA_VAL) : 0), data, c->B, c->accum, trainer_ranks(tr),
              (unsigned long long)c->seed, c->save_bf16 ? "BF16" : "F32", c->lr, c->min_lr, c->warmup, c->steps,
              c->beta1, c->beta2, c->eps, c->wd, c->clip, m->L, m->C, m->NH, m->NKV, m->F, m->V, m->T, m->tie,
              m->rope_theta, rs, c->norm_eps, c->precision == PREC_FP32 ? "fp32" : "bf16", config_crc);

@@ -35,8 +35,11 @@ typedef struct {
     precision_t precision;
     int model_bf16;           // model.safetensors holds BF16 (the master is in the optimizer file)
     char data[TT_PATH_MAX];   // the training data source it was saved with
+    int B, accum;             // its --batch and --accum (each rank's)
+    int ranks;                // the world that saved it (0: not recorded, in folders saved before 2026-12-08)
     double lr, min_lr;        // the learning-rate schedule it was trained with
     int warmup, steps;
+    double beta1, beta2, eps, wd, clip; // its AdamW settings and gradient clipping
 } ckpt_info_t;
 
 // Resolves a --resume argument: a checkpoint folder (has state.json), a --save directory

@@ -450,8 +450,11 @@ static void check_shape(const config_t *c) {
 // --resume (train, plan): the model is the checkpoint's where the run does not say otherwise.
 // A shape flag, --seq or --tie (or --model, for all of them), --rope-theta, --norm-eps or
 // --precision given keeps the run's value, which must then agree: train refuses a difference
-// naming the first flag (checkpoint_check_config), as before. A folder that cannot be read
-// changes nothing here: train reads it again and says why.
+// naming the first flag (checkpoint_check_config), as before. So is the training recipe — the
+// data, --batch, --accum, the schedule (--steps included: the run continues to its end) and
+// AdamW's settings — where no flag gives it; one given may differ (train says so: the run is
+// then not the one that saved it). A folder that cannot be read changes nothing here: train
+// reads it again and says why.
 static void apply_resume(config_t *cfg, const parsed_t *ps) {
     ckpt_info_t *info = calloc(1, sizeof *info);
     char dir[TT_PATH_MAX], err[1024];
@@ -480,6 +483,28 @@ static void apply_resume(config_t *cfg, const parsed_t *ps) {
         if (!seen(ps, "norm-eps")) cfg->norm_eps = info->norm_eps;
         if (!seen(ps, "precision")) cfg->precision = info->precision;
         cfg->model_resumed = !preset;
+        const struct { const char *flag; int *dst, val; } recipe_ints[] = {
+            {"batch", &cfg->B, info->B}, {"warmup", &cfg->warmup, info->warmup}, {"steps", &cfg->steps, info->steps},
+        };
+        for (size_t i = 0; i < sizeof recipe_ints / sizeof recipe_ints[0]; i++)
+            if (!seen(ps, recipe_ints[i].flag)) *recipe_ints[i].dst = recipe_ints[i].val;
+        // --accum is each rank's: the step's micro-batches (accum × ranks) are kept on another
+        // world size where it divides them (a folder that does not record its world keeps the flag's)
+        const int world = cfg->command == CMD_PLAN ? (cfg->ranks > 1 ? cfg->ranks : 1) : comm_size(w);
+        const int mbs = info->accum * info->ranks;
+        if (!seen(ps, "accum") && info->ranks > 0) cfg->accum = mbs % world == 0 ? mbs / world : info->accum;
+        const struct { const char *flag; double *dst, val; } recipe[] = {
+            {"lr", &cfg->lr, info->lr},          {"min-lr", &cfg->min_lr, info->min_lr}, {"beta1", &cfg->beta1, info->beta1},
+            {"beta2", &cfg->beta2, info->beta2}, {"eps", &cfg->eps, info->eps},          {"wd", &cfg->wd, info->wd},
+            {"clip", &cfg->clip, info->clip},
+        };
+        for (size_t i = 0; i < sizeof recipe / sizeof recipe[0]; i++)
+            if (!seen(ps, recipe[i].flag)) *recipe[i].dst = recipe[i].val;
+        struct stat st;
+        if (!seen(ps, "data") && strcmp(info->data, "synthetic") != 0 && stat(info->data, &st) != 0)
+            usage_error("--resume %s: the data it was trained on, %s: %s (give --data FILE: that file where it is now, "
+                        "or other data to go on with)", cfg->resume, info->data, strerror(errno));
+        if (!seen(ps, "data")) snprintf(cfg->data, sizeof cfg->data, "%s", info->data);
     }
     free(info);
 }

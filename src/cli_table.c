@@ -210,8 +210,9 @@ const flag_t cli_flags[] = {
              "optimizer state)"},
     {.name = "resume", .metavar = "DIR", .kind = FK_STRING, FIELD(resume), .def = "", .def_show = "none",
      .accepts = "a checkpoint folder, a --save directory, or DIR/latest", .group = G_OUTPUT, .cmds = TPE,
-     .help = "continue from a checkpoint, with its model (no shape flags needed; bit-exact: same losses and "
-             "params_hash as an uninterrupted run); eval: the checkpoint to evaluate"},
+     .help = "continue from a checkpoint, with its model and, where no flag says otherwise, its data, --batch, "
+             "--accum, schedule and AdamW settings (no flags needed; bit-exact: same losses and params_hash as an "
+             "uninterrupted run); eval: the checkpoint to evaluate"},
     {.name = "init-from", .metavar = "DIR", .kind = FK_STRING, FIELD(init_from), .def = "", .def_show = "none",
      .accepts = "a Hugging Face Llama folder: config.json and model.safetensors, or shards with "
                 "model.safetensors.index.json", .group = G_OUTPUT, .cmds = TPE,

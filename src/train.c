@@ -478,6 +478,44 @@ static void log_drop(run_t *r) {
     if (r->log_made) unlink(r->cfg.log_path);
 }
 
+// The training settings a resumed run gives with values other than the checkpoint's (cli.c
+// takes the checkpoint's where no flag is given), as "--lr 0.002 (the checkpoint's 0.001),
+// ..." in out. Returns how many.
+static int recipe_diff(const ckpt_info_t *ck, const config_t *c, char *out, size_t len) {
+    const struct { const char *flag; double run, ck; } f[] = {
+        {"--batch", c->B, ck->B},       {"--lr", c->lr, ck->lr},          {"--min-lr", c->min_lr, ck->min_lr},
+        {"--warmup", c->warmup, ck->warmup}, {"--steps", c->steps, ck->steps}, {"--beta1", c->beta1, ck->beta1},
+        {"--beta2", c->beta2, ck->beta2}, {"--eps", c->eps, ck->eps},      {"--wd", c->wd, ck->wd},
+        {"--clip", c->clip, ck->clip},
+    };
+    size_t n = 0;
+    int count = 0;
+    out[0] = 0;
+    const int synth_run = strcmp(c->data, "synthetic") == 0, synth_ck = strcmp(ck->data, "synthetic") == 0;
+    if (synth_run != synth_ck || (!synth_run && !path_same_file(c->data, ck->data))) {
+        n += (size_t)snprintf(out, len, "--data %.300s (the checkpoint's %.300s)", c->data, ck->data);
+        count++;
+    }
+    // --accum is each rank's: what counts is the step's micro-batches, accum × ranks
+    const int world = c->ranks > 1 ? c->ranks : 1, ck_world = ck->ranks > 0 ? ck->ranks : world;
+    if ((long long)c->accum * world != (long long)ck->accum * ck_world) {
+        if (world == ck_world)
+            n += (size_t)snprintf(out + n, len - n, "%s--accum %d (the checkpoint's %d)", count ? ", " : "", c->accum,
+                                  ck->accum);
+        else
+            n += (size_t)snprintf(out + n, len - n, "%s--accum %d on %d ranks (the checkpoint's %d on %d)",
+                                  count ? ", " : "", c->accum, world, ck->accum, ck_world);
+        count++;
+    }
+    for (size_t i = 0; i < sizeof f / sizeof f[0] && n < len; i++)
+        if (f[i].run != f[i].ck) {
+            n += (size_t)snprintf(out + n, len - n, "%s%s %g (the checkpoint's %g)", count ? ", " : "", f[i].flag,
+                                  f[i].run, f[i].ck);
+            count++;
+        }
+    return count;
+}
+
 // --resume: the checkpoint's states into the trainer, its data positions into the data.
 static void run_resume(run_t *r) {
     const config_t *cfg = &r->cfg;
@@ -490,12 +528,10 @@ static void run_resume(run_t *r) {
     if (rc != 0) agreed_error(load_rc(rc), "--resume %s: %s", cfg->resume, err);
     printf("resumed: %s at step %d (params_hash %s, %.1f s)\n", r->ck.dir, r->ck.step, r->ck.params_hash,
            (now_ms() - t0) / 1e3);
-    // allowed, but then the run is not the one the checkpoint came from: say so
-    const ckpt_info_t *ck = &r->ck;
-    if (ck->lr != cfg->lr || ck->min_lr != cfg->min_lr || ck->warmup != cfg->warmup || ck->steps != cfg->steps)
-        notice("--resume %s: the checkpoint was trained with --lr %g --min-lr %g --warmup %d --steps %d; this run's "
-               "schedule differs, so its learning rates differ from the run that saved it",
-               cfg->resume, ck->lr, ck->min_lr, ck->warmup, ck->steps);
+    char diff[2048];
+    if (recipe_diff(&r->ck, cfg, diff, sizeof diff)) // allowed, but then say so
+        notice("--resume %s: this run's %s: not the settings of the run that saved it (without these flags the run "
+               "takes the checkpoint's)", cfg->resume, diff);
 }
 
 // --init-from: the folder's weights into the trainer (the optimizer state stays zero).

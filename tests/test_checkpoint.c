@@ -536,6 +536,91 @@ START_TEST(save_between_updates) {
 }
 END_TEST
 
+// A resumed run takes the checkpoint's training recipe where no flag gives it — the data, the
+// batch, the schedule to its --steps and AdamW's settings, none of them the defaults here — so
+// `--resume FOLDER` alone continues the saved run bit for bit. A flag given with another value
+// is said in one notice; data that moved is refused, naming it.
+START_TEST(resume_takes_recipe) {
+    static const char *const recipe[] = {"--batch", "3", "--accum", "2", "--lr", "3e-3", "--min-lr", "2e-4",
+                                         "--warmup", "2", "--beta1", "0.8", "--beta2", "0.99", "--eps", "1e-6",
+                                         "--wd", "0.02", "--clip", "0.5", "--steps", "5", NULL};
+    static const char *const run_only[] = {"--device", "cpu", "--threads", "1", "--eval-every", "5",
+                                           "--eval-batches", "1", "--quiet", NULL};
+    char data[1200], moved[1200], dir[1200], folder[1300], want[4096];
+    snprintf(data, sizeof data, "%s/text.txt", tmp);
+    snprintf(moved, sizeof moved, "%s/moved.txt", tmp);
+    snprintf(dir, sizeof dir, "%s/ck", tmp);
+    snprintf(folder, sizeof folder, "%s/step-%08d", dir, K_STEP);
+    FILE *f = fopen(data, "w");
+    ck_assert(f);
+    for (int i = 0; i < 400; i++) fprintf(f, "line %d of the data a resumed run must find again.\n", i * 7919 % 1000);
+    ck_assert_int_eq(fclose(f), 0);
+    args_t *a = malloc(sizeof *a);
+
+    train_args(a, run_only);
+    arg(a, "--model=tiny");
+    argf(a, "--data=%s", data);
+    args(a, recipe);
+    run_t ref = run(a, NULL);
+    ck_ok(ref);
+    train_args(a, run_only);
+    arg(a, "--model=tiny");
+    argf(a, "--data=%s", data);
+    args(a, recipe);
+    argf(a, "--save=%s", dir);
+    argf(a, "--save-every=%d", K_STEP);
+    run_t sv = run(a, NULL);
+    ck_ok(sv);
+    ck_same_steps(&ref, &sv, 1, N_STEPS, 1, "saving every 2 steps");
+
+    train_args(a, run_only);
+    argf(a, "--resume=%s", folder);
+    run_t r = run(a, NULL);
+    ck_ok(r);
+    ck_same_steps(&ref, &r, K_STEP + 1, N_STEPS, 1, "--resume alone");
+    ck_assert_msg(!strstr(r.err, "not the settings"), "--resume alone: a notice of other settings:\n%s", r.err);
+    run_free(&r);
+
+    // two flags with other values: one notice naming both, in the flag table's order
+    static const char *const other[] = {"--wd", "0.05", "--steps", "6", NULL};
+    train_args(a, run_only);
+    args(a, other);
+    argf(a, "--resume=%s", folder);
+    r = run(a, NULL);
+    ck_ok(r);
+    snprintf(want, sizeof want, "tiertrain: --resume %s: this run's --steps 6 (the checkpoint's 5), --wd 0.05 (the "
+             "checkpoint's 0.02): not the settings of the run that saved it (without these flags the run takes the "
+             "checkpoint's)\n", folder);
+    ck_assert_msg(strstr(r.err, want), "want the line\n%sin stderr:\n%s", want, r.err);
+    ck_assert_msg(strcmp(r.hash, ref.hash) != 0, "--wd 0.05: the saved run's params_hash %s all the same", r.hash);
+    run_free(&r);
+
+    // the data moved: refused, naming it; given where it is now, the same bits (and a notice:
+    // the path is not the one the checkpoint names)
+    ck_assert_int_eq(rename(data, moved), 0);
+    train_args(a, run_only);
+    argf(a, "--resume=%s", folder);
+    r = run(a, NULL);
+    ck_refused(&r, "the data moved", 1);
+    snprintf(want, sizeof want, "tiertrain: --resume %s: the data it was trained on, %s: No such file or directory "
+             "(give --data FILE: that file where it is now, or other data to go on with)\n", folder, data);
+    ck_assert_str_eq(r.err, want);
+    run_free(&r);
+    train_args(a, run_only);
+    argf(a, "--data=%s", moved);
+    argf(a, "--resume=%s", folder);
+    r = run(a, NULL);
+    ck_ok(r);
+    ck_same_steps(&ref, &r, K_STEP + 1, N_STEPS, 1, "--resume with the moved data");
+    snprintf(want, sizeof want, "this run's --data %s (the checkpoint's %s): not the settings", moved, data);
+    ck_assert_msg(strstr(r.err, want), "want \"%s\" in stderr:\n%s", want, r.err);
+    run_free(&r);
+    run_free(&sv);
+    run_free(&ref);
+    free(a);
+}
+END_TEST
+
 // ---------------------------------------------------------------- refusals
 
 // The checkpoint the refusals and bad files resume from: tiny at --seq 16, bf16, step 2.
@@ -2176,6 +2261,7 @@ int main(void) {
     tcase_set_timeout(res, 60 * slow);
     tcase_add_loop_test(res, resume_bit_exact, 0, NRESUME);
     tcase_add_test(res, save_between_updates);
+    tcase_add_test(res, resume_takes_recipe);
     suite_add_tcase(s, res);
 
     TCase *ref = tcase_create("refusals");
