@@ -327,10 +327,13 @@ int checkpoint_info(const char *dir, ckpt_info_t *info, char *err, size_t errlen
     free(text);
     text = NULL;
     if (rc != 0) return -EINVAL;
-    int64_t hs = 0, layers = 0;
+    int64_t hs = 0, layers = 0, max_pos = info->T;
     if ((rc = json_get_int64(root, "hidden_size", 1, 1 << 20, &hs, err, errlen)) != 0 ||
-        (rc = json_get_int64(root, "num_hidden_layers", 1, 4096, &layers, err, errlen)) != 0)
+        (rc = json_get_int64(root, "num_hidden_layers", 1, 4096, &layers, err, errlen)) != 0 ||
+        (json_get(root, "max_position_embeddings") &&
+         (rc = json_get_int64(root, "max_position_embeddings", 1, 1 << 30, &max_pos, err, errlen)) != 0))
         goto bad;
+    info->max_pos = (int)max_pos;
     if (hs != C || layers != L) {
         ERR("%s: hidden_size %lld / num_hidden_layers %lld disagree with state.json (%lld / %lld)", path,
             (long long)hs, (long long)layers, (long long)C, (long long)L);
@@ -530,6 +533,8 @@ static int write_files(trainer_t *tr, const char *model_path, const char *opt_pa
 static int write_config_json(const trainer_t *tr, const char *path, int bf16, const char *ids, uint32_t *crc,
                              char *err, size_t errlen) {
     const model_t *m = trainer_model(tr);
+    // the context the model was made for: a fine-tune at a shorter --seq keeps its folder's
+    const int max_pos = trainer_config(tr)->max_pos > m->T ? trainer_config(tr)->max_pos : m->T;
     char text[4096], rs[512]; // at most about 1.5 KiB: the fields, rope_scaling and the token ids
     hf_rope_scaling_json(&m->rope_scaling, rs, sizeof rs);
     snprintf(text, sizeof text,
@@ -540,7 +545,7 @@ static int write_config_json(const trainer_t *tr, const char *path, int bf16, co
              "  \"tie_word_embeddings\": %s,\n  \"max_position_embeddings\": %d,\n  \"hidden_act\": \"silu\",\n"
              "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n%s  \"torch_dtype\": \"%s\"\n}\n",
              m->C, m->F, m->L, m->NH, m->NKV, m->HS, m->V, (double)m->norm_eps, m->rope_theta, rs,
-             m->tie ? "true" : "false", m->T, ids, bf16 ? "bfloat16" : "float32");
+             m->tie ? "true" : "false", max_pos, ids, bf16 ? "bfloat16" : "float32");
     *crc = crc32c(0, text, strlen(text));
     return write_text(path, text, err, errlen);
 }

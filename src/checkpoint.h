@@ -30,6 +30,7 @@ typedef struct {
     uint32_t config_crc;      // config.json's (version 2)
     // the model (config.json / state.json)
     int L, C, NH, NKV, F, V, T, tie;
+    int max_pos;              // config.json's max_position_embeddings (T where it has none)
     double rope_theta, norm_eps;
     rope_scaling_t rope_scaling; // state.json's model (none in folders saved before it was written)
     precision_t precision;

@@ -482,6 +482,7 @@ static void apply_resume(config_t *cfg, const parsed_t *ps) {
         cfg->rope_scaling = info->rope_scaling; // no flag says otherwise
         if (!seen(ps, "norm-eps")) cfg->norm_eps = info->norm_eps;
         if (!seen(ps, "precision")) cfg->precision = info->precision;
+        cfg->max_pos = info->max_pos;
         cfg->model_resumed = !preset;
         const struct { const char *flag; int *dst, val; } recipe_ints[] = {
             {"batch", &cfg->B, info->B}, {"warmup", &cfg->warmup, info->warmup}, {"steps", &cfg->steps, info->steps},
@@ -557,6 +558,7 @@ static void apply_init_from(config_t *cfg, const parsed_t *ps) {
     cfg->rope_theta = hc.rope_theta;
     cfg->rope_scaling = hc.rope_scaling;
     cfg->norm_eps = hc.norm_eps;
+    cfg->max_pos = hc.max_pos;
     if (!seen(ps, "seq")) cfg->T = hc.max_pos < 1024 ? hc.max_pos : 1024;
     else if (cfg->T > hc.max_pos)
         usage_error("--seq %d: over max_position_embeddings %d of %s/config.json (the model was not trained for longer "

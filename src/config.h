@@ -44,6 +44,8 @@ typedef struct {
     int F;                   // --ffn
     int V;                   // --vocab
     int T;                   // --seq
+    int max_pos;             // no flag: the context a saved config.json states (max_position_embeddings) where
+                             // over --seq: --init-from's folder's or --resume's checkpoint's (0: --seq)
     int tie;                 // --tie: LM head shares the embedding
     double rope_theta;       // --rope-theta (10000)
     rope_scaling_t rope_scaling; // no flag: --init-from's config.json rope_scaling, or --resume's checkpoint's

@@ -215,11 +215,26 @@ START_TEST(round_trip) {
              folder, hash);
     ck_assert_msg(strstr(r.out, said), "want \"%s\" in:\n%s", said, r.out);
     ck_assert_msg(!strstr(r.err, "checksums"), "%s", r.err);
-    // the folder's own config.json gave the shape: seq 16 from max_position_embeddings
     ck_assert_msg(strstr(r.out, "seq 16,"), "%s", r.out);
+    // trained at --seq 16, the checkpoint keeps the fixture's context (max_position_embeddings
+    // 64), and so does a checkpoint of a run resumed from it
+    char config[1400], save2[1200];
+    snprintf(config, sizeof config, "%s/config.json", folder);
+    char *cj = tu_slurp(config);
+    ck_assert_msg(cj && strstr(cj, "\"max_position_embeddings\": 64,"), "%s: %s", config, cj ? cj : "unreadable");
+    free(cj);
+    snprintf(save2, sizeof save2, "%s/save2", tmp);
+    const char *resumed[] = {"--resume", folder, "--steps", "7", "--save", save2, NULL};
+    run_t r2 = run("train", resumed);
+    ck_assert_msg(r2.rc == 0, "train exit %d:\n%s", r2.rc, r2.err);
+    snprintf(config, sizeof config, "%s/step-00000007/config.json", save2);
+    cj = tu_slurp(config);
+    ck_assert_msg(cj && strstr(cj, "\"max_position_embeddings\": 64,"), "%s: %s", config, cj ? cj : "unreadable");
+    free(cj);
     free(st);
     run_free(&t);
     run_free(&r);
+    run_free(&r2);
 }
 END_TEST
 
