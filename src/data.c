@@ -422,7 +422,8 @@ int data_open(data_t **out, const config_t *cfg, char *err, size_t errlen) {
             if (t >= (unsigned)cfg->V && bad == count) bad = i;
             if (t > maxtok) maxtok = t;
         }
-        if (bad < count && cfg->command == CMD_EVAL) // the vocabulary is the checkpoint's, no flag's
+        // the vocabulary is the checkpoint's or the folder's, no flag's
+        if (bad < count && (cfg->command == CMD_EVAL || cfg->resume[0] || cfg->init_from[0]))
             return fail(d, -EINVAL, err, errlen, "--data %s: token %u at index %zu is outside the model's vocabulary of "
                         "%d (the file's largest token is %u: give data tokenized for this model)", path,
                         token_at(d, bad), bad, cfg->V, maxtok);

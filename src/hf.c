@@ -64,12 +64,19 @@ int hf_rope_scaling_read(const json_t *root, const char *path, rope_scaling_t *s
     }
     s->type = strcmp(type, "llama3") == 0 ? ROPE_LLAMA3 : ROPE_LINEAR;
     int64_t orig = 0;
-    if (json_get_double(v, "factor", &s->factor, err, errlen) != 0) return -EINVAL;
-    if (s->type == ROPE_LLAMA3 &&
-        (json_get_double(v, "low_freq_factor", &s->low_freq, err, errlen) != 0 ||
-         json_get_double(v, "high_freq_factor", &s->high_freq, err, errlen) != 0 ||
-         json_get_int64(v, "original_max_position_embeddings", 1, 1 << 30, &orig, err, errlen) != 0))
+    char e2[256];
+    if (json_get_double(v, "factor", &s->factor, e2, sizeof e2) != 0 ||
+        (s->type == ROPE_LLAMA3 &&
+         (json_get_double(v, "low_freq_factor", &s->low_freq, e2, sizeof e2) != 0 ||
+          json_get_double(v, "high_freq_factor", &s->high_freq, e2, sizeof e2) != 0 ||
+          json_get_int64(v, "original_max_position_embeddings", 1, 1 << 30, &orig, e2, sizeof e2) != 0))) {
+        const size_t pl = strlen(path); // the JSON error starts with the file's name, said once here
+        const char *why = strncmp(e2, path, pl) == 0 && e2[pl] == ':' ? e2 + pl + 1 + (e2[pl + 1] == ' ') : e2;
+        ERR("%.400s: rope_scaling (rope_type %s): %s (accepted: %s)", path, type, why,
+            s->type == ROPE_LLAMA3 ? "factor, low_freq_factor, high_freq_factor and original_max_position_embeddings"
+                                   : "a factor");
         return -EINVAL;
+    }
     s->orig_ctx = (int)orig;
     if (!(s->factor > 0 && isfinite(s->factor))) {
         ERR("%.400s: rope_scaling factor %g (accepted: a positive number)", path, s->factor);

@@ -393,10 +393,10 @@ END_TEST
 // ---------------------------------------------------------------- refusals
 
 enum { R_DTYPE, R_MISSING, R_SHAPE, R_FLAG, R_ROPE_SCALING, R_ROPE_BANDS, R_ROPE_FIELD, R_BIAS, R_RESUME, R_MODEL,
-       R_TYPE, R_NAN, R_INF, NREFUSE };
+       R_TYPE, R_NAN, R_INF, R_VOCAB, NREFUSE };
 
 START_TEST(refusals) {
-    char dir[1200], file[1300], want[2048];
+    char dir[1200], file[1300], want[2048], bin[1300] = "";
     snprintf(dir, sizeof dir, "%s/hf", tmp);
     copy_folder(FIXTURE, dir);
     const char *extra[8] = {NULL};
@@ -439,7 +439,8 @@ START_TEST(refusals) {
         break;
     case R_ROPE_FIELD:
         edit_config(dir, "\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}");
-        says = "low_freq_factor";
+        says = "/config.json: rope_scaling (rope_type llama3): missing key 'low_freq_factor' in the object at byte 369 "
+               "(accepted: factor, low_freq_factor, high_freq_factor and original_max_position_embeddings)\n";
         break;
     case R_BIAS:
         edit_config(dir, "\"attention_bias\": false", "\"attention_bias\": true");
@@ -461,6 +462,18 @@ START_TEST(refusals) {
         edit_config(dir, "\"model_type\": \"llama\"", "\"model_type\": \"gpt2\"");
         says = "/config.json: model_type \"gpt2\" (accepted: \"llama\"; this is a Llama trainer)\n";
         break;
+    case R_VOCAB: { // tokens beyond the folder's vocabulary: no --vocab can help, so none is advised
+        snprintf(bin, sizeof bin, "%s/tokens.bin", tmp);
+        int32_t hdr[256] = {20240520, 1, 4096};
+        uint16_t tok[4096];
+        for (int i = 0; i < 4096; i++) tok[i] = (uint16_t)(i == 1 ? 300 : i % 256);
+        FILE *f = fopen(bin, "wb");
+        ck_assert(f && fwrite(hdr, sizeof hdr, 1, f) == 1 && fwrite(tok, sizeof tok, 1, f) == 1 && fclose(f) == 0);
+        snprintf(want, sizeof want, "--data %s: token 300 at index 1 is outside the model's vocabulary of 256 (the "
+                 "file's largest token is 300: give data tokenized for this model)\n", bin);
+        says = want;
+        break;
+    }
     case R_NAN: // a NaN mid-tensor: the element named, in the whole tensor
     case R_INF: // -inf in the last element
         snprintf(file, sizeof file, "%s/model-00002-of-00002.safetensors", dir);
@@ -472,7 +485,7 @@ START_TEST(refusals) {
         says = want;
         break;
     }
-    const char *data = data_file();
+    const char *data = bin[0] ? bin : data_file();
     const char *args[16] = {"--init-from", dir, "--data", data, "--steps", "1", "--eval-every", "0"};
     int n = 8;
     for (int i = 0; extra[i]; i++) args[n++] = extra[i];
