@@ -245,14 +245,30 @@ static int files_open(hf_files_t *f, const char *dir, const char *name, char *er
     return i;
 }
 
-// The weight files: the index's shards, each opened, or model.safetensors alone.
+// The weight files: model.safetensors alone where the folder has it (transformers reads it
+// first, so a folder with both reads the same weights there as here), else the index's
+// shards, each opened. PyTorch's pickled weights are refused by name.
 static int files_init(hf_files_t *f, const char *dir, json_t **index, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
     *index = NULL;
-    char path[TT_PATH_MAX + 64];
+    char path[TT_PATH_MAX + 64], single[TT_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    snprintf(single, sizeof single, "%s/model.safetensors", dir);
     struct stat st;
-    if (stat(path, &st) != 0) {
+    const int has_index = stat(path, &st) == 0, has_single = stat(single, &st) == 0;
+    static const char *const pickled[] = {"pytorch_model.bin", "pytorch_model.bin.index.json"};
+    for (int k = 0; k < 2 && !has_index && !has_single; k++) {
+        char bin[TT_PATH_MAX + 64];
+        snprintf(bin, sizeof bin, "%s/%s", dir, pickled[k]);
+        if (stat(bin, &st) != 0) continue;
+        ERR("--init-from %s: holds PyTorch's pickled weights (%s), not safetensors (convert the folder: in "
+            "transformers, model.save_pretrained(DIR, safe_serialization=True))", dir, pickled[k]);
+        return -EINVAL;
+    }
+    if (has_index && has_single)
+        notice("--init-from %s: has model.safetensors and model.safetensors.index.json: reading model.safetensors, "
+               "as transformers does", dir);
+    if (!has_index || has_single) {
         int i = files_open(f, dir, "model.safetensors", err, errlen);
         return i < 0 ? i : 0;
     }

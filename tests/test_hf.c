@@ -79,6 +79,16 @@ static int number_after(const char *s, const char *key, char *out, size_t cap) {
     return n > 0;
 }
 
+static void copy_file(const char *a, const char *b) {
+    FILE *in = fopen(a, "rb"), *out = fopen(b, "wb");
+    ck_assert_msg(in && out, "copy %s -> %s", a, b);
+    char buf[1 << 16];
+    size_t k;
+    while ((k = fread(buf, 1, sizeof buf, in)) > 0) ck_assert(fwrite(buf, 1, k, out) == k);
+    fclose(in);
+    ck_assert_int_eq(fclose(out), 0);
+}
+
 static void copy_folder(const char *from, const char *to) {
     ck_assert_int_eq(mkdir(to, 0755), 0);
     static const char *const files[] = {"config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors",
@@ -87,13 +97,7 @@ static void copy_folder(const char *from, const char *to) {
         char a[1200], b[1200];
         snprintf(a, sizeof a, "%s/%s", from, files[i]);
         snprintf(b, sizeof b, "%s/%s", to, files[i]);
-        FILE *in = fopen(a, "rb"), *out = fopen(b, "wb");
-        ck_assert_msg(in && out, "copy %s -> %s", a, b);
-        char buf[1 << 16];
-        size_t k;
-        while ((k = fread(buf, 1, sizeof buf, in)) > 0) ck_assert(fwrite(buf, 1, k, out) == k);
-        fclose(in);
-        ck_assert_int_eq(fclose(out), 0);
+        copy_file(a, b);
     }
 }
 
@@ -216,6 +220,25 @@ START_TEST(round_trip) {
     ck_assert_msg(strstr(r.out, said), "want \"%s\" in:\n%s", said, r.out);
     ck_assert_msg(!strstr(r.err, "checksums"), "%s", r.err);
     ck_assert_msg(strstr(r.out, "seq 16,"), "%s", r.out);
+    // a folder with both forms (the fixture's shards and index, and the checkpoint's
+    // model.safetensors) reads model.safetensors, as transformers does, and says so
+    char both[1200], from[1400], to[1400];
+    snprintf(both, sizeof both, "%s/both", tmp);
+    copy_folder(FIXTURE, both);
+    snprintf(from, sizeof from, "%s/model.safetensors", folder);
+    snprintf(to, sizeof to, "%s/model.safetensors", both);
+    copy_file(from, to);
+    const char *mixed[] = {"--init-from", both, "--data", data, "--batch", "2", "--steps", "1", "--eval-every", "0",
+                           NULL};
+    run_t rb = run("train", mixed);
+    ck_assert_msg(rb.rc == 0, "train exit %d:\n%s", rb.rc, rb.err);
+    snprintf(said, sizeof said, "initialized from %s: 1 file, 21 tensors, every checksum verified, params_hash %s (",
+             both, hash);
+    ck_assert_msg(strstr(rb.out, said), "want \"%s\" in:\n%s", said, rb.out);
+    snprintf(said, sizeof said, "tiertrain: --init-from %s: has model.safetensors and model.safetensors.index.json: "
+             "reading model.safetensors, as transformers does\n", both);
+    ck_assert_msg(strstr(rb.err, said), "want \"%s\" in:\n%s", said, rb.err);
+    run_free(&rb);
     // trained at --seq 16, the checkpoint keeps the fixture's context (max_position_embeddings
     // 64), and so does a checkpoint of a run resumed from it
     char config[1400], save2[1200];
@@ -393,7 +416,7 @@ END_TEST
 // ---------------------------------------------------------------- refusals
 
 enum { R_DTYPE, R_MISSING, R_SHAPE, R_FLAG, R_ROPE_SCALING, R_ROPE_BANDS, R_ROPE_FIELD, R_BIAS, R_RESUME, R_MODEL,
-       R_TYPE, R_NAN, R_INF, R_VOCAB, NREFUSE };
+       R_TYPE, R_NAN, R_INF, R_VOCAB, R_PICKLED, NREFUSE };
 
 START_TEST(refusals) {
     char dir[1200], file[1300], want[2048], bin[1300] = "";
@@ -471,6 +494,22 @@ START_TEST(refusals) {
         ck_assert(f && fwrite(hdr, sizeof hdr, 1, f) == 1 && fwrite(tok, sizeof tok, 1, f) == 1 && fclose(f) == 0);
         snprintf(want, sizeof want, "--data %s: token 300 at index 1 is outside the model's vocabulary of 256 (the "
                  "file's largest token is 300: give data tokenized for this model)\n", bin);
+        says = want;
+        break;
+    }
+    case R_PICKLED: { // PyTorch's .bin weights instead of safetensors: named, with the conversion
+        static const char *const gone[] = {"model.safetensors.index.json", "model-00001-of-00002.safetensors",
+                                           "model-00002-of-00002.safetensors"};
+        for (int k = 0; k < 3; k++) {
+            snprintf(file, sizeof file, "%s/%s", dir, gone[k]);
+            ck_assert_int_eq(unlink(file), 0);
+        }
+        snprintf(file, sizeof file, "%s/pytorch_model.bin", dir);
+        FILE *f = fopen(file, "w");
+        ck_assert(f && fputs("not read", f) >= 0 && fclose(f) == 0);
+        snprintf(want, sizeof want, "--init-from %s: holds PyTorch's pickled weights (pytorch_model.bin), not "
+                 "safetensors (convert the folder: in transformers, model.save_pretrained(DIR, "
+                 "safe_serialization=True))\n", dir);
         says = want;
         break;
     }
