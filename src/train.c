@@ -273,6 +273,8 @@ typedef struct {
     int rank, ranks;          // this rank and the world's (comm.h)
     int *skip_in, *skip_tg;   // (N) the other ranks' micro-batches, read past
     int kill_at;              // TT_TEST_KILL_AT_STEP: the step after which this process kills itself (0: never)
+    int log_full_at;          // TT_TEST_LOG_FULL_AT_STEP: the step whose --log line fails as on a full disk (0: never)
+    int log_errno, log_step;  // --log's write failed at log_step (rank 0; -1 on the others: rank 0's did)
 } run_t;
 
 // --nvme-path for this rank: each DIR's "%r" becomes the rank, or, without one and with
@@ -558,12 +560,18 @@ static void run_carry(run_t *r) {
     }
 }
 
-// Each step's --log line reaches the file as it is written: a write error (a full disk)
-// stops the run then, naming its cause, not after the last step.
+// Each step's --log line reaches the file as it is written. A write error (a full disk) stops
+// the run after this step, as a signal does: the checkpoint is saved (with --save), then the
+// run exits 1 naming the cause; the log keeps the lines written before it.
 static void log_flush(run_t *r, int step) {
     errno = 0;
-    if (fflush(r->log) != 0 || ferror(r->log))
-        runtime_error("step %d: --log %s: write failed: %s", step, r->cfg.log_path, strerror(errno ? errno : EIO));
+    int failed = fflush(r->log) != 0 || ferror(r->log);
+    if (step == r->log_full_at) { failed = 1; errno = ENOSPC; }
+    if (!failed) return;
+    r->log_errno = errno ? errno : EIO;
+    r->log_step = step;
+    fclose(r->log); // (its error is the one above)
+    r->log = NULL;
 }
 
 // The steps, each printed and logged; evaluations and checkpoints on their schedule. Stops
@@ -574,7 +582,7 @@ static void run_steps(run_t *r) {
     const int N = r->N;
     r->first_loss = r->last_loss = r->last_val = NAN;
     r->last_step = r->start - 1;
-    for (int step = r->start; step <= cfg->steps && !stop_signal; step++) {
+    for (int step = r->start; step <= cfg->steps && !stop_signal && !r->log_errno; step++) {
         double t0 = now_ms();
         for (int j = 0; j < cfg->accum * r->ranks; j++) { // the step's micro-batches: rank r's k-th is k·ranks + r
             const int mine = j % r->ranks == r->rank;
@@ -617,10 +625,12 @@ static void run_steps(run_t *r) {
             r->saved_step = step;
         }
         fflush(stdout);
-        if (r->ranks > 1) { // a signal stops every rank after the same step
-            int sig = stop_signal, any = 0;
+        if (r->ranks > 1) { // a signal, or rank 0's --log failing, stops every rank after the same step
+            enum { LOG_STOP = 1024 };
+            int sig = r->log_errno ? LOG_STOP : stop_signal, any = 0;
             if (comm_max_int(comm_world(), sig, &any, err, sizeof err) != 0) runtime_error("step %d: %s", step, err);
-            if (any && !stop_signal) stop_signal = any;
+            if (any == LOG_STOP && !r->log_errno) r->log_errno = -1;
+            else if (any && any != LOG_STOP && !stop_signal) stop_signal = any;
         }
     }
     if (cfg->save_dir[0] && r->last_step >= r->start && r->saved_step != r->last_step) {
@@ -720,11 +730,23 @@ int train_run(const config_t *cfg_in) {
     r->N = trainer_rows(r->tr);
     r->inputs = mallocCheck((size_t)r->N * (size_t)cfg->accum * sizeof(int));
     r->targets = mallocCheck((size_t)r->N * (size_t)cfg->accum * sizeof(int));
-    const char *kill_at = getenv("TT_TEST_KILL_AT_STEP");
+    const char *kill_at = getenv("TT_TEST_KILL_AT_STEP"), *log_full = getenv("TT_TEST_LOG_FULL_AT_STEP");
     r->kill_at = kill_at ? atoi(kill_at) : 0;
+    r->log_full_at = log_full ? atoi(log_full) : 0;
     r->skip_in = mallocCheck((size_t)r->N * sizeof(int));
     r->skip_tg = mallocCheck((size_t)r->N * sizeof(int));
     run_steps(r);
+    if (r->log_errno) { // stopped after the step whose log line failed, its checkpoint (if any) complete
+        size_t tw, td;
+        if (cfg->trace_path[0]) trace_close(&tw, &td);
+        if (r->rank == 0)
+            fprintf(stderr, "tiertrain: step %d: --log %s: write failed: %s (free space there, or give another --log); "
+                    "stopped after step %d; %s%s\n", r->log_step, cfg->log_path, strerror(r->log_errno), r->last_step,
+                    r->saved[0] ? "checkpoint: " : "no checkpoint (no --save)", r->saved);
+        run_free(r);
+        free(r);
+        return 1;
+    }
     if (stop_signal) { // a clean stop: the step finished, the checkpoint (if any) is complete
         int sig = stop_signal;
         if (r->log) fclose(r->log);

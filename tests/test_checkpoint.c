@@ -1583,6 +1583,37 @@ START_TEST(sigterm_saves) {
 }
 END_TEST
 
+// --log failing mid-run (a full disk, TT_TEST_LOG_FULL_AT_STEP) stops the run after that step
+// as a signal does: the checkpoint of that step is saved, complete, and resumes to the
+// reference's bits; exit 1 with one line naming the log, the cause and the checkpoint; the log
+// keeps the lines before the failure.
+START_TEST(log_full_saves) {
+    ck_ref();
+    char dir[1200], folder[1300], want[4096], latest[64];
+    snprintf(dir, sizeof dir, "%s/ck", tmp);
+    snprintf(folder, sizeof folder, "%s/step-%08d", dir, 3);
+    char full[] = "TT_TEST_LOG_FULL_AT_STEP=3";
+    char *env[] = {full, NULL};
+    args_t *a = malloc(sizeof *a);
+    train_args(a, base_crash);
+    argf(a, "--steps=%d", CRASH_STEPS);
+    argf(a, "--save=%s", dir);
+    arg(a, "--save-every=2");
+    run_t r = run(a, env);
+    ck_assert_msg(r.rc == 1, "exit %d (want 1):\n%s", r.rc, r.err);
+    const char *log = a->v[a->n - 1]; // run() put --log and its path last
+    snprintf(want, sizeof want, "tiertrain: step 3: --log %s: write failed: No space left on device (free space there, "
+             "or give another --log); stopped after step 3; checkpoint: %s\n", log, folder);
+    ck_assert_str_eq(r.err, want);
+    ck_assert_msg(r.loss[2][0] && r.ck[2][0], "the log lost the lines before the failure:\n%s", r.log);
+    check_complete(folder, 3, REF.ck[3]);
+    ck_assert(read_latest(dir, latest, sizeof latest) && step_of(latest) == 3);
+    ck_resumes(a, folder, folder, 3, NULL);
+    run_free(&r);
+    free(a);
+}
+END_TEST
+
 // Two SIGINTs in quick succession while a slow save is under way: the second stops at once
 // (exit 130); the half-written save stays a .tmp-* folder nobody takes for a checkpoint.
 START_TEST(double_sigint) {
@@ -2286,6 +2317,7 @@ int main(void) {
     tcase_set_timeout(crash, 120 * slow);
     tcase_add_test(crash, crash_safety);
     tcase_add_test(crash, sigterm_saves);
+    tcase_add_test(crash, log_full_saves);
     tcase_add_test(crash, double_sigint);
     tcase_add_test(crash, io_fault_keeps_last_checkpoint);
     tcase_add_test(crash, one_writer);
