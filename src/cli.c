@@ -408,12 +408,14 @@ static void check_profile(const config_t *cfg) {
                     cfg->profile_path);
 }
 
-// An input file: exists, is a regular file, and opens for reading.
+// An input file: exists, is a regular file, and opens for reading. (A FIFO is refused before
+// anything opens it: its open would wait for a writer.)
 static void check_input_path(const char *what, const char *path, const char *accepts) {
     struct stat st;
     if (stat(path, &st) != 0) usage_error("%s %s: %s (accepted: %s)", what, path, strerror(errno), accepts);
     if (S_ISDIR(st.st_mode)) usage_error("%s %s: is a directory (accepted: %s)", what, path, accepts);
-    int fd = open(path, O_RDONLY);
+    if (!S_ISREG(st.st_mode)) usage_error("%s %s: not a regular file (accepted: %s)", what, path, accepts);
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0) usage_error("%s %s: cannot read: %s (accepted: %s)", what, path, strerror(errno), accepts);
     close(fd);
 }

@@ -330,7 +330,7 @@ static void guard_drop(const void *p) {
 
 // Maps a whole regular file read-only. Returns 0 or -errno (message in err).
 static int map_file(data_t *d, const char *path, size_t *size, char *err, size_t errlen) {
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK); // (a FIFO must not wait for a writer: refused below)
     if (fd < 0) {
         int e = errno;
         snprintf(err, errlen, "--data %s: %s (accepted: synthetic, a text file, or an llm.c .bin token file)", path,
@@ -523,7 +523,7 @@ static int write_all(int fd, const void *buf, size_t n) {
 }
 
 int data_tokenize(const char *in_path, const char *out_path) {
-    int in = open(in_path, O_RDONLY);
+    int in = open(in_path, O_RDONLY | O_NONBLOCK); // (a FIFO must not wait for a writer: refused below)
     if (in < 0) {
         notice("tokenize: input %s: %s (accepted: a readable text file)", in_path, strerror(errno));
         return 2;

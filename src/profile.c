@@ -114,7 +114,7 @@ const char *profile_path(const config_t *cfg, char *buf, size_t len) {
 // Reads the whole file (at most PROFILE_MAX_BYTES) into a malloc'd buffer.
 static int slurp(const char *path, char **out, size_t *outlen, char *err, size_t errlen) {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); // (a FIFO must not wait for a writer)
     if (fd < 0) {
         int e = errno;
         if (e != ENOENT)

@@ -248,7 +248,7 @@ static int cmp_by_name(const void *a, const void *b, void *base) {
 // Opens r->path and reads its 8-byte header length and the JSON header into *hdr (the
 // caller frees it), checking both against the file's size. Returns 0 or -errno with a line.
 static int read_header(st_reader_t *r, char **hdr, char *err, size_t errlen) {
-    r->fd = open(r->path, O_RDONLY | O_CLOEXEC);
+    r->fd = open(r->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); // (a FIFO must not wait for a writer)
     if (r->fd < 0) return rerr(r, err, errlen, -errno, "%s", strerror(errno));
     struct stat st;
     if (fstat(r->fd, &st) != 0) return rerr(r, err, errlen, -errno, "fstat: %s", strerror(errno));

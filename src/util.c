@@ -197,9 +197,17 @@ uint64_t mix64(uint64_t a, uint64_t b) {
 
 int read_small_file(const char *path, char **out, size_t *len, char *err, size_t errlen) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); // (a FIFO must not wait for a writer)
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+        close(fd);
+        snprintf(err, errlen, "%s: not a regular file", path);
+        return -EINVAL;
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f) {
         int e = errno;
+        if (fd >= 0) close(fd);
         snprintf(err, errlen, "%s: %s", path, strerror(e));
         return -e;
     }

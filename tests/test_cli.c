@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h> // uses: mkfifo
 #include <unistd.h>
 #include "cli.h"
 #include "cli_table.h" // uses: COMMANDS_ACCEPTED, BENCH_ACCEPTED, cli_commands, cli_bench_names
@@ -20,7 +21,7 @@
 // Scratch directory shared by the cases of one run: made in the parent (unchecked fixture)
 // before Check forks each test, removed after.
 static char *tmp;
-static char in_txt[1024];
+static char in_txt[1024], fifo[1024];
 
 static void tmp_setup(void) {
     tmp = tu_tmpdir("cli");
@@ -30,10 +31,14 @@ static void tmp_setup(void) {
     if (!f) { perror(in_txt); abort(); }
     for (int i = 0; i < 200; i++) fprintf(f, "line %d of a small text file.\n", i);
     fclose(f);
+    // a FIFO with no writer: opening it would wait for one, so every input refuses it first
+    snprintf(fifo, sizeof fifo, "%s/fifo", tmp);
+    if (mkfifo(fifo, 0600) != 0) { perror(fifo); abort(); }
 }
 
 static void tmp_teardown(void) {
     unlink(in_txt);
+    unlink(fifo);
     rmdir(tmp);
     free(tmp);
 }
@@ -175,6 +180,11 @@ static const bad_case_t bad[] = {
     {{"train", "--init-from", "@", NULL}, {"--init-from", "config.json: No such file",
                                            "(give a Hugging Face Llama folder: config.json and its model.safetensors)"}},
     {{"train", "--data", "@", NULL}, {"--data", "is a directory"}},
+    {{"train", "--data", "@/fifo", NULL}, {"--data", "/fifo: not a regular file (accepted: synthetic, a text file"}},
+    {{"plan", "--data", "@/fifo", NULL}, {"--data", "/fifo: not a regular file"}},
+    {{"tokenize", "@/fifo", "-o", "@/out.bin", NULL}, {"tokenize: input", "/fifo: not a regular file"}},
+    {{"report", "@/fifo", "-o", "@/r.html", NULL}, {"report: input", "/fifo: not a regular file"}},
+    {{"eval", "--resume", "@", "--data", "@/fifo", NULL}, {"--data", "/fifo: not a regular file"}},
     {{"train", "--data=", NULL}, {"--data", "empty value"}},
     {{"plan", "--data", "@/in.txt", "--vocab", "200", NULL}, {"in.txt", "--vocab 200", ">= 256"}},
     {{"train", "--log", "@/nodir/run.jsonl", NULL}, {"--log", "nodir/run.jsonl", "does not exist"}},
