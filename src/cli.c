@@ -395,6 +395,13 @@ static void check_outputs_apart(const config_t *c) {
         if (path_inside(out, c->init_from))
             usage_error("%s %s: lies inside --init-from %s, which the run reads (choose a path outside it)", flag, out,
                         c->init_from);
+        // --save's own files: latest, the lock and the folders a save writes, renames and prunes
+        char first[256];
+        if (c->save_dir[0] && path_first_below(out, c->save_dir, first, sizeof first) &&
+            (!strcmp(first, "latest") || !strcmp(first, ".lock") || !strncmp(first, "step-", 5) ||
+             !strncmp(first, ".tmp-", 5)))
+            usage_error("%s %s: is --save %s's %s, which the run's saves rewrite or remove (choose another path; beside "
+                        "the step folders is fine)", flag, out, c->save_dir, first);
     }
     check_apart("--trace", c->trace_path, "--log", c->log_path);
 }

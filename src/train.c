@@ -362,6 +362,15 @@ static void run_check(run_t *r) {
                 rc = -EINVAL;
             }
         }
+        // a --save directory inside a checkpoint folder would nest checkpoints that the pruning
+        // of the folder's own --save directory takes away with it
+        const int same = cfg->save_dir[0] && path_same_file(cfg->save_dir, dir);
+        if (rc == 0 && (same || (cfg->save_dir[0] && path_inside(cfg->save_dir, dir)))) {
+            snprintf(err, sizeof err, "--save %.300s: %s --resume's checkpoint %.300s, a folder of one step's files "
+                     "(give the --save directory it came from, or a new one)", cfg->save_dir, same ? "is" : "lies inside",
+                     dir);
+            rc = -EINVAL;
+        }
         if (comm_bcast_rc(comm_world(), rc, "--resume's folder", err, sizeof err) != 0) { // rank 0 says why
             if (info_rc) agreed_error(-EINVAL, "--resume %s: %s", cfg->resume, err);
             agreed_error(-EINVAL, "%s", err);

@@ -142,6 +142,17 @@ int path_inside(const char *path, const char *dir) {
     return strncmp(rp, rd, n) == 0 && (rp[n] == '/' || (n == 1 && rd[0] == '/'));
 }
 
+int path_first_below(const char *path, const char *dir, char *out, size_t len) {
+    if (!path[0] || !dir[0]) return 0;
+    char rp[PATH_MAX], rd[PATH_MAX];
+    if (!resolved(path, rp) || !realpath(dir, rd)) return 0;
+    const size_t n = strlen(rd);
+    if (strncmp(rp, rd, n) != 0 || !(rp[n] == '/' || (n == 1 && rd[0] == '/'))) return 0;
+    const char *name = rp + (n == 1 ? 1 : n + 1);
+    snprintf(out, len, "%.*s", (int)strcspn(name, "/"), name);
+    return 1;
+}
+
 uint64_t fnv1a64(uint64_t h, const void *data, size_t n) {
     const unsigned char *p = data;
     for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 0x100000001b3ULL; }

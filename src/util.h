@@ -57,6 +57,9 @@ int dir_fsync(const char *dir);
 int path_same_file(const char *a, const char *b);
 // Whether path lies inside directory dir, at any depth (both resolved as above). Empty: never.
 int path_inside(const char *path, const char *dir);
+// Where path lies inside dir (as path_inside), the first name below dir ("step-00000002" for
+// DIR/step-00000002/x) into out, and 1; else 0.
+int path_first_below(const char *path, const char *dir, char *out, size_t len);
 
 // Reads a whole small file (JSON, a `latest` line; at most 16 MiB) into a malloc'd buffer,
 // NUL-terminated after its len bytes. Returns 0, or -errno with one line naming the file.

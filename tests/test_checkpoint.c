@@ -1262,6 +1262,46 @@ START_TEST(outputs_spare_inputs) {
     free(after);
     run_free(&r);
 
+    // --save as the checkpoint folder itself, or inside it: refused, the folder left as it was
+    char nested[1300];
+    spf(nested, sizeof nested, "%s/more", ck);
+    for (int in = 0; in < 2; in++) {
+        const char *save = in ? nested : ck;
+        train_args(a, base_crash);
+        args(a, (const char *[]){"--steps=3", "--resume", ck, "--save", save, NULL});
+        a->v[a->n] = NULL;
+        r.rc = tu_run(a->v, NULL, &r.out, &r.err);
+        spf(want, sizeof want, "tiertrain: --save %s: %s --resume's checkpoint %s, a folder of one step's files (give "
+            "the --save directory it came from, or a new one)\n", save, in ? "lies inside" : "is", ck);
+        ck_refused(&r, "--save in the checkpoint", 0);
+        ck_assert_str_eq(r.err, want);
+        run_free(&r);
+    }
+    spf(file, sizeof file, "%s/latest", ck);
+    ck_assert_msg(!exists(nested) && !exists(file), "a refused --save wrote into the checkpoint folder");
+
+    // --log or --trace on --save's own files (latest, the lock, a step folder): refused
+    char save[1300], out[1400];
+    spf(save, sizeof save, "%s/saves", tmp);
+    ck_assert_int_eq(mkdir(save, 0755), 0);
+    static const char *const own[] = {"latest", ".lock", "step-00000003/run.jsonl"};
+    for (int i = 0; i < 3; i++) {
+        spf(out, sizeof out, "%s/%s", save, own[i]);
+        if (i == 2) {
+            spf(file, sizeof file, "%s/step-00000003", save);
+            ck_assert_int_eq(mkdir(file, 0755), 0);
+        }
+        train_args(a, base_crash);
+        args(a, (const char *[]){"--steps=3", "--save", save, i ? "--trace" : "--log", out, NULL});
+        a->v[a->n] = NULL;
+        r.rc = tu_run(a->v, NULL, &r.out, &r.err);
+        spf(want, sizeof want, "tiertrain: %s %s: is --save %s's %.13s, which the run's saves rewrite or remove (choose "
+            "another path; beside the step folders is fine)\n", i ? "--trace" : "--log", out, save, own[i]);
+        ck_refused(&r, "--log on --save's files", 0);
+        ck_assert_str_eq(r.err, want);
+        run_free(&r);
+    }
+
     // a checkpoint found bad while loading (a flipped bit in its optimizer states, which only
     // the load reads): an earlier log at --log and an earlier trace at --trace stay as they were
     // (a trace this run made, like a log, goes)
