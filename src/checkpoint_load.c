@@ -217,9 +217,12 @@ int checkpoint_load(trainer_t *tr, data_t *d, const ckpt_info_t *info, int weigh
     st_close(ov);
     st_close(om);
     if (rc == 0 && d && !weights_only) {
-        if (data_seek(d, DATA_TRAIN, info->train_pos) != 0 || data_seek(d, DATA_VAL, info->val_pos) != 0) {
-            ERR("--resume %s: data position %llu does not fit this run's data and batch (resume with the --data and "
-                "--batch it was saved with: %s)", info->dir, (unsigned long long)info->train_pos, info->data);
+        const int val = data_seek(d, DATA_TRAIN, info->train_pos) == 0; // the split that does not fit
+        if (!val || data_seek(d, DATA_VAL, info->val_pos) != 0) {
+            ERR("%s/state.json: its %s position %llu leaves no room for a batch in this run's %s tokens (%zu): resume "
+                "with the --data and --batch it was saved with (%s, --batch %d)", info->dir,
+                val ? "held-out" : "training", (unsigned long long)(val ? info->val_pos : info->train_pos),
+                val ? "held-out" : "training", data_tokens(d, val ? DATA_VAL : DATA_TRAIN), info->data, info->B);
             rc = -EINVAL;
         }
     }

@@ -615,6 +615,27 @@ START_TEST(resume_takes_recipe) {
     snprintf(want, sizeof want, "this run's --data %s (the checkpoint's %s): not the settings", moved, data);
     ck_assert_msg(strstr(r.err, want), "want \"%s\" in stderr:\n%s", want, r.err);
     run_free(&r);
+
+    // data too short for the saved position (768 tokens into the training split): the line
+    // names the split, the position and what to resume with
+    char shortd[1200];
+    snprintf(shortd, sizeof shortd, "%s/short.txt", tmp);
+    f = fopen(shortd, "w");
+    ck_assert(f);
+    for (int i = 0; i < 900; i++) fputc('a' + i % 26, f);
+    ck_assert_int_eq(fclose(f), 0);
+    train_args(a, run_only);
+    argf(a, "--data=%s", shortd);
+    argf(a, "--resume=%s", folder);
+    r = run(a, NULL);
+    ck_assert_msg(r.rc == 2, "exit %d (want 2):\n%s", r.rc, r.err);
+    snprintf(want, sizeof want, "tiertrain: --resume %s: %s/state.json: its training position 768 leaves no room for a "
+             "batch in this run's training tokens (", folder, folder);
+    char tail[1500];
+    snprintf(tail, sizeof tail, "): resume with the --data and --batch it was saved with (%s, --batch 3)\n", data);
+    ck_assert_msg(!strncmp(r.err, want, strlen(want)) && strstr(r.err, tail), "want \"%s...%s\", got:\n%s", want,
+                  tail, r.err);
+    run_free(&r);
     run_free(&sv);
     run_free(&ref);
     free(a);
