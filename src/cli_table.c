@@ -68,7 +68,7 @@ const flag_t cli_flags[] = {
      .help = "training data: synthetic (built in), a text file (bytes are tokens) or an llm.c .bin token file"},
     {.name = "batch", .metavar = "N", .kind = FK_INT, FIELD(B), .def = "4", .lo = 1, .hi = 65536,
      .group = G_DATA, .cmds = TPB, .help = "sequences per micro-batch (B)"},
-    {.name = "accum", .metavar = "N", .kind = FK_INT, FIELD(accum), .def = "1", .lo = 1, .hi = 65536,
+    {.name = "accum", .metavar = "N", .kind = FK_INT, FIELD(accum), .def = "1", .lo = 1, .hi = TT_ACCUM_MAX,
      .group = G_DATA, .cmds = TPB, .help = "micro-batches per optimizer step (gradient accumulation)"},
     {.name = "steps", .metavar = "N", .kind = FK_INT, FIELD(steps), .def = "60", .lo = 1, .hi = INT_MAX,
      .group = G_DATA, .cmds = TPB, .help = "optimizer steps"},

@@ -19,6 +19,7 @@ typedef struct {
 } rope_scaling_t;
 
 #define TT_PATH_MAX 4096
+#define TT_ACCUM_MAX 65536 // --accum's largest value (cli_table.c), which plan's suggestions keep to
 
 typedef enum { CMD_NONE = 0, CMD_TRAIN, CMD_PLAN, CMD_BENCH, CMD_TOKENIZE, CMD_EVAL, CMD_REPORT } command_t;
 typedef enum { PREC_BF16 = 0, PREC_FP32 } precision_t;

@@ -61,13 +61,28 @@ static void singles(const config_t *cfg, const plan_t *p, cands_t *cs) {
         c.acts_tier = ACTS_HOST;
         add(cs, &c, "--checkpoints host");
     }
-    for (int d = 2; cfg->B / d >= 1; d *= 2) { // the same tokens per step, in smaller micro-batches
+    if (cfg->schedule == SCHEDULE_VERTICAL) { // vertical holds every micro-batch's checkpoints at once
+        config_t c = *cfg;
+        c.schedule = SCHEDULE_HORIZONTAL;
+        c.schedule_auto = 0;
+        config_resolve_schedule(&c); // --checkpoints auto then takes the device
+        add(cs, &c, "--schedule horizontal");
+    }
+    // the same tokens per step, in smaller micro-batches (as many more as --accum takes)
+    for (int d = 2; cfg->B / d >= 1 && (int64_t)cfg->accum * d <= TT_ACCUM_MAX; d *= 2) {
         config_t c = *cfg;
         c.B = cfg->B / d;
         c.accum = cfg->accum * d;
         config_resolve_schedule(&c); // what the command line with this change resolves to
         snprintf(ch, sizeof ch, "--batch %d --accum %d", c.B, c.accum);
         add(cs, &c, ch);
+        if (c.schedule == SCHEDULE_VERTICAL && cfg->schedule_auto) { // and without vertical's held checkpoints
+            c.schedule = SCHEDULE_HORIZONTAL;
+            c.schedule_auto = 0;
+            config_resolve_schedule(&c);
+            snprintf(ch, sizeof ch, "--batch %d --accum %d --schedule horizontal", c.B, c.accum);
+            add(cs, &c, ch);
+        }
     }
     if (cfg->hbm_budget && p->device_bytes > cfg->hbm_budget) {
         config_t c = *cfg;
@@ -147,9 +162,9 @@ static void advise_misfit(const config_t *cfg, const model_t *m, const profile_t
                 c.params_tier = cs.c[i].cfg.params_tier;
                 c.grads_tier = cs.c[i].cfg.grads_tier;
                 c.optim_tier = cs.c[i].cfg.optim_tier;
-                char ch[96];
-                snprintf(ch, sizeof ch, "%.47s %.47s", cs.c[i].change, cs.c[j].change);
-                add(&cs, &c, ch);
+                char ch[sizeof cs.c[0].change];
+                if (snprintf(ch, sizeof ch, "%s %s", cs.c[i].change, cs.c[j].change) < (int)sizeof ch)
+                    add(&cs, &c, ch); // (never cut short: a truncated flag would not be the change judged)
             }
         }
         judge(&cs, nsingles, m, prof, q, fits, &nfits);
@@ -158,8 +173,9 @@ static void advise_misfit(const config_t *cfg, const model_t *m, const profile_t
         config_t c = *cfg;
         c.params_tier = c.grads_tier = c.optim_tier = TIER_NVME;
         c.acts_tier = ACTS_HOST;
-        c.accum = cfg->accum * cfg->B;
-        c.B = 1;
+        const int64_t mbs = (int64_t)cfg->accum * cfg->B; // micro-batch 1 where --accum takes the count
+        c.B = mbs <= TT_ACCUM_MAX ? 1 : cfg->B;
+        c.accum = mbs <= TT_ACCUM_MAX ? (int)mbs : cfg->accum;
         plan_compute(&c, m, prof, q);
         snprintf(p->stuck, sizeof p->stuck, "%s", q->feasible ? "" : q->reason);
     }

@@ -855,13 +855,26 @@ START_TEST(plan_suggests_what_fits) {
         {"--model", "small", "--batch", "1", "--seq", "32", "--host-budget", "32M", "--params", "nvme", "--grads",
          "host", "--optimizer", "nvme", NULL},
         {"--model", "small", "--batch", "16", "--seq", "128", "--hbm-budget", "96M", NULL},
+        // vertical (the auto schedule of --accum > 1) holds 512 micro-batches' checkpoints on the
+        // host: --schedule horizontal fits, alone or with smaller micro-batches
+        {"--model", "tiny", "--batch", "64", "--accum", "512", "--host-budget", "64M", NULL},
+        // smaller micro-batches would need an --accum over 65536: none offered (nothing fits)
+        {"--model", "tiny", "--batch", "65536", "--accum", "32768", NULL},
     };
-    for (int k = 0; k < 3; k++) {
+    enum { NMISFITS = sizeof misfits / sizeof misfits[0] };
+    for (int k = 0; k < NMISFITS; k++) {
         int rc;
         json_t *root = plan_line(misfits[k], &rc);
         ck_assert_int_eq(rc, 2);
         const json_t *sugg = json_get(root, "suggestions");
-        ck_assert_msg(sugg && sugg->type == JSON_ARRAY && sugg->n >= 1, "case %d: no suggestions", k);
+        ck_assert_msg(sugg && sugg->type == JSON_ARRAY && (sugg->n >= 1 || k == NMISFITS - 1), "case %d: no suggestions",
+                      k);
+        if (k == 3) {
+            const char *first = NULL;
+            char e0[256];
+            ck_assert(json_get_string(&sugg->kids[0], "change", &first, e0, sizeof e0) == 0);
+            ck_assert_str_eq(first, "--schedule horizontal");
+        }
         double prev = 0;
         for (size_t i = 0; i < sugg->n; i++) {
             const char *change = NULL;
