@@ -62,8 +62,8 @@ static void help_flag(FILE *out, const flag_t *f, int show_cmds) {
 }
 
 static const char *const help_footer =
-    "Flags take --flag value or --flag=value. Sizes take units: 512M, 4G, 1.5GiB (K M G T and KiB MiB GiB TiB\n"
-    "are powers of 1024; KB MB GB TB powers of 1000).\n"
+    "Flags take --flag value or --flag=value. Sizes take units: 512M, 4G, 1.5GiB (K M G T, k m g t and KiB MiB\n"
+    "GiB TiB are powers of 1024; KB MB GB TB powers of 1000).\n"
     "Exit codes: 0 done; 1 runtime failure (cause named); 2 bad usage or input, before any work;\n"
     "130/143 stopped by SIGINT/SIGTERM.\n";
 
@@ -125,9 +125,10 @@ static void md_cell(FILE *out, const char *s) {
 }
 
 void cli_help_markdown(FILE *out) {
-    fprintf(out, "Flags take `--flag value` or `--flag=value`. Sizes take units: `512M`, `4G`, `1.5GiB` (K, M, G, T and\n"
-                 "KiB, MiB, GiB, TiB are powers of 1024; KB, MB, GB, TB powers of 1000). `tiertrain COMMAND --help`\n"
-                 "lists the flags one command accepts. This section is the output of `tiertrain --help-markdown`.\n");
+    fprintf(out, "Flags take `--flag value` or `--flag=value`. Sizes take units: `512M`, `4G`, `1.5GiB` (K, M, G, T,\n"
+                 "k, m, g, t and KiB, MiB, GiB, TiB are powers of 1024; KB, MB, GB, TB powers of 1000). `tiertrain\n"
+                 "COMMAND --help` lists the flags one command accepts. This section is the output of `tiertrain\n"
+                 "--help-markdown`.\n");
     for (int g = 0; g < G_COUNT; g++) {
         int header = 0;
         for (int i = 0; i < CLI_NFLAGS; i++) {

@@ -530,6 +530,11 @@ START_TEST(test_sizes) {
     ck_assert_uint_eq(c.hbm_budget, 3ULL << 29);
     ck_assert_uint_eq(c.host_budget, 2000000000ULL);
     ck_assert_uint_eq(c.io_block, 64ULL << 20);
+    // lower-case units are the upper-case ones
+    parse(&c, (const char *[]){"train", "--hbm-budget", "3g", "--host-budget", "512m", "--io-block", "1m", NULL});
+    ck_assert(c.hbm_budget == 3ULL << 30 && c.host_budget == 512ULL << 20 && c.io_block == 1ULL << 20);
+    parse(&c, (const char *[]){"bench", "io", "--size", "0.5t", NULL});
+    ck_assert_uint_eq(c.bench_size, 1ULL << 39);
     parse(&c, (const char *[]){"train", "--hbm-budget", "none", "--host-budget", "0", "--io-block", "4096", NULL});
     ck_assert(c.hbm_budget == 0 && c.host_budget == 0 && c.io_block == 4096);
     // a fraction of a unit rounds to the nearest byte, as the tool prints sizes ("16.4 GiB")
