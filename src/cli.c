@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h> // uses: statvfs (no_storage)
 #include <unistd.h>
 #include "checkpoint.h" // uses: checkpoint_resolve, checkpoint_info (--resume's model)
 #include "comm.h"  // uses: the world (--init-from is read by rank 0)
@@ -633,14 +634,26 @@ static void check_data(const config_t *c) {
 }
 
 // --save DIR: an existing directory, or a new one whose parent exists (made at the first save).
+// A directory on a filesystem with no blocks at all (/proc, /sys): writable to root, but it
+// holds no files (its free space reads 0).
+static int no_storage(const char *dir) {
+    struct statvfs v;
+    return statvfs(dir, &v) == 0 && v.f_blocks == 0;
+}
+
 static void check_save_dir(const char *dir) {
     struct stat st;
+    char parent[TT_PATH_MAX];
     if (stat(dir, &st) == 0) {
         if (!S_ISDIR(st.st_mode)) usage_error("--save %s: exists and is not a directory (give a directory)", dir);
         if (access(dir, W_OK | X_OK) != 0) usage_error("--save %s: not writable (give a writable directory)", dir);
-        return;
+    } else {
+        check_output_path("--save", dir);
     }
-    check_output_path("--save", dir);
+    path_dir(dir, parent, sizeof parent);
+    if (no_storage(stat(dir, &st) == 0 ? dir : parent))
+        usage_error("--save %s: lies on a filesystem that stores no files (such as /proc or /sys; give a directory on a "
+                    "disk)", dir);
 }
 
 static void check_nvme_paths(const char *list) {
@@ -671,6 +684,9 @@ static void check_nvme_paths(const char *list) {
             usage_error("--nvme-path %s: %s is not a directory (accepted: existing writable directories)", list, dir);
         if (access(dir, W_OK | X_OK) != 0)
             usage_error("--nvme-path %s: %s is not writable (accepted: existing writable directories)", list, dir);
+        if (no_storage(dir))
+            usage_error("--nvme-path %s: %s lies on a filesystem that stores no files (such as /proc or /sys; give a "
+                        "directory on a disk)", list, dir);
         // one folder named twice would be counted as two disks' rates and space
         for (int i = 0; i < nseen; i++)
             if (seen[i].dev == st.st_dev && seen[i].ino == st.st_ino)

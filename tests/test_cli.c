@@ -571,6 +571,32 @@ START_TEST(test_files) {
 }
 END_TEST
 
+// --save and --nvme-path on a filesystem that stores nothing (/proc), where it is writable
+// (as root): refused naming it, not found to have "0 B free" later. Elsewhere /proc is not
+// writable, which test_bad_input's cases cover.
+START_TEST(test_no_storage) {
+    if (access("/proc", W_OK | X_OK) != 0) return;
+    static const char *const cases[][6] = {
+        {"train", "--save", "/proc/foo", NULL},
+        {"plan", "--nvme-path", "/proc", NULL},
+    };
+    static const char *const want[] = {
+        "tiertrain: --save /proc/foo: lies on a filesystem that stores no files (such as /proc or /sys; give a "
+        "directory on a disk)\n",
+        "tiertrain: --nvme-path /proc: /proc lies on a filesystem that stores no files (such as /proc or /sys; give a "
+        "directory on a disk)\n",
+    };
+    for (int i = 0; i < 2; i++) {
+        char *out = NULL, *err = NULL;
+        int rc = run(cases[i], &out, &err);
+        ck_assert_msg(rc == 2, "%s %s: exit %d: %s", cases[i][1], cases[i][2], rc, err);
+        ck_assert_str_eq(err, want[i]);
+        free(out);
+        free(err);
+    }
+}
+END_TEST
+
 START_TEST(test_config_print) {
     config_t c;
     parse(&c, (const char *[]){"train", "--model", "tiny", "--dim", "128", "--hbm-budget", "2G", NULL});
@@ -607,6 +633,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(core, test_bench_train_shape);
     tcase_add_test(core, test_sizes);
     tcase_add_test(core, test_files);
+    tcase_add_test(core, test_no_storage);
     tcase_add_test(core, test_plan_does_not_fit);
     tcase_add_test(core, test_config_print);
     suite_add_tcase(s, core);
