@@ -672,8 +672,11 @@ static void run_finish(run_t *r) {
     uint64_t hash = r->saved_hash;
     if ((r->saved_step < 1 || r->saved_step != r->last_step) && trainer_params_hash(r->tr, &hash, err, sizeof err) != 0)
         runtime_error("params_hash: %s", err);
-    printf("done: %d steps, loss %.4f -> %.4f, %.1f ms/step, %.0f tok/s, params_hash %016llx\n", cfg->steps,
-           r->first_loss, r->last_loss, step_ms, tok_s, (unsigned long long)hash);
+    char ran[64]; // a resumed run: the steps it ran, of the run's
+    if (r->start > 1) snprintf(ran, sizeof ran, "steps %d-%d of %d", r->start, cfg->steps, cfg->steps);
+    else snprintf(ran, sizeof ran, "%d steps", cfg->steps);
+    printf("done: %s, loss %.4f -> %.4f, %.1f ms/step, %.0f tok/s, params_hash %016llx\n", ran, r->first_loss,
+           r->last_loss, step_ms, tok_s, (unsigned long long)hash);
     trainer_info_t info;
     trainer_info(r->tr, &info);
     // each rank's peaks, for rank 0's summary and report

@@ -578,6 +578,7 @@ START_TEST(resume_takes_recipe) {
     run_t r = run(a, NULL);
     ck_ok(r);
     ck_same_steps(&ref, &r, K_STEP + 1, N_STEPS, 1, "--resume alone");
+    ck_assert_msg(strstr(r.out, "done: steps 3-5 of 5, "), "--resume alone: no done line of its steps:\n%s", r.out);
     ck_assert_msg(!strstr(r.err, "not the settings"), "--resume alone: a notice of other settings:\n%s", r.err);
     run_free(&r);
 
