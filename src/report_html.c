@@ -236,10 +236,14 @@ static void line_chart(FILE *f, const char *id, const char *title, const char *y
         fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" class=\"grid\"/><text x=\"%d\" y=\"%.1f\" "
                    "class=\"tick\" text-anchor=\"end\">%s</text>\n", ML, W - MR, PY(v), PY(v), ML - 6, PY(v) + 4, a);
     }
+    // x ticks on whole steps, each once: a span under 4 steps takes every step, not quarters
+    double last = -1;
     for (int t = 0; t <= 4; t++) {
-        double v = x0 + (x1 - x0) * t / 4;
+        const double v = round(x1 - x0 < 4 ? x0 + t : x0 + (x1 - x0) * t / 4);
+        if (v > x1 + 1e-9 || v == last) continue;
+        last = v;
         fprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">%.0f</text>\n", PX(v), H - MB + 16,
-                round(v));
+                v);
     }
     fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"axis\" text-anchor=\"middle\">step</text>\n", ML + (int)pw / 2, H - 6);
     fprintf(f, "<text x=\"14\" y=\"%d\" class=\"axis\" transform=\"rotate(-90 14 %d)\" text-anchor=\"middle\">%s</text>\n",
@@ -430,8 +434,9 @@ static void page(FILE *f, const run_log_t *lg, const char *log_path) {
         fprintf(f, ". ");
     }
     if (lg->loss.n)
-        fprintf(f, "%d steps logged%s, %d evaluations, %d checkpoints. ", lg->loss.n, s ? "" : " (no summary: partial)",
-                lg->val.n, lg->ckpts);
+        fprintf(f, "%d step%s logged%s, %d evaluation%s, %d checkpoint%s. ", lg->loss.n, lg->loss.n == 1 ? "" : "s",
+                s ? "" : " (no summary: partial)", lg->val.n, lg->val.n == 1 ? "" : "s", lg->ckpts,
+                lg->ckpts == 1 ? "" : "s");
     if (s) {
         fprintf(f, "Loss %.4f → %.4f, params_hash ", num(s, "first_loss", NAN), num(s, "final_loss", NAN));
         html_text(f, str(s, "params_hash", "?"));

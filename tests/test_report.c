@@ -71,6 +71,35 @@ START_TEST(partial_log) {
 }
 END_TEST
 
+// A log of 3 steps: the step axis labels each step once ("1 2 3", not quarters rounded to
+// "1 2 2 3 3"), and the summary line counts in the singular where there is one.
+START_TEST(short_run_axis) {
+    char html[1200], path[1200];
+    rc_make_run(tmp);
+    snprintf(path, sizeof path, "%s/run.jsonl", tmp);
+    char *log = tu_slurp(path);
+    ck_assert_ptr_nonnull(log);
+    char *p = log; // the plan line and steps 1..3
+    for (int lines = 0; lines < 4 && p; lines++) p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL;
+    ck_assert_ptr_nonnull(p);
+    snprintf(path, sizeof path, "%s/short.jsonl", tmp);
+    FILE *f = fopen(path, "w");
+    ck_assert(f && fwrite(log, 1, (size_t)(p - log), f) == (size_t)(p - log) && fclose(f) == 0);
+    free(log);
+    char *page = rc_report(tmp, "short.jsonl", 0, html, sizeof html);
+    const char *svg = strstr(page, "<svg id=\"loss\""), *end = svg ? strstr(svg, "</svg>") : NULL;
+    ck_assert_msg(svg && end, "no loss chart");
+    char labels[64] = "";
+    const char *key = "class=\"tick\" text-anchor=\"middle\">";
+    for (const char *t = strstr(svg, key); t && t < end; t = strstr(t + 1, key))
+        snprintf(labels + strlen(labels), sizeof labels - strlen(labels), "%.*s ", (int)strcspn(t + strlen(key), "<"),
+                 t + strlen(key));
+    ck_assert_str_eq(labels, "1 2 3 ");
+    ck_assert_msg(strstr(page, "3 steps logged (no summary: partial), 0 evaluations, 0 checkpoints."), "%s", page);
+    free(page);
+}
+END_TEST
+
 // plan's JSON line: the memory picture before any training.
 START_TEST(plan_line) {
     char html[1200], log[1200];
@@ -284,6 +313,7 @@ int main(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, complete_run);
     tcase_add_test(tc, partial_log);
+    tcase_add_test(tc, short_run_axis);
     tcase_add_test(tc, plan_line);
     tcase_add_test(tc, bad_input);
     tcase_add_test(tc, markup_escaped);
