@@ -530,9 +530,20 @@ static int write_files(trainer_t *tr, const char *model_path, const char *opt_pa
 
 // config.json; *crc gets the CRC-32C of its text (state.json records it). ids: the token ids
 // the run's source folder had ("" for none).
+// x in the fewest digits that read back as x ("1e-05", where %.17g writes 1.0000000000000001e-05)
+static const char *shortest(char *buf, size_t len, double x) {
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(buf, len, "%.*g", digits, x);
+        if (strtod(buf, NULL) == x) break;
+    }
+    return buf;
+}
+
 static int write_config_json(const trainer_t *tr, const char *path, int bf16, const char *ids, uint32_t *crc,
                              char *err, size_t errlen) {
     const model_t *m = trainer_model(tr);
+    char eps[32]; // the run's --norm-eps as given (the model computes with its float, the same number to HF)
+    shortest(eps, sizeof eps, trainer_config(tr)->norm_eps);
     // the context the model was made for: a fine-tune at a shorter --seq keeps its folder's
     const int max_pos = trainer_config(tr)->max_pos > m->T ? trainer_config(tr)->max_pos : m->T;
     char text[4096], rs[512]; // at most about 1.5 KiB: the fields, rope_scaling and the token ids
@@ -541,10 +552,10 @@ static int write_config_json(const trainer_t *tr, const char *path, int bf16, co
              "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
              "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n"
              "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
-             "  \"vocab_size\": %d,\n  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.17g,\n  \"rope_scaling\": %s,\n"
+             "  \"vocab_size\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %.17g,\n  \"rope_scaling\": %s,\n"
              "  \"tie_word_embeddings\": %s,\n  \"max_position_embeddings\": %d,\n  \"hidden_act\": \"silu\",\n"
              "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n%s  \"torch_dtype\": \"%s\"\n}\n",
-             m->C, m->F, m->L, m->NH, m->NKV, m->HS, m->V, (double)m->norm_eps, m->rope_theta, rs,
+             m->C, m->F, m->L, m->NH, m->NKV, m->HS, m->V, eps, m->rope_theta, rs,
              m->tie ? "true" : "false", max_pos, ids, bf16 ? "bfloat16" : "float32");
     *crc = crc32c(0, text, strlen(text));
     return write_text(path, text, err, errlen);

@@ -245,6 +245,7 @@ START_TEST(round_trip) {
     snprintf(config, sizeof config, "%s/config.json", folder);
     char *cj = tu_slurp(config);
     ck_assert_msg(cj && strstr(cj, "\"max_position_embeddings\": 64,"), "%s: %s", config, cj ? cj : "unreadable");
+    ck_assert_msg(strstr(cj, "\"rms_norm_eps\": 1e-05,"), "%s: the fixture's rms_norm_eps 1e-05 became:\n%s", config, cj);
     free(cj);
     snprintf(save2, sizeof save2, "%s/save2", tmp);
     const char *resumed[] = {"--resume", folder, "--steps", "7", "--save", save2, NULL};
