@@ -502,8 +502,9 @@ static void apply_resume(config_t *cfg, const parsed_t *ps) {
         // --accum is each rank's: the step's micro-batches (accum × ranks) are kept on another
         // world size where it divides them (a folder that does not record its world keeps the flag's)
         const int world = cfg->command == CMD_PLAN ? (cfg->ranks > 1 ? cfg->ranks : 1) : comm_size(w);
-        const int mbs = info->accum * info->ranks;
-        if (!seen(ps, "accum") && info->ranks > 0) cfg->accum = mbs % world == 0 ? mbs / world : info->accum;
+        const int64_t mbs = (int64_t)info->accum * info->ranks;
+        if (!seen(ps, "accum") && info->ranks > 0)
+            cfg->accum = mbs % world == 0 && mbs / world <= TT_ACCUM_MAX ? (int)(mbs / world) : info->accum;
         const struct { const char *flag; double *dst, val; } recipe[] = {
             {"lr", &cfg->lr, info->lr},          {"min-lr", &cfg->min_lr, info->min_lr}, {"beta1", &cfg->beta1, info->beta1},
             {"beta2", &cfg->beta2, info->beta2}, {"eps", &cfg->eps, info->eps},          {"wd", &cfg->wd, info->wd},
@@ -633,7 +634,6 @@ static void check_data(const config_t *c) {
                     "or give an llm.c .bin token file)", c->data, c->V);
 }
 
-// --save DIR: an existing directory, or a new one whose parent exists (made at the first save).
 // A directory on a filesystem with no blocks at all (/proc, /sys): writable to root, but it
 // holds no files (its free space reads 0).
 static int no_storage(const char *dir) {
@@ -641,6 +641,8 @@ static int no_storage(const char *dir) {
     return statvfs(dir, &v) == 0 && v.f_blocks == 0;
 }
 
+// --save DIR: an existing directory, or a new one whose parent exists (made at the first save),
+// on a filesystem that stores files.
 static void check_save_dir(const char *dir) {
     struct stat st;
     char parent[TT_PATH_MAX];
