@@ -672,8 +672,9 @@ static void run_finish(run_t *r) {
     uint64_t hash = r->saved_hash;
     if ((r->saved_step < 1 || r->saved_step != r->last_step) && trainer_params_hash(r->tr, &hash, err, sizeof err) != 0)
         runtime_error("params_hash: %s", err);
-    char ran[64]; // a resumed run: the steps it ran, of the run's
-    if (r->start > 1) snprintf(ran, sizeof ran, "steps %d-%d of %d", r->start, cfg->steps, cfg->steps);
+    char ran[64]; // a resumed or stopped run: the steps it ran, of the run's
+    if (r->start > 1 || r->last_step < cfg->steps)
+        snprintf(ran, sizeof ran, "steps %d-%d of %d", r->start, r->last_step, cfg->steps);
     else snprintf(ran, sizeof ran, "%d steps", cfg->steps);
     printf("done: %s, loss %.4f -> %.4f, %.1f ms/step, %.0f tok/s, params_hash %016llx\n", ran, r->first_loss,
            r->last_loss, step_ms, tok_s, (unsigned long long)hash);
@@ -696,7 +697,7 @@ static void run_finish(run_t *r) {
                    format_bytes(b, sizeof b, rank_host[i]), i + 1 < r->ranks ? ";" : "\n");
     }
     if (r->log) {
-        report_run_t run = {.params = trainer_model(r->tr)->num_params, .steps = cfg->steps,
+        report_run_t run = {.params = trainer_model(r->tr)->num_params, .steps = r->last_step - r->start + 1,
                             .first_loss = r->first_loss, .final_loss = r->last_loss, .val_loss = r->last_val,
                             .step_ms = step_ms, .tok_per_s = tok_s, .hash = hash, .ranks = r->ranks,
                             .rank_device = rank_device, .rank_host = rank_host};
@@ -748,28 +749,32 @@ int train_run(const config_t *cfg_in) {
     r->skip_in = mallocCheck((size_t)r->N * sizeof(int));
     r->skip_tg = mallocCheck((size_t)r->N * sizeof(int));
     run_steps(r);
-    if (r->log_errno) { // stopped after the step whose log line failed, its checkpoint (if any) complete
-        size_t tw, td;
-        if (cfg->trace_path[0]) trace_close(&tw, &td);
-        if (r->rank == 0)
+    // Stopped after a whole step — by a signal, or by --log failing (after the step whose line
+    // failed) — with its checkpoint (if any) complete: the steps it ran get their summary and
+    // tier report as a finished run's do, then one line says why it stopped.
+    if (stop_signal || r->log_errno) {
+        const int sig = stop_signal;
+        if (r->last_step >= r->start) {
+            set_stop_line("tiertrain: second signal: stopped at once, while reporting the steps run; %s%s\n",
+                          r->saved[0] ? "checkpoint: " : "no checkpoint (no --save)", r->saved);
+            run_finish(r);
+        } else { // no step ran: nothing to report
+            if (r->log) fclose(r->log);
+            size_t tw, td;
+            if (cfg->trace_path[0]) trace_close(&tw, &td);
+        }
+        fflush(stdout); // the report first, then the line
+        if (r->rank == 0 && r->log_errno) // (the other ranks' stop is rank 0's)
             fprintf(stderr, "tiertrain: step %d: --log %s: write failed: %s (free space there, or give another --log); "
                     "stopped after step %d; %s%s\n", r->log_step, cfg->log_path, strerror(r->log_errno), r->last_step,
                     r->saved[0] ? "checkpoint: " : "no checkpoint (no --save)", r->saved);
-        run_free(r);
-        free(r);
-        return 1;
-    }
-    if (stop_signal) { // a clean stop: the step finished, the checkpoint (if any) is complete
-        int sig = stop_signal;
-        if (r->log) fclose(r->log);
-        size_t tw, td;
-        if (cfg->trace_path[0]) trace_close(&tw, &td);
-        if (r->rank == 0) // the other ranks' stop is rank 0's
+        else if (r->rank == 0)
             fprintf(stderr, "tiertrain: stopped by %s after step %d; %s%s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
                     r->last_step, r->saved[0] ? "checkpoint: " : "no checkpoint (no --save)", r->saved);
+        const int code = r->log_errno ? 1 : 128 + sig;
         run_free(r);
         free(r);
-        return 128 + sig;
+        return code;
     }
     run_finish(r);
     run_free(r);

@@ -1638,6 +1638,12 @@ START_TEST(sigterm_saves) {
     snprintf(want, sizeof want, "tiertrain: stopped by SIGTERM after step %d; checkpoint: %s\n", k, folder);
     ck_assert_str_eq(line, want);
     free(err);
+    // the steps it ran are reported as a finished run's: the done line, then the tier report last
+    char *out = spawn_output("out"), done[64];
+    snprintf(done, sizeof done, "done: steps 1-%d of %d, ", k, CRASH_STEPS);
+    const char *d = strstr(out, done), *tiers = d ? strstr(d, "\ntiers (") : NULL;
+    ck_assert_msg(d && tiers && strstr(tiers, "  step "), "want \"%s\" and the tier report after it:\n%s", done, out);
+    free(out);
     check_complete(folder, k, REF.ck[k]);
     ck_assert(read_latest(dir, latest, sizeof latest) && step_of(latest) == k);
     ck_resumes(a, folder, folder, k, NULL);
@@ -1668,6 +1674,8 @@ START_TEST(log_full_saves) {
              "or give another --log); stopped after step 3; checkpoint: %s\n", log, folder);
     ck_assert_str_eq(r.err, want);
     ck_assert_msg(r.loss[2][0] && r.ck[2][0], "the log lost the lines before the failure:\n%s", r.log);
+    ck_assert_msg(strstr(r.out, "done: steps 1-3 of 40, ") && strstr(r.out, "\ntiers ("),
+                  "no done line or tier report for the steps run:\n%s", r.out);
     check_complete(folder, 3, REF.ck[3]);
     ck_assert(read_latest(dir, latest, sizeof latest) && step_of(latest) == 3);
     ck_resumes(a, folder, folder, 3, NULL);
