@@ -459,6 +459,8 @@ static void run_open_outputs(run_t *r) {
     }
 }
 
+static void log_drop(run_t *r);
+
 // The --log file's first line, once the run has loaded what it starts from: the plan it runs
 // under, as `tiertrain plan` ends (tiertrain report draws the memory picture and the floor
 // from it). An earlier run's log or trace at the path is replaced only now.
@@ -474,9 +476,11 @@ static void log_start(run_t *r) {
     plan_json(&r->plan, cfg, &shape, r->log);
     model_free(&shape);
     errno = 0;
-    if (fflush(r->log) != 0 || ferror(r->log))
-        usage_error("--log %s: write failed: %s (give a writable path with room)", cfg->log_path,
-                    strerror(errno ? errno : EIO));
+    if (fflush(r->log) != 0 || ferror(r->log)) {
+        const int e = errno ? errno : EIO;
+        log_drop(r); // a log this run created is not left behind empty
+        usage_error("--log %s: write failed: %s (give a writable path with room)", cfg->log_path, strerror(e));
+    }
 }
 
 // A load refused as bad input leaves no output behind: a --log or --trace file this run
