@@ -283,9 +283,15 @@ int checkpoint_info(const char *dir, ckpt_info_t *info, char *err, size_t errlen
         rc = -EINVAL;
         goto bad;
     }
-    if (C % NH || NH % NKV || (C / NH) % 2 || !(info->rope_theta > 0) || !(info->norm_eps > 0)) {
+    if (C % NH || NH % NKV || (C / NH) % 2) {
         ERR("%s: the model's shape is inconsistent (dim %lld, heads %lld, kv_heads %lld)", path, (long long)C,
             (long long)NH, (long long)NKV);
+        rc = -EINVAL;
+        goto bad;
+    }
+    if (!(info->rope_theta > 0 && isfinite(info->rope_theta)) || !(info->norm_eps > 0 && info->norm_eps < 1)) {
+        ERR("%s: the model's rope_theta %g or norm_eps %g is out of range (accepted: rope_theta > 0, 0 < norm_eps < 1, "
+            "as the flags take them)", path, info->rope_theta, info->norm_eps);
         rc = -EINVAL;
         goto bad;
     }

@@ -1083,7 +1083,8 @@ static void edit_bytes(const char *path, const char *from, const char *to) {
 
 enum { BAD_TRUNCATED, BAD_STUB, BAD_HLEN, BAD_FORMAT, BAD_VERSION, BAD_NO_STEP, BAD_NAN_MODEL, BAD_NAN_OPTIMIZER,
        BAD_NO_CONFIG, BAD_STATE_EDIT, BAD_CONFIG_EDIT, BAD_HASH, BAD_FLIP_MODEL, BAD_FLIP_OPTIMIZER,
-       BAD_FLIP_BF16_MODEL, BAD_FLIP_BF16_MASTER, BAD_NO_CRC, BAD_MODEL_DIR, BAD_SHAPE_SWAP, NBAD };
+       BAD_FLIP_BF16_MODEL, BAD_FLIP_BF16_MASTER, BAD_NO_CRC, BAD_MODEL_DIR, BAD_SHAPE_SWAP, BAD_BETA1, BAD_NORM_EPS,
+       NBAD };
 
 // Each corruption of a copy of the step-2 checkpoint (the --save-dtype bf16 one for the
 // BF16 cases): resume exits 2 with one line that starts "tiertrain: --resume B: B/<file>: "
@@ -1138,6 +1139,22 @@ START_TEST(bad_file) {
         edit_text(file, "\"step\": 2,", "");
         fix_state_crc(file);
         says = "missing key 'step'";
+        break;
+    case BAD_BETA1: // values no flag takes, with the checksum made to match: refused as the flags would
+        name = "state.json";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        edit_text(file, "\"beta1\": 0.90000000000000002", "\"beta1\": 2");
+        fix_state_crc(file);
+        says = "the training settings are out of range (lr 0.001, min_lr 0.0001, beta1 2, beta2 0.95, eps 1e-08, wd "
+               "0.1, clip 1)\n";
+        break;
+    case BAD_NORM_EPS:
+        name = "state.json";
+        snprintf(file, sizeof file, "%s/%s", bad, name);
+        edit_text(file, "\"norm_eps\": 1.0000000000000001e-05", "\"norm_eps\": 5");
+        fix_state_crc(file);
+        says = "the model's rope_theta 10000 or norm_eps 5 is out of range (accepted: rope_theta > 0, 0 < norm_eps < 1, "
+               "as the flags take them)\n";
         break;
     case BAD_NAN_MODEL:
         name = "model.safetensors";
