@@ -141,7 +141,7 @@ int hf_read_config(const char *dir, hf_config_t *hc, char *err, size_t errlen) {
     size_t n = 0;
     json_t *root = NULL;
     int rc = read_small_file(path, &text, &n, e2, sizeof e2);
-    if (rc == -ENOENT) // a folder that is not a model's
+    if (rc == -ENOENT || rc == -ENOTDIR) // a folder that is not a model's, or a file
         snprintf(e2 + strlen(e2), sizeof e2 - strlen(e2), " (give a Hugging Face Llama folder: config.json and its "
                  "model.safetensors)");
     if (rc == 0) rc = json_parse(text, n, path, NULL, &root, e2, sizeof e2) != 0 ? -EINVAL : 0;

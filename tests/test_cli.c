@@ -180,6 +180,8 @@ static const bad_case_t bad[] = {
     {{"train", "--init-from", "@", NULL}, {"--init-from", "config.json: No such file",
                                            "(give a Hugging Face Llama folder: config.json and its model.safetensors)"}},
     {{"train", "--data", "@", NULL}, {"--data", "is a directory"}},
+    {{"train", "--init-from", "@/in.txt", NULL}, {"in.txt/config.json: Not a directory",
+                                                  "(give a Hugging Face Llama folder: config.json and its model"}},
     {{"train", "--data", "@/fifo", NULL}, {"--data", "/fifo: not a regular file (accepted: synthetic, a text file"}},
     {{"plan", "--data", "@/fifo", NULL}, {"--data", "/fifo: not a regular file"}},
     {{"tokenize", "@/fifo", "-o", "@/out.bin", NULL}, {"tokenize: input", "/fifo: not a regular file"}},
