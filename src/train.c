@@ -323,6 +323,23 @@ static void ranks_setup(run_t *r) {
                  "environment: check the launcher's command line)", flag);
         rc = -EINVAL;
     }
+    // the environment that shapes the states' pieces or the bits (README "Testing hooks"): a
+    // rank with another optimizer chunk would gather pieces of other sizes
+    // (every rank takes part in every broadcast, whatever it found before)
+    static const char *const shaping[] = {"TT_OPT_CHUNK", "TT_TEST_VOCAB_CHUNK", "TT_TEST_MLP_ROWS", "TT_TEST_FP32_ACTS"};
+    for (size_t i = 0; i < sizeof shaping / sizeof shaping[0]; i++) {
+        char mine[128], first[128], e2[256];
+        const char *v = getenv(shaping[i]);
+        snprintf(mine, sizeof mine, "%s%.100s", v ? "=" : " unset", v ? v : "");
+        memcpy(first, mine, sizeof first);
+        if (comm_bcast(w, first, sizeof first, 0, e2, sizeof e2) != 0) {
+            if (rc == 0) { rc = -EIO; snprintf(err, sizeof err, "%s", e2); }
+        } else if (rc == 0 && strcmp(first, mine) != 0) {
+            snprintf(err, sizeof err, "%s%s differs from rank 0's %s%s (every rank must be given the same flags and "
+                     "environment: check the launcher's command line)", shaping[i], mine, shaping[i], first);
+            rc = -EINVAL;
+        }
+    }
     if ((rc = comm_agree(w, rc, err, sizeof err)) != 0) agreed_error(rc, "%s", err);
     rank_nvme_path(cfg, r->rank, r->ranks);
     if (r->rank != 0) cfg->log_path[0] = cfg->trace_path[0] = 0;
@@ -695,7 +712,7 @@ static void run_finish(run_t *r) {
     free(peaks);
     if (r->ranks > 1) {
         char a[32], b[32];
-        printf("ranks: %d, each with a copy of every state; peaks per rank:", r->ranks);
+        printf("ranks: %d, each holding its 1/%d piece of every state; peaks per rank:", r->ranks, r->ranks);
         for (int i = 0; i < r->ranks; i++)
             printf(" %d: device %s, host %s%s", i, format_bytes(a, sizeof a, rank_device[i]),
                    format_bytes(b, sizeof b, rank_host[i]), i + 1 < r->ranks ? ";" : "\n");

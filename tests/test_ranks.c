@@ -204,6 +204,8 @@ START_TEST(test_states_halved) {
     ck_assert_msg(whole > 150e6, "one rank's host peak %.0f: the states are not all on the host", whole);
     ck_assert_msg(r0 < 0.6 * whole && r1 < 0.6 * whole && r0 > 0.4 * whole && r1 > 0.4 * whole,
                   "host peaks per rank %.0f and %.0f against %.0f on one rank: not halved", r0, r1, whole);
+    ck_assert_msg(strstr(two.out, "\nranks: 2, each holding its 1/2 piece of every state; peaks per rank: 0: device "),
+                  "the run does not say each rank holds half: %s", two.out);
     char *h2 = summary_field(two.log, "params_hash"), *h1 = summary_field(one.log, "params_hash");
     ck_assert_str_eq(h2, h1);
     free(h2); free(h1); free(peaks); free(p1);
@@ -404,6 +406,15 @@ START_TEST(test_flags_differ) {
     ck_assert_msg(strstr(r.err, "tiertrain: rank 1: --lr differs from rank 0's (every rank must be given the same "
                                 "flags and environment: check the launcher's command line)\n"),
                   "no line naming --lr: %s", r.err);
+    ck_assert_msg(!strstr(r.out, "step "), "a step ran: %s", r.out);
+    run_free(&r);
+    // and the environment that shapes the pieces: another optimizer chunk on rank 1 (it once
+    // truncated the gathers and corrupted the heap)
+    r = train(2, "ranks-env", base, "TT_OPT_CHUNK=2048", NULL);
+    ck_assert_msg(r.rc == 2, "exit %d, want 2: %s", r.rc, r.err);
+    ck_assert_msg(strstr(r.err, "tiertrain: rank 1: TT_OPT_CHUNK=2048 differs from rank 0's TT_OPT_CHUNK unset (every "
+                                "rank must be given the same flags and environment: check the launcher's command "
+                                "line)\n"), "no line naming TT_OPT_CHUNK: %s", r.err);
     ck_assert_msg(!strstr(r.out, "step "), "a step ran: %s", r.out);
     run_free(&r);
 }
