@@ -500,11 +500,16 @@ static void apply_resume(config_t *cfg, const parsed_t *ps) {
         for (size_t i = 0; i < sizeof recipe_ints / sizeof recipe_ints[0]; i++)
             if (!seen(ps, recipe_ints[i].flag)) *recipe_ints[i].dst = recipe_ints[i].val;
         // --accum is each rank's: the step's micro-batches (accum × ranks) are kept on another
-        // world size where it divides them (a folder that does not record its world keeps the flag's)
+        // world size, which must divide them (a folder that does not record its world keeps the
+        // flag's); --accum given trains another batch, said by train's notice
         const int world = cfg->command == CMD_PLAN ? (cfg->ranks > 1 ? cfg->ranks : 1) : comm_size(w);
         const int64_t mbs = (int64_t)info->accum * info->ranks;
-        if (!seen(ps, "accum") && info->ranks > 0)
-            cfg->accum = mbs % world == 0 && mbs / world <= TT_ACCUM_MAX ? (int)(mbs / world) : info->accum;
+        if (!seen(ps, "accum") && info->ranks > 0 && (mbs % world != 0 || mbs / world > TT_ACCUM_MAX))
+            usage_error("--resume %s: its steps take %lld micro-batch%s (--accum %d on %d rank%s), which %d ranks "
+                        "cannot share evenly (run on a number of ranks that divides %lld, or give --accum to train with "
+                        "another batch)", cfg->resume, (long long)mbs, mbs > 1 ? "es" : "", info->accum, info->ranks,
+                        info->ranks > 1 ? "s" : "", world, (long long)mbs);
+        if (!seen(ps, "accum") && info->ranks > 0) cfg->accum = (int)(mbs / world);
         const struct { const char *flag; double *dst, val; } recipe[] = {
             {"lr", &cfg->lr, info->lr},          {"min-lr", &cfg->min_lr, info->min_lr}, {"beta1", &cfg->beta1, info->beta1},
             {"beta2", &cfg->beta2, info->beta2}, {"eps", &cfg->eps, info->eps},          {"wd", &cfg->wd, info->wd},

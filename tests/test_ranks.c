@@ -278,6 +278,19 @@ START_TEST(test_checkpoint_world_sizes) {
     }
     free(href);
     run_free(&ref);
+    // one micro-batch a step cannot be shared by 2 ranks: refused, naming the count and the fix
+    snprintf(ck, sizeof ck, "%s/one", dir);
+    snprintf(a, sizeof a, "--model tiny --steps 2 --eval-every 0 --seed 7 --save %.400s", ck);
+    run_t s = train(0, "ranks-save1", a, NULL, NULL);
+    ck_assert_msg(s.rc == 0, "%s", s.err);
+    snprintf(a, sizeof a, "--model tiny --steps 4 --eval-every 0 --seed 7 --resume %.400s", ck);
+    run_t r = train(2, "ranks-resume1", a, NULL, NULL);
+    char want[1600];
+    snprintf(want, sizeof want, "tiertrain: --resume %s: its steps take 1 micro-batch (--accum 1 on 1 rank), which 2 "
+             "ranks cannot share evenly (run on a number of ranks that divides 1, or give --accum to train with another "
+             "batch)\n", ck);
+    ck_assert_msg(r.rc == 2 && strstr(r.err, want), "exit %d, want 2 and \"%s\":\n%s", r.rc, want, r.err);
+    run_free(&s); run_free(&r);
     ck_assert_int_eq(tu_rm_rf(dir), 0);
     free(dir);
 }
