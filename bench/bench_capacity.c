@@ -69,11 +69,11 @@ int bench_capacity(const config_t *cfg_in) {
     uint64_t host_limit = avail / 10 * 9;
     if (cfg.host_budget && cfg.host_budget < host_limit) host_limit = cfg.host_budget;
     uint64_t nvme_limit = plan_nvme_free(&cfg) / 20 * 19;
-    char a[32], b[32], c[32];
+    char a[32], b[32], c[32], d[32]; // (one buffer each: the arguments are all formatted before printf runs)
     printf("limits: device %s, host %s (MemAvailable %s), nvme %s free\n",
            cfg.hbm_budget ? format_bytes(a, sizeof a, cfg.hbm_budget) : "none (the host limit)",
            format_bytes(b, sizeof b, host_limit), format_bytes(c, sizeof c, avail),
-           format_bytes(a, sizeof a, nvme_limit));
+           format_bytes(d, sizeof d, nvme_limit));
     printf("placement: params, grads and optimizer nvme, checkpoints device; batch 1 x seq 64; depth from half to "
            "twice the preset's\n\n");
     printf("%-8s %8s %14s %12s %12s %12s\n", "width", "layers", "params", "states", "RAM", "nvme");
@@ -101,10 +101,13 @@ int bench_capacity(const config_t *cfg_in) {
                format_bytes(b, sizeof b, p.ram_needed), format_bytes(c, sizeof c, p.nvme_bytes));
         if (np > best_params) { best_params = np; best = c1; }
     }
-    if (!best_params) {
+    if (!best_params) { // the limits are the flags' (or the machine's): bad input, before any work
         printf("no model fits these limits\n");
         printf("{\"bench\":\"capacity\",\"params\":0}\n");
-        return 1;
+        fflush(stdout);
+        notice("bench capacity: no model fits these limits (raise --hbm-budget or --host-budget, or give --nvme-path "
+               "a folder with more room)");
+        return 2;
     }
     profile_t prof; // the floor from this machine's calibration (the quick one, first, when there is none)
     const profile_t *rates = train_load_profile(&best, &prof);

@@ -1983,6 +1983,18 @@ START_TEST(bench_capacity_small_disk) {
         free(out);
         free(e2);
     }
+    // limits no model fits: exit 2 with the JSON line still last, and the limits line gives
+    // each its own figure (the device budget was once printed as the free disk too)
+    char *argv[] = {(char *)tu_binary(), "bench", "capacity", "--nvme-path", nvme_dir, "--hbm-budget", "3K", NULL};
+    char *env[] = {"TT_NVME_FREE=600M", NULL};
+    run_t r = {0};
+    r.rc = tu_run(argv, env, &r.out, &r.err);
+    ck_assert_msg(r.rc == 2, "exit %d\n%s\n%s", r.rc, r.out, r.err);
+    ck_assert_msg(strstr(r.out, "limits: device 3.0 KiB, host ") && strstr(r.out, "), nvme 570.0 MiB free\n"), "%s",
+                  r.out);
+    ck_assert_msg(strstr(r.out, "{\"bench\":\"capacity\",\"params\":0}\n") && strstr(r.err, "raise --hbm-budget"),
+                  "%s\n%s", r.out, r.err);
+    run_free(&r);
 }
 END_TEST
 
