@@ -650,6 +650,27 @@ START_TEST(grads_host_visits_start_from_zeros) {
 }
 END_TEST
 
+// The plan's parameter copies per step are the scheduler's: small (8 blocks, more shards than
+// slots) streamed from the host at --prefetch 0, 1, 2 and 5, 3 steps without evaluations.
+// The slot in use is pinned while the next --prefetch are fetched, so where the forward turns
+// into the backward one shard fewer stays than plain Belady would keep (the plan once counted
+// one copy a step too few at every --prefetch from 1 to 5).
+START_TEST(plan_counts_the_schedulers_copies) {
+    static const char *const base_small[] = {"--model", "small", "--seq", "32", "--batch", "1", "--steps", "3",
+                                             "--eval-every", "0", "--params", "host", "--quiet", NULL};
+    static const char *const prefetch[] = {"0", "1", "2", "5"};
+    for (int i = 0; i < 4; i++) {
+        const char *extra[] = {"--prefetch", prefetch[i], NULL};
+        run_t r = train(base_small, extra, NULL);
+        ck_assert_msg(r.rc == 0, "--prefetch %s: exit %d: %s", prefetch[i], r.rc, r.err);
+        const unsigned long long plan = log_u64(&r, NULL, "h2d_bytes"), run = summary_u64(&r, "h2d_bytes");
+        ck_assert_msg(plan > 0 && run == 3 * plan, "--prefetch %s: the run copied %llu bytes in 3 steps, the plan %llu a "
+                      "step", prefetch[i], run, plan);
+        run_free(&r);
+    }
+}
+END_TEST
+
 // The vocabulary cut into chunks (model.h): tiny with a vocabulary of 8192 is 4 chunks of
 // 2048 rows by default; TT_TEST_VOCAB_CHUNK makes it 2 or 1. The cut changes what a shard
 // holds, never a bit (the head works a CE_QUANTUM at a time whatever the chunks), under
@@ -2126,6 +2147,7 @@ int main(void) {
     tcase_add_test(inv, update_hands_parameters_to_the_fetch);
     tcase_add_test(inv, updates_find_their_first_reads);
     tcase_add_test(inv, grads_host_visits_start_from_zeros);
+    tcase_add_test(inv, plan_counts_the_schedulers_copies);
     suite_add_tcase(s, inv);
     TCase *cap = tcase_create("capacity");
     tcase_add_checked_fixture(cap, setup, teardown);
