@@ -576,6 +576,9 @@ static void apply_init_from(config_t *cfg, const parsed_t *ps) {
     cfg->norm_eps = hc.norm_eps;
     cfg->max_pos = hc.max_pos;
     if (!seen(ps, "seq")) cfg->T = hc.max_pos < 1024 ? hc.max_pos : 1024;
+    else if (cfg->T > hc.max_pos && cfg->command == CMD_EVAL) // measuring past the context is eval's to do
+        notice("--seq %d: over max_position_embeddings %d of %s/config.json: the model was not trained for sequences "
+               "this long, so the loss measures how it extrapolates", cfg->T, hc.max_pos, dir);
     else if (cfg->T > hc.max_pos)
         usage_error("--seq %d: over max_position_embeddings %d of %s/config.json (the model was not trained for longer "
                     "sequences; lower --seq)", cfg->T, hc.max_pos, dir);
@@ -836,6 +839,9 @@ void cli_parse(int argc, char **argv, config_t *cfg) {
     case CMD_EVAL:
         if (!cfg->resume[0] && !cfg->init_from[0])
             usage_error("eval: missing --resume DIR or --init-from DIR (usage: %s)", ci->usage);
+        if (!seen(&ps, "data")) // (not the default corpus: a checkpoint is scored on the tokens asked for)
+            usage_error("eval: missing --data FILE (the tokens to score: a text file or an llm.c .bin token file, or "
+                        "synthetic for the built-in corpus; usage: %s)", ci->usage);
         if (cfg->init_from[0]) apply_init_from(cfg, &ps);
         if (strcmp(cfg->data, "synthetic") != 0) check_input_path("--data", cfg->data, "a text file or an llm.c .bin token file");
         cfg->seq_given = seen(&ps, "seq");

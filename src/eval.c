@@ -100,6 +100,9 @@ int eval_run(const config_t *cfg) {
     config_t ec;
     eval_config(&ec, cfg, &info);
     const int T = ec.T;
+    if (!hf && T > info.max_pos) // as --init-from of the same folder says (cli.c)
+        notice("--seq %d: over max_position_embeddings %d of %s/config.json: the model was not trained for sequences "
+               "this long, so the loss measures how it extrapolates", T, info.max_pos, info.dir);
 
     // The data: opened for the smallest window (B = T = 1) so that data_open validates the
     // file (header, size, every token < vocab) without asking for a training split of B·T+1
@@ -131,9 +134,9 @@ int eval_run(const config_t *cfg) {
     fprintf(out, "  model: L %d, C %d, heads %d (kv %d, size %d), ffn %d, vocab %d, %s, %s, norm-eps %g%s%s\n",
             ec.L, ec.C, ec.NH, ec.NKV, ec.NH ? ec.C / ec.NH : 0, ec.F, ec.V, ec.tie ? "tied" : "untied", rope,
             ec.norm_eps, hf ? "" : "; model.safetensors ", hf ? "" : info.model_bf16 ? "bf16" : "fp32");
-    fprintf(out, "  data: %s (%s, %zu tokens): %s %zu -> %zu windows of T+1 = %d (%zu tokens left over)\n",
-            cfg->data, data_kind(data), ntok,
-            nuse == ntok ? "all" : "the first", nuse, W, T + 1, nuse - W * ((size_t)T + 1));
+    fprintf(out, "  data: %s (%s, %zu tokens): %s %zu -> %zu window%s of T+1 = %d (%zu tokens left over)\n",
+            cfg->data, data_kind(data), ntok, nuse == ntok ? "all" : "the first", nuse, W, W == 1 ? "" : "s", T + 1,
+            nuse - W * ((size_t)T + 1));
     fprintf(out, "  run: seq %d (%s), precision %s (%s), batch 1, device %s, threads ", T,
             cfg->seq_given ? "--seq" : hf ? "the folder's max_position_embeddings, at most 1024" : "the checkpoint's",
             prec_name(ec.precision), cfg->precision_given ? "--precision" : hf ? "the default" : "the checkpoint's",
@@ -173,9 +176,9 @@ int eval_run(const config_t *cfg) {
     double loss = sum / (double)W;
     if (!isfinite(loss)) runtime_error("eval: the loss is %g (the checkpoint's weights give non-finite logits)", loss);
     size_t ntarget = W * (size_t)T;
-    fprintf(out, "eval: loss %.6f (perplexity %.3f), the mean over %zu windows x %d = %zu predicted tokens (every "
+    fprintf(out, "eval: loss %.6f (perplexity %.3f), the mean over %zu window%s x %d = %zu predicted tokens (every "
                  "window predicts T, so also the mean of the window means); %.1f s, %.0f tok/s\n",
-            loss, exp(loss), W, T, ntarget, ms / 1e3, ms > 0 ? (double)ntarget / (ms / 1e3) : 0.0);
+            loss, exp(loss), W, W == 1 ? "" : "s", T, ntarget, ms / 1e3, ms > 0 ? (double)ntarget / (ms / 1e3) : 0.0);
     // %.17g: the double round-trips, so two evaluations can be compared exactly.
     fprintf(out, "{\"event\":\"eval\",\"loss\":%.17g,\"tokens\":%zu,\"windows\":%zu}\n", loss, ntarget, W);
     fflush(out);

@@ -240,6 +240,19 @@ START_TEST(seq_flag) {
     ck_assert_int_eq(e.tokens, e.windows * 32);
     ck_assert_msg(strstr(r.out, "seq 32 (--seq)") != NULL, "%s", r.out);
     run_free(&r);
+    // past the context the checkpoint was trained for (64): evaluated, with one notice, through
+    // state.json and through config.json alike
+    char folder[1300], want[2048];
+    snprintf(folder, sizeof folder, "%s/step-00000003", g_save);
+    for (int hf = 0; hf < 2; hf++) {
+        const char *longer[] = {"eval", hf ? "--init-from" : "--resume", folder, "--data", g_text, "--seq", "128", NULL};
+        r = run(longer);
+        ck_assert_msg(r.rc == 0, "--seq 128 (%s): exit %d: %s", longer[1], r.rc, r.err);
+        snprintf(want, sizeof want, "tiertrain: --seq 128: over max_position_embeddings 64 of %s/config.json: the model "
+                 "was not trained for sequences this long, so the loss measures how it extrapolates\n", folder);
+        ck_assert_msg(strstr(r.err, want), "%s: want \"%s\" in:\n%s", longer[1], want, r.err);
+        run_free(&r);
+    }
 }
 END_TEST
 
@@ -347,6 +360,15 @@ START_TEST(missing_resume) {
 }
 END_TEST
 
+// without --data: refused (the built-in corpus only when asked for: --data synthetic)
+START_TEST(missing_data) {
+    const char *args[] = {"eval", "--resume", g_save, NULL};
+    expect_error(args, 2, "tiertrain: eval: missing --data FILE (the tokens to score: a text file or an llm.c .bin token "
+                          "file, or synthetic for the built-in corpus; usage: tiertrain eval --resume DIR|--init-from DIR "
+                          "--data FILE [--seq T] [--eval-tokens N] [--precision fp32|bf16])\n");
+}
+END_TEST
+
 START_TEST(resume_not_a_checkpoint) {
     const char *args[] = {"eval", "--resume", g_dir, "--data", g_text, NULL};
     char want[2048];
@@ -410,6 +432,7 @@ int main(void) {
     tcase_add_test(core, two_windows_tail_dropped);
     tcase_add_test(core, all_windows_both_precisions);
     tcase_add_test(core, seq_flag);
+    tcase_add_test(core, missing_data);
     tcase_add_test(core, token_files_agree);
     tcase_add_test(core, wide_tokens_train);
     suite_add_tcase(s, core);
