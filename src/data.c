@@ -560,6 +560,14 @@ int data_tokenize(const char *in_path, const char *out_path) {
         close(in);
         return 2;
     }
+    if (S_ISREG(st.st_mode) && st.st_size > INT32_MAX) { // before writing anything (checked again as it reads)
+        notice("tokenize: input %s: %lld bytes, more than %d (accepted: at most 2^31-1 tokens per file; split it)",
+               in_path, (long long)st.st_size, INT32_MAX);
+        close(out);
+        unlink(tmp);
+        close(in);
+        return 2;
+    }
 
     // Header first (count filled in at the end), then tokens as they are read.
     int32_t header[LLMC_HEADER_INTS] = {llmc_formats[0].magic, llmc_formats[0].version, 0}; // uint16 tokens
@@ -567,7 +575,7 @@ int data_tokenize(const char *in_path, const char *out_path) {
     uint8_t *buf = mallocCheck(CHUNK);
     uint16_t *tok = mallocCheck(CHUNK * sizeof *tok);
     size_t count = 0;
-    int rc = write_all(out, header, sizeof header), status = 1;
+    int rc = write_all(out, header, sizeof header), status = 1, too_many = 0;
     const char *what = "write";
     for (;;) {
         if (rc < 0) break;
@@ -577,10 +585,10 @@ int data_tokenize(const char *in_path, const char *out_path) {
         if (r == 0) break;
         for (ssize_t i = 0; i < r; i++) tok[i] = buf[i];
         count += (size_t)r;
-        if (count > INT32_MAX) { rc = -EFBIG; break; }
+        if (count > INT32_MAX) { too_many = 1; break; } // (a file grown since the check above)
         rc = write_all(out, tok, (size_t)r * sizeof *tok);
     }
-    if (rc == -EFBIG) {
+    if (too_many) {
         notice("tokenize: input %s: more than %d bytes (accepted: at most 2^31-1 tokens per file; split it)", in_path,
                INT32_MAX);
         status = 2;

@@ -191,6 +191,52 @@ START_TEST(test_tokenize_no_room) {
 }
 END_TEST
 
+// More bytes than an llm.c file's int32 count can hold: refused before anything is written
+// (once only after writing 4 GiB of tokens), exit 2, nothing left behind. A sparse input.
+START_TEST(test_tokenize_too_many) {
+    struct statvfs vfs;
+    ck_assert_int_eq(statvfs(dir, &vfs), 0);
+    if ((uint64_t)vfs.f_bavail * vfs.f_frsize < (5ull << 30)) return; // the room check comes first there
+    const char *txt = path_in("big.txt"), *bin = path_in("big.bin");
+    int fd = open(txt, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert_msg(fd >= 0 && ftruncate(fd, (off_t)1 << 31) == 0 && close(fd) == 0, "sparse input: %s", strerror(errno));
+    char *out = NULL, *err = NULL;
+    int rc = tu_run((char *[]){(char *)tu_binary(), "tokenize", (char *)txt, "-o", (char *)bin, NULL}, NULL, &out, &err);
+    unlink(txt);
+    char want[1400];
+    snprintf(want, sizeof want, "tiertrain: tokenize: input %s: 2147483648 bytes, more than 2147483647 (accepted: at "
+             "most 2^31-1 tokens per file; split it)\n", txt);
+    ck_assert_msg(rc == 2, "exit %d: %s", rc, err);
+    ck_assert_str_eq(err, want);
+    ck_assert_msg(access(bin, F_OK) != 0 && access(path_in("big.bin.tmp"), F_OK) != 0, "a refused tokenize left files");
+    free(out);
+    free(err);
+}
+END_TEST
+
+// A write the system refuses (EFBIG, here from a file-size limit of 25 KiB with SIGXFSZ ignored)
+// is named as the output's write error, exit 1 — not taken for an input too large (exit 2).
+START_TEST(test_tokenize_write_fails) {
+    const char *txt = path_in("mid.txt"), *bin = path_in("mid.bin");
+    FILE *f = fopen(txt, "w");
+    ck_assert(f);
+    for (int i = 0; i < 4000; i++) fprintf(f, "line %d of text\n", i); // about 70 KB: 140 KB of tokens
+    ck_assert_int_eq(fclose(f), 0);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "trap '' XFSZ; ulimit -f 50; exec '%s' tokenize '%s' -o '%s'", tu_binary(), txt, bin);
+    char *out = NULL, *err = NULL;
+    int rc = tu_run((char *[]){"/bin/sh", "-c", cmd, NULL}, NULL, &out, &err);
+    char want[1400];
+    snprintf(want, sizeof want, "tiertrain: tokenize: write %s.tmp: File too large\n", bin);
+    ck_assert_msg(rc == 1, "exit %d: %s", rc, err);
+    ck_assert_str_eq(err, want);
+    ck_assert_msg(access(bin, F_OK) != 0 && access(path_in("mid.bin.tmp"), F_OK) != 0, "a failed tokenize left files");
+    unlink(txt);
+    free(out);
+    free(err);
+}
+END_TEST
+
 START_TEST(test_tokenize_faults) {
     // Missing input, empty input, output directory that does not exist: 2, nothing written.
     ck_assert_int_eq(data_tokenize(path_in("nope.txt"), path_in("x.bin")), 2);
@@ -511,6 +557,8 @@ static Suite *data_suite(void) {
     tcase_add_checked_fixture(fl, dir_setup, dir_teardown);
     tcase_add_test(fl, test_tokenize_faults);
     tcase_add_test(fl, test_tokenize_no_room);
+    tcase_add_test(fl, test_tokenize_too_many);
+    tcase_add_test(fl, test_tokenize_write_fails);
     tcase_add_loop_test(fl, test_bad_file, 0, F_COUNT);
     tcase_add_loop_test(fl, test_file_shrinks, 0, 2);
     suite_add_tcase(s, fl);
