@@ -21,7 +21,7 @@
 #include "train.h"
 #include "util.h"
 
-enum { OVERLAP_STEPS = 5, OVERLAP_ROUNDS = 3 }; // the first step is warm-up
+enum { OVERLAP_STEPS = 5, OVERLAP_ROUNDS = 3 }; // steps per placement unless --steps (at least 2: the first warms up)
 
 
 int bench_overlap(const config_t *cfg_in) {
@@ -36,7 +36,8 @@ int bench_overlap(const config_t *cfg_in) {
     cfg.schedule = SCHEDULE_HORIZONTAL;
     cfg.acts_tier = ACTS_DEVICE;
     cfg.eval_every = 0;
-    cfg.steps = OVERLAP_STEPS;
+    const int steps = cfg_in->steps_given ? (cfg_in->steps > 2 ? cfg_in->steps : 2) : OVERLAP_STEPS;
+    cfg.steps = steps;
     cfg.offload_auto = 0;
     char err[768];
     if (backend_resolve_config(&cfg, err, sizeof err) != 0) usage_error("bench overlap: %s", err); // the floor's device
@@ -45,7 +46,7 @@ int bench_overlap(const config_t *cfg_in) {
     model_t m;
     model_init(&m, &cfg);
     printf("model %s: %.2fM parameters, batch %d x seq %d, %d steps per placement (median of the last %d), %d rounds\n",
-           cfg.preset, m.num_params / 1e6, cfg.B, cfg.T, OVERLAP_STEPS, OVERLAP_STEPS - 1, OVERLAP_ROUNDS);
+           cfg.preset, m.num_params / 1e6, cfg.B, cfg.T, steps, steps - 1, OVERLAP_ROUNDS);
     printf("floor rates: %s\n\n", rates ? rates->source : "built-in defaults (run tiertrain bench calibrate)");
     double step_ms[3] = {0}, floor_ms[3] = {0}, ms[3][OVERLAP_ROUNDS] = {{0}}, wait_ms[3] = {0};
     double nvme_rd[OVERLAP_ROUNDS] = {0}, nvme_wr[OVERLAP_ROUNDS] = {0}, handed = 0; // the NVMe case's
@@ -86,7 +87,7 @@ int bench_overlap(const config_t *cfg_in) {
         for (int w = 0; w < 3; w++) {
             bench_run_t run;
             if (!ok[w]) continue;
-            if (bench_run_steps(&c[w], OVERLAP_STEPS, &run, err, sizeof err) != 0) {
+            if (bench_run_steps(&c[w], steps, &run, err, sizeof err) != 0) {
                 printf("\n%-24s failed: %s\n", ways[w].name, err);
                 ok[w] = 0;
                 failed = 1;
@@ -96,10 +97,10 @@ int bench_overlap(const config_t *cfg_in) {
             if (w == 2) { // achieved: bytes / time with requests in flight (report_nvme_GBps)
                 nvme_rd[r] = report_nvme_GBps(&run.info, IO_READ);
                 nvme_wr[r] = report_nvme_GBps(&run.info, IO_WRITE);
-                handed += (double)run.info.tier.fresh_bytes / (OVERLAP_ROUNDS * OVERLAP_STEPS);
+                handed += (double)run.info.tier.fresh_bytes / (OVERLAP_ROUNDS * steps);
             }
             // the compute thread's, for parameters: per step, over every step of every round
-            wait_ms[w] += run.info.sched.wait_ms / (OVERLAP_ROUNDS * OVERLAP_STEPS);
+            wait_ms[w] += run.info.sched.wait_ms / (OVERLAP_ROUNDS * steps);
             if (runs++ == 0) first = run.hash;
             hash[w] = run.hash;
             identical &= run.hash == first;

@@ -73,7 +73,7 @@ const flag_t cli_flags[] = {
     {.name = "steps", .metavar = "N", .kind = FK_INT, FIELD(steps), .def = "60", .lo = 1, .hi = INT_MAX,
      .group = G_DATA, .cmds = TPB, .help = "optimizer steps"},
     {.name = "eval-every", .metavar = "N", .kind = FK_INT, FIELD(eval_every), .def = "20", .lo = 0, .hi = INT_MAX,
-     .group = G_DATA, .cmds = TP, .help = "validation loss every N steps, on the held-out 5% (0 = never)"},
+     .group = G_DATA, .cmds = TP, .help = "validation loss every N steps and at the last, on the held-out 5% (0 = never)"},
     {.name = "eval-batches", .metavar = "N", .kind = FK_INT, FIELD(eval_batches), .def = "4", .lo = 1, .hi = 65536,
      .group = G_DATA, .cmds = TP, .help = "micro-batches per validation"},
     // ---- optimizer

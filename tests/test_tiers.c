@@ -2085,12 +2085,13 @@ START_TEST(bench_overlap_floor_now_all_rates) {
                                      "\"d2h_Bps\": 1e10, \"nvme_read_Bps\": 2e9, \"nvme_write_Bps\": 2e9, "
                                      "\"adam_params_per_s\": 1e15, \"nvme_bytes\": 4294967296");
     char *bargv[] = {(char *)tu_binary(), "bench", "overlap", "--model", "tiny", "--nvme-path", nvme_dir, "--profile",
-                     prof, NULL};
+                     prof, "--steps", "3", NULL}; // (--steps: per placement, instead of 5)
     char *pargv[] = {(char *)tu_binary(), "plan", "--model", "tiny", "--profile", prof, NULL};
     run_t r = {0}, pl = {0};
     r.rc = tu_run(bargv, NULL, &r.out, &r.err);
     pl.rc = tu_run(pargv, NULL, &pl.out, &pl.err);
     unlink(prof);
+    ck_assert_msg(strstr(r.out, ", 3 steps per placement (median of the last 2), 3 rounds\n"), "--steps 3:\n%s", r.out);
     ck_assert_msg(r.rc == 0, "exit %d\n%s\n%s", r.rc, r.out, r.err);
     ck_assert_msg(pl.rc == 0, "plan: exit %d\n%s\n%s", pl.rc, pl.out, pl.err);
     json_t *root = NULL, *plan = NULL;
