@@ -23,6 +23,8 @@
 #include "ckpt_dir.h"
 #include "backend.h"
 #include "model.h"
+#include "plan.h"  // uses: plan_compute (the refusal before any work)
+#include "train.h" // uses: train_load_profile
 #include "util.h"
 
 
@@ -99,6 +101,20 @@ int bench_checkpoint(const config_t *cfg_in) {
     ckpt_bench_t b = {0};
     if (bench_dir(cfg_in, b.dir, sizeof b.dir) != 0)
         usage_error("bench checkpoint: the folder's path is too long (give a shorter --save)");
+    { // a placement or a save that does not fit is refused before any work, as train refuses it
+        config_t pc = cfg;
+        snprintf(pc.save_dir, sizeof pc.save_dir, "%s", b.dir);
+        profile_t prof;
+        const profile_t *rates = train_load_profile(&pc, &prof);
+        model_t pm;
+        model_init(&pm, &pc);
+        plan_t *p = calloc(1, sizeof *p);
+        if (!p) runtime_error("bench checkpoint: out of memory");
+        plan_compute(&pc, &pm, rates, p);
+        if (!p->feasible) usage_error("bench checkpoint: %s", p->reason);
+        free(p);
+        model_free(&pm);
+    }
     // --save DIR may be new (its parent exists): then it goes again at the end
     const int made = cfg_in->save_dir[0] && mkdir(cfg_in->save_dir, 0755) == 0;
     if (mkdir(b.dir, 0755) != 0) {

@@ -45,31 +45,31 @@ int bench_overlap(const config_t *cfg_in) {
     const profile_t *rates = train_load_profile(&cfg, &prof);
     model_t m;
     model_init(&m, &cfg);
-    printf("model %s: %.2fM parameters, batch %d x seq %d, %d steps per placement (median of the last %d), %d rounds\n",
-           cfg.preset, m.num_params / 1e6, cfg.B, cfg.T, steps, steps - 1, OVERLAP_ROUNDS);
-    printf("floor rates: %s\n\n", rates ? rates->source : "built-in defaults (run tiertrain bench calibrate)");
     double step_ms[3] = {0}, floor_ms[3] = {0}, ms[3][OVERLAP_ROUNDS] = {{0}}, wait_ms[3] = {0};
     double nvme_rd[OVERLAP_ROUNDS] = {0}, nvme_wr[OVERLAP_ROUNDS] = {0}, handed = 0; // the NVMe case's
     uint64_t hash[3] = {0}, first = 0; // first: the first run's hash, which every run must end with
     int failed = 0, ok[3] = {0}, identical = 1, runs = 0;
     config_t c[3];
     plan_t p[3];
+    char why[512] = ""; // --recompute auto decides as train would, per placement (the floor is for what runs)
     for (int w = 0; w < 3; w++) {
         c[w] = cfg; // each placement from the flags: nothing the previous one's auto decided
         c[w].params_tier = ways[w].params;
         c[w].grads_tier = ways[w].grads;
         c[w].optim_tier = ways[w].optim;
         plan_compute(&c[w], &m, rates, &p[w]);
-        char why[512]; // --recompute auto decides as train would, per placement (the floor is for what runs)
-        if (p[w].feasible && plan_recompute_auto(&c[w], &m, rates, &p[w], why, sizeof why) && w == 0) printf("%s\n", why);
-        if (!p[w].feasible) {
-            printf("%-24s infeasible: %s\n", ways[w].name, p[w].reason);
-            failed = 1;
-            continue;
-        }
+        char w_why[512];
+        if (p[w].feasible && plan_recompute_auto(&c[w], &m, rates, &p[w], w_why, sizeof w_why) && w == 0)
+            snprintf(why, sizeof why, "%s", w_why);
+        if (!p[w].feasible) // each placement is the comparison's: one that does not fit is bad input, before any work
+            usage_error("bench overlap: %s does not fit: %s", ways[w].name, p[w].reason);
         ok[w] = 1;
         floor_ms[w] = p[w].floor_ms;
     }
+    printf("model %s: %.2fM parameters, batch %d x seq %d, %d steps per placement (median of the last %d), %d rounds\n",
+           cfg.preset, m.num_params / 1e6, cfg.B, cfg.T, steps, steps - 1, OVERLAP_ROUNDS);
+    printf("floor rates: %s\n\n", rates ? rates->source : "built-in defaults (run tiertrain bench calibrate)");
+    if (why[0]) printf("%s\n", why);
     double gemm[OVERLAP_ROUNDS] = {0}, attn[OVERLAP_ROUNDS] = {0}, elem[OVERLAP_ROUNDS] = {0};
     int rates_ok = 1;
     for (int r = 0; r < OVERLAP_ROUNDS; r++) {

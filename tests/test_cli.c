@@ -224,6 +224,11 @@ static const bad_case_t bad[] = {
     // bench and tokenize
     {{"bench", NULL}, {"bench", "missing benchmark name", "gemm, io, adam"}},
     {{"bench", "fft", NULL}, {"bench fft", "unknown benchmark", "gemm, io, adam"}},
+    // a budget no placement of the bench fits: refused before any work, as train refuses it
+    {{"bench", "overlap", "--model", "tiny", "--hbm-budget", "1M", NULL},
+     {"bench overlap: resident does not fit: device states need ", "over --hbm-budget 1.0 MiB", "raise --hbm-budget"}},
+    {{"bench", "checkpoint", "--model", "tiny", "--hbm-budget", "1M", "--save", "@", NULL},
+     {"bench checkpoint: device states need ", "over --hbm-budget 1.0 MiB", "raise --hbm-budget"}},
     {{"bench", "gemm", "io", NULL}, {"'io'", "second argument"}},
     {{"tokenize", NULL}, {"tokenize", "missing input"}},
     {{"tokenize", "@/in.txt", NULL}, {"in.txt", "missing -o OUT.bin"}},
