@@ -555,9 +555,17 @@ int bench_calibrate(const config_t *cfg) {
 
     // Host side: one pinned pool for the copy buffer and the io requests' buffers.
     const int nt = 2 * qd;
+    const uint64_t pool = COPY_BYTES + (uint64_t)nt * block;
+    if (cfg->host_budget && pool > cfg->host_budget) { // the cap holds for calibrate's buffers too
+        char a[32], b[32];
+        usage_error("bench calibrate: its buffers need %s (the copies' %s and 2 x --nvme-qd %d x --io-block), over "
+                    "--host-budget %s (raise it to %s, or drop it)", format_bytes(a, sizeof a, pool),
+                    format_bytes(b, sizeof b, COPY_BYTES), qd, format_bytes((char[32]){0}, 32, cfg->host_budget),
+                    format_bytes((char[32]){0}, 32, pool));
+    }
     hostmem_opts_t ho;
-    tier_hostmem_opts(&ho, cfg, COPY_BYTES + (uint64_t)nt * block);
-    ho.budget = 0; // the benchmark's staging is not the run's host tier
+    tier_hostmem_opts(&ho, cfg, pool);
+    ho.budget = 0; // the bench's buffers, checked against --host-budget above, are not a run's host tier
     if (!backend_host_addressable(&be)) { // pinned the way a run pins its pool (CUDA: cudaHostRegister), so the copies are DMA
         ho.pin_fn = backend_host_pin;
         ho.unpin_fn = backend_host_unpin;

@@ -94,9 +94,13 @@ int bench_io(const config_t *cfg) {
 
     // Buffers: one block per request slot, from the pinned pool the engine registers.
     int nt = 2 * qd;
+    if (cfg->host_budget && (uint64_t)nt * block > cfg->host_budget) // the cap holds for the bench's buffers too
+        usage_error("bench io: its buffers need %s (2 x --nvme-qd %d x --io-block %s), over --host-budget %s (raise it, "
+                    "or lower --nvme-qd or --io-block)", format_bytes(a, sizeof a, (uint64_t)nt * block), qd,
+                    format_bytes(b, sizeof b, block), format_bytes((char[32]){0}, 32, cfg->host_budget));
     hostmem_opts_t ho;
     tier_hostmem_opts(&ho, cfg, (uint64_t)nt * block);
-    ho.budget = 0; // the benchmark's staging is not the run's host tier
+    ho.budget = 0; // the bench's buffers, checked against --host-budget above, are not a run's host tier
     ho.quiet = cfg->quiet; // the init report and the pinning fallback, if any, on stderr
     hostmem_t *hm = NULL;
     int rc = hostmem_init(&hm, &ho, err, sizeof err);
