@@ -419,8 +419,15 @@ static void run_check(run_t *r) {
     plan_cache_autos(cfg, &shape, rates, &r->plan, stdout);
     if (plan_nvme_scale_note(&r->plan, rwhy, sizeof rwhy) && !cfg->quiet) notice("%s", rwhy);
     if (r->start > 1) plan_save_space(cfg, &shape, r->start, &r->plan); // the saves still to come
+    if (!r->plan.feasible) { // with the changes plan would list, each judged to fit (not every flag named above does alone)
+        plan_advise(cfg, &shape, rates, &r->plan);
+        char fits[400] = "";
+        for (int i = 0, n = 0; i < r->plan.nsugg; i++)
+            n += snprintf(fits + n, sizeof fits - (size_t)n, "%s%s", i ? "; " : "; changes that fit: ",
+                          r->plan.sugg[i].change);
+        usage_error("%s%s", r->plan.reason, fits);
+    }
     model_free(&shape);
-    if (!r->plan.feasible) usage_error("%s", r->plan.reason);
     if (cfg->save_dir[0] && r->rank == 0) { // one writer per --save directory, for the whole run
         int fd = checkpoint_lock(cfg->save_dir, err, sizeof err);
         if (fd == -EBUSY) usage_error("%s", err);

@@ -284,6 +284,24 @@ START_TEST(test_plan_does_not_fit) {
     ck_assert_msg(!strncmp(r, said, n) && r[n] == '"', "stderr's reason is not the JSON's:\n%s\n%s", said, r);
     ck_assert_msg(strstr(said, "(raise --hbm-budget, --params host|nvme, --grads host|nvme, --checkpoints host, "
                                "or lower --batch or --seq)"), "fixes: %s", said);
+    // train refuses the same flags with the same reason and the changes plan judged to fit
+    char want[2048];
+    int w = snprintf(want, sizeof want, "tiertrain: %.*s", (int)n, said);
+    int k = 0;
+    for (const char *c = strstr(json, "{\"change\":\""); c; c = strstr(c + 1, "{\"change\":\""), k++) {
+        c += strlen("{\"change\":\"");
+        w += snprintf(want + w, sizeof want - (size_t)w, "%s%.*s", k ? "; " : "; changes that fit: ",
+                      (int)strcspn(c, "\""), c);
+    }
+    snprintf(want + w, sizeof want - (size_t)w, "\n");
+    ck_assert_msg(k >= 1, "plan suggested nothing:\n%s", out);
+    free(out);
+    free(err);
+    rc = run((const char *[]){"train", "--model", "tiny", "--batch", "1", "--seq", "32", "--hbm-budget", "1K",
+                              "--device", "cpu", NULL},
+             &out, &err);
+    ck_assert_msg(rc == 2, "train: exit %d (want 2): %s", rc, err);
+    ck_assert_str_eq(err, want);
     free(out);
     free(err);
     // the fixes offered are the moves not made yet: none, with the states and checkpoints off the device
