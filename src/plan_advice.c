@@ -127,14 +127,22 @@ static int by_floor(const void *a, const void *b) {
     return x->i - y->i;
 }
 
-// Judges cs[from..) with plan_compute; appends the feasible ones to fits.
+// Judges cs[from..) as the run with each change would plan it — with --offload auto, on the
+// placement plan_auto then picks (not the one it picked without the change); appends the
+// feasible ones to fits.
 static void judge(cands_t *cs, int from, const model_t *m, const profile_t *prof, plan_t *q, fit_t *fits,
                   int *nfits) {
     for (int i = from; i < cs->n; i++) {
-        plan_compute(&cs->c[i].cfg, m, prof, q);
-        if (!q->feasible) continue;
-        char why[512]; // as the run with this change would: --recompute auto decided on it
-        plan_recompute_auto(&cs->c[i].cfg, m, prof, q, why, sizeof why);
+        config_t c = cs->c[i].cfg;
+        char why[1024];
+        if (c.offload_auto) {
+            if (!plan_auto(&c, m, prof, q, why, sizeof why)) continue;
+        } else {
+            plan_compute(&c, m, prof, q);
+            if (!q->feasible) continue;
+        }
+        // as the run with this change would: --recompute auto decided on it
+        plan_recompute_auto(&c, m, prof, q, why, sizeof why);
         const char *ch = cs->c[i].change;
         int words = 1;
         for (const char *c = ch; *c; c++) words += *c == ' ';

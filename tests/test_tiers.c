@@ -879,6 +879,9 @@ START_TEST(plan_suggests_what_fits) {
         // vertical (the auto schedule of --accum > 1) holds 512 micro-batches' checkpoints on the
         // host: --schedule horizontal fits, alone or with smaller micro-batches
         {"--model", "tiny", "--batch", "64", "--accum", "512", "--host-budget", "64M", NULL},
+        // --offload auto: each change is judged on the placement auto picks with it (their floors
+        // were once the all-NVMe placement's, which auto no longer picks once the change fits)
+        {"--model", "small", "--offload", "auto", "--hbm-budget", "40M", NULL},
         // smaller micro-batches would need an --accum over 65536: none offered (nothing fits)
         {"--model", "tiny", "--batch", "65536", "--accum", "32768", NULL},
     };
