@@ -152,8 +152,8 @@ int eval_run(const config_t *cfg) {
     if (rc != 0) fail(rc, err);
     trainer_info_t ti;
     trainer_info(tr, &ti);
-    fprintf(out, "  loaded: %.2fM parameters, backend %s (%d threads)\n", trainer_model(tr)->num_params / 1e6,
-            ti.backend, ti.threads);
+    fprintf(out, "  loaded: %.2fM parameters, backend %s (%d thread%s)\n", trainer_model(tr)->num_params / 1e6,
+            ti.backend, ti.threads, ti.threads == 1 ? "" : "s");
     fflush(out);
 
     // ---- one forward per window; the mean over windows of each window's mean loss. Every

@@ -259,6 +259,16 @@ static void stream_traffic(const config_t *cfg, const model_t *m, plan_t *p, wor
 
 // ---------------------------------------------------------------- plan
 
+// need and the budget it is over, as sizes; in bytes where the two would print alike ("5.0 MiB,
+// over --host-budget 5.0 MiB" for 5246976 against 5242880).
+static void need_over(char *a, char *b, size_t len, uint64_t need, uint64_t have) {
+    format_bytes(a, len, need);
+    format_bytes(b, len, have);
+    if (strcmp(a, b) != 0) return;
+    snprintf(a, len, "%llu bytes", (unsigned long long)need);
+    snprintf(b, len, "%llu bytes", (unsigned long long)have);
+}
+
 // Free bytes over the --nvme-path directories, each filesystem counted once.
 uint64_t plan_nvme_free(const config_t *cfg) {
     const char *fake = getenv("TT_NVME_FREE");
@@ -601,14 +611,14 @@ static void plan_check(const config_t *cfg, plan_t *p) {
         p->feasible = 0;
         char moves[96];
         device_fixes(cfg, moves, sizeof moves);
+        need_over(a, b, sizeof a, p->device_bytes, cfg->hbm_budget);
         snprintf(p->reason, sizeof p->reason, "device states need %s, over --hbm-budget %s (raise --hbm-budget, %s"
-                 "or lower --batch or --seq)",
-                 format_bytes(a, sizeof a, p->device_bytes), format_bytes(b, sizeof b, cfg->hbm_budget), moves);
+                 "or lower --batch or --seq)", a, b, moves);
     } else if (cfg->host_budget && p->host_bytes > cfg->host_budget) {
         p->feasible = 0;
+        need_over(a, b, sizeof a, p->host_bytes, cfg->host_budget);
         snprintf(p->reason, sizeof p->reason, "host states need %s, over --host-budget %s (raise --host-budget, %s"
-                 "or a smaller --model, --batch or --seq)",
-                 format_bytes(a, sizeof a, p->host_bytes), format_bytes(b, sizeof b, cfg->host_budget), fix);
+                 "or a smaller --model, --batch or --seq)", a, b, fix);
     } else if (p->mem_available && p->ram_needed * nodes > p->mem_available) {
         p->feasible = 0;
         if (cfg->device == DEVICE_CUDA)

@@ -69,8 +69,8 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
     fprintf(f, "  RAM (%s)    %12s   of %s available\n", cfg->device == DEVICE_CUDA ? "host only  " : "cpu backend",
             format_bytes(a, sizeof a, p->ram_needed), format_bytes(b, sizeof b, p->mem_available));
     if (p->kernels_bytes) // outside the arena: the attention ops' buffers, held from their first call
-        fprintf(f, "    %-18s %12s   (the attention ops' buffers, %d threads)\n", "kernels",
-                format_bytes(a, sizeof a, p->kernels_bytes), p->kernels_threads);
+        fprintf(f, "    %-18s %12s   (the attention ops' buffers, %d thread%s)\n", "kernels",
+                format_bytes(a, sizeof a, p->kernels_bytes), p->kernels_threads, p->kernels_threads == 1 ? "" : "s");
     if (cfg->save_dir[0])
         fprintf(f, "  checkpoints          %12s   of %s free (--save %s: %d of %s at the fullest)\n",
                 format_bytes(a, sizeof a, p->save_need), format_bytes(b, sizeof b, p->save_free), cfg->save_dir,
@@ -102,7 +102,7 @@ void plan_print(const plan_t *p, const config_t *cfg, FILE *f) {
                 format_bytes(c, sizeof c, p->comm_bytes), cfg->accum * p->ranks);
     if (cfg->optim_tier != TIER_DEVICE)
         fprintf(f, "update: %s", p->lay.upd_bwd     ? "in the backward, each shard once its gradient is final (--update)"
-                                 : p->lay.upd_inline ? "after the backward, on every core before the next forward (the "
+                                 : p->lay.upd_inline ? "after the backward, with the step's threads before the next forward (the "
                                                        "CPU backend: beside it, it would take a core from it)"
                                  : p->lay.upd_assist ? "after the backward, beside the next forward, its AdamW on the compute "
                                                        "thread's cores between the forward's products (--update)"

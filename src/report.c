@@ -14,9 +14,9 @@ void report_tiers(FILE *out, const config_t *cfg, const trainer_info_t *info, co
     const tier_stats_t *ts = &info->tier;
     char blas[224] = "", bt[192]; // the CPU's products: our kernels or OpenBLAS, and its family
     if (!strcmp(info->backend, "cpu")) snprintf(blas, sizeof blas, ", %s", backend_blas_text(bt, sizeof bt));
-    fprintf(out, "tiers (backend %s, %d threads%s): params %s, grads %s, optimizer %s, checkpoints %s, prefetch %d, "
+    fprintf(out, "tiers (backend %s, %d thread%s%s): params %s, grads %s, optimizer %s, checkpoints %s, prefetch %d, "
                  "schedule %s\n",
-            info->backend, info->threads, blas, tier_name(cfg->params_tier), tier_name(cfg->grads_tier),
+            info->backend, info->threads, info->threads == 1 ? "" : "s", blas, tier_name(cfg->params_tier), tier_name(cfg->grads_tier),
             tier_name(cfg->optim_tier), cfg->acts_tier == ACTS_HOST ? "host" : "device", cfg->prefetch,
             sched_name[cfg->schedule]);
     fprintf(out, "  tier     peak        budget      moved                               compute waited\n");
@@ -57,7 +57,7 @@ void report_tiers(FILE *out, const config_t *cfg, const trainer_info_t *info, co
     // --optimizer device on a device backend updates there (its ops table's AdamW), else the CPU's
     const int on_device = cfg->optim_tier == TIER_DEVICE && strcmp(info->backend, "cpu") != 0;
     fprintf(out, "  optimizer %.1f ms in all (%s AdamW, %s)", ts->opt_ms, on_device ? info->backend : adamw_update_path(),
-            info->upd_bwd ? "in the backward" : info->upd_inline ? "after the backward, on every core" : "after the backward");
+            info->upd_bwd ? "in the backward" : info->upd_inline ? "after the backward, with the step's threads" : "after the backward");
     if (cfg->optim_tier == TIER_NVME)
         fprintf(out, ", of which %.1f ms the update worker waited for its states' NVMe transfers", ts->opt_nvme_wait_ms);
     const uint64_t pieces = info->sched.assists + info->sched.assists_self;

@@ -312,6 +312,23 @@ START_TEST(test_plan_does_not_fit) {
                   "exit %d: %s", rc, err);
     free(out);
     free(err);
+    // a budget a few bytes short, which would print as the same size: said in bytes
+    rc = run((const char *[]){"plan", "--model", "tiny", "--batch", "1", "--seq", "32", "--device", "cpu", "--recompute",
+                              "full", NULL}, &out, &err);
+    const char *db = strstr(out, "\"device_bytes\":");
+    ck_assert_msg(rc == 0 && db, "exit %d: %s", rc, out);
+    const long long need = atoll(db + strlen("\"device_bytes\":"));
+    free(out);
+    free(err);
+    char budget[32];
+    snprintf(budget, sizeof budget, "%lld", need - 10);
+    rc = run((const char *[]){"plan", "--model", "tiny", "--batch", "1", "--seq", "32", "--device", "cpu", "--recompute",
+                              "full", "--hbm-budget", budget, NULL}, &out, &err);
+    char bytes[256];
+    snprintf(bytes, sizeof bytes, "device states need %lld bytes, over --hbm-budget %lld bytes (raise", need, need - 10);
+    ck_assert_msg(rc == 2 && strstr(err, bytes), "exit %d: want \"%s\" in: %s", rc, bytes, err);
+    free(out);
+    free(err);
 }
 END_TEST
 
