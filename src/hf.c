@@ -394,16 +394,35 @@ static int load_piece(const model_t *m, int s, int t, hf_files_t *f, const json_
     return rc;
 }
 
-// Tensors of the files that are not the model's: counted, the first named (a notice).
+// Whether tensor `name` was read from another file than file i (a shard holding a copy of a
+// tensor the index places elsewhere).
+static int read_elsewhere(const hf_files_t *f, int i, const char *name) {
+    for (int j = 0; j < f->nfiles; j++) {
+        const int k = j == i ? -1 : st_find(f->r[j], name);
+        if (k >= 0 && f->used[j][k]) return 1;
+    }
+    return 0;
+}
+
+// Tensors of the files that were not read: those not the model's, counted and the first named,
+// and copies of tensors read from the file the index names (a notice each).
 static void say_skipped(const hf_files_t *f, const char *dir) {
-    int skipped = 0;
-    const char *first = NULL;
+    int skipped = 0, copies = 0;
+    const char *first = NULL, *first_copy = NULL;
     for (int i = 0; i < f->nfiles; i++)
-        for (int k = 0; k < f->r[i]->ntensors; k++)
-            if (!f->used[i][k] && !skipped++) first = f->r[i]->tensors[k].name;
+        for (int k = 0; k < f->r[i]->ntensors; k++) {
+            if (f->used[i][k]) continue;
+            const char *name = f->r[i]->tensors[k].name;
+            if (read_elsewhere(f, i, name)) { if (!copies++) first_copy = name; }
+            else if (!skipped++) first = name;
+        }
     if (skipped)
         notice("--init-from %s: %d tensor%s of the folder %s not part of this model and %s skipped (the first: '%.120s')",
                dir, skipped, skipped == 1 ? "" : "s", skipped == 1 ? "is" : "are", skipped == 1 ? "was" : "were", first);
+    if (copies)
+        notice("--init-from %s: %d tensor%s of the folder %s also in another file than the one the index names, and %s "
+               "read from that one (the first: '%.120s')", dir, copies, copies == 1 ? "" : "s",
+               copies == 1 ? "is" : "are", copies == 1 ? "was" : "were", first_copy);
 }
 
 int hf_load(trainer_t *tr, const char *dir, FILE *out, char *err, size_t errlen) {

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "safetensors.h" // uses: st_writer_open (a shard of the test's own)
 #include "testutil.h"
 
 #define FIXTURE TT_TESTS_DIR "/fixtures/hf_tiny"
@@ -278,6 +279,37 @@ START_TEST(tied_skips_lm_head) {
              "skipped (the first: 'lm_head.weight')\n", dir);
     ck_assert_msg(strstr(r.err, want), "want \"%s\" in:\n%s", want, r.err);
     ck_assert_msg(strstr(r.out, "2 files, 21 tensors"), "%s", r.out);
+    run_free(&r);
+}
+END_TEST
+
+// A tensor in two files — model.norm.weight in the fixture's second shard, and a copy in a
+// third file the index names for it — is read from the index's file; the other copy is said
+// to be one (not "not part of this model").
+START_TEST(shard_copies_named) {
+    char dir[1200], extra[1300], index[1300];
+    snprintf(dir, sizeof dir, "%s/hf", tmp);
+    copy_folder(FIXTURE, dir);
+    snprintf(extra, sizeof extra, "%s/model-extra.safetensors", dir);
+    st_tensor_t t = {.name = "model.norm.weight", .dtype = ST_BF16, .ndim = 1, .shape = {32}};
+    st_writer_t *w = NULL;
+    char err[512];
+    ck_assert_msg(st_writer_open(&w, extra, &t, 1, NULL, 0, err, sizeof err) == 0, "%s", err);
+    uint16_t ones[32];
+    for (int i = 0; i < 32; i++) ones[i] = 0x3f80; // 1.0
+    ck_assert_msg(st_write(w, ones, sizeof ones) == 0 && st_writer_close(w, err, sizeof err) == 0, "%s", err);
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+    edit(index, "\"model.norm.weight\": \"model-00002-of-00002.safetensors\"",
+         "\"model.norm.weight\": \"model-extra.safetensors\"");
+    const char *data = data_file();
+    const char *args[] = {"--init-from", dir, "--data", data, "--steps", "1", "--eval-every", "0", NULL};
+    run_t r = run("train", args);
+    ck_assert_msg(r.rc == 0, "exit %d:\n%s", r.rc, r.err);
+    char want[1400];
+    snprintf(want, sizeof want, "tiertrain: --init-from %s: 1 tensor of the folder is also in another file than the one "
+             "the index names, and was read from that one (the first: 'model.norm.weight')\n", dir);
+    ck_assert_msg(strstr(r.err, want), "want \"%s\" in:\n%s", want, r.err);
+    ck_assert_msg(!strstr(r.err, "not part of this model"), "%s", r.err);
     run_free(&r);
 }
 END_TEST
@@ -554,6 +586,7 @@ int main(void) {
     tcase_set_timeout(round, 60 * slow);
     tcase_add_test(round, round_trip);
     tcase_add_test(round, tied_skips_lm_head);
+    tcase_add_test(round, shard_copies_named);
     tcase_add_test(round, rope_scaling_llama3);
     tcase_add_test(round, checkpoint_carries_tokenizer);
     suite_add_tcase(s, round);
