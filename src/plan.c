@@ -10,7 +10,7 @@
 #include "backend.h"
 #include "hostmem.h"
 #include "kernels.h" // CE_QUANTUM, attention_workspace_bytes
-#include "scheduler.h" // sched_belady_next
+#include "scheduler.h" // sched_belady_next, sched_replay
 #include "util.h"
 
 const char *const plan_resource_names[PLAN_NRES] = {"compute", "host->device", "device->host", "nvme",
@@ -106,89 +106,6 @@ static int replay(const int *uses, int n, int cap, int bypass, int start, char *
     return count;
 }
 
-// The device slots as the scheduler fills them (scheduler.c: sched_begin, sched_acquire,
-// prefetch_after), every copy landing at once and each use released before the next is
-// acquired: the step begins by fetching its first --prefetch uses; a use whose shard is not
-// held takes the slot whose shard is next used farthest away (an empty one first); then, with
-// that slot pinned, the next --prefetch uses are fetched ahead, each only into a slot whose
-// shard is next used after it (else the fetching ahead stops there). Pinning the slot in use
-// is what plain Belady (replay) leaves out: with it, a pass that turns back (the forward's
-// last blocks are the backward's first) keeps one shard fewer. Marks miss[k] for each use
-// whose copy is fetched (at its use or ahead of it); returns how many.
-typedef struct {
-    int *off, *at; // the positions of shard s's uses: at[off[s] .. off[s + 1]), in order
-    int ids;
-} use_index_t;
-
-// Shard's first use at or after `from`; INT32_MAX when none (the scheduler's next_use).
-static int index_next(const use_index_t *x, int shard, int from) {
-    int lo = x->off[shard], hi = x->off[shard + 1];
-    while (lo < hi) {
-        const int mid = lo + (hi - lo) / 2;
-        if (x->at[mid] < from) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < x->off[shard + 1] ? x->at[lo] : INT32_MAX;
-}
-
-// The scheduler's pick_slot: held[] as they stand, the pinned slot busy.
-static int sched_pick(const use_index_t *x, const int *held, int *view, int *next, int cap, int pinned, int from,
-                      int need) {
-    for (int i = 0; i < cap; i++) {
-        view[i] = i == pinned ? SCHED_BUSY : held[i];
-        next[i] = view[i] >= 0 ? index_next(x, view[i], from) : 0;
-    }
-    return sched_belady_next(view, next, cap, need);
-}
-
-static int replay_sched(const int *uses, int n, int cap, int prefetch, char *miss) {
-    int ids = 0;
-    for (int k = 0; k < n; k++) ids = uses[k] >= ids ? uses[k] + 1 : ids;
-    use_index_t x = {calloc((size_t)ids + 2, sizeof(int)), malloc((size_t)(n > 0 ? n : 1) * sizeof(int)), ids};
-    int *held = malloc((size_t)(cap > 0 ? cap : 1) * 3 * sizeof(int)), *slot_of = malloc((size_t)(ids + 1) * sizeof(int));
-    int count = 0;
-    if (!x.off || !x.at || !held || !slot_of || cap < 1) {
-        free(x.off); free(x.at); free(held); free(slot_of);
-        memset(miss, 1, (size_t)n);
-        return n;
-    }
-    int *view = held + cap, *next = held + 2 * cap;
-    for (int k = 0; k < n; k++) x.off[uses[k] + 2]++; // a counting sort, as index_uses
-    for (int s = 2; s < ids + 2; s++) x.off[s] += x.off[s - 1];
-    for (int k = 0; k < n; k++) x.at[x.off[uses[k] + 1]++] = k;
-    for (int s = 0; s < ids; s++) slot_of[s] = -1;
-    for (int i = 0; i < cap; i++) held[i] = SCHED_EMPTY;
-    memset(miss, 0, (size_t)n);
-    for (int pos = -1; pos < n; pos++) {
-        int pinned = -1;
-        if (pos >= 0) { // the use itself: fetched now if not held, taking a slot even from a later need
-            const int sh = uses[pos];
-            if (slot_of[sh] < 0) {
-                const int i = sched_pick(&x, held, view, next, cap, -1, pos + 1, -1);
-                if (held[i] >= 0) slot_of[held[i]] = -1;
-                held[i] = sh;
-                slot_of[sh] = i;
-                miss[pos] = 1;
-                count++;
-            }
-            pinned = slot_of[sh];
-        }
-        for (int k = pos + 1; k < n && k <= pos + prefetch; k++) { // then the uses ahead
-            const int sh = uses[k];
-            if (slot_of[sh] >= 0) continue;
-            const int i = sched_pick(&x, held, view, next, cap, pinned, pos + 1, k);
-            if (i < 0) break;
-            if (held[i] >= 0) slot_of[held[i]] = -1;
-            held[i] = sh;
-            slot_of[sh] = i;
-            miss[k] = 1;
-            count++;
-        }
-    }
-    free(x.off); free(x.at); free(held); free(slot_of);
-    return count;
-}
-
 // Streamed parameters: shard copies to the device per step (the slots start empty each
 // step) and, of those, NVMe reads the host cache does not absorb (the cache keeps its
 // contents across steps: the optimizer writes through it).
@@ -225,7 +142,7 @@ static void stream_traffic(const config_t *cfg, const model_t *m, plan_t *p, wor
     char *miss = calloc((size_t)n, 1);
     if (!uses || !fetch || !at || !miss) { free(uses); free(fetch); free(at); free(miss); return; }
     model_use_order(m, reps, 1, uses);
-    replay_sched(uses, n, nslots, cfg->prefetch, miss);
+    sched_replay(uses, n, nslots, cfg->prefetch, miss); // the scheduler's rule: the slot in use stays pinned
     int nf = 0;
     // NVMe reads land in the slots themselves where the device is host memory (CPU backend)
     const int copies = cfg->params_tier == TIER_HOST || !p->lay.device_is_host;

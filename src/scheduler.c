@@ -93,28 +93,36 @@ int sched_belady_next(const int *held, const int *next, int n, int need) {
     return best;
 }
 
-// Indexes the use order by shard: a counting sort, O(uses + shards), in use_off's nshards + 2
-// entries (counted two ahead, filled one ahead: use_off[j] ends as shard j's start). Lock held.
-static void index_uses(sched_t *s) {
-    int *off = s->use_off;
-    memset(off, 0, ((size_t)s->nshards + 2) * sizeof *off);
-    for (int k = 0; k < s->nuses; k++)
-        if (s->uses[k] >= 0 && s->uses[k] < s->nshards) off[s->uses[k] + 2]++;
-    for (int j = 2; j < s->nshards + 2; j++) off[j] += off[j - 1];
-    for (int k = 0; k < s->nuses; k++)
-        if (s->uses[k] >= 0 && s->uses[k] < s->nshards) s->use_at[off[s->uses[k] + 1]++] = k;
+// Indexes uses[0..n) by shard: a counting sort, O(uses + shards), into off's nshards + 2
+// entries (counted two ahead, filled one ahead: off[j] ends as shard j's start) and at[]
+// (shard j's positions, in order, at[off[j] .. off[j + 1])).
+static void index_build(const int *uses, int n, int nshards, int *off, int *at) {
+    memset(off, 0, ((size_t)nshards + 2) * sizeof *off);
+    for (int k = 0; k < n; k++)
+        if (uses[k] >= 0 && uses[k] < nshards) off[uses[k] + 2]++;
+    for (int j = 2; j < nshards + 2; j++) off[j] += off[j - 1];
+    for (int k = 0; k < n; k++)
+        if (uses[k] >= 0 && uses[k] < nshards) at[off[uses[k] + 1]++] = k;
 }
+
+// Position of shard's first use at or after `from` in index_build's index, or INT32_MAX.
+static int index_next(const int *off, const int *at, int nshards, int shard, int from) {
+    if (shard < 0 || shard >= nshards) return INT32_MAX;
+    int lo = off[shard], hi = off[shard + 1]; // the first at[i] >= from in [lo, hi)
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (at[mid] < from) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < off[shard + 1] ? at[lo] : INT32_MAX;
+}
+
+// The scheduler's use order by shard. Lock held.
+static void index_uses(sched_t *s) { index_build(s->uses, s->nuses, s->nshards, s->use_off, s->use_at); }
 
 // Position of shard's first use at or after `from`, or INT32_MAX when it has none. Lock held.
 static int next_use(const sched_t *s, int shard, int from) {
-    if (shard < 0 || shard >= s->nshards) return INT32_MAX;
-    int lo = s->use_off[shard], hi = s->use_off[shard + 1]; // the first use_at[i] >= from in [lo, hi)
-    while (lo < hi) {
-        const int mid = lo + (hi - lo) / 2;
-        if (s->use_at[mid] < from) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < s->use_off[shard + 1] ? s->use_at[lo] : INT32_MAX;
+    return index_next(s->use_off, s->use_at, s->nshards, shard, from);
 }
 
 // Belady's choice (sched_belady_next) among n buffers holding held[] for a use from `from`,
@@ -364,6 +372,64 @@ static void prefetch_after(sched_t *s, int pos) {
         if (slot < 0) return; // no room without evicting something needed sooner
         enqueue_fetch(s, slot, sh, k);
     }
+}
+
+// ---------------------------------------------------------------- the rule replayed (the plan)
+
+// pick_slot's choice for sched_replay: held[] as they stand, slot `pinned` busy.
+static int replay_pick(const int *off, const int *at, int ids, const int *held, int *view, int *next, int cap,
+                       int pinned, int from, int need) {
+    for (int i = 0; i < cap; i++) {
+        view[i] = i == pinned ? SCHED_BUSY : held[i];
+        next[i] = view[i] >= 0 ? index_next(off, at, ids, view[i], from) : 0;
+    }
+    return sched_belady_next(view, next, cap, need);
+}
+
+int sched_replay(const int *uses, int n, int nslots, int prefetch, char *miss) {
+    int ids = 0;
+    for (int k = 0; k < n; k++) ids = uses[k] >= ids ? uses[k] + 1 : ids;
+    const int cap = nslots;
+    int *off = calloc((size_t)ids + 2, sizeof *off), *at = malloc((size_t)(n > 0 ? n : 1) * sizeof *at);
+    int *held = malloc((size_t)(cap > 0 ? cap : 1) * 3 * sizeof *held), *slot_of = malloc((size_t)(ids + 1) * sizeof *slot_of);
+    memset(miss, 0, (size_t)n);
+    if (!off || !at || !held || !slot_of || cap < 1) { // (no slots: every use is a copy)
+        free(off); free(at); free(held); free(slot_of);
+        memset(miss, 1, (size_t)n);
+        return n;
+    }
+    int *view = held + cap, *next = held + 2 * cap, count = 0;
+    index_build(uses, n, ids, off, at);
+    for (int s = 0; s < ids; s++) slot_of[s] = -1;
+    for (int i = 0; i < cap; i++) held[i] = SCHED_EMPTY;
+    for (int pos = -1; pos < n; pos++) { // -1: sched_begin's fetches ahead
+        int pinned = -1;
+        if (pos >= 0) { // sched_acquire: fetched now if not held, taking a slot even from a later need
+            const int sh = uses[pos];
+            if (slot_of[sh] < 0) {
+                const int i = replay_pick(off, at, ids, held, view, next, cap, -1, pos + 1, -1);
+                if (held[i] >= 0) slot_of[held[i]] = -1;
+                held[i] = sh;
+                slot_of[sh] = i;
+                miss[pos] = 1;
+                count++;
+            }
+            pinned = slot_of[sh];
+        }
+        for (int k = pos + 1; k < n && k <= pos + prefetch; k++) { // prefetch_after
+            const int sh = uses[k];
+            if (slot_of[sh] >= 0) continue;
+            const int i = replay_pick(off, at, ids, held, view, next, cap, pinned, pos + 1, k);
+            if (i < 0) break;
+            if (held[i] >= 0) slot_of[held[i]] = -1;
+            held[i] = sh;
+            slot_of[sh] = i;
+            miss[k] = 1;
+            count++;
+        }
+    }
+    free(off); free(at); free(held); free(slot_of);
+    return count;
 }
 
 // ---------------------------------------------------------------- compute-thread API

@@ -51,7 +51,8 @@
 //   tier's host-cache lock  →  this scheduler's lock  →  the NVMe store's lock.
 // The update state has its own lock; the only lock taken under it, or under the scheduler's
 // by the owner's waits, is the assists' lock, a leaf.
-// Who calls it: tier.c (fetches), trainer.c and optim.c (updates), the plan (sched_belady_next).
+// Who calls it: tier.c (fetches), trainer.c and optim.c (updates), the plan (sched_belady_next,
+// sched_replay).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -126,6 +127,15 @@ enum { SCHED_EMPTY = -1, SCHED_BUSY = -2 };
 // the plan's replay keeps them beside its buffers; a scan of the uses for every buffer at
 // every miss was cubic in the uses (a vocabulary of 1M in chunks).
 int sched_belady_next(const int *held, const int *next, int n, int need);
+// The slots as the scheduler fills them for uses[0..n) from empty (sched_begin, sched_acquire,
+// prefetch_after), every copy landing at once and each use released before the next is
+// acquired: the step begins by fetching its first `prefetch` uses; a use whose shard is not
+// held takes the slot whose shard is next used farthest away (an empty one first); then, with
+// that slot pinned, the next `prefetch` uses are fetched ahead, each only into a slot whose
+// shard is next used after it (else the fetching ahead stops). Marks miss[k] for each use
+// whose copy is fetched (at its use or ahead of it) and returns how many: the plan's count of
+// a step's parameter copies, by the scheduler's own rule and index.
+int sched_replay(const int *uses, int n, int nslots, int prefetch, char *miss);
 
 // ---------------------------------------------------------------- updates
 
