@@ -6,6 +6,7 @@
 #include "config.h"
 #include "hostmem.h"
 #include "io.h"
+#include "plan.h"
 #include "trainer.h"
 
 int bench_gemm(const config_t *cfg); // bench/bench_gemm.c
@@ -65,6 +66,10 @@ typedef struct {
 } bench_hook_t;
 int bench_run_steps_hooked(const config_t *cfg, int steps, const bench_hook_t *hook, bench_run_t *r, char *err,
                            size_t errlen);
+// The plan of cfg's run at rates (malloc'd: the caller frees it), --recompute auto decided on it
+// as train decides (cfg's kept blocks set; its line in why, "" when nothing to say); a
+// placement or save that does not fit is refused as train refuses it: exit 2, "who: reason".
+plan_t *bench_plan(config_t *cfg, const model_t *m, const profile_t *rates, char *why, size_t wlen, const char *who);
 int bench_overlap(const config_t *cfg);  // bench/bench_overlap.c
 int bench_capacity(const config_t *cfg); // bench/bench_capacity.c
 int bench_train(const config_t *cfg);    // bench/bench_train.c

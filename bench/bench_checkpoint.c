@@ -23,7 +23,6 @@
 #include "ckpt_dir.h"
 #include "backend.h"
 #include "model.h"
-#include "plan.h"  // uses: plan_compute (the refusal before any work)
 #include "train.h" // uses: train_load_profile
 #include "util.h"
 
@@ -108,11 +107,8 @@ int bench_checkpoint(const config_t *cfg_in) {
         const profile_t *rates = train_load_profile(&pc, &prof);
         model_t pm;
         model_init(&pm, &pc);
-        plan_t *p = calloc(1, sizeof *p);
-        if (!p) runtime_error("bench checkpoint: out of memory");
-        plan_compute(&pc, &pm, rates, p);
-        if (!p->feasible) usage_error("bench checkpoint: %s", p->reason);
-        free(p);
+        char why[512];
+        free(bench_plan(&pc, &pm, rates, why, sizeof why, "bench checkpoint"));
         model_free(&pm);
     }
     // --save DIR may be new (its parent exists): then it goes again at the end

@@ -12,6 +12,7 @@
 // case's achieved disk rates (as the tier report gives them) against the profile's, and the
 // parameters its update handed the forward instead of NVMe.
 #include <stdio.h>
+#include <stdlib.h> // uses: free
 #include <string.h>
 #include "bench.h"
 #include "report.h"
@@ -57,12 +58,13 @@ int bench_overlap(const config_t *cfg_in) {
         c[w].params_tier = ways[w].params;
         c[w].grads_tier = ways[w].grads;
         c[w].optim_tier = ways[w].optim;
-        plan_compute(&c[w], &m, rates, &p[w]);
-        char w_why[512];
-        if (p[w].feasible && plan_recompute_auto(&c[w], &m, rates, &p[w], w_why, sizeof w_why) && w == 0)
-            snprintf(why, sizeof why, "%s", w_why);
-        if (!p[w].feasible) // each placement is the comparison's: one that does not fit is bad input, before any work
-            usage_error("bench overlap: %s does not fit: %s", ways[w].name, p[w].reason);
+        // each placement is the comparison's: one that does not fit is bad input, before any work
+        char who[64], w_why[512];
+        snprintf(who, sizeof who, "bench overlap: %s does not fit", ways[w].name);
+        plan_t *q = bench_plan(&c[w], &m, rates, w_why, sizeof w_why, who);
+        p[w] = *q;
+        free(q);
+        if (w == 0) snprintf(why, sizeof why, "%s", w_why);
         ok[w] = 1;
         floor_ms[w] = p[w].floor_ms;
     }

@@ -81,3 +81,13 @@ out:
     data_free(data);
     return rc;
 }
+
+plan_t *bench_plan(config_t *cfg, const model_t *m, const profile_t *rates, char *why, size_t wlen, const char *who) {
+    plan_t *p = calloc(1, sizeof *p);
+    if (!p) runtime_error("%s: out of memory", who);
+    why[0] = 0;
+    plan_compute(cfg, m, rates, p);
+    if (p->feasible) plan_recompute_auto(cfg, m, rates, p, why, wlen);
+    if (!p->feasible) usage_error("%s: %s", who, p->reason);
+    return p;
+}

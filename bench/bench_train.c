@@ -298,12 +298,8 @@ int bench_train(const config_t *cfg_in) {
     const profile_t *rates = train_load_profile(&cfg, &prof);
     model_t m;
     model_init(&m, &cfg);
-    plan_t *p = calloc(1, sizeof *p);
-    if (!p) runtime_error("bench train: out of memory");
-    char why[512] = "";
-    plan_compute(&cfg, &m, rates, p);
-    if (p->feasible) plan_recompute_auto(&cfg, &m, rates, p, why, sizeof why);
-    if (!p->feasible) usage_error("bench train: %s", p->reason);
+    char why[512];
+    plan_t *p = bench_plan(&cfg, &m, rates, why, sizeof why, "bench train");
     printf("bench train: model %s (L %d, C %d, heads %d/%d, F %d, V %d), %.2fM parameters, batch %d x seq %d x accum "
            "%d, %d steps (1 warm-up), recompute %d of %d blocks, device %s\n",
            cfg.preset[0] ? cfg.preset : "custom", m.L, m.C, m.NH, m.NKV, m.F, m.V, m.num_params / 1e6, cfg.B, cfg.T,
