@@ -263,6 +263,15 @@ START_TEST(round_trip) {
 }
 END_TEST
 
+// One step of `train --init-from dir` on the test's text, which must succeed.
+static run_t train_one_step(const char *dir) {
+    const char *data = data_file();
+    const char *args[] = {"--init-from", dir, "--data", data, "--steps", "1", "--eval-every", "0", NULL};
+    run_t r = run("train", args);
+    ck_assert_msg(r.rc == 0, "exit %d:\n%s", r.rc, r.err);
+    return r;
+}
+
 // The same folder declared tied: the model has no lm_head of its own, so the folder's
 // lm_head.weight is the one tensor skipped, said once, and the run goes on.
 START_TEST(tied_skips_lm_head) {
@@ -270,10 +279,7 @@ START_TEST(tied_skips_lm_head) {
     snprintf(dir, sizeof dir, "%s/hf", tmp);
     copy_folder(FIXTURE, dir);
     edit_config(dir, "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true");
-    const char *data = data_file();
-    const char *args[] = {"--init-from", dir, "--data", data, "--steps", "1", "--eval-every", "0", NULL};
-    run_t r = run("train", args);
-    ck_assert_msg(r.rc == 0, "exit %d:\n%s", r.rc, r.err);
+    run_t r = train_one_step(dir);
     char want[1400];
     snprintf(want, sizeof want, "tiertrain: --init-from %s: 1 tensor of the folder is not part of this model and was "
              "skipped (the first: 'lm_head.weight')\n", dir);
@@ -301,10 +307,7 @@ START_TEST(shard_copies_named) {
     snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
     edit(index, "\"model.norm.weight\": \"model-00002-of-00002.safetensors\"",
          "\"model.norm.weight\": \"model-extra.safetensors\"");
-    const char *data = data_file();
-    const char *args[] = {"--init-from", dir, "--data", data, "--steps", "1", "--eval-every", "0", NULL};
-    run_t r = run("train", args);
-    ck_assert_msg(r.rc == 0, "exit %d:\n%s", r.rc, r.err);
+    run_t r = train_one_step(dir);
     char want[1400];
     snprintf(want, sizeof want, "tiertrain: --init-from %s: 1 tensor of the folder is also in another file than the one "
              "the index names, and was read from that one (the first: 'model.norm.weight')\n", dir);

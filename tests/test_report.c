@@ -43,23 +43,26 @@ START_TEST(complete_run) {
 }
 END_TEST
 
+// The first `lines` lines of rc_make_run's log and `extra` bytes of the next into tmp/name.
+static void cut_log(const char *name, int lines, size_t extra) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/run.jsonl", tmp);
+    char *log = tu_slurp(path), *p = log;
+    ck_assert_ptr_nonnull(log);
+    for (int k = 0; k < lines && p; k++) p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL;
+    ck_assert_ptr_nonnull(p);
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    FILE *f = fopen(path, "w");
+    const size_t n = (size_t)(p - log) + extra;
+    ck_assert(f && fwrite(log, 1, n, f) == n && fclose(f) == 0);
+    free(log);
+}
+
 // A crash leaves the log without its summary, the last line maybe cut short.
 START_TEST(partial_log) {
-    char html[1200], path[1200];
+    char html[1200];
     rc_make_run(tmp);
-    snprintf(path, sizeof path, "%s/run.jsonl", tmp);
-    char *log = tu_slurp(path);
-    ck_assert_ptr_nonnull(log);
-    // keep the plan line and the first 5 steps (with their evaluation), then half a line
-    char *p = log;
-    for (int lines = 0; lines < 7 && p; lines++) p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL;
-    ck_assert_ptr_nonnull(p);
-    snprintf(path, sizeof path, "%s/partial.jsonl", tmp);
-    FILE *f = fopen(path, "w");
-    ck_assert(f);
-    fwrite(log, 1, (size_t)(p - log) + 20, f); // + 20 bytes of the next line
-    ck_assert_int_eq(fclose(f), 0);
-    free(log);
+    cut_log("partial.jsonl", 7, 20); // the plan line and the first 5 steps (with their evaluation), then half a line
     char *page = rc_report(tmp, "partial.jsonl", 0, html, sizeof html);
     ck_assert_int_eq(rc_chart_points(page, "loss"), 5 + 1);
     ck_assert_int_eq(rc_series_points(page, "training loss"), 5);
@@ -74,18 +77,9 @@ END_TEST
 // A log of 3 steps: the step axis labels each step once ("1 2 3", not quarters rounded to
 // "1 2 2 3 3"), and the summary line counts in the singular where there is one.
 START_TEST(short_run_axis) {
-    char html[1200], path[1200];
+    char html[1200];
     rc_make_run(tmp);
-    snprintf(path, sizeof path, "%s/run.jsonl", tmp);
-    char *log = tu_slurp(path);
-    ck_assert_ptr_nonnull(log);
-    char *p = log; // the plan line and steps 1..3
-    for (int lines = 0; lines < 4 && p; lines++) p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL;
-    ck_assert_ptr_nonnull(p);
-    snprintf(path, sizeof path, "%s/short.jsonl", tmp);
-    FILE *f = fopen(path, "w");
-    ck_assert(f && fwrite(log, 1, (size_t)(p - log), f) == (size_t)(p - log) && fclose(f) == 0);
-    free(log);
+    cut_log("short.jsonl", 4, 0); // the plan line and steps 1..3
     char *page = rc_report(tmp, "short.jsonl", 0, html, sizeof html);
     const char *svg = strstr(page, "<svg id=\"loss\""), *end = svg ? strstr(svg, "</svg>") : NULL;
     ck_assert_msg(svg && end, "no loss chart");
