@@ -354,6 +354,22 @@ bad:
     return rc < 0 ? rc : -EINVAL;
 }
 
+#define RECIPE_INT(flag, field) {flag, offsetof(config_t, field), offsetof(ckpt_info_t, field), 1}
+#define RECIPE_DBL(flag, field) {flag, offsetof(config_t, field), offsetof(ckpt_info_t, field), 0}
+const ckpt_recipe_t ckpt_recipe[] = {
+    RECIPE_INT("batch", B),       RECIPE_DBL("lr", lr),       RECIPE_DBL("min-lr", min_lr), RECIPE_INT("warmup", warmup),
+    RECIPE_INT("steps", steps),   RECIPE_DBL("beta1", beta1), RECIPE_DBL("beta2", beta2),   RECIPE_DBL("eps", eps),
+    RECIPE_DBL("wd", wd),         RECIPE_DBL("clip", clip),
+};
+#undef RECIPE_INT
+#undef RECIPE_DBL
+const int ckpt_nrecipe = (int)(sizeof ckpt_recipe / sizeof ckpt_recipe[0]);
+
+double ckpt_recipe_get(const ckpt_recipe_t *r, const void *base, size_t off) {
+    const char *p = (const char *)base + off;
+    return r->is_int ? (double)*(const int *)p : *(const double *)p;
+}
+
 int checkpoint_check_config(const ckpt_info_t *in, const config_t *c, char *err, size_t errlen) {
     const struct { const char *flag; long long ck, run; } f[] = {
         {"--layers", in->L, c->L}, {"--dim", in->C, c->C}, {"--heads", in->NH, c->NH},

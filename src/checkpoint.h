@@ -43,6 +43,20 @@ typedef struct {
     double beta1, beta2, eps, wd, clip; // its AdamW settings and gradient clipping
 } ckpt_info_t;
 
+// The training recipe a checkpoint records, flag by flag: --resume takes each where no flag
+// gives it (cli.c), and names each a flag gives another value (train.c). Each is an int or a
+// double at the same name's offset in config_t and ckpt_info_t. (--data and --accum, each
+// rank's, are apart.)
+typedef struct {
+    const char *flag; // without the dashes
+    size_t cfg_off, info_off;
+    int is_int;
+} ckpt_recipe_t;
+extern const ckpt_recipe_t ckpt_recipe[];
+extern const int ckpt_nrecipe;
+// The recipe field r of a config_t or ckpt_info_t (base), as a double.
+double ckpt_recipe_get(const ckpt_recipe_t *r, const void *base, size_t off);
+
 // Resolves a --resume argument: a checkpoint folder (has state.json), a --save directory
 // (its `latest`), or DIR/latest. Returns 0 with the folder in out, or -errno with one line.
 int checkpoint_resolve(const char *arg, char *out, size_t len, char *err, size_t errlen);

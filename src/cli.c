@@ -494,11 +494,13 @@ static void apply_resume(config_t *cfg, const parsed_t *ps) {
         if (!seen(ps, "precision")) cfg->precision = info->precision;
         cfg->max_pos = info->max_pos;
         cfg->model_resumed = !preset;
-        const struct { const char *flag; int *dst, val; } recipe_ints[] = {
-            {"batch", &cfg->B, info->B}, {"warmup", &cfg->warmup, info->warmup}, {"steps", &cfg->steps, info->steps},
-        };
-        for (size_t i = 0; i < sizeof recipe_ints / sizeof recipe_ints[0]; i++)
-            if (!seen(ps, recipe_ints[i].flag)) *recipe_ints[i].dst = recipe_ints[i].val;
+        for (int i = 0; i < ckpt_nrecipe; i++) {
+            const ckpt_recipe_t *rc = &ckpt_recipe[i];
+            if (seen(ps, rc->flag)) continue;
+            const double v = ckpt_recipe_get(rc, info, rc->info_off);
+            if (rc->is_int) *(int *)((char *)cfg + rc->cfg_off) = (int)v;
+            else *(double *)((char *)cfg + rc->cfg_off) = v;
+        }
         // --accum is each rank's: the step's micro-batches (accum × ranks) are kept on another
         // world size, which must divide them (a folder that does not record its world keeps the
         // flag's); --accum given trains another batch, said by train's notice
@@ -510,13 +512,6 @@ static void apply_resume(config_t *cfg, const parsed_t *ps) {
                         "another batch)", cfg->resume, (long long)mbs, mbs > 1 ? "es" : "", info->accum, info->ranks,
                         info->ranks > 1 ? "s" : "", world, (long long)mbs);
         if (!seen(ps, "accum") && info->ranks > 0) cfg->accum = (int)(mbs / world);
-        const struct { const char *flag; double *dst, val; } recipe[] = {
-            {"lr", &cfg->lr, info->lr},          {"min-lr", &cfg->min_lr, info->min_lr}, {"beta1", &cfg->beta1, info->beta1},
-            {"beta2", &cfg->beta2, info->beta2}, {"eps", &cfg->eps, info->eps},          {"wd", &cfg->wd, info->wd},
-            {"clip", &cfg->clip, info->clip},
-        };
-        for (size_t i = 0; i < sizeof recipe / sizeof recipe[0]; i++)
-            if (!seen(ps, recipe[i].flag)) *recipe[i].dst = recipe[i].val;
         struct stat st;
         if (!seen(ps, "data") && strcmp(info->data, "synthetic") != 0 && stat(info->data, &st) != 0)
             usage_error("--resume %s: the data it was trained on, %s: %s (give --data FILE: that file where it is now, "

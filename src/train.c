@@ -521,12 +521,6 @@ static void log_drop(run_t *r) {
 // takes the checkpoint's where no flag is given), as "--lr 0.002 (the checkpoint's 0.001),
 // ..." in out. Returns how many.
 static int recipe_diff(const ckpt_info_t *ck, const config_t *c, char *out, size_t len) {
-    const struct { const char *flag; double run, ck; } f[] = {
-        {"--batch", c->B, ck->B},       {"--lr", c->lr, ck->lr},          {"--min-lr", c->min_lr, ck->min_lr},
-        {"--warmup", c->warmup, ck->warmup}, {"--steps", c->steps, ck->steps}, {"--beta1", c->beta1, ck->beta1},
-        {"--beta2", c->beta2, ck->beta2}, {"--eps", c->eps, ck->eps},      {"--wd", c->wd, ck->wd},
-        {"--clip", c->clip, ck->clip},
-    };
     size_t n = 0;
     int count = 0;
     out[0] = 0;
@@ -546,12 +540,15 @@ static int recipe_diff(const ckpt_info_t *ck, const config_t *c, char *out, size
                                   count ? ", " : "", c->accum, world, ck->accum, ck_world);
         count++;
     }
-    for (size_t i = 0; i < sizeof f / sizeof f[0] && n < len; i++)
-        if (f[i].run != f[i].ck) {
-            n += (size_t)snprintf(out + n, len - n, "%s%s %g (the checkpoint's %g)", count ? ", " : "", f[i].flag,
-                                  f[i].run, f[i].ck);
+    for (int i = 0; i < ckpt_nrecipe && n < len; i++) { // the rest of the recipe, as cli.c took it
+        const ckpt_recipe_t *rc = &ckpt_recipe[i];
+        const double run = ckpt_recipe_get(rc, c, rc->cfg_off), saved = ckpt_recipe_get(rc, ck, rc->info_off);
+        if (run != saved) {
+            n += (size_t)snprintf(out + n, len - n, "%s--%s %g (the checkpoint's %g)", count ? ", " : "", rc->flag,
+                                  run, saved);
             count++;
         }
+    }
     return count;
 }
 
